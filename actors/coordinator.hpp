@@ -1,0 +1,43 @@
+#pragma once
+// The coordinator: members register with it; once the expected number of servers has
+// registered it hands every member the shard map. It monitors every member, runs
+// barriers among the live workers, and forwards progress and results to an observer.
+// It quits when every worker has finished or died, which tells servers to stop.
+#include <map>
+#include <string>
+#include <vector>
+
+#include "actors/messages.hpp"
+#include "libps/update_rule.hpp"
+
+namespace ps {
+
+struct coordinator_options {
+  std::uint32_t servers = 1;
+  std::uint32_t workers = 1;
+  std::uint32_t vnodes = 128;
+  std::uint32_t bucket_bits = 12;
+  update_rule rule;
+  // Gets (report_atom, worker, text), (done_atom, worker, text) and (failed_atom, text).
+  // Without one, the coordinator prints them.
+  caf::actor observer;
+};
+
+struct coordinator_state {
+  std::vector<shard_entry> shards;
+  std::vector<caf::typed_response_promise<registration>> waiting;  // parked registrations
+  std::vector<std::uint32_t> waiting_ids;
+  std::uint32_t next_worker = 0;
+  std::uint32_t finished_workers = 0;  // done or dead
+  std::vector<caf::typed_response_promise<std::uint64_t>> barrier;
+  std::uint64_t barrier_generation = 0;
+  std::map<caf::actor_addr, std::string> members;  // monitored address -> description
+  std::map<caf::actor_addr, std::uint32_t> worker_ids;
+  std::vector<bool> worker_done;
+  static inline const char* name = "coordinator";
+};
+
+coordinator_actor::behavior_type coordinator(coordinator_actor::stateful_pointer<coordinator_state> self,
+                                             coordinator_options opts);
+
+}  // namespace ps

@@ -1,0 +1,277 @@
+#include "actors/kv_client.hpp"
+
+#include <map>
+#include <unordered_map>
+
+namespace ps {
+
+// ---- kv_op_state / kv_future -------------------------------------------------------
+
+void kv_op_state::finish(std::string err) {
+  std::function<void()> next;
+  {
+    std::lock_guard<std::mutex> guard(mtx);
+    if (done) return;
+    done = true;
+    error = std::move(err);
+    next = std::move(continuation);
+  }
+  cv.notify_all();
+  if (next) next();
+}
+
+bool kv_future::ready() const {
+  std::lock_guard<std::mutex> guard(st_->mtx);
+  return st_->done;
+}
+
+void kv_future::wait() const {
+  std::unique_lock<std::mutex> guard(st_->mtx);
+  st_->cv.wait(guard, [&] { return st_->done; });
+}
+
+bool kv_future::wait_for(std::chrono::milliseconds d) const {
+  std::unique_lock<std::mutex> guard(st_->mtx);
+  return st_->cv.wait_for(guard, d, [&] { return st_->done; });
+}
+
+std::string kv_future::error() const {
+  wait();
+  return st_->error;
+}
+
+std::vector<float> kv_future::get() {
+  wait();
+  if (!st_->error.empty()) throw kv_error(st_->error);
+  return std::move(st_->values);
+}
+
+void kv_future::then(std::function<void(kv_future)> f) {
+  auto self = *this;
+  {
+    std::lock_guard<std::mutex> guard(st_->mtx);
+    if (!st_->done) {
+      st_->continuation = [f = std::move(f), self] { f(self); };
+      return;
+    }
+  }
+  f(self);
+}
+
+// ---- the client actor -----------------------------------------------------------
+
+namespace detail {
+
+// One op, planned by the caller's thread, executed by the client actor (local only).
+struct op_request {
+  op_kind kind;
+  request_header hdr;
+  std::vector<chunk> chunks;
+  std::vector<float_block> blocks;  // per chunk (push/init)
+  std::shared_ptr<kv_op_state> op;
+};
+
+}  // namespace detail
+}  // namespace ps
+
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(std::shared_ptr<ps::detail::op_request>)
+
+namespace ps {
+namespace {
+
+using detail::op_request;
+
+std::string describe_keys(const chunk& c) {
+  auto first = c.pieces.front().keys;
+  auto last = c.pieces.back().keys;
+  std::string s = "keys " + to_string(first);
+  if (c.pieces.size() > 1)
+    s += " .. " + to_string(last) + " (" + std::to_string(c.pieces.size()) + " ranges)";
+  return s;
+}
+
+struct client_state {
+  std::vector<shard_link> shards;
+  std::map<std::uint32_t, std::size_t> index;  // shard id -> position in shards
+  std::vector<std::string> down;               // non-empty: why that shard is gone
+  // Per shard: ops with chunks not yet answered, and how many.
+  std::vector<std::unordered_map<kv_op_state*, std::pair<std::shared_ptr<kv_op_state>, std::size_t>>>
+    outstanding;
+  std::chrono::milliseconds timeout;
+  static inline const char* name = "kv_client";
+};
+
+using client_ptr = caf::stateful_actor<client_state>*;
+
+void chunk_answered(client_ptr self, std::size_t idx, kv_op_state* op) {
+  auto& out = self->state.outstanding[idx];
+  auto it = out.find(op);
+  if (it == out.end()) return;  // already failed by a down message
+  auto keep = it->second.first;
+  if (--it->second.second == 0) out.erase(it);
+  if (--op->pending == 0) op->finish({});
+}
+
+caf::behavior kv_client_actor(client_ptr self, std::vector<shard_link> shards,
+                              std::chrono::milliseconds timeout) {
+  auto& st = self->state;
+  st.shards = std::move(shards);
+  st.timeout = timeout;
+  st.down.resize(st.shards.size());
+  st.outstanding.resize(st.shards.size());
+  for (std::size_t i = 0; i < st.shards.size(); ++i) {
+    st.index[st.shards[i].id] = i;
+    self->monitor(st.shards[i].handle);
+  }
+  self->set_down_handler([=](caf::down_msg& dm) {
+    auto& st = self->state;
+    for (std::size_t i = 0; i < st.shards.size(); ++i) {
+      if (st.shards[i].handle.address() != dm.source) continue;
+      st.down[i] = st.shards[i].name + " is down (" + describe(dm.reason) + ")";
+      auto lost = std::move(st.outstanding[i]);
+      st.outstanding[i].clear();
+      for (auto& [ptr, entry] : lost)
+        ptr->finish(entry.first->what + " failed: " + st.down[i]);
+    }
+  });
+  return {
+    [=](dispatch_atom, std::shared_ptr<op_request>& req) {
+      auto& st = self->state;
+      auto op = req->op;
+      op->pending = req->chunks.size();
+      if (req->chunks.empty()) {
+        op->finish({});
+        return;
+      }
+      for (std::size_t c = 0; c < req->chunks.size(); ++c) {
+        const auto& ch = req->chunks[c];
+        auto idx = st.index.at(ch.shard);
+        const auto& link = st.shards[idx];
+        if (!st.down[idx].empty()) {
+          op->finish(op->what + " of " + describe_keys(ch) + " failed: " + st.down[idx]);
+          return;
+        }
+        auto& entry = st.outstanding[idx][op.get()];
+        entry.first = op;
+        ++entry.second;
+        auto on_error = [=](caf::error& err) {
+          std::string why = err == caf::sec::request_timeout
+                              ? "no reply from " + link.name + " within " +
+                                  std::to_string(self->state.timeout.count()) + " ms"
+                              : describe(err);
+          op->finish(op->what + " of " + describe_keys(ch) + " failed: " + why);
+          chunk_answered(self, idx, op.get());
+        };
+        auto hdr = req->hdr;
+        hdr.seq += c;
+        range_list ranges{ch.ranges()};
+        if (req->kind == op_kind::pull) {
+          self->request(link.handle, st.timeout, pull_atom::value, hdr, std::move(ranges))
+            .then(
+              [=](float_block& values) {
+                if (values.size != ch.num_values) {
+                  op->finish("pull of " + describe_keys(ch) + " failed: " + link.name + " sent " +
+                             std::to_string(values.size) + " values for " +
+                             std::to_string(ch.num_values) + " keys");
+                } else if (req->chunks.size() == 1) {  // the common case: no reassembly
+                  if (values.whole())
+                    op->values = std::move(*values.storage);
+                  else
+                    op->values.assign(values.data(), values.data() + values.size);
+                } else {
+                  scatter(values.data(), ch, op->values.data());
+                }
+                chunk_answered(self, idx, op.get());
+              },
+              on_error);
+        } else {
+          auto handle = [=](std::uint64_t) { chunk_answered(self, idx, op.get()); };
+          if (req->kind == op_kind::push)
+            self->request(link.handle, st.timeout, push_atom::value, hdr, std::move(ranges),
+                          std::move(req->blocks[c]))
+              .then(handle, on_error);
+          else
+            self->request(link.handle, st.timeout, init_atom::value, hdr, std::move(ranges),
+                          std::move(req->blocks[c]))
+              .then(handle, on_error);
+        }
+      }
+    },
+  };
+}
+
+}  // namespace
+
+// ---- kv_client ------------------------------------------------------------------
+
+namespace {
+
+partitioner map_of(const cluster_view& view) {
+  std::vector<std::uint32_t> ids;
+  for (const auto& s : view.shards) ids.push_back(s.id);
+  return partitioner(view.epoch, ids, view.vnodes, view.bucket_bits);
+}
+
+}  // namespace
+
+kv_client::kv_client(caf::actor_system& sys, const cluster_view& view,
+                     std::vector<shard_link> shards, kv_client_options opts)
+    : map_(map_of(view)), opts_(opts) {
+  if (shards.size() != view.shards.size())
+    throw bad_request("kv_client: " + std::to_string(shards.size()) + " shard links for " +
+                      std::to_string(view.shards.size()) + " shards in the map");
+  if (opts_.timeout.count() <= 0)
+    throw bad_request("kv_client: the request timeout must be positive");
+  actor_ = sys.spawn(kv_client_actor, std::move(shards), opts_.timeout);
+}
+
+kv_client::~kv_client() {
+  caf::anon_send_exit(actor_, caf::exit_reason::user_shutdown);
+}
+
+kv_future kv_client::push(const key_set& keys, std::vector<float> values) {
+  return send(op_kind::push, keys, std::move(values));
+}
+
+kv_future kv_client::init(const key_set& keys, std::vector<float> values) {
+  return send(op_kind::init, keys, std::move(values));
+}
+
+kv_future kv_client::pull(const key_set& keys) {
+  return send(op_kind::pull, keys, {});
+}
+
+kv_future kv_client::send(op_kind kind, const key_set& keys, std::vector<float> values) {
+  static const char* names[] = {"push", "init", "pull"};
+  auto op = std::make_shared<kv_op_state>();
+  op->what = names[static_cast<int>(kind)];
+  if (kind != op_kind::pull && values.size() != keys.num_keys())
+    throw bad_request(op->what + ": " + std::to_string(values.size()) + " values for " +
+                      std::to_string(keys.num_keys()) + " keys");
+  auto req = std::make_shared<detail::op_request>();
+  req->kind = kind;
+  req->op = op;
+  req->hdr = request_header{map_.epoch(), opts_.worker, clock_, 0};
+  req->chunks = plan_chunks(map_.split(keys), opts_.chunk_bytes);
+  // Sequence numbers: one per chunk, unique per client.
+  static std::atomic<std::uint64_t> next_seq{1};
+  req->hdr.seq = next_seq.fetch_add(req->chunks.size());
+  if (kind == op_kind::pull) {
+    if (req->chunks.size() > 1) op->values.resize(keys.num_keys());
+  } else {
+    auto whole = std::make_shared<std::vector<float>>(std::move(values));
+    for (const auto& c : req->chunks) {
+      if (c.contiguous()) {  // a view: no copy
+        req->blocks.push_back({whole, c.first_offset(), c.num_values});
+      } else {
+        std::vector<float> gathered(c.num_values);
+        gather(whole->data(), c, gathered.data());
+        req->blocks.push_back(float_block::own(std::move(gathered)));
+      }
+    }
+  }
+  caf::anon_send(actor_, dispatch_atom::value, std::move(req));
+  return kv_future(op);
+}
+
+}  // namespace ps

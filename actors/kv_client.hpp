@@ -1,0 +1,106 @@
+#pragma once
+// The worker-side key-value API. push/pull split keys across shards and into bounded
+// chunks, send them from one event-based client actor (many requests in flight), and
+// return a kv_future the caller can wait on or chain. Every request has a finite
+// timeout and every shard is monitored: a dead or silent shard fails the request with
+// an error naming the shard and the keys, never a hang.
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "actors/messages.hpp"
+#include "libps/chunking.hpp"
+#include "libps/partitioner.hpp"
+
+namespace ps {
+
+enum class op_kind { push, init, pull };
+
+struct kv_error : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// Shared state of one push, pull or init.
+struct kv_op_state {
+  std::mutex mtx;
+  std::condition_variable cv;
+  bool done = false;
+  std::string error;                 // empty on success
+  std::vector<float> values;         // pull result
+  std::function<void()> continuation;
+  std::size_t pending = 0;           // chunks not yet answered (client actor only)
+  std::string what;                  // "push" | "pull" | "init"
+
+  // Completes the op once; later calls are ignored. Runs the continuation.
+  void finish(std::string err);
+};
+
+class kv_future {
+ public:
+  kv_future() = default;
+  explicit kv_future(std::shared_ptr<kv_op_state> st) : st_(std::move(st)) {}
+
+  bool ready() const;
+  void wait() const;
+  // Waits; false if still pending after d.
+  bool wait_for(std::chrono::milliseconds d) const;
+  // Waits; empty when the op succeeded, else what went wrong.
+  std::string error() const;
+  // Waits; throws kv_error on failure; returns the pulled values (empty for push/init).
+  std::vector<float> get();
+  // Runs f once the op completes (at once if it already has). f runs on the client's
+  // actor thread: keep it short and never block in it.
+  void then(std::function<void(kv_future)> f);
+
+ private:
+  std::shared_ptr<kv_op_state> st_;
+};
+
+struct kv_client_options {
+  std::uint32_t worker = 0;
+  std::uint64_t chunk_bytes = default_chunk_bytes;
+  std::chrono::milliseconds timeout{30000};
+};
+
+// One connected shard: its id, a name for errors, and its handle.
+struct shard_link {
+  std::uint32_t id;
+  std::string name;  // "shard 1 (127.0.0.1:40001)"
+  shard_actor handle;
+};
+
+class kv_client {
+ public:
+  kv_client(caf::actor_system& sys, const cluster_view& view, std::vector<shard_link> shards,
+            kv_client_options opts);
+  ~kv_client();
+  kv_client(const kv_client&) = delete;
+  kv_client& operator=(const kv_client&) = delete;
+
+  // values holds keys.num_keys() floats, in key order. Sums (or applies the server's
+  // update rule to) them into the stored parameters.
+  kv_future push(const key_set& keys, std::vector<float> values);
+  // Sets keys that were never set (the first initializer wins).
+  kv_future init(const key_set& keys, std::vector<float> values);
+  // The current values of the keys, in key order.
+  kv_future pull(const key_set& keys);
+
+  // Tags later requests with this clock (iterations completed by this worker).
+  void set_clock(std::uint64_t c) { clock_ = c; }
+  const partitioner& map() const { return map_; }
+  const kv_client_options& options() const { return opts_; }
+
+ private:
+  kv_future send(op_kind kind, const key_set& keys, std::vector<float> values);
+
+  partitioner map_;
+  kv_client_options opts_;
+  caf::actor actor_;
+  std::uint64_t clock_ = 0;
+};
+
+}  // namespace ps

@@ -1,0 +1,95 @@
+#include "actors/messages.hpp"
+
+#include <bit>
+
+namespace ps {
+
+namespace {
+
+template <class T>
+caf::error write_raw(caf::serializer& f, const T* data, std::uint64_t n) {
+  size_t len = n;
+  if (auto e = f.begin_sequence(len)) return e;
+  if (n > 0)
+    if (auto e = f.apply_raw(n * sizeof(T), const_cast<T*>(data))) return e;
+  return f.end_sequence();
+}
+
+template <class T>
+caf::error read_raw(caf::deserializer& f, std::vector<T>& out) {
+  size_t n = 0;
+  if (auto e = f.begin_sequence(n)) return e;
+  out.resize(n);
+  if (n > 0)
+    if (auto e = f.apply_raw(n * sizeof(T), out.data())) return e;
+  return f.end_sequence();
+}
+
+}  // namespace
+
+caf::error inspect(caf::serializer& f, float_block& x) {
+  return write_raw(f, x.data(), x.size);
+}
+
+caf::error inspect(caf::deserializer& f, float_block& x) {
+  auto v = std::make_shared<std::vector<float>>();
+  if (auto e = read_raw(f, *v)) return e;
+  x.size = v->size();
+  x.offset = 0;
+  x.storage = std::move(v);
+  return {};
+}
+
+caf::error inspect(caf::serializer& f, range_list& x) {
+  return write_raw(f, x.ranges.data(), x.ranges.size());
+}
+
+caf::error inspect(caf::deserializer& f, range_list& x) {
+  return read_raw(f, x.ranges);
+}
+
+rule_msg rule_msg::from(const update_rule& r) {
+  return {static_cast<std::uint8_t>(r.kind), std::bit_cast<std::uint32_t>(r.lr),
+          std::bit_cast<std::uint32_t>(r.momentum), std::bit_cast<std::uint32_t>(r.beta1),
+          std::bit_cast<std::uint32_t>(r.beta2), std::bit_cast<std::uint32_t>(r.eps)};
+}
+
+update_rule rule_msg::to_rule() const {
+  if (kind > static_cast<std::uint8_t>(rule_kind::adam))
+    throw bad_request("unknown update rule code " + std::to_string(kind));
+  update_rule r;
+  r.kind = static_cast<rule_kind>(kind);
+  r.lr = std::bit_cast<float>(lr);
+  r.momentum = std::bit_cast<float>(momentum);
+  r.beta1 = std::bit_cast<float>(beta1);
+  r.beta2 = std::bit_cast<float>(beta2);
+  r.eps = std::bit_cast<float>(eps);
+  r.validate();
+  return r;
+}
+
+void register_types(caf::actor_system_config& cfg) {
+  cfg.add_message_type<float_block>("ps::float_block");
+  cfg.add_message_type<range_list>("ps::range_list");
+  cfg.add_message_type<request_header>("ps::request_header");
+  cfg.add_message_type<node_info>("ps::node_info");
+  cfg.add_message_type<registration>("ps::registration");
+  cfg.add_message_type<shard_actor>("ps::shard_actor");
+  cfg.add_message_type<coordinator_actor>("ps::coordinator_actor");
+}
+
+caf::error make_ps_error(std::string text) {
+  return caf::make_error(caf::sec::runtime_error, std::move(text));
+}
+
+std::string describe(const caf::error& err) {
+  if (!err) return "normal exit";  // CAF 0.17: category() of an empty error crashes
+  const auto& ctx = err.context();
+  if (err.category() == caf::atom("system") &&
+      err.code() == static_cast<std::uint8_t>(caf::sec::runtime_error) &&
+      ctx.match_elements<std::string>())
+    return ctx.get_as<std::string>(0);
+  return caf::actor_system_config::render(err);
+}
+
+}  // namespace ps

@@ -1,0 +1,165 @@
+#pragma once
+// The protocol between ActorPS actors: atoms, message types and typed actor interfaces.
+// Tensors cross the wire as raw byte blocks (CAF-NOTES §2: CAF 0.17's per-element float
+// encoding turns NaN into 1.0 and hangs on +Inf). Raw blocks assume both ends share
+// endianness and float format, as every supported platform (x86-64, aarch64) does.
+#include <caf/all.hpp>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "libps/keys.hpp"
+#include "libps/update_rule.hpp"
+
+namespace ps {
+
+using push_atom = caf::atom_constant<caf::atom("push")>;
+using pull_atom = caf::atom_constant<caf::atom("pull")>;
+using init_atom = caf::atom_constant<caf::atom("init")>;
+using register_atom = caf::atom_constant<caf::atom("register")>;
+using barrier_atom = caf::atom_constant<caf::atom("barrier")>;
+using report_atom = caf::atom_constant<caf::atom("report")>;
+using done_atom = caf::atom_constant<caf::atom("done")>;
+using start_atom = caf::atom_constant<caf::atom("start")>;
+using dispatch_atom = caf::atom_constant<caf::atom("dispatch")>;
+using failed_atom = caf::atom_constant<caf::atom("failed")>;
+
+template <class Inspector>
+constexpr bool is_raw_io_v =
+  std::is_base_of_v<caf::data_processor<caf::serializer>, Inspector> ||
+  std::is_base_of_v<caf::data_processor<caf::deserializer>, Inspector>;
+
+// A run of floats shared between a message and its sender without copying: locally the
+// storage travels by reference; on the wire it is one raw byte block.
+struct float_block {
+  std::shared_ptr<std::vector<float>> storage;
+  std::uint64_t offset = 0;
+  std::uint64_t size = 0;
+
+  static float_block own(std::vector<float> v) {
+    auto n = v.size();
+    return {std::make_shared<std::vector<float>>(std::move(v)), 0, n};
+  }
+  const float* data() const { return storage ? storage->data() + offset : nullptr; }
+  // True when this block is the whole of its storage, so the storage can be taken over.
+  bool whole() const { return storage && offset == 0 && size == storage->size(); }
+};
+
+caf::error inspect(caf::serializer& f, float_block& x);
+caf::error inspect(caf::deserializer& f, float_block& x);
+template <class Inspector>
+std::enable_if_t<!is_raw_io_v<Inspector>, typename Inspector::result_type>
+inspect(Inspector& f, float_block& x) {
+  return f(caf::meta::type_name("float_block"), x.size);
+}
+
+// Key ranges of a request, as one raw block.
+struct range_list {
+  std::vector<key_range> ranges;
+};
+caf::error inspect(caf::serializer& f, range_list& x);
+caf::error inspect(caf::deserializer& f, range_list& x);
+template <class Inspector>
+std::enable_if_t<!is_raw_io_v<Inspector>, typename Inspector::result_type>
+inspect(Inspector& f, range_list& x) {
+  auto n = x.ranges.size();
+  return f(caf::meta::type_name("range_list"), n);
+}
+
+// Carried by every state-changing request, so later stages (consistency, failover,
+// duplicate suppression) can order and deduplicate them.
+struct request_header {
+  std::uint64_t epoch = 0;
+  std::uint32_t worker = 0;
+  std::uint64_t clock = 0;
+  std::uint64_t seq = 0;
+};
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, request_header& x) {
+  return f(caf::meta::type_name("request_header"), x.epoch, x.worker, x.clock, x.seq);
+}
+
+// Floats cross as their bit patterns (CAF's float encoding is lossy, see above).
+struct rule_msg {
+  std::uint8_t kind = 0;
+  std::uint32_t lr = 0, momentum = 0, beta1 = 0, beta2 = 0, eps = 0;
+  static rule_msg from(const update_rule& r);
+  update_rule to_rule() const;
+};
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, rule_msg& x) {
+  return f(caf::meta::type_name("rule_msg"), x.kind, x.lr, x.momentum, x.beta1, x.beta2, x.eps);
+}
+
+struct shard_entry {
+  std::uint32_t id = 0;
+  std::string host;  // where the shard is published; empty in embedded mode
+  std::uint16_t port = 0;
+  std::uint32_t pid = 0;  // process id, for operators and fault tests
+  caf::actor handle;  // set only in embedded mode (same process)
+};
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, shard_entry& x) {
+  return f(caf::meta::type_name("shard_entry"), x.id, x.host, x.port, x.pid, x.handle);
+}
+
+// What every member learns from the coordinator: the shard map and the job settings.
+struct cluster_view {
+  std::uint64_t epoch = 1;
+  std::uint32_t vnodes = 0;
+  std::uint32_t bucket_bits = 0;
+  std::uint32_t num_workers = 0;
+  std::vector<shard_entry> shards;
+  rule_msg rule;
+};
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, cluster_view& x) {
+  return f(caf::meta::type_name("cluster_view"), x.epoch, x.vnodes, x.bucket_bits, x.num_workers,
+           x.shards, x.rule);
+}
+
+struct node_info {
+  std::string role;  // "server" | "worker"
+  std::string host;
+  std::uint16_t port = 0;
+  std::uint32_t pid = 0;
+  caf::actor handle;  // embedded mode only
+};
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, node_info& x) {
+  return f(caf::meta::type_name("node_info"), x.role, x.host, x.port, x.pid, x.handle);
+}
+
+struct registration {
+  std::uint32_t id = 0;  // shard id or worker id
+  cluster_view view;
+};
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, registration& x) {
+  return f(caf::meta::type_name("registration"), x.id, x.view);
+}
+
+using shard_actor = caf::typed_actor<
+  caf::replies_to<push_atom, request_header, range_list, float_block>::with<std::uint64_t>,
+  caf::replies_to<init_atom, request_header, range_list, float_block>::with<std::uint64_t>,
+  caf::replies_to<pull_atom, request_header, range_list>::with<float_block>,
+  caf::reacts_to<start_atom, std::uint16_t>>;
+
+using coordinator_actor = caf::typed_actor<
+  caf::replies_to<register_atom, node_info>::with<registration>,
+  caf::replies_to<barrier_atom, std::uint32_t>::with<std::uint64_t>,
+  caf::reacts_to<report_atom, std::uint32_t, std::string>,
+  caf::reacts_to<done_atom, std::uint32_t, std::string>>;
+
+// Registers every type above under the same names on every node.
+void register_types(caf::actor_system_config& cfg);
+
+// An error carrying a human-readable text (it survives the wire as a string).
+caf::error make_ps_error(std::string text);
+// The text of an error: the ActorPS message if there is one, CAF's rendering otherwise.
+std::string describe(const caf::error& err);
+
+}  // namespace ps

@@ -1,0 +1,457 @@
+#include "actors/node.hpp"
+
+#include <caf/io/all.hpp>
+
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <thread>
+
+#include "actors/server_shard.hpp"
+
+extern char** environ;
+
+namespace ps {
+
+using std::chrono::milliseconds;
+
+// ---- configuration ------------------------------------------------------------------
+
+node_config::node_config() {
+  register_types(*this);
+  load<caf::io::middleman>();
+  opt_group{custom_options_, "global"}
+    .add(role, "role", "psnode role: coordinator|server|worker")
+    .add(coordinator, "coordinator", "coordinator address HOST:PORT")
+    .add(host, "host", "address this node listens on and announces")
+    .add(port, "port", "coordinator: port to listen on (0: any free port)")
+    .add(app, "app", "worker app: fmnist|kvcheck|bench")
+    .add(cluster, "cluster", "embedded (one process) | processes (local cluster on loopback)")
+    .add(servers, "servers", "number of server shards")
+    .add(workers, "workers", "number of workers")
+    .add(model, "model", "softmax|mlp")
+    .add(epochs, "epochs", "passes over the training data")
+    .add(lr, "lr", "learning rate of the server's update rule")
+    .add(batch, "batch", "minibatch size per worker")
+    .add(seed, "seed", "seed for initialization and shuffling")
+    .add(sizes, "sizes", "bench_kv: value sizes in bytes, e.g. [4096,1048576]")
+    .add(windows, "windows", "bench_kv: requests in flight, e.g. [1,8]")
+    .add(cell_seconds, "cell-seconds", "bench_kv: seconds per measured cell");
+  opt_group{custom_options_, "ps"}
+    .add(rule, "rule", "server update rule: sum|sgd|adagrad|adam (default: the app's)")
+    .add(momentum, "momentum", "sgd momentum")
+    .add(chunk_bytes, "chunk-bytes", "largest value payload per message")
+    .add(timeout_ms, "timeout-ms", "timeout of every push/pull request")
+    .add(register_timeout_ms, "register-timeout-ms", "how long members wait for the cluster to form")
+    .add(barrier_timeout_ms, "barrier-timeout-ms", "how long a worker waits at a barrier")
+    .add(vnodes, "vnodes", "virtual nodes per shard on the hash ring")
+    .add(bucket_bits, "bucket-bits", "log2 of keys per partitioning bucket")
+    .add(reply_delay_ms, "reply-delay-ms", "test hook: servers answer this late");
+}
+
+namespace {
+
+// CAF ignores unknown keys and wrongly typed values in INI files; we refuse them.
+caf::error check_ini(const char* path, const caf::config_option_set& opts) {
+  auto parsed = caf::actor_system_config::parse_config_file(path);
+  if (!parsed)
+    return parsed.error();
+  for (const auto& [category, value] : *parsed) {
+    const auto* group = caf::get_if<caf::config_value::dictionary>(&value);
+    if (!group)
+      return make_ps_error(std::string(path) + ": \"" + category + "\" must be a [section]");
+    for (const auto& [key, val] : *group) {
+      auto opt = opts.qualified_name_lookup(category, key);
+      if (!opt)
+        return make_ps_error(std::string(path) + ": unknown option " + category + "." + key);
+      if (auto err = opt->check(val))
+        return make_ps_error(std::string(path) + ": " + category + "." + key + " = " +
+                             caf::to_string(val) + " is not a valid " +
+                             std::string(opt->type_name().data(), opt->type_name().size()));
+    }
+  }
+  return {};
+}
+
+}  // namespace
+
+bool node_config::parse_args(int argc, char** argv) {
+  args.assign(argv + 1, argv + argc);
+  std::string ini = "caf-application.ini";
+  bool explicit_ini = false;
+  for (const auto& a : args)
+    if (a.rfind("--config-file=", 0) == 0) {
+      ini = a.substr(14);
+      explicit_ini = true;
+    }
+  if (explicit_ini || std::filesystem::exists(ini)) {
+    if (auto err = check_ini(ini.c_str(), custom_options_)) {
+      std::fprintf(stderr, "error: %s\n", describe(err).c_str());
+      return false;
+    }
+  }
+  if (auto err = parse(argc, argv)) {
+    std::fprintf(stderr, "error: %s\n", render(err).c_str());
+    return false;
+  }
+  if (cli_helptext_printed)
+    return false;
+  try {
+    validate();
+  } catch (const bad_request& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return false;
+  }
+  return true;
+}
+
+void node_config::validate() const {
+  auto one_of = [](const std::string& name, const std::string& v, std::vector<std::string> ok) {
+    for (const auto& o : ok)
+      if (v == o) return;
+    std::string list;
+    for (const auto& o : ok) list += (list.empty() ? "" : "|") + o;
+    throw bad_request("--" + name + "=" + v + " is not one of " + list);
+  };
+  if (!role.empty()) one_of("role", role, {"coordinator", "server", "worker"});
+  one_of("cluster", cluster, {"embedded", "processes"});
+  one_of("model", model, {"softmax", "mlp"});
+  if (!rule.empty()) update_rule::parse_kind(rule);
+  if (servers < 1 || servers > 1024) throw bad_request("--servers must be in [1, 1024]");
+  if (workers < 1 || workers > 1024) throw bad_request("--workers must be in [1, 1024]");
+  if (epochs < 1) throw bad_request("--epochs must be >= 1");
+  if (batch < 1) throw bad_request("--batch must be >= 1");
+  if (!(lr > 0)) throw bad_request("--lr must be > 0");
+  if (chunk_bytes < 1024 || chunk_bytes > (256u << 20))
+    throw bad_request("--ps.chunk-bytes must be in [1 KiB, 256 MiB]");
+  if (timeout_ms < 1) throw bad_request("--ps.timeout-ms must be >= 1");
+  if (bucket_bits > 40) throw bad_request("--ps.bucket-bits must be <= 40");
+  if (vnodes < 1 || vnodes > 65536) throw bad_request("--ps.vnodes must be in [1, 65536]");
+  for (auto s : sizes)
+    if (s < 4 || s % 4 != 0) throw bad_request("--sizes: " + std::to_string(s) + " is not a positive multiple of 4 bytes");
+  for (auto w : windows)
+    if (w < 1 || w > 1024) throw bad_request("--windows: " + std::to_string(w) + " is not in [1, 1024]");
+  if (!(cell_seconds > 0)) throw bad_request("--cell-seconds must be > 0");
+  if (!coordinator.empty()) parse_host_port(coordinator);
+}
+
+void apply_runtime_defaults(node_config& cfg) {
+  // With two processes per core pair, work sharing beat work stealing 1.5x across
+  // processes in CAF-NOTES §3/§8; bench_kv re-measures it (README).
+  if (!caf::get_if<caf::atom_value>(&cfg, "scheduler.policy"))
+    cfg.set("scheduler.policy", caf::atom("sharing"));
+}
+
+std::pair<std::string, std::uint16_t> parse_host_port(const std::string& s) {
+  auto colon = s.rfind(':');
+  if (colon == std::string::npos || colon == 0 || colon + 1 == s.size())
+    throw bad_request("address \"" + s + "\" is not HOST:PORT");
+  auto port_str = s.substr(colon + 1);
+  char* end = nullptr;
+  auto port = std::strtoul(port_str.c_str(), &end, 10);
+  if (*end != '\0' || port == 0 || port > 65535)
+    throw bad_request("address \"" + s + "\": port \"" + port_str + "\" is not in [1, 65535]");
+  return {s.substr(0, colon), static_cast<std::uint16_t>(port)};
+}
+
+update_rule rule_from(const node_config& cfg, const std::string& default_rule) {
+  update_rule r;
+  r.kind = update_rule::parse_kind(cfg.rule.empty() ? default_rule : cfg.rule);
+  r.lr = static_cast<float>(cfg.lr);
+  r.momentum = static_cast<float>(cfg.momentum);
+  r.validate();
+  return r;
+}
+
+// ---- worker ---------------------------------------------------------------------------
+
+// The scoped actor that registered stays alive until `done` is sent: the coordinator
+// monitors it, and its end means the worker is gone.
+bool run_worker(caf::actor_system& sys, const node_config& cfg, coordinator_actor coord,
+                const app_fn& app, std::string* error_out) {
+  caf::scoped_actor self{sys};
+  registration reg;
+  std::string err;
+  self->request(coord, milliseconds(cfg.register_timeout_ms), register_atom::value,
+                node_info{"worker", cfg.host, 0, static_cast<std::uint32_t>(getpid()), {}})
+    .receive([&](registration& r) { reg = std::move(r); },
+             [&](caf::error& e) { err = "worker: registration with the coordinator failed: " + describe(e); });
+  std::uint32_t id = reg.id;
+  auto finish = [&](const std::string& text, bool ok) {
+    self->send(coord, done_atom::value, id,
+               ok ? text : std::string("{\"error\":") + caf::deep_to_string(text) + "}");
+    if (!ok && error_out) *error_out = text;
+    return ok;
+  };
+  if (!err.empty()) {
+    if (error_out) *error_out = err;
+    return false;
+  }
+  std::vector<shard_link> links;
+  for (const auto& s : reg.view.shards) {
+    std::string name = "shard " + std::to_string(s.id);
+    if (s.handle) {
+      links.push_back({s.id, name, caf::actor_cast<shard_actor>(s.handle)});
+      continue;
+    }
+    name += " (" + s.host + ":" + std::to_string(s.port) + ", pid " + std::to_string(s.pid) + ")";
+    auto h = sys.middleman().remote_actor<shard_actor>(s.host, s.port);
+    if (!h)
+      return finish("worker " + std::to_string(id) + ": cannot connect to " + name + ": " +
+                      describe(h.error()), false);
+    links.push_back({s.id, name, *h});
+  }
+  try {
+    kv_client kv(sys, reg.view, std::move(links),
+                 {id, cfg.chunk_bytes, milliseconds(cfg.timeout_ms)});
+    worker_context ctx{sys, cfg, id, reg.view.num_workers, reg.view, kv, {}, {}};
+    ctx.barrier = [&] {
+      std::string berr;
+      self->request(coord, milliseconds(cfg.barrier_timeout_ms), barrier_atom::value, id)
+        .receive([](std::uint64_t) {}, [&](caf::error& e) { berr = describe(e); });
+      if (!berr.empty())
+        throw kv_error("worker " + std::to_string(id) + ": barrier failed: " + berr);
+    };
+    ctx.report = [&](std::string text) { self->send(coord, report_atom::value, id, std::move(text)); };
+    auto result = app(ctx);
+    return finish(result, true);
+  } catch (const std::exception& e) {
+    return finish("worker " + std::to_string(id) + ": " + e.what(), false);
+  }
+}
+
+// ---- launcher -------------------------------------------------------------------------
+
+namespace {
+
+struct child {
+  pid_t pid;
+  std::string name;
+  bool exited = false;
+  int status = 0;
+};
+
+pid_t spawn_process(const std::string& exe, const std::vector<std::string>& args) {
+  std::vector<char*> argv;
+  argv.push_back(const_cast<char*>(exe.c_str()));
+  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  pid_t pid = 0;
+  if (int rc = posix_spawn(&pid, exe.c_str(), nullptr, nullptr, argv.data(), environ); rc != 0)
+    throw bad_request("cannot start " + exe + ": " + std::strerror(rc));
+  return pid;
+}
+
+std::string describe_status(int status) {
+  if (WIFEXITED(status)) return "exited with status " + std::to_string(WEXITSTATUS(status));
+  if (WIFSIGNALED(status)) return std::string("was killed by signal ") + strsignal(WTERMSIG(status));
+  return "stopped";
+}
+
+std::string psnode_path() {
+  auto self = std::filesystem::read_symlink("/proc/self/exe");
+  return (self.parent_path() / "psnode").string();
+}
+
+// Arguments for a psnode child: this process's own flags (they share one option set),
+// minus the ones that say what this process is, plus the child's role.
+std::vector<std::string> child_args(const node_config& cfg, std::vector<std::string> extra) {
+  std::vector<std::string> out;
+  for (const auto& a : cfg.args)
+    if (a.rfind("--role=", 0) != 0 && a.rfind("--coordinator=", 0) != 0 &&
+        a.rfind("--app=", 0) != 0 && a.rfind("--port=", 0) != 0)
+      out.push_back(a);
+  out.insert(out.end(), extra.begin(), extra.end());
+  return out;
+}
+
+}  // namespace
+
+pid_t spawn_psnode(const std::vector<std::string>& args) {
+  return spawn_process(psnode_path(), args);
+}
+
+job_result run_job(caf::actor_system& sys, const node_config& cfg, const app_fn& app,
+                   const std::string& app_name, const update_rule& rule, const report_fn& on_report) {
+  job_result res;
+  auto start = std::chrono::steady_clock::now();
+  caf::scoped_actor observer{sys};
+  coordinator_options copts;
+  copts.servers = static_cast<std::uint32_t>(cfg.servers);
+  copts.workers = static_cast<std::uint32_t>(cfg.workers);
+  copts.vnodes = static_cast<std::uint32_t>(cfg.vnodes);
+  copts.bucket_bits = static_cast<std::uint32_t>(cfg.bucket_bits);
+  copts.rule = rule;
+  copts.observer = caf::actor_cast<caf::actor>(observer);
+  auto coord = sys.spawn(coordinator, copts);
+  observer->monitor(coord);
+  std::vector<child> children;
+  std::vector<std::thread> threads;
+  std::vector<std::string> thread_errors(cfg.workers);
+  bool embedded = cfg.cluster == "embedded";
+  if (embedded) {
+    shard_options sopts;
+    sopts.register_timeout = milliseconds(cfg.register_timeout_ms);
+    sopts.reply_delay = milliseconds(cfg.reply_delay_ms);
+    for (std::size_t i = 0; i < cfg.servers; ++i) {
+      auto s = sys.spawn(server_shard, coord, sopts);
+      caf::anon_send(s, start_atom::value, std::uint16_t{0});
+    }
+    for (std::size_t i = 0; i < cfg.workers; ++i)
+      threads.emplace_back([&, i] { run_worker(sys, cfg, coord, app, &thread_errors[i]); });
+  } else {
+    auto port = sys.middleman().publish(coord, 0, "127.0.0.1");
+    if (!port) {
+      res.failures.push_back("cannot publish the coordinator: " + describe(port.error()));
+      caf::anon_send_exit(coord, caf::exit_reason::user_shutdown);
+      return res;
+    }
+    auto addr = "--coordinator=127.0.0.1:" + std::to_string(*port);
+    auto exe = psnode_path();
+    try {
+      for (std::size_t i = 0; i < cfg.servers; ++i)
+        children.push_back({spawn_process(exe, child_args(cfg, {"--role=server", addr})),
+                            "server process " + std::to_string(i)});
+      for (std::size_t i = 0; i < cfg.workers; ++i)
+        children.push_back({spawn_process(exe, child_args(cfg, {"--role=worker", addr, "--app=" + app_name})),
+                            "worker process " + std::to_string(i)});
+    } catch (const bad_request& e) {
+      res.failures.push_back(e.what());
+    }
+  }
+  // Collect reports until the coordinator ends (all workers done) or something fails.
+  bool coordinator_ended = false;
+  while (!coordinator_ended && res.failures.empty()) {
+    observer->receive(
+      [&](report_atom, std::uint32_t w, std::string& text) { on_report(w, text); },
+      [&](done_atom, std::uint32_t w, std::string& text) { res.results[w] = std::move(text); },
+      [&](failed_atom, std::string& text) { res.failures.push_back(std::move(text)); },
+      [&](caf::down_msg&) { coordinator_ended = true; },
+      caf::after(milliseconds(100)) >> [&] {
+        for (auto& c : children) {
+          if (c.exited) continue;
+          if (waitpid(c.pid, &c.status, WNOHANG) == c.pid) {
+            c.exited = true;
+            if (!(WIFEXITED(c.status) && WEXITSTATUS(c.status) == 0))
+              res.failures.push_back(c.name + " (pid " + std::to_string(c.pid) + ") " +
+                                     describe_status(c.status) + " before the job finished");
+          }
+        }
+      });
+  }
+  if (!coordinator_ended) caf::anon_send_exit(coord, caf::exit_reason::user_shutdown);
+  for (auto& t : threads) t.join();
+  for (const auto& e : thread_errors)
+    if (!e.empty()) res.failures.push_back(e);
+  // Children leave on their own once the coordinator is gone; make sure of it.
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(res.failures.empty() ? 10 : 0);
+  for (auto& c : children) {
+    while (!c.exited) {
+      if (waitpid(c.pid, &c.status, WNOHANG) == c.pid) {
+        c.exited = true;
+      } else if (std::chrono::steady_clock::now() >= deadline) {
+        kill(c.pid, SIGKILL);
+        waitpid(c.pid, &c.status, 0);
+        c.exited = true;
+      } else {
+        std::this_thread::sleep_for(milliseconds(5));  // polling child exit; no event to wait on
+      }
+    }
+  }
+  for (const auto& [w, text] : res.results)
+    if (text.rfind("{\"error\"", 0) == 0) res.failures.push_back("worker " + std::to_string(w) + ": " + text);
+  if (res.failures.empty() && res.results.size() != cfg.workers)
+    res.failures.push_back("only " + std::to_string(res.results.size()) + " of " +
+                           std::to_string(cfg.workers) + " workers reported a result");
+  res.ok = res.failures.empty();
+  res.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return res;
+}
+
+// ---- psnode roles -----------------------------------------------------------------------
+
+namespace {
+
+caf::expected<coordinator_actor> connect_coordinator(caf::actor_system& sys, const node_config& cfg) {
+  if (cfg.coordinator.empty())
+    return make_ps_error("--coordinator=HOST:PORT is required for --role=" + cfg.role);
+  auto [host, port] = parse_host_port(cfg.coordinator);
+  auto h = sys.middleman().remote_actor<coordinator_actor>(host, port);
+  if (!h)
+    return make_ps_error("cannot reach the coordinator at " + cfg.coordinator + ": " + describe(h.error()));
+  return *h;
+}
+
+}  // namespace
+
+int run_coordinator_role(caf::actor_system& sys, const node_config& cfg, const update_rule& rule) {
+  coordinator_options copts;
+  copts.servers = static_cast<std::uint32_t>(cfg.servers);
+  copts.workers = static_cast<std::uint32_t>(cfg.workers);
+  copts.vnodes = static_cast<std::uint32_t>(cfg.vnodes);
+  copts.bucket_bits = static_cast<std::uint32_t>(cfg.bucket_bits);
+  copts.rule = rule;
+  auto coord = sys.spawn(coordinator, copts);
+  auto port = sys.middleman().publish(coord, cfg.port, cfg.host.c_str());
+  if (!port) {
+    std::fprintf(stderr, "error: cannot listen on %s:%u: %s\n", cfg.host.c_str(), cfg.port,
+                 describe(port.error()).c_str());
+    caf::anon_send_exit(coord, caf::exit_reason::user_shutdown);
+    return 1;
+  }
+  std::printf("coordinator listening on %s:%u, waiting for %zu servers and %zu workers\n",
+              cfg.host.c_str(), *port, cfg.servers, cfg.workers);
+  std::fflush(stdout);
+  caf::scoped_actor self{sys};
+  self->wait_for(coord);
+  return 0;
+}
+
+int run_server_role(caf::actor_system& sys, const node_config& cfg) {
+  auto coord = connect_coordinator(sys, cfg);
+  if (!coord) {
+    std::fprintf(stderr, "error: %s\n", describe(coord.error()).c_str());
+    return 1;
+  }
+  shard_options sopts;
+  sopts.host = cfg.host;
+  sopts.register_timeout = milliseconds(cfg.register_timeout_ms);
+  sopts.reply_delay = milliseconds(cfg.reply_delay_ms);
+  auto shard = sys.spawn(server_shard, *coord, sopts);
+  auto port = sys.middleman().publish(shard, 0, cfg.host.c_str());
+  if (!port) {
+    std::fprintf(stderr, "error: server cannot listen on %s: %s\n", cfg.host.c_str(),
+                 describe(port.error()).c_str());
+    caf::anon_send_exit(shard, caf::exit_reason::user_shutdown);
+    return 1;
+  }
+  caf::anon_send(shard, start_atom::value, *port);
+  caf::scoped_actor self{sys};
+  self->monitor(shard);
+  int rc = 0;
+  self->receive([&](caf::down_msg& dm) {  // the shard ends with the job, or on a fatal error
+    if (dm.reason && dm.reason != caf::exit_reason::normal) rc = 1;
+  });
+  return rc;
+}
+
+int run_worker_role(caf::actor_system& sys, const node_config& cfg, const app_fn& app) {
+  auto coord = connect_coordinator(sys, cfg);
+  if (!coord) {
+    std::fprintf(stderr, "error: %s\n", describe(coord.error()).c_str());
+    return 1;
+  }
+  std::string err;
+  if (!run_worker(sys, cfg, *coord, app, &err)) {
+    std::fprintf(stderr, "error: %s\n", err.c_str());
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace ps

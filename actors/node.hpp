@@ -1,0 +1,109 @@
+#pragma once
+// Process-level wiring shared by psnode, train_fmnist, bench_kv and the tests: the
+// configuration (CAF config: INI files plus --flags), the server and worker roles, and
+// a launcher that runs a whole job either embedded (one process, no sockets) or as a
+// local cluster of psnode processes on loopback.
+#include <sys/types.h>
+
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "actors/coordinator.hpp"
+#include "actors/kv_client.hpp"
+
+namespace ps {
+
+struct node_config : caf::actor_system_config {
+  // [global]: roles and the job.
+  std::string role;             // coordinator | server | worker (psnode)
+  std::string coordinator;      // HOST:PORT
+  std::string host = "127.0.0.1";
+  std::uint16_t port = 0;       // coordinator port (0: any)
+  std::string app;              // worker app: fmnist | kvcheck | bench
+  std::string cluster = "processes";  // embedded | processes
+  std::size_t servers = 2;
+  std::size_t workers = 2;
+  // train_fmnist
+  std::string model = "softmax";
+  std::size_t epochs = 5;
+  double lr = 0.1;
+  std::size_t batch = 64;
+  std::size_t seed = 1;
+  // bench_kv
+  std::vector<std::int64_t> sizes;
+  std::vector<std::int64_t> windows;
+  double cell_seconds = 0.5;
+  // [ps]: tuning.
+  std::string rule;  // empty: the app's default
+  double momentum = 0.0;
+  std::size_t chunk_bytes = 4u << 20;
+  std::size_t timeout_ms = 30000;
+  std::size_t register_timeout_ms = 60000;
+  std::size_t barrier_timeout_ms = 600000;
+  std::size_t vnodes = 128;
+  std::size_t bucket_bits = 12;
+  std::size_t reply_delay_ms = 0;
+
+  node_config();
+  // Parses flags and the INI file; unlike plain CAF, an unknown key or a value of the
+  // wrong type in the INI file is an error. Prints the error and returns false.
+  bool parse_args(int argc, char** argv);
+  // Range checks on the values; throws bad_request naming the option.
+  void validate() const;
+  // The arguments this process was started with (for starting psnode children).
+  std::vector<std::string> args;
+};
+
+// Sets CAF defaults that suit this machine kind unless the user set them
+// (see README: scheduler policy).
+void apply_runtime_defaults(node_config& cfg);
+
+struct worker_context {
+  caf::actor_system& sys;
+  const node_config& cfg;
+  std::uint32_t id;
+  std::uint32_t num_workers;
+  const cluster_view& view;
+  kv_client& kv;
+  std::function<void()> barrier;                 // all live workers; throws kv_error on failure
+  std::function<void(std::string)> report;       // progress, shown by the launcher
+};
+
+// A worker app: runs on a registered worker, returns a one-line JSON result.
+using app_fn = std::function<std::string(worker_context&)>;
+
+struct job_result {
+  bool ok = false;
+  std::map<std::uint32_t, std::string> results;  // worker id -> its JSON result
+  std::vector<std::string> failures;
+  double seconds = 0;
+};
+
+using report_fn = std::function<void(std::uint32_t worker, const std::string& text)>;
+
+// Runs app `app_name` on cfg.workers workers and cfg.servers shards, embedded or as
+// psnode processes (cfg.cluster). Never hangs on a dead member: it fails with a reason.
+// app_name is what psnode children get as --app.
+job_result run_job(caf::actor_system& sys, const node_config& cfg, const app_fn& app,
+                   const std::string& app_name, const update_rule& rule, const report_fn& on_report);
+
+// Registers a worker with the coordinator, connects to the shards, runs the app and
+// sends its result (done). False (and *error_out) when any step failed.
+bool run_worker(caf::actor_system& sys, const node_config& cfg, coordinator_actor coord,
+                const app_fn& app, std::string* error_out);
+// Starts build/bin/psnode (next to this executable) with these arguments.
+pid_t spawn_psnode(const std::vector<std::string>& args);
+
+// psnode roles. Return the process exit code.
+int run_coordinator_role(caf::actor_system& sys, const node_config& cfg, const update_rule& rule);
+int run_server_role(caf::actor_system& sys, const node_config& cfg);
+int run_worker_role(caf::actor_system& sys, const node_config& cfg, const app_fn& app);
+
+// The update rule from the config (--ps.rule, else default_rule; --lr, --ps.momentum).
+update_rule rule_from(const node_config& cfg, const std::string& default_rule);
+// "host:port" -> pair; throws bad_request.
+std::pair<std::string, std::uint16_t> parse_host_port(const std::string& s);
+
+}  // namespace ps

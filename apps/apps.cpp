@@ -1,0 +1,232 @@
+#include "apps/apps.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <deque>
+#include <random>
+#include <sstream>
+
+#include "apps/fmnist_data.hpp"
+
+namespace ps {
+
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+double seconds_since(clock_type::time_point t) {
+  return std::chrono::duration<double>(clock_type::now() - t).count();
+}
+
+// ---- fmnist: data-parallel training with the parameters on the servers -------------
+
+std::string fmnist_app(worker_context& ctx) {
+  auto data = fmnist::load_default();
+  auto model = fmnist::make_model(ctx.cfg.model);
+  auto n = model->num_params();
+  auto keys = key_set::single({0, n});
+  std::vector<float> params;
+  model->init(params, ctx.cfg.seed);
+  ctx.kv.init(keys, params).get();  // every worker offers the same values; the first wins
+  // This worker's share of the training set: every num_workers-th sample.
+  std::vector<std::size_t> mine;
+  for (std::size_t i = ctx.id; i < data.train.count; i += ctx.num_workers) mine.push_back(i);
+  std::mt19937_64 rng(ctx.cfg.seed * 7919 + ctx.id);
+  auto batch = ctx.cfg.batch;
+  auto features = data.train.features;
+  std::vector<float> x(batch * features);
+  std::vector<std::uint8_t> y(batch);
+  std::vector<float> grad;
+  std::uint64_t clock = 0, samples = 0;
+  float loss = 0;
+  auto start = clock_type::now();
+  auto last_report = start;
+  auto iters_per_epoch = mine.size() / batch;
+  for (std::size_t epoch = 0; epoch < ctx.cfg.epochs; ++epoch) {
+    std::shuffle(mine.begin(), mine.end(), rng);
+    for (std::size_t it = 0; it < iters_per_epoch; ++it) {
+      for (std::size_t b = 0; b < batch; ++b) {
+        auto idx = mine[it * batch + b];
+        std::copy_n(data.train.images.data() + idx * features, features, x.data() + b * features);
+        y[b] = data.train.labels[idx];
+      }
+      params = ctx.kv.pull(keys).get();
+      loss = model->loss_and_grad(params, x.data(), y.data(), batch, grad);
+      ctx.kv.set_clock(clock);
+      ctx.kv.push(keys, std::move(grad)).get();
+      grad = {};
+      ++clock;
+      samples += batch;
+      if (std::chrono::duration<double>(clock_type::now() - last_report).count() > 0.5) {
+        last_report = clock_type::now();
+        std::ostringstream s;
+        s << "epoch " << epoch + 1 << "/" << ctx.cfg.epochs << " iter " << it + 1 << "/"
+          << iters_per_epoch << " loss " << loss << " " << static_cast<long>(samples / seconds_since(start))
+          << " samples/s";
+        ctx.report(s.str());
+      }
+    }
+  }
+  auto train_seconds = seconds_since(start);
+  ctx.barrier();  // everyone's last push is in
+  std::ostringstream out;
+  out << "{\"worker\":" << ctx.id << ",\"samples\":" << samples << ",\"train_seconds\":" << train_seconds
+      << ",\"last_loss\":" << loss;
+  if (ctx.id == 0) {
+    auto final_params = ctx.kv.pull(keys).get();
+    out << ",\"test_accuracy\":" << fmnist::accuracy(*model, final_params, data.test);
+  }
+  out << "}";
+  return out.str();
+}
+
+// ---- kvcheck: exact sums under asynchronous pushes (ps-lite's test_kv_app) ----------
+
+// Tensors of many sizes: 10^5 one-float keys spread out (each its own range), then
+// contiguous tensors from 7 floats to 6 MiB.
+struct tensor_layout {
+  std::vector<key_range> ranges;
+  std::uint64_t num_keys = 0;
+};
+
+tensor_layout kvcheck_layout(key_t base) {
+  tensor_layout t;
+  key_t k = base;
+  for (int i = 0; i < 100000; ++i, k += 3) t.ranges.push_back({k, k + 1});
+  for (std::uint64_t n : {7ull, 4096ull, 5000ull, 262144ull, 1572864ull}) {
+    k += 1000;
+    t.ranges.push_back({k, k + n});
+    k += n;
+  }
+  for (const auto& r : t.ranges) t.num_keys += r.size();
+  return t;
+}
+
+// An integer value for (key, worker, round): sums stay exact in float.
+float kv_value(key_t key, std::uint32_t worker, int round) {
+  return static_cast<float>((key % 13) + 1 + worker * 3 + round);
+}
+
+std::string kvcheck_app(worker_context& ctx) {
+  constexpr int rounds = 10;
+  constexpr key_t own_stride = key_t{1} << 32;  // worker w's own keys start at (w+1) << 32
+  auto shared = kvcheck_layout(0);
+  auto own = [&](std::uint32_t w) { return kvcheck_layout((w + 1) * own_stride); };
+  auto values_for = [](const tensor_layout& t, std::uint32_t w, int round) {
+    std::vector<float> v;
+    v.reserve(t.num_keys);
+    for (const auto& r : t.ranges)
+      for (key_t k = r.begin; k < r.end; ++k) v.push_back(kv_value(k, w, round));
+    return v;
+  };
+  auto mine = own(ctx.id);
+  std::vector<kv_future> inflight;
+  for (int round = 0; round < rounds; ++round) {  // all in flight at once
+    inflight.push_back(ctx.kv.push(key_set(shared.ranges), values_for(shared, ctx.id, round)));
+    inflight.push_back(ctx.kv.push(key_set(mine.ranges), values_for(mine, ctx.id, round)));
+  }
+  for (auto& f : inflight) f.get();
+  ctx.barrier();
+  std::uint64_t checked = 0, mismatches = 0;
+  std::string first;
+  auto check = [&](const tensor_layout& t, std::vector<std::uint32_t> pushers) {
+    auto got = ctx.kv.pull(key_set(t.ranges)).get();
+    std::size_t i = 0;
+    for (const auto& r : t.ranges)
+      for (key_t k = r.begin; k < r.end; ++k, ++i) {
+        double expect = 0;
+        for (auto w : pushers)
+          for (int round = 0; round < rounds; ++round) expect += kv_value(k, w, round);
+        ++checked;
+        if (got[i] != expect && mismatches++ == 0)
+          first = "key " + std::to_string(k) + ": got " + std::to_string(got[i]) + ", expected " +
+                  std::to_string(expect);
+      }
+  };
+  std::vector<std::uint32_t> all;
+  for (std::uint32_t w = 0; w < ctx.num_workers; ++w) all.push_back(w);
+  check(shared, all);
+  for (std::uint32_t w = 0; w < ctx.num_workers; ++w) check(own(w), {w});
+  ctx.barrier();  // nobody leaves while others still pull
+  std::ostringstream out;
+  out << "{\"worker\":" << ctx.id << ",\"checked\":" << checked << ",\"mismatches\":" << mismatches
+      << ",\"keys_per_push\":" << shared.num_keys << ",\"first_mismatch\":\"" << first << "\"}";
+  return out.str();
+}
+
+// ---- bench: push/pull throughput and latency per (size, window) ---------------------
+
+std::string bench_app(worker_context& ctx) {
+  std::vector<std::int64_t> sizes = ctx.cfg.sizes, windows = ctx.cfg.windows;
+  if (sizes.empty()) sizes = {4096, 65536, 1 << 20, 16 << 20, 64 << 20};
+  if (windows.empty()) windows = {1, 8};
+  for (auto bytes : sizes) {
+    // Each worker has its own tensor, so 2 workers do not contend for one key.
+    key_t base = key_t{ctx.id + 1} << 36;
+    auto n = static_cast<std::uint64_t>(bytes) / sizeof(float);
+    auto keys = key_set::single({base, base + n});
+    std::vector<float> payload(n, 1.0f);
+    ctx.kv.init(keys, payload).get();
+    for (auto window : windows)
+      for (std::string op : {"push", "pull"}) {
+        ctx.barrier();
+        bench_cell cell{op, static_cast<std::uint64_t>(bytes), static_cast<std::uint64_t>(window), ctx.id, 0, 0, {}};
+        std::deque<std::pair<kv_future, clock_type::time_point>> inflight;
+        auto issue = [&] {
+          auto f = op == "push" ? ctx.kv.push(keys, payload) : ctx.kv.pull(keys);
+          inflight.emplace_back(std::move(f), clock_type::now());
+        };
+        auto start = clock_type::now();
+        while (seconds_since(start) < ctx.cfg.cell_seconds || cell.ops < 4) {
+          while (inflight.size() < static_cast<std::size_t>(window)) issue();
+          auto [f, t0] = std::move(inflight.front());
+          inflight.pop_front();
+          f.get();
+          cell.latencies_us.push_back(seconds_since(t0) * 1e6);
+          ++cell.ops;
+        }
+        for (auto& [f, t0] : inflight) f.get();  // drain, not counted
+        cell.seconds = seconds_since(start);
+        ctx.report(cell.encode());
+      }
+  }
+  ctx.barrier();
+  return "{\"worker\":" + std::to_string(ctx.id) + "}";
+}
+
+}  // namespace
+
+std::string bench_cell::encode() const {
+  std::ostringstream s;
+  s << "cell " << op << ' ' << bytes << ' ' << window << ' ' << worker << ' ' << ops << ' '
+    << seconds << ' ' << latencies_us.size();
+  for (auto l : latencies_us) s << ' ' << l;
+  return s.str();
+}
+
+bench_cell bench_cell::decode(const std::string& text) {
+  std::istringstream s(text);
+  std::string tag;
+  bench_cell c;
+  std::size_t n = 0;
+  if (!(s >> tag >> c.op >> c.bytes >> c.window >> c.worker >> c.ops >> c.seconds >> n) || tag != "cell")
+    throw bad_request("not a bench cell report: " + text.substr(0, 80));
+  c.latencies_us.resize(n);
+  for (auto& l : c.latencies_us)
+    if (!(s >> l)) throw bad_request("bench cell report truncated");
+  return c;
+}
+
+app_fn find_app(const std::string& name) {
+  if (name == "fmnist") return fmnist_app;
+  if (name == "kvcheck") return kvcheck_app;
+  if (name == "bench") return bench_app;
+  throw bad_request("unknown app \"" + name + "\" (expected fmnist, kvcheck or bench)");
+}
+
+std::string default_rule_for_app(const std::string& name) {
+  return name == "fmnist" ? "sgd" : "sum";
+}
+
+}  // namespace ps

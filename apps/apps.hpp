@@ -1,0 +1,27 @@
+#pragma once
+// The worker apps psnode can run (--app=NAME), shared with the launchers.
+#include <string>
+
+#include "actors/node.hpp"
+
+namespace ps {
+
+// The app of that name; throws bad_request naming the known apps if there is none.
+app_fn find_app(const std::string& name);
+// The update rule an app is written for, used when --ps.rule is not given.
+std::string default_rule_for_app(const std::string& name);
+
+// bench app: one measured cell, reported by each worker and merged by bench_kv.
+struct bench_cell {
+  std::string op;  // push | pull
+  std::uint64_t bytes = 0;
+  std::uint64_t window = 0;
+  std::uint32_t worker = 0;
+  std::uint64_t ops = 0;
+  double seconds = 0;
+  std::vector<double> latencies_us;
+  std::string encode() const;
+  static bench_cell decode(const std::string& text);  // throws bad_request
+};
+
+}  // namespace ps

@@ -1,0 +1,84 @@
+// bench_kv: push and pull throughput and latency between psnode processes on loopback,
+// per value size, window and servers x workers, plus the plain-TCP limit measured in
+// the same run. One JSON object per line (gbps = 1e9 payload bytes per second).
+#include <algorithm>
+#include <cstdio>
+#include <map>
+#include <tuple>
+
+#include "apps/apps.hpp"
+#include "apps/tcp_limit.hpp"
+
+namespace {
+
+double percentile(std::vector<double> v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  auto idx = static_cast<std::size_t>(p * static_cast<double>(v.size() - 1) + 0.5);
+  return v[std::min(idx, v.size() - 1)];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  ps::node_config cfg;
+  if (!cfg.parse_args(argc, argv)) return cfg.cli_helptext_printed ? 0 : 2;
+  ps::apply_runtime_defaults(cfg);
+  try {
+    std::vector<std::int64_t> sizes = cfg.sizes;
+    if (sizes.empty()) sizes = {4096, 65536, 1 << 20, 16 << 20, 64 << 20};
+    std::vector<std::int64_t> windows = cfg.windows;
+    if (windows.empty()) windows = {1, 8};
+    // The limit: plain sockets, push-shaped, at the largest size <= 16 MiB, window 8.
+    std::int64_t limit_bytes = 0;
+    for (auto s : sizes) if (s <= (16 << 20)) limit_bytes = std::max(limit_bytes, s);
+    if (limit_bytes == 0) limit_bytes = *std::min_element(sizes.begin(), sizes.end());
+    auto limit = ps::measure_tcp_loopback(static_cast<std::uint64_t>(limit_bytes), 8, std::max(1.0, cfg.cell_seconds * 2));
+    std::printf("{\"limit\":\"tcp_loopback\",\"gbps\":%.3f,\"bytes\":%lld,\"window\":8}\n", limit.gbps,
+                static_cast<long long>(limit_bytes));
+    std::fflush(stdout);
+    caf::actor_system sys{cfg};
+    auto rule = ps::rule_from(cfg, ps::default_rule_for_app("bench"));
+    // servers x workers: 1x1 and 2x2 unless --servers/--workers were given.
+    std::vector<std::pair<std::size_t, std::size_t>> shapes = {{1, 1}, {2, 2}};
+    for (const auto& a : cfg.args)
+      if (a.rfind("--servers=", 0) == 0 || a.rfind("--workers=", 0) == 0) shapes = {{cfg.servers, cfg.workers}};
+    int rc = 0;
+    for (auto [servers, workers] : shapes) {
+      // The job reads servers/workers from the config; children get --sizes/--windows
+      // from the same command line, with the same defaults.
+      cfg.servers = servers;
+      cfg.workers = workers;
+      // Cells from all workers, merged per (op, bytes, window).
+      std::map<std::tuple<std::string, std::uint64_t, std::uint64_t>, std::vector<ps::bench_cell>> cells;
+      auto res = ps::run_job(sys, cfg, ps::find_app("bench"), "bench", rule,
+                             [&](std::uint32_t, const std::string& text) {
+                               auto c = ps::bench_cell::decode(text);
+                               auto key = std::make_tuple(c.op, c.bytes, c.window);
+                               auto& list = cells[key];
+                               list.push_back(std::move(c));
+                               if (list.size() < workers) return;
+                               double gbps = 0;
+                               std::vector<double> lat;
+                               for (const auto& w : list) {
+                                 gbps += static_cast<double>(w.ops * w.bytes) / w.seconds / 1e9;
+                                 lat.insert(lat.end(), w.latencies_us.begin(), w.latencies_us.end());
+                               }
+                               std::printf("{\"op\":\"%s\",\"bytes\":%llu,\"window\":%llu,\"servers\":%zu,\"workers\":%zu,"
+                                           "\"gbps\":%.3f,\"p50_us\":%.1f,\"p99_us\":%.1f}\n",
+                                           std::get<0>(key).c_str(), static_cast<unsigned long long>(std::get<1>(key)),
+                                           static_cast<unsigned long long>(std::get<2>(key)), servers, workers, gbps,
+                                           percentile(lat, 0.5), percentile(lat, 0.99));
+                               std::fflush(stdout);
+                             });
+      if (!res.ok) {
+        for (const auto& f : res.failures) std::fprintf(stderr, "error: %s\n", f.c_str());
+        rc = 1;
+      }
+    }
+    return rc;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 2;
+  }
+}

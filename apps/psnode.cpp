@@ -1,0 +1,26 @@
+// psnode: one ActorPS node. --role=coordinator|server|worker; servers and workers find
+// the coordinator with --coordinator=HOST:PORT. Settings: flags or an INI file
+// (--config-file=config/cluster.ini); see README.
+#include <cstdio>
+
+#include "apps/apps.hpp"
+
+int main(int argc, char** argv) {
+  ps::node_config cfg;
+  if (!cfg.parse_args(argc, argv)) return cfg.cli_helptext_printed ? 0 : 2;
+  ps::apply_runtime_defaults(cfg);
+  try {
+    if (cfg.role.empty()) throw ps::bad_request("--role=coordinator|server|worker is required");
+    if (cfg.role == "worker" && cfg.app.empty())
+      throw ps::bad_request("--role=worker needs --app=fmnist|kvcheck|bench");
+    auto app = cfg.role == "worker" ? ps::find_app(cfg.app) : ps::app_fn{};
+    auto rule = ps::rule_from(cfg, ps::default_rule_for_app(cfg.app));
+    caf::actor_system sys{cfg};
+    if (cfg.role == "coordinator") return ps::run_coordinator_role(sys, cfg, rule);
+    if (cfg.role == "server") return ps::run_server_role(sys, cfg);
+    return ps::run_worker_role(sys, cfg, app);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 2;
+  }
+}

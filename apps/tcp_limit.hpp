@@ -1,0 +1,18 @@
+#pragma once
+// The physical limit for bench_kv: request/response over plain loopback TCP sockets
+// (TCP_NODELAY), the same shape as a push (payload out, 8-byte ack back), with a window
+// of requests in flight. No CAF, no copies beyond the kernel's.
+#include <cstdint>
+
+namespace ps {
+
+struct tcp_limit_result {
+  double gbps = 0;  // 1e9 bytes of payload per second
+  std::uint64_t ops = 0;
+  double seconds = 0;
+};
+
+// Throws std::runtime_error on a socket error.
+tcp_limit_result measure_tcp_loopback(std::uint64_t message_bytes, int window, double seconds);
+
+}  // namespace ps

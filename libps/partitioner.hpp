@@ -1,0 +1,58 @@
+#pragma once
+// Consistent hashing with virtual nodes over key buckets. The key space is cut into
+// buckets of 2^bucket_bits consecutive keys (a bucket never straddles shards, so a
+// tensor stays in few contiguous pieces); each bucket belongs to the first virtual node
+// clockwise of its hash. Adding or removing one of n shards moves about 1/n of the buckets.
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+#include "libps/keys.hpp"
+
+namespace ps {
+
+// A run of keys owned by one shard; its values start at value_offset in the caller's buffer.
+struct piece {
+  key_range keys;
+  std::uint64_t value_offset = 0;
+  std::uint32_t shard = 0;
+  friend bool operator==(const piece&, const piece&) = default;
+};
+
+class partitioner {
+ public:
+  static constexpr std::uint32_t default_vnodes = 128;
+  static constexpr std::uint32_t default_bucket_bits = 12;
+
+  // Throws bad_request on an empty or duplicate shard list, or out-of-range parameters.
+  partitioner(std::uint64_t epoch, std::vector<std::uint32_t> shard_ids,
+              std::uint32_t vnodes = default_vnodes,
+              std::uint32_t bucket_bits = default_bucket_bits);
+
+  std::uint32_t owner_of_bucket(std::uint64_t bucket) const;
+  std::uint32_t owner(key_t key) const { return owner_of_bucket(key >> bucket_bits_); }
+
+  // Cuts a key set at bucket boundaries and tags each piece with its owner; adjacent
+  // pieces with the same owner are merged.
+  std::vector<piece> split(const key_set& keys) const;
+
+  // A new map (epoch + 1) with one shard more or less.
+  partitioner with_shard(std::uint32_t id) const;
+  partitioner without_shard(std::uint32_t id) const;
+
+  std::uint64_t epoch() const { return epoch_; }
+  const std::vector<std::uint32_t>& shard_ids() const { return shard_ids_; }
+  std::uint32_t vnodes() const { return vnodes_; }
+  std::uint32_t bucket_bits() const { return bucket_bits_; }
+
+ private:
+  std::uint64_t epoch_;
+  std::vector<std::uint32_t> shard_ids_;
+  std::uint32_t vnodes_;
+  std::uint32_t bucket_bits_;
+  std::vector<std::pair<std::uint64_t, std::uint32_t>> ring_;  // (position, shard id), sorted
+};
+
+std::uint64_t mix64(std::uint64_t x);  // splitmix64 finalizer
+
+}  // namespace ps

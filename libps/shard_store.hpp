@@ -1,0 +1,48 @@
+#pragma once
+// The parameters (and optimizer state) one server shard owns: disjoint segments of
+// consecutive keys, each a dense float array. Keys a push touches for the first time
+// start at 0 (ps-lite semantics); a pull of keys never pushed or initialized is an error.
+#include <cstdint>
+#include <map>
+#include <vector>
+
+#include "libps/keys.hpp"
+#include "libps/update_rule.hpp"
+
+namespace ps {
+
+class shard_store {
+ public:
+  explicit shard_store(update_rule rule);
+
+  // Folds a gradient into each range (values back to back) with the update rule.
+  // Throws bad_request when ranges are malformed or the value count does not match.
+  void push(const std::vector<key_range>& ranges, const float* values, std::uint64_t num_values);
+  // Sets ranges never seen before to the given values; ranges already present keep
+  // theirs (so every worker may initialize, the first one wins). A range that is only
+  // partly present is an error.
+  void init(const std::vector<key_range>& ranges, const float* values, std::uint64_t num_values);
+  // Copies the current values of each range back to back into out.
+  void pull(const std::vector<key_range>& ranges, float* out, std::uint64_t num_values) const;
+
+  std::uint64_t num_keys() const;
+  std::size_t num_segments() const { return segments_.size(); }
+  const update_rule& rule() const { return rule_; }
+
+ private:
+  struct segment {
+    key_t end;
+    std::vector<float> values;
+    std::vector<float> state;  // rule_.state_slots() slots, slot-major
+  };
+  using map_type = std::map<key_t, segment>;
+
+  map_type::iterator ensure(key_range r);           // one segment holding all of r
+  bool covered(key_range r) const;                   // every key of r present
+  bool touches(key_range r) const;                   // some key of r present
+
+  update_rule rule_;
+  map_type segments_;
+};
+
+}  // namespace ps

@@ -1,0 +1,318 @@
+// Actor protocol tests on CAF's deterministic test coordinator (CAF-NOTES §6): every
+// message is delivered by sched.run(), timeouts fire when the test advances the clock.
+#include <doctest/doctest.h>
+
+#include <caf/all.hpp>
+
+#include "actors/coordinator.hpp"
+#include "actors/kv_client.hpp"
+#include "actors/server_shard.hpp"
+
+using namespace ps;
+using std::chrono::milliseconds;
+
+namespace {
+
+// Collects every message an actor receives (including down messages).
+struct inbox {
+  std::vector<caf::message> messages;
+  template <class... Ts>
+  std::size_t count() const {
+    std::size_t n = 0;
+    for (const auto& m : messages) n += m.match_elements<Ts...>() ? 1 : 0;
+    return n;
+  }
+};
+
+struct fixture {
+  caf::actor_system_config cfg;
+  caf::actor_system sys;
+  caf::scheduler::test_coordinator& sched;
+
+  std::vector<caf::actor> alive;  // helpers kept referenced (unreferenced actors end)
+
+  fixture()
+      : sys(init(cfg)),
+        sched(dynamic_cast<caf::scheduler::test_coordinator&>(sys.scheduler())) {}
+
+  // Everything still running must end before the actor system can: deliver the exits.
+  ~fixture() {
+    for (auto& a : alive) caf::anon_send_exit(a, caf::exit_reason::kill);
+    sched.run();
+  }
+
+  static caf::actor_system_config& init(caf::actor_system_config& c) {
+    register_types(c);
+    c.set("scheduler.policy", caf::atom("testing"));
+    return c;
+  }
+
+  // An actor that stores everything it receives in `box`.
+  caf::actor spawn_inbox(std::shared_ptr<inbox> box) {
+    return sys.spawn([box](caf::event_based_actor* self) -> caf::behavior {
+      self->set_default_handler([box](caf::scheduled_actor*, caf::message_view& mv) -> caf::result<caf::message> {
+        box->messages.push_back(mv.move_content_to_message());
+        return caf::message{};
+      });
+      self->set_down_handler([box](caf::down_msg& dm) { box->messages.push_back(caf::make_message(dm)); });
+      return {[](caf::unit_t) {}};
+    });
+  }
+
+  // Registers as a worker from a helper actor that stays alive (the coordinator
+  // monitors it: its end would mean the worker left); returns where the reply lands.
+  std::shared_ptr<std::optional<registration>> register_worker(coordinator_actor coord) {
+    auto slot = std::make_shared<std::optional<registration>>();
+    alive.push_back(sys.spawn([=](caf::event_based_actor* self) -> caf::behavior {
+      self->request(coord, caf::infinite, register_atom::value, node_info{"worker", "", 0, 0, {}})
+        .then([=](registration& r) { *slot = r; });
+      return {[](caf::unit_t) {}};
+    }));
+    return slot;
+  }
+
+  // Runs the scheduler until idle; the op must be complete then (never blocks).
+  std::vector<float> settle(kv_future f) {
+    sched.run();
+    REQUIRE(f.ready());
+    return f.get();
+  }
+
+  coordinator_actor spawn_coordinator(std::uint32_t servers, std::uint32_t workers, caf::actor observer = {}) {
+    coordinator_options o;
+    o.servers = servers;
+    o.workers = workers;
+    o.observer = observer;
+    auto c = sys.spawn(coordinator, o);
+    alive.push_back(caf::actor_cast<caf::actor>(c));
+    return c;
+  }
+
+  shard_actor spawn_shard(coordinator_actor coord) {
+    auto s = sys.spawn(server_shard, coord, shard_options{});
+    caf::anon_send(s, start_atom::value, std::uint16_t{0});
+    alive.push_back(caf::actor_cast<caf::actor>(s));
+    return s;
+  }
+
+  static std::vector<shard_link> links_of(const cluster_view& view) {
+    std::vector<shard_link> links;
+    for (const auto& s : view.shards)
+      links.push_back({s.id, "shard " + std::to_string(s.id), caf::actor_cast<shard_actor>(s.handle)});
+    return links;
+  }
+};
+
+}  // namespace
+
+TEST_CASE_FIXTURE(fixture, "workers get the shard map only once every server has registered") {
+  auto coord = spawn_coordinator(2, 1);
+  spawn_shard(coord);
+  auto reg = register_worker(coord);
+  sched.run();
+  CHECK_FALSE(reg->has_value());  // one of two servers: parked
+  spawn_shard(coord);
+  sched.run();
+  REQUIRE(reg->has_value());
+  const auto& view = (*reg)->view;
+  CHECK(view.shards.size() == 2);
+  CHECK(view.shards[0].id == 0);
+  CHECK(view.shards[1].id == 1);
+  CHECK(view.shards[0].handle);
+  CHECK(view.num_workers == 1);
+}
+
+TEST_CASE_FIXTURE(fixture, "push and pull through the kv client, chunked across two shards") {
+  auto coord = spawn_coordinator(2, 1);
+  spawn_shard(coord);
+  spawn_shard(coord);
+  auto reg = register_worker(coord);
+  sched.run();
+  REQUIRE(reg->has_value());
+  kv_client kv(sys, (*reg)->view, links_of((*reg)->view), {0, 1024, milliseconds(1000)});
+  const std::uint64_t n = 20000;  // 80 KB over 1 KiB chunks: ~80 messages per op
+  auto keys = key_set::single({100, 100 + n});
+  std::vector<float> ones(n, 1.0f), twos(n, 2.0f);
+  auto p1 = kv.push(keys, ones);
+  auto p2 = kv.push(keys, twos);
+  CHECK_FALSE(p1.ready());  // nothing runs until the scheduler does
+  sched.run();
+  REQUIRE(p1.ready());
+  REQUIRE(p2.ready());
+  CHECK(p1.error() == "");
+  auto values = settle(kv.pull(keys));
+  REQUIRE(values.size() == n);
+  for (auto v : values) REQUIRE(v == 3.0f);
+  // Both shards hold part of the keys.
+  std::set<std::uint32_t> owners;
+  for (auto k = keys.ranges()[0].begin; k < keys.ranges()[0].end; k += 4096) owners.insert(kv.map().owner(k));
+  CHECK(owners.size() == 2);
+}
+
+TEST_CASE_FIXTURE(fixture, "bad requests get errors naming the shard and the problem") {
+  auto coord = spawn_coordinator(1, 1);
+  auto shard = spawn_shard(coord);
+  auto reg = register_worker(coord);
+  sched.run();
+  REQUIRE(reg->has_value());
+  kv_client kv(sys, (*reg)->view, links_of((*reg)->view), {0, default_chunk_bytes, milliseconds(1000)});
+  CHECK_THROWS_WITH_AS(settle(kv.pull(key_set::single({5, 9}))), doctest::Contains("shard 0: keys [5, 9) were never pushed"), kv_error);
+  CHECK_THROWS_WITH_AS(kv.push(key_set::single({0, 4}), {1, 2, 3}), doctest::Contains("3 values for 4 keys"),
+                       bad_request);
+  // A request with a stale epoch is refused, never applied.
+  auto box = std::make_shared<inbox>();
+  auto probe = sys.spawn([=](caf::event_based_actor* self) {
+    self->request(shard, caf::infinite, push_atom::value, request_header{7, 0, 0, 1}, range_list{{{0, 1}}},
+                  float_block::own({1.0f}))
+      .then([=](std::uint64_t) { box->messages.push_back(caf::make_message(std::string("applied"))); },
+            [=](caf::error& e) { box->messages.push_back(caf::make_message(describe(e))); });
+  });
+  sched.run();
+  REQUIRE(box->messages.size() == 1);
+  CHECK(box->messages[0].get_as<std::string>(0).find("epoch 7, current epoch is 1") != std::string::npos);
+  // A size mismatch sent around the client is refused by the shard too.
+  auto box2 = std::make_shared<inbox>();
+  sys.spawn([=](caf::event_based_actor* self) {
+    self->request(shard, caf::infinite, push_atom::value, request_header{1, 0, 0, 1}, range_list{{{0, 3}}},
+                  float_block::own({1.0f}))
+      .then([=](std::uint64_t) {}, [=](caf::error& e) { box2->messages.push_back(caf::make_message(describe(e))); });
+  });
+  sched.run();
+  REQUIRE(box2->messages.size() == 1);
+  CHECK(box2->messages[0].get_as<std::string>(0).find("1 values for 3 keys") != std::string::npos);
+}
+
+namespace {
+
+// A shard that accepts requests and never answers (a hung peer).
+struct silent_state {
+  std::vector<caf::response_promise> held;
+};
+shard_actor::behavior_type silent_shard(shard_actor::stateful_pointer<silent_state> self) {
+  auto hold = [=] {
+    self->state.held.push_back(self->make_response_promise());
+  };
+  return {
+    [=](push_atom, const request_header&, const range_list&, const float_block&) -> caf::result<std::uint64_t> {
+      hold();
+      return caf::delegated<std::uint64_t>();
+    },
+    [=](init_atom, const request_header&, const range_list&, const float_block&) -> caf::result<std::uint64_t> {
+      hold();
+      return caf::delegated<std::uint64_t>();
+    },
+    [=](pull_atom, const request_header&, const range_list&) -> caf::result<float_block> {
+      hold();
+      return caf::delegated<float_block>();
+    },
+    [=](start_atom, std::uint16_t) {},
+  };
+}
+
+cluster_view one_shard_view(shard_actor s) {
+  cluster_view v;
+  v.vnodes = 16;
+  v.bucket_bits = 12;
+  v.num_workers = 1;
+  v.shards.push_back({0, "", 0, 0, caf::actor_cast<caf::actor>(s)});
+  return v;
+}
+
+}  // namespace
+
+TEST_CASE_FIXTURE(fixture, "a silent shard fails the request at its timeout, naming shard and keys") {
+  auto s = sys.spawn(silent_shard);
+  auto view = one_shard_view(s);
+  kv_client kv(sys, view, {{0, "shard 0 (test)", s}}, {0, default_chunk_bytes, milliseconds(2500)});
+  auto f = kv.pull(key_set::single({0, 10}));
+  sched.run();
+  CHECK_FALSE(f.ready());
+  sched.clock().advance_time(milliseconds(2499));
+  sched.run();
+  CHECK_FALSE(f.ready());
+  sched.clock().advance_time(milliseconds(2));
+  sched.run();
+  REQUIRE(f.ready());
+  CHECK(f.error() == "pull of keys [0, 10) failed: no reply from shard 0 (test) within 2500 ms");
+  caf::anon_send_exit(s, caf::exit_reason::kill);
+  sched.run();
+}
+
+TEST_CASE_FIXTURE(fixture, "a shard dying with requests in flight fails them at once; later ones too") {
+  auto s = sys.spawn(silent_shard);
+  auto view = one_shard_view(s);
+  kv_client kv(sys, view, {{0, "shard 0 (test)", s}}, {0, default_chunk_bytes, milliseconds(60000)});
+  auto f = kv.push(key_set::single({0, 3}), {1, 2, 3});
+  sched.run();
+  CHECK_FALSE(f.ready());
+  caf::anon_send_exit(s, caf::exit_reason::kill);
+  sched.run();  // no clock advance: the down message alone fails the op
+  REQUIRE(f.ready());
+  CHECK(f.error().find("push") == 0);
+  CHECK(f.error().find("shard 0 (test) is down") != std::string::npos);
+  auto later = kv.pull(key_set::single({0, 3}));
+  sched.run();
+  REQUIRE(later.ready());
+  CHECK(later.error().find("shard 0 (test) is down") != std::string::npos);
+}
+
+TEST_CASE_FIXTURE(fixture, "then() chains run when the op completes") {
+  auto coord = spawn_coordinator(1, 1);
+  spawn_shard(coord);
+  auto reg = register_worker(coord);
+  sched.run();
+  REQUIRE(reg->has_value());
+  kv_client kv(sys, (*reg)->view, links_of((*reg)->view), {0, default_chunk_bytes, milliseconds(1000)});
+  auto keys = key_set::from_keys({1, 2, 3});
+  std::vector<float> seen;
+  kv.push(keys, {1, 2, 3}).then([&](kv_future) {
+    kv.pull(keys).then([&](kv_future f) { seen = f.get(); });
+  });
+  sched.run();
+  CHECK(seen == std::vector<float>{1, 2, 3});
+}
+
+TEST_CASE_FIXTURE(fixture, "barriers release when all live workers arrive; a dead worker is reported and not waited for") {
+  auto box = std::make_shared<inbox>();
+  auto observer = spawn_inbox(box);
+  auto coord = spawn_coordinator(1, 2, observer);
+  spawn_shard(coord);
+  // Two workers, as actors that register and then enter a barrier.
+  auto arrivals = std::make_shared<int>(0);
+  auto worker = [&](bool enter_barrier) {
+    return alive.emplace_back() = sys.spawn([=](caf::event_based_actor* self) -> caf::behavior {
+      self->request(coord, caf::infinite, register_atom::value, node_info{"worker", "", 0, 0, {}})
+        .then([=](registration&) {
+          if (enter_barrier)
+            self->request(coord, caf::infinite, barrier_atom::value, std::uint32_t{0})
+              .then([=](std::uint64_t) { ++*arrivals; });
+        });
+      return {[](caf::unit_t) {}};  // stay alive: leaving means going down
+    });
+  };
+  worker(true);
+  auto doomed = worker(false);
+  sched.run();
+  CHECK(*arrivals == 0);  // waiting for the second worker
+  caf::anon_send_exit(doomed, caf::exit_reason::kill);
+  sched.run();
+  CHECK(*arrivals == 1);  // released: the dead worker no longer counts
+  REQUIRE(box->count<failed_atom, std::string>() == 1);
+  for (const auto& m : box->messages)
+    if (m.match_elements<failed_atom, std::string>())
+      CHECK(m.get_as<std::string>(1).find("worker 1 went down") != std::string::npos);
+}
+
+TEST_CASE_FIXTURE(fixture, "the coordinator refuses unknown roles and extra members") {
+  auto coord = spawn_coordinator(1, 1);
+  auto errors = std::make_shared<std::vector<std::string>>();
+  for (auto role : {"gardener", "worker", "worker"})
+    sys.spawn([=](caf::event_based_actor* self) {
+      self->request(coord, caf::infinite, register_atom::value, node_info{role, "", 0, 0, {}})
+        .then([](registration&) {}, [=](caf::error& e) { errors->push_back(describe(e)); });
+    });
+  sched.run();
+  REQUIRE(errors->size() == 2);
+  CHECK((*errors)[0].find("unknown role \"gardener\"") != std::string::npos);
+  CHECK((*errors)[1].find("all 1 workers have registered already") != std::string::npos);
+}

@@ -1,0 +1,237 @@
+// libps unit tests: keys, partitioner, chunking, update rules, shard store. No actors.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <map>
+#include <numeric>
+#include <random>
+
+#include "libps/chunking.hpp"
+#include "libps/partitioner.hpp"
+#include "libps/shard_store.hpp"
+#include "libps/update_rule.hpp"
+
+using namespace ps;
+
+TEST_CASE("key_set merges adjacent keys and rejects unsorted input") {
+  auto ks = key_set::from_keys({1, 2, 3, 7, 9, 10});
+  REQUIRE(ks.ranges().size() == 3);
+  CHECK(ks.ranges()[0] == key_range{1, 4});
+  CHECK(ks.ranges()[1] == key_range{7, 8});
+  CHECK(ks.ranges()[2] == key_range{9, 11});
+  CHECK(ks.num_keys() == 6);
+  CHECK_THROWS_WITH_AS(key_set::from_keys({3, 2}), doctest::Contains("key 2 follows key 3"), bad_request);
+  CHECK_THROWS_WITH_AS(key_set::from_keys({3, 3}), doctest::Contains("unique"), bad_request);
+  CHECK_THROWS_WITH_AS(key_set({{5, 9}, {8, 10}}), doctest::Contains("disjoint"), bad_request);
+  CHECK_THROWS_WITH_AS(key_set({{5, 5}}), doctest::Contains("empty"), bad_request);
+}
+
+TEST_CASE("partitioner balances buckets across shards") {
+  for (std::uint32_t n : {2u, 4u, 8u}) {
+    std::vector<std::uint32_t> ids(n);
+    std::iota(ids.begin(), ids.end(), 0);
+    partitioner p(1, ids);
+    std::map<std::uint32_t, int> count;
+    const int buckets = 200000;
+    for (int b = 0; b < buckets; ++b) ++count[p.owner_of_bucket(b)];
+    REQUIRE(count.size() == n);
+    double mean = double(buckets) / n;
+    for (auto [id, c] : count) {
+      INFO("shards=" << n << " shard " << id << " has " << c << " buckets, mean " << mean);
+      CHECK(c > 0.75 * mean);
+      CHECK(c < 1.25 * mean);
+    }
+  }
+}
+
+TEST_CASE("adding a shard moves only about 1/(n+1) of the buckets, all to the new shard") {
+  for (std::uint32_t n : {1u, 3u, 7u}) {
+    std::vector<std::uint32_t> ids(n);
+    std::iota(ids.begin(), ids.end(), 0);
+    partitioner before(1, ids);
+    auto after = before.with_shard(n);
+    CHECK(after.epoch() == 2);
+    const int buckets = 100000;
+    int moved = 0;
+    for (int b = 0; b < buckets; ++b) {
+      auto o1 = before.owner_of_bucket(b), o2 = after.owner_of_bucket(b);
+      if (o1 != o2) {
+        ++moved;
+        CHECK(o2 == n);  // nothing moves between old shards
+      }
+    }
+    double expected = double(buckets) / (n + 1);
+    INFO("n=" << n << " moved " << moved << " expected about " << expected);
+    CHECK(moved > 0.6 * expected);
+    CHECK(moved < 1.4 * expected);
+    // Removing it again restores the old map exactly.
+    auto back = after.without_shard(n);
+    for (int b = 0; b < 1000; ++b) CHECK(back.owner_of_bucket(b) == before.owner_of_bucket(b));
+  }
+}
+
+TEST_CASE("partitioner rejects bad configurations") {
+  CHECK_THROWS_AS(partitioner(1, {}), bad_request);
+  CHECK_THROWS_AS(partitioner(1, {1, 1}), bad_request);
+  CHECK_THROWS_AS(partitioner(1, {1}, 0), bad_request);
+  CHECK_THROWS_AS(partitioner(1, {0, 1}).without_shard(5), bad_request);
+}
+
+TEST_CASE("split cuts at bucket boundaries, tags owners and keeps value offsets") {
+  partitioner p(1, {0, 1, 2}, 64, 4);  // buckets of 16 keys
+  key_set ks({{3, 40}, {100, 101}, {200, 260}});
+  auto pieces = p.split(ks);
+  std::uint64_t offset = 0, keys = 0;
+  for (std::size_t i = 0; i < pieces.size(); ++i) {
+    const auto& pc = pieces[i];
+    CHECK(pc.shard == p.owner(pc.keys.begin));
+    CHECK(p.owner(pc.keys.end - 1) == pc.shard);
+    CHECK(pc.value_offset == offset);
+    offset += pc.keys.size();
+    keys += pc.keys.size();
+    // Every key of the piece is owned by its shard.
+    for (auto k = pc.keys.begin; k < pc.keys.end; ++k) REQUIRE(p.owner(k) == pc.shard);
+  }
+  CHECK(keys == ks.num_keys());
+}
+
+TEST_CASE("chunking at and around the chunk boundary reassembles exactly") {
+  partitioner p(1, {0, 1}, 64, 6);
+  const std::uint64_t chunk_bytes = 1024;  // 256 floats minus range headers
+  for (std::uint64_t n : {1ull, 251ull, 252ull, 253ull, 255ull, 256ull, 257ull, 503ull, 504ull, 505ull, 10000ull}) {
+    auto ks = key_set::single({1000, 1000 + n});
+    auto chunks = plan_chunks(p.split(ks), chunk_bytes);
+    std::vector<float> src(n), dst(n, -1.0f);
+    std::iota(src.begin(), src.end(), 0.0f);
+    std::uint64_t total = 0;
+    for (const auto& c : chunks) {
+      INFO("n=" << n);
+      CHECK(c.num_values * sizeof(float) + c.pieces.size() * range_wire_bytes <= chunk_bytes);
+      std::vector<float> wire(c.num_values);
+      gather(src.data(), c, wire.data());
+      scatter(wire.data(), c, dst.data());
+      total += c.num_values;
+      for (const auto& pc : c.pieces) CHECK(pc.shard == c.shard);
+    }
+    CHECK(total == n);
+    CHECK(dst == src);
+  }
+  // One piece exactly filling a chunk gives exactly one chunk.
+  partitioner single(1, {0}, 64, 30);
+  auto exact = plan_chunks(single.split(key_set::single({0, 252})), 1024);
+  CHECK(exact.size() == 1);
+  CHECK(exact[0].contiguous());
+  auto over = plan_chunks(single.split(key_set::single({0, 253})), 1024);
+  CHECK(over.size() == 2);
+  CHECK_THROWS_AS(plan_chunks({}, 8), bad_request);
+}
+
+TEST_CASE("chunks of interleaved shards are gathered, contiguous ones are not") {
+  partitioner p(1, {0, 1}, 64, 2);  // buckets of 4 keys: owners alternate irregularly
+  auto ks = key_set::single({0, 4096});
+  auto chunks = plan_chunks(p.split(ks), default_chunk_bytes);
+  REQUIRE(chunks.size() == 2);
+  CHECK_FALSE(chunks[0].contiguous());
+  std::vector<float> src(4096), dst(4096, 0);
+  std::iota(src.begin(), src.end(), 1.0f);
+  for (const auto& c : chunks) {
+    std::vector<float> wire(c.num_values);
+    gather(src.data(), c, wire.data());
+    scatter(wire.data(), c, dst.data());
+  }
+  CHECK(dst == src);
+}
+
+TEST_CASE("update rules match hand-computed values") {
+  float g[2] = {0.5f, -1.0f};
+  SUBCASE("sum") {
+    update_rule r;
+    float w[2] = {1, 2};
+    r.apply(w, nullptr, g, 2);
+    CHECK(w[0] == 1.5f);
+    CHECK(w[1] == 1.0f);
+  }
+  SUBCASE("sgd with momentum") {
+    update_rule r{rule_kind::sgd, 0.1f, 0.9f};
+    REQUIRE(r.state_slots() == 1);
+    float w[2] = {1, 2}, v[2] = {0, 0};
+    float* st[] = {v};
+    r.apply(w, st, g, 2);  // v = g; w -= 0.1 g
+    CHECK(w[0] == doctest::Approx(0.95));
+    CHECK(w[1] == doctest::Approx(2.1));
+    r.apply(w, st, g, 2);  // v = 0.9 g + g = 1.9 g; w -= 0.19 g
+    CHECK(v[0] == doctest::Approx(0.95));
+    CHECK(w[0] == doctest::Approx(0.95 - 0.095));
+    CHECK(w[1] == doctest::Approx(2.1 + 0.19));
+  }
+  SUBCASE("adagrad") {
+    update_rule r{rule_kind::adagrad, 0.1f};
+    r.eps = 1e-8f;
+    float w[2] = {1, 2}, h[2] = {0, 0};
+    float* st[] = {h};
+    r.apply(w, st, g, 2);  // h = g^2; w -= 0.1 * g/|g|
+    CHECK(w[0] == doctest::Approx(0.9));
+    CHECK(w[1] == doctest::Approx(2.1));
+    r.apply(w, st, g, 2);  // h = 2 g^2; w -= 0.1 g/(sqrt(2)|g|)
+    CHECK(w[0] == doctest::Approx(0.9 - 0.1 / std::sqrt(2.0)));
+  }
+  SUBCASE("adam") {
+    update_rule r{rule_kind::adam, 0.01f};
+    float w[2] = {1, 2}, m[2] = {}, v[2] = {}, t[2] = {};
+    float* st[] = {m, v, t};
+    r.apply(w, st, g, 2);  // first step: mhat = g, vhat = g^2: w -= lr * sign(g)
+    CHECK(w[0] == doctest::Approx(0.99));
+    CHECK(w[1] == doctest::Approx(2.01));
+    r.apply(w, st, g, 2);  // constant gradient: the step stays lr * sign(g)
+    CHECK(w[0] == doctest::Approx(0.98));
+    CHECK(t[0] == 2.0f);
+  }
+}
+
+TEST_CASE("update rule settings are checked") {
+  CHECK_THROWS_WITH_AS(update_rule::parse_kind("rmsprop"), doctest::Contains("rmsprop"), bad_request);
+  update_rule r{rule_kind::sgd, -1.0f};
+  CHECK_THROWS_WITH_AS(r.validate(), doctest::Contains("lr"), bad_request);
+  update_rule m{rule_kind::sgd, 0.1f, 1.5f};
+  CHECK_THROWS_WITH_AS(m.validate(), doctest::Contains("momentum"), bad_request);
+}
+
+TEST_CASE("shard store: sums pushes, merges overlapping ranges, reports bad input") {
+  shard_store s(update_rule{});
+  std::vector<float> ones(10, 1.0f);
+  s.push({{0, 10}}, ones.data(), 10);
+  s.push({{5, 15}}, ones.data(), 10);  // overlaps: merged into [0, 15)
+  CHECK(s.num_segments() == 1);
+  std::vector<float> out(15);
+  s.pull({{0, 15}}, out.data(), 15);
+  for (int i = 0; i < 15; ++i) CHECK(out[i] == (i >= 5 && i < 10 ? 2.0f : 1.0f));
+  s.push({{20, 22}, {30, 31}}, ones.data(), 3);
+  CHECK(s.num_keys() == 18);
+  std::vector<float> two(2);
+  s.pull({{20, 22}}, two.data(), 2);
+  CHECK(two == std::vector<float>{1, 1});
+  CHECK_THROWS_WITH_AS(s.pull({{15, 25}}, out.data(), 10), doctest::Contains("never pushed"), bad_request);
+  CHECK_THROWS_WITH_AS(s.push({{0, 4}}, ones.data(), 3), doctest::Contains("3 values for 4 keys"), bad_request);
+  CHECK_THROWS_WITH_AS(s.push({{4, 8}, {2, 3}}, ones.data(), 5), doctest::Contains("ascending"), bad_request);
+}
+
+TEST_CASE("shard store: init sets new keys only, optimizer state follows merges") {
+  update_rule sgd{rule_kind::sgd, 0.5f, 0.5f};
+  shard_store s(sgd);
+  std::vector<float> init{10, 20, 30, 40};
+  s.init({{0, 4}}, init.data(), 4);
+  std::vector<float> other{-1, -1, -1, -1};
+  s.init({{0, 4}}, other.data(), 4);  // already there: first initializer wins
+  std::vector<float> out(4);
+  s.pull({{0, 4}}, out.data(), 4);
+  CHECK(out == init);
+  CHECK_THROWS_WITH_AS(s.init({{2, 6}}, other.data(), 4), doctest::Contains("in part"), bad_request);
+  std::vector<float> g{2, 2};
+  s.push({{0, 2}}, g.data(), 2);  // v = 2, w -= 1
+  s.push({{3, 5}}, g.data(), 2);  // merges [0,4) with new key 4; v of key 0 survives
+  s.push({{0, 1}}, g.data(), 1);  // v = 0.5*2 + 2 = 3, w -= 1.5
+  s.pull({{0, 1}}, out.data(), 1);
+  CHECK(out[0] == doctest::Approx(10 - 1 - 1.5));
+  s.pull({{4, 5}}, out.data(), 1);
+  CHECK(out[0] == doctest::Approx(-1));  // new key starts at 0
+}
