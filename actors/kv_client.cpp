@@ -81,13 +81,19 @@ namespace {
 
 using detail::op_request;
 
-std::string describe_keys(const chunk& c) {
-  auto first = c.pieces.front().keys;
-  auto last = c.pieces.back().keys;
+const char* names_of(op_kind k) {
+  static const char* names[] = {"push", "init", "pull"};
+  return names[static_cast<int>(k)];
+}
+
+std::string describe_keys(const key_range& first, const key_range& last, std::size_t n) {
   std::string s = "keys " + to_string(first);
-  if (c.pieces.size() > 1)
-    s += " .. " + to_string(last) + " (" + std::to_string(c.pieces.size()) + " ranges)";
+  if (n > 1) s += " .. " + to_string(last) + " (" + std::to_string(n) + " ranges)";
   return s;
+}
+
+std::string describe_keys(const chunk& c) {
+  return describe_keys(c.pieces.front().keys, c.pieces.back().keys, c.pieces.size());
 }
 
 struct client_state {
@@ -131,7 +137,7 @@ caf::behavior kv_client_actor(client_ptr self, std::vector<shard_link> shards,
       auto lost = std::move(st.outstanding[i]);
       st.outstanding[i].clear();
       for (auto& [ptr, entry] : lost)
-        ptr->finish(entry.first->what + " failed: " + st.down[i]);
+        ptr->finish(entry.first->what + " failed: " + st.down[i]);  // what names the keys
     }
   });
   return {
@@ -148,7 +154,7 @@ caf::behavior kv_client_actor(client_ptr self, std::vector<shard_link> shards,
         auto idx = st.index.at(ch.shard);
         const auto& link = st.shards[idx];
         if (!st.down[idx].empty()) {
-          op->finish(op->what + " of " + describe_keys(ch) + " failed: " + st.down[idx]);
+          op->finish(op->what + " failed: " + st.down[idx]);
           return;
         }
         auto& entry = st.outstanding[idx][op.get()];
@@ -159,7 +165,7 @@ caf::behavior kv_client_actor(client_ptr self, std::vector<shard_link> shards,
                               ? "no reply from " + link.name + " within " +
                                   std::to_string(self->state.timeout.count()) + " ms"
                               : describe(err);
-          op->finish(op->what + " of " + describe_keys(ch) + " failed: " + why);
+          op->finish(std::string(names_of(req->kind)) + " of " + describe_keys(ch) + " failed: " + why);
           chunk_answered(self, idx, op.get());
         };
         auto hdr = req->hdr;
@@ -242,12 +248,13 @@ kv_future kv_client::pull(const key_set& keys) {
 }
 
 kv_future kv_client::send(op_kind kind, const key_set& keys, std::vector<float> values) {
-  static const char* names[] = {"push", "init", "pull"};
   auto op = std::make_shared<kv_op_state>();
-  op->what = names[static_cast<int>(kind)];
+  op->what = names_of(kind);
   if (kind != op_kind::pull && values.size() != keys.num_keys())
     throw bad_request(op->what + ": " + std::to_string(values.size()) + " values for " +
                       std::to_string(keys.num_keys()) + " keys");
+  if (!keys.ranges().empty())
+    op->what += " of " + describe_keys(keys.ranges().front(), keys.ranges().back(), keys.ranges().size());
   auto req = std::make_shared<detail::op_request>();
   req->kind = kind;
   req->op = op;

@@ -33,7 +33,7 @@ struct kv_op_state {
   std::vector<float> values;         // pull result
   std::function<void()> continuation;
   std::size_t pending = 0;           // chunks not yet answered (client actor only)
-  std::string what;                  // "push" | "pull" | "init"
+  std::string what;                  // "pull of keys [0, 10)": for errors
 
   // Completes the op once; later calls are ignored. Runs the continuation.
   void finish(std::string err);

@@ -61,19 +61,25 @@ caf::error check_ini(const char* path, const caf::config_option_set& opts) {
   auto parsed = caf::actor_system_config::parse_config_file(path);
   if (!parsed)
     return parsed.error();
-  for (const auto& [category, value] : *parsed) {
+  auto check = [&](const std::string& category, const std::string& key,
+                   const caf::config_value& val) -> caf::error {
+    auto opt = opts.qualified_name_lookup(category, key);
+    if (!opt)
+      return make_ps_error(std::string(path) + ": unknown option " + category + "." + key);
+    if (auto err = opt->check(val))
+      return make_ps_error(std::string(path) + ": " + category + "." + key + " = " +
+                           caf::to_string(val) + " is not a valid " +
+                           std::string(opt->type_name().data(), opt->type_name().size()));
+    return {};
+  };
+  for (const auto& [name, value] : *parsed) {
     const auto* group = caf::get_if<caf::config_value::dictionary>(&value);
-    if (!group)
-      return make_ps_error(std::string(path) + ": \"" + category + "\" must be a [section]");
-    for (const auto& [key, val] : *group) {
-      auto opt = opts.qualified_name_lookup(category, key);
-      if (!opt)
-        return make_ps_error(std::string(path) + ": unknown option " + category + "." + key);
-      if (auto err = opt->check(val))
-        return make_ps_error(std::string(path) + ": " + category + "." + key + " = " +
-                             caf::to_string(val) + " is not a valid " +
-                             std::string(opt->type_name().data(), opt->type_name().size()));
+    if (!group) {  // CAF keeps [global] keys at the top level
+      if (auto err = check("global", name, value)) return err;
+      continue;
     }
+    for (const auto& [key, val] : *group)
+      if (auto err = check(name, key, val)) return err;
   }
   return {};
 }

@@ -90,9 +90,9 @@ struct tensor_layout {
   std::uint64_t num_keys = 0;
 };
 
-tensor_layout kvcheck_layout(key_t base) {
+tensor_layout kvcheck_layout(key_type base) {
   tensor_layout t;
-  key_t k = base;
+  key_type k = base;
   for (int i = 0; i < 100000; ++i, k += 3) t.ranges.push_back({k, k + 1});
   for (std::uint64_t n : {7ull, 4096ull, 5000ull, 262144ull, 1572864ull}) {
     k += 1000;
@@ -104,20 +104,20 @@ tensor_layout kvcheck_layout(key_t base) {
 }
 
 // An integer value for (key, worker, round): sums stay exact in float.
-float kv_value(key_t key, std::uint32_t worker, int round) {
+float kv_value(key_type key, std::uint32_t worker, int round) {
   return static_cast<float>((key % 13) + 1 + worker * 3 + round);
 }
 
 std::string kvcheck_app(worker_context& ctx) {
   constexpr int rounds = 10;
-  constexpr key_t own_stride = key_t{1} << 32;  // worker w's own keys start at (w+1) << 32
+  constexpr key_type own_stride = key_type{1} << 32;  // worker w's own keys start at (w+1) << 32
   auto shared = kvcheck_layout(0);
   auto own = [&](std::uint32_t w) { return kvcheck_layout((w + 1) * own_stride); };
   auto values_for = [](const tensor_layout& t, std::uint32_t w, int round) {
     std::vector<float> v;
     v.reserve(t.num_keys);
     for (const auto& r : t.ranges)
-      for (key_t k = r.begin; k < r.end; ++k) v.push_back(kv_value(k, w, round));
+      for (key_type k = r.begin; k < r.end; ++k) v.push_back(kv_value(k, w, round));
     return v;
   };
   auto mine = own(ctx.id);
@@ -134,7 +134,7 @@ std::string kvcheck_app(worker_context& ctx) {
     auto got = ctx.kv.pull(key_set(t.ranges)).get();
     std::size_t i = 0;
     for (const auto& r : t.ranges)
-      for (key_t k = r.begin; k < r.end; ++k, ++i) {
+      for (key_type k = r.begin; k < r.end; ++k, ++i) {
         double expect = 0;
         for (auto w : pushers)
           for (int round = 0; round < rounds; ++round) expect += kv_value(k, w, round);
@@ -163,7 +163,7 @@ std::string bench_app(worker_context& ctx) {
   if (windows.empty()) windows = {1, 8};
   for (auto bytes : sizes) {
     // Each worker has its own tensor, so 2 workers do not contend for one key.
-    key_t base = key_t{ctx.id + 1} << 36;
+    key_type base = key_type{ctx.id + 1} << 36;
     auto n = static_cast<std::uint64_t>(bytes) / sizeof(float);
     auto keys = key_set::single({base, base + n});
     std::vector<float> payload(n, 1.0f);

@@ -23,7 +23,7 @@ key_set::key_set(std::vector<key_range> ranges) : ranges_(std::move(ranges)) {
   }
 }
 
-key_set key_set::from_keys(const std::vector<key_t>& keys) {
+key_set key_set::from_keys(const std::vector<key_type>& keys) {
   std::vector<key_range> ranges;
   for (std::size_t i = 0; i < keys.size(); ++i) {
     auto k = keys[i];

@@ -8,7 +8,7 @@
 
 namespace ps {
 
-using key_t = std::uint64_t;
+using key_type = std::uint64_t;
 
 // Thrown by libps on bad input; the message names what was wrong.
 struct bad_request : std::invalid_argument {
@@ -16,8 +16,8 @@ struct bad_request : std::invalid_argument {
 };
 
 struct key_range {
-  key_t begin = 0;
-  key_t end = 0;  // exclusive
+  key_type begin = 0;
+  key_type end = 0;  // exclusive
   std::uint64_t size() const { return end - begin; }
   bool empty() const { return begin >= end; }
   friend bool operator==(const key_range&, const key_range&) = default;
@@ -33,7 +33,7 @@ class key_set {
   // Throws bad_request unless the ranges are non-empty, ascending and disjoint.
   explicit key_set(std::vector<key_range> ranges);
   // Sorted unique keys; adjacent keys are merged into ranges.
-  static key_set from_keys(const std::vector<key_t>& keys);
+  static key_set from_keys(const std::vector<key_type>& keys);
   static key_set single(key_range r) { return key_set(std::vector<key_range>{r}); }
 
   const std::vector<key_range>& ranges() const { return ranges_; }

@@ -40,10 +40,10 @@ std::vector<piece> partitioner::split(const key_set& keys) const {
   std::vector<piece> out;
   std::uint64_t offset = 0;
   for (const auto& r : keys.ranges()) {
-    for (key_t k = r.begin; k < r.end;) {
+    for (key_type k = r.begin; k < r.end;) {
       auto bucket = k >> bucket_bits_;
-      key_t bucket_end = (bucket + 1) << bucket_bits_;
-      key_t stop = (bucket_end == 0 || bucket_end > r.end) ? r.end : bucket_end;  // 0: wrapped
+      key_type bucket_end = (bucket + 1) << bucket_bits_;
+      key_type stop = (bucket_end == 0 || bucket_end > r.end) ? r.end : bucket_end;  // 0: wrapped
       auto shard = owner_of_bucket(bucket);
       if (!out.empty() && out.back().shard == shard && out.back().keys.end == k &&
           out.back().value_offset + out.back().keys.size() == offset)

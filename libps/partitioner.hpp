@@ -30,7 +30,7 @@ class partitioner {
               std::uint32_t bucket_bits = default_bucket_bits);
 
   std::uint32_t owner_of_bucket(std::uint64_t bucket) const;
-  std::uint32_t owner(key_t key) const { return owner_of_bucket(key >> bucket_bits_); }
+  std::uint32_t owner(key_type key) const { return owner_of_bucket(key >> bucket_bits_); }
 
   // Cuts a key set at bucket boundaries and tags each piece with its owner; adjacent
   // pieces with the same owner are merged.

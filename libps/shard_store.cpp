@@ -30,7 +30,7 @@ shard_store::map_type::iterator shard_store::ensure(key_range r) {
   if (it != segments_.end() && it->first <= r.begin && it->second.end >= r.end)
     return it;  // the common case: the range lies inside one segment
   // Merge r with every segment it overlaps into one new segment.
-  key_t lo = r.begin, hi = r.end;
+  key_type lo = r.begin, hi = r.end;
   auto first = it;
   for (; it != segments_.end() && it->first < r.end; ++it) {
     lo = std::min(lo, it->first);
@@ -69,7 +69,7 @@ void shard_store::push(const std::vector<key_range>& ranges, const float* values
 }
 
 bool shard_store::covered(key_range r) const {
-  for (key_t k = r.begin; k < r.end;) {
+  for (key_type k = r.begin; k < r.end;) {
     auto it = segments_.upper_bound(k);
     if (it == segments_.begin()) return false;
     --it;
@@ -104,7 +104,7 @@ void shard_store::pull(const std::vector<key_range>& ranges, float* out,
                        std::uint64_t num_values) const {
   check_sizes(ranges, num_values, "pull");
   for (const auto& r : ranges) {
-    for (key_t k = r.begin; k < r.end;) {
+    for (key_type k = r.begin; k < r.end;) {
       auto it = segments_.upper_bound(k);
       if (it == segments_.begin() || std::prev(it)->second.end <= k)
         throw bad_request("keys " + to_string({k, r.end}) + " were never pushed or initialized");

@@ -31,11 +31,11 @@ class shard_store {
 
  private:
   struct segment {
-    key_t end;
+    key_type end;
     std::vector<float> values;
     std::vector<float> state;  // rule_.state_slots() slots, slot-major
   };
-  using map_type = std::map<key_t, segment>;
+  using map_type = std::map<key_type, segment>;
 
   map_type::iterator ensure(key_range r);           // one segment holding all of r
   bool covered(key_range r) const;                   // every key of r present
