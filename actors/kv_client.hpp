@@ -37,6 +37,7 @@ struct kv_op_state {
 
   // Completes the op once; later calls are ignored. Runs the continuation.
   void finish(std::string err);
+  bool done_flag();
 };
 
 class kv_future {
@@ -64,6 +65,8 @@ struct kv_client_options {
   std::uint32_t worker = 0;
   std::uint64_t chunk_bytes = default_chunk_bytes;
   std::chrono::milliseconds timeout{30000};
+  // Bytes of chunks in flight per shard before further chunks wait in the client.
+  std::uint64_t inflight_bytes = 8u << 20;
 };
 
 // One connected shard: its id, a name for errors, and its handle.

@@ -46,6 +46,7 @@ node_config::node_config() {
     .add(rule, "rule", "server update rule: sum|sgd|adagrad|adam (default: the app's)")
     .add(momentum, "momentum", "sgd momentum")
     .add(chunk_bytes, "chunk-bytes", "largest value payload per message")
+    .add(inflight_bytes, "inflight-bytes", "bytes in flight per shard before chunks queue in the client")
     .add(timeout_ms, "timeout-ms", "timeout of every push/pull request")
     .add(register_timeout_ms, "register-timeout-ms", "how long members wait for the cluster to form")
     .add(barrier_timeout_ms, "barrier-timeout-ms", "how long a worker waits at a barrier")
@@ -135,6 +136,7 @@ void node_config::validate() const {
   if (!(lr > 0)) throw bad_request("--lr must be > 0");
   if (chunk_bytes < 1024 || chunk_bytes > (256u << 20))
     throw bad_request("--ps.chunk-bytes must be in [1 KiB, 256 MiB]");
+  if (inflight_bytes < 1) throw bad_request("--ps.inflight-bytes must be >= 1");
   if (timeout_ms < 1) throw bad_request("--ps.timeout-ms must be >= 1");
   if (bucket_bits > 40) throw bad_request("--ps.bucket-bits must be <= 40");
   if (vnodes < 1 || vnodes > 65536) throw bad_request("--ps.vnodes must be in [1, 65536]");
@@ -214,7 +216,7 @@ bool run_worker(caf::actor_system& sys, const node_config& cfg, coordinator_acto
   }
   try {
     kv_client kv(sys, reg.view, std::move(links),
-                 {id, cfg.chunk_bytes, milliseconds(cfg.timeout_ms)});
+                 {id, cfg.chunk_bytes, milliseconds(cfg.timeout_ms), cfg.inflight_bytes});
     worker_context ctx{sys, cfg, id, reg.view.num_workers, reg.view, kv, {}, {}};
     ctx.barrier = [&] {
       std::string berr;

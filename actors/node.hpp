@@ -39,6 +39,7 @@ struct node_config : caf::actor_system_config {
   std::string rule;  // empty: the app's default
   double momentum = 0.0;
   std::size_t chunk_bytes = 4u << 20;
+  std::size_t inflight_bytes = 8u << 20;
   std::size_t timeout_ms = 30000;
   std::size_t register_timeout_ms = 60000;
   std::size_t barrier_timeout_ms = 600000;

@@ -167,7 +167,7 @@ std::string bench_app(worker_context& ctx) {
     auto n = static_cast<std::uint64_t>(bytes) / sizeof(float);
     auto keys = key_set::single({base, base + n});
     std::vector<float> payload(n, 1.0f);
-    ctx.kv.init(keys, payload).get();
+    ctx.kv.push(keys, payload).get();  // creates the keys (sum rule: overlaps are fine)
     for (auto window : windows)
       for (std::string op : {"push", "pull"}) {
         ctx.barrier();
