@@ -176,6 +176,24 @@ update_rule rule_from(const node_config& cfg, const std::string& default_rule) {
   return r;
 }
 
+coordinator_options coordinator_options_from(const node_config& cfg, const update_rule& rule) {
+  coordinator_options o;
+  o.servers = static_cast<std::uint32_t>(cfg.servers);
+  o.workers = static_cast<std::uint32_t>(cfg.workers);
+  o.vnodes = static_cast<std::uint32_t>(cfg.vnodes);
+  o.bucket_bits = static_cast<std::uint32_t>(cfg.bucket_bits);
+  o.rule = rule;
+  return o;
+}
+
+shard_options shard_options_from(const node_config& cfg, std::string host) {
+  shard_options o;
+  o.host = std::move(host);
+  o.register_timeout = milliseconds(cfg.register_timeout_ms);
+  o.reply_delay = milliseconds(cfg.reply_delay_ms);
+  return o;
+}
+
 // ---- worker ---------------------------------------------------------------------------
 
 // The scoped actor that registered stays alive until `done` is sent: the coordinator
@@ -289,12 +307,7 @@ job_result run_job(caf::actor_system& sys, const node_config& cfg, const app_fn&
   job_result res;
   auto start = std::chrono::steady_clock::now();
   caf::scoped_actor observer{sys};
-  coordinator_options copts;
-  copts.servers = static_cast<std::uint32_t>(cfg.servers);
-  copts.workers = static_cast<std::uint32_t>(cfg.workers);
-  copts.vnodes = static_cast<std::uint32_t>(cfg.vnodes);
-  copts.bucket_bits = static_cast<std::uint32_t>(cfg.bucket_bits);
-  copts.rule = rule;
+  auto copts = coordinator_options_from(cfg, rule);
   copts.observer = caf::actor_cast<caf::actor>(observer);
   auto coord = sys.spawn(coordinator, copts);
   observer->monitor(coord);
@@ -303,9 +316,7 @@ job_result run_job(caf::actor_system& sys, const node_config& cfg, const app_fn&
   std::vector<std::string> thread_errors(cfg.workers);
   bool embedded = cfg.cluster == "embedded";
   if (embedded) {
-    shard_options sopts;
-    sopts.register_timeout = milliseconds(cfg.register_timeout_ms);
-    sopts.reply_delay = milliseconds(cfg.reply_delay_ms);
+    auto sopts = shard_options_from(cfg, "");
     for (std::size_t i = 0; i < cfg.servers; ++i) {
       auto s = sys.spawn(server_shard, coord, sopts);
       caf::anon_send(s, start_atom::value, std::uint16_t{0});
@@ -398,12 +409,7 @@ caf::expected<coordinator_actor> connect_coordinator(caf::actor_system& sys, con
 }  // namespace
 
 int run_coordinator_role(caf::actor_system& sys, const node_config& cfg, const update_rule& rule) {
-  coordinator_options copts;
-  copts.servers = static_cast<std::uint32_t>(cfg.servers);
-  copts.workers = static_cast<std::uint32_t>(cfg.workers);
-  copts.vnodes = static_cast<std::uint32_t>(cfg.vnodes);
-  copts.bucket_bits = static_cast<std::uint32_t>(cfg.bucket_bits);
-  copts.rule = rule;
+  auto copts = coordinator_options_from(cfg, rule);
   auto coord = sys.spawn(coordinator, copts);
   auto port = sys.middleman().publish(coord, cfg.port, cfg.host.c_str());
   if (!port) {
@@ -426,10 +432,7 @@ int run_server_role(caf::actor_system& sys, const node_config& cfg) {
     std::fprintf(stderr, "error: %s\n", describe(coord.error()).c_str());
     return 1;
   }
-  shard_options sopts;
-  sopts.host = cfg.host;
-  sopts.register_timeout = milliseconds(cfg.register_timeout_ms);
-  sopts.reply_delay = milliseconds(cfg.reply_delay_ms);
+  auto sopts = shard_options_from(cfg, cfg.host);
   auto shard = sys.spawn(server_shard, *coord, sopts);
   auto port = sys.middleman().publish(shard, 0, cfg.host.c_str());
   if (!port) {

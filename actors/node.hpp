@@ -104,6 +104,11 @@ int run_worker_role(caf::actor_system& sys, const node_config& cfg, const app_fn
 
 // The update rule from the config (--ps.rule, else default_rule; --lr, --ps.momentum).
 update_rule rule_from(const node_config& cfg, const std::string& default_rule);
+// Actor settings from the config.
+coordinator_options coordinator_options_from(const node_config& cfg, const update_rule& rule);
+struct shard_options;
+shard_options shard_options_from(const node_config& cfg, std::string host);  // host "": embedded
+
 // "host:port" -> pair; throws bad_request.
 std::pair<std::string, std::uint16_t> parse_host_port(const std::string& s);
 

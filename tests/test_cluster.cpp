@@ -85,10 +85,9 @@ void with_servers(std::vector<std::string> server_flags, std::uint32_t servers,
   parsed_config pc({"--ps.timeout-ms=1500"});
   REQUIRE(pc.ok);
   caf::actor_system sys{pc.cfg};
-  coordinator_options copts;
+  auto copts = coordinator_options_from(pc.cfg, rule_from(pc.cfg, "sum"));
   copts.servers = servers;
   copts.workers = 1;
-  copts.rule = rule_from(pc.cfg, "sum");
   auto coord = sys.spawn(coordinator, copts);
   auto port = sys.middleman().publish(coord, 0, "127.0.0.1");
   REQUIRE(port);
