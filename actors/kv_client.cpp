@@ -289,22 +289,27 @@ kv_client::~kv_client() {
 }
 
 kv_future kv_client::push(const key_set& keys, std::vector<float> values) {
+  return send(op_kind::push, keys, std::make_shared<std::vector<float>>(std::move(values)));
+}
+
+kv_future kv_client::push(const key_set& keys, std::shared_ptr<std::vector<float>> values) {
+  if (!values) throw bad_request("push: no values (null buffer)");
   return send(op_kind::push, keys, std::move(values));
 }
 
 kv_future kv_client::init(const key_set& keys, std::vector<float> values) {
-  return send(op_kind::init, keys, std::move(values));
+  return send(op_kind::init, keys, std::make_shared<std::vector<float>>(std::move(values)));
 }
 
 kv_future kv_client::pull(const key_set& keys) {
-  return send(op_kind::pull, keys, {});
+  return send(op_kind::pull, keys, std::make_shared<std::vector<float>>());
 }
 
-kv_future kv_client::send(op_kind kind, const key_set& keys, std::vector<float> values) {
+kv_future kv_client::send(op_kind kind, const key_set& keys, std::shared_ptr<std::vector<float>> whole) {
   auto op = std::make_shared<kv_op_state>();
   op->what = names_of(kind);
-  if (kind != op_kind::pull && values.size() != keys.num_keys())
-    throw bad_request(op->what + ": " + std::to_string(values.size()) + " values for " +
+  if (kind != op_kind::pull && whole->size() != keys.num_keys())
+    throw bad_request(op->what + ": " + std::to_string(whole->size()) + " values for " +
                       std::to_string(keys.num_keys()) + " keys");
   if (!keys.ranges().empty())
     op->what += " of " + describe_keys(keys.ranges().front(), keys.ranges().back(), keys.ranges().size());
@@ -319,7 +324,6 @@ kv_future kv_client::send(op_kind kind, const key_set& keys, std::vector<float> 
   if (kind == op_kind::pull) {
     if (req->chunks.size() > 1) op->values.resize(keys.num_keys());
   } else {
-    auto whole = std::make_shared<std::vector<float>>(std::move(values));
     for (const auto& c : req->chunks) {
       if (c.contiguous()) {  // a view: no copy
         req->blocks.push_back({whole, c.first_offset(), c.num_values});

@@ -87,6 +87,10 @@ class kv_client {
   // values holds keys.num_keys() floats, in key order. Sums (or applies the server's
   // update rule to) them into the stored parameters.
   kv_future push(const key_set& keys, std::vector<float> values);
+  // The same without giving up the buffer: it is shared with the messages (no copy), so
+  // the caller must not change it before the future completes. For values pushed again
+  // and again (benchmarks, constant tensors).
+  kv_future push(const key_set& keys, std::shared_ptr<std::vector<float>> values);
   // Sets keys that were never set (the first initializer wins).
   kv_future init(const key_set& keys, std::vector<float> values);
   // The current values of the keys, in key order.
@@ -98,7 +102,7 @@ class kv_client {
   const kv_client_options& options() const { return opts_; }
 
  private:
-  kv_future send(op_kind kind, const key_set& keys, std::vector<float> values);
+  kv_future send(op_kind kind, const key_set& keys, std::shared_ptr<std::vector<float>> values);
 
   partitioner map_;
   kv_client_options opts_;

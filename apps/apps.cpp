@@ -166,7 +166,7 @@ std::string bench_app(worker_context& ctx) {
     key_type base = key_type{ctx.id + 1} << 36;
     auto n = static_cast<std::uint64_t>(bytes) / sizeof(float);
     auto keys = key_set::single({base, base + n});
-    std::vector<float> payload(n, 1.0f);
+    auto payload = std::make_shared<std::vector<float>>(n, 1.0f);  // shared, not copied per op
     ctx.kv.push(keys, payload).get();  // creates the keys (sum rule: overlaps are fine)
     for (auto window : windows)
       for (std::string op : {"push", "pull"}) {

@@ -134,7 +134,10 @@ TEST_CASE_FIXTURE(fixture, "push and pull through the kv client, chunked across 
   auto keys = key_set::single({100, 100 + n});
   std::vector<float> ones(n, 1.0f), twos(n, 2.0f);
   auto p1 = kv.push(keys, ones);
-  auto p2 = kv.push(keys, twos);
+  auto shared_twos = std::make_shared<std::vector<float>>(twos);
+  auto p2 = kv.push(keys, shared_twos);  // shared buffer: sent without a copy
+  CHECK_THROWS_WITH_AS(kv.push(keys, std::shared_ptr<std::vector<float>>{}), doctest::Contains("null buffer"),
+                       bad_request);
   CHECK_FALSE(p1.ready());  // nothing runs until the scheduler does
   sched.run();
   REQUIRE(p1.ready());
@@ -143,6 +146,7 @@ TEST_CASE_FIXTURE(fixture, "push and pull through the kv client, chunked across 
   auto values = settle(kv.pull(keys));
   REQUIRE(values.size() == n);
   for (auto v : values) REQUIRE(v == 3.0f);
+  CHECK(*shared_twos == twos);  // the caller's buffer is untouched
   // Both shards hold part of the keys.
   std::set<std::uint32_t> owners;
   for (auto k = keys.ranges()[0].begin; k < keys.ranges()[0].end; k += 4096) owners.insert(kv.map().owner(k));
