@@ -302,7 +302,7 @@ kv_future kv_client::init(const key_set& keys, std::vector<float> values) {
 }
 
 kv_future kv_client::pull(const key_set& keys) {
-  return send(op_kind::pull, keys, std::make_shared<std::vector<float>>());
+  return send(op_kind::pull, keys, nullptr);
 }
 
 kv_future kv_client::send(op_kind kind, const key_set& keys, std::shared_ptr<std::vector<float>> whole) {

@@ -53,22 +53,24 @@ shard_actor::behavior_type server_shard(shard_actor::stateful_pointer<shard_stat
     });
     return rp;
   };
+  // push and init differ only in what the store does with the values.
+  using write_fn = void (shard_store::*)(const std::vector<key_range>&, const float*, std::uint64_t);
+  auto write = [=](write_fn fn, const request_header& hdr, const range_list& ranges,
+                   const float_block& values) -> caf::result<std::uint64_t> {
+    if (auto err = checked(hdr, ranges, [&] {
+          ((*self->state.store).*fn)(ranges.ranges, values.data(), values.size);
+        }))
+      return err;
+    return reply(hdr.seq);
+  };
   return {
     [=](push_atom, const request_header& hdr, const range_list& ranges,
         const float_block& values) -> caf::result<std::uint64_t> {
-      if (auto err = checked(hdr, ranges, [&] {
-            self->state.store->push(ranges.ranges, values.data(), values.size);
-          }))
-        return err;
-      return reply(hdr.seq);
+      return write(&shard_store::push, hdr, ranges, values);
     },
     [=](init_atom, const request_header& hdr, const range_list& ranges,
         const float_block& values) -> caf::result<std::uint64_t> {
-      if (auto err = checked(hdr, ranges, [&] {
-            self->state.store->init(ranges.ranges, values.data(), values.size);
-          }))
-        return err;
-      return reply(hdr.seq);
+      return write(&shard_store::init, hdr, ranges, values);
     },
     [=](pull_atom, const request_header& hdr,
         const range_list& ranges) -> caf::result<float_block> {

@@ -22,8 +22,7 @@ struct shard_state {
   std::uint32_t id = 0;
   std::optional<partitioner> map;
   std::optional<shard_store> store;
-  std::string name = "shard ?";
-  static inline const char* name_ = "server_shard";
+  std::string name = "shard ?";  // for error messages
 };
 
 shard_actor::behavior_type server_shard(shard_actor::stateful_pointer<shard_state> self,

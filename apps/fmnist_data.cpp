@@ -260,6 +260,26 @@ void check_labels(const uint8_t* y, std::size_t n) {
                                   std::to_string(i) + " is out of range (expected 0..9)");
 }
 
+}  // namespace
+
+// The checks every model shares live here, once; models compute on checked input.
+float model::loss_and_grad(const std::vector<float>& params, const float* x, const uint8_t* y,
+                           std::size_t batch, std::vector<float>& grad) const {
+  check_params(params, num_params(), name());
+  check_labels(y, batch);
+  grad.assign(num_params(), 0.0f);
+  if (batch == 0) return 0.0f;
+  return compute_loss_and_grad(params.data(), x, y, batch, grad.data());
+}
+
+void model::predict(const std::vector<float>& params, const float* x, std::size_t n,
+                    uint8_t* out) const {
+  check_params(params, num_params(), name());
+  compute_predict(params.data(), x, n, out);
+}
+
+namespace {
+
 // Uniform in [-a, a) from the raw 64-bit output of mt19937_64 (the std
 // distributions are implementation-defined; this is not).
 inline float uniform_pm(std::mt19937_64& rng, double a) {
@@ -277,15 +297,14 @@ class softmax_model final : public model {
   std::vector<layer_span> layers() const override { return {{0, kW}, {kW, kClasses}}; }
   void init(std::vector<float>& params, uint64_t) const override { params.assign(kN, 0.0f); }
 
-  float loss_and_grad(const std::vector<float>& params, const float* x, const uint8_t* y,
-                      std::size_t batch, std::vector<float>& grad) const override {
-    check_params(params, kN, "softmax");
-    check_labels(y, batch);
-    grad.assign(kN, 0.0f);
-    if (batch == 0) return 0.0f;
-    const float* W = params.data();
+  const char* name() const override { return "softmax"; }
+
+ protected:
+  float compute_loss_and_grad(const float* params, const float* x, const uint8_t* y,
+                              std::size_t batch, float* grad) const override {
+    const float* W = params;
     const float* b = W + kW;
-    float* gW = grad.data();
+    float* gW = grad;
     float* gb = gW + kW;
     const float scale = 1.0f / static_cast<float>(batch);
     double loss = 0.0;
@@ -302,10 +321,9 @@ class softmax_model final : public model {
     return static_cast<float>(loss / static_cast<double>(batch));
   }
 
-  void predict(const std::vector<float>& params, const float* x, std::size_t n,
-               uint8_t* out) const override {
-    check_params(params, kN, "softmax");
-    const float* W = params.data();
+  void compute_predict(const float* params, const float* x, std::size_t n,
+                       uint8_t* out) const override {
+    const float* W = params;
     const float* b = W + kW;
     float z[kClasses];
     for (std::size_t i = 0; i < n; ++i) {
@@ -375,15 +393,14 @@ class mlp_model final : public model {
     for (std::size_t i = 0; i < kClasses * H_; ++i) params[oW2_ + i] = uniform_pm(rng, a2);
   }
 
-  float loss_and_grad(const std::vector<float>& params, const float* x, const uint8_t* y,
-                      std::size_t batch, std::vector<float>& grad) const override {
-    check_params(params, n_, "mlp");
-    check_labels(y, batch);
-    grad.assign(n_, 0.0f);
-    if (batch == 0) return 0.0f;
-    const float* P = params.data();
+  const char* name() const override { return "mlp"; }
+
+ protected:
+  float compute_loss_and_grad(const float* params, const float* x, const uint8_t* y,
+                              std::size_t batch, float* grad) const override {
+    const float* P = params;
     const float* W2 = P + oW2_;
-    float* G = grad.data();
+    float* G = grad;
     float* gW1 = G + oW1_;
     float* gb1 = G + ob1_;
     float* gW2 = G + oW2_;
@@ -428,13 +445,12 @@ class mlp_model final : public model {
     return static_cast<float>(loss / static_cast<double>(batch));
   }
 
-  void predict(const std::vector<float>& params, const float* x, std::size_t n,
-               uint8_t* out) const override {
-    check_params(params, n_, "mlp");
+  void compute_predict(const float* params, const float* x, std::size_t n,
+                       uint8_t* out) const override {
     scratch s;
     for (std::size_t c0 = 0; c0 < n; c0 += kChunk) {
       const std::size_t m = std::min(kChunk, n - c0);
-      forward(params.data(), x + c0 * kFeatures, m, s);
+      forward(params, x + c0 * kFeatures, m, s);
       for (std::size_t i = 0; i < m; ++i) out[c0 + i] = argmax(&s.logits[i * kClasses]);
     }
   }

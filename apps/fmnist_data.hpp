@@ -69,12 +69,18 @@ class model {
   // labels.  batch == 0 gives loss 0 and an all-zero gradient.
   // Throws std::invalid_argument if params.size() != num_params() or a label
   // is >= 10.
-  virtual float loss_and_grad(const std::vector<float>& params, const float* x,
-                              const uint8_t* y, std::size_t batch,
-                              std::vector<float>& grad) const = 0;
+  float loss_and_grad(const std::vector<float>& params, const float* x, const uint8_t* y,
+                      std::size_t batch, std::vector<float>& grad) const;
   // Writes the arg-max class of each of the n samples into out.
-  virtual void predict(const std::vector<float>& params, const float* x, std::size_t n,
-                       uint8_t* out) const = 0;
+  void predict(const std::vector<float>& params, const float* x, std::size_t n, uint8_t* out) const;
+  virtual const char* name() const = 0;
+
+ protected:
+  // Called with checked inputs, batch > 0 and grad zeroed (num_params() floats).
+  virtual float compute_loss_and_grad(const float* params, const float* x, const uint8_t* y,
+                                      std::size_t batch, float* grad) const = 0;
+  virtual void compute_predict(const float* params, const float* x, std::size_t n,
+                               uint8_t* out) const = 0;
 };
 
 // name: "softmax" (multinomial logistic regression) or "mlp" (784 -> hidden

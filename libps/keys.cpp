@@ -11,17 +11,22 @@ std::string to_string(const key_range& r) {
   return s;
 }
 
-key_set::key_set(std::vector<key_range> ranges) : ranges_(std::move(ranges)) {
-  for (std::size_t i = 0; i < ranges_.size(); ++i) {
-    const auto& r = ranges_[i];
+std::uint64_t count_keys(const std::vector<key_range>& ranges) {
+  std::uint64_t n = 0;
+  for (std::size_t i = 0; i < ranges.size(); ++i) {
+    const auto& r = ranges[i];
     if (r.empty())
       throw bad_request("key range " + to_string(r) + " is empty");
-    if (i > 0 && r.begin < ranges_[i - 1].end)
+    if (i > 0 && r.begin < ranges[i - 1].end)
       throw bad_request("key ranges must be ascending and disjoint: " + to_string(r) +
-                        " follows " + to_string(ranges_[i - 1]));
-    num_keys_ += r.size();
+                        " follows " + to_string(ranges[i - 1]));
+    n += r.size();
   }
+  return n;
 }
+
+key_set::key_set(std::vector<key_range> ranges)
+    : ranges_(std::move(ranges)), num_keys_(count_keys(ranges_)) {}
 
 key_set key_set::from_keys(const std::vector<key_type>& keys) {
   std::vector<key_range> ranges;

@@ -25,6 +25,10 @@ struct key_range {
 
 std::string to_string(const key_range& r);
 
+// Throws bad_request unless the ranges are non-empty, ascending and disjoint; returns
+// how many keys they hold.
+std::uint64_t count_keys(const std::vector<key_range>& ranges);
+
 // A sorted list of disjoint, non-empty key ranges: the keys of one push or pull.
 // Values for a key_set are laid out in range order, back to back.
 class key_set {

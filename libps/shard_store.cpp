@@ -8,10 +8,10 @@ namespace ps {
 namespace {
 
 void check_sizes(const std::vector<key_range>& ranges, std::uint64_t num_values, const char* op) {
-  key_set checked(ranges);  // throws on malformed ranges
-  if (checked.num_keys() != num_values)
+  auto keys = count_keys(ranges);  // throws on malformed ranges
+  if (keys != num_values)
     throw bad_request(std::string(op) + " carries " + std::to_string(num_values) + " values for " +
-                      std::to_string(checked.num_keys()) + " keys");
+                      std::to_string(keys) + " keys");
 }
 
 }  // namespace

@@ -115,6 +115,17 @@ key_type key_of_shard(const kv_client& kv, std::uint32_t id) {
     if (kv.map().owner(k) == id) return k;
 }
 
+// Waits (at most `bound`) for an op that must fail; returns its error and the seconds
+// from t0 until it completed.
+std::pair<std::string, double> failure_after(kv_future f, std::chrono::steady_clock::time_point t0,
+                                             milliseconds bound) {
+  REQUIRE(f.wait_for(bound));
+  auto waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  auto err = f.error();
+  REQUIRE_FALSE(err.empty());
+  return {err, waited};
+}
+
 }  // namespace
 
 TEST_CASE("a server killed with SIGKILL while a worker waits on it: error naming the shard, no hang") {
@@ -127,9 +138,7 @@ TEST_CASE("a server killed with SIGKILL while a worker waits on it: error naming
     auto t0 = std::chrono::steady_clock::now();
     REQUIRE(kill(static_cast<pid_t>(victim.pid), SIGKILL) == 0);
     // Detected by the monitor (~1 ms, CAF-NOTES §4), well before the 1.5 s request timeout.
-    REQUIRE(f.wait_for(milliseconds(5000)));
-    auto waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    auto err = f.error();
+    auto [err, waited] = failure_after(f, t0, milliseconds(5000));
     INFO(err);
     CHECK(err.find("shard 1 (127.0.0.1:" + std::to_string(victim.port)) != std::string::npos);
     CHECK(err.find("is down") != std::string::npos);
@@ -146,10 +155,7 @@ TEST_CASE("a hung server (SIGSTOP): the request fails at its timeout, naming the
     ctx.kv.push(keys, std::vector<float>(10, 1.0f)).get();  // alive and answering
     REQUIRE(kill(static_cast<pid_t>(victim.pid), SIGSTOP) == 0);
     auto t0 = std::chrono::steady_clock::now();
-    auto f = ctx.kv.pull(keys);
-    REQUIRE(f.wait_for(milliseconds(10000)));
-    auto waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    auto err = f.error();
+    auto [err, waited] = failure_after(ctx.kv.pull(keys), t0, milliseconds(10000));
     INFO(err);
     CHECK(err.find("no reply from shard 0 (127.0.0.1:" + std::to_string(victim.port)) != std::string::npos);
     CHECK(err.find("within 1500 ms") != std::string::npos);
