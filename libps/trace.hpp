@@ -1,0 +1,42 @@
+#pragma once
+// The consistency trace (--trace=FILE): one JSON object per line, written by the shards.
+//   {"ev":"push","worker":W,"clock":C,"shard":K}                 a push applied
+//   {"ev":"pull","worker":W,"clock":C,"shard":K,"min_clock":M,"staleness":S}
+//                                                                 a pull answered; S is the
+//                                                                 bound ("inf" for ASP)
+//   {"ev":"leave","worker":W,"shard":K}                          W finished or died
+// Each shard appends its lines in the order it handled the events, so the lines of one
+// shard are that shard's history; check_trace verifies the SSP guarantee from them.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace ps {
+
+struct trace_event {
+  enum kind_type { push, pull, leave } kind = push;
+  std::uint32_t worker = 0;
+  std::uint64_t clock = 0;
+  std::uint32_t shard = 0;
+  std::uint64_t min_clock = 0;  // pull only (left_clock when no worker is live: "inf")
+  std::uint64_t staleness = 0;  // pull only; infinite_staleness for ASP
+};
+
+std::string to_json(const trace_event& e);
+// Throws bad_request naming the line and what is wrong with it.
+trace_event parse_trace_line(const std::string& line);
+// Reads a whole trace file; throws bad_request naming the file and line.
+std::vector<trace_event> read_trace(const std::string& path);
+
+struct trace_report {
+  std::uint64_t pushes = 0, pulls = 0;
+  std::uint64_t max_lag = 0;  // largest (reader's clock - min clock) among pulls answered
+  std::vector<std::string> violations;  // empty: the trace keeps the guarantee
+};
+
+// For every pull at clock c with bound s answered by shard k: min_clock >= c - s; no push
+// with clock <= c - s - 1 reached shard k after the pull (from any worker); and none of
+// the reader's own pushes with clock <= c - 1 did (read-my-writes).
+trace_report check_trace(const std::vector<trace_event>& events);
+
+}  // namespace ps
