@@ -14,6 +14,7 @@ cluster_view make_view(self_ptr self, const coordinator_options& opts) {
   v.vnodes = opts.vnodes;
   v.bucket_bits = opts.bucket_bits;
   v.num_workers = opts.workers;
+  v.staleness = opts.staleness;
   v.shards = self->state.shards;
   v.rule = rule_msg::from(opts.rule);
   return v;
@@ -48,6 +49,8 @@ void worker_finished(self_ptr self, const coordinator_options& opts, std::uint32
   if (id >= st.worker_done.size() || st.worker_done[id]) return;
   st.worker_done[id] = true;
   ++st.finished_workers;
+  // It leaves the clock vector: BSP and SSP reads stop waiting for it.
+  for (auto& shard : st.shard_handles) caf::anon_send(shard, leave_atom::value, id);
   if (st.finished_workers == opts.workers) {
     self->quit();
     return;
@@ -83,6 +86,7 @@ coordinator_actor::behavior_type coordinator(self_ptr self, coordinator_options 
                                " servers have registered already");
         id = static_cast<std::uint32_t>(st.shards.size());
         st.shards.push_back({id, info.host, info.port, info.pid, info.handle});
+        st.shard_handles.push_back(caf::actor_cast<shard_actor>(sender));
         who = "server shard " + std::to_string(id) +
               (info.host.empty() ? "" : " (" + info.host + ":" + std::to_string(info.port) +
                                           ", pid " + std::to_string(info.pid) + ")");

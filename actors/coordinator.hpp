@@ -18,6 +18,8 @@ struct coordinator_options {
   std::uint32_t vnodes = 128;
   std::uint32_t bucket_bits = 12;
   update_rule rule;
+  // 0: BSP, k: SSP, infinite_staleness: ASP (the plain key-value store: no clocks needed).
+  std::uint64_t staleness = UINT64_MAX;
   // Gets (report_atom, worker, text), (done_atom, worker, text) and (failed_atom, text).
   // Without one, the coordinator prints them.
   caf::actor observer;
@@ -25,6 +27,7 @@ struct coordinator_options {
 
 struct coordinator_state {
   std::vector<shard_entry> shards;
+  std::vector<shard_actor> shard_handles;  // told when a worker leaves the clock vector
   std::vector<caf::typed_response_promise<registration>> waiting;  // parked registrations
   std::vector<std::uint32_t> waiting_ids;
   std::uint32_t next_worker = 0;

@@ -88,7 +88,7 @@ namespace {
 using detail::op_request;
 
 const char* names_of(op_kind k) {
-  static const char* names[] = {"push", "init", "pull"};
+  static const char* names[] = {"push", "init", "pull", "clock"};
   return names[static_cast<int>(k)];
 }
 
@@ -125,7 +125,10 @@ using client_ptr = caf::stateful_actor<client_state>*;
 // Sends now if the shard's in-flight budget allows (always when nothing is in flight).
 void send_or_queue(client_ptr self, std::size_t idx, std::uint64_t bytes, std::function<void()> fire) {
   auto& st = self->state;
-  if (st.inflight_bytes[idx] > 0 && st.inflight_bytes[idx] + bytes > st.inflight_limit) {
+  // Behind anything already queued, whatever its size: requests to a shard leave in the
+  // order they were made (read-my-writes and clock ticks depend on it).
+  if (!st.queued[idx].empty() ||
+      (st.inflight_bytes[idx] > 0 && st.inflight_bytes[idx] + bytes > st.inflight_limit)) {
     st.queued[idx].emplace_back(bytes, std::move(fire));
     return;
   }
@@ -181,6 +184,38 @@ caf::behavior kv_client_actor(client_ptr self, std::vector<shard_link> shards,
     }
   });
   return {
+    // A clock tick goes to every shard, behind this worker's earlier requests to it.
+    [=](clock_atom, std::shared_ptr<op_request>& req) {
+      auto& st = self->state;
+      auto op = req->op;
+      op->pending = st.shards.size();
+      for (std::size_t idx = 0; idx < st.shards.size(); ++idx) {
+        const auto& link = st.shards[idx];
+        if (!st.down[idx].empty()) {
+          op->finish(op->what + " failed: " + st.down[idx]);
+          return;
+        }
+        auto& entry = st.outstanding[idx][op.get()];
+        entry.first = op;
+        ++entry.second;
+        send_or_queue(self, idx, 0, [=] {
+          self->request(link.handle, self->state.timeout, clock_atom::value, req->hdr)
+            .then([=](std::uint64_t) {
+                    release(self, idx, 0);
+                    chunk_answered(self, idx, op.get());
+                  },
+                  [=](caf::error& err) {
+                    op->finish(op->what + " failed: " +
+                               (err == caf::sec::request_timeout
+                                  ? "no reply from " + link.name + " within " +
+                                      std::to_string(self->state.timeout.count()) + " ms"
+                                  : describe(err)));
+                    release(self, idx, 0);
+                    chunk_answered(self, idx, op.get());
+                  });
+        });
+      }
+    },
     [=](dispatch_atom, std::shared_ptr<op_request>& req) {
       auto& st = self->state;
       auto op = req->op;
@@ -297,6 +332,24 @@ kv_future kv_client::push(const key_set& keys, std::shared_ptr<std::vector<float
   return send(op_kind::push, keys, std::move(values));
 }
 
+kv_future kv_client::push(const key_set& keys, std::shared_ptr<std::vector<float>> values,
+                          std::size_t offset) {
+  if (!values) throw bad_request("push: no values (null buffer)");
+  return send(op_kind::push, keys, std::move(values), offset);
+}
+
+kv_future kv_client::advance_clock(std::uint64_t c) {
+  clock_ = c;
+  auto op = std::make_shared<kv_op_state>();
+  op->what = "clock tick to " + std::to_string(c) + " of worker " + std::to_string(opts_.worker);
+  auto req = std::make_shared<detail::op_request>();
+  req->kind = op_kind::clock;
+  req->op = op;
+  req->hdr = request_header{map_.epoch(), opts_.worker, c, 0};
+  caf::anon_send(actor_, clock_atom::value, std::move(req));
+  return kv_future(op);
+}
+
 kv_future kv_client::init(const key_set& keys, std::vector<float> values) {
   return send(op_kind::init, keys, std::make_shared<std::vector<float>>(std::move(values)));
 }
@@ -305,12 +358,17 @@ kv_future kv_client::pull(const key_set& keys) {
   return send(op_kind::pull, keys, nullptr);
 }
 
-kv_future kv_client::send(op_kind kind, const key_set& keys, std::shared_ptr<std::vector<float>> whole) {
+kv_future kv_client::send(op_kind kind, const key_set& keys, std::shared_ptr<std::vector<float>> whole,
+                          std::optional<std::size_t> offset) {
   auto op = std::make_shared<kv_op_state>();
   op->what = names_of(kind);
-  if (kind != op_kind::pull && whole->size() != keys.num_keys())
+  if (kind != op_kind::pull && !offset && whole->size() != keys.num_keys())
     throw bad_request(op->what + ": " + std::to_string(whole->size()) + " values for " +
                       std::to_string(keys.num_keys()) + " keys");
+  if (kind != op_kind::pull && offset && (*offset > whole->size() || whole->size() - *offset < keys.num_keys()))
+    throw bad_request(op->what + ": " + std::to_string(keys.num_keys()) + " keys need values [" +
+                      std::to_string(*offset) + ", " + std::to_string(*offset + keys.num_keys()) +
+                      ") of a buffer of " + std::to_string(whole->size()));
   if (!keys.ranges().empty())
     op->what += " of " + describe_keys(keys.ranges().front(), keys.ranges().back(), keys.ranges().size());
   auto req = std::make_shared<detail::op_request>();
@@ -324,12 +382,13 @@ kv_future kv_client::send(op_kind kind, const key_set& keys, std::shared_ptr<std
   if (kind == op_kind::pull) {
     if (req->chunks.size() > 1) op->values.resize(keys.num_keys());
   } else {
+    auto base = offset.value_or(0);
     for (const auto& c : req->chunks) {
       if (c.contiguous()) {  // a view: no copy
-        req->blocks.push_back({whole, c.first_offset(), c.num_values});
+        req->blocks.push_back({whole, base + c.first_offset(), c.num_values});
       } else {
         std::vector<float> gathered(c.num_values);
-        gather(whole->data(), c, gathered.data());
+        gather(whole->data() + base, c, gathered.data());
         req->blocks.push_back(float_block::own(std::move(gathered)));
       }
     }

@@ -9,6 +9,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -18,7 +19,7 @@
 
 namespace ps {
 
-enum class op_kind { push, init, pull };
+enum class op_kind { push, init, pull, clock };
 
 struct kv_error : std::runtime_error {
   using std::runtime_error::runtime_error;
@@ -91,18 +92,27 @@ class kv_client {
   // the caller must not change it before the future completes. For values pushed again
   // and again (benchmarks, constant tensors).
   kv_future push(const key_set& keys, std::shared_ptr<std::vector<float>> values);
+  // The values for keys start at values[offset] (e.g. one layer of a flat gradient); the
+  // buffer may hold more after them. The same sharing rule applies.
+  kv_future push(const key_set& keys, std::shared_ptr<std::vector<float>> values, std::size_t offset);
   // Sets keys that were never set (the first initializer wins).
   kv_future init(const key_set& keys, std::vector<float> values);
   // The current values of the keys, in key order.
   kv_future pull(const key_set& keys);
 
-  // Tags later requests with this clock (iterations completed by this worker).
+  // This worker has completed c iterations: tags later requests with clock c and tells
+  // every shard, after this worker's earlier requests to it (the staleness controller
+  // counts on that order). Completes when every shard has acknowledged.
+  kv_future advance_clock(std::uint64_t c);
+  // Tags later requests with this clock without telling the shards (tests).
   void set_clock(std::uint64_t c) { clock_ = c; }
+  std::uint64_t clock() const { return clock_; }
   const partitioner& map() const { return map_; }
   const kv_client_options& options() const { return opts_; }
 
  private:
-  kv_future send(op_kind kind, const key_set& keys, std::shared_ptr<std::vector<float>> values);
+  kv_future send(op_kind kind, const key_set& keys, std::shared_ptr<std::vector<float>> values,
+                 std::optional<std::size_t> offset = {});  // none: values fit keys exactly
 
   partitioner map_;
   kv_client_options opts_;

@@ -26,6 +26,9 @@ using done_atom = caf::atom_constant<caf::atom("done")>;
 using start_atom = caf::atom_constant<caf::atom("start")>;
 using dispatch_atom = caf::atom_constant<caf::atom("dispatch")>;
 using failed_atom = caf::atom_constant<caf::atom("failed")>;
+using clock_atom = caf::atom_constant<caf::atom("clock")>;
+using leave_atom = caf::atom_constant<caf::atom("leave")>;
+using sweep_atom = caf::atom_constant<caf::atom("sweep")>;
 
 template <class Inspector>
 constexpr bool is_raw_io_v =
@@ -112,13 +115,14 @@ struct cluster_view {
   std::uint32_t vnodes = 0;
   std::uint32_t bucket_bits = 0;
   std::uint32_t num_workers = 0;
+  std::uint64_t staleness = 0;  // 0: BSP, k: SSP, infinite_staleness: ASP
   std::vector<shard_entry> shards;
   rule_msg rule;
 };
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, cluster_view& x) {
   return f(caf::meta::type_name("cluster_view"), x.epoch, x.vnodes, x.bucket_bits, x.num_workers,
-           x.shards, x.rule);
+           x.staleness, x.shards, x.rule);
 }
 
 struct node_info {
@@ -145,7 +149,14 @@ typename Inspector::result_type inspect(Inspector& f, registration& x) {
 using shard_actor = caf::typed_actor<
   caf::replies_to<push_atom, request_header, range_list, float_block>::with<std::uint64_t>,
   caf::replies_to<init_atom, request_header, range_list, float_block>::with<std::uint64_t>,
+  // Answered when the staleness controller allows a read at hdr.clock (parked till then).
   caf::replies_to<pull_atom, request_header, range_list>::with<float_block>,
+  // Worker hdr.worker has completed hdr.clock iterations; its pushes so far were sent before.
+  caf::replies_to<clock_atom, request_header>::with<std::uint64_t>,
+  // From the coordinator: the worker finished or died, nobody waits for it any more.
+  caf::reacts_to<leave_atom, std::uint32_t>,
+  // Internal: fails pulls parked for longer than the limit, naming whom they wait for.
+  caf::reacts_to<sweep_atom>,
   caf::reacts_to<start_atom, std::uint16_t>>;
 
 using coordinator_actor = caf::typed_actor<

@@ -8,6 +8,8 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
+#include <cstring>
 #include <cstdio>
 #include <filesystem>
 #include <thread>
@@ -38,7 +40,15 @@ node_config::node_config() {
     .add(epochs, "epochs", "passes over the training data")
     .add(lr, "lr", "learning rate of the server's update rule")
     .add(batch, "batch", "minibatch size per worker")
-    .add(seed, "seed", "seed for initialization and shuffling")
+    .add(seed, "seed", "seed for initialization, shuffling and stragglers")
+    .add(consistency, "consistency", "bsp|ssp|asp (default: bsp, or ssp when --staleness is given)")
+    .add(staleness, "staleness", "SSP bound: a read at clock c waits for min clock >= c - K")
+    .add(slow_worker, "slow-worker", "ID:FACTOR: that worker's compute always takes FACTOR times longer")
+    .add(straggle, "straggle", "P:FACTOR: each iteration each worker is slowed by FACTOR with probability P")
+    .add(pipeline, "pipeline", "on|off: overlap loading, pull prefetch and per-layer pushes with compute")
+    .add(trace, "trace", "FILE: shards append a JSON line per push applied and pull answered")
+    .add(target_accuracy, "target-accuracy", "bench_consistency: the accuracy seconds_to_target is timed to")
+    .add(eval_every, "eval-every", "seconds between parameter snapshots for time-to-accuracy")
     .add(sizes, "sizes", "bench_kv: value sizes in bytes, e.g. [4096,1048576]")
     .add(windows, "windows", "bench_kv: requests in flight, e.g. [1,8]")
     .add(cell_seconds, "cell-seconds", "bench_kv: seconds per measured cell");
@@ -146,6 +156,60 @@ void node_config::validate() const {
     if (w < 1 || w > 1024) throw bad_request("--windows: " + std::to_string(w) + " is not in [1, 1024]");
   if (!(cell_seconds > 0)) throw bad_request("--cell-seconds must be > 0");
   if (!coordinator.empty()) parse_host_port(coordinator);
+  staleness_bound("bsp");
+  one_of("pipeline", pipeline, {"on", "off"});
+  auto slow = parse_slow_worker(slow_worker);
+  if (slow.set && slow.worker >= workers)
+    throw bad_request("--slow-worker=" + slow_worker + ": there are only " + std::to_string(workers) +
+                      " workers (ids 0.." + std::to_string(workers - 1) + ")");
+  parse_straggle(straggle);
+  if (!(target_accuracy > 0 && target_accuracy <= 1)) throw bad_request("--target-accuracy must be in (0, 1]");
+  if (!(eval_every > 0)) throw bad_request("--eval-every must be > 0");
+}
+
+std::uint64_t node_config::staleness_bound(const std::string& app_default) const {
+  return staleness_from(consistency.empty() && staleness < 0 ? app_default : consistency, staleness);
+}
+
+namespace {
+
+// A number filling all of `text`; throws bad_request naming the flag.
+double parse_number(const std::string& flag, const std::string& whole, const std::string& text) {
+  char* end = nullptr;
+  double v = std::strtod(text.c_str(), &end);
+  if (text.empty() || *end != '\0' || !std::isfinite(v))
+    throw bad_request("--" + flag + "=" + whole + ": \"" + text + "\" is not a number");
+  return v;
+}
+
+std::pair<std::string, std::string> split_colon(const std::string& flag, const std::string& s,
+                                                const char* form) {
+  auto colon = s.find(':');
+  if (colon == std::string::npos)
+    throw bad_request("--" + flag + "=" + s + " is not " + form);
+  return {s.substr(0, colon), s.substr(colon + 1)};
+}
+
+}  // namespace
+
+slow_worker_spec parse_slow_worker(const std::string& s) {
+  if (s.empty()) return {};
+  auto [id, factor] = split_colon("slow-worker", s, "ID:FACTOR");
+  auto w = parse_number("slow-worker", s, id);
+  auto f = parse_number("slow-worker", s, factor);
+  if (w < 0 || w != std::floor(w)) throw bad_request("--slow-worker=" + s + ": worker id must be a whole number >= 0");
+  if (f < 1) throw bad_request("--slow-worker=" + s + ": FACTOR must be >= 1");
+  return {true, static_cast<std::uint32_t>(w), f};
+}
+
+straggle_spec parse_straggle(const std::string& s) {
+  if (s.empty()) return {};
+  auto [p, factor] = split_colon("straggle", s, "P:FACTOR");
+  auto pv = parse_number("straggle", s, p);
+  auto f = parse_number("straggle", s, factor);
+  if (pv < 0 || pv > 1) throw bad_request("--straggle=" + s + ": P must be in [0, 1]");
+  if (f < 1) throw bad_request("--straggle=" + s + ": FACTOR must be >= 1");
+  return {pv, f};
 }
 
 void apply_runtime_defaults(node_config& cfg) {
@@ -176,13 +240,19 @@ update_rule rule_from(const node_config& cfg, const std::string& default_rule) {
   return r;
 }
 
-coordinator_options coordinator_options_from(const node_config& cfg, const update_rule& rule) {
+job_settings settings_from(const node_config& cfg, const std::string& default_rule,
+                           const std::string& default_consistency) {
+  return {rule_from(cfg, default_rule), cfg.staleness_bound(default_consistency)};
+}
+
+coordinator_options coordinator_options_from(const node_config& cfg, const job_settings& settings) {
   coordinator_options o;
   o.servers = static_cast<std::uint32_t>(cfg.servers);
   o.workers = static_cast<std::uint32_t>(cfg.workers);
   o.vnodes = static_cast<std::uint32_t>(cfg.vnodes);
   o.bucket_bits = static_cast<std::uint32_t>(cfg.bucket_bits);
-  o.rule = rule;
+  o.rule = settings.rule;
+  o.staleness = settings.staleness;
   return o;
 }
 
@@ -191,6 +261,9 @@ shard_options shard_options_from(const node_config& cfg, std::string host) {
   o.host = std::move(host);
   o.register_timeout = milliseconds(cfg.register_timeout_ms);
   o.reply_delay = milliseconds(cfg.reply_delay_ms);
+  // A parked pull must fail with its reason before the client gives up on it.
+  o.park_limit = milliseconds(std::max<std::size_t>(1, cfg.timeout_ms * 9 / 10));
+  o.trace_path = cfg.trace;
   return o;
 }
 
@@ -302,12 +375,32 @@ pid_t spawn_psnode(const std::vector<std::string>& args) {
   return spawn_process(psnode_path(), args);
 }
 
+namespace {
+
+// A job starts a fresh trace: the shards only ever append.
+bool start_trace(const node_config& cfg, std::string* error) {
+  if (cfg.trace.empty()) return true;
+  std::FILE* f = std::fopen(cfg.trace.c_str(), "w");
+  if (!f) {
+    *error = "cannot create trace file " + cfg.trace + ": " + std::strerror(errno);
+    return false;
+  }
+  std::fclose(f);
+  return true;
+}
+
+}  // namespace
+
 job_result run_job(caf::actor_system& sys, const node_config& cfg, const app_fn& app,
-                   const std::string& app_name, const update_rule& rule, const report_fn& on_report) {
+                   const std::string& app_name, const job_settings& settings, const report_fn& on_report) {
   job_result res;
+  if (std::string err; !start_trace(cfg, &err)) {
+    res.failures.push_back(err);
+    return res;
+  }
   auto start = std::chrono::steady_clock::now();
   caf::scoped_actor observer{sys};
-  auto copts = coordinator_options_from(cfg, rule);
+  auto copts = coordinator_options_from(cfg, settings);
   copts.observer = caf::actor_cast<caf::actor>(observer);
   auto coord = sys.spawn(coordinator, copts);
   observer->monitor(coord);
@@ -408,8 +501,12 @@ caf::expected<coordinator_actor> connect_coordinator(caf::actor_system& sys, con
 
 }  // namespace
 
-int run_coordinator_role(caf::actor_system& sys, const node_config& cfg, const update_rule& rule) {
-  auto copts = coordinator_options_from(cfg, rule);
+int run_coordinator_role(caf::actor_system& sys, const node_config& cfg, const job_settings& settings) {
+  if (std::string err; !start_trace(cfg, &err)) {
+    std::fprintf(stderr, "error: %s\n", err.c_str());
+    return 1;
+  }
+  auto copts = coordinator_options_from(cfg, settings);
   auto coord = sys.spawn(coordinator, copts);
   auto port = sys.middleman().publish(coord, cfg.port, cfg.host.c_str());
   if (!port) {

@@ -31,6 +31,15 @@ struct node_config : caf::actor_system_config {
   double lr = 0.1;
   std::size_t batch = 64;
   std::size_t seed = 1;
+  // consistency and training stages
+  std::string consistency;             // bsp | ssp | asp ("" : from --staleness, else bsp)
+  std::int64_t staleness = -1;          // -1: not given
+  std::string slow_worker;             // ID:FACTOR
+  std::string straggle;                // P:FACTOR
+  std::string pipeline = "on";         // on | off
+  std::string trace;                   // FILE: consistency trace (JSON lines)
+  double target_accuracy = 0.85;       // bench_consistency: seconds_to_target
+  double eval_every = 0.25;            // seconds between parameter snapshots (time to target)
   // bench_kv
   std::vector<std::int64_t> sizes;
   std::vector<std::int64_t> windows;
@@ -53,6 +62,9 @@ struct node_config : caf::actor_system_config {
   bool parse_args(int argc, char** argv);
   // Range checks on the values; throws bad_request naming the option.
   void validate() const;
+  // The staleness bound the flags select (libps/consistency.hpp); app_default
+  // ("bsp", "asp", ...) applies when neither --consistency nor --staleness is given.
+  std::uint64_t staleness_bound(const std::string& app_default) const;
   // The arguments this process was started with (for starting psnode children).
   std::vector<std::string> args;
 };
@@ -87,8 +99,17 @@ using report_fn = std::function<void(std::uint32_t worker, const std::string& te
 // Runs app `app_name` on cfg.workers workers and cfg.servers shards, embedded or as
 // psnode processes (cfg.cluster). Never hangs on a dead member: it fails with a reason.
 // app_name is what psnode children get as --app.
+// What the coordinator hands every member besides the shard map.
+struct job_settings {
+  update_rule rule;
+  std::uint64_t staleness = 0;
+};
+// From --ps.rule/--lr/--ps.momentum and --consistency/--staleness, with an app's defaults.
+job_settings settings_from(const node_config& cfg, const std::string& default_rule,
+                           const std::string& default_consistency);
+
 job_result run_job(caf::actor_system& sys, const node_config& cfg, const app_fn& app,
-                   const std::string& app_name, const update_rule& rule, const report_fn& on_report);
+                   const std::string& app_name, const job_settings& settings, const report_fn& on_report);
 
 // Registers a worker with the coordinator, connects to the shards, runs the app and
 // sends its result (done). False (and *error_out) when any step failed.
@@ -98,16 +119,29 @@ bool run_worker(caf::actor_system& sys, const node_config& cfg, coordinator_acto
 pid_t spawn_psnode(const std::vector<std::string>& args);
 
 // psnode roles. Return the process exit code.
-int run_coordinator_role(caf::actor_system& sys, const node_config& cfg, const update_rule& rule);
+int run_coordinator_role(caf::actor_system& sys, const node_config& cfg, const job_settings& settings);
 int run_server_role(caf::actor_system& sys, const node_config& cfg);
 int run_worker_role(caf::actor_system& sys, const node_config& cfg, const app_fn& app);
 
 // The update rule from the config (--ps.rule, else default_rule; --lr, --ps.momentum).
 update_rule rule_from(const node_config& cfg, const std::string& default_rule);
 // Actor settings from the config.
-coordinator_options coordinator_options_from(const node_config& cfg, const update_rule& rule);
+coordinator_options coordinator_options_from(const node_config& cfg, const job_settings& settings);
 struct shard_options;
 shard_options shard_options_from(const node_config& cfg, std::string host);  // host "": embedded
+
+// --slow-worker=ID:FACTOR and --straggle=P:FACTOR; throw bad_request naming the flag.
+struct slow_worker_spec {
+  bool set = false;
+  std::uint32_t worker = 0;
+  double factor = 1;
+};
+slow_worker_spec parse_slow_worker(const std::string& s);
+struct straggle_spec {
+  double probability = 0;
+  double factor = 1;
+};
+straggle_spec parse_straggle(const std::string& s);
 
 // "host:port" -> pair; throws bad_request.
 std::pair<std::string, std::uint16_t> parse_host_port(const std::string& s);

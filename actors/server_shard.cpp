@@ -1,10 +1,24 @@
 #include "actors/server_shard.hpp"
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstring>
 
 namespace ps {
+
+shard_state::~shard_state() {
+  if (trace_fd >= 0) ::close(trace_fd);
+}
+
+void shard_state::trace(const trace_event& e) const {
+  if (trace_fd < 0) return;
+  auto line = to_json(e) + "\n";
+  // One write per line: O_APPEND keeps lines from several shard processes whole.
+  if (::write(trace_fd, line.data(), line.size()) != static_cast<ssize_t>(line.size()))
+    std::fprintf(stderr, "%s: writing the trace failed: %s\n", name.c_str(), std::strerror(errno));
+}
 
 void check_ownership(const partitioner& map, std::uint32_t id, const std::vector<key_range>& ranges) {
   auto bits = map.bucket_bits();
@@ -58,10 +72,61 @@ shard_actor::behavior_type server_shard(shard_actor::stateful_pointer<shard_stat
   auto write = [=](write_fn fn, const request_header& hdr, const range_list& ranges,
                    const float_block& values) -> caf::result<std::uint64_t> {
     if (auto err = checked(hdr, ranges, [&] {
-          ((*self->state.store).*fn)(ranges.ranges, values.data(), values.size);
+          auto& st = self->state;
+          if (fn == &shard_store::push && st.consistency->defers_push(hdr.clock)) {
+            // Acknowledged now, applied when the clock completes; a copy, since the
+            // sender may reuse its buffer once acknowledged.
+            shard_store::check_push(ranges.ranges, values.size);
+            st.deferred.push_back({hdr, ranges, std::vector<float>(values.data(), values.data() + values.size)});
+            return;
+          }
+          ((*st.store).*fn)(ranges.ranges, values.data(), values.size);
+          if (fn == &shard_store::push) st.trace({trace_event::push, hdr.worker, hdr.clock, st.id, 0, 0});
         }))
       return err;
     return reply(hdr.seq);
+  };
+  // Reads the values of a pull the controller lets through, and traces it.
+  auto answer_pull = [=](const request_header& hdr, const range_list& ranges) {
+    auto& st = self->state;
+    std::uint64_t n = 0;
+    for (const auto& r : ranges.ranges) n += r.size();
+    std::vector<float> out(n);
+    st.store->pull(ranges.ranges, out.data(), n);
+    st.trace({trace_event::pull, hdr.worker, hdr.clock, st.id, st.consistency->clocks().min_clock(),
+              st.consistency->staleness()});
+    return float_block::own(std::move(out));
+  };
+  // After the minimum clock moved: apply the pushes it completes, then answer the reads
+  // it lets through.
+  auto release_parked = [=] {
+    auto& st = self->state;
+    if (!st.deferred.empty()) {
+      std::vector<shard_state::deferred_push> keep;
+      for (auto& d : st.deferred) {
+        if (st.consistency->defers_push(d.hdr.clock)) {
+          keep.push_back(std::move(d));
+          continue;
+        }
+        st.store->push(d.ranges.ranges, d.values.data(), d.values.size());  // checked on arrival
+        st.trace({trace_event::push, d.hdr.worker, d.hdr.clock, st.id, 0, 0});
+      }
+      st.deferred = std::move(keep);
+    }
+    for (auto& p : st.parked.release(*st.consistency)) {
+      try {
+        p.promise.deliver(answer_pull(p.hdr, p.ranges));
+      } catch (const bad_request& e) {
+        p.promise.deliver(make_ps_error(st.name + ": " + e.what()));
+      }
+    }
+  };
+  // While pulls are parked, look every half limit for ones that waited too long.
+  auto schedule_sweep = [=] {
+    auto& st = self->state;
+    if (st.sweep_scheduled || st.parked.size() == 0) return;
+    st.sweep_scheduled = true;
+    self->delayed_send(self, opts.park_limit / 2, sweep_atom::value);
   };
   return {
     [=](push_atom, const request_header& hdr, const range_list& ranges,
@@ -72,17 +137,54 @@ shard_actor::behavior_type server_shard(shard_actor::stateful_pointer<shard_stat
         const float_block& values) -> caf::result<std::uint64_t> {
       return write(&shard_store::init, hdr, ranges, values);
     },
-    [=](pull_atom, const request_header& hdr,
-        const range_list& ranges) -> caf::result<float_block> {
-      std::vector<float> out;
-      if (auto err = checked(hdr, ranges, [&] {
-            std::uint64_t n = 0;
-            for (const auto& r : ranges.ranges) n += r.size();
-            out.resize(n);
-            self->state.store->pull(ranges.ranges, out.data(), n);
+    [=](pull_atom, const request_header& hdr, range_list& ranges) -> caf::result<float_block> {
+      if (auto err = checked(hdr, ranges, [] {})) return err;
+      auto& st = self->state;
+      if (!st.consistency->may_read(hdr.clock)) {
+        auto rp = self->make_response_promise<float_block>();
+        st.parked.park(hdr.clock, parked_pull{hdr, std::move(ranges), rp, self->clock().now()});
+        schedule_sweep();
+        return rp;
+      }
+      try {
+        return reply(answer_pull(hdr, ranges));
+      } catch (const bad_request& e) {
+        return make_ps_error(st.name + ": " + e.what());
+      }
+    },
+    [=](clock_atom, const request_header& hdr) -> caf::result<std::uint64_t> {
+      if (auto err = checked(hdr, range_list{}, [&] {
+            self->state.consistency->clocks().advance(hdr.worker, hdr.clock);
           }))
         return err;
-      return reply(float_block::own(std::move(out)));
+      release_parked();
+      return hdr.clock;
+    },
+    [=](leave_atom, std::uint32_t worker) {
+      auto& st = self->state;
+      if (!st.consistency || worker >= st.consistency->clocks().size()) return;
+      st.consistency->clocks().leave(worker);
+      st.trace({trace_event::leave, worker, 0, st.id, 0, 0});
+      release_parked();
+    },
+    [=](sweep_atom) {
+      auto& st = self->state;
+      st.sweep_scheduled = false;
+      auto now = self->clock().now();
+      auto expired = st.parked.release_if([&](const parked_pull& p) { return now - p.since >= opts.park_limit; });
+      for (auto& p : expired) {
+        const auto& clocks = st.consistency->clocks();
+        auto slow = clocks.slowest();
+        std::string whom = slow < clocks.size()
+                             ? "worker " + std::to_string(slow) + " is at clock " + std::to_string(clocks.clock(slow))
+                             : "no worker is live";
+        p.promise.deliver(make_ps_error(
+          st.name + ": pull at clock " + std::to_string(p.hdr.clock) + " by worker " +
+          std::to_string(p.hdr.worker) + " waited " + std::to_string(opts.park_limit.count()) +
+          " ms for the minimum clock to reach " + std::to_string(st.consistency->needed_min(p.hdr.clock)) +
+          " (staleness " + staleness_to_string(st.consistency->staleness()) + "): " + whom));
+      }
+      schedule_sweep();
     },
     [=](start_atom, std::uint16_t port) {
       // Await: no push or pull is handled before the shard knows its map.
@@ -99,6 +201,12 @@ shard_actor::behavior_type server_shard(shard_actor::stateful_pointer<shard_stat
             try {
               st.map.emplace(reg.view.epoch, ids, reg.view.vnodes, reg.view.bucket_bits);
               st.store.emplace(reg.view.rule.to_rule());
+              st.consistency.emplace(reg.view.num_workers, reg.view.staleness);
+              if (!opts.trace_path.empty()) {
+                st.trace_fd = ::open(opts.trace_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+                if (st.trace_fd < 0)
+                  throw bad_request("cannot open trace file " + opts.trace_path + ": " + std::strerror(errno));
+              }
             } catch (const bad_request& e) {
               std::fprintf(stderr, "%s: bad cluster configuration: %s\n", st.name.c_str(), e.what());
               self->quit(make_ps_error(e.what()));

@@ -7,7 +7,9 @@
 #include <string>
 
 #include "actors/messages.hpp"
+#include "libps/consistency.hpp"
 #include "libps/partitioner.hpp"
+#include "libps/trace.hpp"
 #include "libps/shard_store.hpp"
 
 namespace ps {
@@ -16,13 +18,38 @@ struct shard_options {
   std::string host;  // where the shard is reachable (empty: embedded)
   std::chrono::milliseconds register_timeout{60000};
   std::chrono::milliseconds reply_delay{0};  // fault hook for tests: answer late
+  // A pull parked by the staleness controller longer than this fails with an error that
+  // names the worker everybody waits for (keep it below the client's request timeout).
+  std::chrono::milliseconds park_limit{27000};
+  std::string trace_path;  // non-empty: append consistency trace lines here (libps/trace.hpp)
+};
+
+// A pull waiting for the minimum clock to advance.
+struct parked_pull {
+  request_header hdr;
+  range_list ranges;
+  caf::typed_response_promise<float_block> promise;
+  caf::actor_clock::time_point since;
 };
 
 struct shard_state {
   std::uint32_t id = 0;
   std::optional<partitioner> map;
   std::optional<shard_store> store;
+  std::optional<staleness_controller> consistency;
+  parked_reads<parked_pull> parked;
+  // BSP: pushes of clocks not yet finished by every live worker, in arrival order.
+  struct deferred_push {
+    request_header hdr;
+    range_list ranges;
+    std::vector<float> values;
+  };
+  std::vector<deferred_push> deferred;
+  bool sweep_scheduled = false;
+  int trace_fd = -1;
   std::string name = "shard ?";  // for error messages
+  ~shard_state();
+  void trace(const trace_event& e) const;
 };
 
 shard_actor::behavior_type server_shard(shard_actor::stateful_pointer<shard_state> self,

@@ -7,6 +7,7 @@
 #include <random>
 #include <sstream>
 
+#include "actors/training.hpp"
 #include "apps/fmnist_data.hpp"
 
 namespace ps {
@@ -21,61 +22,107 @@ double seconds_since(clock_type::time_point t) {
 
 // ---- fmnist: data-parallel training with the parameters on the servers -------------
 
+// Parameters worker 0 saw at a moment of training, for time-to-accuracy afterwards
+// (evaluating during training would steal the CPU the run is timed on).
+struct snapshot {
+  double seconds;
+  std::vector<float> params;
+};
+
+// The first snapshot whose test accuracy reaches target: every 4th is evaluated until
+// one does, then the ones before it (accuracy rises nearly monotonically). -1: never.
+double seconds_to_target(const fmnist::model& model, const std::vector<snapshot>& snaps,
+                         const fmnist::dataset& test, double target) {
+  auto reaches = [&](std::size_t i) { return fmnist::accuracy(model, snaps[i].params, test) >= target; };
+  constexpr std::size_t stride = 4;
+  for (std::size_t hi = 0; hi < snaps.size(); hi += stride) {
+    auto probe = std::min(hi + stride - 1, snaps.size() - 1);
+    if (!reaches(probe)) continue;
+    for (std::size_t i = hi; i < probe; ++i)
+      if (reaches(i)) return snaps[i].seconds;
+    return snaps[probe].seconds;
+  }
+  return -1;
+}
+
 std::string fmnist_app(worker_context& ctx) {
   auto data = fmnist::load_default();
   auto model = fmnist::make_model(ctx.cfg.model);
   auto n = model->num_params();
-  auto keys = key_set::single({0, n});
   std::vector<float> params;
   model->init(params, ctx.cfg.seed);
-  ctx.kv.init(keys, params).get();  // every worker offers the same values; the first wins
-  // This worker's share of the training set: every num_workers-th sample.
+  ctx.kv.init(key_set::single({0, n}), params).get();  // every worker offers the same values; the first wins
+  // This worker's share of the training set: every num_workers-th sample. Every worker
+  // runs the same number of iterations.
   std::vector<std::size_t> mine;
   for (std::size_t i = ctx.id; i < data.train.count; i += ctx.num_workers) mine.push_back(i);
-  std::mt19937_64 rng(ctx.cfg.seed * 7919 + ctx.id);
-  auto batch = ctx.cfg.batch;
-  auto features = data.train.features;
-  std::vector<float> x(batch * features);
-  std::vector<std::uint8_t> y(batch);
-  std::vector<float> grad;
-  std::uint64_t clock = 0, samples = 0;
-  float loss = 0;
+  const auto batch = ctx.cfg.batch;
+  const auto iters_per_epoch = (data.train.count / ctx.num_workers) / batch;
+  if (iters_per_epoch == 0)
+    throw bad_request("--batch=" + std::to_string(batch) + " is larger than a worker's share of the data");
+  const auto features = data.train.features;
+  // Loader stage: reshuffles at each epoch start, seeded per worker and epoch.
+  batch_loader loader(ctx.sys, [&, order = mine](std::uint64_t clock) mutable {
+    auto it = clock % iters_per_epoch;
+    if (it == 0) {
+      std::mt19937_64 rng(ctx.cfg.seed * 7919 + ctx.id * 104729 + clock / iters_per_epoch);
+      std::shuffle(order.begin(), order.end(), rng);
+    }
+    sample_batch b;
+    b.n = batch;
+    b.x.resize(batch * features);
+    b.y.resize(batch);
+    for (std::size_t i = 0; i < batch; ++i) {
+      auto idx = order[it * batch + i];
+      std::copy_n(data.train.images.data() + idx * features, features, b.x.data() + i * features);
+      b.y[i] = data.train.labels[idx];
+    }
+    return b;
+  });
+  auto slow = parse_slow_worker(ctx.cfg.slow_worker);
+  auto straggle = parse_straggle(ctx.cfg.straggle);
+  straggler_model stragglers(ctx.id, ctx.cfg.seed, slow.set ? slow.worker : UINT32_MAX, slow.factor,
+                             straggle.probability, straggle.factor);
+  std::vector<snapshot> snaps;
   auto start = clock_type::now();
   auto last_report = start;
-  auto iters_per_epoch = mine.size() / batch;
-  for (std::size_t epoch = 0; epoch < ctx.cfg.epochs; ++epoch) {
-    std::shuffle(mine.begin(), mine.end(), rng);
-    for (std::size_t it = 0; it < iters_per_epoch; ++it) {
-      for (std::size_t b = 0; b < batch; ++b) {
-        auto idx = mine[it * batch + b];
-        std::copy_n(data.train.images.data() + idx * features, features, x.data() + b * features);
-        y[b] = data.train.labels[idx];
-      }
-      params = ctx.kv.pull(keys).get();
-      loss = model->loss_and_grad(params, x.data(), y.data(), batch, grad);
-      ctx.kv.set_clock(clock);
-      ctx.kv.push(keys, std::move(grad)).get();
-      grad = {};
-      ++clock;
-      samples += batch;
-      if (std::chrono::duration<double>(clock_type::now() - last_report).count() > 0.5) {
-        last_report = clock_type::now();
-        std::ostringstream s;
-        s << "epoch " << epoch + 1 << "/" << ctx.cfg.epochs << " iter " << it + 1 << "/"
-          << iters_per_epoch << " loss " << loss << " " << static_cast<long>(samples / seconds_since(start))
-          << " samples/s";
-        ctx.report(s.str());
-      }
+  double next_snapshot = 0;
+  training_plan plan;
+  plan.num_params = n;
+  plan.iterations = ctx.cfg.epochs * iters_per_epoch;
+  plan.pipelined = ctx.cfg.pipeline == "on";
+  plan.compute = [&](const std::vector<float>& p, const sample_batch& b, std::vector<float>& grad,
+                     const std::function<void(tensor_span)>& ready) {
+    return model->loss_and_grad(p, b.x.data(), b.y.data(), b.n, grad,
+                                [&](fmnist::layer_span s) { ready({s.offset, s.size}); });
+  };
+  plan.after_iteration = [&](std::uint64_t clock, const std::vector<float>& p, float loss) {
+    auto now = seconds_since(start);
+    if (ctx.id == 0 && now >= next_snapshot) {
+      snaps.push_back({now, p});
+      next_snapshot = now + ctx.cfg.eval_every;
     }
-  }
-  auto train_seconds = seconds_since(start);
+    if (std::chrono::duration<double>(clock_type::now() - last_report).count() > 0.5) {
+      last_report = clock_type::now();
+      std::ostringstream s;
+      s << "epoch " << clock / iters_per_epoch + 1 << "/" << ctx.cfg.epochs << " iter "
+        << clock % iters_per_epoch + 1 << "/" << iters_per_epoch << " loss " << loss << " "
+        << static_cast<long>((clock + 1) * batch / now) << " samples/s";
+      ctx.report(s.str());
+    }
+  };
+  auto stats = run_training(ctx.kv, loader, stragglers, plan);
   ctx.barrier();  // everyone's last push is in
   std::ostringstream out;
-  out << "{\"worker\":" << ctx.id << ",\"samples\":" << samples << ",\"train_seconds\":" << train_seconds
-      << ",\"last_loss\":" << loss;
+  out << "{\"worker\":" << ctx.id << ",\"samples\":" << stats.iterations * batch
+      << ",\"train_seconds\":" << stats.seconds << ",\"compute_seconds\":" << stats.compute_seconds
+      << ",\"wait_seconds\":" << stats.wait_seconds << ",\"last_loss\":" << stats.last_loss;
   if (ctx.id == 0) {
-    auto final_params = ctx.kv.pull(keys).get();
-    out << ",\"test_accuracy\":" << fmnist::accuracy(*model, final_params, data.test);
+    auto final_params = ctx.kv.pull(key_set::single({0, n})).get();
+    snaps.push_back({stats.seconds, final_params});
+    auto to_target = seconds_to_target(*model, snaps, data.test, ctx.cfg.target_accuracy);
+    out << ",\"test_accuracy\":" << fmnist::accuracy(*model, final_params, data.test)
+        << ",\"seconds_to_target\":" << (to_target < 0 ? std::string("null") : std::to_string(to_target));
   }
   out << "}";
   return out.str();
@@ -225,8 +272,8 @@ app_fn find_app(const std::string& name) {
   throw bad_request("unknown app \"" + name + "\" (expected fmnist, kvcheck or bench)");
 }
 
-std::string default_rule_for_app(const std::string& name) {
-  return name == "fmnist" ? "sgd" : "sum";
+job_settings settings_for_app(const node_config& cfg, const std::string& name) {
+  return name == "fmnist" ? settings_from(cfg, "sgd", "bsp") : settings_from(cfg, "sum", "asp");
 }
 
 }  // namespace ps

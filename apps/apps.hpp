@@ -8,8 +8,10 @@ namespace ps {
 
 // The app of that name; throws bad_request naming the known apps if there is none.
 app_fn find_app(const std::string& name);
-// The update rule an app is written for, used when --ps.rule is not given.
-std::string default_rule_for_app(const std::string& name);
+// The update rule and consistency model an app is written for (used when --ps.rule,
+// --consistency and --staleness are not given): fmnist trains with sgd under BSP; the
+// key-value apps sum and never tick clocks (ASP).
+job_settings settings_for_app(const node_config& cfg, const std::string& name);
 
 // bench app: one measured cell, reported by each worker and merged by bench_kv.
 struct bench_cell {

@@ -38,7 +38,7 @@ int main(int argc, char** argv) {
                 static_cast<long long>(limit_bytes));
     std::fflush(stdout);
     caf::actor_system sys{cfg};
-    auto rule = ps::rule_from(cfg, ps::default_rule_for_app("bench"));
+    auto settings = ps::settings_for_app(cfg, "bench");
     // servers x workers: 1x1 and 2x2 unless --servers/--workers were given.
     std::vector<std::pair<std::size_t, std::size_t>> shapes = {{1, 1}, {2, 2}};
     for (const auto& a : cfg.args)
@@ -51,7 +51,7 @@ int main(int argc, char** argv) {
       cfg.workers = workers;
       // Cells from all workers, merged per (op, bytes, window).
       std::map<std::tuple<std::string, std::uint64_t, std::uint64_t>, std::vector<ps::bench_cell>> cells;
-      auto res = ps::run_job(sys, cfg, ps::find_app("bench"), "bench", rule,
+      auto res = ps::run_job(sys, cfg, ps::find_app("bench"), "bench", settings,
                              [&](std::uint32_t, const std::string& text) {
                                auto c = ps::bench_cell::decode(text);
                                auto key = std::make_tuple(c.op, c.bytes, c.window);

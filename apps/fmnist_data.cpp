@@ -264,12 +264,16 @@ void check_labels(const uint8_t* y, std::size_t n) {
 
 // The checks every model shares live here, once; models compute on checked input.
 float model::loss_and_grad(const std::vector<float>& params, const float* x, const uint8_t* y,
-                           std::size_t batch, std::vector<float>& grad) const {
+                           std::size_t batch, std::vector<float>& grad, const grad_ready_fn& ready) const {
   check_params(params, num_params(), name());
   check_labels(y, batch);
   grad.assign(num_params(), 0.0f);
-  if (batch == 0) return 0.0f;
-  return compute_loss_and_grad(params.data(), x, y, batch, grad.data());
+  static const grad_ready_fn ignore = [](layer_span) {};
+  if (batch == 0) {
+    (ready ? ready : ignore)({0, num_params()});
+    return 0.0f;
+  }
+  return compute_loss_and_grad(params.data(), x, y, batch, grad.data(), ready ? ready : ignore);
 }
 
 void model::predict(const std::vector<float>& params, const float* x, std::size_t n,
@@ -301,7 +305,7 @@ class softmax_model final : public model {
 
  protected:
   float compute_loss_and_grad(const float* params, const float* x, const uint8_t* y,
-                              std::size_t batch, float* grad) const override {
+                              std::size_t batch, float* grad, const grad_ready_fn& ready) const override {
     const float* W = params;
     const float* b = W + kW;
     float* gW = grad;
@@ -318,6 +322,7 @@ class softmax_model final : public model {
         axpy(d[k], xi, gW + k * kFeatures, kFeatures);
       }
     }
+    ready({0, kN});  // one pass produces both tensors
     return static_cast<float>(loss / static_cast<double>(batch));
   }
 
@@ -397,7 +402,7 @@ class mlp_model final : public model {
 
  protected:
   float compute_loss_and_grad(const float* params, const float* x, const uint8_t* y,
-                              std::size_t batch, float* grad) const override {
+                              std::size_t batch, float* grad, const grad_ready_fn& ready) const override {
     const float* P = params;
     const float* W2 = P + oW2_;
     float* G = grad;
@@ -428,6 +433,8 @@ class mlp_model final : public model {
           gb1[h] += dz[h];
         }
       }
+      // After the last chunk's output layer, b1, W2 and b2 (contiguous) are final.
+      if (c0 + n == batch) ready({ob1_, n_ - ob1_});
       // gW1 over the non-zero pixels, pixel-major.
       for (std::size_t h0 = 0; h0 < H_; h0 += kTile) {
         const std::size_t tn = std::min(kTile, H_ - h0);
@@ -442,6 +449,7 @@ class mlp_model final : public model {
         }
       }
     }
+    ready({oW1_, ob1_ - oW1_});
     return static_cast<float>(loss / static_cast<double>(batch));
   }
 

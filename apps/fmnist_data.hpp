@@ -18,6 +18,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -54,6 +55,8 @@ split load_default(const std::string& dir = "/usr/share/datasets/fashion-mnist")
 struct layer_span {
   std::size_t offset, size;  // where a tensor's params live in the flat vector
 };
+// Told when a span of the gradient is final (backward goes last layer first).
+using grad_ready_fn = std::function<void(layer_span)>;
 
 class model {
  public:
@@ -68,17 +71,20 @@ class model {
   // loss into grad (resized to num_params()).  x: batch*784 floats, y: batch
   // labels.  batch == 0 gives loss 0 and an all-zero gradient.
   // Throws std::invalid_argument if params.size() != num_params() or a label
-  // is >= 10.
+  // is >= 10. If given, ready is called for spans of grad as soon as they are final,
+  // last layer first, covering every gradient value exactly once (pipelined pushes).
   float loss_and_grad(const std::vector<float>& params, const float* x, const uint8_t* y,
-                      std::size_t batch, std::vector<float>& grad) const;
+                      std::size_t batch, std::vector<float>& grad,
+                      const grad_ready_fn& ready = {}) const;
   // Writes the arg-max class of each of the n samples into out.
   void predict(const std::vector<float>& params, const float* x, std::size_t n, uint8_t* out) const;
   virtual const char* name() const = 0;
 
  protected:
-  // Called with checked inputs, batch > 0 and grad zeroed (num_params() floats).
+  // Called with checked inputs, batch > 0 and grad zeroed (num_params() floats);
+  // calls ready (never empty) for final spans as described at loss_and_grad.
   virtual float compute_loss_and_grad(const float* params, const float* x, const uint8_t* y,
-                                      std::size_t batch, float* grad) const = 0;
+                                      std::size_t batch, float* grad, const grad_ready_fn& ready) const = 0;
   virtual void compute_predict(const float* params, const float* x, std::size_t n,
                                uint8_t* out) const = 0;
 };

@@ -14,9 +14,9 @@ int main(int argc, char** argv) {
     if (cfg.role == "worker" && cfg.app.empty())
       throw ps::bad_request("--role=worker needs --app=fmnist|kvcheck|bench");
     auto app = cfg.role == "worker" ? ps::find_app(cfg.app) : ps::app_fn{};
-    auto rule = ps::rule_from(cfg, ps::default_rule_for_app(cfg.app));
+    auto settings = ps::settings_for_app(cfg, cfg.app);
     caf::actor_system sys{cfg};
-    if (cfg.role == "coordinator") return ps::run_coordinator_role(sys, cfg, rule);
+    if (cfg.role == "coordinator") return ps::run_coordinator_role(sys, cfg, settings);
     if (cfg.role == "server") return ps::run_server_role(sys, cfg);
     return ps::run_worker_role(sys, cfg, app);
   } catch (const std::exception& e) {

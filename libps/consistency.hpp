@@ -58,6 +58,11 @@ class staleness_controller {
   bool may_read(std::uint64_t c) const;
   // The smallest min clock that lets a read at clock c through (0 when it always may).
   std::uint64_t needed_min(std::uint64_t c) const;
+  // Whether a push of clock c must wait before it is applied. Only under BSP: there a
+  // read at clock c sees exactly the pushes of clocks < c, so a push of clock c stays
+  // invisible until every live worker has finished clock c. (SSP and ASP apply pushes
+  // at once: reads may be fresher than the bound, and read-my-writes needs it.)
+  bool defers_push(std::uint64_t c) const { return staleness_ == 0 && c >= clocks_.min_clock(); }
 
  private:
   vector_clock clocks_;

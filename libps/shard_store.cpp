@@ -16,6 +16,10 @@ void check_sizes(const std::vector<key_range>& ranges, std::uint64_t num_values,
 
 }  // namespace
 
+void shard_store::check_push(const std::vector<key_range>& ranges, std::uint64_t num_values) {
+  check_sizes(ranges, num_values, "push");
+}
+
 shard_store::shard_store(update_rule rule) : rule_(rule) {
   rule_.validate();
 }

@@ -24,6 +24,9 @@ class shard_store {
   void init(const std::vector<key_range>& ranges, const float* values, std::uint64_t num_values);
   // Copies the current values of each range back to back into out.
   void pull(const std::vector<key_range>& ranges, float* out, std::uint64_t num_values) const;
+  // The checks push makes on its arguments, without applying anything (for pushes that
+  // are queued before they are applied). Throws bad_request.
+  static void check_push(const std::vector<key_range>& ranges, std::uint64_t num_values);
 
   std::uint64_t num_keys() const;
   std::size_t num_segments() const { return segments_.size(); }

@@ -105,6 +105,19 @@ trace_report check_trace(const std::vector<trace_event>& events) {
     if (e.kind == trace_event::pull) ++rep.pulls;
   }
   for (auto& [shard, evs] : by_shard) {
+    // BSP reads are exact: walking forwards, no push of clock >= c may precede a read at c.
+    std::uint64_t highest_push = 0;
+    bool any_push = false;
+    for (const auto* e : evs) {
+      if (e->kind == trace_event::push) {
+        highest_push = any_push ? std::max(highest_push, e->clock) : e->clock;
+        any_push = true;
+      } else if (e->kind == trace_event::pull && e->staleness == 0 && any_push && highest_push >= e->clock) {
+        rep.violations.push_back("shard " + std::to_string(shard) + ": BSP pull by worker " +
+                                 std::to_string(e->worker) + " at clock " + std::to_string(e->clock) +
+                                 " saw a push of clock " + std::to_string(highest_push));
+      }
+    }
     // Walking backwards: later[w] is the lowest clock of a push by w after this point.
     std::map<std::uint32_t, std::uint64_t> later;
     for (auto it = evs.rbegin(); it != evs.rend(); ++it) {

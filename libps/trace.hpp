@@ -36,7 +36,8 @@ struct trace_report {
 
 // For every pull at clock c with bound s answered by shard k: min_clock >= c - s; no push
 // with clock <= c - s - 1 reached shard k after the pull (from any worker); and none of
-// the reader's own pushes with clock <= c - 1 did (read-my-writes).
+// the reader's own pushes with clock <= c - 1 did (read-my-writes); under BSP (s = 0), no
+// push of clock >= c reached shard k before it (reads are exact).
 trace_report check_trace(const std::vector<trace_event>& events);
 
 }  // namespace ps

@@ -209,6 +209,12 @@ shard_actor::behavior_type silent_shard(shard_actor::stateful_pointer<silent_sta
       hold();
       return caf::delegated<float_block>();
     },
+    [=](clock_atom, const request_header&) -> caf::result<std::uint64_t> {
+      hold();
+      return caf::delegated<std::uint64_t>();
+    },
+    [=](leave_atom, std::uint32_t) {},
+    [=](sweep_atom) {},
     [=](start_atom, std::uint16_t) {},
   };
 }

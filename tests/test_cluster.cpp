@@ -52,7 +52,7 @@ void check_kvcheck(const char* cluster) {
   parsed_config pc({std::string("--cluster=") + cluster, "--servers=2", "--workers=2"});
   REQUIRE(pc.ok);
   caf::actor_system sys{pc.cfg};
-  auto res = run_job(sys, pc.cfg, find_app("kvcheck"), "kvcheck", rule_from(pc.cfg, "sum"),
+  auto res = run_job(sys, pc.cfg, find_app("kvcheck"), "kvcheck", settings_for_app(pc.cfg, "kvcheck"),
                      [](std::uint32_t, const std::string&) {});
   for (const auto& f : res.failures) FAIL_CHECK(f);
   REQUIRE(res.ok);
@@ -85,7 +85,7 @@ void with_servers(std::vector<std::string> server_flags, std::uint32_t servers,
   parsed_config pc({"--ps.timeout-ms=1500"});
   REQUIRE(pc.ok);
   caf::actor_system sys{pc.cfg};
-  auto copts = coordinator_options_from(pc.cfg, rule_from(pc.cfg, "sum"));
+  auto copts = coordinator_options_from(pc.cfg, settings_for_app(pc.cfg, "kvcheck"));
   copts.servers = servers;
   copts.workers = 1;
   auto coord = sys.spawn(coordinator, copts);

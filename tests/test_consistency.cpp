@@ -51,15 +51,19 @@ TEST_CASE("vector clock: minimum over live workers; leaving counts as infinity")
 TEST_CASE("controller: a read at clock c waits until min clock >= c - s") {
   SUBCASE("bsp") {
     staleness_controller ctl(2, 0);
+    CHECK(ctl.defers_push(0));  // invisible until both workers finish clock 0
     CHECK(ctl.may_read(0));
     CHECK_FALSE(ctl.may_read(1));
     ctl.clocks().advance(0, 1);
     CHECK_FALSE(ctl.may_read(1));
     ctl.clocks().advance(1, 1);
     CHECK(ctl.may_read(1));
+    CHECK_FALSE(ctl.defers_push(0));
+    CHECK(ctl.defers_push(1));
   }
   SUBCASE("ssp 2") {
     staleness_controller ctl(2, 2);
+    CHECK_FALSE(ctl.defers_push(5));  // SSP applies pushes at once
     CHECK(ctl.may_read(2));
     CHECK_FALSE(ctl.may_read(3));
     ctl.clocks().advance(0, 7);
@@ -186,6 +190,12 @@ TEST_CASE("check_trace accepts a BSP history and names each kind of violation") 
   rep = check_trace(rmw);
   REQUIRE(rep.violations.size() == 1);
   CHECK(rep.violations[0].find("missed its own push of clock 0") != std::string::npos);
+  // BSP reads are exact: a push of clock 1 before a read at clock 1 is a violation.
+  std::vector<E> fresh{{E::push, 0, 0, 0, 0, 0}, {E::push, 1, 0, 0, 0, 0}, {E::push, 1, 1, 0, 0, 0},
+                       {E::pull, 0, 1, 0, 1, 0}};
+  rep = check_trace(fresh);
+  REQUIRE(rep.violations.size() == 1);
+  CHECK(rep.violations[0].find("BSP pull by worker 0 at clock 1 saw a push of clock 1") != std::string::npos);
   // Shards are checked separately: a push to another shard after the pull is fine.
   std::vector<E> other{{E::pull, 0, 1, 0, 1, 0}, {E::push, 1, 0, 1, 0, 0}};
   CHECK(check_trace(other).violations.empty());

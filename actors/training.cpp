@@ -1,0 +1,133 @@
+#include "actors/training.hpp"
+
+#include <chrono>
+#include <deque>
+#include <thread>
+
+namespace ps {
+namespace detail {
+using batch_promise = std::shared_ptr<std::promise<sample_batch>>;
+}  // namespace detail
+}  // namespace ps
+
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(ps::detail::batch_promise)
+
+namespace ps {
+
+using clock_type = std::chrono::steady_clock;
+
+namespace {
+
+double seconds_between(clock_type::time_point a, clock_type::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+}  // namespace
+
+batch_loader::batch_loader(caf::actor_system& sys, make_fn make) {
+  // Detached: loading runs on its own thread, beside compute.
+  actor_ = sys.spawn<caf::detached>([make = std::move(make)](caf::event_based_actor*) -> caf::behavior {
+    return {[=](std::uint64_t clock, detail::batch_promise& p) {
+      try {
+        p->set_value(make(clock));
+      } catch (...) {
+        p->set_exception(std::current_exception());
+      }
+    }};
+  });
+}
+
+batch_loader::~batch_loader() { caf::anon_send_exit(actor_, caf::exit_reason::user_shutdown); }
+
+std::future<sample_batch> batch_loader::request(std::uint64_t clock) {
+  auto p = std::make_shared<std::promise<sample_batch>>();
+  auto f = p->get_future();
+  caf::anon_send(actor_, clock, std::move(p));
+  return f;
+}
+
+straggler_model::straggler_model(std::uint32_t worker, std::uint64_t seed, std::uint32_t slow_worker,
+                                 double slow_factor, double straggle_p, double straggle_factor)
+    : persistent_(worker == slow_worker ? slow_factor : 1.0),
+      p_(straggle_p),
+      transient_(straggle_factor),
+      rng_(seed * 1000003 + worker) {}
+
+double straggler_model::factor_for_next_iteration() {
+  double f = persistent_;
+  if (p_ > 0) {
+    // Uniform in [0,1) from raw 53 bits: the same on every platform for a seed.
+    double u = static_cast<double>(rng_() >> 11) * 0x1.0p-53;
+    if (u < p_) f *= transient_;
+  }
+  return f;
+}
+
+training_stats run_training(kv_client& kv, batch_loader& loader, straggler_model& stragglers,
+                            const training_plan& plan) {
+  training_stats st;
+  auto all = key_set::single({plan.base, plan.base + plan.num_params});
+  auto keys_of = [&](tensor_span s) { return key_set::single({plan.base + s.offset, plan.base + s.offset + s.size}); };
+  auto start = clock_type::now();
+  // Computes one iteration; `push` gets each finished span. Stretches compute when this
+  // worker straggles in this iteration (the simulated slow device).
+  auto compute = [&](std::uint64_t c, const std::vector<float>& params, const sample_batch& batch,
+                     std::vector<float>& grad, const std::function<void(tensor_span)>& push) {
+    auto factor = stragglers.factor_for_next_iteration();
+    auto t0 = clock_type::now();
+    st.last_loss = plan.compute(params, batch, grad, push);
+    auto took = clock_type::now() - t0;
+    if (factor > 1) std::this_thread::sleep_for(std::chrono::duration_cast<clock_type::duration>(took * (factor - 1)));
+    st.compute_seconds += seconds_between(t0, clock_type::now());
+    if (plan.after_iteration) plan.after_iteration(c, params, st.last_loss);
+  };
+  auto wait_params = [&](kv_future& f) {
+    auto t0 = clock_type::now();
+    auto params = f.get();
+    st.wait_seconds += seconds_between(t0, clock_type::now());
+    return params;
+  };
+  if (!plan.pipelined) {
+    for (std::uint64_t c = 0; c < plan.iterations; ++c) {
+      auto batch = loader.request(c).get();
+      auto pulled = kv.pull(all);
+      auto params = wait_params(pulled);
+      std::vector<float> grad;
+      compute(c, params, batch, grad, [](tensor_span) {});
+      kv.push(all, std::move(grad)).get();
+      kv.advance_clock(c + 1).get();
+      ++st.iterations;
+    }
+    st.seconds = seconds_between(start, clock_type::now());
+    return st;
+  }
+  std::deque<kv_future> previous, current;  // pushes and ticks of iterations c-1 and c
+  auto next_batch = loader.request(0);
+  auto pulled = kv.pull(all);
+  for (std::uint64_t c = 0; c < plan.iterations; ++c) {
+    auto params = wait_params(pulled);
+    auto batch = next_batch.get();
+    if (c + 1 < plan.iterations) next_batch = loader.request(c + 1);
+    auto grad = std::make_shared<std::vector<float>>();
+    std::size_t pushed = 0;
+    compute(c, params, batch, *grad, [&](tensor_span s) {
+      current.push_back(kv.push(keys_of(s), grad, s.offset));  // shares grad, no copy
+      pushed += s.size;
+    });
+    if (pushed != plan.num_params)
+      throw kv_error("training: compute reported " + std::to_string(pushed) + " of " +
+                     std::to_string(plan.num_params) + " gradient values ready");
+    current.push_back(kv.advance_clock(c + 1));
+    if (c + 1 < plan.iterations) pulled = kv.pull(all);  // prefetch, gated by the shards
+    // At most two iterations of pushes in flight; their errors surface here.
+    for (auto& f : previous) f.get();
+    previous = std::move(current);
+    current.clear();
+    ++st.iterations;
+  }
+  for (auto& f : previous) f.get();
+  st.seconds = seconds_between(start, clock_type::now());
+  return st;
+}
+
+}  // namespace ps

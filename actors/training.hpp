@@ -1,0 +1,88 @@
+#pragma once
+// Pipelined training stages, composed by a training app:
+//
+//   loader (actor, own thread) -> pull (kv_client actor) -> compute (the worker's thread)
+//     -> push (kv_client actor, per tensor as soon as backward produces it, last layer first)
+//
+// With pipelining on, the loader prepares batch c+1 while batch c computes, each tensor's
+// gradient is pushed the moment it is final (while earlier layers are still computed),
+// and the pull of iteration c+1 is sent right after the clock tick of iteration c, so it
+// is answered as soon as the staleness controller allows, while the worker finishes up.
+// With it off, every stage waits for the one before: load, pull, compute, push, ack, tick.
+// Either way the consistency guarantee is the shards' (libps/consistency.hpp): pushes of
+// iteration c carry clock c, the tick to c+1 follows them, the pull at c+1 follows that.
+#include <future>
+#include <random>
+
+#include "actors/kv_client.hpp"
+
+namespace ps {
+
+// One minibatch of labelled samples (features row-major).
+struct sample_batch {
+  std::vector<float> x;
+  std::vector<std::uint8_t> y;
+  std::size_t n = 0;
+};
+
+// The loader stage: an actor on its own thread that builds batches on request.
+class batch_loader {
+ public:
+  using make_fn = std::function<sample_batch(std::uint64_t clock)>;
+  batch_loader(caf::actor_system& sys, make_fn make);
+  ~batch_loader();
+  batch_loader(const batch_loader&) = delete;
+  batch_loader& operator=(const batch_loader&) = delete;
+  // The batch of iteration `clock`, built while the caller does other work.
+  std::future<sample_batch> request(std::uint64_t clock);
+
+ private:
+  caf::actor actor_;
+};
+
+// Where a tensor's gradient lives in the flat gradient vector (and its keys: base+offset).
+struct tensor_span {
+  std::size_t offset = 0, size = 0;
+};
+
+// Simulated slow compute, for consistency experiments: the factor by which worker w's
+// compute is stretched in an iteration (--slow-worker: always; --straggle: at random,
+// from a generator seeded by --seed and the worker id).
+class straggler_model {
+ public:
+  straggler_model(std::uint32_t worker, std::uint64_t seed, std::uint32_t slow_worker, double slow_factor,
+                  double straggle_p, double straggle_factor);
+  double factor_for_next_iteration();
+
+ private:
+  double persistent_ = 1, p_ = 0, transient_ = 1;
+  std::mt19937_64 rng_;
+};
+
+struct training_plan {
+  key_type base = 0;            // parameter i is key base + i
+  std::size_t num_params = 0;
+  std::uint64_t iterations = 0;
+  bool pipelined = true;
+  // Forward/backward: fills grad (num_params floats) and returns the loss; calls ready
+  // with each span of grad as soon as it is final (every span exactly once).
+  std::function<float(const std::vector<float>& params, const sample_batch& batch, std::vector<float>& grad,
+                      const std::function<void(tensor_span)>& ready)>
+    compute;
+  // Called after each iteration's compute with the parameters it used (progress, snapshots).
+  std::function<void(std::uint64_t clock, const std::vector<float>& params, float loss)> after_iteration;
+};
+
+struct training_stats {
+  std::uint64_t iterations = 0;
+  double seconds = 0;
+  double compute_seconds = 0;  // forward/backward, stretch included
+  double wait_seconds = 0;     // waiting for parameters (the staleness gate and the network)
+  float last_loss = 0;
+};
+
+// Runs plan.iterations iterations from clock 0; throws kv_error when a request fails.
+training_stats run_training(kv_client& kv, batch_loader& loader, straggler_model& stragglers,
+                            const training_plan& plan);
+
+}  // namespace ps
