@@ -1,0 +1,115 @@
+#pragma once
+// Shared by the actor protocol tests: CAF's deterministic test coordinator (CAF-NOTES §6),
+// where every message is delivered by sched.run() and timeouts fire when the test
+// advances the clock.
+#include <doctest/doctest.h>
+
+#include <caf/all.hpp>
+
+#include <memory>
+#include <optional>
+
+#include "actors/coordinator.hpp"
+#include "actors/kv_client.hpp"
+#include "actors/server_shard.hpp"
+
+namespace ps::test {
+
+using std::chrono::milliseconds;
+
+// Collects every message an actor receives (including down messages).
+struct inbox {
+  std::vector<caf::message> messages;
+  template <class... Ts>
+  std::size_t count() const {
+    std::size_t n = 0;
+    for (const auto& m : messages) n += m.match_elements<Ts...>() ? 1 : 0;
+    return n;
+  }
+};
+
+struct fixture {
+  caf::actor_system_config cfg;
+  caf::actor_system sys;
+  caf::scheduler::test_coordinator& sched;
+
+  std::vector<caf::actor> alive;  // helpers kept referenced (unreferenced actors end)
+
+  fixture()
+      : sys(init(cfg)),
+        sched(dynamic_cast<caf::scheduler::test_coordinator&>(sys.scheduler())) {}
+
+  // Everything still running must end before the actor system can: deliver the exits.
+  ~fixture() {
+    for (auto& a : alive) caf::anon_send_exit(a, caf::exit_reason::kill);
+    sched.run();
+  }
+
+  static caf::actor_system_config& init(caf::actor_system_config& c) {
+    register_types(c);
+    c.set("scheduler.policy", caf::atom("testing"));
+    return c;
+  }
+
+  // An actor that stores everything it receives in `box`.
+  caf::actor spawn_inbox(std::shared_ptr<inbox> box) {
+    return sys.spawn([box](caf::event_based_actor* self) -> caf::behavior {
+      self->set_default_handler([box](caf::scheduled_actor*, caf::message_view& mv) -> caf::result<caf::message> {
+        box->messages.push_back(mv.move_content_to_message());
+        return caf::message{};
+      });
+      self->set_down_handler([box](caf::down_msg& dm) { box->messages.push_back(caf::make_message(dm)); });
+      return {[](caf::unit_t) {}};
+    });
+  }
+
+  // Registers as a worker from a helper actor that stays alive (the coordinator
+  // monitors it: its end would mean the worker left); returns where the reply lands.
+  std::shared_ptr<std::optional<registration>> register_worker(coordinator_actor coord) {
+    auto slot = std::make_shared<std::optional<registration>>();
+    alive.push_back(sys.spawn([=](caf::event_based_actor* self) -> caf::behavior {
+      self->request(coord, caf::infinite, register_atom::value, node_info{"worker", "", 0, 0, {}})
+        .then([=](registration& r) { *slot = r; });
+      return {[](caf::unit_t) {}};
+    }));
+    return slot;
+  }
+
+  // Runs the scheduler until idle; the op must be complete then (never blocks).
+  std::vector<float> settle(kv_future f) {
+    sched.run();
+    REQUIRE(f.ready());
+    return f.get();
+  }
+
+  coordinator_actor spawn_coordinator(std::uint32_t servers, std::uint32_t workers, caf::actor observer = {}) {
+    coordinator_options o;
+    o.servers = servers;
+    o.workers = workers;
+    o.observer = observer;
+    return spawn_coordinator(o);
+  }
+
+  coordinator_actor spawn_coordinator(const coordinator_options& o) {
+    auto c = sys.spawn(coordinator, o);
+    alive.push_back(caf::actor_cast<caf::actor>(c));
+    return c;
+  }
+
+  shard_actor spawn_shard(coordinator_actor coord, shard_options opts = {}) {
+    auto s = sys.spawn(server_shard, coord, opts);
+    caf::anon_send(s, start_atom::value, std::uint16_t{0});
+    alive.push_back(caf::actor_cast<caf::actor>(s));
+    return s;
+  }
+
+  static std::vector<shard_link> links_of(const cluster_view& view) {
+    std::vector<shard_link> links;
+    for (const auto& s : view.shards)
+      links.push_back({s.id, "shard " + std::to_string(s.id), caf::actor_cast<shard_actor>(s.handle)});
+    return links;
+  }
+};
+
+
+}  // namespace ps::test
