@@ -12,6 +12,8 @@
 #include <fstream>
 
 #include "apps/apps.hpp"
+#include "libps/consistency.hpp"
+#include "libps/trace.hpp"
 
 using namespace ps;
 using std::chrono::milliseconds;
@@ -187,6 +189,16 @@ TEST_CASE("bad flags and bad config files are errors that name the problem") {
     {"bin/psnode --role=server --config-file=bad_key.ini", 2, "unknown option ps.chunk-byte"},
     {"bin/psnode --role=server --coordinator=127.0.0.1:1", 1, "cannot reach the coordinator at 127.0.0.1:1"},
     {"bin/train_fmnist --model=resnet", 2, "--model=resnet is not one of softmax|mlp"},
+    {"bin/train_fmnist --consistency=tsp", 2, "--consistency=tsp is not one of bsp|ssp|asp"},
+    {"bin/train_fmnist --consistency=bsp --staleness=2", 2, "--staleness=2 contradicts --consistency=bsp"},
+    {"bin/train_fmnist --consistency=ssp --staleness=0", 2, "--consistency=ssp needs --staleness >= 1"},
+    {"bin/train_fmnist --workers=2 --slow-worker=2:3", 2, "--slow-worker=2:3: there are only 2 workers"},
+    {"bin/train_fmnist --slow-worker=fast", 2, "--slow-worker=fast is not ID:FACTOR"},
+    {"bin/train_fmnist --slow-worker=0:0.5", 2, "FACTOR must be >= 1"},
+    {"bin/train_fmnist --straggle=1.5:2", 2, "--straggle=1.5:2: P must be in [0, 1]"},
+    {"bin/train_fmnist --straggle=0.1:x", 2, "\"x\" is not a number"},
+    {"bin/train_fmnist --pipeline=maybe", 2, "--pipeline=maybe is not one of on|off"},
+    {"bin/train_fmnist --trace=/no/such/dir/t.jsonl --epochs=1", 1, "cannot create trace file /no/such/dir/t.jsonl"},
   };
   for (const auto& call : calls) {
     auto [rc, out] = shell(call.command);
@@ -200,4 +212,34 @@ TEST_CASE("the shipped config file is valid") {
   auto [rc, out] = shell("bin/psnode --config-file=" CONFIG_DIR "/cluster.ini --role=server --coordinator=127.0.0.1:1");
   INFO(out);
   CHECK(out.find("cannot reach the coordinator") != std::string::npos);  // got past config parsing
+}
+
+// train_fmnist as processes (coordinator, 2 servers, 3 workers, transient stragglers) in
+// each consistency model; the shards' trace must show the model's guarantee held.
+TEST_CASE("consistency: train_fmnist in BSP, SSP and ASP keeps its guarantee in the trace") {
+  struct mode {
+    std::string flags, name;
+    std::uint64_t staleness;
+  };
+  for (const auto& m : {mode{"--consistency=bsp", "bsp", 0}, mode{"--consistency=ssp --staleness=2", "ssp", 2},
+                        mode{"--consistency=asp --pipeline=off", "asp", infinite_staleness}}) {
+    INFO(m.flags);
+    auto trace = "consistency-" + m.name + ".jsonl";
+    auto [rc, out] = shell("bin/train_fmnist --model=softmax --servers=2 --workers=3 --epochs=1 --straggle=0.3:3 "
+                           "--seed=5 --trace=" + trace + " " + m.flags);
+    INFO(out);
+    REQUIRE(rc == 0);
+    auto last = out.substr(out.rfind("{\"model\""));
+    CHECK(last.find("\"consistency\":\"" + m.name + "\"") != std::string::npos);
+    auto acc = std::stod(last.substr(last.find("\"test_accuracy\":") + 16));
+    CHECK(acc > 0.75);
+    auto rep = check_trace(read_trace(trace));
+    CHECK(rep.violations.empty());
+    if (!rep.violations.empty()) MESSAGE(rep.violations.front());
+    const std::uint64_t iterations = 60000 / 3 / 64;  // per worker, one epoch
+    CHECK(rep.pushes >= 3 * iterations);
+    CHECK(rep.pulls >= 3 * iterations);
+    if (m.staleness != infinite_staleness) CHECK(rep.max_lag <= m.staleness);
+    if (m.name == "ssp") CHECK(rep.max_lag >= 1);  // stragglers made some reads use the slack
+  }
 }

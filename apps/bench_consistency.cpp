@@ -1,0 +1,117 @@
+// bench_consistency: time to accuracy under stragglers for BSP, SSP and ASP, with the
+// training pipeline on and off. Each run is one train_fmnist job (coordinator, servers
+// and workers as processes); flags not listed below go to every run unchanged.
+//   transient stragglers (--straggle=0.25:4): BSP, SSP s=1 and s=3, ASP; pipeline on and off
+//   one persistent straggler (--slow-worker=0:3): BSP, SSP s=1 and s=3, ASP; pipeline on
+// One JSON line per run, then a summary line comparing SSP with BSP under transient
+// stragglers (the goal: SSP reaches the target at least 1.5x sooner).
+#include <sys/wait.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace {
+
+struct run_spec {
+  std::string consistency;  // bsp | ssp | asp
+  int staleness;            // ssp only
+  bool pipelined;
+  std::string straggler;    // transient | persistent
+};
+
+std::string field(const std::string& json, const std::string& name) {
+  auto at = json.find("\"" + name + "\":");
+  if (at == std::string::npos) return {};
+  auto from = at + name.size() + 3;
+  return json.substr(from, json.find_first_of(",}", from) - from);
+}
+
+// Runs cmd; its last stdout line, or nullopt (with the reason on stderr).
+std::optional<std::string> last_line_of(const std::string& cmd) {
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) return std::nullopt;
+  std::string out, line;
+  char buf[4096];
+  while (auto n = fread(buf, 1, sizeof(buf), p)) out.append(buf, n);
+  int status = pclose(p);
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    std::fprintf(stderr, "bench_consistency: failed (%d): %s\n%s\n", status, cmd.c_str(), out.c_str());
+    return std::nullopt;
+  }
+  while (!out.empty() && out.back() == '\n') out.pop_back();
+  auto nl = out.rfind('\n');
+  return nl == std::string::npos ? out : out.substr(nl + 1);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<std::string> passed;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    for (auto banned : {"--consistency=", "--staleness=", "--pipeline=", "--straggle=", "--slow-worker="})
+      if (a.rfind(banned, 0) == 0) {
+        std::fprintf(stderr, "error: bench_consistency sets %s itself for each run\n", banned);
+        return 2;
+      }
+    passed.push_back(a);
+  }
+  auto has = [&](const std::string& prefix) {
+    return std::any_of(passed.begin(), passed.end(), [&](const std::string& a) { return a.rfind(prefix, 0) == 0; });
+  };
+  // The issue's setting: the MLP with 4 workers as processes.
+  std::string common;
+  if (!has("--model=")) common += " --model=mlp";
+  if (!has("--workers=")) common += " --workers=4";
+  if (!has("--cluster=")) common += " --cluster=processes";
+  for (const auto& a : passed) common += " '" + a + "'";
+  auto exe = (std::filesystem::read_symlink("/proc/self/exe").parent_path() / "train_fmnist").string();
+
+  std::vector<run_spec> runs;
+  for (bool pipelined : {true, false})
+    for (auto [c, s] : {std::pair{"bsp", 0}, {"ssp", 1}, {"ssp", 3}, {"asp", 0}})
+      runs.push_back({c, s, pipelined, "transient"});
+  for (auto [c, s] : {std::pair{"bsp", 0}, {"ssp", 1}, {"ssp", 3}, {"asp", 0}})
+    runs.push_back({c, s, true, "persistent"});
+
+  double bsp_transient = -1, best_ssp_transient = -1;
+  for (std::size_t i = 0; i < runs.size(); ++i) {
+    const auto& r = runs[i];
+    std::string flags = " --consistency=" + r.consistency;
+    if (r.consistency == "ssp") flags += " --staleness=" + std::to_string(r.staleness);
+    flags += r.pipelined ? " --pipeline=on" : " --pipeline=off";
+    flags += r.straggler == "transient" ? " --straggle=0.25:4" : " --slow-worker=0:3";
+    std::fprintf(stderr, "bench_consistency: run %zu/%zu:%s%s\n", i + 1, runs.size(), flags.c_str(), common.c_str());
+    auto line = last_line_of(exe + flags + common + " 2>/dev/null");
+    if (!line) return 1;
+    auto to_target = field(*line, "seconds_to_target");
+    std::string staleness = r.consistency == "ssp" ? std::to_string(r.staleness)
+                            : r.consistency == "asp" ? "\"inf\"" : "0";
+    std::cout << "{\"consistency\":\"" << r.consistency << "\",\"staleness\":" << staleness
+              << ",\"pipelined\":" << (r.pipelined ? "true" : "false") << ",\"straggler\":\"" << r.straggler
+              << "\",\"seconds_to_target\":" << to_target << ",\"samples_per_s\":" << field(*line, "samples_per_s")
+              << ",\"final_accuracy\":" << field(*line, "final_accuracy")
+              << ",\"target_accuracy\":" << field(*line, "target_accuracy")
+              << ",\"train_seconds\":" << field(*line, "train_seconds") << ",\"model\":" << field(*line, "model")
+              << ",\"workers\":" << field(*line, "workers") << ",\"epochs\":" << field(*line, "epochs")
+              << ",\"lr\":" << field(*line, "lr") << "}" << std::endl;
+    if (r.straggler == "transient" && to_target != "null") {
+      double t = std::stod(to_target);
+      if (r.consistency == "bsp" && r.pipelined) bsp_transient = t;
+      if (r.consistency == "ssp" && r.pipelined && (best_ssp_transient < 0 || t < best_ssp_transient))
+        best_ssp_transient = t;
+    }
+  }
+  auto num = [](double v) { return v < 0 ? std::string("null") : std::to_string(v); };
+  bool met = bsp_transient > 0 && best_ssp_transient > 0 && bsp_transient >= 1.5 * best_ssp_transient;
+  std::cout << "{\"summary\":\"transient stragglers, pipelined: BSP vs best SSP\",\"bsp_seconds_to_target\":"
+            << num(bsp_transient) << ",\"ssp_seconds_to_target\":" << num(best_ssp_transient)
+            << ",\"speedup\":" << num(bsp_transient > 0 && best_ssp_transient > 0 ? bsp_transient / best_ssp_transient : -1)
+            << ",\"goal\":1.5,\"met\":" << (met ? "true" : "false") << "}" << std::endl;
+  return 0;
+}
