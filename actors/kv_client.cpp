@@ -158,6 +158,25 @@ void chunk_answered(client_ptr self, std::size_t idx, kv_op_state* op) {
   if (--op->pending == 0) op->finish({});
 }
 
+// Counts one more request of op to shard idx; false (and op failed) if the shard is down.
+bool track(client_ptr self, std::size_t idx, const std::shared_ptr<kv_op_state>& op) {
+  auto& st = self->state;
+  if (!st.down[idx].empty()) {
+    op->finish(op->what + " failed: " + st.down[idx]);
+    return false;
+  }
+  auto& entry = st.outstanding[idx][op.get()];
+  entry.first = op;
+  ++entry.second;
+  return true;
+}
+
+std::string why_failed(client_ptr self, const shard_link& link, const caf::error& err) {
+  return err == caf::sec::request_timeout
+           ? "no reply from " + link.name + " within " + std::to_string(self->state.timeout.count()) + " ms"
+           : describe(err);
+}
+
 caf::behavior kv_client_actor(client_ptr self, std::vector<shard_link> shards,
                               std::chrono::milliseconds timeout, std::uint64_t inflight_limit) {
   auto& st = self->state;
@@ -191,13 +210,7 @@ caf::behavior kv_client_actor(client_ptr self, std::vector<shard_link> shards,
       op->pending = st.shards.size();
       for (std::size_t idx = 0; idx < st.shards.size(); ++idx) {
         const auto& link = st.shards[idx];
-        if (!st.down[idx].empty()) {
-          op->finish(op->what + " failed: " + st.down[idx]);
-          return;
-        }
-        auto& entry = st.outstanding[idx][op.get()];
-        entry.first = op;
-        ++entry.second;
+        if (!track(self, idx, op)) return;
         send_or_queue(self, idx, 0, [=] {
           self->request(link.handle, self->state.timeout, clock_atom::value, req->hdr)
             .then([=](std::uint64_t) {
@@ -205,11 +218,7 @@ caf::behavior kv_client_actor(client_ptr self, std::vector<shard_link> shards,
                     chunk_answered(self, idx, op.get());
                   },
                   [=](caf::error& err) {
-                    op->finish(op->what + " failed: " +
-                               (err == caf::sec::request_timeout
-                                  ? "no reply from " + link.name + " within " +
-                                      std::to_string(self->state.timeout.count()) + " ms"
-                                  : describe(err)));
+                    op->finish(op->what + " failed: " + why_failed(self, link, err));
                     release(self, idx, 0);
                     chunk_answered(self, idx, op.get());
                   });
@@ -228,13 +237,7 @@ caf::behavior kv_client_actor(client_ptr self, std::vector<shard_link> shards,
         const auto& ch = req->chunks[c];
         auto idx = st.index.at(ch.shard);
         const auto& link = st.shards[idx];
-        if (!st.down[idx].empty()) {
-          op->finish(op->what + " failed: " + st.down[idx]);
-          return;
-        }
-        auto& entry = st.outstanding[idx][op.get()];
-        entry.first = op;
-        ++entry.second;
+        if (!track(self, idx, op)) return;
         auto hdr = req->hdr;
         hdr.seq += c;
         auto bytes = ch.num_values * sizeof(float) + ch.pieces.size() * range_wire_bytes;
@@ -243,11 +246,8 @@ caf::behavior kv_client_actor(client_ptr self, std::vector<shard_link> shards,
           if (ok) chunk_answered(self, idx, op.get());
         };
         auto on_error = [=](caf::error& err) {
-          std::string why = err == caf::sec::request_timeout
-                              ? "no reply from " + link.name + " within " +
-                                  std::to_string(self->state.timeout.count()) + " ms"
-                              : describe(err);
-          op->finish(std::string(names_of(req->kind)) + " of " + describe_keys(ch) + " failed: " + why);
+          op->finish(std::string(names_of(req->kind)) + " of " + describe_keys(ch) +
+                     " failed: " + why_failed(self, link, err));
           chunk_answered(self, idx, op.get());
           done(false);
         };
