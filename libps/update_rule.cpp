@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "kernels/kernels.hpp"
 #include "libps/keys.hpp"
 
 namespace ps {
@@ -45,42 +46,24 @@ std::size_t update_rule::state_slots() const {
   return 0;
 }
 
+// One implementation: the host kernels (kernels/sgd.cu, adagrad.cu, adam.cu, sum.cu).
 void update_rule::apply(float* w, float* const* state, const float* g, std::size_t n) const {
   switch (kind) {
     case rule_kind::sum:
-      for (std::size_t i = 0; i < n; ++i) w[i] += g[i];
+      kernels::add(w, g, n);
       return;
     case rule_kind::sgd:
-      if (momentum > 0) {
-        float* v = state[0];
-        for (std::size_t i = 0; i < n; ++i) {
-          v[i] = momentum * v[i] + g[i];
-          w[i] -= lr * v[i];
-        }
-      } else {
-        for (std::size_t i = 0; i < n; ++i) w[i] -= lr * g[i];
-      }
+      if (momentum > 0)
+        kernels::sgd_momentum(w, state[0], g, lr, momentum, n);
+      else
+        kernels::sgd(w, g, lr, n);
       return;
-    case rule_kind::adagrad: {
-      float* h = state[0];
-      for (std::size_t i = 0; i < n; ++i) {
-        h[i] += g[i] * g[i];
-        w[i] -= lr * g[i] / (std::sqrt(h[i]) + eps);
-      }
+    case rule_kind::adagrad:
+      kernels::adagrad(w, state[0], g, lr, eps, n);
       return;
-    }
-    case rule_kind::adam: {
-      float *m = state[0], *v = state[1], *t = state[2];
-      for (std::size_t i = 0; i < n; ++i) {
-        t[i] += 1.0f;
-        m[i] = beta1 * m[i] + (1 - beta1) * g[i];
-        v[i] = beta2 * v[i] + (1 - beta2) * g[i] * g[i];
-        float mhat = m[i] / (1 - std::pow(beta1, t[i]));
-        float vhat = v[i] / (1 - std::pow(beta2, t[i]));
-        w[i] -= lr * mhat / (std::sqrt(vhat) + eps);
-      }
+    case rule_kind::adam:
+      kernels::adam(w, state[0], state[1], state[2], g, lr, beta1, beta2, eps, n);
       return;
-    }
   }
 }
 

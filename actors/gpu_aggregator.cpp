@@ -1,0 +1,159 @@
+#include "actors/gpu_aggregator.hpp"
+
+#include <string>
+
+#include "kernels/kernels.hpp"
+#include "libps/keys.hpp"
+
+namespace ps {
+
+gpu_aggregator::gpu_aggregator(std::size_t devices, std::size_t values, strategy how)
+    : values_(values), how_(how) {
+  if (devices == 0) throw bad_request("gpu_aggregator: needs at least one device");
+  for (std::size_t d = 0; d < devices; ++d) {
+    devices_.push_back(std::make_unique<device>());
+    devices_.back()->gradient.assign(values, 0.0f);
+  }
+  rebuild_plans();
+  start_threads();
+}
+
+gpu_aggregator::~gpu_aggregator() { stop_threads(); }
+
+float* gpu_aggregator::gradient(std::size_t rank) {
+  if (rank >= devices_.size())
+    throw bad_request("gpu_aggregator: no device of rank " + std::to_string(rank) + " (" +
+                      std::to_string(devices_.size()) + " devices)");
+  return devices_[rank]->gradient.data();
+}
+
+const float* gpu_aggregator::params(std::size_t rank) const {
+  if (rank >= devices_.size())
+    throw bad_request("gpu_aggregator: no device of rank " + std::to_string(rank) + " (" +
+                      std::to_string(devices_.size()) + " devices)");
+  return devices_[rank]->params.empty() ? nullptr : devices_[rank]->params.data();
+}
+
+void gpu_aggregator::check_range(std::size_t offset, std::size_t count, const char* what) const {
+  if (offset > values_ || count > values_ - offset)
+    throw bad_request(std::string("gpu_aggregator: ") + what + " of values [" + std::to_string(offset) + ", " +
+                      std::to_string(offset + count) + ") outside the " + std::to_string(values_) + " per device");
+}
+
+void gpu_aggregator::reduce(float* out) { reduce(out, 0, values_); }
+
+void gpu_aggregator::reduce(float* out, std::size_t offset, std::size_t count) {
+  check_range(offset, count, "reduce");
+  run(reduce_plan_, false, out, offset, count);
+}
+
+void gpu_aggregator::allreduce() { run(allreduce_plan_, false, nullptr, 0, values_); }
+
+void gpu_aggregator::broadcast(const float* params) { broadcast(params, 0, values_); }
+
+void gpu_aggregator::broadcast(const float* params, std::size_t offset, std::size_t count) {
+  check_range(offset, count, "broadcast");
+  for (auto& d : devices_)
+    if (d->params.size() != values_) d->params.assign(values_, 0.0f);
+  // The host buffer is only read by a broadcast plan.
+  run(broadcast_plan_, true, const_cast<float*>(params), offset, count);
+}
+
+void gpu_aggregator::remove_device(std::size_t rank) {
+  if (rank >= devices_.size())
+    throw bad_request("gpu_aggregator: cannot remove device " + std::to_string(rank) + " of " +
+                      std::to_string(devices_.size()));
+  if (devices_.size() == 1) throw bad_request("gpu_aggregator: cannot remove the last device");
+  stop_threads();
+  devices_.erase(devices_.begin() + static_cast<std::ptrdiff_t>(rank));
+  rebuild_plans();
+  start_threads();
+}
+
+void gpu_aggregator::rebuild_plans() {
+  reduce_plan_ = make_plan(how_, plan_goal::reduce, devices_.size());
+  allreduce_plan_ = make_plan(how_, plan_goal::allreduce, devices_.size());
+  broadcast_plan_ = make_plan(how_, plan_goal::broadcast, devices_.size());
+}
+
+void gpu_aggregator::start_threads() {
+  stopping_ = false;
+  finished_ = 0;
+  barrier_ = std::make_unique<std::barrier<>>(static_cast<std::ptrdiff_t>(devices_.size()));
+  // A thread waits for jobs after the current generation (read here, before any job of
+  // this thread set can be posted).
+  const std::uint64_t gen = generation_;
+  for (std::size_t r = 0; r < devices_.size(); ++r) threads_.emplace_back([this, r, gen] { device_main(r, gen); });
+}
+
+void gpu_aggregator::stop_threads() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+  }
+  start_cv_.notify_all();
+  for (auto& t : threads_) t.join();
+  threads_.clear();
+}
+
+void gpu_aggregator::run(const reduction_plan& plan, bool on_params, float* host, std::size_t offset,
+                         std::size_t count) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  job_ = job{&plan, on_params, host, offset, count};
+  finished_ = 0;
+  error_ = nullptr;
+  ++generation_;
+  start_cv_.notify_all();
+  done_cv_.wait(lock, [&] { return finished_ == devices_.size(); });
+  if (error_) std::rethrow_exception(error_);
+}
+
+void gpu_aggregator::device_main(std::size_t rank, std::uint64_t seen) {
+  kernels::set_thread_limit(1);  // a device is one thread
+  for (;;) {
+    job j;
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      start_cv_.wait(lock, [&] { return stopping_ || generation_ != seen; });
+      if (stopping_) return;
+      seen = generation_;
+      j = job_;
+    }
+    execute(rank, j);
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (++finished_ == devices_.size()) done_cv_.notify_one();
+  }
+}
+
+void gpu_aggregator::execute(std::size_t rank, const job& j) {
+  const reduction_plan& plan = *j.plan;
+  auto buffer = [&](std::size_t id) -> float* {
+    if (id == plan.host()) return j.host;
+    auto& d = *devices_[id];
+    return (j.on_params ? d.params.data() : d.gradient.data()) + j.offset;
+  };
+  std::vector<const float*> srcs;
+  for (std::size_t p = 0; p < plan.phases.size(); ++p) {
+    if (p > 0) barrier_->arrive_and_wait();
+    for (const auto& op : plan.phases[p]) {
+      if (op.device != rank) continue;
+      const elem_range r = block_range(j.count, plan.parts, op.block);
+      if (r.size() == 0) continue;
+      try {
+        srcs.clear();
+        for (auto s : op.srcs) srcs.push_back(buffer(s) + r.begin);
+        float* dst = buffer(op.dst) + r.begin;
+        if (srcs.size() == 1 && srcs[0] == dst) continue;
+        if (srcs.size() == 1)
+          kernels::copy(dst, srcs[0], r.size());
+        else
+          kernels::sum_n(dst, srcs.data(), srcs.size(), r.size());
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(mutex_);
+        if (!error_) error_ = std::current_exception();
+      }
+    }
+  }
+}
+
+}  // namespace ps

@@ -1,0 +1,99 @@
+#pragma once
+// The worker's local aggregator: N compute devices, each with its own gradient and parameter
+// buffers, reduced before a single push and refreshed from a single pull. Here a device is a
+// CPU thread (there is no GPU on these machines); the schedules come from
+// libps/reduction_plan.hpp and each device's thread runs its own part of every phase, with a
+// barrier between phases. The kernels are the host build of kernels/ with one OpenMP thread per
+// device, so N devices use N cores at most.
+//
+//   ps::gpu_aggregator agg(4, n, ps::parse_strategy("ring"));
+//   compute into agg.gradient(r) for r < agg.devices() ...
+//   agg.reduce(push_buffer.data());          // push_buffer = sum of the devices' gradients
+//   agg.broadcast(pulled.data());            // every agg.params(r) = pulled
+//   agg.remove_device(2);                    // ranks 3.. become 2..; the ring is rebuilt
+//
+// Not thread-safe: one caller at a time (the worker actor that owns it).
+#include <barrier>
+#include <condition_variable>
+#include <cstddef>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "libps/reduction_plan.hpp"
+
+namespace ps {
+
+class gpu_aggregator {
+ public:
+  // `values` floats per device. Throws bad_request when devices == 0.
+  gpu_aggregator(std::size_t devices, std::size_t values, strategy how);
+  ~gpu_aggregator();
+  gpu_aggregator(const gpu_aggregator&) = delete;
+  gpu_aggregator& operator=(const gpu_aggregator&) = delete;
+
+  std::size_t devices() const { return devices_.size(); }
+  std::size_t size() const { return values_; }
+  strategy how() const { return how_; }
+
+  // Device `rank`'s buffers (throws bad_request for a rank out of range). Parameter buffers
+  // are allocated on the first broadcast.
+  float* gradient(std::size_t rank);
+  const float* params(std::size_t rank) const;
+
+  // out[0, size) = sum over devices of gradient(r). The gradient buffers are scratch space
+  // afterwards (ring leaves partial sums in them). Integer-valued floats give exact sums.
+  void reduce(float* out);
+  // The same for values [offset, offset + count) only (push a layer as soon as it is ready).
+  void reduce(float* out, std::size_t offset, std::size_t count);
+  // Every gradient(r) = the sum (the all-reduce of data-parallel training without a server).
+  void allreduce();
+  // Every params(r) = params[0, size).
+  void broadcast(const float* params);
+  void broadcast(const float* params, std::size_t offset, std::size_t count);
+
+  // The device leaves: its gradient is no longer counted, ranks above it move down by one
+  // and the plans are rebuilt for devices() - 1. Throws bad_request for a bad rank or when it
+  // is the last device.
+  void remove_device(std::size_t rank);
+
+ private:
+  struct device {
+    std::vector<float> gradient;
+    std::vector<float> params;
+  };
+  struct job {
+    const reduction_plan* plan = nullptr;
+    bool on_params = false;  // device buffers: params instead of gradients
+    float* host = nullptr;   // the host buffer, already offset
+    std::size_t offset = 0, count = 0;
+  };
+
+  void run(const reduction_plan& plan, bool on_params, float* host, std::size_t offset,
+           std::size_t count);
+  void check_range(std::size_t offset, std::size_t count, const char* what) const;
+  void start_threads();
+  void stop_threads();
+  void device_main(std::size_t rank, std::uint64_t seen);
+  void execute(std::size_t rank, const job& j);
+  void rebuild_plans();
+
+  std::size_t values_;
+  strategy how_;
+  std::vector<std::unique_ptr<device>> devices_;
+  reduction_plan reduce_plan_, allreduce_plan_, broadcast_plan_;
+
+  std::vector<std::thread> threads_;
+  std::unique_ptr<std::barrier<>> barrier_;
+  std::mutex mutex_;
+  std::condition_variable start_cv_, done_cv_;
+  std::uint64_t generation_ = 0;  // bumped per job
+  std::size_t finished_ = 0;
+  bool stopping_ = false;
+  job job_;
+  std::exception_ptr error_;
+};
+
+}  // namespace ps

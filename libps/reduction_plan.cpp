@@ -1,0 +1,134 @@
+#include "libps/reduction_plan.hpp"
+
+#include <numeric>
+
+#include "libps/keys.hpp"
+
+namespace ps {
+
+strategy parse_strategy(const std::string& name) {
+  if (name == "central") return strategy::central;
+  if (name == "block") return strategy::block;
+  if (name == "ring") return strategy::ring;
+  throw bad_request("unknown aggregation strategy \"" + name + "\" (expected central, block or ring)");
+}
+
+const char* name(strategy s) {
+  switch (s) {
+    case strategy::central: return "central";
+    case strategy::block: return "block";
+    case strategy::ring: return "ring";
+  }
+  return "?";
+}
+
+elem_range block_range(std::size_t n, std::size_t parts, std::size_t b) {
+  const std::size_t base = n / parts, extra = n % parts;
+  const std::size_t begin = b * base + (b < extra ? b : extra);
+  return {begin, begin + base + (b < extra ? 1 : 0)};
+}
+
+namespace {
+
+std::vector<std::size_t> all_devices(std::size_t n) {
+  std::vector<std::size_t> v(n);
+  std::iota(v.begin(), v.end(), 0);
+  return v;
+}
+
+// Device d gets every block j != d from device j, which holds block j complete.
+std::vector<plan_op> block_all_gather(std::size_t n) {
+  std::vector<plan_op> phase;
+  for (std::size_t d = 0; d < n; ++d)
+    for (std::size_t j = 0; j < n; ++j)
+      if (j != d) phase.push_back({d, j, d, {j}});
+  return phase;
+}
+
+// Ring all-gather, starting when device d holds block (d + 1) % n complete: at step s device d
+// copies block (d - s) from its left neighbour.
+void ring_all_gather(reduction_plan& p) {
+  const std::size_t n = p.devices;
+  for (std::size_t s = 0; s + 1 < n; ++s) {
+    std::vector<plan_op> phase;
+    for (std::size_t d = 0; d < n; ++d) {
+      const std::size_t c = (d + n - s % n) % n;
+      phase.push_back({d, c, d, {ring_left(d, n)}});
+    }
+    p.phases.push_back(std::move(phase));
+  }
+}
+
+}  // namespace
+
+reduction_plan make_plan(strategy how, plan_goal goal, std::size_t devices) {
+  if (devices == 0) throw bad_request("reduction plan: no devices");
+  reduction_plan p;
+  p.how = how;
+  p.goal = goal;
+  p.devices = devices;
+  const std::size_t n = devices, host = devices;
+  switch (how) {
+    case strategy::central:
+      p.parts = 1;
+      if (goal == plan_goal::broadcast) {
+        p.phases.push_back({{0, 0, 0, {host}}});
+      } else {
+        p.phases.push_back({{0, 0, goal == plan_goal::reduce ? host : 0, all_devices(n)}});
+        if (goal == plan_goal::reduce) break;
+      }
+      if (n > 1) {
+        std::vector<plan_op> copy;
+        for (std::size_t d = 1; d < n; ++d) copy.push_back({d, 0, d, {0}});
+        p.phases.push_back(std::move(copy));
+      }
+      break;
+    case strategy::block: {
+      p.parts = n;
+      std::vector<plan_op> first;
+      for (std::size_t d = 0; d < n; ++d) {
+        if (goal == plan_goal::reduce)
+          first.push_back({d, d, host, all_devices(n)});  // the gather is the write to the host
+        else if (goal == plan_goal::allreduce)
+          first.push_back({d, d, d, all_devices(n)});
+        else
+          first.push_back({d, d, d, {host}});
+      }
+      p.phases.push_back(std::move(first));
+      if (goal != plan_goal::reduce && n > 1) p.phases.push_back(block_all_gather(n));
+      break;
+    }
+    case strategy::ring: {
+      p.parts = n;
+      if (goal == plan_goal::broadcast) {
+        std::vector<plan_op> first;
+        for (std::size_t d = 0; d < n; ++d) first.push_back({d, ring_right(d, n), d, {host}});
+        p.phases.push_back(std::move(first));
+        ring_all_gather(p);
+        break;
+      }
+      if (n == 1) {
+        if (goal == plan_goal::reduce) p.phases.push_back({{0, 0, host, {0}}});
+        break;
+      }
+      // Scatter-reduce: at step s device d adds its left neighbour's partial sum of block
+      // (d - s - 1) into its own; after n - 1 steps it holds block (d + 1) complete. For a
+      // reduce, the last step writes the complete block to the host buffer instead.
+      for (std::size_t s = 0; s + 1 < n; ++s) {
+        std::vector<plan_op> phase;
+        const bool last = s + 2 == n;
+        for (std::size_t d = 0; d < n; ++d) {
+          const std::size_t c = (d + 2 * n - s - 1) % n;
+          const std::size_t dst = last && goal == plan_goal::reduce ? host : d;
+          phase.push_back({d, c, dst, {ring_left(d, n), d}});
+        }
+        p.phases.push_back(std::move(phase));
+      }
+      if (goal == plan_goal::allreduce) ring_all_gather(p);
+      break;
+    }
+  }
+  return p;
+}
+
+}  // namespace ps

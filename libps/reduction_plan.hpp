@@ -1,0 +1,67 @@
+#pragma once
+// Schedules for reducing N local devices' gradients and spreading parameters back, as pure
+// data: which device does what to which block in which phase. The aggregator
+// (actors/gpu_aggregator) executes a plan with one thread per device and a barrier between
+// phases; tests check plans without threads.
+//
+// Buffers: 0..N-1 are the devices' buffers (gradients for reduce/allreduce, parameters for
+// broadcast); buffer N is the host buffer (the single push's input, or the pulled parameters).
+// A device writes only its own buffer or the host buffer.
+#include <cstddef>
+#include <string>
+#include <vector>
+
+namespace ps {
+
+enum class strategy {
+  central,  // everything to device 0, which sums alone (and copies out)
+  block,    // device d reduces block d of N (reduce-scatter), then all-gather
+  ring,     // N-1 scatter-reduce steps and N-1 all-gather steps between ring neighbours
+};
+
+// "central" | "block" | "ring"; throws bad_request naming the bad value.
+strategy parse_strategy(const std::string& name);
+const char* name(strategy s);
+
+struct elem_range {
+  std::size_t begin = 0, end = 0;
+  std::size_t size() const { return end - begin; }
+  friend bool operator==(const elem_range&, const elem_range&) = default;
+};
+
+// Block b of [0, n) cut into `parts` contiguous blocks whose sizes differ by at most one
+// (the first n % parts blocks have one more element). parts >= 1, b < parts.
+elem_range block_range(std::size_t n, std::size_t parts, std::size_t b);
+
+// dst[block] = srcs[0][block] + srcs[1][block] + ... (in that order), done by `device`;
+// one source is a copy. dst may be one of the sources.
+struct plan_op {
+  std::size_t device = 0;
+  std::size_t block = 0;
+  std::size_t dst = 0;
+  std::vector<std::size_t> srcs;
+};
+
+enum class plan_goal {
+  reduce,     // host = sum of the device buffers (device buffers may be overwritten)
+  allreduce,  // every device buffer = the sum
+  broadcast,  // every device buffer = host
+};
+
+struct reduction_plan {
+  strategy how = strategy::central;
+  plan_goal goal = plan_goal::reduce;
+  std::size_t devices = 1;
+  std::size_t parts = 1;  // blocks the range is cut into (block_range(n, parts, op.block))
+  std::vector<std::vector<plan_op>> phases;  // ops of one phase run concurrently
+  std::size_t host() const { return devices; }
+};
+
+// Ring neighbours of `rank` among `devices` (ranks 0..devices-1 in ring order).
+inline std::size_t ring_left(std::size_t rank, std::size_t devices) { return (rank + devices - 1) % devices; }
+inline std::size_t ring_right(std::size_t rank, std::size_t devices) { return (rank + 1) % devices; }
+
+// Throws bad_request when devices == 0.
+reduction_plan make_plan(strategy how, plan_goal goal, std::size_t devices);
+
+}  // namespace ps
