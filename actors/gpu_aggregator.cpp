@@ -1,5 +1,6 @@
 #include "actors/gpu_aggregator.hpp"
 
+#include <algorithm>
 #include <string>
 
 #include "kernels/kernels.hpp"
@@ -8,7 +9,9 @@
 namespace ps {
 
 gpu_aggregator::gpu_aggregator(std::size_t devices, std::size_t values, strategy how)
-    : values_(values), how_(how) {
+    : values_(values),
+      how_(how),
+      cores_(static_cast<std::ptrdiff_t>(std::clamp(std::thread::hardware_concurrency(), 1u, 1024u))) {
   if (devices == 0) throw bad_request("gpu_aggregator: needs at least one device");
   for (std::size_t d = 0; d < devices; ++d) {
     devices_.push_back(std::make_unique<device>());
@@ -38,6 +41,21 @@ void gpu_aggregator::check_range(std::size_t offset, std::size_t count, const ch
   if (offset > values_ || count > values_ - offset)
     throw bad_request(std::string("gpu_aggregator: ") + what + " of values [" + std::to_string(offset) + ", " +
                       std::to_string(offset + count) + ") outside the " + std::to_string(values_) + " per device");
+}
+
+std::vector<gpu_aggregator::piece> gpu_aggregator::reduce_in_place() { return reduce_in_place(0, values_); }
+
+std::vector<gpu_aggregator::piece> gpu_aggregator::reduce_in_place(std::size_t offset, std::size_t count) {
+  check_range(offset, count, "reduce");
+  run(in_place_plan_, false, nullptr, offset, count);
+  std::vector<piece> pieces;
+  for (std::size_t b = 0; b < in_place_plan_.parts; ++b) {
+    const elem_range r = block_range(count, in_place_plan_.parts, b);
+    if (r.size() == 0) continue;
+    const std::size_t at = offset + r.begin;
+    pieces.push_back({at, r.size(), devices_[in_place_plan_.result_owner[b]]->gradient.data() + at});
+  }
+  return pieces;
 }
 
 void gpu_aggregator::reduce(float* out) { reduce(out, 0, values_); }
@@ -71,6 +89,7 @@ void gpu_aggregator::remove_device(std::size_t rank) {
 }
 
 void gpu_aggregator::rebuild_plans() {
+  in_place_plan_ = make_plan(how_, plan_goal::reduce_in_place, devices_.size());
   reduce_plan_ = make_plan(how_, plan_goal::reduce, devices_.size());
   allreduce_plan_ = make_plan(how_, plan_goal::allreduce, devices_.size());
   broadcast_plan_ = make_plan(how_, plan_goal::broadcast, devices_.size());
@@ -135,8 +154,10 @@ void gpu_aggregator::execute(std::size_t rank, const job& j) {
   std::vector<const float*> srcs;
   for (std::size_t p = 0; p < plan.phases.size(); ++p) {
     if (p > 0) barrier_->arrive_and_wait();
+    bool holding = false;
     for (const auto& op : plan.phases[p]) {
       if (op.device != rank) continue;
+      if (!holding) cores_.acquire(), holding = true;
       const elem_range r = block_range(j.count, plan.parts, op.block);
       if (r.size() == 0) continue;
       try {
@@ -153,6 +174,7 @@ void gpu_aggregator::execute(std::size_t rank, const job& j) {
         if (!error_) error_ = std::current_exception();
       }
     }
+    if (holding) cores_.release();
   }
 }
 

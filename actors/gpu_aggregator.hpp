@@ -4,11 +4,12 @@
 // CPU thread (there is no GPU on these machines); the schedules come from
 // libps/reduction_plan.hpp and each device's thread runs its own part of every phase, with a
 // barrier between phases. The kernels are the host build of kernels/ with one OpenMP thread per
-// device, so N devices use N cores at most.
+// device; at most one device per core works at a time (the others wait for a core token).
 //
 //   ps::gpu_aggregator agg(4, n, ps::parse_strategy("ring"));
 //   compute into agg.gradient(r) for r < agg.devices() ...
 //   agg.reduce(push_buffer.data());          // push_buffer = sum of the devices' gradients
+//   for (auto p : agg.reduce_in_place()) ... // or: the sum where it lies, piece by piece
 //   agg.broadcast(pulled.data());            // every agg.params(r) = pulled
 //   agg.remove_device(2);                    // ranks 3.. become 2..; the ring is rebuilt
 //
@@ -19,6 +20,7 @@
 #include <exception>
 #include <memory>
 #include <mutex>
+#include <semaphore>
 #include <thread>
 #include <vector>
 
@@ -42,6 +44,18 @@ class gpu_aggregator {
   // are allocated on the first broadcast.
   float* gradient(std::size_t rank);
   const float* params(std::size_t rank) const;
+
+  // The sum over devices of gradient(r), left in the devices' gradient buffers (no buffer
+  // written beyond them; the fastest form): pieces in value order, covering [0, size) (or
+  // [offset, offset + count)), each pointing into some device's gradient buffer, valid until
+  // the next call that runs the devices. Push each piece, or copy them out. The other values
+  // of the gradient buffers are scratch afterwards.
+  struct piece {
+    std::size_t offset = 0, count = 0;  // values [offset, offset + count) of the sum
+    const float* data = nullptr;
+  };
+  std::vector<piece> reduce_in_place();
+  std::vector<piece> reduce_in_place(std::size_t offset, std::size_t count);
 
   // out[0, size) = sum over devices of gradient(r). The gradient buffers are scratch space
   // afterwards (ring leaves partial sums in them). Integer-valued floats give exact sums.
@@ -83,10 +97,13 @@ class gpu_aggregator {
   std::size_t values_;
   strategy how_;
   std::vector<std::unique_ptr<device>> devices_;
-  reduction_plan reduce_plan_, allreduce_plan_, broadcast_plan_;
+  reduction_plan in_place_plan_, reduce_plan_, allreduce_plan_, broadcast_plan_;
 
   std::vector<std::thread> threads_;
   std::unique_ptr<std::barrier<>> barrier_;
+  // CPU devices beyond the core count take turns within a phase (one token per core), so
+  // that 8 device threads on 2 cores do not thrash each other's caches and time slices.
+  std::counting_semaphore<1024> cores_;
   std::mutex mutex_;
   std::condition_variable start_cv_, done_cv_;
   std::uint64_t generation_ = 0;  // bumped per job

@@ -76,7 +76,7 @@ auto raw(V& v) {
 #ifdef __CUDACC__
 constexpr std::size_t tile = 1;
 #else
-constexpr std::size_t tile = 4096;
+constexpr std::size_t tile = 4096;  // 1024 and 16384 measured the same
 #endif
 
 // f(begin, end) for consecutive tiles of [0, n).

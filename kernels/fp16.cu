@@ -9,39 +9,31 @@ namespace {
 using detail::bits_float;
 using detail::float_bits;
 
+// Branch-free (every case computed, one selected) so that the host loops vectorize.
 PS_HD inline std::uint16_t to_half(float f) {
   const std::uint32_t u = float_bits(f);
   const std::uint32_t sign = u & 0x80000000u;
-  std::uint32_t a = u ^ sign;  // |f|
-  std::uint32_t h;
-  if (a >= 0x47800000u) {                  // |f| >= 2^16: Inf, or NaN (checked next)
-    h = a > 0x7f800000u ? 0x7e00u : 0x7c00u;
-  } else if (a < 0x38800000u) {            // below 2^-14: the half is subnormal or zero
-    // Adding 0.5 lines the half's mantissa up with the float's low bits; the FPU rounds
-    // to nearest even.
-    float shifted = bits_float(a) + bits_float(0x3f000000u);
-    h = float_bits(shifted) - 0x3f000000u;
-  } else {                                 // normal half (or overflow to Inf by rounding)
-    const std::uint32_t odd = (a >> 13) & 1u;
-    a += 0xc8000fffu;                      // rebias exponent (15 - 127) << 23, plus 0xfff
-    a += odd;
-    h = a >> 13;
-  }
+  const std::uint32_t a = u ^ sign;  // |f|
+  // |f| >= 2^16: Inf, or NaN (quiet, payload dropped).
+  const std::uint32_t special = a > 0x7f800000u ? 0x7e00u : 0x7c00u;
+  // |f| < 2^-14, a subnormal half or zero: adding 0.5 lines the half's mantissa up with the
+  // float's low bits, and the FPU rounds to nearest even.
+  const std::uint32_t sub = float_bits(bits_float(a) + 0.5f) - 0x3f000000u;
+  // A normal half (or overflow to Inf by rounding): rebias the exponent by (15 - 127) << 23
+  // and round to nearest even (0xfff plus the lowest kept bit).
+  const std::uint32_t norm = (a + 0xc8000fffu + ((a >> 13) & 1u)) >> 13;
+  const std::uint32_t h = a >= 0x47800000u ? special : (a < 0x38800000u ? sub : norm);
   return static_cast<std::uint16_t>(h | (sign >> 16));
 }
 
 PS_HD inline float to_float(std::uint16_t hv) {
   const std::uint32_t h = hv;
-  std::uint32_t o = (h & 0x7fffu) << 13;   // exponent and mantissa
-  const std::uint32_t exp = o & 0x0f800000u;
-  o += (127 - 15) << 23;                   // rebias
-  if (exp == 0x0f800000u) {
-    o += (128 - 16) << 23;                 // Inf or NaN
-  } else if (exp == 0) {                   // zero or subnormal: renormalize
-    o += 1u << 23;
-    o = float_bits(bits_float(o) - bits_float(113u << 23));
-  }
-  return bits_float(o | ((h & 0x8000u) << 16));
+  const std::uint32_t o = ((h & 0x7fffu) << 13) + ((127 - 15) << 23);  // rebiased
+  const std::uint32_t exp = (h & 0x7c00u) << 13;
+  const std::uint32_t infnan = o + ((128 - 16) << 23);
+  const std::uint32_t sub = float_bits(bits_float(o + (1u << 23)) - bits_float(113u << 23));  // renormalize
+  const std::uint32_t r = exp == 0x0f800000u ? infnan : (exp == 0 ? sub : o);
+  return bits_float(r | ((h & 0x8000u) << 16));
 }
 
 struct encode_tile {

@@ -31,18 +31,19 @@ struct scale_block {
   std::uint32_t* nonfinite;
   PS_HD void operator()(std::size_t blk) const {
     const std::size_t b = blk * block, e = b + block < n ? b + block : n;
-    std::uint32_t max_bits = 0, bad = 0;
+    // Signed ints (|x| bits fit in 31): SSE2 has signed compares only.
+    std::int32_t max_bits = 0, bad = 0;
     for (std::size_t i = b; i < e; ++i) {
-      const std::uint32_t a = float_bits(x[i]) & abs_mask;
-      const bool finite = a < inf_bits;
-      max_bits = finite && a > max_bits ? a : max_bits;
-      bad += finite ? 0u : 1u;
+      const auto a = static_cast<std::int32_t>(float_bits(x[i]) & abs_mask);
+      const std::int32_t m = a < static_cast<std::int32_t>(inf_bits) ? a : 0;
+      max_bits = m > max_bits ? m : max_bits;
+      bad += a >= static_cast<std::int32_t>(inf_bits) ? 1 : 0;
     }
-    const float maxabs = bits_float(max_bits);
+    const float maxabs = bits_float(static_cast<std::uint32_t>(max_bits));
     float s = maxabs / 127.0f;
     if (maxabs > 0 && s < FLT_MIN) s = FLT_MIN;
     scales[blk] = s;
-    nonfinite[blk] = bad;
+    nonfinite[blk] = static_cast<std::uint32_t>(bad);
   }
 };
 
@@ -56,10 +57,11 @@ struct quantize_block {
     const float s = scales[blk];
     const float inv = s > 0 ? 1.0f / s : 0.0f;
     for (std::size_t i = b; i < e; ++i) {
-      const float v = x[i];
-      const bool finite = (float_bits(v) & abs_mask) < inf_bits;
-      float r = (finite ? v : 0.0f) * inv;
-      r = r < -127.0f ? -127.0f : (r > 127.0f ? 127.0f : r);
+      const std::uint32_t u = float_bits(x[i]);
+      const std::uint32_t keep = (u & abs_mask) < inf_bits ? 0xffffffffu : 0u;  // non-finite -> 0
+      float r = bits_float(u & keep) * inv;
+      r = r > 127.0f ? 127.0f : r;
+      r = r < -127.0f ? -127.0f : r;
       q[i] = static_cast<std::int8_t>(static_cast<int>(round_even(r)));
     }
   }
@@ -76,7 +78,8 @@ struct dequantize_block {
     const float s = scales[blk];
     for (std::size_t i = b; i < e; ++i) {
       float v = static_cast<float>(q[i]) * s;
-      v = v < -FLT_MAX ? -FLT_MAX : (v > FLT_MAX ? FLT_MAX : v);
+      v = v > FLT_MAX ? FLT_MAX : v;
+      v = v < -FLT_MAX ? -FLT_MAX : v;
       out[i] = add ? out[i] + v : v;
     }
   }

@@ -36,6 +36,14 @@ std::vector<std::size_t> all_devices(std::size_t n) {
   return v;
 }
 
+// Device d's buffer first (the sum is then in place), then the others in rank order.
+std::vector<std::size_t> own_first(std::size_t d, std::size_t n) {
+  std::vector<std::size_t> v{d};
+  for (std::size_t j = 0; j < n; ++j)
+    if (j != d) v.push_back(j);
+  return v;
+}
+
 // Device d gets every block j != d from device j, which holds block j complete.
 std::vector<plan_op> block_all_gather(std::size_t n) {
   std::vector<plan_op> phase;
@@ -71,11 +79,12 @@ reduction_plan make_plan(strategy how, plan_goal goal, std::size_t devices) {
   switch (how) {
     case strategy::central:
       p.parts = 1;
+      p.result_owner = {0};
       if (goal == plan_goal::broadcast) {
         p.phases.push_back({{0, 0, 0, {host}}});
       } else {
         p.phases.push_back({{0, 0, goal == plan_goal::reduce ? host : 0, all_devices(n)}});
-        if (goal == plan_goal::reduce) break;
+        if (goal == plan_goal::reduce || goal == plan_goal::reduce_in_place) break;
       }
       if (n > 1) {
         std::vector<plan_op> copy;
@@ -85,21 +94,24 @@ reduction_plan make_plan(strategy how, plan_goal goal, std::size_t devices) {
       break;
     case strategy::block: {
       p.parts = n;
+      p.result_owner = all_devices(n);
       std::vector<plan_op> first;
       for (std::size_t d = 0; d < n; ++d) {
         if (goal == plan_goal::reduce)
           first.push_back({d, d, host, all_devices(n)});  // the gather is the write to the host
-        else if (goal == plan_goal::allreduce)
-          first.push_back({d, d, d, all_devices(n)});
-        else
+        else if (goal == plan_goal::broadcast)
           first.push_back({d, d, d, {host}});
+        else
+          first.push_back({d, d, d, own_first(d, n)});
       }
       p.phases.push_back(std::move(first));
-      if (goal != plan_goal::reduce && n > 1) p.phases.push_back(block_all_gather(n));
+      if ((goal == plan_goal::allreduce || goal == plan_goal::broadcast) && n > 1)
+        p.phases.push_back(block_all_gather(n));
       break;
     }
     case strategy::ring: {
       p.parts = n;
+      for (std::size_t b = 0; b < n; ++b) p.result_owner.push_back(ring_left(b, n));  // d holds d + 1
       if (goal == plan_goal::broadcast) {
         std::vector<plan_op> first;
         for (std::size_t d = 0; d < n; ++d) first.push_back({d, ring_right(d, n), d, {host}});
@@ -112,15 +124,15 @@ reduction_plan make_plan(strategy how, plan_goal goal, std::size_t devices) {
         break;
       }
       // Scatter-reduce: at step s device d adds its left neighbour's partial sum of block
-      // (d - s - 1) into its own; after n - 1 steps it holds block (d + 1) complete. For a
-      // reduce, the last step writes the complete block to the host buffer instead.
+      // (d - s - 1) into its own, in place; after n - 1 steps it holds block (d + 1) complete.
+      // For a reduce, the last step writes the complete block to the host buffer instead.
       for (std::size_t s = 0; s + 1 < n; ++s) {
         std::vector<plan_op> phase;
         const bool last = s + 2 == n;
         for (std::size_t d = 0; d < n; ++d) {
           const std::size_t c = (d + 2 * n - s - 1) % n;
           const std::size_t dst = last && goal == plan_goal::reduce ? host : d;
-          phase.push_back({d, c, dst, {ring_left(d, n), d}});
+          phase.push_back({d, c, dst, {d, ring_left(d, n)}});  // own first: in place
         }
         p.phases.push_back(std::move(phase));
       }

@@ -34,7 +34,7 @@ struct elem_range {
 elem_range block_range(std::size_t n, std::size_t parts, std::size_t b);
 
 // dst[block] = srcs[0][block] + srcs[1][block] + ... (in that order), done by `device`;
-// one source is a copy. dst may be one of the sources.
+// one source is a copy. When dst is one of the sources it is the first (an in-place add).
 struct plan_op {
   std::size_t device = 0;
   std::size_t block = 0;
@@ -43,6 +43,8 @@ struct plan_op {
 };
 
 enum class plan_goal {
+  reduce_in_place,  // the sum stays in the device buffers: block b complete in device
+                    // result_owner[b]'s buffer (a reduce-scatter; no extra buffer written)
   reduce,     // host = sum of the device buffers (device buffers may be overwritten)
   allreduce,  // every device buffer = the sum
   broadcast,  // every device buffer = host
@@ -54,6 +56,7 @@ struct reduction_plan {
   std::size_t devices = 1;
   std::size_t parts = 1;  // blocks the range is cut into (block_range(n, parts, op.block))
   std::vector<std::vector<plan_op>> phases;  // ops of one phase run concurrently
+  std::vector<std::size_t> result_owner;      // reduce_in_place: device holding block b
   std::size_t host() const { return devices; }
 };
 

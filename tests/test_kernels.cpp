@@ -455,6 +455,12 @@ TEST_CASE("every plan reduces, all-reduces and broadcasts, for 1..8 devices") {
       const std::uint32_t all = (1u << n) - 1;
       auto r = simulate(make_plan(how, plan_goal::reduce, n), false);
       for (auto b : r[n]) CHECK(b == all);
+      const auto in_place = make_plan(how, plan_goal::reduce_in_place, n);
+      REQUIRE(in_place.result_owner.size() == in_place.parts);
+      auto ip = simulate(in_place, false);
+      for (std::size_t b = 0; b < in_place.parts; ++b) CHECK(ip[in_place.result_owner[b]][b] == all);
+      for (const auto& phase : in_place.phases)
+        for (const auto& op : phase) CHECK(op.dst != in_place.host());  // nothing beyond the devices
       auto a = simulate(make_plan(how, plan_goal::allreduce, n), false);
       for (std::size_t d = 0; d < n; ++d)
         for (auto b : a[d]) CHECK(b == all);
@@ -492,6 +498,18 @@ TEST_CASE("aggregator: every strategy equals the reference sum for 1..8 devices 
         std::vector<float> out(n, -1.0f);
         agg.reduce(out.data());
         CHECK(out == ref);
+        // In place: pieces in order, covering everything.
+        for (std::size_t d = 0; d < devices; ++d)
+          for (std::size_t i = 0; i < n; ++i) agg.gradient(d)[i] = grad_value(d, i);
+        std::size_t next = 0;
+        bool same = true;
+        for (const auto& p : agg.reduce_in_place()) {
+          CHECK(p.offset == next);
+          next = p.offset + p.count;
+          same = same && std::equal(p.data, p.data + p.count, ref.begin() + static_cast<std::ptrdiff_t>(p.offset));
+        }
+        CHECK(next == n);
+        CHECK(same);
         // All-reduce: every device ends with the sum.
         for (std::size_t d = 0; d < devices; ++d)
           for (std::size_t i = 0; i < n; ++i) agg.gradient(d)[i] = grad_value(d, i);

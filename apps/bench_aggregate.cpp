@@ -1,0 +1,236 @@
+// bench_aggregate: the local aggregator's sum of N device buffers, per strategy and N, and the
+// codecs' bytes on the wire and encode/decode speed, with the memory-bandwidth limit measured
+// in the same run. One JSON object per line; gbps = 1e9 bytes per second.
+//
+// Bytes counted (the memory traffic of the minimal algorithm, so both sides compare alike):
+//   stream_add (the limit): a plain loop y[i] += x[i] on every core over two buffers of --bytes:
+//                           x and y read, y written: 3 * bytes per pass.
+//   sum of N (a strategy):  N buffers of --bytes read, one written (the push buffer):
+//                           (N + 1) * bytes per reduce, whatever the strategy moves itself.
+//   codecs:                 bytes_in = 4 * values (the float tensor), per encode or decode.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "actors/gpu_aggregator.hpp"
+#include "libps/codec.hpp"
+#include "libps/keys.hpp"
+
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+struct options {
+  std::size_t bytes = 64u << 20;  // per device
+  std::vector<std::size_t> devices = {2, 4, 8};
+  std::vector<std::string> strategies = {"central", "block", "ring"};
+  std::vector<std::string> codecs = {"none", "fp16", "int8", "topk:0.01"};
+  std::size_t codec_bytes = 0;  // 0: same as bytes
+  int reps = 10;
+};
+
+std::vector<std::string> split(const std::string& s) {
+  std::vector<std::string> out;
+  std::size_t pos = 0;
+  while (pos <= s.size()) {
+    auto comma = s.find(',', pos);
+    if (comma == std::string::npos) comma = s.size();
+    if (comma > pos) out.push_back(s.substr(pos, comma - pos));
+    pos = comma + 1;
+  }
+  return out;
+}
+
+std::size_t to_size(const std::string& flag, const std::string& v) {
+  std::size_t used = 0;
+  unsigned long long x = 0;
+  try {
+    x = std::stoull(v, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (v.empty() || used != v.size() || v[0] == '-') throw ps::bad_request(flag + ": \"" + v + "\" is not a count");
+  return static_cast<std::size_t>(x);
+}
+
+options parse(int argc, char** argv) {
+  options o;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto eq = a.find('=');
+    std::string flag = a.substr(0, eq), v = eq == std::string::npos ? "" : a.substr(eq + 1);
+    if (flag == "--help") {
+      std::printf(
+          "bench_aggregate [--bytes=B] [--devices=2,4,8] [--strategies=central,block,ring]\n"
+          "                [--codecs=none,fp16,int8,topk:0.01] [--codec-bytes=B] [--reps=R]\n"
+          "B: bytes per device (default 67108864 = 64 MiB); --codec-bytes: tensor size for the codecs\n"
+          "(default: --bytes); --codecs= or --strategies= (empty) skips that part.\n");
+      std::exit(0);
+    }
+    if (eq == std::string::npos) throw ps::bad_request("flag " + a + " needs a value (--name=value)");
+    if (flag == "--bytes") {
+      o.bytes = to_size(flag, v);
+    } else if (flag == "--codec-bytes") {
+      o.codec_bytes = to_size(flag, v);
+    } else if (flag == "--reps") {
+      o.reps = static_cast<int>(to_size(flag, v));
+      if (o.reps < 1) throw ps::bad_request("--reps must be >= 1");
+    } else if (flag == "--devices") {
+      o.devices.clear();
+      for (auto& d : split(v)) {
+        o.devices.push_back(to_size(flag, d));
+        if (o.devices.back() == 0) throw ps::bad_request("--devices: 0 devices");
+      }
+    } else if (flag == "--strategies") {
+      o.strategies = split(v);
+      for (auto& s : o.strategies) ps::parse_strategy(s);
+    } else if (flag == "--codecs") {
+      o.codecs = split(v);
+      for (auto& c : o.codecs) ps::parse_codec(c);
+    } else {
+      throw ps::bad_request("unknown flag " + flag + " (see --help)");
+    }
+  }
+  if (o.codec_bytes == 0) o.codec_bytes = o.bytes;
+  if (o.bytes < sizeof(float)) throw ps::bad_request("--bytes must hold at least one float");
+  return o;
+}
+
+double median(std::vector<double> t);
+
+template <class F>
+double median_seconds(int reps, F f) {
+  f();  // warm-up: page faults, caches
+  std::vector<double> t;
+  for (int r = 0; r < reps; ++r) {
+    auto start = clock_type::now();
+    f();
+    t.push_back(std::chrono::duration<double>(clock_type::now() - start).count());
+  }
+  return median(t);
+}
+
+double median(std::vector<double> t) {
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+// Median seconds of f and of g over `reps` alternating runs each (after one warm-up of each);
+// g's times are also appended to g_all.
+template <class F, class G>
+std::pair<double, double> interleaved(int reps, F f, G g, std::vector<double>& g_all) {
+  f();
+  g();
+  std::vector<double> tf, tg;
+  for (int r = 0; r < reps; ++r) {
+    auto t0 = clock_type::now();
+    f();
+    auto t1 = clock_type::now();
+    g();
+    auto t2 = clock_type::now();
+    tf.push_back(std::chrono::duration<double>(t1 - t0).count());
+    tg.push_back(std::chrono::duration<double>(t2 - t1).count());
+  }
+  g_all.insert(g_all.end(), tg.begin(), tg.end());
+  return {median(tf), median(tg)};
+}
+
+// The plain loop, split into contiguous halves (thirds, ...) over one std::thread per core.
+// Not OpenMP: libgomp's idle threads spin for a while after a parallel region and would slow
+// whatever runs next (here: the aggregator's device threads).
+void add_loop(float* __restrict y, const float* __restrict x, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i) y[i] += x[i];
+}
+
+void stream_add(float* y, const float* x, std::size_t n, unsigned threads) {
+  std::vector<std::thread> pool;
+  for (unsigned t = 1; t < threads; ++t) {
+    const std::size_t b = n * t / threads, e = n * (t + 1) / threads;
+    pool.emplace_back([=] { add_loop(y + b, x + b, e - b); });
+  }
+  add_loop(y, x, n / threads);
+  for (auto& th : pool) th.join();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    const options o = parse(argc, argv);
+    const std::size_t n = o.bytes / sizeof(float), bytes = n * sizeof(float);
+
+    // The limit: a plain y[i] += x[i] loop on every core, over the same size. This VM is
+    // shared and drifts by 2x within a minute, so each cell interleaves its repetitions with
+    // repetitions of the limit loop and is compared with the limit measured beside it. The
+    // limit line (last) is the median of all those limit repetitions.
+    std::vector<float> lx(n, 1.0f), ly(n, 0.0f);
+    const unsigned threads = std::max(1u, std::thread::hardware_concurrency());
+    auto limit_rep = [&] { stream_add(ly.data(), lx.data(), n, threads); };
+    std::vector<double> all_limit;
+    auto limit_of = [&](double seconds) { return 3.0 * static_cast<double>(bytes) / seconds / 1e9; };
+
+    for (const auto& sname : o.strategies) {
+      for (std::size_t devices : o.devices) {
+        ps::gpu_aggregator agg(devices, n, ps::parse_strategy(sname));
+        for (std::size_t r = 0; r < devices; ++r) {
+          float* g = agg.gradient(r);
+          for (std::size_t i = 0; i < n; ++i) g[i] = static_cast<float>((i + r) % 7);
+        }
+        std::vector<float> out(n, 0.0f);
+        // in_place: the sum stays in the device buffers (reduce_in_place); host_buffer: it is
+        // written to one separate buffer (reduce(out)).
+        for (bool in_place : {true, false}) {
+          auto [t, tl] = interleaved(o.reps, [&] {
+            if (in_place)
+              agg.reduce_in_place();
+            else
+              agg.reduce(out.data());
+          }, limit_rep, all_limit);
+          double gbps = static_cast<double>((devices + 1) * bytes) / t / 1e9;
+          std::printf("{\"strategy\":\"%s\",\"devices\":%zu,\"bytes\":%zu,\"result\":\"%s\",\"gbps\":%.2f,"
+                      "\"limit_gbps\":%.2f,\"pct_of_limit\":%.0f,\"ms\":%.2f,"
+                      "\"counted\":\"N*bytes read + bytes written\"}\n",
+                      sname.c_str(), devices, bytes, in_place ? "in_place" : "host_buffer", gbps, limit_of(tl),
+                      100.0 * gbps / limit_of(tl), t * 1e3);
+          std::fflush(stdout);
+        }
+      }
+    }
+    if (all_limit.empty()) interleaved(o.reps, limit_rep, limit_rep, all_limit);
+    std::printf("{\"limit\":\"stream_add\",\"bytes\":%zu,\"threads\":%d,\"gbps\":%.2f,\"samples\":%zu,"
+                "\"counted\":\"x and y read, y written: 3*bytes\"}\n",
+                bytes, threads, limit_of(median(all_limit)), all_limit.size());
+    std::fflush(stdout);
+
+    const std::size_t cn = o.codec_bytes / sizeof(float), cbytes = cn * sizeof(float);
+    if (!o.codecs.empty()) {
+      std::vector<float> g(cn), back(cn);
+      std::uint64_t s = 88172645463325252ull;  // xorshift: values in [-1, 1)
+      for (auto& v : g) {
+        s ^= s << 13, s ^= s >> 7, s ^= s << 17;
+        v = static_cast<float>(static_cast<double>(s >> 11) / 9007199254740992.0 * 2 - 1);
+      }
+      for (const auto& spec : o.codecs) {
+        const ps::codec c = ps::parse_codec(spec);
+        ps::topk_residual residual;
+        std::vector<std::byte> wire;
+        double te = median_seconds(o.reps, [&] { ps::encode(c, g.data(), cn, &residual, wire); });
+        double td = median_seconds(o.reps, [&] { ps::decode(wire, back.data(), cn); });
+        std::printf("{\"codec\":\"%s\",\"bytes_in\":%zu,\"bytes_on_wire\":%zu,\"ratio\":%.4f,"
+                    "\"encode_gbps\":%.2f,\"decode_gbps\":%.2f}\n",
+                    ps::to_string(c).c_str(), cbytes, wire.size(),
+                    static_cast<double>(wire.size()) / static_cast<double>(cbytes),
+                    static_cast<double>(cbytes) / te / 1e9, static_cast<double>(cbytes) / td / 1e9);
+        std::fflush(stdout);
+      }
+    }
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_aggregate: %s\n", e.what());
+    return 2;
+  }
+}
