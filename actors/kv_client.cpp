@@ -74,6 +74,7 @@ struct op_request {
   request_header hdr;
   std::vector<chunk> chunks;
   std::vector<float_block> blocks;  // per chunk (push/init)
+  std::vector<encoded_block> encoded;  // per chunk, instead of blocks: a compressed push
   std::shared_ptr<kv_op_state> op;
 };
 
@@ -240,7 +241,8 @@ caf::behavior kv_client_actor(client_ptr self, std::vector<shard_link> shards,
         if (!track(self, idx, op)) return;
         auto hdr = req->hdr;
         hdr.seq += c;
-        auto bytes = ch.num_values * sizeof(float) + ch.pieces.size() * range_wire_bytes;
+        auto bytes = (req->encoded.empty() ? ch.num_values * sizeof(float) : req->encoded[c].bytes->size()) +
+                     ch.pieces.size() * range_wire_bytes;
         auto done = [=](bool ok) {  // every chunk ends here exactly once
           release(self, idx, bytes);
           if (ok) chunk_answered(self, idx, op.get());
@@ -278,6 +280,12 @@ caf::behavior kv_client_actor(client_ptr self, std::vector<shard_link> shards,
                 on_error);
           } else {
             auto handle = [=](std::uint64_t) { done(true); };
+            if (!req->encoded.empty()) {
+              self->request(link.handle, self->state.timeout, push_atom::value, hdr, std::move(ranges),
+                            std::move(req->encoded[c]))
+                .then(handle, on_error);
+              return;
+            }
             auto block = std::move(req->blocks[c]);
             if (req->kind == op_kind::push)
               self->request(link.handle, self->state.timeout, push_atom::value, hdr, std::move(ranges),
@@ -316,6 +324,7 @@ kv_client::kv_client(caf::actor_system& sys, const cluster_view& view,
                       std::to_string(view.shards.size()) + " shards in the map");
   if (opts_.timeout.count() <= 0)
     throw bad_request("kv_client: the request timeout must be positive");
+  opts_.compression.validate();
   actor_ = sys.spawn(kv_client_actor, std::move(shards), opts_.timeout, opts_.inflight_bytes);
 }
 
@@ -392,6 +401,17 @@ kv_future kv_client::send(op_kind kind, const key_set& keys, std::shared_ptr<std
         req->blocks.push_back(float_block::own(std::move(gathered)));
       }
     }
+  }
+  if (kind == op_kind::push && opts_.compression.kind != codec_kind::none) {
+    for (std::size_t c = 0; c < req->chunks.size(); ++c) {
+      const auto& b = req->blocks[c];
+      auto* residual = &residuals_[{req->chunks[c].pieces.front().keys.begin, c}];
+      if (!residual->values().empty() && residual->values().size() != b.size) residual->clear();
+      auto bytes = std::make_shared<std::vector<std::byte>>();
+      encode(opts_.compression, b.data(), b.size, residual, *bytes);
+      req->encoded.push_back({std::move(bytes)});
+    }
+    req->blocks.clear();
   }
   caf::anon_send(actor_, dispatch_atom::value, std::move(req));
   return kv_future(op);

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -15,6 +16,7 @@
 
 #include "actors/messages.hpp"
 #include "libps/chunking.hpp"
+#include "libps/codec.hpp"
 #include "libps/partitioner.hpp"
 
 namespace ps {
@@ -68,6 +70,8 @@ struct kv_client_options {
   std::chrono::milliseconds timeout{30000};
   // Bytes of chunks in flight per shard before further chunks wait in the client.
   std::uint64_t inflight_bytes = 8u << 20;
+  // Compression of pushes on the wire (init and pull stay exact).
+  codec compression{};
 };
 
 // One connected shard: its id, a name for errors, and its handle.
@@ -116,6 +120,10 @@ class kv_client {
 
   partitioner map_;
   kv_client_options opts_;
+  // Top-k error feedback: the residual of each chunk of each tensor pushed, by (first
+  // key, chunk index). Chunks of a key set are the same every time, so each residual
+  // follows one piece of one tensor across pushes.
+  std::map<std::pair<key_type, std::size_t>, topk_residual> residuals_;
   caf::actor actor_;
   std::uint64_t clock_ = 0;
 };

@@ -40,6 +40,15 @@ caf::error inspect(caf::deserializer& f, float_block& x) {
   return {};
 }
 
+caf::error inspect(caf::serializer& f, encoded_block& x) {
+  return x.bytes ? write_raw(f, x.bytes->data(), x.bytes->size()) : write_raw<std::byte>(f, nullptr, 0);
+}
+
+caf::error inspect(caf::deserializer& f, encoded_block& x) {
+  x.bytes = std::make_shared<std::vector<std::byte>>();
+  return read_raw(f, *x.bytes);
+}
+
 caf::error inspect(caf::serializer& f, range_list& x) {
   return write_raw(f, x.ranges.data(), x.ranges.size());
 }
@@ -70,6 +79,7 @@ update_rule rule_msg::to_rule() const {
 
 void register_types(caf::actor_system_config& cfg) {
   cfg.add_message_type<float_block>("ps::float_block");
+  cfg.add_message_type<encoded_block>("ps::encoded_block");
   cfg.add_message_type<range_list>("ps::range_list");
   cfg.add_message_type<request_header>("ps::request_header");
   cfg.add_message_type<node_info>("ps::node_info");

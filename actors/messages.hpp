@@ -59,6 +59,19 @@ inspect(Inspector& f, float_block& x) {
   return f(caf::meta::type_name("float_block"), x.size);
 }
 
+// A compressed tensor chunk (libps/codec.hpp's encoded form), as one raw byte block.
+struct encoded_block {
+  std::shared_ptr<std::vector<std::byte>> bytes;
+};
+caf::error inspect(caf::serializer& f, encoded_block& x);
+caf::error inspect(caf::deserializer& f, encoded_block& x);
+template <class Inspector>
+std::enable_if_t<!is_raw_io_v<Inspector>, typename Inspector::result_type>
+inspect(Inspector& f, encoded_block& x) {
+  std::uint64_t n = x.bytes ? x.bytes->size() : 0;
+  return f(caf::meta::type_name("encoded_block"), n);
+}
+
 // Key ranges of a request, as one raw block.
 struct range_list {
   std::vector<key_range> ranges;
@@ -149,6 +162,8 @@ typename Inspector::result_type inspect(Inspector& f, registration& x) {
 using shard_actor = caf::typed_actor<
   caf::replies_to<push_atom, request_header, range_list, float_block>::with<std::uint64_t>,
   caf::replies_to<init_atom, request_header, range_list, float_block>::with<std::uint64_t>,
+  // A compressed push: decoded by the shard, then applied like a plain one.
+  caf::replies_to<push_atom, request_header, range_list, encoded_block>::with<std::uint64_t>,
   // Answered when the staleness controller allows a read at hdr.clock (parked till then).
   caf::replies_to<pull_atom, request_header, range_list>::with<float_block>,
   // Worker hdr.worker has completed hdr.clock iterations; its pushes so far were sent before.

@@ -49,6 +49,10 @@ node_config::node_config() {
     .add(trace, "trace", "FILE: shards append a JSON line per push applied and pull answered")
     .add(target_accuracy, "target-accuracy", "bench_consistency: the accuracy seconds_to_target is timed to")
     .add(eval_every, "eval-every", "seconds between parameter snapshots for time-to-accuracy")
+    .add(devices, "devices", "compute devices per worker (CPU threads; gradients reduced locally before one push)")
+    .add(aggregation, "aggregation", "central|block|ring: how the devices' gradients are reduced")
+    .add(compression, "compression", "none|fp16|int8|topk: codec of pushes on the wire")
+    .add(topk_ratio, "topk-ratio", "fraction of values a topk push sends (error feedback keeps the rest)")
     .add(sizes, "sizes", "bench_kv: value sizes in bytes, e.g. [4096,1048576]")
     .add(windows, "windows", "bench_kv: requests in flight, e.g. [1,8]")
     .add(cell_seconds, "cell-seconds", "bench_kv: seconds per measured cell");
@@ -157,6 +161,9 @@ void node_config::validate() const {
   if (!(cell_seconds > 0)) throw bad_request("--cell-seconds must be > 0");
   if (!coordinator.empty()) parse_host_port(coordinator);
   staleness_bound("bsp");
+  push_codec();
+  if (devices < 1 || devices > 64) throw bad_request("--devices must be in [1, 64]");
+  one_of("aggregation", aggregation, {"central", "block", "ring"});
   one_of("pipeline", pipeline, {"on", "off"});
   auto slow = parse_slow_worker(slow_worker);
   if (slow.set && slow.worker >= workers)
@@ -165,6 +172,19 @@ void node_config::validate() const {
   parse_straggle(straggle);
   if (!(target_accuracy > 0 && target_accuracy <= 1)) throw bad_request("--target-accuracy must be in (0, 1]");
   if (!(eval_every > 0)) throw bad_request("--eval-every must be > 0");
+}
+
+codec node_config::push_codec() const {
+  codec c;
+  try {
+    c = parse_codec(compression);
+  } catch (const bad_request& e) {
+    throw bad_request("--compression=" + compression + ": " + e.what());
+  }
+  if (c.kind == codec_kind::topk) c.topk_ratio = topk_ratio;
+  if (!(topk_ratio > 0 && topk_ratio <= 1))
+    throw bad_request("--topk-ratio=" + std::to_string(topk_ratio) + " is not in (0, 1]");
+  return c;
 }
 
 std::uint64_t node_config::staleness_bound(const std::string& app_default) const {
@@ -307,7 +327,7 @@ bool run_worker(caf::actor_system& sys, const node_config& cfg, coordinator_acto
   }
   try {
     kv_client kv(sys, reg.view, std::move(links),
-                 {id, cfg.chunk_bytes, milliseconds(cfg.timeout_ms), cfg.inflight_bytes});
+                 {id, cfg.chunk_bytes, milliseconds(cfg.timeout_ms), cfg.inflight_bytes, cfg.push_codec()});
     worker_context ctx{sys, cfg, id, reg.view.num_workers, reg.view, kv, {}, {}};
     ctx.barrier = [&] {
       std::string berr;

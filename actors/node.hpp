@@ -40,6 +40,11 @@ struct node_config : caf::actor_system_config {
   std::string trace;                   // FILE: consistency trace (JSON lines)
   double target_accuracy = 0.85;       // bench_consistency: seconds_to_target
   double eval_every = 0.25;            // seconds between parameter snapshots (time to target)
+  // local devices and compression
+  std::size_t devices = 1;             // compute devices per worker (CPU threads here)
+  std::string aggregation = "ring";    // central | block | ring
+  std::string compression = "none";    // none | fp16 | int8 | topk
+  double topk_ratio = 0.01;
   // bench_kv
   std::vector<std::int64_t> sizes;
   std::vector<std::int64_t> windows;
@@ -62,6 +67,8 @@ struct node_config : caf::actor_system_config {
   bool parse_args(int argc, char** argv);
   // Range checks on the values; throws bad_request naming the option.
   void validate() const;
+  // The push codec --compression and --topk-ratio select.
+  codec push_codec() const;
   // The staleness bound the flags select (libps/consistency.hpp); app_default
   // ("bsp", "asp", ...) applies when neither --consistency nor --staleness is given.
   std::uint64_t staleness_bound(const std::string& app_default) const;

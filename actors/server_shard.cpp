@@ -5,6 +5,9 @@
 
 #include <cstdio>
 #include <cstring>
+#include <span>
+
+#include "libps/codec.hpp"
 
 namespace ps {
 
@@ -131,6 +134,21 @@ shard_actor::behavior_type server_shard(shard_actor::stateful_pointer<shard_stat
   return {
     [=](push_atom, const request_header& hdr, const range_list& ranges,
         const float_block& values) -> caf::result<std::uint64_t> {
+      return write(&shard_store::push, hdr, ranges, values);
+    },
+    [=](push_atom, const request_header& hdr, const range_list& ranges,
+        const encoded_block& data) -> caf::result<std::uint64_t> {
+      float_block values;
+      try {
+        auto n = count_keys(ranges.ranges);
+        std::vector<float> decoded(n);
+        if (!data.bytes) throw bad_request("compressed push without data");
+        decode(std::span<const std::byte>(*data.bytes), decoded.data(), n);
+        values = float_block::own(std::move(decoded));
+      } catch (const bad_request& e) {
+        return make_ps_error(self->state.name + ": compressed push from worker " + std::to_string(hdr.worker) +
+                             ": " + e.what());
+      }
       return write(&shard_store::push, hdr, ranges, values);
     },
     [=](init_atom, const request_header& hdr, const range_list& ranges,

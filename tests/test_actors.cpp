@@ -105,6 +105,10 @@ shard_actor::behavior_type silent_shard(shard_actor::stateful_pointer<silent_sta
       hold();
       return caf::delegated<std::uint64_t>();
     },
+    [=](push_atom, const request_header&, const range_list&, const encoded_block&) -> caf::result<std::uint64_t> {
+      hold();
+      return caf::delegated<std::uint64_t>();
+    },
     [=](init_atom, const request_header&, const range_list&, const float_block&) -> caf::result<std::uint64_t> {
       hold();
       return caf::delegated<std::uint64_t>();
@@ -229,4 +233,49 @@ TEST_CASE_FIXTURE(fixture, "the coordinator refuses unknown roles and extra memb
   REQUIRE(errors->size() == 2);
   CHECK((*errors)[0].find("unknown role \"gardener\"") != std::string::npos);
   CHECK((*errors)[1].find("all 1 workers have registered already") != std::string::npos);
+}
+
+TEST_CASE_FIXTURE(fixture, "compressed pushes: fp16 of integers is exact, top-k sends the rest later, corrupt data is refused") {
+  auto coord = spawn_coordinator(2, 1);
+  auto shard = spawn_shard(coord);
+  spawn_shard(coord);
+  auto reg = register_worker(coord);
+  sched.run();
+  REQUIRE(reg->has_value());
+  auto keys = key_set::single({0, 10000});
+  std::vector<float> g(10000);
+  for (std::size_t i = 0; i < g.size(); ++i) g[i] = static_cast<float>(i % 100);
+  {
+    kv_client kv(sys, (*reg)->view, links_of((*reg)->view),
+                 {0, default_chunk_bytes, milliseconds(1000), 8u << 20, parse_codec("fp16")});
+    settle(kv.push(keys, g));
+    CHECK(settle(kv.pull(keys)) == g);  // integers below 2048 are exact in fp16
+  }
+  {
+    // Top-k with error feedback: 50% per push, the residual goes out with the next push;
+    // pushing g then zeros leaves exactly 2g on the servers (g from the first test + g).
+    kv_client kv(sys, (*reg)->view, links_of((*reg)->view),
+                 {0, default_chunk_bytes, milliseconds(1000), 8u << 20, parse_codec("topk:0.5")});
+    settle(kv.push(keys, g));
+    auto partial = settle(kv.pull(keys));
+    CHECK(partial != std::vector<float>(g.size(), 0) );
+    std::size_t behind = 0;
+    for (std::size_t i = 0; i < g.size(); ++i) behind += partial[i] != 2 * g[i];
+    CHECK(behind > 0);  // not everything went out yet
+    settle(kv.push(keys, std::vector<float>(g.size(), 0.0f)));
+    auto after = settle(kv.pull(keys));
+    for (std::size_t i = 0; i < g.size(); ++i) REQUIRE(after[i] == 2 * g[i]);
+  }
+  auto box = std::make_shared<inbox>();
+  auto junk = std::make_shared<std::vector<std::byte>>(10, std::byte{7});
+  sys.spawn([=](caf::event_based_actor* self) {
+    self->request(shard, caf::infinite, push_atom::value, request_header{1, 0, 0, 1}, range_list{{{0, 3}}},
+                  encoded_block{junk})
+      .then([=](std::uint64_t) {}, [=](caf::error& e) { box->messages.push_back(caf::make_message(describe(e))); });
+  });
+  sched.run();
+  REQUIRE(box->messages.size() == 1);
+  auto err = box->messages[0].get_as<std::string>(0);
+  INFO(err);
+  CHECK(err.find("shard 0: compressed push from worker 0:") != std::string::npos);
 }

@@ -198,6 +198,10 @@ TEST_CASE("bad flags and bad config files are errors that name the problem") {
     {"bin/train_fmnist --straggle=1.5:2", 2, "--straggle=1.5:2: P must be in [0, 1]"},
     {"bin/train_fmnist --straggle=0.1:x", 2, "\"x\" is not a number"},
     {"bin/train_fmnist --pipeline=maybe", 2, "--pipeline=maybe is not one of on|off"},
+    {"bin/train_fmnist --compression=zip", 2, "--compression=zip"},
+    {"bin/train_fmnist --compression=topk --topk-ratio=2", 2, "--topk-ratio=2.000000 is not in (0, 1]"},
+    {"bin/train_fmnist --aggregation=tree", 2, "--aggregation=tree is not one of central|block|ring"},
+    {"bin/train_fmnist --devices=0", 2, "--devices must be in [1, 64]"},
     {"bin/train_fmnist --trace=/no/such/dir/t.jsonl --epochs=1", 1, "cannot create trace file /no/such/dir/t.jsonl"},
   };
   for (const auto& call : calls) {
