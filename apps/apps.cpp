@@ -4,9 +4,13 @@
 #include <chrono>
 #include <cmath>
 #include <deque>
+#include <numeric>
+#include <optional>
+#include <thread>
 #include <random>
 #include <sstream>
 
+#include "actors/gpu_aggregator.hpp"
 #include "actors/training.hpp"
 #include "apps/fmnist_data.hpp"
 
@@ -56,7 +60,9 @@ std::string fmnist_app(worker_context& ctx) {
   // runs the same number of iterations.
   std::vector<std::size_t> mine;
   for (std::size_t i = ctx.id; i < data.train.count; i += ctx.num_workers) mine.push_back(i);
-  const auto batch = ctx.cfg.batch;
+  // With --devices=N each device computes --batch samples per iteration.
+  const auto devices = ctx.cfg.devices;
+  const auto batch = ctx.cfg.batch * devices;
   const auto iters_per_epoch = (data.train.count / ctx.num_workers) / batch;
   if (iters_per_epoch == 0)
     throw bad_request("--batch=" + std::to_string(batch) + " is larger than a worker's share of the data");
@@ -95,13 +101,32 @@ std::string fmnist_app(worker_context& ctx) {
   // rule keeps --lr): linear decay to 10% over the run, which removes most of the
   // last-iterate noise (MLP, 4 workers, BSP, 5 epochs: 0.866 constant).
   std::uint64_t computed = 0;
+  std::optional<gpu_aggregator> local;  // --devices > 1: gradients reduced here, one push
+  if (devices > 1) local.emplace(devices, n, parse_strategy(ctx.cfg.aggregation));
   plan.compute = [&](const std::vector<float>& p, const sample_batch& b, std::vector<float>& grad,
                      const std::function<void(tensor_span)>& ready) {
     auto scale = static_cast<float>(1.0 - 0.9 * static_cast<double>(computed++) / plan.iterations);
-    return model->loss_and_grad(p, b.x.data(), b.y.data(), b.n, grad, [&](fmnist::layer_span s) {
+    auto scaled_ready = [&](fmnist::layer_span s) {
       for (std::size_t i = s.offset; i < s.offset + s.size; ++i) grad[i] *= scale;
       ready({s.offset, s.size});
-    });
+    };
+    if (!local) return model->loss_and_grad(p, b.x.data(), b.y.data(), b.n, grad, scaled_ready);
+    // Every device gets the pulled parameters and computes its share of the batch on its
+    // own thread into its own buffers; the aggregator sums them into the push buffer.
+    local->broadcast(p.data());
+    std::vector<float> losses(devices);
+    std::vector<std::thread> running;
+    const auto share = ctx.cfg.batch;
+    for (std::size_t r = 0; r < devices; ++r)
+      running.emplace_back([&, r] {
+        losses[r] = model->loss_and_grad(local->params(r), b.x.data() + r * share * features,
+                                         b.y.data() + r * share, share, local->gradient(r));
+      });
+    for (auto& t : running) t.join();
+    grad.resize(n);
+    local->reduce(grad.data());
+    scaled_ready({0, n});
+    return std::accumulate(losses.begin(), losses.end(), 0.0f) / static_cast<float>(devices);
   };
   plan.after_iteration = [&](std::uint64_t clock, const std::vector<float>& p, float loss) {
     auto now = seconds_since(start);

@@ -266,14 +266,20 @@ void check_labels(const uint8_t* y, std::size_t n) {
 float model::loss_and_grad(const std::vector<float>& params, const float* x, const uint8_t* y,
                            std::size_t batch, std::vector<float>& grad, const grad_ready_fn& ready) const {
   check_params(params, num_params(), name());
+  grad.resize(num_params());
+  return loss_and_grad(params.data(), x, y, batch, grad.data(), ready);
+}
+
+float model::loss_and_grad(const float* params, const float* x, const uint8_t* y, std::size_t batch,
+                           float* grad, const grad_ready_fn& ready) const {
   check_labels(y, batch);
-  grad.assign(num_params(), 0.0f);
+  std::fill(grad, grad + num_params(), 0.0f);
   static const grad_ready_fn ignore = [](layer_span) {};
   if (batch == 0) {
     (ready ? ready : ignore)({0, num_params()});
     return 0.0f;
   }
-  return compute_loss_and_grad(params.data(), x, y, batch, grad.data(), ready ? ready : ignore);
+  return compute_loss_and_grad(params, x, y, batch, grad, ready ? ready : ignore);
 }
 
 void model::predict(const std::vector<float>& params, const float* x, std::size_t n,

@@ -76,6 +76,10 @@ class model {
   float loss_and_grad(const std::vector<float>& params, const float* x, const uint8_t* y,
                       std::size_t batch, std::vector<float>& grad,
                       const grad_ready_fn& ready = {}) const;
+  // The same on raw buffers of num_params() floats (a device's own buffers); grad is
+  // overwritten.
+  float loss_and_grad(const float* params, const float* x, const uint8_t* y, std::size_t batch,
+                      float* grad, const grad_ready_fn& ready = {}) const;
   // Writes the arg-max class of each of the n samples into out.
   void predict(const std::vector<float>& params, const float* x, std::size_t n, uint8_t* out) const;
   virtual const char* name() const = 0;
