@@ -16,6 +16,31 @@ void check_sizes(const std::vector<key_range>& ranges, std::uint64_t num_values,
 
 }  // namespace
 
+std::vector<stored_segment> shard_store::snapshot() const {
+  std::vector<stored_segment> out;
+  for (const auto& [begin, seg] : segments_) out.push_back({begin, seg.end, seg.values, seg.state});
+  return out;
+}
+
+void shard_store::restore(const std::vector<stored_segment>& segments) {
+  map_type fresh;
+  key_type last_end = 0;
+  for (std::size_t i = 0; i < segments.size(); ++i) {
+    const auto& s = segments[i];
+    auto where = "segment " + std::to_string(i) + " [" + std::to_string(s.begin) + ", " + std::to_string(s.end) + ")";
+    if (s.begin >= s.end) throw bad_request(where + " is empty");
+    if (i > 0 && s.begin < last_end) throw bad_request(where + " overlaps the one before");
+    if (s.values.size() != s.end - s.begin)
+      throw bad_request(where + " has " + std::to_string(s.values.size()) + " values");
+    if (s.state.size() != rule_.state_slots() * (s.end - s.begin))
+      throw bad_request(where + " has " + std::to_string(s.state.size()) + " optimizer state values, the rule needs " +
+                        std::to_string(rule_.state_slots() * (s.end - s.begin)));
+    last_end = s.end;
+    fresh.emplace(s.begin, segment{s.end, s.values, s.state});
+  }
+  segments_ = std::move(fresh);
+}
+
 void shard_store::check_push(const std::vector<key_range>& ranges, std::uint64_t num_values) {
   check_sizes(ranges, num_values, "push");
 }

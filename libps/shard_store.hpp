@@ -11,6 +11,13 @@
 
 namespace ps {
 
+// One segment of a shard's parameters as it goes into a checkpoint.
+struct stored_segment {
+  key_type begin = 0, end = 0;
+  std::vector<float> values;
+  std::vector<float> state;  // state_slots() slots of (end - begin) floats, slot-major
+};
+
 class shard_store {
  public:
   explicit shard_store(update_rule rule);
@@ -27,6 +34,11 @@ class shard_store {
   // The checks push makes on its arguments, without applying anything (for pushes that
   // are queued before they are applied). Throws bad_request.
   static void check_push(const std::vector<key_range>& ranges, std::uint64_t num_values);
+
+  // Everything the shard holds, for a checkpoint; restore replaces the contents with it.
+  // restore throws bad_request when segments overlap, are empty or have the wrong sizes.
+  std::vector<stored_segment> snapshot() const;
+  void restore(const std::vector<stored_segment>& segments);
 
   std::uint64_t num_keys() const;
   std::size_t num_segments() const { return segments_.size(); }

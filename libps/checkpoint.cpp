@@ -1,0 +1,194 @@
+#include "libps/checkpoint.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <algorithm>
+#include <cereal/archives/binary.hpp>
+#include <cereal/types/string.hpp>
+#include <cereal/types/vector.hpp>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+namespace ps {
+
+template <class Archive>
+void serialize(Archive& ar, stored_segment& s) {
+  ar(s.begin, s.end, s.values, s.state);
+}
+template <class Archive>
+void serialize(Archive& ar, shard_snapshot& s) {
+  ar(s.shard, s.segments);
+}
+template <class Archive>
+void serialize(Archive& ar, checkpoint_header& h) {
+  ar(h.version, h.model, h.epoch, h.clock, h.shard_ids, h.vnodes, h.bucket_bits, h.rule, h.state_slots);
+}
+
+namespace {
+
+constexpr char magic[8] = {'A', 'P', 'S', 'C', 'K', 'P', 'T', '\0'};
+constexpr char end_mark[4] = {'E', 'N', 'D', '\0'};
+const char* suffix = ".apsckpt";
+
+std::uint32_t crc_of(const std::string& bytes) {
+  return static_cast<std::uint32_t>(
+    crc32(0L, reinterpret_cast<const Bytef*>(bytes.data()), static_cast<uInt>(bytes.size())));
+}
+
+template <class T>
+std::string to_bytes(const T& value) {
+  std::ostringstream out;
+  {
+    cereal::BinaryOutputArchive ar(out);
+    ar(value);
+  }
+  return out.str();
+}
+
+template <class T>
+void append_pod(std::string& out, T v) {
+  out.append(reinterpret_cast<const char*>(&v), sizeof(v));
+}
+
+void append_section(std::string& out, const std::string& bytes) {
+  append_pod<std::uint64_t>(out, bytes.size());
+  out += bytes;
+  append_pod<std::uint32_t>(out, crc_of(bytes));
+}
+
+// Reads sections back, naming the file and the section on any problem.
+struct reader {
+  const std::string& path;
+  const std::string& data;
+  std::size_t at = 0;
+
+  [[noreturn]] void fail(const std::string& what) const { throw bad_request(path + ": " + what); }
+  void need(std::size_t n, const std::string& what) const {
+    if (data.size() - at < n)
+      fail("truncated in " + what + " (" + std::to_string(data.size()) + " bytes in the file)");
+  }
+  template <class T>
+  T pod(const std::string& what) {
+    need(sizeof(T), what);
+    T v;
+    std::memcpy(&v, data.data() + at, sizeof(T));
+    at += sizeof(T);
+    return v;
+  }
+  template <class T>
+  T section(const std::string& what) {
+    auto n = pod<std::uint64_t>(what);
+    need(n, what);
+    auto bytes = data.substr(at, n);
+    at += n;
+    auto crc = pod<std::uint32_t>(what);
+    if (crc != crc_of(bytes)) fail("checksum of " + what + " does not match (corrupt)");
+    T value;
+    try {
+      std::istringstream in(bytes);
+      cereal::BinaryInputArchive ar(in);
+      ar(value);
+    } catch (const std::exception& e) {
+      fail(what + " does not decode: " + e.what());
+    }
+    return value;
+  }
+};
+
+void check_io(bool ok, const std::string& what) {
+  if (!ok) throw bad_request(what + ": " + std::strerror(errno));
+}
+
+}  // namespace
+
+std::string write_checkpoint(const std::string& dir, const checkpoint& c) {
+  if (c.shards.size() != c.header.shard_ids.size())
+    throw bad_request("checkpoint: " + std::to_string(c.shards.size()) + " shard snapshots for " +
+                      std::to_string(c.header.shard_ids.size()) + " shards in the header");
+  std::string data(magic, sizeof(magic));
+  append_pod<std::uint32_t>(data, checkpoint_format_version);
+  append_section(data, to_bytes(c.header));
+  for (const auto& s : c.shards) append_section(data, to_bytes(s));
+  data.append(end_mark, sizeof(end_mark));
+  std::filesystem::create_directories(dir);
+  auto final_path = (std::filesystem::path(dir) / ("checkpoint-" + std::to_string(c.header.clock) + suffix)).string();
+  auto tmp = final_path + ".tmp";
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  check_io(fd >= 0, "cannot create " + tmp);
+  std::size_t done = 0;
+  while (done < data.size()) {
+    auto n = ::write(fd, data.data() + done, data.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      ::close(fd);
+      check_io(false, "cannot write " + tmp);
+    }
+    done += static_cast<std::size_t>(n);
+  }
+  check_io(::fsync(fd) == 0, "cannot fsync " + tmp);
+  ::close(fd);
+  check_io(::rename(tmp.c_str(), final_path.c_str()) == 0, "cannot rename " + tmp);
+  int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd >= 0) {  // the rename itself must survive a crash
+    ::fsync(dfd);
+    ::close(dfd);
+  }
+  return final_path;
+}
+
+checkpoint read_checkpoint(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw bad_request(path + ": cannot open: " + std::strerror(errno));
+  std::string data((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  reader r{path, data};
+  r.need(sizeof(magic), "the file magic");
+  if (std::memcmp(data.data(), magic, sizeof(magic)) != 0) r.fail("not an ActorPS checkpoint (bad magic)");
+  r.at = sizeof(magic);
+  auto version = r.pod<std::uint32_t>("the format version");
+  if (version != checkpoint_format_version)
+    r.fail("format version " + std::to_string(version) + ", this build reads " +
+           std::to_string(checkpoint_format_version));
+  checkpoint c;
+  c.header = r.section<checkpoint_header>("the header");
+  for (auto id : c.header.shard_ids) {
+    auto s = r.section<shard_snapshot>("shard " + std::to_string(id));
+    if (s.shard != id) r.fail("shard " + std::to_string(id) + " holds the data of shard " + std::to_string(s.shard));
+    c.shards.push_back(std::move(s));
+  }
+  r.need(sizeof(end_mark), "the end mark");
+  if (std::memcmp(data.data() + r.at, end_mark, sizeof(end_mark)) != 0) r.fail("bad end mark (corrupt)");
+  if (r.at + sizeof(end_mark) != data.size()) r.fail("trailing bytes after the end mark");
+  return c;
+}
+
+latest_checkpoint load_latest(const std::string& dir) {
+  std::vector<std::pair<std::uint64_t, std::string>> files;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+    auto name = e.path().filename().string();
+    if (name.rfind("checkpoint-", 0) != 0 || !name.ends_with(suffix)) continue;  // .tmp files too
+    auto digits = name.substr(11, name.size() - 11 - std::strlen(suffix));
+    if (digits.empty() || digits.find_first_not_of("0123456789") != std::string::npos) continue;
+    files.emplace_back(std::stoull(digits), e.path().string());
+  }
+  if (ec) throw bad_request("cannot read checkpoint directory " + dir + ": " + ec.message());
+  std::sort(files.rbegin(), files.rend());
+  latest_checkpoint out;
+  for (const auto& [clock, path] : files) {
+    try {
+      out.found = read_checkpoint(path);
+      out.path = path;
+      return out;
+    } catch (const bad_request& e) {
+      out.refused.push_back(e.what());
+    }
+  }
+  return out;
+}
+
+}  // namespace ps

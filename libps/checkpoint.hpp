@@ -1,0 +1,58 @@
+#pragma once
+// The checkpoint file format: a consistent snapshot of every shard at one clock boundary.
+//
+//   "APSCKPT\0" | u32 format version
+//   u64 n | n bytes: the header (cereal binary)          | u32 CRC-32 of those n bytes
+//   per shard: u64 n | n bytes: the shard (cereal binary) | u32 CRC-32
+//   "END\0"
+// Written to DIR/checkpoint-<clock>.apsckpt.tmp, fsynced, renamed, and the directory fsynced,
+// so a crash leaves either the previous file set or the new one, never half a file under the
+// final name. Reading checks everything and names the file and what is wrong.
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "libps/shard_store.hpp"
+
+namespace ps {
+
+inline constexpr std::uint32_t checkpoint_format_version = 1;
+
+struct checkpoint_header {
+  std::uint32_t version = checkpoint_format_version;
+  std::string model;            // what was trained, e.g. "fmnist/mlp"
+  std::uint64_t epoch = 0;      // shard map epoch
+  std::uint64_t clock = 0;      // every update with clock < this is in, none later
+  std::vector<std::uint32_t> shard_ids;
+  std::uint32_t vnodes = 0, bucket_bits = 0;
+  std::uint8_t rule = 0;        // rule_kind
+  std::uint32_t state_slots = 0;
+};
+
+struct shard_snapshot {
+  std::uint32_t shard = 0;
+  std::vector<stored_segment> segments;
+};
+
+struct checkpoint {
+  checkpoint_header header;
+  std::vector<shard_snapshot> shards;  // one per header.shard_ids entry, same order
+};
+
+// Writes atomically (see above); returns the final path. Throws bad_request naming the
+// directory or file on an I/O error, or when shards do not match header.shard_ids.
+std::string write_checkpoint(const std::string& dir, const checkpoint& c);
+// Throws bad_request "<path>: <what is wrong>" for a missing, truncated or corrupt file.
+checkpoint read_checkpoint(const std::string& path);
+
+struct latest_checkpoint {
+  std::optional<checkpoint> found;
+  std::string path;                  // of found
+  std::vector<std::string> refused;  // newer files that were refused, each with the reason
+};
+// The newest checkpoint in dir that reads back intact; corrupt newer ones are skipped and
+// reported. Throws bad_request when dir cannot be read.
+latest_checkpoint load_latest(const std::string& dir);
+
+}  // namespace ps

@@ -1,0 +1,123 @@
+// The checkpoint format: round trip, atomic writes, and refusal of damaged files.
+#include <doctest/doctest.h>
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "libps/checkpoint.hpp"
+
+using namespace ps;
+namespace fs = std::filesystem;
+
+namespace {
+
+struct temp_dir {
+  fs::path path = fs::temp_directory_path() / ("actorps-ckpt-" + std::to_string(getpid()));
+  temp_dir() { fs::remove_all(path); }
+  ~temp_dir() { fs::remove_all(path); }
+  std::string str() const { return path.string(); }
+};
+
+checkpoint sample(std::uint64_t clock) {
+  update_rule adam;
+  adam.kind = rule_kind::adam;
+  shard_store a(adam), b(adam);
+  a.push({{0, 5}, {100, 103}}, std::vector<float>{1, 2, 3, 4, 5, 6, 7, 8}.data(), 8);
+  b.push({{4096, 4100}}, std::vector<float>{-1, 0.5f, 1e-30f, 7}.data(), 4);
+  checkpoint c;
+  c.header.model = "fmnist/mlp";
+  c.header.epoch = 3;
+  c.header.clock = clock;
+  c.header.shard_ids = {0, 1};
+  c.header.vnodes = 128;
+  c.header.bucket_bits = 12;
+  c.header.rule = static_cast<std::uint8_t>(rule_kind::adam);
+  c.header.state_slots = static_cast<std::uint32_t>(adam.state_slots());
+  c.shards = {{0, a.snapshot()}, {1, b.snapshot()}};
+  return c;
+}
+
+void flip_byte(const std::string& path, std::size_t from_end) {
+  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+  f.seekg(0, std::ios::end);
+  auto size = static_cast<std::size_t>(f.tellg());
+  f.seekg(static_cast<std::streamoff>(size - from_end));
+  char ch;
+  f.read(&ch, 1);
+  ch ^= 0x5a;
+  f.seekp(static_cast<std::streamoff>(size - from_end));
+  f.write(&ch, 1);
+}
+
+}  // namespace
+
+TEST_CASE("a checkpoint reads back exactly what was written, optimizer state included") {
+  temp_dir dir;
+  auto c = sample(20);
+  auto path = write_checkpoint(dir.str(), c);
+  CHECK(fs::path(path).filename() == "checkpoint-20.apsckpt");
+  CHECK_FALSE(fs::exists(path + ".tmp"));  // renamed, not left behind
+  auto back = read_checkpoint(path);
+  CHECK(back.header.model == "fmnist/mlp");
+  CHECK(back.header.epoch == 3);
+  CHECK(back.header.clock == 20);
+  CHECK(back.header.shard_ids == std::vector<std::uint32_t>{0, 1});
+  REQUIRE(back.shards.size() == 2);
+  for (std::size_t s = 0; s < 2; ++s) {
+    REQUIRE(back.shards[s].segments.size() == c.shards[s].segments.size());
+    for (std::size_t i = 0; i < c.shards[s].segments.size(); ++i) {
+      CHECK(back.shards[s].segments[i].begin == c.shards[s].segments[i].begin);
+      CHECK(back.shards[s].segments[i].values == c.shards[s].segments[i].values);
+      CHECK(back.shards[s].segments[i].state == c.shards[s].segments[i].state);
+    }
+  }
+  // Restoring into a fresh store gives the same pulls.
+  update_rule adam;
+  adam.kind = rule_kind::adam;
+  shard_store restored(adam);
+  restored.restore(back.shards[0].segments);
+  std::vector<float> got(8), want(8);
+  restored.pull({{0, 5}, {100, 103}}, got.data(), 8);
+  shard_store original(adam);
+  original.restore(c.shards[0].segments);
+  original.pull({{0, 5}, {100, 103}}, want.data(), 8);
+  CHECK(got == want);
+}
+
+TEST_CASE("damaged checkpoints are refused with the file and the problem, and the previous good one is used") {
+  temp_dir dir;
+  auto good = write_checkpoint(dir.str(), sample(10));
+  auto bad = write_checkpoint(dir.str(), sample(20));
+  flip_byte(bad, 20);  // inside the last shard's data
+  CHECK_THROWS_WITH_AS(read_checkpoint(bad), doctest::Contains((bad + ": checksum of shard 1 does not match").c_str()), bad_request);
+  auto latest = load_latest(dir.str());
+  REQUIRE(latest.found.has_value());
+  CHECK(latest.path == good);
+  CHECK(latest.found->header.clock == 10);
+  REQUIRE(latest.refused.size() == 1);
+  CHECK(latest.refused[0].find("checksum of shard 1") != std::string::npos);
+  // Truncated.
+  auto cut = write_checkpoint(dir.str(), sample(30));
+  fs::resize_file(cut, fs::file_size(cut) - 7);
+  CHECK_THROWS_WITH_AS(read_checkpoint(cut), doctest::Contains((cut + ": truncated in").c_str()), bad_request);
+  // Not a checkpoint at all, and a half-written temporary file: neither is taken.
+  std::ofstream(dir.path / "checkpoint-40.apsckpt") << "this is not a checkpoint file";
+  std::ofstream(dir.path / "checkpoint-50.apsckpt.tmp") << "partial";
+  CHECK_THROWS_WITH_AS(read_checkpoint((dir.path / "checkpoint-40.apsckpt").string()), doctest::Contains("bad magic"), bad_request);
+  latest = load_latest(dir.str());
+  CHECK(latest.path == good);
+  CHECK(latest.refused.size() == 3);
+  CHECK_THROWS_WITH_AS(read_checkpoint((dir.path / "missing").string()), doctest::Contains("cannot open"), bad_request);
+}
+
+TEST_CASE("restore refuses segments that do not fit the rule or overlap") {
+  update_rule sgd;
+  sgd.kind = rule_kind::sgd;
+  sgd.momentum = 0.9f;
+  shard_store s(sgd);
+  CHECK_THROWS_WITH_AS(s.restore({{0, 2, {1, 2}, {}}}), doctest::Contains("has 0 optimizer state values, the rule needs 2"), bad_request);
+  CHECK_THROWS_WITH_AS(s.restore({{0, 2, {1, 2}, {0, 0}}, {1, 3, {1, 2}, {0, 0}}}), doctest::Contains("overlaps"), bad_request);
+  CHECK_THROWS_WITH_AS(s.restore({{0, 2, {1}, {0, 0}}}), doctest::Contains("has 1 values"), bad_request);
+}
