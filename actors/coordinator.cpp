@@ -15,6 +15,8 @@ cluster_view make_view(self_ptr self, const coordinator_options& opts) {
   v.bucket_bits = opts.bucket_bits;
   v.num_workers = opts.workers;
   v.staleness = opts.staleness;
+  v.checkpoint_every = opts.checkpoint_every;
+  v.checkpointer = opts.checkpointer;
   v.shards = self->state.shards;
   v.rule = rule_msg::from(opts.rule);
   return v;

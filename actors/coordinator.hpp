@@ -23,6 +23,9 @@ struct coordinator_options {
   // Gets (report_atom, worker, text), (done_atom, worker, text) and (failed_atom, text).
   // Without one, the coordinator prints them.
   caf::actor observer;
+  // Periodic checkpoints: every this many clocks the shards send their state here.
+  std::uint64_t checkpoint_every = 0;
+  caf::actor checkpointer;
 };
 
 struct coordinator_state {

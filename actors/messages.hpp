@@ -29,6 +29,7 @@ using failed_atom = caf::atom_constant<caf::atom("failed")>;
 using clock_atom = caf::atom_constant<caf::atom("clock")>;
 using leave_atom = caf::atom_constant<caf::atom("leave")>;
 using sweep_atom = caf::atom_constant<caf::atom("sweep")>;
+using checkpoint_atom = caf::atom_constant<caf::atom("ckpt")>;
 
 template <class Inspector>
 constexpr bool is_raw_io_v =
@@ -131,11 +132,13 @@ struct cluster_view {
   std::uint64_t staleness = 0;  // 0: BSP, k: SSP, infinite_staleness: ASP
   std::vector<shard_entry> shards;
   rule_msg rule;
+  std::uint64_t checkpoint_every = 0;  // clocks; 0: no checkpoints
+  caf::actor checkpointer;             // gets (checkpoint_atom, shard, clock, encoded_block)
 };
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, cluster_view& x) {
   return f(caf::meta::type_name("cluster_view"), x.epoch, x.vnodes, x.bucket_bits, x.num_workers,
-           x.staleness, x.shards, x.rule);
+           x.staleness, x.shards, x.rule, x.checkpoint_every, x.checkpointer);
 }
 
 struct node_info {

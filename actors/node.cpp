@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <thread>
 
+#include "actors/checkpointer.hpp"
 #include "actors/server_shard.hpp"
 
 extern char** environ;
@@ -53,6 +54,8 @@ node_config::node_config() {
     .add(aggregation, "aggregation", "central|block|ring: how the devices' gradients are reduced")
     .add(compression, "compression", "none|fp16|int8|topk: codec of pushes on the wire")
     .add(topk_ratio, "topk-ratio", "fraction of values a topk push sends (error feedback keeps the rest)")
+    .add(checkpoint_dir, "checkpoint-dir", "DIR: the coordinator writes checkpoints here")
+    .add(checkpoint_every, "checkpoint-every", "K: a checkpoint whenever the minimum clock crosses a multiple of K")
     .add(sizes, "sizes", "bench_kv: value sizes in bytes, e.g. [4096,1048576]")
     .add(windows, "windows", "bench_kv: requests in flight, e.g. [1,8]")
     .add(cell_seconds, "cell-seconds", "bench_kv: seconds per measured cell");
@@ -162,6 +165,10 @@ void node_config::validate() const {
   if (!coordinator.empty()) parse_host_port(coordinator);
   staleness_bound("bsp");
   push_codec();
+  if (!checkpoint_dir.empty() && checkpoint_every == 0)
+    throw bad_request("--checkpoint-dir needs --checkpoint-every=K (K >= 1 clocks)");
+  if (checkpoint_every > 0 && checkpoint_dir.empty())
+    throw bad_request("--checkpoint-every needs --checkpoint-dir=DIR");
   if (devices < 1 || devices > 64) throw bad_request("--devices must be in [1, 64]");
   one_of("aggregation", aggregation, {"central", "block", "ring"});
   one_of("pipeline", pipeline, {"on", "off"});
@@ -273,6 +280,7 @@ coordinator_options coordinator_options_from(const node_config& cfg, const job_s
   o.bucket_bits = static_cast<std::uint32_t>(cfg.bucket_bits);
   o.rule = settings.rule;
   o.staleness = settings.staleness;
+  o.checkpoint_every = cfg.checkpoint_every;
   return o;
 }
 
@@ -412,6 +420,23 @@ pid_t spawn_psnode(const std::vector<std::string>& args) {
 
 namespace {
 
+// The checkpoint writer, when --checkpoint-dir is given (else an empty handle).
+caf::actor spawn_checkpointer(caf::actor_system& sys, const node_config& cfg, const job_settings& settings,
+                              const std::string& app_name, caf::actor observer) {
+  if (cfg.checkpoint_dir.empty()) return {};
+  checkpointer_options o;
+  o.dir = cfg.checkpoint_dir;
+  o.observer = observer;
+  o.header.model = app_name + "/" + cfg.model;
+  o.header.epoch = 1;
+  for (std::uint32_t i = 0; i < cfg.servers; ++i) o.header.shard_ids.push_back(i);
+  o.header.vnodes = static_cast<std::uint32_t>(cfg.vnodes);
+  o.header.bucket_bits = static_cast<std::uint32_t>(cfg.bucket_bits);
+  o.header.rule = static_cast<std::uint8_t>(settings.rule.kind);
+  o.header.state_slots = static_cast<std::uint32_t>(settings.rule.state_slots());
+  return sys.spawn(checkpointer, o);
+}
+
 // A job starts a fresh trace: the shards only ever append.
 bool start_trace(const node_config& cfg, std::string* error) {
   if (cfg.trace.empty()) return true;
@@ -437,6 +462,7 @@ job_result run_job(caf::actor_system& sys, const node_config& cfg, const app_fn&
   caf::scoped_actor observer{sys};
   auto copts = coordinator_options_from(cfg, settings);
   copts.observer = caf::actor_cast<caf::actor>(observer);
+  copts.checkpointer = spawn_checkpointer(sys, cfg, settings, app_name, copts.observer);
   auto coord = sys.spawn(coordinator, copts);
   observer->monitor(coord);
   std::vector<child> children;
@@ -492,6 +518,8 @@ job_result run_job(caf::actor_system& sys, const node_config& cfg, const app_fn&
       });
   }
   if (!coordinator_ended) caf::anon_send_exit(coord, caf::exit_reason::user_shutdown);
+  // Handles sent to other processes keep it registered with the middleman: end it here.
+  if (copts.checkpointer) caf::anon_send_exit(copts.checkpointer, caf::exit_reason::user_shutdown);
   for (auto& t : threads) t.join();
   for (const auto& e : thread_errors)
     if (!e.empty()) res.failures.push_back(e);
@@ -542,6 +570,7 @@ int run_coordinator_role(caf::actor_system& sys, const node_config& cfg, const j
     return 1;
   }
   auto copts = coordinator_options_from(cfg, settings);
+  copts.checkpointer = spawn_checkpointer(sys, cfg, settings, cfg.app, {});
   auto coord = sys.spawn(coordinator, copts);
   auto port = sys.middleman().publish(coord, cfg.port, cfg.host.c_str());
   if (!port) {
@@ -555,6 +584,7 @@ int run_coordinator_role(caf::actor_system& sys, const node_config& cfg, const j
   std::fflush(stdout);
   caf::scoped_actor self{sys};
   self->wait_for(coord);
+  if (copts.checkpointer) caf::anon_send_exit(copts.checkpointer, caf::exit_reason::user_shutdown);
   return 0;
 }
 

@@ -45,6 +45,9 @@ struct node_config : caf::actor_system_config {
   std::string aggregation = "ring";    // central | block | ring
   std::string compression = "none";    // none | fp16 | int8 | topk
   double topk_ratio = 0.01;
+  // checkpoints
+  std::string checkpoint_dir;
+  std::size_t checkpoint_every = 0;    // clocks
   // bench_kv
   std::vector<std::int64_t> sizes;
   std::vector<std::int64_t> windows;

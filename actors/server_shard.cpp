@@ -7,6 +7,7 @@
 #include <cstring>
 #include <span>
 
+#include "libps/checkpoint.hpp"
 #include "libps/codec.hpp"
 
 namespace ps {
@@ -116,6 +117,17 @@ shard_actor::behavior_type server_shard(shard_actor::stateful_pointer<shard_stat
       }
       st.deferred = std::move(keep);
     }
+    // The minimum clock crossed a checkpoint boundary: every update below it is applied
+    // (exactly those under BSP), so this is the shard's part of the snapshot at that clock.
+    auto min = st.consistency->clocks().min_clock();
+    if (st.checkpoint_every > 0 && st.checkpointer && min != left_clock &&
+        min / st.checkpoint_every > st.last_min / st.checkpoint_every) {
+      auto bytes = encode_shard(shard_snapshot{st.id, st.store->snapshot()});
+      auto block = std::make_shared<std::vector<std::byte>>(bytes.size());
+      std::memcpy(block->data(), bytes.data(), bytes.size());
+      caf::anon_send(st.checkpointer, checkpoint_atom::value, st.id, min, encoded_block{std::move(block)});
+    }
+    if (min != left_clock) st.last_min = min;
     for (auto& p : st.parked.release(*st.consistency)) {
       try {
         p.promise.deliver(answer_pull(p.hdr, p.ranges));
@@ -220,6 +232,8 @@ shard_actor::behavior_type server_shard(shard_actor::stateful_pointer<shard_stat
               st.map.emplace(reg.view.epoch, ids, reg.view.vnodes, reg.view.bucket_bits);
               st.store.emplace(reg.view.rule.to_rule());
               st.consistency.emplace(reg.view.num_workers, reg.view.staleness);
+              st.checkpoint_every = reg.view.checkpoint_every;
+              st.checkpointer = reg.view.checkpointer;
               if (!opts.trace_path.empty()) {
                 st.trace_fd = ::open(opts.trace_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
                 if (st.trace_fd < 0)

@@ -46,6 +46,9 @@ struct shard_state {
   };
   std::vector<deferred_push> deferred;
   bool sweep_scheduled = false;
+  std::uint64_t last_min = 0;  // min clock last seen (checkpoints when it crosses a multiple)
+  std::uint64_t checkpoint_every = 0;
+  caf::actor checkpointer;
   int trace_fd = -1;
   std::string name = "shard ?";  // for error messages
   ~shard_state();

@@ -24,7 +24,10 @@ int main(int argc, char** argv) {
                  ps::staleness_to_string(settings.staleness).c_str(), cfg.pipeline.c_str());
     auto res = ps::run_job(sys, cfg, ps::find_app("fmnist"), "fmnist", settings,
                            [](std::uint32_t w, const std::string& text) {
-                             std::fprintf(stderr, "\r[worker %u] %s\033[K", w, text.c_str());
+                             if (w == UINT32_MAX)  // from the checkpoint writer: keep the line
+                               std::fprintf(stderr, "\r%s\033[K\n", text.c_str());
+                             else
+                               std::fprintf(stderr, "\r[worker %u] %s\033[K", w, text.c_str());
                            });
     std::fprintf(stderr, "\n");
     if (!res.ok) {

@@ -106,6 +106,20 @@ void check_io(bool ok, const std::string& what) {
 
 }  // namespace
 
+std::string encode_shard(const shard_snapshot& s) { return to_bytes(s); }
+
+shard_snapshot decode_shard(const std::string& bytes) {
+  shard_snapshot s;
+  try {
+    std::istringstream in(bytes);
+    cereal::BinaryInputArchive ar(in);
+    ar(s);
+  } catch (const std::exception& e) {
+    throw bad_request(std::string("shard snapshot does not decode: ") + e.what());
+  }
+  return s;
+}
+
 std::string write_checkpoint(const std::string& dir, const checkpoint& c) {
   if (c.shards.size() != c.header.shard_ids.size())
     throw bad_request("checkpoint: " + std::to_string(c.shards.size()) + " shard snapshots for " +

@@ -40,6 +40,11 @@ struct checkpoint {
   std::vector<shard_snapshot> shards;  // one per header.shard_ids entry, same order
 };
 
+// One shard's section, as bytes (shards send it to the checkpoint writer) and back;
+// decoding throws bad_request.
+std::string encode_shard(const shard_snapshot& s);
+shard_snapshot decode_shard(const std::string& bytes);
+
 // Writes atomically (see above); returns the final path. Throws bad_request naming the
 // directory or file on an I/O error, or when shards do not match header.shard_ids.
 std::string write_checkpoint(const std::string& dir, const checkpoint& c);

@@ -9,9 +9,11 @@
 
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 
 #include "apps/apps.hpp"
+#include "libps/checkpoint.hpp"
 #include "libps/consistency.hpp"
 #include "libps/trace.hpp"
 
@@ -202,6 +204,8 @@ TEST_CASE("bad flags and bad config files are errors that name the problem") {
     {"bin/train_fmnist --compression=topk --topk-ratio=2", 2, "--topk-ratio=2.000000 is not in (0, 1]"},
     {"bin/train_fmnist --aggregation=tree", 2, "--aggregation=tree is not one of central|block|ring"},
     {"bin/train_fmnist --devices=0", 2, "--devices must be in [1, 64]"},
+    {"bin/train_fmnist --checkpoint-dir=x", 2, "--checkpoint-dir needs --checkpoint-every=K"},
+    {"bin/train_fmnist --checkpoint-every=5", 2, "--checkpoint-every needs --checkpoint-dir=DIR"},
     {"bin/train_fmnist --trace=/no/such/dir/t.jsonl --epochs=1", 1, "cannot create trace file /no/such/dir/t.jsonl"},
   };
   for (const auto& call : calls) {
@@ -246,4 +250,28 @@ TEST_CASE("consistency: train_fmnist in BSP, SSP and ASP keeps its guarantee in 
     if (m.staleness != infinite_staleness) CHECK(rep.max_lag <= m.staleness);
     if (m.name == "ssp") CHECK(rep.max_lag >= 1);  // stragglers made some reads use the slack
   }
+}
+
+TEST_CASE("checkpoints: the shards' state at every K clocks lands in one intact file per boundary") {
+  std::filesystem::remove_all("ckpt-test");
+  auto [rc, out] = shell("bin/train_fmnist --model=softmax --servers=2 --workers=2 --epochs=1 "
+                         "--checkpoint-dir=ckpt-test --checkpoint-every=100");
+  INFO(out);
+  REQUIRE(rc == 0);
+  CHECK(out.find("checkpoint written: ckpt-test/checkpoint-100.apsckpt (clock 100)") != std::string::npos);
+  // 60000 / 2 / 64 = 468 clocks: boundaries 100, 200, 300, 400.
+  std::vector<float> previous;
+  for (std::uint64_t clock : {100, 200, 300, 400}) {
+    auto c = read_checkpoint("ckpt-test/checkpoint-" + std::to_string(clock) + ".apsckpt");
+    CHECK(c.header.clock == clock);
+    CHECK(c.header.model == "fmnist/softmax");
+    REQUIRE(c.shards.size() == 2);
+    std::vector<float> all;
+    for (const auto& s : c.shards)
+      for (const auto& seg : s.segments) all.insert(all.end(), seg.values.begin(), seg.values.end());
+    CHECK(all.size() == 7850);  // every parameter, each on exactly one shard
+    CHECK(all != previous);     // training moved on between boundaries
+    previous = all;
+  }
+  std::filesystem::remove_all("ckpt-test");
 }

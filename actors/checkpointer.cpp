@@ -1,0 +1,45 @@
+#include "actors/checkpointer.hpp"
+
+#include <cstdio>
+
+namespace ps {
+
+caf::behavior checkpointer(caf::stateful_actor<checkpointer_state>* self, checkpointer_options opts) {
+  auto tell = [=](const std::string& text) {
+    if (opts.observer)
+      caf::anon_send(opts.observer, report_atom::value, UINT32_MAX, text);
+    else
+      std::fprintf(stderr, "%s\n", text.c_str());
+  };
+  return {
+    [=](checkpoint_atom, std::uint32_t shard, std::uint64_t clock, const encoded_block& data) {
+      auto& st = self->state;
+      try {
+        if (!data.bytes) throw bad_request("no data");
+        auto snap = decode_shard(std::string(reinterpret_cast<const char*>(data.bytes->data()), data.bytes->size()));
+        if (snap.shard != shard) throw bad_request("holds the state of shard " + std::to_string(snap.shard));
+        st.pending[clock][shard] = std::move(snap);
+      } catch (const bad_request& e) {
+        tell("checkpoint at clock " + std::to_string(clock) + ": part from shard " + std::to_string(shard) +
+             " refused: " + e.what());
+        return;
+      }
+      auto& parts = st.pending[clock];
+      if (parts.size() < opts.header.shard_ids.size()) return;
+      checkpoint c;
+      c.header = opts.header;
+      c.header.clock = clock;
+      for (auto id : opts.header.shard_ids) c.shards.push_back(std::move(parts[id]));
+      // Older clocks still incomplete can never complete consistently now: drop them.
+      st.pending.erase(st.pending.begin(), st.pending.upper_bound(clock));
+      try {
+        auto path = write_checkpoint(opts.dir, c);
+        tell("checkpoint written: " + path + " (clock " + std::to_string(clock) + ")");
+      } catch (const bad_request& e) {
+        tell(std::string("checkpoint at clock ") + std::to_string(clock) + " not written: " + e.what());
+      }
+    },
+  };
+}
+
+}  // namespace ps
