@@ -50,6 +50,20 @@ std::string to_bytes(const T& value) {
   return out.str();
 }
 
+// The inverse of to_bytes; throws bad_request "<what> does not decode: ...".
+template <class T>
+T from_bytes(const std::string& bytes, const std::string& what) {
+  T value;
+  try {
+    std::istringstream in(bytes);
+    cereal::BinaryInputArchive ar(in);
+    ar(value);
+  } catch (const std::exception& e) {
+    throw bad_request(what + " does not decode: " + e.what());
+  }
+  return value;
+}
+
 template <class T>
 void append_pod(std::string& out, T v) {
   out.append(reinterpret_cast<const char*>(&v), sizeof(v));
@@ -88,15 +102,11 @@ struct reader {
     at += n;
     auto crc = pod<std::uint32_t>(what);
     if (crc != crc_of(bytes)) fail("checksum of " + what + " does not match (corrupt)");
-    T value;
     try {
-      std::istringstream in(bytes);
-      cereal::BinaryInputArchive ar(in);
-      ar(value);
-    } catch (const std::exception& e) {
-      fail(what + " does not decode: " + e.what());
+      return from_bytes<T>(bytes, what);
+    } catch (const bad_request& e) {
+      fail(e.what());
     }
-    return value;
   }
 };
 
@@ -108,17 +118,7 @@ void check_io(bool ok, const std::string& what) {
 
 std::string encode_shard(const shard_snapshot& s) { return to_bytes(s); }
 
-shard_snapshot decode_shard(const std::string& bytes) {
-  shard_snapshot s;
-  try {
-    std::istringstream in(bytes);
-    cereal::BinaryInputArchive ar(in);
-    ar(s);
-  } catch (const std::exception& e) {
-    throw bad_request(std::string("shard snapshot does not decode: ") + e.what());
-  }
-  return s;
-}
+shard_snapshot decode_shard(const std::string& bytes) { return from_bytes<shard_snapshot>(bytes, "shard snapshot"); }
 
 std::string write_checkpoint(const std::string& dir, const checkpoint& c) {
   if (c.shards.size() != c.header.shard_ids.size())
