@@ -1,6 +1,10 @@
 #include "actors/coordinator.hpp"
 
+#include <unistd.h>
+
+#include <algorithm>
 #include <cstdio>
+#include <cstring>
 
 namespace ps {
 
@@ -10,7 +14,7 @@ using self_ptr = coordinator_actor::stateful_pointer<coordinator_state>;
 
 cluster_view make_view(self_ptr self, const coordinator_options& opts) {
   cluster_view v;
-  v.epoch = 1;
+  v.epoch = self->state.epoch;
   v.vnodes = opts.vnodes;
   v.bucket_bits = opts.bucket_bits;
   v.num_workers = opts.workers;
@@ -60,6 +64,86 @@ void worker_finished(self_ptr self, const coordinator_options& opts, std::uint32
   release_barrier_if_complete(self, opts);
 }
 
+std::string encoded_state(const checkpoint& c, std::uint32_t shard);
+
+// Hands the new map to every live shard first, then (once they all have it) to the
+// workers' clients, so no request of the new epoch reaches a shard that lacks it.
+void announce_view(self_ptr self, const coordinator_options& opts) {
+  auto& st = self->state;
+  auto view = make_view(self, opts);
+  auto remaining = std::make_shared<std::size_t>(st.shard_handles.size());
+  auto to_workers = [=] {
+    for (auto& sub : self->state.view_subscribers) caf::anon_send(sub, view_atom::value, view);
+  };
+  for (auto& shard : st.shard_handles)
+    self->request(shard, std::chrono::seconds(5), view_atom::value, view)
+      .then([=](std::uint64_t) { if (--*remaining == 0) to_workers(); },
+            [=](caf::error&) { if (--*remaining == 0) to_workers(); });  // a dead one fails over next
+}
+
+// A shard died. Without replicas its keys come back from the newest intact checkpoint,
+// onto a replacement shard in this process; what the checkpoint lacks is reported.
+void shard_failed(self_ptr self, const coordinator_options& opts, std::uint32_t id, const std::string& who,
+                  const caf::error& reason) {
+  auto& st = self->state;
+  auto fail = [&](const std::string& why) {
+    auto text = who + " went down (" + describe(reason) + "); " + why;
+    // Workers stop waiting for a replacement that will not come.
+    for (auto& sub : st.view_subscribers) caf::anon_send(sub, failed_atom::value, id, text);
+    tell_observer(self, opts, caf::make_message(failed_atom::value, text));
+  };
+  if (!st.view_out) return fail("the cluster never formed");
+  if (opts.checkpoint_dir.empty())
+    return fail("its keys are lost: recovery needs checkpoints (--checkpoint-dir, --checkpoint-every)");
+  latest_checkpoint latest;
+  try {
+    latest = load_latest(opts.checkpoint_dir);
+  } catch (const bad_request& e) {
+    return fail(std::string("no checkpoint to recover from: ") + e.what());
+  }
+  for (const auto& r : latest.refused)
+    tell_observer(self, opts, caf::make_message(report_atom::value, UINT32_MAX, "checkpoint refused: " + r));
+  if (!latest.found)
+    return fail("no checkpoint has been written to " + opts.checkpoint_dir + " yet (the first comes at clock " +
+                std::to_string(opts.checkpoint_every) + ")");
+  const auto& ckpt = *latest.found;
+  auto section = std::find_if(ckpt.shards.begin(), ckpt.shards.end(), [&](const shard_snapshot& s) { return s.shard == id; });
+  if (section == ckpt.shards.end())
+    return fail(latest.path + " has no section for shard " + std::to_string(id));
+  ++st.epoch;
+  auto repl = std::make_shared<shard_options::replacement>();
+  repl->reg.id = id;
+  st.shards[id] = {id, "", 0, static_cast<std::uint32_t>(getpid()), {}};
+  repl->reg.view = make_view(self, opts);
+  repl->state = *section;
+  repl->clock = ckpt.header.clock;
+  for (std::uint32_t w = 0; w < st.worker_done.size(); ++w)
+    if (st.worker_done[w]) repl->departed.push_back(w);
+  repl->source = latest.path;
+  auto sopts = opts.replacement;
+  sopts.replaces = repl;
+  auto coord = caf::actor_cast<coordinator_actor>(self);
+  auto shard = self->spawn(server_shard, coord, sopts);
+  auto handle = caf::actor_cast<caf::actor>(shard);
+  st.shards[id].handle = handle;
+  st.shard_handles[id] = shard;
+  self->monitor(handle);
+  st.members[handle.address()] = "replacement shard " + std::to_string(id);
+  st.shard_ids[handle.address()] = id;
+  tell_observer(self, opts, caf::make_message(report_atom::value, UINT32_MAX,
+    who + " went down (" + describe(reason) + "); its keys were restored from " + latest.path + " (clock " +
+    std::to_string(ckpt.header.clock) + ") onto a replacement shard in the coordinator's process; epoch " +
+    std::to_string(st.epoch) + ". Updates to those keys from clock " + std::to_string(ckpt.header.clock) +
+    " on that the workers cannot resend are lost; the replacement reports them per worker."));
+  announce_view(self, opts);
+}
+
+std::string encoded_state(const checkpoint& c, std::uint32_t shard) {
+  for (const auto& s : c.shards)
+    if (s.shard == shard) return encode_shard(s);
+  throw bad_request("the checkpoint has no section for shard " + std::to_string(shard));
+}
+
 }  // namespace
 
 coordinator_actor::behavior_type coordinator(self_ptr self, coordinator_options opts) {
@@ -70,11 +154,20 @@ coordinator_actor::behavior_type coordinator(self_ptr self, coordinator_options 
     if (it == st.members.end()) return;
     auto who = it->second;
     st.members.erase(it);
+    if (auto s = st.shard_ids.find(dm.source); s != st.shard_ids.end()) {
+      auto id = s->second;
+      st.shard_ids.erase(s);
+      shard_failed(self, opts, id, who, dm.reason);
+      return;
+    }
     auto w = st.worker_ids.find(dm.source);
-    if (w != st.worker_ids.end() && st.worker_done[w->second]) return;  // left after finishing
-    tell_observer(self, opts, caf::make_message(failed_atom::value,
-                                                who + " went down (" + describe(dm.reason) + ")"));
-    if (w != st.worker_ids.end()) worker_finished(self, opts, w->second);
+    if (w == st.worker_ids.end() || st.worker_done[w->second]) return;  // left after finishing
+    // A dead worker leaves the clock vector; the others go on without it.
+    tell_observer(self, opts, caf::make_message(report_atom::value, UINT32_MAX,
+                                                who + " went down (" + describe(dm.reason) +
+                                                  "); it leaves the clock vector, the others go on"));
+    st.departed_workers.push_back(w->second);
+    worker_finished(self, opts, w->second);
   });
   return {
     [=](register_atom, node_info& info) -> caf::result<registration> {
@@ -89,6 +182,7 @@ coordinator_actor::behavior_type coordinator(self_ptr self, coordinator_options 
         id = static_cast<std::uint32_t>(st.shards.size());
         st.shards.push_back({id, info.host, info.port, info.pid, info.handle});
         st.shard_handles.push_back(caf::actor_cast<shard_actor>(sender));
+        st.shard_ids[sender.address()] = id;
         who = "server shard " + std::to_string(id) +
               (info.host.empty() ? "" : " (" + info.host + ":" + std::to_string(info.port) +
                                           ", pid " + std::to_string(info.pid) + ")");
@@ -109,12 +203,22 @@ coordinator_actor::behavior_type coordinator(self_ptr self, coordinator_options 
       auto rp = self->make_response_promise<registration>();
       st.waiting.push_back(rp);
       st.waiting_ids.push_back(id);
+      st.waiting_is_server.push_back(info.role == "server");
       if (st.shards.size() == opts.servers) {  // the map is complete: hand it out
+        st.view_out = true;
         auto view = make_view(self, opts);
-        for (std::size_t i = 0; i < st.waiting.size(); ++i)
-          st.waiting[i].deliver(registration{st.waiting_ids[i], view});
+        for (std::size_t i = 0; i < st.waiting.size(); ++i) {
+          registration reg{st.waiting_ids[i], view, {}};
+          if (opts.restore && st.waiting_is_server[i]) {
+            auto bytes = encoded_state(*opts.restore, reg.id);
+            reg.state.bytes = std::make_shared<std::vector<std::byte>>(bytes.size());
+            std::memcpy(reg.state.bytes->data(), bytes.data(), bytes.size());
+          }
+          st.waiting[i].deliver(std::move(reg));
+        }
         st.waiting.clear();
         st.waiting_ids.clear();
+        st.waiting_is_server.clear();
       }
       return rp;
     },
@@ -126,6 +230,13 @@ coordinator_actor::behavior_type coordinator(self_ptr self, coordinator_options 
     },
     [=](report_atom, std::uint32_t worker, std::string& text) {
       tell_observer(self, opts, caf::make_message(report_atom::value, worker, std::move(text)));
+    },
+    [=](view_atom, std::uint32_t) {
+      auto& st = self->state;
+      auto sub = caf::actor_cast<caf::actor>(self->current_sender());
+      if (!sub) return;
+      st.view_subscribers.push_back(sub);
+      if (st.epoch > 1) caf::anon_send(sub, view_atom::value, make_view(self, opts));  // missed one
     },
     [=](done_atom, std::uint32_t worker, std::string& text) {
       tell_observer(self, opts, caf::make_message(done_atom::value, worker, std::move(text)));

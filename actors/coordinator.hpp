@@ -4,10 +4,13 @@
 // barriers among the live workers, and forwards progress and results to an observer.
 // It quits when every worker has finished or died, which tells servers to stop.
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "actors/messages.hpp"
+#include "actors/server_shard.hpp"
+#include "libps/checkpoint.hpp"
 #include "libps/update_rule.hpp"
 
 namespace ps {
@@ -26,6 +29,12 @@ struct coordinator_options {
   // Periodic checkpoints: every this many clocks the shards send their state here.
   std::uint64_t checkpoint_every = 0;
   caf::actor checkpointer;
+  // Recovery of a dead shard (no replicas): the newest intact checkpoint here is loaded
+  // onto a replacement shard in this process. Empty: a dead shard ends the job.
+  std::string checkpoint_dir;
+  shard_options replacement;  // options of replacement shards
+  // --restore: the shards start from this checkpoint's parameters.
+  std::shared_ptr<const checkpoint> restore;
 };
 
 struct coordinator_state {
@@ -40,6 +49,12 @@ struct coordinator_state {
   std::map<caf::actor_addr, std::string> members;  // monitored address -> description
   std::map<caf::actor_addr, std::uint32_t> worker_ids;
   std::vector<bool> worker_done;
+  std::vector<bool> waiting_is_server;
+  std::vector<std::uint32_t> departed_workers;     // died before finishing
+  std::uint64_t epoch = 1;
+  bool view_out = false;                           // the map has been handed out
+  std::map<caf::actor_addr, std::uint32_t> shard_ids;  // monitored shard -> its id
+  std::vector<caf::actor> view_subscribers;        // workers' key-value clients
   static inline const char* name = "coordinator";
 };
 

@@ -1,5 +1,8 @@
 #include "actors/kv_client.hpp"
 
+#include "libps/faults.hpp"
+
+#include <cstdio>
 #include <deque>
 #include <map>
 #include <unordered_map>
@@ -103,73 +106,94 @@ std::string describe_keys(const chunk& c) {
   return describe_keys(c.pieces.front().keys, c.pieces.back().keys, c.pieces.size());
 }
 
+// One request to one shard: planned once, sent (and after a failover sent again) by `send`.
+struct pending_request {
+  std::uint64_t bytes = 0;
+  std::shared_ptr<kv_op_state> op;
+  // Issues the request to the shard's current handle; tag identifies this sending.
+  std::function<void(std::uint64_t tag)> send;
+};
+
 struct client_state {
   std::vector<shard_link> shards;
+  std::vector<shard_entry> entries;            // the map's view of each shard (host, port, handle)
   std::map<std::uint32_t, std::size_t> index;  // shard id -> position in shards
   std::vector<std::string> down;               // non-empty: why that shard is gone
-  // Per shard: ops with chunks not yet answered, and how many.
-  std::vector<std::unordered_map<kv_op_state*, std::pair<std::shared_ptr<kv_op_state>, std::size_t>>>
-    outstanding;
+  // Per shard: requests sent and not yet answered, by tag (send order), and requests
+  // waiting for the in-flight budget or for a failover, in order.
+  std::vector<std::map<std::uint64_t, pending_request>> sent;
+  std::vector<std::deque<pending_request>> queued;
+  std::vector<std::uint64_t> inflight_bytes;
+  std::vector<std::uint64_t> acked_tick;       // highest clock tick each shard acknowledged
+  std::vector<std::uint64_t> generation;       // bumped per failover (stale timers ignore)
+  std::vector<bool> abandoned;                 // the coordinator said no replacement will come
+  std::uint64_t next_tag = 0;
+  std::uint64_t epoch = 1;
+  std::uint32_t worker = 0;
+  caf::actor coordinator;  // none: no failover, a dead shard fails its requests at once
   std::chrono::milliseconds timeout;
   // Flow control per shard: CAF's broker buffers every queued message in one growing
   // buffer and shifts it after each partial write, so hundreds of MB queued on one
   // connection cost quadratic copying (window 8 x 16 MiB ran 4x slower than window 1).
   // Chunks beyond inflight_limit bytes wait here instead.
   std::uint64_t inflight_limit = 0;
-  std::vector<std::uint64_t> inflight_bytes;
-  std::vector<std::deque<std::pair<std::uint64_t, std::function<void()>>>> queued;
+  std::shared_ptr<kv_failover_stats> stats;
+  std::vector<std::optional<std::chrono::steady_clock::time_point>> down_since;  // until the first pull after
   static inline const char* name = "kv_client";
 };
 
 using client_ptr = caf::stateful_actor<client_state>*;
 
-// Sends now if the shard's in-flight budget allows (always when nothing is in flight).
-void send_or_queue(client_ptr self, std::size_t idx, std::uint64_t bytes, std::function<void()> fire) {
+void launch(client_ptr self, std::size_t idx, pending_request r);
+
+// Sends queued requests while the shard is up and its in-flight budget allows (always
+// one when nothing is in flight). Requests to a shard leave in the order they were made
+// (read-my-writes and clock ticks depend on it).
+void pump(client_ptr self, std::size_t idx) {
   auto& st = self->state;
-  // Behind anything already queued, whatever its size: requests to a shard leave in the
-  // order they were made (read-my-writes and clock ticks depend on it).
-  if (!st.queued[idx].empty() ||
-      (st.inflight_bytes[idx] > 0 && st.inflight_bytes[idx] + bytes > st.inflight_limit)) {
-    st.queued[idx].emplace_back(bytes, std::move(fire));
+  while (!st.queued[idx].empty() && st.down[idx].empty()) {
+    auto bytes = st.queued[idx].front().bytes;
+    if (st.inflight_bytes[idx] > 0 && st.inflight_bytes[idx] + bytes > st.inflight_limit) return;
+    auto r = std::move(st.queued[idx].front());
+    st.queued[idx].pop_front();
+    launch(self, idx, std::move(r));
+  }
+}
+
+void submit(client_ptr self, std::size_t idx, pending_request r) {
+  auto& st = self->state;
+  if (!st.down[idx].empty() && (!st.coordinator || st.abandoned[idx])) {  // no replacement can come
+    r.op->finish(r.op->what + " failed: " + st.down[idx]);
     return;
   }
-  st.inflight_bytes[idx] += bytes;
-  fire();
+  st.queued[idx].push_back(std::move(r));
+  pump(self, idx);
 }
 
-void release(client_ptr self, std::size_t idx, std::uint64_t bytes) {
+void launch(client_ptr self, std::size_t idx, pending_request r) {
   auto& st = self->state;
-  st.inflight_bytes[idx] -= bytes;
-  while (!st.queued[idx].empty()) {
-    auto& [next_bytes, fire] = st.queued[idx].front();
-    if (st.inflight_bytes[idx] > 0 && st.inflight_bytes[idx] + next_bytes > st.inflight_limit) return;
-    st.inflight_bytes[idx] += next_bytes;
-    auto f = std::move(fire);
-    st.queued[idx].pop_front();
-    f();
-  }
+  if (r.op->done_flag()) return;  // failed meanwhile (another chunk, a dead shard): skip
+  auto tag = ++st.next_tag;
+  st.inflight_bytes[idx] += r.bytes;
+  auto send = r.send;
+  st.sent[idx].emplace(tag, std::move(r));
+  send(tag);
 }
 
-void chunk_answered(client_ptr self, std::size_t idx, kv_op_state* op) {
-  auto& out = self->state.outstanding[idx];
-  auto it = out.find(op);
-  if (it == out.end()) return;  // already failed by a down message
-  auto keep = it->second.first;
-  if (--it->second.second == 0) out.erase(it);
-  if (--op->pending == 0) op->finish({});
-}
-
-// Counts one more request of op to shard idx; false (and op failed) if the shard is down.
-bool track(client_ptr self, std::size_t idx, const std::shared_ptr<kv_op_state>& op) {
+// The answer to request `tag` arrived: false if it is stale (the request was sent again
+// after a failover, or already failed), so the caller ignores it.
+bool settle(client_ptr self, std::size_t idx, std::uint64_t tag) {
   auto& st = self->state;
-  if (!st.down[idx].empty()) {
-    op->finish(op->what + " failed: " + st.down[idx]);
-    return false;
-  }
-  auto& entry = st.outstanding[idx][op.get()];
-  entry.first = op;
-  ++entry.second;
+  auto it = st.sent[idx].find(tag);
+  if (it == st.sent[idx].end()) return false;
+  st.inflight_bytes[idx] -= it->second.bytes;
+  st.sent[idx].erase(it);
+  pump(self, idx);
   return true;
+}
+
+void chunk_answered(kv_op_state* op) {
+  if (--op->pending == 0) op->finish({});
 }
 
 std::string why_failed(client_ptr self, const shard_link& link, const caf::error& err) {
@@ -178,53 +202,162 @@ std::string why_failed(client_ptr self, const shard_link& link, const caf::error
            : describe(err);
 }
 
-caf::behavior kv_client_actor(client_ptr self, std::vector<shard_link> shards,
-                              std::chrono::milliseconds timeout, std::uint64_t inflight_limit) {
+// A request failed. While its shard is down and a new map may come, it is kept to be
+// sent again; otherwise its op fails with what went wrong.
+void request_failed(client_ptr self, std::size_t idx, std::uint64_t tag, const caf::error& err,
+                    const std::string& what) {
+  auto& st = self->state;
+  auto it = st.sent[idx].find(tag);
+  if (it == st.sent[idx].end()) return;
+  if (!st.down[idx].empty() && st.coordinator && !st.abandoned[idx]) return;
+  auto op = it->second.op;
+  op->finish(what + " failed: " + why_failed(self, st.shards[idx], err));
+  settle(self, idx, tag);
+}
+
+// Fails every request of shard idx (sent or queued) with the reason.
+void fail_all(client_ptr self, std::size_t idx, const std::string& reason) {
+  auto& st = self->state;
+  auto sent = std::move(st.sent[idx]);
+  auto queued = std::move(st.queued[idx]);
+  st.sent[idx].clear();
+  st.queued[idx].clear();
+  st.inflight_bytes[idx] = 0;
+  for (auto& [tag, r] : sent) r.op->finish(r.op->what + " failed: " + reason);
+  for (auto& r : queued) r.op->finish(r.op->what + " failed: " + reason);
+}
+
+pending_request clock_request(client_ptr self, std::size_t idx, request_header hdr, std::shared_ptr<kv_op_state> op) {
+  pending_request r;
+  r.op = op;
+  r.send = [=](std::uint64_t tag) {
+    auto& st = self->state;
+    auto h = hdr;
+    h.epoch = st.epoch;
+    self->request(st.shards[idx].handle, st.timeout, clock_atom::value, h)
+      .then(
+        [=](std::uint64_t) {
+          if (!settle(self, idx, tag)) return;
+          auto& a = self->state.acked_tick[idx];
+          a = std::max(a, hdr.clock);
+          chunk_answered(op.get());
+        },
+        [=](caf::error& err) { request_failed(self, idx, tag, err, op->what); });
+  };
+  return r;
+}
+
+// A new shard map (after a failover): shards with a new address get every request that
+// was in flight to the old one again, in order, behind a tick that brings the new
+// shard's clock for this worker up to date.
+void apply_view(client_ptr self, const cluster_view& view) {
+  auto& st = self->state;
+  if (view.epoch <= st.epoch) return;
+  st.epoch = view.epoch;
+  for (const auto& e : view.shards) {
+    auto at = st.index.find(e.id);
+    if (at == st.index.end()) continue;  // ownership never changes in this version
+    auto idx = at->second;
+    auto& old = st.entries[idx];
+    bool moved = e.handle ? e.handle != caf::actor_cast<caf::actor>(st.shards[idx].handle)
+                          : (e.host != old.host || e.port != old.port);
+    if (!moved) continue;
+    if (!e.handle) {  // a new address we would have to connect to: not produced by this coordinator
+      fail_all(self, idx, st.shards[idx].name + " moved to " + e.host + ":" + std::to_string(e.port) +
+                            ", which this client cannot reach without a handle");
+      continue;
+    }
+    old = e;
+    st.shards[idx].handle = caf::actor_cast<shard_actor>(e.handle);
+    st.shards[idx].name = "shard " + std::to_string(e.id) + " (replacement, epoch " + std::to_string(view.epoch) + ")";
+    self->monitor(e.handle);
+    ++st.generation[idx];
+    st.down[idx].clear();
+    std::deque<pending_request> again;
+    if (st.acked_tick[idx] > 0) {
+      auto op = std::make_shared<kv_op_state>();
+      op->pending = 1;
+      op->what = "clock tick to " + std::to_string(st.acked_tick[idx]) + " after failover";
+      again.push_back(clock_request(self, idx, request_header{0, st.worker, st.acked_tick[idx], 0}, op));
+    }
+    for (auto& [tag, r] : st.sent[idx]) again.push_back(std::move(r));
+    st.sent[idx].clear();
+    st.inflight_bytes[idx] = 0;
+    for (auto& r : st.queued[idx]) again.push_back(std::move(r));
+    st.queued[idx] = std::move(again);
+    std::fprintf(stderr, "worker %u: %s takes over; %zu requests sent again\n", st.worker,
+                 st.shards[idx].name.c_str(), st.queued[idx].size());
+    pump(self, idx);
+  }
+}
+
+caf::behavior kv_client_actor(client_ptr self, std::vector<shard_link> shards, std::vector<shard_entry> entries,
+                              kv_client_options opts, std::uint64_t epoch, std::shared_ptr<kv_failover_stats> stats) {
   auto& st = self->state;
   st.shards = std::move(shards);
-  st.timeout = timeout;
-  st.inflight_limit = inflight_limit;
-  st.inflight_bytes.assign(st.shards.size(), 0);
-  st.queued.resize(st.shards.size());
-  st.down.resize(st.shards.size());
-  st.outstanding.resize(st.shards.size());
-  for (std::size_t i = 0; i < st.shards.size(); ++i) {
+  st.entries = std::move(entries);
+  st.timeout = opts.timeout;
+  st.inflight_limit = opts.inflight_bytes;
+  st.coordinator = opts.coordinator;
+  st.worker = opts.worker;
+  st.epoch = epoch;
+  st.stats = std::move(stats);
+  auto n = st.shards.size();
+  st.inflight_bytes.assign(n, 0);
+  st.queued.resize(n);
+  st.sent.resize(n);
+  st.down.resize(n);
+  st.acked_tick.assign(n, 0);
+  st.generation.assign(n, 0);
+  st.abandoned.assign(n, false);
+  st.down_since.resize(n);
+  for (std::size_t i = 0; i < n; ++i) {
     st.index[st.shards[i].id] = i;
     self->monitor(st.shards[i].handle);
   }
+  if (st.coordinator) self->send(st.coordinator, view_atom::value, st.worker);
   self->set_down_handler([=](caf::down_msg& dm) {
     auto& st = self->state;
     for (std::size_t i = 0; i < st.shards.size(); ++i) {
       if (st.shards[i].handle.address() != dm.source) continue;
+      if (st.abandoned[i]) continue;  // the coordinator's word came first and failed it all
       st.down[i] = st.shards[i].name + " is down (" + describe(dm.reason) + ")";
-      auto lost = std::move(st.outstanding[i]);
-      st.outstanding[i].clear();
-      for (auto& [ptr, entry] : lost)
-        ptr->finish(entry.first->what + " failed: " + st.down[i]);  // what names the keys
+      if (!st.coordinator) {
+        fail_all(self, i, st.down[i]);
+        continue;
+      }
+      // Requests to a dead shard never fail on their own (CAF-NOTES §4): keep them for
+      // its replacement, and give up if none comes within the request timeout.
+      st.down_since[i] = std::chrono::steady_clock::now();
+      std::fprintf(stderr, "worker %u: %s; waiting up to %lld ms for a replacement\n", st.worker, st.down[i].c_str(),
+                   static_cast<long long>(st.timeout.count()));
+      self->delayed_send(self, st.timeout, failover_atom::value, static_cast<std::uint64_t>(i), st.generation[i]);
     }
   });
   return {
+    [=](failover_atom, std::uint64_t idx, std::uint64_t gen) {
+      auto& st = self->state;
+      if (st.generation[idx] != gen || st.down[idx].empty()) return;
+      fail_all(self, idx, st.down[idx] + " and no replacement came within " + std::to_string(st.timeout.count()) + " ms");
+    },
+    [=](view_atom, const cluster_view& view) { apply_view(self, view); },
+    [=](failed_atom, std::uint32_t id, const std::string& why) {
+      auto& st = self->state;
+      auto at = st.index.find(id);
+      if (at == st.index.end()) return;
+      auto idx = at->second;
+      st.abandoned[idx] = true;
+      if (st.down[idx].empty()) st.down[idx] = st.shards[idx].name + " is down";
+      st.down[idx] += " (coordinator: " + why + ")";
+      fail_all(self, idx, st.down[idx]);
+    },
     // A clock tick goes to every shard, behind this worker's earlier requests to it.
     [=](clock_atom, std::shared_ptr<op_request>& req) {
       auto& st = self->state;
       auto op = req->op;
       op->pending = st.shards.size();
-      for (std::size_t idx = 0; idx < st.shards.size(); ++idx) {
-        const auto& link = st.shards[idx];
-        if (!track(self, idx, op)) return;
-        send_or_queue(self, idx, 0, [=] {
-          self->request(link.handle, self->state.timeout, clock_atom::value, req->hdr)
-            .then([=](std::uint64_t) {
-                    release(self, idx, 0);
-                    chunk_answered(self, idx, op.get());
-                  },
-                  [=](caf::error& err) {
-                    op->finish(op->what + " failed: " + why_failed(self, link, err));
-                    release(self, idx, 0);
-                    chunk_answered(self, idx, op.get());
-                  });
-        });
-      }
+      for (std::size_t idx = 0; idx < st.shards.size(); ++idx)
+        submit(self, idx, clock_request(self, idx, req->hdr, op));
     },
     [=](dispatch_atom, std::shared_ptr<op_request>& req) {
       auto& st = self->state;
@@ -237,36 +370,40 @@ caf::behavior kv_client_actor(client_ptr self, std::vector<shard_link> shards,
       for (std::size_t c = 0; c < req->chunks.size(); ++c) {
         const auto& ch = req->chunks[c];
         auto idx = st.index.at(ch.shard);
-        const auto& link = st.shards[idx];
-        if (!track(self, idx, op)) return;
         auto hdr = req->hdr;
         hdr.seq += c;
-        auto bytes = (req->encoded.empty() ? ch.num_values * sizeof(float) : req->encoded[c].bytes->size()) +
-                     ch.pieces.size() * range_wire_bytes;
-        auto done = [=](bool ok) {  // every chunk ends here exactly once
-          release(self, idx, bytes);
-          if (ok) chunk_answered(self, idx, op.get());
-        };
-        auto on_error = [=](caf::error& err) {
-          op->finish(std::string(names_of(req->kind)) + " of " + describe_keys(ch) +
-                     " failed: " + why_failed(self, link, err));
-          chunk_answered(self, idx, op.get());
-          done(false);
-        };
-        send_or_queue(self, idx, bytes, [=]() mutable {
-          if (op->done_flag()) {  // failed meanwhile (shard down, another chunk): skip
-            done(false);
-            return;
-          }
+        pending_request r;
+        r.op = op;
+        r.bytes = (req->encoded.empty() ? ch.num_values * sizeof(float) : req->encoded[c].bytes->size()) +
+                  ch.pieces.size() * range_wire_bytes;
+        r.send = [=](std::uint64_t tag) {
+          auto& st = self->state;
+          auto h = hdr;
+          h.epoch = st.epoch;
+          auto handle = st.shards[idx].handle;
+          auto what = std::string(names_of(req->kind)) + " of " + describe_keys(ch);
+          auto on_error = [=](caf::error& err) { request_failed(self, idx, tag, err, what); };
+          auto acked = [=](std::uint64_t) {
+            if (settle(self, idx, tag)) chunk_answered(op.get());
+          };
           range_list ranges{ch.ranges()};
           if (req->kind == op_kind::pull) {
-            self->request(link.handle, self->state.timeout, pull_atom::value, hdr, std::move(ranges))
+            self->request(handle, st.timeout, pull_atom::value, h, std::move(ranges))
               .then(
                 [=](float_block& values) {
+                  if (!settle(self, idx, tag)) return;
+                  auto& st = self->state;
+                  if (st.down_since[idx]) {  // the first pull after a failover: recovery time
+                    auto ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() -
+                                                                        *st.down_since[idx]).count();
+                    st.down_since[idx].reset();
+                    std::lock_guard<std::mutex> guard(st.stats->mtx);
+                    st.stats->recoveries_ms.push_back(ms);
+                  }
                   if (values.size != ch.num_values) {
-                    op->finish("pull of " + describe_keys(ch) + " failed: " + link.name + " sent " +
-                               std::to_string(values.size) + " values for " +
-                               std::to_string(ch.num_values) + " keys");
+                    op->finish("pull of " + describe_keys(ch) + " failed: " + st.shards[idx].name + " sent " +
+                               std::to_string(values.size) + " values for " + std::to_string(ch.num_values) +
+                               " keys");
                   } else if (req->chunks.size() == 1) {  // the common case: no reassembly
                     if (values.whole())
                       op->values = std::move(*values.storage);
@@ -275,28 +412,21 @@ caf::behavior kv_client_actor(client_ptr self, std::vector<shard_link> shards,
                   } else {
                     scatter(values.data(), ch, op->values.data());
                   }
-                  done(true);
+                  chunk_answered(op.get());
                 },
                 on_error);
+          } else if (!req->encoded.empty()) {
+            self->request(handle, st.timeout, push_atom::value, h, std::move(ranges), req->encoded[c])
+              .then(acked, on_error);
+          } else if (req->kind == op_kind::push) {
+            self->request(handle, st.timeout, push_atom::value, h, std::move(ranges), req->blocks[c])
+              .then(acked, on_error);
           } else {
-            auto handle = [=](std::uint64_t) { done(true); };
-            if (!req->encoded.empty()) {
-              self->request(link.handle, self->state.timeout, push_atom::value, hdr, std::move(ranges),
-                            std::move(req->encoded[c]))
-                .then(handle, on_error);
-              return;
-            }
-            auto block = std::move(req->blocks[c]);
-            if (req->kind == op_kind::push)
-              self->request(link.handle, self->state.timeout, push_atom::value, hdr, std::move(ranges),
-                            std::move(block))
-                .then(handle, on_error);
-            else
-              self->request(link.handle, self->state.timeout, init_atom::value, hdr, std::move(ranges),
-                            std::move(block))
-                .then(handle, on_error);
+            self->request(handle, st.timeout, init_atom::value, h, std::move(ranges), req->blocks[c])
+              .then(acked, on_error);
           }
-        });
+        };
+        submit(self, idx, std::move(r));
       }
     },
   };
@@ -325,7 +455,7 @@ kv_client::kv_client(caf::actor_system& sys, const cluster_view& view,
   if (opts_.timeout.count() <= 0)
     throw bad_request("kv_client: the request timeout must be positive");
   opts_.compression.validate();
-  actor_ = sys.spawn(kv_client_actor, std::move(shards), opts_.timeout, opts_.inflight_bytes);
+  actor_ = sys.spawn(kv_client_actor, std::move(shards), view.shards, opts_, view.epoch, stats_);
 }
 
 kv_client::~kv_client() {
@@ -347,7 +477,15 @@ kv_future kv_client::push(const key_set& keys, std::shared_ptr<std::vector<float
   return send(op_kind::push, keys, std::move(values), offset);
 }
 
+std::vector<double> kv_client::recovery_times_ms() const {
+  std::lock_guard<std::mutex> guard(stats_->mtx);
+  return stats_->recoveries_ms;
+}
+
 kv_future kv_client::advance_clock(std::uint64_t c) {
+  if (opts_.kill_at && c >= *opts_.kill_at)
+    die_abruptly("worker " + std::to_string(opts_.worker) + " reached clock " + std::to_string(c) +
+                 " (--faults: kill worker=" + std::to_string(opts_.worker) + " at=" + std::to_string(*opts_.kill_at) + ")");
   clock_ = c;
   auto op = std::make_shared<kv_op_state>();
   op->what = "clock tick to " + std::to_string(c) + " of worker " + std::to_string(opts_.worker);

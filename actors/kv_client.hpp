@@ -72,6 +72,18 @@ struct kv_client_options {
   std::uint64_t inflight_bytes = 8u << 20;
   // Compression of pushes on the wire (init and pull stay exact).
   codec compression{};
+  // Where new shard maps come from after a failover. None: a dead shard fails its
+  // requests at once.
+  caf::actor coordinator{};
+  // Fault injector: this process dies abruptly when the worker ticks to this clock.
+  std::optional<std::uint64_t> kill_at{};
+};
+
+// Failovers this client went through: milliseconds from learning that a shard died to
+// the first pull its replacement answered.
+struct kv_failover_stats {
+  std::mutex mtx;
+  std::vector<double> recoveries_ms;
 };
 
 // One connected shard: its id, a name for errors, and its handle.
@@ -113,6 +125,7 @@ class kv_client {
   std::uint64_t clock() const { return clock_; }
   const partitioner& map() const { return map_; }
   const kv_client_options& options() const { return opts_; }
+  std::vector<double> recovery_times_ms() const;
 
  private:
   kv_future send(op_kind kind, const key_set& keys, std::shared_ptr<std::vector<float>> values,
@@ -124,6 +137,7 @@ class kv_client {
   // key, chunk index). Chunks of a key set are the same every time, so each residual
   // follows one piece of one tensor across pushes.
   std::map<std::pair<key_type, std::size_t>, topk_residual> residuals_;
+  std::shared_ptr<kv_failover_stats> stats_ = std::make_shared<kv_failover_stats>();
   caf::actor actor_;
   std::uint64_t clock_ = 0;
 };

@@ -84,6 +84,7 @@ void register_types(caf::actor_system_config& cfg) {
   cfg.add_message_type<request_header>("ps::request_header");
   cfg.add_message_type<node_info>("ps::node_info");
   cfg.add_message_type<registration>("ps::registration");
+  cfg.add_message_type<cluster_view>("ps::cluster_view");
   cfg.add_message_type<shard_actor>("ps::shard_actor");
   cfg.add_message_type<coordinator_actor>("ps::coordinator_actor");
 }

@@ -30,6 +30,8 @@ using clock_atom = caf::atom_constant<caf::atom("clock")>;
 using leave_atom = caf::atom_constant<caf::atom("leave")>;
 using sweep_atom = caf::atom_constant<caf::atom("sweep")>;
 using checkpoint_atom = caf::atom_constant<caf::atom("ckpt")>;
+using view_atom = caf::atom_constant<caf::atom("view")>;
+using failover_atom = caf::atom_constant<caf::atom("failover")>;
 
 template <class Inspector>
 constexpr bool is_raw_io_v =
@@ -156,10 +158,11 @@ typename Inspector::result_type inspect(Inspector& f, node_info& x) {
 struct registration {
   std::uint32_t id = 0;  // shard id or worker id
   cluster_view view;
+  encoded_block state;   // a shard's parameters from --restore (libps/checkpoint.hpp); else empty
 };
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, registration& x) {
-  return f(caf::meta::type_name("registration"), x.id, x.view);
+  return f(caf::meta::type_name("registration"), x.id, x.view, x.state);
 }
 
 using shard_actor = caf::typed_actor<
@@ -173,6 +176,9 @@ using shard_actor = caf::typed_actor<
   caf::replies_to<clock_atom, request_header>::with<std::uint64_t>,
   // From the coordinator: the worker finished or died, nobody waits for it any more.
   caf::reacts_to<leave_atom, std::uint32_t>,
+  // From the coordinator after a failover: the new shard map (epoch); acknowledged before
+  // the workers get it, so no request of the new epoch reaches a shard that lacks it.
+  caf::replies_to<view_atom, cluster_view>::with<std::uint64_t>,
   // Internal: fails pulls parked for longer than the limit, naming whom they wait for.
   caf::reacts_to<sweep_atom>,
   caf::reacts_to<start_atom, std::uint16_t>>;
@@ -181,7 +187,9 @@ using coordinator_actor = caf::typed_actor<
   caf::replies_to<register_atom, node_info>::with<registration>,
   caf::replies_to<barrier_atom, std::uint32_t>::with<std::uint64_t>,
   caf::reacts_to<report_atom, std::uint32_t, std::string>,
-  caf::reacts_to<done_atom, std::uint32_t, std::string>>;
+  caf::reacts_to<done_atom, std::uint32_t, std::string>,
+  // From a worker's key-value client: send me every new shard map (failovers).
+  caf::reacts_to<view_atom, std::uint32_t>>;
 
 // Registers every type above under the same names on every node.
 void register_types(caf::actor_system_config& cfg);

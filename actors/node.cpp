@@ -29,7 +29,7 @@ node_config::node_config() {
   register_types(*this);
   load<caf::io::middleman>();
   opt_group{custom_options_, "global"}
-    .add(role, "role", "psnode role: coordinator|server|worker")
+    .add(role, "role", "psnode role: coordinator|server|worker|local (local: the whole job of --app here)")
     .add(coordinator, "coordinator", "coordinator address HOST:PORT")
     .add(host, "host", "address this node listens on and announces")
     .add(port, "port", "coordinator: port to listen on (0: any free port)")
@@ -56,6 +56,10 @@ node_config::node_config() {
     .add(topk_ratio, "topk-ratio", "fraction of values a topk push sends (error feedback keeps the rest)")
     .add(checkpoint_dir, "checkpoint-dir", "DIR: the coordinator writes checkpoints here")
     .add(checkpoint_every, "checkpoint-every", "K: a checkpoint whenever the minimum clock crosses a multiple of K")
+    .add(restore, "restore", "DIR: the shards start from the newest intact checkpoint in DIR")
+    .add(faults, "faults", "fault injector, ';'-separated: kill server=I at=C; kill worker=I at=C; "
+                           "slow worker=I factor=F (see README)")
+    .add(clocks, "clocks", "clocksum: iterations (clock ticks) per worker")
     .add(sizes, "sizes", "bench_kv: value sizes in bytes, e.g. [4096,1048576]")
     .add(windows, "windows", "bench_kv: requests in flight, e.g. [1,8]")
     .add(cell_seconds, "cell-seconds", "bench_kv: seconds per measured cell");
@@ -142,7 +146,7 @@ void node_config::validate() const {
     for (const auto& o : ok) list += (list.empty() ? "" : "|") + o;
     throw bad_request("--" + name + "=" + v + " is not one of " + list);
   };
-  if (!role.empty()) one_of("role", role, {"coordinator", "server", "worker"});
+  if (!role.empty()) one_of("role", role, {"coordinator", "server", "worker", "local"});
   one_of("cluster", cluster, {"embedded", "processes"});
   one_of("model", model, {"softmax", "mlp"});
   if (!rule.empty()) update_rule::parse_kind(rule);
@@ -170,6 +174,13 @@ void node_config::validate() const {
   if (checkpoint_every > 0 && checkpoint_dir.empty())
     throw bad_request("--checkpoint-every needs --checkpoint-dir=DIR");
   if (devices < 1 || devices > 64) throw bad_request("--devices must be in [1, 64]");
+  auto plan = fault_spec();
+  if (!plan.kills.empty() && cluster == "embedded" && (role.empty() || role == "local"))
+    throw bad_request("--faults: kill needs --cluster=processes (a kill ends the whole process)");
+  if (plan.touches_messages())
+    throw bad_request("--faults: drop, delay and duplicate are parsed but not wired into the network yet");
+  if (!restore.empty() && !std::filesystem::is_directory(restore))
+    throw bad_request("--restore=" + restore + ": no such directory");
   one_of("aggregation", aggregation, {"central", "block", "ring"});
   one_of("pipeline", pipeline, {"on", "off"});
   auto slow = parse_slow_worker(slow_worker);
@@ -179,6 +190,12 @@ void node_config::validate() const {
   parse_straggle(straggle);
   if (!(target_accuracy > 0 && target_accuracy <= 1)) throw bad_request("--target-accuracy must be in (0, 1]");
   if (!(eval_every > 0)) throw bad_request("--eval-every must be > 0");
+}
+
+fault_plan node_config::fault_spec() const {
+  auto plan = parse_faults(faults);
+  plan.check_against(servers, workers);
+  return plan;
 }
 
 codec node_config::push_codec() const {
@@ -281,6 +298,9 @@ coordinator_options coordinator_options_from(const node_config& cfg, const job_s
   o.rule = settings.rule;
   o.staleness = settings.staleness;
   o.checkpoint_every = cfg.checkpoint_every;
+  o.checkpoint_dir = cfg.checkpoint_dir;
+  o.replacement = shard_options_from(cfg, "");
+  o.replacement.faults = {};  // a kill names the original shard's process, not its replacement
   return o;
 }
 
@@ -292,6 +312,7 @@ shard_options shard_options_from(const node_config& cfg, std::string host) {
   // A parked pull must fail with its reason before the client gives up on it.
   o.park_limit = milliseconds(std::max<std::size_t>(1, cfg.timeout_ms * 9 / 10));
   o.trace_path = cfg.trace;
+  o.faults = cfg.fault_spec();
   return o;
 }
 
@@ -335,7 +356,8 @@ bool run_worker(caf::actor_system& sys, const node_config& cfg, coordinator_acto
   }
   try {
     kv_client kv(sys, reg.view, std::move(links),
-                 {id, cfg.chunk_bytes, milliseconds(cfg.timeout_ms), cfg.inflight_bytes, cfg.push_codec()});
+                 {id, cfg.chunk_bytes, milliseconds(cfg.timeout_ms), cfg.inflight_bytes, cfg.push_codec(),
+                  caf::actor_cast<caf::actor>(coord), cfg.fault_spec().kill_clock(fault_plan::role::worker, id)});
     worker_context ctx{sys, cfg, id, reg.view.num_workers, reg.view, kv, {}, {}};
     ctx.barrier = [&] {
       std::string berr;
@@ -359,6 +381,7 @@ namespace {
 struct child {
   pid_t pid;
   std::string name;
+  bool server = false;
   bool exited = false;
   int status = 0;
 };
@@ -420,6 +443,19 @@ pid_t spawn_psnode(const std::vector<std::string>& args) {
 
 namespace {
 
+// What this job's checkpoints say about it (the clock is filled in per file).
+checkpoint_header job_header(const node_config& cfg, const job_settings& settings, const std::string& app_name) {
+  checkpoint_header h;
+  h.model = app_name + "/" + cfg.model;
+  h.epoch = 1;
+  for (std::uint32_t i = 0; i < cfg.servers; ++i) h.shard_ids.push_back(i);
+  h.vnodes = static_cast<std::uint32_t>(cfg.vnodes);
+  h.bucket_bits = static_cast<std::uint32_t>(cfg.bucket_bits);
+  h.rule = static_cast<std::uint8_t>(settings.rule.kind);
+  h.state_slots = static_cast<std::uint32_t>(settings.rule.state_slots());
+  return h;
+}
+
 // The checkpoint writer, when --checkpoint-dir is given (else an empty handle).
 caf::actor spawn_checkpointer(caf::actor_system& sys, const node_config& cfg, const job_settings& settings,
                               const std::string& app_name, caf::actor observer) {
@@ -427,14 +463,34 @@ caf::actor spawn_checkpointer(caf::actor_system& sys, const node_config& cfg, co
   checkpointer_options o;
   o.dir = cfg.checkpoint_dir;
   o.observer = observer;
-  o.header.model = app_name + "/" + cfg.model;
-  o.header.epoch = 1;
-  for (std::uint32_t i = 0; i < cfg.servers; ++i) o.header.shard_ids.push_back(i);
-  o.header.vnodes = static_cast<std::uint32_t>(cfg.vnodes);
-  o.header.bucket_bits = static_cast<std::uint32_t>(cfg.bucket_bits);
-  o.header.rule = static_cast<std::uint8_t>(settings.rule.kind);
-  o.header.state_slots = static_cast<std::uint32_t>(settings.rule.state_slots());
+  o.header = job_header(cfg, settings, app_name);
   return sys.spawn(checkpointer, o);
+}
+
+// --restore: the newest intact checkpoint in the directory, if it fits this job; throws
+// bad_request naming the file and the mismatch. Refused newer files are told on stderr.
+std::shared_ptr<const checkpoint> load_restore(const node_config& cfg, const job_settings& settings,
+                                               const std::string& app_name) {
+  if (cfg.restore.empty()) return nullptr;
+  auto latest = load_latest(cfg.restore);
+  for (const auto& r : latest.refused) std::fprintf(stderr, "restore: skipped %s\n", r.c_str());
+  if (!latest.found) throw bad_request("--restore=" + cfg.restore + ": no intact checkpoint in it");
+  const auto& got = latest.found->header;
+  auto want = job_header(cfg, settings, app_name);
+  auto mismatch = [&](const std::string& what, const std::string& have, const std::string& need) {
+    throw bad_request(latest.path + ": cannot restore: it holds " + what + " " + have + ", this job has " + need);
+  };
+  if (got.model != want.model) mismatch("model", got.model, want.model);
+  if (got.shard_ids != want.shard_ids)
+    mismatch("shards", std::to_string(got.shard_ids.size()), std::to_string(want.shard_ids.size()));
+  if (got.vnodes != want.vnodes) mismatch("vnodes", std::to_string(got.vnodes), std::to_string(want.vnodes));
+  if (got.bucket_bits != want.bucket_bits)
+    mismatch("bucket bits", std::to_string(got.bucket_bits), std::to_string(want.bucket_bits));
+  if (got.rule != want.rule || got.state_slots != want.state_slots)
+    mismatch("update rule", update_rule::name(static_cast<rule_kind>(got.rule)), update_rule::name(settings.rule.kind));
+  std::fprintf(stderr, "restore: parameters from %s (clock %llu)\n", latest.path.c_str(),
+               static_cast<unsigned long long>(got.clock));
+  return std::make_shared<const checkpoint>(std::move(*latest.found));
 }
 
 // A job starts a fresh trace: the shards only ever append.
@@ -461,6 +517,12 @@ job_result run_job(caf::actor_system& sys, const node_config& cfg, const app_fn&
   auto start = std::chrono::steady_clock::now();
   caf::scoped_actor observer{sys};
   auto copts = coordinator_options_from(cfg, settings);
+  try {
+    copts.restore = load_restore(cfg, settings, app_name);
+  } catch (const bad_request& e) {
+    res.failures.push_back(e.what());
+    return res;
+  }
   copts.observer = caf::actor_cast<caf::actor>(observer);
   copts.checkpointer = spawn_checkpointer(sys, cfg, settings, app_name, copts.observer);
   auto coord = sys.spawn(coordinator, copts);
@@ -489,7 +551,7 @@ job_result run_job(caf::actor_system& sys, const node_config& cfg, const app_fn&
     try {
       for (std::size_t i = 0; i < cfg.servers; ++i)
         children.push_back({spawn_process(exe, child_args(cfg, {"--role=server", addr})),
-                            "server process " + std::to_string(i)});
+                            "server process " + std::to_string(i), true});
       for (std::size_t i = 0; i < cfg.workers; ++i)
         children.push_back({spawn_process(exe, child_args(cfg, {"--role=worker", addr, "--app=" + app_name})),
                             "worker process " + std::to_string(i)});
@@ -497,6 +559,18 @@ job_result run_job(caf::actor_system& sys, const node_config& cfg, const app_fn&
       res.failures.push_back(e.what());
     }
   }
+  // Processes the fault plan kills (SIGKILL, by themselves) are expected to vanish.
+  std::size_t server_kills = 0, worker_kills = 0;
+  for (const auto& k : cfg.fault_spec().kills) ++(k.who == fault_plan::role::server ? server_kills : worker_kills);
+  // True for a clean exit, and for the fault plan's kills (noted in faults_seen).
+  auto planned_kill = [&](const child& c) {
+    if (WIFEXITED(c.status) && WEXITSTATUS(c.status) == 0) return true;
+    auto& budget = c.server ? server_kills : worker_kills;
+    if (!(WIFSIGNALED(c.status) && WTERMSIG(c.status) == SIGKILL && budget > 0)) return false;
+    --budget;
+    res.faults_seen.push_back(c.name + " (pid " + std::to_string(c.pid) + ") " + describe_status(c.status));
+    return true;
+  };
   // Collect reports until the coordinator ends (all workers done) or something fails.
   bool coordinator_ended = false;
   while (!coordinator_ended && res.failures.empty()) {
@@ -510,9 +584,8 @@ job_result run_job(caf::actor_system& sys, const node_config& cfg, const app_fn&
           if (c.exited) continue;
           if (waitpid(c.pid, &c.status, WNOHANG) == c.pid) {
             c.exited = true;
-            if (!(WIFEXITED(c.status) && WEXITSTATUS(c.status) == 0))
-              res.failures.push_back(c.name + " (pid " + std::to_string(c.pid) + ") " +
-                                     describe_status(c.status) + " before the job finished");
+            if (!planned_kill(c)) res.failures.push_back(c.name + " (pid " + std::to_string(c.pid) + ") " +
+                                                         describe_status(c.status) + " before the job finished");
           }
         }
       });
@@ -529,6 +602,7 @@ job_result run_job(caf::actor_system& sys, const node_config& cfg, const app_fn&
     while (!c.exited) {
       if (waitpid(c.pid, &c.status, WNOHANG) == c.pid) {
         c.exited = true;
+        planned_kill(c);  // only to note the fault plan's kills: the job is over
       } else if (std::chrono::steady_clock::now() >= deadline) {
         kill(c.pid, SIGKILL);
         waitpid(c.pid, &c.status, 0);
@@ -540,7 +614,9 @@ job_result run_job(caf::actor_system& sys, const node_config& cfg, const app_fn&
   }
   for (const auto& [w, text] : res.results)
     if (text.rfind("{\"error\"", 0) == 0) res.failures.push_back("worker " + std::to_string(w) + ": " + text);
-  if (res.failures.empty() && res.results.size() != cfg.workers)
+  std::size_t workers_killed = 0;
+  for (const auto& k : cfg.fault_spec().kills) workers_killed += k.who == fault_plan::role::worker;
+  if (res.failures.empty() && res.results.size() + workers_killed < cfg.workers)
     res.failures.push_back("only " + std::to_string(res.results.size()) + " of " +
                            std::to_string(cfg.workers) + " workers reported a result");
   res.ok = res.failures.empty();
@@ -570,6 +646,12 @@ int run_coordinator_role(caf::actor_system& sys, const node_config& cfg, const j
     return 1;
   }
   auto copts = coordinator_options_from(cfg, settings);
+  try {
+    copts.restore = load_restore(cfg, settings, cfg.app);
+  } catch (const bad_request& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  }
   copts.checkpointer = spawn_checkpointer(sys, cfg, settings, cfg.app, {});
   auto coord = sys.spawn(coordinator, copts);
   auto port = sys.middleman().publish(coord, cfg.port, cfg.host.c_str());
@@ -625,6 +707,26 @@ int run_worker_role(caf::actor_system& sys, const node_config& cfg, const app_fn
     return 1;
   }
   return 0;
+}
+
+int run_local_role(caf::actor_system& sys, const node_config& cfg, const app_fn& app, const job_settings& settings) {
+  auto res = run_job(sys, cfg, app, cfg.app, settings, [](std::uint32_t w, const std::string& text) {
+    if (w == UINT32_MAX)
+      std::fprintf(stderr, "%s\n", text.c_str());
+    else
+      std::fprintf(stderr, "[worker %u] %s\n", w, text.c_str());
+  });
+  for (const auto& [w, text] : res.results) std::printf("%s\n", text.c_str());
+  for (const auto& f : res.failures) std::fprintf(stderr, "error: %s\n", f.c_str());
+  std::string killed;
+  for (const auto& k : res.faults_seen) {
+    if (!killed.empty()) killed += ",";
+    killed += caf::deep_to_string(k);
+  }
+  std::printf("{\"app\":\"%s\",\"ok\":%s,\"workers_reporting\":%zu,\"killed_by_faults\":[%s],\"seconds\":%g}\n",
+              cfg.app.c_str(), res.ok ? "true" : "false", res.results.size(), killed.c_str(), res.seconds);
+  std::fflush(stdout);
+  return res.ok ? 0 : 1;
 }
 
 }  // namespace ps

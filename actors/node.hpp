@@ -12,6 +12,7 @@
 
 #include "actors/coordinator.hpp"
 #include "actors/kv_client.hpp"
+#include "libps/faults.hpp"
 
 namespace ps {
 
@@ -48,6 +49,11 @@ struct node_config : caf::actor_system_config {
   // checkpoints
   std::string checkpoint_dir;
   std::size_t checkpoint_every = 0;    // clocks
+  std::string restore;                 // DIR: start from its newest intact checkpoint
+  // fault injector (libps/faults.hpp)
+  std::string faults;
+  // clocksum
+  std::size_t clocks = 40;
   // bench_kv
   std::vector<std::int64_t> sizes;
   std::vector<std::int64_t> windows;
@@ -70,6 +76,8 @@ struct node_config : caf::actor_system_config {
   bool parse_args(int argc, char** argv);
   // Range checks on the values; throws bad_request naming the option.
   void validate() const;
+  // The fault plan --faults selects (checked against the cluster size).
+  fault_plan fault_spec() const;
   // The push codec --compression and --topk-ratio select.
   codec push_codec() const;
   // The staleness bound the flags select (libps/consistency.hpp); app_default
@@ -101,6 +109,7 @@ struct job_result {
   bool ok = false;
   std::map<std::uint32_t, std::string> results;  // worker id -> its JSON result
   std::vector<std::string> failures;
+  std::vector<std::string> faults_seen;  // processes the fault injector killed, as planned
   double seconds = 0;
 };
 
@@ -132,6 +141,9 @@ pid_t spawn_psnode(const std::vector<std::string>& args);
 int run_coordinator_role(caf::actor_system& sys, const node_config& cfg, const job_settings& settings);
 int run_server_role(caf::actor_system& sys, const node_config& cfg);
 int run_worker_role(caf::actor_system& sys, const node_config& cfg, const app_fn& app);
+// The whole job of cfg.app on this machine (cfg.cluster): progress and recovery events on
+// stderr, each worker's JSON result and then a summary line on stdout.
+int run_local_role(caf::actor_system& sys, const node_config& cfg, const app_fn& app, const job_settings& settings);
 
 // The update rule from the config (--ps.rule, else default_rule; --lr, --ps.momentum).
 update_rule rule_from(const node_config& cfg, const std::string& default_rule);

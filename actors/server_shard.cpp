@@ -49,10 +49,12 @@ shard_actor::behavior_type server_shard(shard_actor::stateful_pointer<shard_stat
     auto& st = self->state;
     if (!st.store)
       return make_ps_error(st.name + ": not configured yet");
-    if (hdr.epoch != st.map->epoch())
+    // Key ownership stays fixed across failovers (a shard id keeps its keys, only its
+    // address changes), so older epochs are fine; a newer one means a view we never got.
+    if (hdr.epoch > st.view_epoch)
       return make_ps_error(st.name + ": request from worker " + std::to_string(hdr.worker) +
                            " has epoch " + std::to_string(hdr.epoch) + ", current epoch is " +
-                           std::to_string(st.map->epoch()));
+                           std::to_string(st.view_epoch));
     try {
       check_ownership(*st.map, st.id, ranges.ranges);
       body();
@@ -60,6 +62,21 @@ shard_actor::behavior_type server_shard(shard_actor::stateful_pointer<shard_stat
       return make_ps_error(st.name + ": " + e.what());
     }
     return {};
+  };
+  // A replacement shard: the first push of each worker shows which of its updates died
+  // with the old shard (clocks from the checkpoint's up to this one).
+  auto report_loss = [=](const request_header& hdr) {
+    auto& st = self->state;
+    if (!st.restored_clock || hdr.worker >= st.loss_reported.size() || st.loss_reported[hdr.worker]) return;
+    st.loss_reported[hdr.worker] = true;
+    auto from = *st.restored_clock;
+    std::string text = st.name + ": worker " + std::to_string(hdr.worker) + ": ";
+    if (hdr.clock > from)
+      text += "updates of clocks " + std::to_string(from) + ".." + std::to_string(hdr.clock - 1) +
+              " were lost with the dead shard (lost_clocks=" + std::to_string(hdr.clock - from) + ")";
+    else
+      text += "no update lost (lost_clocks=0)";
+    caf::anon_send(coordinator, report_atom::value, UINT32_MAX, std::move(text));
   };
   // Replies now, or after opts.reply_delay (test hook simulating a slow shard).
   auto reply = [=](auto value) -> caf::result<decltype(value)> {
@@ -77,6 +94,7 @@ shard_actor::behavior_type server_shard(shard_actor::stateful_pointer<shard_stat
                    const float_block& values) -> caf::result<std::uint64_t> {
     if (auto err = checked(hdr, ranges, [&] {
           auto& st = self->state;
+          if (fn == &shard_store::push) report_loss(hdr);
           if (fn == &shard_store::push && st.consistency->defers_push(hdr.clock)) {
             // Acknowledged now, applied when the clock completes; a copy, since the
             // sender may reuse its buffer once acknowledged.
@@ -128,6 +146,9 @@ shard_actor::behavior_type server_shard(shard_actor::stateful_pointer<shard_stat
       caf::anon_send(st.checkpointer, checkpoint_atom::value, st.id, min, encoded_block{std::move(block)});
     }
     if (min != left_clock) st.last_min = min;
+    if (st.kill_at && min != left_clock && min >= *st.kill_at)
+      die_abruptly(st.name + " reached clock " + std::to_string(min) + " (--faults: kill server=" +
+                   std::to_string(st.id) + " at=" + std::to_string(*st.kill_at) + ")");
     for (auto& p : st.parked.release(*st.consistency)) {
       try {
         p.promise.deliver(answer_pull(p.hdr, p.ranges));
@@ -136,6 +157,55 @@ shard_actor::behavior_type server_shard(shard_actor::stateful_pointer<shard_stat
       }
     }
   };
+  // Takes the id, the shard map and the job settings (and restored state) from a registration.
+  auto configure = [=](const registration& reg) {
+    auto& st = self->state;
+    st.id = reg.id;
+    st.name = "shard " + std::to_string(reg.id);
+    std::vector<std::uint32_t> ids;
+    for (const auto& s : reg.view.shards) ids.push_back(s.id);
+    try {
+      st.map.emplace(reg.view.epoch, ids, reg.view.vnodes, reg.view.bucket_bits);
+      st.view_epoch = reg.view.epoch;
+      st.store.emplace(reg.view.rule.to_rule());
+      if (reg.state.bytes && !reg.state.bytes->empty()) {
+        auto snap = decode_shard(std::string(reinterpret_cast<const char*>(reg.state.bytes->data()),
+                                             reg.state.bytes->size()));
+        if (snap.shard != reg.id)
+          throw bad_request("restored state belongs to shard " + std::to_string(snap.shard));
+        st.store->restore(snap.segments);
+      }
+      st.consistency.emplace(reg.view.num_workers, reg.view.staleness);
+      st.checkpoint_every = reg.view.checkpoint_every;
+      st.checkpointer = reg.view.checkpointer;
+      if (!opts.replaces) st.kill_at = opts.faults.kill_clock(fault_plan::role::server, reg.id);
+      if (!opts.trace_path.empty()) {
+        st.trace_fd = ::open(opts.trace_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+        if (st.trace_fd < 0)
+          throw bad_request("cannot open trace file " + opts.trace_path + ": " + std::strerror(errno));
+      }
+    } catch (const bad_request& e) {
+      std::fprintf(stderr, "%s: bad cluster configuration: %s\n", st.name.c_str(), e.what());
+      self->quit(make_ps_error(e.what()));
+    }
+  };
+  if (const auto& r = opts.replaces) {
+    configure(r->reg);
+    auto& st = self->state;
+    if (st.store) {
+      try {
+        st.store->restore(r->state.segments);
+        for (std::uint32_t w = 0; w < st.consistency->clocks().size(); ++w) st.consistency->clocks().advance(w, r->clock);
+        for (auto w : r->departed) st.consistency->clocks().leave(w);
+        st.last_min = r->clock;
+        st.restored_clock = r->clock;
+        st.loss_reported.assign(st.consistency->clocks().size(), false);
+      } catch (const bad_request& e) {
+        std::fprintf(stderr, "%s: cannot restore from %s: %s\n", st.name.c_str(), r->source.c_str(), e.what());
+        self->quit(make_ps_error(st.name + ": cannot restore from " + r->source + ": " + e.what()));
+      }
+    }
+  }
   // While pulls are parked, look every half limit for ones that waited too long.
   auto schedule_sweep = [=] {
     auto& st = self->state;
@@ -197,6 +267,11 @@ shard_actor::behavior_type server_shard(shard_actor::stateful_pointer<shard_stat
       st.trace({trace_event::leave, worker, 0, st.id, 0, 0});
       release_parked();
     },
+    [=](view_atom, const cluster_view& view) -> std::uint64_t {
+      auto& st = self->state;
+      st.view_epoch = std::max(st.view_epoch, view.epoch);
+      return st.view_epoch;
+    },
     [=](sweep_atom) {
       auto& st = self->state;
       st.sweep_scheduled = false;
@@ -222,28 +297,7 @@ shard_actor::behavior_type server_shard(shard_actor::stateful_pointer<shard_stat
                     node_info{"server", opts.host, port, static_cast<std::uint32_t>(getpid()),
                               opts.host.empty() ? caf::actor_cast<caf::actor>(self) : caf::actor{}})
         .await(
-          [=](registration& reg) {
-            auto& st = self->state;
-            st.id = reg.id;
-            st.name = "shard " + std::to_string(reg.id);
-            std::vector<std::uint32_t> ids;
-            for (const auto& s : reg.view.shards) ids.push_back(s.id);
-            try {
-              st.map.emplace(reg.view.epoch, ids, reg.view.vnodes, reg.view.bucket_bits);
-              st.store.emplace(reg.view.rule.to_rule());
-              st.consistency.emplace(reg.view.num_workers, reg.view.staleness);
-              st.checkpoint_every = reg.view.checkpoint_every;
-              st.checkpointer = reg.view.checkpointer;
-              if (!opts.trace_path.empty()) {
-                st.trace_fd = ::open(opts.trace_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-                if (st.trace_fd < 0)
-                  throw bad_request("cannot open trace file " + opts.trace_path + ": " + std::strerror(errno));
-              }
-            } catch (const bad_request& e) {
-              std::fprintf(stderr, "%s: bad cluster configuration: %s\n", st.name.c_str(), e.what());
-              self->quit(make_ps_error(e.what()));
-            }
-          },
+          [=](registration& reg) { configure(reg); },
           [=](caf::error& err) {
             std::fprintf(stderr, "server: registration with the coordinator failed: %s\n",
                          describe(err).c_str());

@@ -3,11 +3,14 @@
 // parameters with the job's update rule and answers pulls. It learns its id and the
 // shard map by registering with the coordinator when told its published port (start).
 #include <chrono>
+#include <memory>
 #include <optional>
 #include <string>
 
 #include "actors/messages.hpp"
+#include "libps/checkpoint.hpp"
 #include "libps/consistency.hpp"
+#include "libps/faults.hpp"
 #include "libps/partitioner.hpp"
 #include "libps/trace.hpp"
 #include "libps/shard_store.hpp"
@@ -22,6 +25,18 @@ struct shard_options {
   // names the worker everybody waits for (keep it below the client's request timeout).
   std::chrono::milliseconds park_limit{27000};
   std::string trace_path;  // non-empty: append consistency trace lines here (libps/trace.hpp)
+  // The fault injector's plan: the shard kills its own process at its kill clock.
+  fault_plan faults;
+  // A replacement for a dead shard (set by the coordinator): configured at once from
+  // this registration and state, no registration round.
+  struct replacement {
+    registration reg;
+    shard_snapshot state;
+    std::uint64_t clock = 0;             // the checkpoint's clock: every live worker starts there
+    std::vector<std::uint32_t> departed;  // workers that finished or died before
+    std::string source;                  // the checkpoint file, for reports
+  };
+  std::shared_ptr<const replacement> replaces;
 };
 
 // A pull waiting for the minimum clock to advance.
@@ -50,6 +65,12 @@ struct shard_state {
   std::uint64_t checkpoint_every = 0;
   caf::actor checkpointer;
   int trace_fd = -1;
+  std::uint64_t view_epoch = 0;          // newest shard map known (requests may not be newer)
+  std::optional<std::uint64_t> kill_at;  // fault injector: die when the minimum clock gets here
+  // A replacement: updates at clocks from restored_clock on were lost with the dead shard,
+  // up to the first push each worker sends here; reported once per worker.
+  std::optional<std::uint64_t> restored_clock;
+  std::vector<bool> loss_reported;
   std::string name = "shard ?";  // for error messages
   ~shard_state();
   void trace(const trace_event& e) const;

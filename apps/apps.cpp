@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <deque>
+#include <map>
 #include <numeric>
 #include <optional>
 #include <thread>
@@ -87,7 +88,9 @@ std::string fmnist_app(worker_context& ctx) {
   });
   auto slow = parse_slow_worker(ctx.cfg.slow_worker);
   auto straggle = parse_straggle(ctx.cfg.straggle);
-  straggler_model stragglers(ctx.id, ctx.cfg.seed, slow.set ? slow.worker : UINT32_MAX, slow.factor,
+  // --faults' "slow worker=I factor=F" and --slow-worker=I:F slow the same way.
+  auto slow_factor = (slow.set && slow.worker == ctx.id ? slow.factor : 1.0) * ctx.cfg.fault_spec().slow_factor(ctx.id);
+  straggler_model stragglers(ctx.id, ctx.cfg.seed, slow_factor > 1 ? ctx.id : UINT32_MAX, slow_factor,
                              straggle.probability, straggle.factor);
   std::vector<snapshot> snaps;
   auto start = clock_type::now();
@@ -234,6 +237,63 @@ std::string kvcheck_app(worker_context& ctx) {
   return out.str();
 }
 
+// ---- clocksum: exact integer sums over clocks, the fault tests' app ------------------
+
+// Each clock every worker pulls the keys, pushes w + 1 to each and ticks. Under BSP the
+// pull at clock c sees exactly c * sum(w + 1) everywhere; at the end every key of a shard
+// holds (clocks minus clocks lost) * sum(w + 1), so a failover's effect is exact.
+std::string clocksum_app(worker_context& ctx) {
+  constexpr key_type num_keys = key_type{1} << 16;  // 16 buckets of 4096 keys over the shards
+  auto keys = key_set::single({0, num_keys});
+  const auto clocks = ctx.cfg.clocks;
+  double per_clock = 0;  // sum over workers of w + 1
+  for (std::uint32_t w = 0; w < ctx.num_workers; ++w) per_clock += w + 1;
+  ctx.kv.init(keys, std::vector<float>(num_keys, 0.0f)).get();
+  auto mine = std::make_shared<std::vector<float>>(num_keys, static_cast<float>(ctx.id + 1));
+  std::uint64_t stale_reads = 0;  // pulls that did not see exactly c * per_clock
+  auto start = clock_type::now();
+  for (std::uint64_t c = 0; c < clocks; ++c) {
+    auto seen = ctx.kv.pull(keys).get();
+    for (auto v : seen)
+      if (v != c * per_clock) {
+        ++stale_reads;
+        break;
+      }
+    ctx.kv.push(keys, mine).get();
+    ctx.kv.advance_clock(c + 1).get();
+    if (seconds_since(start) > 0.5) {
+      ctx.report("clock " + std::to_string(c + 1) + "/" + std::to_string(clocks));
+      start = clock_type::now();
+    }
+  }
+  ctx.barrier();
+  auto final_values = ctx.kv.pull(keys).get();
+  // Per shard: the one value all its keys hold (NaN if they differ).
+  std::map<std::uint32_t, double> per_shard;
+  for (key_type k = 0; k < num_keys; ++k) {
+    auto owner = ctx.kv.map().owner(k);
+    auto [it, fresh] = per_shard.emplace(owner, final_values[k]);
+    if (!fresh && it->second != final_values[k]) it->second = NAN;
+  }
+  ctx.barrier();  // nobody leaves while others still pull
+  std::ostringstream out;
+  out << "{\"worker\":" << ctx.id << ",\"clocks\":" << clocks << ",\"per_clock\":" << per_clock
+      << ",\"stale_reads\":" << stale_reads << ",\"shard_values\":{";
+  bool first = true;
+  for (auto [id, v] : per_shard) {
+    out << (first ? "" : ",") << "\"" << id << "\":" << (std::isnan(v) ? std::string("null") : std::to_string(static_cast<long long>(v)));
+    first = false;
+  }
+  out << "},\"recovery_ms\":[";
+  first = true;
+  for (auto ms : ctx.kv.recovery_times_ms()) {
+    out << (first ? "" : ",") << ms;
+    first = false;
+  }
+  out << "]}";
+  return out.str();
+}
+
 // ---- bench: push/pull throughput and latency per (size, window) ---------------------
 
 std::string bench_app(worker_context& ctx) {
@@ -301,11 +361,14 @@ app_fn find_app(const std::string& name) {
   if (name == "fmnist") return fmnist_app;
   if (name == "kvcheck") return kvcheck_app;
   if (name == "bench") return bench_app;
-  throw bad_request("unknown app \"" + name + "\" (expected fmnist, kvcheck or bench)");
+  if (name == "clocksum") return clocksum_app;
+  throw bad_request("unknown app \"" + name + "\" (expected fmnist, kvcheck, bench or clocksum)");
 }
 
 job_settings settings_for_app(const node_config& cfg, const std::string& name) {
-  return name == "fmnist" ? settings_from(cfg, "sgd", "bsp") : settings_from(cfg, "sum", "asp");
+  if (name == "fmnist") return settings_from(cfg, "sgd", "bsp");
+  if (name == "clocksum") return settings_from(cfg, "sum", "bsp");
+  return settings_from(cfg, "sum", "asp");
 }
 
 }  // namespace ps

@@ -1,5 +1,6 @@
 // psnode: one ActorPS node. --role=coordinator|server|worker; servers and workers find
-// the coordinator with --coordinator=HOST:PORT. Settings: flags or an INI file
+// the coordinator with --coordinator=HOST:PORT. --role=local runs a whole job of --app
+// here (a local cluster, like train_fmnist does). Settings: flags or an INI file
 // (--config-file=config/cluster.ini); see README.
 #include <cstdio>
 
@@ -10,12 +11,14 @@ int main(int argc, char** argv) {
   if (!cfg.parse_args(argc, argv)) return cfg.cli_helptext_printed ? 0 : 2;
   ps::apply_runtime_defaults(cfg);
   try {
-    if (cfg.role.empty()) throw ps::bad_request("--role=coordinator|server|worker is required");
-    if (cfg.role == "worker" && cfg.app.empty())
-      throw ps::bad_request("--role=worker needs --app=fmnist|kvcheck|bench");
-    auto app = cfg.role == "worker" ? ps::find_app(cfg.app) : ps::app_fn{};
+    if (cfg.role.empty()) throw ps::bad_request("--role=coordinator|server|worker|local is required");
+    bool runs_app = cfg.role == "worker" || cfg.role == "local";
+    if (runs_app && cfg.app.empty())
+      throw ps::bad_request("--role=" + cfg.role + " needs --app=fmnist|kvcheck|bench|clocksum");
+    auto app = runs_app ? ps::find_app(cfg.app) : ps::app_fn{};
     auto settings = ps::settings_for_app(cfg, cfg.app);
     caf::actor_system sys{cfg};
+    if (cfg.role == "local") return ps::run_local_role(sys, cfg, app, settings);
     if (cfg.role == "coordinator") return ps::run_coordinator_role(sys, cfg, settings);
     if (cfg.role == "server") return ps::run_server_role(sys, cfg);
     return ps::run_worker_role(sys, cfg, app);

@@ -275,3 +275,121 @@ TEST_CASE("checkpoints: the shards' state at every K clocks lands in one intact 
   }
   std::filesystem::remove_all("ckpt-test");
 }
+
+// ---- fault tolerance: real processes, killed by the fault injector (SIGKILL) --------------
+
+namespace {
+
+// The JSON line of a clocksum worker in psnode --role=local output.
+std::string clocksum_line(const std::string& out, std::uint32_t worker) {
+  auto at = out.find("{\"worker\":" + std::to_string(worker) + ",\"clocks\"");
+  REQUIRE(at != std::string::npos);
+  return out.substr(at, out.find('\n', at) - at);
+}
+
+// A shard's final value in a clocksum line (-1: not an integer, keys disagree).
+long long shard_value(const std::string& line, std::uint32_t shard) {
+  auto key = "\"" + std::to_string(shard) + "\":";
+  auto at = line.find(key, line.find("\"shard_values\""));
+  REQUIRE(at != std::string::npos);
+  auto v = line.substr(at + key.size());
+  return v.rfind("null", 0) == 0 ? -1 : std::stoll(v);
+}
+
+}  // namespace
+
+TEST_CASE("faults: r=1, a server killed at clock 20 of 40 comes back from the last checkpoint; the loss is reported exactly") {
+  std::filesystem::remove_all("ckpt-faults");
+  std::filesystem::create_directory("ckpt-faults");
+  // Checkpoints every 8 clocks: the last before the kill is at 16, so clocks 16.. up to
+  // what the workers resend are lost, and reported.
+  auto [rc, out] = shell("bin/psnode --role=local --app=clocksum --servers=2 --workers=2 --clocks=40 "
+                         "--checkpoint-dir=ckpt-faults --checkpoint-every=8 --faults='kill server=1 at=20'");
+  INFO(out);
+  REQUIRE(rc == 0);
+  CHECK(out.find("fault injector: shard 1 reached clock 20") != std::string::npos);
+  CHECK(out.find("its keys were restored from ckpt-faults/checkpoint-16.apsckpt (clock 16)") != std::string::npos);
+  CHECK(out.find("\"killed_by_faults\":[\"server process") != std::string::npos);
+  // Each worker's lost clocks on shard 1, as the replacement reported them.
+  long long expect_shard1 = 0;
+  for (std::uint32_t w = 0; w < 2; ++w) {
+    auto tag = "shard 1: worker " + std::to_string(w) + ": ";
+    auto at = out.find(tag);
+    REQUIRE(at != std::string::npos);
+    auto lost_at = out.find("lost_clocks=", at);
+    REQUIRE(lost_at != std::string::npos);
+    auto lost = std::stoll(out.substr(lost_at + 12));
+    CHECK(lost <= 4);  // at most clocks 16..19
+    expect_shard1 += (w + 1) * (40 - lost);
+  }
+  for (std::uint32_t w = 0; w < 2; ++w) {
+    auto line = clocksum_line(out, w);
+    CHECK(shard_value(line, 0) == 3 * 40);        // the surviving shard lost nothing
+    CHECK(shard_value(line, 1) == expect_shard1);  // exactly what the reports say survived
+    CHECK(line.find("\"recovery_ms\":[]") == std::string::npos);  // each worker failed over once
+  }
+  std::filesystem::remove_all("ckpt-faults");
+}
+
+TEST_CASE("faults: a server killed without checkpoints or replicas ends the job with the reason, no hang") {
+  auto t0 = std::chrono::steady_clock::now();
+  auto [rc, out] = shell("bin/psnode --role=local --app=clocksum --servers=2 --workers=2 --clocks=40 "
+                         "--faults='kill server=0 at=10'");
+  INFO(out);
+  CHECK(rc == 1);
+  CHECK(out.find("server shard 0") != std::string::npos);
+  CHECK(out.find("its keys are lost: recovery needs checkpoints") != std::string::npos);
+  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(20));  // not the 30 s request timeout
+}
+
+TEST_CASE("faults: a worker killed under BSP leaves the clock vector; the others finish and its pushes so far count") {
+  auto [rc, out] = shell("bin/psnode --role=local --app=clocksum --servers=2 --workers=3 --clocks=30 "
+                         "--faults='kill worker=1 at=10'");
+  INFO(out);
+  REQUIRE(rc == 0);
+  CHECK(out.find("worker 1 went down") != std::string::npos);
+  CHECK(out.find("\"workers_reporting\":2") != std::string::npos);
+  // Worker 1 pushed 2 for clocks 0..9 and died ticking to 10; workers 0 and 2 pushed 1
+  // and 3 for all 30 clocks.
+  for (std::uint32_t w : {0u, 2u})
+    for (std::uint32_t s = 0; s < 2; ++s) CHECK(shard_value(clocksum_line(out, w), s) == 30 * 1 + 10 * 2 + 30 * 3);
+}
+
+TEST_CASE("faults: train_fmnist survives a killed worker under BSP") {
+  auto [rc, out] = shell("bin/train_fmnist --model=softmax --servers=2 --workers=3 --epochs=1 "
+                         "--faults='kill worker=2 at=100'");
+  INFO(out);
+  REQUIRE(rc == 0);
+  CHECK(out.find("worker 2 went down") != std::string::npos);
+  auto last = out.substr(out.rfind("{\"model\""));
+  CHECK(std::stod(last.substr(last.find("\"test_accuracy\":") + 16)) > 0.75);
+}
+
+TEST_CASE("faults: --restore starts from the newest intact checkpoint and refuses one that does not fit") {
+  std::filesystem::remove_all("ckpt-restore");
+  std::filesystem::create_directory("ckpt-restore");
+  auto [rc, out] = shell("bin/psnode --role=local --app=clocksum --clocks=24 --checkpoint-dir=ckpt-restore "
+                         "--checkpoint-every=8");
+  INFO(out);
+  REQUIRE(rc == 0);
+  // Damage the newest: the restore must fall back to clock 16 and say why.
+  {
+    std::fstream f("ckpt-restore/checkpoint-24.apsckpt", std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(-5, std::ios::end);
+    f.put('\x7f');
+  }
+  auto [rc2, out2] = shell("bin/psnode --role=local --app=clocksum --clocks=5 --restore=ckpt-restore");
+  INFO(out2);
+  REQUIRE(rc2 == 0);
+  CHECK(out2.find("checkpoint-24.apsckpt") != std::string::npos);  // refused, named
+  CHECK(out2.find("restore: parameters from ckpt-restore/checkpoint-16.apsckpt (clock 16)") != std::string::npos);
+  for (std::uint32_t s = 0; s < 2; ++s) CHECK(shard_value(clocksum_line(out2, 0), s) == 3 * (16 + 5));
+  auto [rc3, out3] = shell("bin/psnode --role=local --app=clocksum --clocks=5 --restore=ckpt-restore --servers=3");
+  CHECK(rc3 == 1);
+  CHECK(out3.find("ckpt-restore/checkpoint-16.apsckpt: cannot restore: it holds shards 2, this job has 3") !=
+        std::string::npos);
+  auto [rc4, out4] = shell("bin/psnode --role=local --app=clocksum --restore=no-such-dir");
+  CHECK(rc4 == 2);
+  CHECK(out4.find("--restore=no-such-dir: no such directory") != std::string::npos);
+  std::filesystem::remove_all("ckpt-restore");
+}
