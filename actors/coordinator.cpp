@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <functional>
 #include <cstdio>
 #include <cstring>
 
@@ -21,6 +22,7 @@ cluster_view make_view(self_ptr self, const coordinator_options& opts) {
   v.staleness = opts.staleness;
   v.checkpoint_every = opts.checkpoint_every;
   v.checkpointer = opts.checkpointer;
+  v.replication = opts.replication;
   v.shards = self->state.shards;
   v.rule = rule_msg::from(opts.rule);
   return v;
@@ -56,7 +58,7 @@ void worker_finished(self_ptr self, const coordinator_options& opts, std::uint32
   st.worker_done[id] = true;
   ++st.finished_workers;
   // It leaves the clock vector: BSP and SSP reads stop waiting for it.
-  for (auto& shard : st.shard_handles) caf::anon_send(shard, leave_atom::value, id);
+  for (auto& copy : st.copies) caf::anon_send(copy, leave_atom::value, id);
   if (st.finished_workers == opts.workers) {
     self->quit();
     return;
@@ -64,21 +66,70 @@ void worker_finished(self_ptr self, const coordinator_options& opts, std::uint32
   release_barrier_if_complete(self, opts);
 }
 
-std::string encoded_state(const checkpoint& c, std::uint32_t shard);
+encoded_block encoded_state(const checkpoint& c, std::uint32_t shard);
+void shard_failed(self_ptr self, const coordinator_options& opts, std::uint32_t id, const std::string& who,
+                  const caf::error& reason);
 
 // Hands the new map to every live shard first, then (once they all have it) to the
 // workers' clients, so no request of the new epoch reaches a shard that lacks it.
-void announce_view(self_ptr self, const coordinator_options& opts) {
+void announce_view(self_ptr self, const coordinator_options& opts, std::function<void()> then = {}) {
   auto& st = self->state;
   auto view = make_view(self, opts);
-  auto remaining = std::make_shared<std::size_t>(st.shard_handles.size());
+  auto remaining = std::make_shared<std::size_t>(st.copies.size());
   auto to_workers = [=] {
     for (auto& sub : self->state.view_subscribers) caf::anon_send(sub, view_atom::value, view);
+    if (then) then();
   };
-  for (auto& shard : st.shard_handles)
-    self->request(shard, std::chrono::seconds(5), view_atom::value, view)
+  if (st.copies.empty()) return to_workers();
+  for (auto& copy : st.copies)
+    self->request(copy, std::chrono::seconds(5), view_atom::value, view)
       .then([=](std::uint64_t) { if (--*remaining == 0) to_workers(); },
             [=](caf::error&) { if (--*remaining == 0) to_workers(); });  // a dead one fails over next
+}
+
+// Registrations waiting for the map: servers (role true) get theirs once every server is
+// in; workers once the chains are complete too.
+void deliver_waiting(self_ptr self, const coordinator_options& opts, bool servers_only) {
+  auto& st = self->state;
+  auto view = make_view(self, opts);
+  std::vector<caf::typed_response_promise<registration>> keep;
+  std::vector<std::uint32_t> keep_ids;
+  std::vector<bool> keep_roles;
+  for (std::size_t i = 0; i < st.waiting.size(); ++i) {
+    if (servers_only && !st.waiting_is_server[i]) {
+      keep.push_back(st.waiting[i]);
+      keep_ids.push_back(st.waiting_ids[i]);
+      keep_roles.push_back(false);
+      continue;
+    }
+    registration reg{st.waiting_ids[i], view, {}};
+    if (opts.restore && st.waiting_is_server[i]) reg.state = encoded_state(*opts.restore, reg.id);
+    st.waiting[i].deliver(std::move(reg));
+  }
+  st.waiting = std::move(keep);
+  st.waiting_ids = std::move(keep_ids);
+  st.waiting_is_server = std::move(keep_roles);
+}
+
+// A copy of shard `id` died. With a copy left, the chain closes over the gap; with none,
+// the shard is recovered from a checkpoint (or the job ends).
+void copy_failed(self_ptr self, const coordinator_options& opts, std::uint32_t id, const caf::actor_addr& gone,
+                 const std::string& who, const caf::error& reason) {
+  auto& st = self->state;
+  st.copies.erase(std::remove_if(st.copies.begin(), st.copies.end(), [&](const shard_actor& c) { return c.address() == gone; }),
+                  st.copies.end());
+  auto& chain = st.shards[id].chain;
+  chain.erase(std::remove_if(chain.begin(), chain.end(), [&](const caf::actor& c) { return c.address() == gone; }),
+              chain.end());
+  if (opts.replication < 2 || !st.view_ready || chain.empty()) return shard_failed(self, opts, id, who, reason);
+  ++st.epoch;
+  st.shards[id].handle = chain.front();
+  st.shard_handles[id] = caf::actor_cast<shard_actor>(chain.front());
+  tell_observer(self, opts, caf::make_message(report_atom::value, UINT32_MAX,
+    who + " went down (" + describe(reason) + "); shard " + std::to_string(id) + "'s chain closed over it: " +
+    std::to_string(chain.size()) + " cop" + (chain.size() == 1 ? "y" : "ies") + " left, epoch " +
+    std::to_string(st.epoch) + "; nothing lost"));
+  announce_view(self, opts);
 }
 
 // A shard died. Without replicas its keys come back from the newest intact checkpoint,
@@ -113,7 +164,7 @@ void shard_failed(self_ptr self, const coordinator_options& opts, std::uint32_t 
   ++st.epoch;
   auto repl = std::make_shared<shard_options::replacement>();
   repl->reg.id = id;
-  st.shards[id] = {id, "", 0, static_cast<std::uint32_t>(getpid()), {}};
+  st.shards[id] = {id, "", 0, static_cast<std::uint32_t>(getpid()), {}, {}};
   repl->reg.view = make_view(self, opts);
   repl->state = *section;
   repl->clock = ckpt.header.clock;
@@ -126,7 +177,9 @@ void shard_failed(self_ptr self, const coordinator_options& opts, std::uint32_t 
   auto shard = self->spawn(server_shard, coord, sopts);
   auto handle = caf::actor_cast<caf::actor>(shard);
   st.shards[id].handle = handle;
+  if (opts.replication >= 2) st.shards[id].chain = {handle};
   st.shard_handles[id] = shard;
+  st.copies.push_back(shard);
   self->monitor(handle);
   st.members[handle.address()] = "replacement shard " + std::to_string(id);
   st.shard_ids[handle.address()] = id;
@@ -138,9 +191,14 @@ void shard_failed(self_ptr self, const coordinator_options& opts, std::uint32_t 
   announce_view(self, opts);
 }
 
-std::string encoded_state(const checkpoint& c, std::uint32_t shard) {
+encoded_block encoded_state(const checkpoint& c, std::uint32_t shard) {
   for (const auto& s : c.shards)
-    if (s.shard == shard) return encode_shard(s);
+    if (s.shard == shard) {
+      auto bytes = encode_shard(s);
+      encoded_block b{std::make_shared<std::vector<std::byte>>(bytes.size())};
+      std::memcpy(b.bytes->data(), bytes.data(), bytes.size());
+      return b;
+    }
   throw bad_request("the checkpoint has no section for shard " + std::to_string(shard));
 }
 
@@ -157,7 +215,7 @@ coordinator_actor::behavior_type coordinator(self_ptr self, coordinator_options 
     if (auto s = st.shard_ids.find(dm.source); s != st.shard_ids.end()) {
       auto id = s->second;
       st.shard_ids.erase(s);
-      shard_failed(self, opts, id, who, dm.reason);
+      copy_failed(self, opts, id, dm.source, who, dm.reason);
       return;
     }
     auto w = st.worker_ids.find(dm.source);
@@ -180,8 +238,9 @@ coordinator_actor::behavior_type coordinator(self_ptr self, coordinator_options 
           return make_ps_error("coordinator: all " + std::to_string(opts.servers) +
                                " servers have registered already");
         id = static_cast<std::uint32_t>(st.shards.size());
-        st.shards.push_back({id, info.host, info.port, info.pid, info.handle});
+        st.shards.push_back({id, info.host, info.port, info.pid, info.handle, {}});
         st.shard_handles.push_back(caf::actor_cast<shard_actor>(sender));
+        st.copies.push_back(caf::actor_cast<shard_actor>(sender));
         st.shard_ids[sender.address()] = id;
         who = "server shard " + std::to_string(id) +
               (info.host.empty() ? "" : " (" + info.host + ":" + std::to_string(info.port) +
@@ -193,6 +252,30 @@ coordinator_actor::behavior_type coordinator(self_ptr self, coordinator_options 
         id = st.next_worker++;
         who = "worker " + std::to_string(id);
         st.worker_ids[sender.address()] = id;
+      } else if (info.role == "replica") {
+        if (opts.replication < 2 || info.shard >= opts.servers || info.position == 0 ||
+            info.position >= opts.replication || !sender || st.view_ready)
+          return make_ps_error("coordinator: unexpected replica (shard " + std::to_string(info.shard) +
+                               ", position " + std::to_string(info.position) + ")");
+        if (sender) {
+          self->monitor(sender);
+          st.members[sender.address()] = "copy " + std::to_string(info.position) + " of shard " +
+                                         std::to_string(info.shard) + " (pid " + std::to_string(info.pid) + ")";
+          st.shard_ids[sender.address()] = info.shard;
+        }
+        st.copies.push_back(caf::actor_cast<shard_actor>(sender));
+        auto& chain = st.shards[info.shard].chain;
+        if (chain.size() <= info.position) chain.resize(info.position + 1);
+        chain[info.position] = sender;
+        registration reg{info.shard, make_view(self, opts), {}};
+        if (opts.restore) reg.state = encoded_state(*opts.restore, info.shard);
+        if (++st.replicas_registered == opts.servers * (opts.replication - 1)) {
+          // Every chain is complete: heads first, then the copies in order.
+          for (std::uint32_t i = 0; i < opts.servers; ++i) st.shards[i].chain[0] = caf::actor_cast<caf::actor>(st.shard_handles[i]);
+          st.view_ready = true;
+          announce_view(self, opts, [=] { deliver_waiting(self, opts, false); });
+        }
+        return reg;
       } else {
         return make_ps_error("coordinator: unknown role \"" + info.role + "\"");
       }
@@ -206,19 +289,10 @@ coordinator_actor::behavior_type coordinator(self_ptr self, coordinator_options 
       st.waiting_is_server.push_back(info.role == "server");
       if (st.shards.size() == opts.servers) {  // the map is complete: hand it out
         st.view_out = true;
-        auto view = make_view(self, opts);
-        for (std::size_t i = 0; i < st.waiting.size(); ++i) {
-          registration reg{st.waiting_ids[i], view, {}};
-          if (opts.restore && st.waiting_is_server[i]) {
-            auto bytes = encoded_state(*opts.restore, reg.id);
-            reg.state.bytes = std::make_shared<std::vector<std::byte>>(bytes.size());
-            std::memcpy(reg.state.bytes->data(), bytes.data(), bytes.size());
-          }
-          st.waiting[i].deliver(std::move(reg));
-        }
-        st.waiting.clear();
-        st.waiting_ids.clear();
-        st.waiting_is_server.clear();
+        if (opts.replication < 2) st.view_ready = true;
+        // With chains, servers first: each then starts the copies it keeps, and workers
+        // wait until every chain is complete.
+        deliver_waiting(self, opts, !st.view_ready);
       }
       return rp;
     },

@@ -33,13 +33,15 @@ struct coordinator_options {
   // onto a replacement shard in this process. Empty: a dead shard ends the job.
   std::string checkpoint_dir;
   shard_options replacement;  // options of replacement shards
+  // Copies of each shard (chain replication; 1: none).
+  std::uint32_t replication = 1;
   // --restore: the shards start from this checkpoint's parameters.
   std::shared_ptr<const checkpoint> restore;
 };
 
 struct coordinator_state {
   std::vector<shard_entry> shards;
-  std::vector<shard_actor> shard_handles;  // told when a worker leaves the clock vector
+  std::vector<shard_actor> shard_handles;  // each shard's head
   std::vector<caf::typed_response_promise<registration>> waiting;  // parked registrations
   std::vector<std::uint32_t> waiting_ids;
   std::uint32_t next_worker = 0;
@@ -53,7 +55,10 @@ struct coordinator_state {
   std::vector<std::uint32_t> departed_workers;     // died before finishing
   std::uint64_t epoch = 1;
   bool view_out = false;                           // the map has been handed out
-  std::map<caf::actor_addr, std::uint32_t> shard_ids;  // monitored shard -> its id
+  std::map<caf::actor_addr, std::uint32_t> shard_ids;  // every copy of a shard (heads, replicas) -> its id
+  std::vector<shard_actor> copies;                     // every copy: told views and departures
+  std::size_t replicas_registered = 0;
+  bool view_ready = false;                             // the map (and chains) are complete
   std::vector<caf::actor> view_subscribers;        // workers' key-value clients
   static inline const char* name = "coordinator";
 };

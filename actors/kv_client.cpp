@@ -2,6 +2,7 @@
 
 #include "libps/faults.hpp"
 
+#include <atomic>
 #include <cstdio>
 #include <deque>
 #include <map>
@@ -115,7 +116,8 @@ struct pending_request {
 };
 
 struct client_state {
-  std::vector<shard_link> shards;
+  std::vector<shard_link> shards;              // handle: the shard's head (pushes, ticks)
+  std::vector<shard_actor> tails;              // who answers pulls (the head without replication)
   std::vector<shard_entry> entries;            // the map's view of each shard (host, port, handle)
   std::map<std::uint32_t, std::size_t> index;  // shard id -> position in shards
   std::vector<std::string> down;               // non-empty: why that shard is gone
@@ -145,6 +147,13 @@ struct client_state {
 using client_ptr = caf::stateful_actor<client_state>*;
 
 void launch(client_ptr self, std::size_t idx, pending_request r);
+
+// Sequence numbers of pushes: unique in this process (so two clients of one worker id,
+// as in tests, never collide), increasing per client.
+std::uint64_t next_sequence() {
+  static std::atomic<std::uint64_t> next{1};
+  return next.fetch_add(1);
+}
 
 // Sends queued requests while the shard is up and its in-flight budget allows (always
 // one when nothing is in flight). Requests to a shard leave in the order they were made
@@ -259,18 +268,23 @@ void apply_view(client_ptr self, const cluster_view& view) {
     if (at == st.index.end()) continue;  // ownership never changes in this version
     auto idx = at->second;
     auto& old = st.entries[idx];
-    bool moved = e.handle ? e.handle != caf::actor_cast<caf::actor>(st.shards[idx].handle)
-                          : (e.host != old.host || e.port != old.port);
+    auto head = !e.chain.empty() ? e.chain.front() : e.handle;
+    auto tail = !e.chain.empty() ? e.chain.back() : head;
+    bool moved = head ? head != caf::actor_cast<caf::actor>(st.shards[idx].handle) ||
+                          tail != caf::actor_cast<caf::actor>(st.tails[idx])
+                      : (e.host != old.host || e.port != old.port);
     if (!moved) continue;
-    if (!e.handle) {  // a new address we would have to connect to: not produced by this coordinator
+    if (!head) {  // a new address we would have to connect to: not produced by this coordinator
       fail_all(self, idx, st.shards[idx].name + " moved to " + e.host + ":" + std::to_string(e.port) +
                             ", which this client cannot reach without a handle");
       continue;
     }
     old = e;
-    st.shards[idx].handle = caf::actor_cast<shard_actor>(e.handle);
-    st.shards[idx].name = "shard " + std::to_string(e.id) + " (replacement, epoch " + std::to_string(view.epoch) + ")";
-    self->monitor(e.handle);
+    st.shards[idx].handle = caf::actor_cast<shard_actor>(head);
+    st.tails[idx] = caf::actor_cast<shard_actor>(tail);
+    st.shards[idx].name = "shard " + std::to_string(e.id) + " (epoch " + std::to_string(view.epoch) + ")";
+    self->monitor(head);
+    if (tail != head) self->monitor(tail);
     ++st.generation[idx];
     st.down[idx].clear();
     std::deque<pending_request> again;
@@ -285,7 +299,7 @@ void apply_view(client_ptr self, const cluster_view& view) {
     st.inflight_bytes[idx] = 0;
     for (auto& r : st.queued[idx]) again.push_back(std::move(r));
     st.queued[idx] = std::move(again);
-    std::fprintf(stderr, "worker %u: %s takes over; %zu requests sent again\n", st.worker,
+    std::fprintf(stderr, "worker %u: %s: new copies take over; %zu requests sent again\n", st.worker,
                  st.shards[idx].name.c_str(), st.queued[idx].size());
     pump(self, idx);
   }
@@ -311,15 +325,20 @@ caf::behavior kv_client_actor(client_ptr self, std::vector<shard_link> shards, s
   st.generation.assign(n, 0);
   st.abandoned.assign(n, false);
   st.down_since.resize(n);
+  st.tails.resize(n);
   for (std::size_t i = 0; i < n; ++i) {
     st.index[st.shards[i].id] = i;
     self->monitor(st.shards[i].handle);
+    const auto& chain = st.entries[i].chain;
+    st.tails[i] = chain.empty() ? st.shards[i].handle : caf::actor_cast<shard_actor>(chain.back());
+    if (st.tails[i] != st.shards[i].handle) self->monitor(st.tails[i]);
   }
   if (st.coordinator) self->send(st.coordinator, view_atom::value, st.worker);
   self->set_down_handler([=](caf::down_msg& dm) {
     auto& st = self->state;
     for (std::size_t i = 0; i < st.shards.size(); ++i) {
-      if (st.shards[i].handle.address() != dm.source) continue;
+      if (st.shards[i].handle.address() != dm.source && st.tails[i].address() != dm.source) continue;
+      if (!st.down[i].empty()) continue;  // head and tail of one chain: once is enough
       if (st.abandoned[i]) continue;  // the coordinator's word came first and failed it all
       st.down[i] = st.shards[i].name + " is down (" + describe(dm.reason) + ")";
       if (!st.coordinator) {
@@ -371,7 +390,9 @@ caf::behavior kv_client_actor(client_ptr self, std::vector<shard_link> shards, s
         const auto& ch = req->chunks[c];
         auto idx = st.index.at(ch.shard);
         auto hdr = req->hdr;
-        hdr.seq += c;
+        // Numbered here, in the order the shards will see them (callers on several threads
+        // could otherwise overtake each other): duplicate filters rely on it.
+        hdr.seq = next_sequence();
         pending_request r;
         r.op = op;
         r.bytes = (req->encoded.empty() ? ch.num_values * sizeof(float) : req->encoded[c].bytes->size()) +
@@ -381,6 +402,7 @@ caf::behavior kv_client_actor(client_ptr self, std::vector<shard_link> shards, s
           auto h = hdr;
           h.epoch = st.epoch;
           auto handle = st.shards[idx].handle;
+          auto tail = st.tails[idx];
           auto what = std::string(names_of(req->kind)) + " of " + describe_keys(ch);
           auto on_error = [=](caf::error& err) { request_failed(self, idx, tag, err, what); };
           auto acked = [=](std::uint64_t) {
@@ -388,7 +410,7 @@ caf::behavior kv_client_actor(client_ptr self, std::vector<shard_link> shards, s
           };
           range_list ranges{ch.ranges()};
           if (req->kind == op_kind::pull) {
-            self->request(handle, st.timeout, pull_atom::value, h, std::move(ranges))
+            self->request(tail, st.timeout, pull_atom::value, h, std::move(ranges))
               .then(
                 [=](float_block& values) {
                   if (!settle(self, idx, tag)) return;
@@ -523,9 +545,6 @@ kv_future kv_client::send(op_kind kind, const key_set& keys, std::shared_ptr<std
   req->op = op;
   req->hdr = request_header{map_.epoch(), opts_.worker, clock_, 0};
   req->chunks = plan_chunks(map_.split(keys), opts_.chunk_bytes);
-  // Sequence numbers: one per chunk, unique per client.
-  static std::atomic<std::uint64_t> next_seq{1};
-  req->hdr.seq = next_seq.fetch_add(req->chunks.size());
   if (kind == op_kind::pull) {
     if (req->chunks.size() > 1) op->values.resize(keys.num_keys());
   } else {

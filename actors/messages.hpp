@@ -118,11 +118,14 @@ struct shard_entry {
   std::string host;  // where the shard is published; empty in embedded mode
   std::uint16_t port = 0;
   std::uint32_t pid = 0;  // process id, for operators and fault tests
-  caf::actor handle;  // set only in embedded mode (same process)
+  caf::actor handle;  // set in embedded mode (same process) and for replacements
+  // With --replication >= 2: the chain, head (gets pushes and ticks) first, tail (answers
+  // pulls) last. Empty with one copy per shard.
+  std::vector<caf::actor> chain;
 };
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, shard_entry& x) {
-  return f(caf::meta::type_name("shard_entry"), x.id, x.host, x.port, x.pid, x.handle);
+  return f(caf::meta::type_name("shard_entry"), x.id, x.host, x.port, x.pid, x.handle, x.chain);
 }
 
 // What every member learns from the coordinator: the shard map and the job settings.
@@ -136,23 +139,26 @@ struct cluster_view {
   rule_msg rule;
   std::uint64_t checkpoint_every = 0;  // clocks; 0: no checkpoints
   caf::actor checkpointer;             // gets (checkpoint_atom, shard, clock, encoded_block)
+  std::uint32_t replication = 1;       // copies of each shard (chain length)
 };
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, cluster_view& x) {
   return f(caf::meta::type_name("cluster_view"), x.epoch, x.vnodes, x.bucket_bits, x.num_workers,
-           x.staleness, x.shards, x.rule, x.checkpoint_every, x.checkpointer);
+           x.staleness, x.shards, x.rule, x.checkpoint_every, x.checkpointer, x.replication);
 }
 
 struct node_info {
-  std::string role;  // "server" | "worker"
+  std::string role;  // "server" | "worker" | "replica"
   std::string host;
   std::uint16_t port = 0;
   std::uint32_t pid = 0;
   caf::actor handle;  // embedded mode only
+  std::uint32_t shard = 0;     // role "replica": the shard it copies
+  std::uint32_t position = 0;  // role "replica": its place in that shard's chain (1 = after the head)
 };
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, node_info& x) {
-  return f(caf::meta::type_name("node_info"), x.role, x.host, x.port, x.pid, x.handle);
+  return f(caf::meta::type_name("node_info"), x.role, x.host, x.port, x.pid, x.handle, x.shard, x.position);
 }
 
 struct registration {

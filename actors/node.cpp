@@ -56,6 +56,8 @@ node_config::node_config() {
     .add(topk_ratio, "topk-ratio", "fraction of values a topk push sends (error feedback keeps the rest)")
     .add(checkpoint_dir, "checkpoint-dir", "DIR: the coordinator writes checkpoints here")
     .add(checkpoint_every, "checkpoint-every", "K: a checkpoint whenever the minimum clock crosses a multiple of K")
+    .add(replication, "replication", "R: copies of each shard in a chain over consecutive servers (pushes to the head, "
+                                     "pulls from the tail); a dead copy is spliced out, nothing lost")
     .add(restore, "restore", "DIR: the shards start from the newest intact checkpoint in DIR")
     .add(faults, "faults", "fault injector, ';'-separated: kill server=I at=C; kill worker=I at=C; "
                            "slow worker=I factor=F (see README)")
@@ -174,6 +176,9 @@ void node_config::validate() const {
   if (checkpoint_every > 0 && checkpoint_dir.empty())
     throw bad_request("--checkpoint-every needs --checkpoint-dir=DIR");
   if (devices < 1 || devices > 64) throw bad_request("--devices must be in [1, 64]");
+  if (replication < 1 || replication > servers)
+    throw bad_request("--replication=" + std::to_string(replication) + " must be in [1, --servers=" +
+                      std::to_string(servers) + "] (each copy of a shard lives on another server)");
   auto plan = fault_spec();
   if (!plan.kills.empty() && cluster == "embedded" && (role.empty() || role == "local"))
     throw bad_request("--faults: kill needs --cluster=processes (a kill ends the whole process)");
@@ -299,6 +304,7 @@ coordinator_options coordinator_options_from(const node_config& cfg, const job_s
   o.staleness = settings.staleness;
   o.checkpoint_every = cfg.checkpoint_every;
   o.checkpoint_dir = cfg.checkpoint_dir;
+  o.replication = static_cast<std::uint32_t>(cfg.replication);
   o.replacement = shard_options_from(cfg, "");
   o.replacement.faults = {};  // a kill names the original shard's process, not its replacement
   return o;
@@ -313,6 +319,7 @@ shard_options shard_options_from(const node_config& cfg, std::string host) {
   o.park_limit = milliseconds(std::max<std::size_t>(1, cfg.timeout_ms * 9 / 10));
   o.trace_path = cfg.trace;
   o.faults = cfg.fault_spec();
+  o.forward_timeout = milliseconds(cfg.timeout_ms);
   return o;
 }
 

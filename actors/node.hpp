@@ -50,6 +50,7 @@ struct node_config : caf::actor_system_config {
   std::string checkpoint_dir;
   std::size_t checkpoint_every = 0;    // clocks
   std::string restore;                 // DIR: start from its newest intact checkpoint
+  std::size_t replication = 1;         // copies of each shard (chain replication)
   // fault injector (libps/faults.hpp)
   std::string faults;
   // clocksum

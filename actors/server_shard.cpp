@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <span>
@@ -43,6 +44,7 @@ shard_actor::behavior_type server_shard(shard_actor::stateful_pointer<shard_stat
   // The job ends when the coordinator goes: nothing else will talk to this shard.
   self->set_down_handler([=](caf::down_msg& dm) {
     if (dm.source == coordinator.address()) self->quit(dm.reason);
+    if (dm.source == self->state.successor.address()) self->state.successor_down = true;  // new chain coming
   });
   // Validates a request and runs `body` on it; bad input becomes an error naming this shard.
   auto checked = [=](const request_header& hdr, const range_list& ranges, auto body) -> caf::error {
@@ -88,12 +90,39 @@ shard_actor::behavior_type server_shard(shard_actor::stateful_pointer<shard_stat
     });
     return rp;
   };
+  // The successor acknowledged (or refused) update `tag`: the reply owed goes out. While
+  // the successor is dead, failures wait for the new chain, which sends them again.
+  auto forwarded = [=](std::uint64_t tag, const caf::error& err) {
+    auto& st = self->state;
+    auto it = st.forwards.find(tag);
+    if (it == st.forwards.end()) return;  // sent again to a new successor since
+    if (err && st.successor_down) return;
+    if (err)
+      it->second.reply.deliver(make_ps_error(st.name + ": the next copy in the chain failed: " + describe(err)));
+    else
+      it->second.reply.deliver(it->second.value);
+    st.forwards.erase(it);
+  };
+  // An update applied here goes down the chain; the reply to its sender waits for the
+  // successor's, so an acknowledged update is on every copy. The tail replies at once.
+  auto pass_down = [=](std::function<void(shard_actor, std::uint64_t)> send,
+                       std::uint64_t value) -> caf::result<std::uint64_t> {
+    auto& st = self->state;
+    if (!st.successor) return reply(value);
+    auto rp = self->make_response_promise<std::uint64_t>();
+    auto tag = ++st.next_forward;
+    st.forwards.emplace(tag, shard_state::forward{send, rp, value});
+    send(st.successor, tag);
+    return rp;
+  };
   // push and init differ only in what the store does with the values.
   using write_fn = void (shard_store::*)(const std::vector<key_range>&, const float*, std::uint64_t);
   auto write = [=](write_fn fn, const request_header& hdr, const range_list& ranges,
                    const float_block& values) -> caf::result<std::uint64_t> {
     if (auto err = checked(hdr, ranges, [&] {
           auto& st = self->state;
+          // A resend of a push this copy already took: acknowledged (below), not applied.
+          if (fn == &shard_store::push && !st.applied.first_time(hdr.worker, hdr.seq)) return;
           if (fn == &shard_store::push) report_loss(hdr);
           if (fn == &shard_store::push && st.consistency->defers_push(hdr.clock)) {
             // Acknowledged now, applied when the clock completes; a copy, since the
@@ -103,10 +132,15 @@ shard_actor::behavior_type server_shard(shard_actor::stateful_pointer<shard_stat
             return;
           }
           ((*st.store).*fn)(ranges.ranges, values.data(), values.size);
-          if (fn == &shard_store::push) st.trace({trace_event::push, hdr.worker, hdr.clock, st.id, 0, 0});
+          if (fn == &shard_store::push && st.head) st.trace({trace_event::push, hdr.worker, hdr.clock, st.id, 0, 0});
         }))
       return err;
-    return reply(hdr.seq);
+    bool is_push = fn == &shard_store::push;
+    return pass_down([=](shard_actor next, std::uint64_t tag) {
+      auto req = is_push ? self->request(next, opts.forward_timeout, push_atom::value, hdr, ranges, values)
+                         : self->request(next, opts.forward_timeout, init_atom::value, hdr, ranges, values);
+      std::move(req).then([=](std::uint64_t) { forwarded(tag, {}); }, [=](caf::error& e) { forwarded(tag, e); });
+    }, hdr.seq);
   };
   // Reads the values of a pull the controller lets through, and traces it.
   auto answer_pull = [=](const request_header& hdr, const range_list& ranges) {
@@ -131,14 +165,14 @@ shard_actor::behavior_type server_shard(shard_actor::stateful_pointer<shard_stat
           continue;
         }
         st.store->push(d.ranges.ranges, d.values.data(), d.values.size());  // checked on arrival
-        st.trace({trace_event::push, d.hdr.worker, d.hdr.clock, st.id, 0, 0});
+        if (st.head) st.trace({trace_event::push, d.hdr.worker, d.hdr.clock, st.id, 0, 0});
       }
       st.deferred = std::move(keep);
     }
     // The minimum clock crossed a checkpoint boundary: every update below it is applied
     // (exactly those under BSP), so this is the shard's part of the snapshot at that clock.
     auto min = st.consistency->clocks().min_clock();
-    if (st.checkpoint_every > 0 && st.checkpointer && min != left_clock &&
+    if (st.head && st.checkpoint_every > 0 && st.checkpointer && min != left_clock &&
         min / st.checkpoint_every > st.last_min / st.checkpoint_every) {
       auto bytes = encode_shard(shard_snapshot{st.id, st.store->snapshot()});
       auto block = std::make_shared<std::vector<std::byte>>(bytes.size());
@@ -178,7 +212,8 @@ shard_actor::behavior_type server_shard(shard_actor::stateful_pointer<shard_stat
       st.consistency.emplace(reg.view.num_workers, reg.view.staleness);
       st.checkpoint_every = reg.view.checkpoint_every;
       st.checkpointer = reg.view.checkpointer;
-      if (!opts.replaces) st.kill_at = opts.faults.kill_clock(fault_plan::role::server, reg.id);
+      if (!opts.replaces && !opts.replica) st.kill_at = opts.faults.kill_clock(fault_plan::role::server, reg.id);
+      if (opts.replica) st.head = false;
       if (!opts.trace_path.empty()) {
         st.trace_fd = ::open(opts.trace_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
         if (st.trace_fd < 0)
@@ -187,8 +222,49 @@ shard_actor::behavior_type server_shard(shard_actor::stateful_pointer<shard_stat
     } catch (const bad_request& e) {
       std::fprintf(stderr, "%s: bad cluster configuration: %s\n", st.name.c_str(), e.what());
       self->quit(make_ps_error(e.what()));
+      return;
+    }
+    // This process also keeps copies of the shards before this one on the ring: shard
+    // id - j at chain position j (so a chain spans consecutive server processes).
+    auto copies = reg.view.replication;
+    auto n = static_cast<std::uint32_t>(reg.view.shards.size());
+    if (opts.replica || opts.replaces || copies < 2) return;
+    for (std::uint32_t j = 1; j < copies; ++j) {
+      auto ropts = opts;
+      ropts.faults = {};
+      auto role = std::make_shared<shard_options::replica_role>();
+      role->reg = reg;
+      role->reg.state = {};
+      role->reg.id = (reg.id + n - j) % n;
+      role->position = j;
+      ropts.replica = role;
+      self->spawn(server_shard, coordinator, ropts);
     }
   };
+  if (const auto& r = opts.replica) {
+    configure(r->reg);
+    self->state.name = "shard " + std::to_string(r->reg.id) + " copy " + std::to_string(r->position);
+    self->request(coordinator, opts.register_timeout, register_atom::value,
+                  node_info{"replica", opts.host, 0, static_cast<std::uint32_t>(getpid()),
+                            caf::actor_cast<caf::actor>(self), r->reg.id, r->position})
+      .then(
+        [=](registration& reg) {  // --restore: the coordinator sends this shard's state along
+          if (!reg.state.bytes || reg.state.bytes->empty()) return;
+          auto& st = self->state;
+          try {
+            st.store->restore(decode_shard(std::string(reinterpret_cast<const char*>(reg.state.bytes->data()),
+                                                       reg.state.bytes->size())).segments);
+          } catch (const bad_request& e) {
+            std::fprintf(stderr, "%s: cannot restore: %s\n", st.name.c_str(), e.what());
+            self->quit(make_ps_error(st.name + ": cannot restore: " + e.what()));
+          }
+        },
+            [=](caf::error& err) {
+              std::fprintf(stderr, "%s: registration as a replica failed: %s\n", self->state.name.c_str(),
+                           describe(err).c_str());
+              self->quit(err);
+            });
+  }
   if (const auto& r = opts.replaces) {
     configure(r->reg);
     auto& st = self->state;
@@ -254,11 +330,17 @@ shard_actor::behavior_type server_shard(shard_actor::stateful_pointer<shard_stat
     },
     [=](clock_atom, const request_header& hdr) -> caf::result<std::uint64_t> {
       if (auto err = checked(hdr, range_list{}, [&] {
-            self->state.consistency->clocks().advance(hdr.worker, hdr.clock);
+            auto& clocks = self->state.consistency->clocks();
+            // A tick sent again after a failover may be one this copy has already seen.
+            if (hdr.worker >= clocks.size() || !clocks.live(hdr.worker) || hdr.clock > clocks.clock(hdr.worker))
+              clocks.advance(hdr.worker, hdr.clock);
           }))
         return err;
       release_parked();
-      return hdr.clock;
+      return pass_down([=](shard_actor next, std::uint64_t tag) {
+        self->request(next, opts.forward_timeout, clock_atom::value, hdr)
+          .then([=](std::uint64_t) { forwarded(tag, {}); }, [=](caf::error& e) { forwarded(tag, e); });
+      }, hdr.clock);
     },
     [=](leave_atom, std::uint32_t worker) {
       auto& st = self->state;
@@ -270,6 +352,30 @@ shard_actor::behavior_type server_shard(shard_actor::stateful_pointer<shard_stat
     [=](view_atom, const cluster_view& view) -> std::uint64_t {
       auto& st = self->state;
       st.view_epoch = std::max(st.view_epoch, view.epoch);
+      if (st.id >= view.shards.size()) return st.view_epoch;
+      const auto& chain = view.shards[st.id].chain;
+      auto me = std::find(chain.begin(), chain.end(), caf::actor_cast<caf::actor>(self));
+      if (me == chain.end()) return st.view_epoch;  // one copy per shard, or not (yet) in the chain
+      st.head = me == chain.begin();
+      auto next = me + 1 == chain.end() ? shard_actor{} : caf::actor_cast<shard_actor>(*(me + 1));
+      if (next == st.successor) return st.view_epoch;
+      // A new successor (the old one died): what it may lack goes to it again, in order;
+      // a copy that became the tail owes the replies itself.
+      st.successor = next;
+      st.successor_down = false;
+      if (next) self->monitor(next);
+      auto pending = std::move(st.forwards);
+      st.forwards.clear();
+      for (auto& [tag, f] : pending) {
+        if (!next) {
+          f.reply.deliver(f.value);
+          continue;
+        }
+        auto fresh = ++st.next_forward;
+        auto send = f.send;
+        st.forwards.emplace(fresh, std::move(f));
+        send(next, fresh);
+      }
       return st.view_epoch;
     },
     [=](sweep_atom) {

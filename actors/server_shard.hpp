@@ -3,6 +3,8 @@
 // parameters with the job's update rule and answers pulls. It learns its id and the
 // shard map by registering with the coordinator when told its published port (start).
 #include <chrono>
+#include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -10,6 +12,7 @@
 #include "actors/messages.hpp"
 #include "libps/checkpoint.hpp"
 #include "libps/consistency.hpp"
+#include "libps/duplicate_filter.hpp"
 #include "libps/faults.hpp"
 #include "libps/partitioner.hpp"
 #include "libps/trace.hpp"
@@ -37,6 +40,16 @@ struct shard_options {
     std::string source;                  // the checkpoint file, for reports
   };
   std::shared_ptr<const replacement> replaces;
+  // A copy of another shard further down its chain (--replication >= 2), spawned by that
+  // shard's successor process; configured from this registration, then it registers as
+  // a replica so the coordinator can build the chain.
+  struct replica_role {
+    registration reg;
+    std::uint32_t position = 1;
+  };
+  std::shared_ptr<const replica_role> replica;
+  // How long a copy waits for its successor in the chain to acknowledge.
+  std::chrono::milliseconds forward_timeout{30000};
 };
 
 // A pull waiting for the minimum clock to advance.
@@ -71,6 +84,19 @@ struct shard_state {
   // up to the first push each worker sends here; reported once per worker.
   std::optional<std::uint64_t> restored_clock;
   std::vector<bool> loss_reported;
+  // Chain replication: this copy's successor (none: it is the tail, it acknowledges) and
+  // the updates passed to it and not yet acknowledged, in order, with the reply owed.
+  bool head = true;  // the head traces pushes and sends checkpoint parts
+  shard_actor successor;
+  bool successor_down = false;
+  struct forward {
+    std::function<void(shard_actor, std::uint64_t)> send;  // (successor, tag)
+    caf::typed_response_promise<std::uint64_t> reply;
+    std::uint64_t value;
+  };
+  std::map<std::uint64_t, forward> forwards;
+  std::uint64_t next_forward = 0;
+  duplicate_filter applied;  // pushes already taken (resends after a failover come again)
   std::string name = "shard ?";  // for error messages
   ~shard_state();
   void trace(const trace_event& e) const;

@@ -133,7 +133,7 @@ cluster_view one_shard_view(shard_actor s) {
   v.vnodes = 16;
   v.bucket_bits = 12;
   v.num_workers = 1;
-  v.shards.push_back({0, "", 0, 0, caf::actor_cast<caf::actor>(s)});
+  v.shards.push_back({0, "", 0, 0, caf::actor_cast<caf::actor>(s), {}});
   return v;
 }
 

@@ -298,6 +298,27 @@ long long shard_value(const std::string& line, std::uint32_t shard) {
 
 }  // namespace
 
+TEST_CASE("faults: r=2, a server killed at clock 20 of 40 under BSP: final parameters exactly as without the fault") {
+  for (std::string servers : {"2", "3"}) {
+    CAPTURE(servers);
+    auto [rc, out] = shell("bin/psnode --role=local --app=clocksum --servers=" + servers +
+                           " --workers=2 --clocks=40 --replication=2 --faults='kill server=1 at=20'");
+    INFO(out);
+    REQUIRE(rc == 0);
+    CHECK(out.find("fault injector: shard 1 reached clock 20") != std::string::npos);
+    CHECK(out.find("chain closed over it") != std::string::npos);
+    CHECK(out.find("\"killed_by_faults\":[\"server process") != std::string::npos);
+    auto n = std::stoul(servers);
+    for (std::uint32_t w = 0; w < 2; ++w) {
+      auto line = clocksum_line(out, w);
+      // The fault-free result: 40 clocks of (1 + 2) on every key, and every BSP read exact.
+      for (std::uint32_t s = 0; s < n; ++s) CHECK(shard_value(line, s) == 3 * 40);
+      CHECK(line.find("\"stale_reads\":0") != std::string::npos);
+      CHECK(line.find("\"recovery_ms\":[]") == std::string::npos);
+    }
+  }
+}
+
 TEST_CASE("faults: r=1, a server killed at clock 20 of 40 comes back from the last checkpoint; the loss is reported exactly") {
   std::filesystem::remove_all("ckpt-faults");
   std::filesystem::create_directory("ckpt-faults");

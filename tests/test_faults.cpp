@@ -3,6 +3,7 @@
 
 #include <string>
 
+#include "libps/duplicate_filter.hpp"
 #include "libps/faults.hpp"
 #include "libps/keys.hpp"
 
@@ -115,4 +116,20 @@ TEST_CASE("faults: message decisions are seeded per sender and follow the probab
     CHECK_FALSE(v.drop);
     CHECK_FALSE(v.duplicate);
   }
+}
+
+TEST_CASE("duplicate filter: each (worker, seq) passes once, out of order too; memory stays bounded") {
+  ps::duplicate_filter f(4);
+  CHECK(f.first_time(0, 5));
+  CHECK(f.first_time(0, 3));  // a resend overtaken by later pushes still counts once
+  CHECK_FALSE(f.first_time(0, 5));
+  CHECK_FALSE(f.first_time(0, 3));
+  CHECK(f.first_time(1, 5));  // another worker's sequence is its own
+  for (std::uint64_t s = 6; s < 20; ++s) CHECK(f.first_time(0, s));
+  CHECK(f.remembered() <= 4 + 1);
+  // Older than the window: counts as seen (never applied twice), the newest stay exact.
+  CHECK_FALSE(f.first_time(0, 7));
+  CHECK(f.seen(0, 19));
+  CHECK_FALSE(f.seen(0, 20));
+  CHECK(f.first_time(0, 20));
 }

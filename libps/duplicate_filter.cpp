@@ -1,0 +1,30 @@
+#include "libps/duplicate_filter.hpp"
+
+namespace ps {
+
+bool duplicate_filter::seen(std::uint32_t worker, std::uint64_t seq) const {
+  auto it = workers_.find(worker);
+  if (it == workers_.end()) return false;
+  const auto& w = it->second;
+  return (w.has_floor && seq <= w.floor) || w.recent.count(seq) > 0;
+}
+
+bool duplicate_filter::first_time(std::uint32_t worker, std::uint64_t seq) {
+  if (seen(worker, seq)) return false;
+  auto& w = workers_[worker];
+  w.recent.insert(seq);
+  while (w.recent.size() > window_) {
+    w.floor = *w.recent.begin();
+    w.has_floor = true;
+    w.recent.erase(w.recent.begin());
+  }
+  return true;
+}
+
+std::size_t duplicate_filter::remembered() const {
+  std::size_t n = 0;
+  for (const auto& [id, w] : workers_) n += w.recent.size();
+  return n;
+}
+
+}  // namespace ps

@@ -1,0 +1,32 @@
+#pragma once
+// Which (worker, sequence) updates a shard copy has already taken. A push is sent again
+// after a failover or a lost reply; every copy in a chain must apply it exactly once.
+// Sequence numbers are per worker and increase in the order its client sends; resends
+// keep theirs. Memory is bounded: per worker the newest `window` numbers are kept, and
+// anything older than those counts as seen (a resend that late cannot happen while its
+// sender still waits for the acknowledgement of the window's requests).
+#include <cstdint>
+#include <map>
+#include <set>
+
+namespace ps {
+
+class duplicate_filter {
+ public:
+  explicit duplicate_filter(std::size_t window = 1u << 16) : window_(window) {}
+  // True the first time (worker, seq) is offered, false after.
+  bool first_time(std::uint32_t worker, std::uint64_t seq);
+  bool seen(std::uint32_t worker, std::uint64_t seq) const;
+  std::size_t remembered() const;
+
+ private:
+  struct per_worker {
+    std::set<std::uint64_t> recent;
+    std::uint64_t floor = 0;  // every seq <= floor counts as seen (0: none yet)
+    bool has_floor = false;
+  };
+  std::size_t window_;
+  std::map<std::uint32_t, per_worker> workers_;
+};
+
+}  // namespace ps
