@@ -113,6 +113,9 @@ struct pending_request {
   std::shared_ptr<kv_op_state> op;
   // Issues the request to the shard's current handle; tag identifies this sending.
   std::function<void(std::uint64_t tag)> send;
+  bool tick = false;  // a clock tick (with retries on, it waits for the requests before it)
+  std::uint32_t attempts = 0;
+  std::chrono::steady_clock::time_point first_sent{};
 };
 
 struct client_state {
@@ -140,6 +143,10 @@ struct client_state {
   // Chunks beyond inflight_limit bytes wait here instead.
   std::uint64_t inflight_limit = 0;
   std::shared_ptr<kv_failover_stats> stats;
+  // Lost messages: a request unanswered after `retry` goes out again (same sequence
+  // number, so copies apply it once); the fault injector's drop, duplicate and delay.
+  std::chrono::milliseconds retry{0};
+  std::optional<message_faults> faults;
   std::vector<std::optional<std::chrono::steady_clock::time_point>> down_since;  // until the first pull after
   static inline const char* name = "kv_client";
 };
@@ -161,6 +168,9 @@ std::uint64_t next_sequence() {
 void pump(client_ptr self, std::size_t idx) {
   auto& st = self->state;
   while (!st.queued[idx].empty() && st.down[idx].empty()) {
+    // With retries a request may be lost and sent again later: a tick must not overtake
+    // the pushes before it, so it waits until they are acknowledged.
+    if (st.retry.count() > 0 && st.queued[idx].front().tick && !st.sent[idx].empty()) return;
     auto bytes = st.queued[idx].front().bytes;
     if (st.inflight_bytes[idx] > 0 && st.inflight_bytes[idx] + bytes > st.inflight_limit) return;
     auto r = std::move(st.queued[idx].front());
@@ -179,14 +189,35 @@ void submit(client_ptr self, std::size_t idx, pending_request r) {
   pump(self, idx);
 }
 
+// Puts request `tag` on the wire, through the fault injector's message faults if any.
+void transmit(client_ptr self, std::size_t idx, std::uint64_t tag) {
+  auto& st = self->state;
+  auto it = st.sent[idx].find(tag);
+  if (it == st.sent[idx].end()) return;
+  auto send = it->second.send;
+  message_faults::verdict v;
+  if (st.faults) v = st.faults->next();
+  if (st.retry.count() > 0)
+    self->delayed_send(self, st.retry + std::chrono::milliseconds(v.delay_ms), resend_atom::value,
+                       static_cast<std::uint64_t>(idx), tag);
+  if (v.drop) return;  // lost on the way: the retry timer sends it again
+  if (v.delay_ms > 0) {
+    self->delayed_send(self, std::chrono::milliseconds(v.delay_ms), send_atom::value,
+                       static_cast<std::uint64_t>(idx), tag);
+    return;
+  }
+  send(tag);
+  if (v.duplicate) send(tag);  // the copies drop the second; its reply finds the tag settled
+}
+
 void launch(client_ptr self, std::size_t idx, pending_request r) {
   auto& st = self->state;
   if (r.op->done_flag()) return;  // failed meanwhile (another chunk, a dead shard): skip
   auto tag = ++st.next_tag;
   st.inflight_bytes[idx] += r.bytes;
-  auto send = r.send;
+  if (r.attempts++ == 0) r.first_sent = std::chrono::steady_clock::now();
   st.sent[idx].emplace(tag, std::move(r));
-  send(tag);
+  transmit(self, idx, tag);
 }
 
 // The answer to request `tag` arrived: false if it is stale (the request was sent again
@@ -195,6 +226,7 @@ bool settle(client_ptr self, std::size_t idx, std::uint64_t tag) {
   auto& st = self->state;
   auto it = st.sent[idx].find(tag);
   if (it == st.sent[idx].end()) return false;
+  if (st.faults && st.faults->next().drop) return false;  // the reply was lost: the retry comes
   st.inflight_bytes[idx] -= it->second.bytes;
   st.sent[idx].erase(it);
   pump(self, idx);
@@ -239,6 +271,7 @@ void fail_all(client_ptr self, std::size_t idx, const std::string& reason) {
 pending_request clock_request(client_ptr self, std::size_t idx, request_header hdr, std::shared_ptr<kv_op_state> op) {
   pending_request r;
   r.op = op;
+  r.tick = true;
   r.send = [=](std::uint64_t tag) {
     auto& st = self->state;
     auto h = hdr;
@@ -316,6 +349,8 @@ caf::behavior kv_client_actor(client_ptr self, std::vector<shard_link> shards, s
   st.worker = opts.worker;
   st.epoch = epoch;
   st.stats = std::move(stats);
+  st.retry = opts.retry;
+  if (opts.faults.touches_messages()) st.faults.emplace(opts.faults, opts.worker);
   auto n = st.shards.size();
   st.inflight_bytes.assign(n, 0);
   st.queued.resize(n);
@@ -360,6 +395,26 @@ caf::behavior kv_client_actor(client_ptr self, std::vector<shard_link> shards, s
       fail_all(self, idx, st.down[idx] + " and no replacement came within " + std::to_string(st.timeout.count()) + " ms");
     },
     [=](view_atom, const cluster_view& view) { apply_view(self, view); },
+    [=](send_atom, std::uint64_t idx, std::uint64_t tag) {  // a delayed request leaves now
+      auto& st = self->state;
+      auto it = st.sent[idx].find(tag);
+      if (it != st.sent[idx].end()) it->second.send(tag);
+    },
+    [=](resend_atom, std::uint64_t idx, std::uint64_t tag) {
+      auto& st = self->state;
+      auto it = st.sent[idx].find(tag);
+      if (it == st.sent[idx].end() || !st.down[idx].empty()) return;  // answered, or waiting for a failover
+      auto r = std::move(it->second);
+      st.inflight_bytes[idx] -= r.bytes;
+      st.sent[idx].erase(it);
+      if (std::chrono::steady_clock::now() - r.first_sent >= st.timeout) {
+        r.op->finish(r.op->what + " failed: no reply from " + st.shards[idx].name + " within " +
+                     std::to_string(st.timeout.count()) + " ms (" + std::to_string(r.attempts) + " attempts)");
+        pump(self, idx);
+        return;
+      }
+      launch(self, idx, std::move(r));
+    },
     [=](failed_atom, std::uint32_t id, const std::string& why) {
       auto& st = self->state;
       auto at = st.index.find(id);

@@ -17,6 +17,7 @@
 #include "actors/messages.hpp"
 #include "libps/chunking.hpp"
 #include "libps/codec.hpp"
+#include "libps/faults.hpp"
 #include "libps/partitioner.hpp"
 
 namespace ps {
@@ -77,6 +78,11 @@ struct kv_client_options {
   caf::actor coordinator{};
   // Fault injector: this process dies abruptly when the worker ticks to this clock.
   std::optional<std::uint64_t> kill_at{};
+  // A request unanswered this long is sent again (0: never; requests are not lost on
+  // TCP, but the fault injector's drop loses them). Duplicates are filtered by the shards.
+  std::chrono::milliseconds retry{0};
+  // The fault injector's message faults (drop, duplicate, delay) for this client's requests.
+  fault_plan faults{};
 };
 
 // Failovers this client went through: milliseconds from learning that a shard died to

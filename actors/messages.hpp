@@ -32,6 +32,8 @@ using sweep_atom = caf::atom_constant<caf::atom("sweep")>;
 using checkpoint_atom = caf::atom_constant<caf::atom("ckpt")>;
 using view_atom = caf::atom_constant<caf::atom("view")>;
 using failover_atom = caf::atom_constant<caf::atom("failover")>;
+using send_atom = caf::atom_constant<caf::atom("send")>;
+using resend_atom = caf::atom_constant<caf::atom("resend")>;
 
 template <class Inspector>
 constexpr bool is_raw_io_v =

@@ -71,6 +71,8 @@ node_config::node_config() {
     .add(chunk_bytes, "chunk-bytes", "largest value payload per message")
     .add(inflight_bytes, "inflight-bytes", "bytes in flight per shard before chunks queue in the client")
     .add(timeout_ms, "timeout-ms", "timeout of every push/pull request")
+    .add(retry_ms, "retry-ms", "send a request again when unanswered this long (default: 200 with --faults "
+                               "drop/duplicate/delay, else never)")
     .add(register_timeout_ms, "register-timeout-ms", "how long members wait for the cluster to form")
     .add(barrier_timeout_ms, "barrier-timeout-ms", "how long a worker waits at a barrier")
     .add(vnodes, "vnodes", "virtual nodes per shard on the hash ring")
@@ -182,8 +184,9 @@ void node_config::validate() const {
   auto plan = fault_spec();
   if (!plan.kills.empty() && cluster == "embedded" && (role.empty() || role == "local"))
     throw bad_request("--faults: kill needs --cluster=processes (a kill ends the whole process)");
-  if (plan.touches_messages())
-    throw bad_request("--faults: drop, delay and duplicate are parsed but not wired into the network yet");
+  if (retry_ms < -1 || retry_ms == 0 || retry_ms > static_cast<std::int64_t>(timeout_ms))
+    throw bad_request("--ps.retry-ms must be in [1, --ps.timeout-ms]");
+
   if (!restore.empty() && !std::filesystem::is_directory(restore))
     throw bad_request("--restore=" + restore + ": no such directory");
   one_of("aggregation", aggregation, {"central", "block", "ring"});
@@ -325,6 +328,17 @@ shard_options shard_options_from(const node_config& cfg, std::string host) {
 
 // ---- worker ---------------------------------------------------------------------------
 
+namespace {
+
+// Lost requests are sent again after --ps.retry-ms; the fault injector's message faults
+// need it (a dropped request is otherwise never answered).
+milliseconds retry_interval(const node_config& cfg) {
+  if (cfg.retry_ms > 0) return milliseconds(cfg.retry_ms);
+  return cfg.fault_spec().touches_messages() ? milliseconds(200) : milliseconds(0);
+}
+
+}  // namespace
+
 // The scoped actor that registered stays alive until `done` is sent: the coordinator
 // monitors it, and its end means the worker is gone.
 bool run_worker(caf::actor_system& sys, const node_config& cfg, coordinator_actor coord,
@@ -364,7 +378,8 @@ bool run_worker(caf::actor_system& sys, const node_config& cfg, coordinator_acto
   try {
     kv_client kv(sys, reg.view, std::move(links),
                  {id, cfg.chunk_bytes, milliseconds(cfg.timeout_ms), cfg.inflight_bytes, cfg.push_codec(),
-                  caf::actor_cast<caf::actor>(coord), cfg.fault_spec().kill_clock(fault_plan::role::worker, id)});
+                  caf::actor_cast<caf::actor>(coord), cfg.fault_spec().kill_clock(fault_plan::role::worker, id),
+                  retry_interval(cfg), cfg.fault_spec()});
     worker_context ctx{sys, cfg, id, reg.view.num_workers, reg.view, kv, {}, {}};
     ctx.barrier = [&] {
       std::string berr;

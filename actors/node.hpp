@@ -65,6 +65,7 @@ struct node_config : caf::actor_system_config {
   std::size_t chunk_bytes = 4u << 20;
   std::size_t inflight_bytes = 8u << 20;
   std::size_t timeout_ms = 30000;
+  std::int64_t retry_ms = -1;  // -1: 200 with message faults, else never
   std::size_t register_timeout_ms = 60000;
   std::size_t barrier_timeout_ms = 600000;
   std::size_t vnodes = 128;
