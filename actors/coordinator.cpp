@@ -18,7 +18,7 @@ cluster_view make_view(self_ptr self, const coordinator_options& opts) {
   v.epoch = self->state.epoch;
   v.vnodes = opts.vnodes;
   v.bucket_bits = opts.bucket_bits;
-  v.num_workers = opts.workers;
+  v.num_workers = self->state.total_workers;
   v.staleness = opts.staleness;
   v.checkpoint_every = opts.checkpoint_every;
   v.checkpointer = opts.checkpointer;
@@ -43,27 +43,37 @@ void tell_observer(self_ptr, const coordinator_options& opts, caf::message msg) 
   std::fflush(stdout);
 }
 
-void release_barrier_if_complete(self_ptr self, const coordinator_options& opts) {
+// The workers that are still running, for the clients (data partitions follow them).
+void tell_members(self_ptr self) {
   auto& st = self->state;
-  auto live = opts.workers - st.finished_workers;
+  std::vector<std::uint32_t> live;
+  for (std::uint32_t w = 0; w < st.worker_done.size(); ++w)
+    if (!st.worker_done[w]) live.push_back(w);
+  for (auto& sub : st.view_subscribers) caf::anon_send(sub, members_atom::value, live);
+}
+
+void release_barrier_if_complete(self_ptr self) {
+  auto& st = self->state;
+  auto live = st.total_workers - st.finished_workers;
   if (st.barrier.empty() || st.barrier.size() < live) return;
   auto gen = st.barrier_generation++;
   for (auto& rp : st.barrier) rp.deliver(gen);
   st.barrier.clear();
 }
 
-void worker_finished(self_ptr self, const coordinator_options& opts, std::uint32_t id) {
+void worker_finished(self_ptr self, std::uint32_t id) {
   auto& st = self->state;
   if (id >= st.worker_done.size() || st.worker_done[id]) return;
   st.worker_done[id] = true;
   ++st.finished_workers;
   // It leaves the clock vector: BSP and SSP reads stop waiting for it.
   for (auto& copy : st.copies) caf::anon_send(copy, leave_atom::value, id);
-  if (st.finished_workers == opts.workers) {
+  tell_members(self);
+  if (st.finished_workers == st.total_workers) {
     self->quit();
     return;
   }
-  release_barrier_if_complete(self, opts);
+  release_barrier_if_complete(self);
 }
 
 encoded_block encoded_state(const checkpoint& c, std::uint32_t shard);
@@ -202,10 +212,44 @@ encoded_block encoded_state(const checkpoint& c, std::uint32_t shard) {
   throw bad_request("the checkpoint has no section for shard " + std::to_string(shard));
 }
 
+// A worker joins the running job: every shard copy enters it into its clock vector; it
+// starts at the highest of their minimum clocks, so it never reads behind anyone.
+caf::result<registration> join_running_job(self_ptr self, const coordinator_options& opts, const caf::actor& sender,
+                                           const node_info& info) {
+  auto& st = self->state;
+  auto id = st.next_worker++;
+  ++st.total_workers;
+  st.worker_done.push_back(false);
+  if (sender) {
+    self->monitor(sender);
+    st.members[sender.address()] = "worker " + std::to_string(id) + " (joined, pid " + std::to_string(info.pid) + ")";
+    st.worker_ids[sender.address()] = id;
+  }
+  auto rp = self->make_response_promise<registration>();
+  auto start = std::make_shared<std::uint64_t>(0);
+  auto remaining = std::make_shared<std::size_t>(st.copies.size());
+  auto answer = [=]() mutable {
+    if (--*remaining > 0) return;
+    tell_observer(self, opts, caf::make_message(report_atom::value, UINT32_MAX,
+      "worker " + std::to_string(id) + " joined at clock " + std::to_string(*start) + " (pid " +
+      std::to_string(info.pid) + "); " + std::to_string(self->state.total_workers - self->state.finished_workers) +
+      " workers now"));
+    registration reg{id, make_view(self, opts), {}, *start};
+    rp.deliver(std::move(reg));
+    tell_members(self);
+  };
+  for (auto& copy : st.copies)
+    self->request(copy, std::chrono::seconds(10), join_atom::value, id)
+      .then([=](std::uint64_t min) mutable { *start = std::max(*start, min); answer(); },
+            [=](caf::error&) mutable { answer(); });  // a dead copy: its failover carries the vector on
+  return rp;
+}
+
 }  // namespace
 
 coordinator_actor::behavior_type coordinator(self_ptr self, coordinator_options opts) {
   self->state.worker_done.assign(opts.workers, false);
+  self->state.total_workers = opts.workers;
   self->set_down_handler([=](caf::down_msg& dm) {
     auto& st = self->state;
     auto it = st.members.find(dm.source);
@@ -225,7 +269,7 @@ coordinator_actor::behavior_type coordinator(self_ptr self, coordinator_options 
                                                 who + " went down (" + describe(dm.reason) +
                                                   "); it leaves the clock vector, the others go on"));
     st.departed_workers.push_back(w->second);
-    worker_finished(self, opts, w->second);
+    worker_finished(self, w->second);
   });
   return {
     [=](register_atom, node_info& info) -> caf::result<registration> {
@@ -246,9 +290,12 @@ coordinator_actor::behavior_type coordinator(self_ptr self, coordinator_options 
               (info.host.empty() ? "" : " (" + info.host + ":" + std::to_string(info.port) +
                                           ", pid " + std::to_string(info.pid) + ")");
       } else if (info.role == "worker") {
-        if (st.next_worker >= opts.workers)
-          return make_ps_error("coordinator: all " + std::to_string(opts.workers) +
-                               " workers have registered already");
+        if (st.next_worker >= opts.workers) {
+          if (!st.view_ready)
+            return make_ps_error("coordinator: all " + std::to_string(opts.workers) +
+                                 " workers have registered already; join once the job runs");
+          return join_running_job(self, opts, sender, info);
+        }
         id = st.next_worker++;
         who = "worker " + std::to_string(id);
         st.worker_ids[sender.address()] = id;
@@ -299,7 +346,7 @@ coordinator_actor::behavior_type coordinator(self_ptr self, coordinator_options 
     [=](barrier_atom, std::uint32_t) -> caf::result<std::uint64_t> {
       auto rp = self->make_response_promise<std::uint64_t>();
       self->state.barrier.push_back(rp);
-      release_barrier_if_complete(self, opts);
+      release_barrier_if_complete(self);
       return rp;
     },
     [=](report_atom, std::uint32_t worker, std::string& text) {
@@ -314,7 +361,7 @@ coordinator_actor::behavior_type coordinator(self_ptr self, coordinator_options 
     },
     [=](done_atom, std::uint32_t worker, std::string& text) {
       tell_observer(self, opts, caf::make_message(done_atom::value, worker, std::move(text)));
-      worker_finished(self, opts, worker);
+      worker_finished(self, worker);
     },
   };
 }

@@ -46,6 +46,7 @@ struct coordinator_state {
   std::vector<std::uint32_t> waiting_ids;
   std::uint32_t next_worker = 0;
   std::uint32_t finished_workers = 0;  // done or dead
+  std::uint32_t total_workers = 0;     // the initial ones plus those that joined
   std::vector<caf::typed_response_promise<std::uint64_t>> barrier;
   std::uint64_t barrier_generation = 0;
   std::map<caf::actor_addr, std::string> members;  // monitored address -> description

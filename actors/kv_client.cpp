@@ -142,7 +142,7 @@ struct client_state {
   // connection cost quadratic copying (window 8 x 16 MiB ran 4x slower than window 1).
   // Chunks beyond inflight_limit bytes wait here instead.
   std::uint64_t inflight_limit = 0;
-  std::shared_ptr<kv_failover_stats> stats;
+  std::shared_ptr<kv_cluster_events> stats;
   // Lost messages: a request unanswered after `retry` goes out again (same sequence
   // number, so copies apply it once); the fault injector's drop, duplicate and delay.
   std::chrono::milliseconds retry{0};
@@ -339,7 +339,7 @@ void apply_view(client_ptr self, const cluster_view& view) {
 }
 
 caf::behavior kv_client_actor(client_ptr self, std::vector<shard_link> shards, std::vector<shard_entry> entries,
-                              kv_client_options opts, std::uint64_t epoch, std::shared_ptr<kv_failover_stats> stats) {
+                              kv_client_options opts, std::uint64_t epoch, std::shared_ptr<kv_cluster_events> stats) {
   auto& st = self->state;
   st.shards = std::move(shards);
   st.entries = std::move(entries);
@@ -395,6 +395,10 @@ caf::behavior kv_client_actor(client_ptr self, std::vector<shard_link> shards, s
       fail_all(self, idx, st.down[idx] + " and no replacement came within " + std::to_string(st.timeout.count()) + " ms");
     },
     [=](view_atom, const cluster_view& view) { apply_view(self, view); },
+    [=](members_atom, std::vector<std::uint32_t>& live) {
+      std::lock_guard<std::mutex> guard(self->state.stats->mtx);
+      self->state.stats->live_workers = std::move(live);
+    },
     [=](send_atom, std::uint64_t idx, std::uint64_t tag) {  // a delayed request leaves now
       auto& st = self->state;
       auto it = st.sent[idx].find(tag);
@@ -526,6 +530,7 @@ partitioner map_of(const cluster_view& view) {
 kv_client::kv_client(caf::actor_system& sys, const cluster_view& view,
                      std::vector<shard_link> shards, kv_client_options opts)
     : map_(map_of(view)), opts_(opts) {
+  for (std::uint32_t w = 0; w < view.num_workers; ++w) stats_->live_workers.push_back(w);
   if (shards.size() != view.shards.size())
     throw bad_request("kv_client: " + std::to_string(shards.size()) + " shard links for " +
                       std::to_string(view.shards.size()) + " shards in the map");
@@ -557,6 +562,11 @@ kv_future kv_client::push(const key_set& keys, std::shared_ptr<std::vector<float
 std::vector<double> kv_client::recovery_times_ms() const {
   std::lock_guard<std::mutex> guard(stats_->mtx);
   return stats_->recoveries_ms;
+}
+
+std::vector<std::uint32_t> kv_client::live_workers() const {
+  std::lock_guard<std::mutex> guard(stats_->mtx);
+  return stats_->live_workers;
 }
 
 kv_future kv_client::advance_clock(std::uint64_t c) {

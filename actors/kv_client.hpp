@@ -85,11 +85,14 @@ struct kv_client_options {
   fault_plan faults{};
 };
 
-// Failovers this client went through: milliseconds from learning that a shard died to
-// the first pull its replacement answered.
-struct kv_failover_stats {
+// What the client learned about the cluster while it ran, for the app's thread.
+struct kv_cluster_events {
   std::mutex mtx;
+  // Failovers: milliseconds from learning that a shard died to the first pull its
+  // replacement (or the rest of its chain) answered.
   std::vector<double> recoveries_ms;
+  // The workers still running (joins and departures), empty until the coordinator says.
+  std::vector<std::uint32_t> live_workers;
 };
 
 // One connected shard: its id, a name for errors, and its handle.
@@ -132,6 +135,8 @@ class kv_client {
   const partitioner& map() const { return map_; }
   const kv_client_options& options() const { return opts_; }
   std::vector<double> recovery_times_ms() const;
+  // The running workers as last heard from the coordinator (initially 0..num_workers-1).
+  std::vector<std::uint32_t> live_workers() const;
 
  private:
   kv_future send(op_kind kind, const key_set& keys, std::shared_ptr<std::vector<float>> values,
@@ -143,7 +148,7 @@ class kv_client {
   // key, chunk index). Chunks of a key set are the same every time, so each residual
   // follows one piece of one tensor across pushes.
   std::map<std::pair<key_type, std::size_t>, topk_residual> residuals_;
-  std::shared_ptr<kv_failover_stats> stats_ = std::make_shared<kv_failover_stats>();
+  std::shared_ptr<kv_cluster_events> stats_ = std::make_shared<kv_cluster_events>();
   caf::actor actor_;
   std::uint64_t clock_ = 0;
 };

@@ -87,6 +87,7 @@ void register_types(caf::actor_system_config& cfg) {
   cfg.add_message_type<cluster_view>("ps::cluster_view");
   cfg.add_message_type<shard_actor>("ps::shard_actor");
   cfg.add_message_type<coordinator_actor>("ps::coordinator_actor");
+  cfg.add_message_type<std::vector<std::uint32_t>>("std::vector<uint32_t>");
 }
 
 caf::error make_ps_error(std::string text) {

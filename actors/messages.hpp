@@ -34,6 +34,8 @@ using view_atom = caf::atom_constant<caf::atom("view")>;
 using failover_atom = caf::atom_constant<caf::atom("failover")>;
 using send_atom = caf::atom_constant<caf::atom("send")>;
 using resend_atom = caf::atom_constant<caf::atom("resend")>;
+using join_atom = caf::atom_constant<caf::atom("join")>;
+using members_atom = caf::atom_constant<caf::atom("members")>;
 
 template <class Inspector>
 constexpr bool is_raw_io_v =
@@ -167,10 +169,11 @@ struct registration {
   std::uint32_t id = 0;  // shard id or worker id
   cluster_view view;
   encoded_block state;   // a shard's parameters from --restore (libps/checkpoint.hpp); else empty
+  std::uint64_t start_clock = 0;  // a worker joining a running job starts here
 };
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, registration& x) {
-  return f(caf::meta::type_name("registration"), x.id, x.view, x.state);
+  return f(caf::meta::type_name("registration"), x.id, x.view, x.state, x.start_clock);
 }
 
 using shard_actor = caf::typed_actor<
@@ -184,6 +187,9 @@ using shard_actor = caf::typed_actor<
   caf::replies_to<clock_atom, request_header>::with<std::uint64_t>,
   // From the coordinator: the worker finished or died, nobody waits for it any more.
   caf::reacts_to<leave_atom, std::uint32_t>,
+  // From the coordinator: a worker joins the running job; it enters the clock vector at
+  // this copy's minimum clock, which is the answer.
+  caf::replies_to<join_atom, std::uint32_t>::with<std::uint64_t>,
   // From the coordinator after a failover: the new shard map (epoch); acknowledged before
   // the workers get it, so no request of the new epoch reaches a shard that lacks it.
   caf::replies_to<view_atom, cluster_view>::with<std::uint64_t>,

@@ -62,6 +62,7 @@ node_config::node_config() {
     .add(faults, "faults", "fault injector, ';'-separated: kill server=I at=C; kill worker=I at=C; "
                            "slow worker=I factor=F (see README)")
     .add(clocks, "clocks", "clocksum: iterations (clock ticks) per worker")
+    .add(clock_ms, "clock-ms", "clocksum: simulated compute per clock, in ms")
     .add(sizes, "sizes", "bench_kv: value sizes in bytes, e.g. [4096,1048576]")
     .add(windows, "windows", "bench_kv: requests in flight, e.g. [1,8]")
     .add(cell_seconds, "cell-seconds", "bench_kv: seconds per measured cell");
@@ -380,7 +381,8 @@ bool run_worker(caf::actor_system& sys, const node_config& cfg, coordinator_acto
                  {id, cfg.chunk_bytes, milliseconds(cfg.timeout_ms), cfg.inflight_bytes, cfg.push_codec(),
                   caf::actor_cast<caf::actor>(coord), cfg.fault_spec().kill_clock(fault_plan::role::worker, id),
                   retry_interval(cfg), cfg.fault_spec()});
-    worker_context ctx{sys, cfg, id, reg.view.num_workers, reg.view, kv, {}, {}};
+    worker_context ctx{sys, cfg, id, reg.view.num_workers, reg.view, kv, reg.start_clock, {}, {}};
+    if (reg.start_clock > 0) kv.set_clock(reg.start_clock);
     ctx.barrier = [&] {
       std::string berr;
       self->request(coord, milliseconds(cfg.barrier_timeout_ms), barrier_atom::value, id)
@@ -569,6 +571,8 @@ job_result run_job(caf::actor_system& sys, const node_config& cfg, const app_fn&
       return res;
     }
     auto addr = "--coordinator=127.0.0.1:" + std::to_string(*port);
+    std::fprintf(stderr, "coordinator listening on 127.0.0.1:%u (more workers can join: psnode --role=worker %s --app=%s)\n",
+                 *port, addr.c_str(), app_name.c_str());
     auto exe = psnode_path();
     try {
       for (std::size_t i = 0; i < cfg.servers; ++i)

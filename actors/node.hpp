@@ -55,6 +55,7 @@ struct node_config : caf::actor_system_config {
   std::string faults;
   // clocksum
   std::size_t clocks = 40;
+  std::size_t clock_ms = 0;  // simulated compute per clock
   // bench_kv
   std::vector<std::int64_t> sizes;
   std::vector<std::int64_t> windows;
@@ -100,6 +101,7 @@ struct worker_context {
   std::uint32_t num_workers;
   const cluster_view& view;
   kv_client& kv;
+  std::uint64_t start_clock;                     // > 0: joined a running job at this clock
   std::function<void()> barrier;                 // all live workers; throws kv_error on failure
   std::function<void(std::string)> report;       // progress, shown by the launcher
 };

@@ -349,6 +349,20 @@ shard_actor::behavior_type server_shard(shard_actor::stateful_pointer<shard_stat
       st.trace({trace_event::leave, worker, 0, st.id, 0, 0});
       release_parked();
     },
+    [=](join_atom, std::uint32_t worker) -> caf::result<std::uint64_t> {
+      auto& st = self->state;
+      if (!st.consistency) return make_ps_error(st.name + ": not configured yet");
+      auto& clocks = st.consistency->clocks();
+      auto min = clocks.min_clock();
+      if (min == left_clock) min = st.last_min;  // nobody live: where the last one left off
+      try {
+        clocks.join(worker, min);
+      } catch (const bad_request& e) {
+        return make_ps_error(st.name + ": " + e.what());
+      }
+      if (st.restored_clock) st.loss_reported.resize(clocks.size(), true);
+      return min;
+    },
     [=](view_atom, const cluster_view& view) -> std::uint64_t {
       auto& st = self->state;
       st.view_epoch = std::max(st.view_epoch, view.epoch);

@@ -252,7 +252,9 @@ std::string clocksum_app(worker_context& ctx) {
   auto mine = std::make_shared<std::vector<float>>(num_keys, static_cast<float>(ctx.id + 1));
   std::uint64_t stale_reads = 0;  // pulls that did not see exactly c * per_clock
   auto start = clock_type::now();
-  for (std::uint64_t c = 0; c < clocks; ++c) {
+  std::uint64_t pushes = 0;
+  for (std::uint64_t c = ctx.start_clock; c < clocks; ++c) {
+    if (ctx.cfg.clock_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(ctx.cfg.clock_ms));  // "compute"
     auto seen = ctx.kv.pull(keys).get();
     for (auto v : seen)
       if (v != c * per_clock) {
@@ -260,6 +262,7 @@ std::string clocksum_app(worker_context& ctx) {
         break;
       }
     ctx.kv.push(keys, mine).get();
+    ++pushes;
     ctx.kv.advance_clock(c + 1).get();
     if (seconds_since(start) > 0.5) {
       ctx.report("clock " + std::to_string(c + 1) + "/" + std::to_string(clocks));
@@ -277,7 +280,8 @@ std::string clocksum_app(worker_context& ctx) {
   }
   ctx.barrier();  // nobody leaves while others still pull
   std::ostringstream out;
-  out << "{\"worker\":" << ctx.id << ",\"clocks\":" << clocks << ",\"per_clock\":" << per_clock
+  out << "{\"worker\":" << ctx.id << ",\"clocks\":" << clocks << ",\"start_clock\":" << ctx.start_clock
+      << ",\"pushes\":" << pushes << ",\"per_clock\":" << per_clock
       << ",\"stale_reads\":" << stale_reads << ",\"shard_values\":{";
   bool first = true;
   for (auto [id, v] : per_shard) {

@@ -61,6 +61,14 @@ void vector_clock::advance(std::uint32_t w, std::uint64_t c) {
   clocks_[w] = c;
 }
 
+void vector_clock::join(std::uint32_t w, std::uint64_t c) {
+  if (w < clocks_.size())
+    throw bad_request("worker " + std::to_string(w) + " is already in the clock vector");
+  if (c == left_clock) throw bad_request("a worker cannot join at clock infinity");
+  clocks_.resize(w + 1, left_clock);
+  clocks_[w] = c;
+}
+
 void vector_clock::leave(std::uint32_t w) {
   check(w);
   clocks_[w] = left_clock;

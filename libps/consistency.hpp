@@ -35,6 +35,9 @@ class vector_clock {
   void advance(std::uint32_t w, std::uint64_t c);
   // w finished or died: its entry becomes +infinity.
   void leave(std::uint32_t w);
+  // A worker joins a running job at clock c (ids between the old size and w, never seen,
+  // count as left). Throws bad_request if w is already a member.
+  void join(std::uint32_t w, std::uint64_t c);
   bool live(std::uint32_t w) const { return clock(w) != left_clock; }
   std::uint64_t clock(std::uint32_t w) const;
   // Minimum over live workers; left_clock when none is live.

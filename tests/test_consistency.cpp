@@ -200,3 +200,21 @@ TEST_CASE("check_trace accepts a BSP history and names each kind of violation") 
   std::vector<E> other{{E::pull, 0, 1, 0, 1, 0}, {E::push, 1, 0, 1, 0, 0}};
   CHECK(check_trace(other).violations.empty());
 }
+
+TEST_CASE("vector clock: a worker joins a running job at a clock; gaps count as left") {
+  ps::vector_clock vc(2);
+  vc.advance(0, 5);
+  vc.advance(1, 7);
+  vc.join(3, 5);  // id 2 never came
+  CHECK(vc.size() == 4);
+  CHECK_FALSE(vc.live(2));
+  CHECK(vc.clock(3) == 5);
+  CHECK(vc.min_clock() == 5);
+  vc.advance(0, 8);
+  CHECK(vc.min_clock() == 5);  // the joiner is the slowest now
+  CHECK(vc.slowest() == 3);
+  vc.advance(3, 9);
+  CHECK(vc.min_clock() == 7);
+  CHECK_THROWS_AS(vc.join(1, 3), ps::bad_request);
+  CHECK_THROWS_AS(vc.join(4, ps::left_clock), ps::bad_request);
+}
