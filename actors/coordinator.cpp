@@ -19,6 +19,7 @@ cluster_view make_view(self_ptr self, const coordinator_options& opts) {
   v.vnodes = opts.vnodes;
   v.bucket_bits = opts.bucket_bits;
   v.num_workers = self->state.total_workers;
+  v.job_workers = opts.workers;
   v.staleness = opts.staleness;
   v.checkpoint_every = opts.checkpoint_every;
   v.checkpointer = opts.checkpointer;

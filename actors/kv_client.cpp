@@ -1,5 +1,6 @@
 #include "actors/kv_client.hpp"
 
+#include "libps/consistency.hpp"
 #include "libps/faults.hpp"
 
 #include <atomic>
@@ -567,6 +568,17 @@ std::vector<double> kv_client::recovery_times_ms() const {
 std::vector<std::uint32_t> kv_client::live_workers() const {
   std::lock_guard<std::mutex> guard(stats_->mtx);
   return stats_->live_workers;
+}
+
+kv_future kv_client::leave_clock_vector() {
+  auto op = std::make_shared<kv_op_state>();
+  op->what = "leaving the clock vector (worker " + std::to_string(opts_.worker) + ")";
+  auto req = std::make_shared<detail::op_request>();
+  req->kind = op_kind::clock;
+  req->op = op;
+  req->hdr = request_header{map_.epoch(), opts_.worker, left_clock, 0};  // a tick to infinity
+  caf::anon_send(actor_, clock_atom::value, std::move(req));
+  return kv_future(op);
 }
 
 kv_future kv_client::advance_clock(std::uint64_t c) {

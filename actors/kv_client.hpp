@@ -129,6 +129,9 @@ class kv_client {
   // every shard, after this worker's earlier requests to it (the staleness controller
   // counts on that order). Completes when every shard has acknowledged.
   kv_future advance_clock(std::uint64_t c);
+  // This worker has finished its iterations: it leaves every shard's clock vector, behind
+  // its earlier requests, so BSP and SSP reads stop waiting for it.
+  kv_future leave_clock_vector();
   // Tags later requests with this clock without telling the shards (tests).
   void set_clock(std::uint64_t c) { clock_ = c; }
   std::uint64_t clock() const { return clock_; }

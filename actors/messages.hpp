@@ -144,11 +144,13 @@ struct cluster_view {
   std::uint64_t checkpoint_every = 0;  // clocks; 0: no checkpoints
   caf::actor checkpointer;             // gets (checkpoint_atom, shard, clock, encoded_block)
   std::uint32_t replication = 1;       // copies of each shard (chain length)
+  std::uint32_t job_workers = 0;       // workers the job started with (num_workers grows with joins)
 };
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, cluster_view& x) {
   return f(caf::meta::type_name("cluster_view"), x.epoch, x.vnodes, x.bucket_bits, x.num_workers,
-           x.staleness, x.shards, x.rule, x.checkpoint_every, x.checkpointer, x.replication);
+           x.staleness, x.shards, x.rule, x.checkpoint_every, x.checkpointer, x.replication,
+           x.job_workers);
 }
 
 struct node_info {

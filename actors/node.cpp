@@ -382,7 +382,9 @@ bool run_worker(caf::actor_system& sys, const node_config& cfg, coordinator_acto
                   caf::actor_cast<caf::actor>(coord), cfg.fault_spec().kill_clock(fault_plan::role::worker, id),
                   retry_interval(cfg), cfg.fault_spec()});
     worker_context ctx{sys, cfg, id, reg.view.num_workers, reg.view, kv, reg.start_clock, {}, {}};
-    if (reg.start_clock > 0) kv.set_clock(reg.start_clock);
+    // A joiner entered each shard's clock vector at that shard's minimum; one tick puts it
+    // at the start clock everywhere (else its first read would wait for itself).
+    if (reg.start_clock > 0) kv.advance_clock(reg.start_clock).get();
     ctx.barrier = [&] {
       std::string berr;
       self->request(coord, milliseconds(cfg.barrier_timeout_ms), barrier_atom::value, id)

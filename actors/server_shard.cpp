@@ -332,8 +332,16 @@ shard_actor::behavior_type server_shard(shard_actor::stateful_pointer<shard_stat
       if (auto err = checked(hdr, range_list{}, [&] {
             auto& clocks = self->state.consistency->clocks();
             // A tick sent again after a failover may be one this copy has already seen.
-            if (hdr.worker >= clocks.size() || !clocks.live(hdr.worker) || hdr.clock > clocks.clock(hdr.worker))
+            if (hdr.clock == left_clock) {  // the worker is done: it leaves, behind its last pushes
+              if (hdr.worker < clocks.size() && clocks.live(hdr.worker)) {
+                clocks.leave(hdr.worker);
+                self->state.trace({trace_event::leave, hdr.worker, 0, self->state.id, 0, 0});
+              }
+            } else if (hdr.worker >= clocks.size()) {
+              clocks.advance(hdr.worker, hdr.clock);  // refused, naming the unknown worker
+            } else if (clocks.live(hdr.worker) && hdr.clock > clocks.clock(hdr.worker)) {
               clocks.advance(hdr.worker, hdr.clock);
+            }  // else: a tick seen before (resent after a failover), or from a worker that left
           }))
         return err;
       release_parked();

@@ -88,7 +88,7 @@ training_stats run_training(kv_client& kv, batch_loader& loader, straggler_model
     return params;
   };
   if (!plan.pipelined) {
-    for (std::uint64_t c = 0; c < plan.iterations; ++c) {
+    for (std::uint64_t c = plan.first_clock; c < plan.iterations; ++c) {
       auto batch = loader.request(c).get();
       auto pulled = kv.pull(all);
       auto params = wait_params(pulled);
@@ -102,9 +102,13 @@ training_stats run_training(kv_client& kv, batch_loader& loader, straggler_model
     return st;
   }
   std::deque<kv_future> previous, current;  // pushes and ticks of iterations c-1 and c
-  auto next_batch = loader.request(0);
+  if (plan.first_clock >= plan.iterations) {
+    st.seconds = seconds_between(start, clock_type::now());
+    return st;
+  }
+  auto next_batch = loader.request(plan.first_clock);
   auto pulled = kv.pull(all);
-  for (std::uint64_t c = 0; c < plan.iterations; ++c) {
+  for (std::uint64_t c = plan.first_clock; c < plan.iterations; ++c) {
     auto params = wait_params(pulled);
     auto batch = next_batch.get();
     if (c + 1 < plan.iterations) next_batch = loader.request(c + 1);

@@ -63,6 +63,7 @@ struct training_plan {
   key_type base = 0;            // parameter i is key base + i
   std::size_t num_params = 0;
   std::uint64_t iterations = 0;
+  std::uint64_t first_clock = 0;  // a worker that joined a running job starts there
   bool pipelined = true;
   // Forward/backward: fills grad (num_params floats) and returns the loss; calls ready
   // with each span of grad as soon as it is final (every span exactly once).
@@ -81,7 +82,8 @@ struct training_stats {
   float last_loss = 0;
 };
 
-// Runs plan.iterations iterations from clock 0; throws kv_error when a request fails.
+// Runs the iterations from plan.first_clock to plan.iterations; throws kv_error when a
+// request fails.
 training_stats run_training(kv_client& kv, batch_loader& loader, straggler_model& stragglers,
                             const training_plan& plan);
 

@@ -57,30 +57,40 @@ std::string fmnist_app(worker_context& ctx) {
   std::vector<float> params;
   model->init(params, ctx.cfg.seed);
   ctx.kv.init(key_set::single({0, n}), params).get();  // every worker offers the same values; the first wins
-  // This worker's share of the training set: every num_workers-th sample. Every worker
-  // runs the same number of iterations.
-  std::vector<std::size_t> mine;
-  for (std::size_t i = ctx.id; i < data.train.count; i += ctx.num_workers) mine.push_back(i);
+  // This worker's share of the training set: every k-th sample, k the number of running
+  // workers, taken anew at each epoch start, so a dead worker's samples go to the
+  // survivors and a worker that joined gets its part. Iterations per epoch stay those of
+  // the start.
+  auto share_of = [&](const std::vector<std::uint32_t>& live) {
+    std::size_t k = std::max<std::size_t>(1, live.size());
+    auto rank = static_cast<std::size_t>(std::find(live.begin(), live.end(), ctx.id) - live.begin()) % k;
+    std::vector<std::size_t> out;
+    for (std::size_t i = rank; i < data.train.count; i += k) out.push_back(i);
+    return out;
+  };
   // With --devices=N each device computes --batch samples per iteration.
   const auto devices = ctx.cfg.devices;
   const auto batch = ctx.cfg.batch * devices;
-  const auto iters_per_epoch = (data.train.count / ctx.num_workers) / batch;
+  // From the job's starting size, so a worker that joins later runs to the same end.
+  const auto iters_per_epoch = (data.train.count / std::max<std::uint32_t>(1, ctx.view.job_workers)) / batch;
   if (iters_per_epoch == 0)
     throw bad_request("--batch=" + std::to_string(batch) + " is larger than a worker's share of the data");
   const auto features = data.train.features;
   // Loader stage: reshuffles at each epoch start, seeded per worker and epoch.
-  batch_loader loader(ctx.sys, [&, order = mine](std::uint64_t clock) mutable {
+  batch_loader loader(ctx.sys, [&, order = std::vector<std::size_t>{}, order_epoch = UINT64_MAX](std::uint64_t clock) mutable {
     auto it = clock % iters_per_epoch;
-    if (it == 0) {
-      std::mt19937_64 rng(ctx.cfg.seed * 7919 + ctx.id * 104729 + clock / iters_per_epoch);
+    if (auto epoch = clock / iters_per_epoch; epoch != order_epoch) {
+      order = share_of(ctx.kv.live_workers());
+      std::mt19937_64 rng(ctx.cfg.seed * 7919 + ctx.id * 104729 + epoch);
       std::shuffle(order.begin(), order.end(), rng);
+      order_epoch = epoch;
     }
     sample_batch b;
     b.n = batch;
     b.x.resize(batch * features);
     b.y.resize(batch);
     for (std::size_t i = 0; i < batch; ++i) {
-      auto idx = order[it * batch + i];
+      auto idx = order[(it * batch + i) % order.size()];
       std::copy_n(data.train.images.data() + idx * features, features, b.x.data() + i * features);
       b.y[i] = data.train.labels[idx];
     }
@@ -99,6 +109,7 @@ std::string fmnist_app(worker_context& ctx) {
   training_plan plan;
   plan.num_params = n;
   plan.iterations = ctx.cfg.epochs * iters_per_epoch;
+  plan.first_clock = std::min(ctx.start_clock, plan.iterations);  // a worker that joined a running job
   plan.pipelined = ctx.cfg.pipeline == "on";
   // Learning-rate schedule, applied on the worker by scaling its gradient (the servers'
   // rule keeps --lr): linear decay to 10% over the run, which removes most of the
@@ -147,7 +158,10 @@ std::string fmnist_app(worker_context& ctx) {
     }
   };
   auto stats = run_training(ctx.kv, loader, stragglers, plan);
-  ctx.barrier();  // everyone's last push is in
+  // Done: out of the clock vector (behind the last pushes), so nobody waits for this
+  // worker's next clock; then everyone's last push is in.
+  ctx.kv.leave_clock_vector().get();
+  ctx.barrier();
   std::ostringstream out;
   out << "{\"worker\":" << ctx.id << ",\"samples\":" << stats.iterations * batch
       << ",\"train_seconds\":" << stats.seconds << ",\"compute_seconds\":" << stats.compute_seconds
@@ -269,6 +283,7 @@ std::string clocksum_app(worker_context& ctx) {
       start = clock_type::now();
     }
   }
+  ctx.kv.leave_clock_vector().get();
   ctx.barrier();
   auto final_values = ctx.kv.pull(keys).get();
   // Per shard: the one value all its keys hold (NaN if they differ).
