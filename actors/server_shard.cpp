@@ -283,11 +283,17 @@ shard_actor::behavior_type server_shard(shard_actor::stateful_pointer<shard_stat
     }
   }
   // While pulls are parked, look every half limit for ones that waited too long.
+  // Wakes when the oldest parked pull reaches the limit, so its explanation always beats
+  // the client's own timeout (the limit is 90% of it).
   auto schedule_sweep = [=] {
     auto& st = self->state;
     if (st.sweep_scheduled || st.parked.size() == 0) return;
     st.sweep_scheduled = true;
-    self->delayed_send(self, opts.park_limit / 2, sweep_atom::value);
+    auto oldest = self->clock().now();
+    st.parked.for_each([&](const parked_pull& p) { oldest = std::min(oldest, p.since); });
+    auto due = oldest + opts.park_limit - self->clock().now();
+    auto wait = std::max(std::chrono::duration_cast<std::chrono::milliseconds>(due), std::chrono::milliseconds(1));
+    self->delayed_send(self, wait, sweep_atom::value);
   };
   return {
     [=](push_atom, const request_header& hdr, const range_list& ranges,

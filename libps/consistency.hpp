@@ -88,6 +88,10 @@ class parked_reads {
     }
     return out;
   }
+  template <class F>
+  void for_each(F f) const {
+    for (const auto& [clock, r] : parked_) f(r);
+  }
   // Removes and returns the reads for which pred holds (e.g. waited too long).
   template <class Pred>
   std::vector<Read> release_if(Pred pred) {
