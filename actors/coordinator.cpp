@@ -35,7 +35,9 @@ void tell_observer(self_ptr, const coordinator_options& opts, caf::message msg) 
     return;
   }
   // Standalone coordinator: print what an observer would get.
-  if (msg.match_elements<report_atom, std::uint32_t, std::string>())
+  if (msg.match_elements<report_atom, std::uint32_t, std::string>() && msg.get_as<std::uint32_t>(1) == UINT32_MAX)
+    std::printf("%s\n", msg.get_as<std::string>(2).c_str());  // the cluster's own news (failovers, joins)
+  else if (msg.match_elements<report_atom, std::uint32_t, std::string>())
     std::printf("worker %u: %s\n", msg.get_as<std::uint32_t>(1), msg.get_as<std::string>(2).c_str());
   else if (msg.match_elements<done_atom, std::uint32_t, std::string>())
     std::printf("worker %u finished: %s\n", msg.get_as<std::uint32_t>(1), msg.get_as<std::string>(2).c_str());

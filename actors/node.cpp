@@ -72,6 +72,9 @@ node_config::node_config() {
     .add(chunk_bytes, "chunk-bytes", "largest value payload per message")
     .add(inflight_bytes, "inflight-bytes", "bytes in flight per shard before chunks queue in the client")
     .add(timeout_ms, "timeout-ms", "timeout of every push/pull request")
+    .add(heartbeat_ms, "heartbeat-ms", "interval of heartbeats between connected nodes (0: none); "
+                                       "keep it above the slowest connection handshake (CAF-NOTES 4)")
+    .add(failure_timeout_ms, "failure-timeout-ms", "a node silent (no message, no heartbeat) this long is declared dead")
     .add(retry_ms, "retry-ms", "send a request again when unanswered this long (default: 200 with --faults "
                                "drop/duplicate/delay, else never)")
     .add(register_timeout_ms, "register-timeout-ms", "how long members wait for the cluster to form")
@@ -185,6 +188,8 @@ void node_config::validate() const {
   auto plan = fault_spec();
   if (!plan.kills.empty() && cluster == "embedded" && (role.empty() || role == "local"))
     throw bad_request("--faults: kill needs --cluster=processes (a kill ends the whole process)");
+  if (heartbeat_ms > 0 && failure_timeout_ms < 2 * heartbeat_ms)
+    throw bad_request("--ps.failure-timeout-ms must be at least twice --ps.heartbeat-ms (a late heartbeat is not a failure)");
   if (retry_ms < -1 || retry_ms == 0 || retry_ms > static_cast<std::int64_t>(timeout_ms))
     throw bad_request("--ps.retry-ms must be in [1, --ps.timeout-ms]");
 
@@ -270,6 +275,12 @@ void apply_runtime_defaults(node_config& cfg) {
   // processes in CAF-NOTES §3/§8; bench_kv re-measures it (README).
   if (!caf::get_if<caf::atom_value>(&cfg, "scheduler.policy"))
     cfg.set("scheduler.policy", caf::atom("sharing"));
+  // Failure detection of hung or cut-off peers (a killed one is noticed at once anyway):
+  // heartbeats, and a deadline for silence. Explicit middleman.* settings win.
+  if (cfg.heartbeat_ms > 0 && !caf::get_if<caf::timespan>(&cfg, "middleman.heartbeat-interval")) {
+    cfg.set("middleman.heartbeat-interval", caf::timespan{milliseconds(cfg.heartbeat_ms)});
+    cfg.set("middleman.connection-timeout", caf::timespan{milliseconds(cfg.failure_timeout_ms)});
+  }
 }
 
 std::pair<std::string, std::uint16_t> parse_host_port(const std::string& s) {

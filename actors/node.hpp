@@ -67,6 +67,8 @@ struct node_config : caf::actor_system_config {
   std::size_t inflight_bytes = 8u << 20;
   std::size_t timeout_ms = 30000;
   std::int64_t retry_ms = -1;  // -1: 200 with message faults, else never
+  std::size_t heartbeat_ms = 1000;        // 0: no heartbeats (a hung peer is found by request timeouts only)
+  std::size_t failure_timeout_ms = 10000;  // a peer silent this long is declared dead
   std::size_t register_timeout_ms = 60000;
   std::size_t barrier_timeout_ms = 600000;
   std::size_t vnodes = 128;
