@@ -266,6 +266,7 @@ std::string clocksum_app(worker_context& ctx) {
   auto mine = std::make_shared<std::vector<float>>(num_keys, static_cast<float>(ctx.id + 1));
   std::uint64_t stale_reads = 0;  // pulls that did not see exactly c * per_clock
   auto start = clock_type::now();
+  const auto loop_start = start;
   std::uint64_t pushes = 0;
   for (std::uint64_t c = ctx.start_clock; c < clocks; ++c) {
     if (ctx.cfg.clock_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(ctx.cfg.clock_ms));  // "compute"
@@ -283,6 +284,7 @@ std::string clocksum_app(worker_context& ctx) {
       start = clock_type::now();
     }
   }
+  const auto train_seconds = seconds_since(loop_start);
   ctx.kv.leave_clock_vector().get();
   ctx.barrier();
   auto final_values = ctx.kv.pull(keys).get();
@@ -296,7 +298,7 @@ std::string clocksum_app(worker_context& ctx) {
   ctx.barrier();  // nobody leaves while others still pull
   std::ostringstream out;
   out << "{\"worker\":" << ctx.id << ",\"clocks\":" << clocks << ",\"start_clock\":" << ctx.start_clock
-      << ",\"pushes\":" << pushes << ",\"per_clock\":" << per_clock
+      << ",\"pushes\":" << pushes << ",\"train_seconds\":" << train_seconds << ",\"per_clock\":" << per_clock
       << ",\"stale_reads\":" << stale_reads << ",\"shard_values\":{";
   bool first = true;
   for (auto [id, v] : per_shard) {
