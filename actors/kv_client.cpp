@@ -333,7 +333,7 @@ void apply_view(client_ptr self, const cluster_view& view) {
     st.inflight_bytes[idx] = 0;
     for (auto& r : st.queued[idx]) again.push_back(std::move(r));
     st.queued[idx] = std::move(again);
-    std::fprintf(stderr, "worker %u: %s: new copies take over; %zu requests sent again\n", st.worker,
+    std::fprintf(stderr, "worker %u: %s takes over; %zu requests sent again\n", st.worker,
                  st.shards[idx].name.c_str(), st.queued[idx].size());
     pump(self, idx);
   }
