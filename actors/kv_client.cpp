@@ -246,11 +246,16 @@ std::string why_failed(client_ptr self, const shard_link& link, const caf::error
 
 // A request failed. While its shard is down and a new map may come, it is kept to be
 // sent again; otherwise its op fails with what went wrong.
+void shard_down(client_ptr self, std::size_t i, const std::string& reason);
+
 void request_failed(client_ptr self, std::size_t idx, std::uint64_t tag, const caf::error& err,
                     const std::string& what) {
   auto& st = self->state;
   auto it = st.sent[idx].find(tag);
   if (it == st.sent[idx].end()) return;
+  // Bounced by a copy that has ended (before its down message got here): the same news.
+  if (err == caf::sec::request_receiver_down && st.down[idx].empty() && !st.abandoned[idx])
+    shard_down(self, idx, st.shards[idx].name + " is down (" + describe(err) + ")");
   if (!st.down[idx].empty() && st.coordinator && !st.abandoned[idx]) return;
   auto op = it->second.op;
   op->finish(what + " failed: " + why_failed(self, st.shards[idx], err));
@@ -267,6 +272,22 @@ void fail_all(client_ptr self, std::size_t idx, const std::string& reason) {
   st.inflight_bytes[idx] = 0;
   for (auto& [tag, r] : sent) r.op->finish(r.op->what + " failed: " + reason);
   for (auto& r : queued) r.op->finish(r.op->what + " failed: " + reason);
+}
+
+// Shard i is gone. Without a coordinator its requests fail now. Otherwise they wait for
+// the new map (requests to a dead shard never fail on their own, CAF-NOTES §4), at most
+// the request timeout.
+void shard_down(client_ptr self, std::size_t i, const std::string& reason) {
+  auto& st = self->state;
+  st.down[i] = reason;
+  if (!st.coordinator) {
+    fail_all(self, i, st.down[i]);
+    return;
+  }
+  st.down_since[i] = std::chrono::steady_clock::now();
+  std::fprintf(stderr, "worker %u: %s; waiting up to %lld ms for a replacement\n", st.worker, st.down[i].c_str(),
+               static_cast<long long>(st.timeout.count()));
+  self->delayed_send(self, st.timeout, failover_atom::value, static_cast<std::uint64_t>(i), st.generation[i]);
 }
 
 pending_request clock_request(client_ptr self, std::size_t idx, request_header hdr, std::shared_ptr<kv_op_state> op) {
@@ -376,17 +397,7 @@ caf::behavior kv_client_actor(client_ptr self, std::vector<shard_link> shards, s
       if (st.shards[i].handle.address() != dm.source && st.tails[i].address() != dm.source) continue;
       if (!st.down[i].empty()) continue;  // head and tail of one chain: once is enough
       if (st.abandoned[i]) continue;  // the coordinator's word came first and failed it all
-      st.down[i] = st.shards[i].name + " is down (" + describe(dm.reason) + ")";
-      if (!st.coordinator) {
-        fail_all(self, i, st.down[i]);
-        continue;
-      }
-      // Requests to a dead shard never fail on their own (CAF-NOTES §4): keep them for
-      // its replacement, and give up if none comes within the request timeout.
-      st.down_since[i] = std::chrono::steady_clock::now();
-      std::fprintf(stderr, "worker %u: %s; waiting up to %lld ms for a replacement\n", st.worker, st.down[i].c_str(),
-                   static_cast<long long>(st.timeout.count()));
-      self->delayed_send(self, st.timeout, failover_atom::value, static_cast<std::uint64_t>(i), st.generation[i]);
+      shard_down(self, i, st.shards[i].name + " is down (" + describe(dm.reason) + ")");
     }
   });
   return {

@@ -96,6 +96,7 @@ shard_actor::behavior_type server_shard(shard_actor::stateful_pointer<shard_stat
     auto& st = self->state;
     auto it = st.forwards.find(tag);
     if (it == st.forwards.end()) return;  // sent again to a new successor since
+    if (err == caf::sec::request_receiver_down) st.successor_down = true;  // bounced: it has ended
     if (err && st.successor_down) return;
     if (err)
       it->second.reply.deliver(make_ps_error(st.name + ": the next copy in the chain failed: " + describe(err)));
