@@ -1,5 +1,7 @@
 #include "actors/coordinator.hpp"
 
+#include "libps/consistency.hpp"
+
 #include <unistd.h>
 
 #include <algorithm>
@@ -168,8 +170,7 @@ void shard_failed(self_ptr self, const coordinator_options& opts, std::uint32_t 
   for (const auto& r : latest.refused)
     tell_observer(self, opts, caf::make_message(report_atom::value, UINT32_MAX, "checkpoint refused: " + r));
   if (!latest.found)
-    return fail("no checkpoint has been written to " + opts.checkpoint_dir + " yet (the first comes at clock " +
-                std::to_string(opts.checkpoint_every) + ")");
+    return fail("no checkpoint has been written to " + opts.checkpoint_dir + " yet");
   const auto& ckpt = *latest.found;
   auto section = std::find_if(ckpt.shards.begin(), ckpt.shards.end(), [&](const shard_snapshot& s) { return s.shard == id; });
   if (section == ckpt.shards.end())
@@ -248,11 +249,18 @@ caf::result<registration> join_running_job(self_ptr self, const coordinator_opti
   return rp;
 }
 
+std::chrono::milliseconds checkpoint_period(const coordinator_options& opts) {
+  return std::max(std::chrono::milliseconds(1), std::chrono::duration_cast<std::chrono::milliseconds>(
+                                                  std::chrono::duration<double>(opts.checkpoint_seconds)));
+}
+
 }  // namespace
 
 coordinator_actor::behavior_type coordinator(self_ptr self, coordinator_options opts) {
   self->state.worker_done.assign(opts.workers, false);
   self->state.total_workers = opts.workers;
+  if (opts.checkpoint_seconds > 0 && opts.checkpointer)
+    self->delayed_send(self, checkpoint_period(opts), checkpoint_atom::value);
   self->set_down_handler([=](caf::down_msg& dm) {
     auto& st = self->state;
     auto it = st.members.find(dm.source);
@@ -354,6 +362,25 @@ coordinator_actor::behavior_type coordinator(self_ptr self, coordinator_options 
     },
     [=](report_atom, std::uint32_t worker, std::string& text) {
       tell_observer(self, opts, caf::make_message(report_atom::value, worker, std::move(text)));
+    },
+    [=](checkpoint_atom) {
+      // Time-based checkpoint: one clock boundary above every head's minimum, so each
+      // shard's part holds the same clocks (exactly, under BSP).
+      auto& st = self->state;
+      self->delayed_send(self, checkpoint_period(opts), checkpoint_atom::value);
+      if (!st.view_ready) return;
+      auto heads = st.shard_handles;
+      auto highest = std::make_shared<std::uint64_t>(0);
+      auto remaining = std::make_shared<std::size_t>(heads.size());
+      for (auto& head : heads)
+        self->request(head, std::chrono::seconds(5), checkpoint_atom::value)
+          .then(
+            [=](std::uint64_t min) {
+              if (min != left_clock) *highest = std::max(*highest, min);
+              if (--*remaining > 0) return;
+              for (auto& h : heads) caf::anon_send(h, checkpoint_atom::value, *highest + 1);
+            },
+            [=](caf::error&) { --*remaining; });  // a dead head: this round's file will not complete
     },
     [=](view_atom, std::uint32_t) {
       auto& st = self->state;

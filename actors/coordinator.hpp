@@ -28,6 +28,8 @@ struct coordinator_options {
   caf::actor observer;
   // Periodic checkpoints: every this many clocks the shards send their state here.
   std::uint64_t checkpoint_every = 0;
+  // Or every this many seconds: at the next clock boundary above every shard's minimum.
+  double checkpoint_seconds = 0;
   caf::actor checkpointer;
   // Recovery of a dead shard (no replicas): the newest intact checkpoint here is loaded
   // onto a replacement shard in this process. Empty: a dead shard ends the job.

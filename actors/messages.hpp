@@ -195,6 +195,10 @@ using shard_actor = caf::typed_actor<
   // From the coordinator after a failover: the new shard map (epoch); acknowledged before
   // the workers get it, so no request of the new epoch reaches a shard that lacks it.
   caf::replies_to<view_atom, cluster_view>::with<std::uint64_t>,
+  // From the coordinator, for time-based checkpoints: this copy's minimum clock now ...
+  caf::replies_to<checkpoint_atom>::with<std::uint64_t>,
+  // ... and the clock boundary (above every shard's minimum) at which to send its part.
+  caf::reacts_to<checkpoint_atom, std::uint64_t>,
   // Internal: fails pulls parked for longer than the limit, naming whom they wait for.
   caf::reacts_to<sweep_atom>,
   caf::reacts_to<start_atom, std::uint16_t>>;
@@ -205,7 +209,9 @@ using coordinator_actor = caf::typed_actor<
   caf::reacts_to<report_atom, std::uint32_t, std::string>,
   caf::reacts_to<done_atom, std::uint32_t, std::string>,
   // From a worker's key-value client: send me every new shard map (failovers).
-  caf::reacts_to<view_atom, std::uint32_t>>;
+  caf::reacts_to<view_atom, std::uint32_t>,
+  // Internal: time for a time-based checkpoint (--checkpoint-seconds).
+  caf::reacts_to<checkpoint_atom>>;
 
 // Registers every type above under the same names on every node.
 void register_types(caf::actor_system_config& cfg);

@@ -56,6 +56,7 @@ node_config::node_config() {
     .add(topk_ratio, "topk-ratio", "fraction of values a topk push sends (error feedback keeps the rest)")
     .add(checkpoint_dir, "checkpoint-dir", "DIR: the coordinator writes checkpoints here")
     .add(checkpoint_every, "checkpoint-every", "K: a checkpoint whenever the minimum clock crosses a multiple of K")
+    .add(checkpoint_seconds, "checkpoint-seconds", "T: a checkpoint every T seconds, at the next clock boundary")
     .add(replication, "replication", "R: copies of each shard in a chain over consecutive servers (pushes to the head, "
                                      "pulls from the tail); a dead copy is spliced out, nothing lost")
     .add(restore, "restore", "DIR: the shards start from the newest intact checkpoint in DIR")
@@ -177,10 +178,13 @@ void node_config::validate() const {
   if (!coordinator.empty()) parse_host_port(coordinator);
   staleness_bound("bsp");
   push_codec();
-  if (!checkpoint_dir.empty() && checkpoint_every == 0)
-    throw bad_request("--checkpoint-dir needs --checkpoint-every=K (K >= 1 clocks)");
-  if (checkpoint_every > 0 && checkpoint_dir.empty())
-    throw bad_request("--checkpoint-every needs --checkpoint-dir=DIR");
+  if (!(checkpoint_seconds >= 0) || checkpoint_seconds > 1e6)
+    throw bad_request("--checkpoint-seconds must be in [0, 1e6]");
+  if (!checkpoint_dir.empty() && checkpoint_every == 0 && checkpoint_seconds == 0)
+    throw bad_request("--checkpoint-dir needs --checkpoint-every=K (K >= 1 clocks) or --checkpoint-seconds=T");
+  if ((checkpoint_every > 0 || checkpoint_seconds > 0) && checkpoint_dir.empty())
+    throw bad_request(std::string(checkpoint_every > 0 ? "--checkpoint-every" : "--checkpoint-seconds") +
+                      " needs --checkpoint-dir=DIR");
   if (devices < 1 || devices > 64) throw bad_request("--devices must be in [1, 64]");
   if (replication < 1 || replication > servers)
     throw bad_request("--replication=" + std::to_string(replication) + " must be in [1, --servers=" +
@@ -318,6 +322,7 @@ coordinator_options coordinator_options_from(const node_config& cfg, const job_s
   o.rule = settings.rule;
   o.staleness = settings.staleness;
   o.checkpoint_every = cfg.checkpoint_every;
+  o.checkpoint_seconds = cfg.checkpoint_seconds;
   o.checkpoint_dir = cfg.checkpoint_dir;
   o.replication = static_cast<std::uint32_t>(cfg.replication);
   o.replacement = shard_options_from(cfg, "");

@@ -49,6 +49,7 @@ struct node_config : caf::actor_system_config {
   // checkpoints
   std::string checkpoint_dir;
   std::size_t checkpoint_every = 0;    // clocks
+  double checkpoint_seconds = 0;       // or every T seconds
   std::string restore;                 // DIR: start from its newest intact checkpoint
   std::size_t replication = 1;         // copies of each shard (chain replication)
   // fault injector (libps/faults.hpp)

@@ -173,8 +173,11 @@ shard_actor::behavior_type server_shard(shard_actor::stateful_pointer<shard_stat
     // The minimum clock crossed a checkpoint boundary: every update below it is applied
     // (exactly those under BSP), so this is the shard's part of the snapshot at that clock.
     auto min = st.consistency->clocks().min_clock();
-    if (st.head && st.checkpoint_every > 0 && st.checkpointer && min != left_clock &&
-        min / st.checkpoint_every > st.last_min / st.checkpoint_every) {
+    bool boundary = min != left_clock &&
+                    ((st.checkpoint_every > 0 && min / st.checkpoint_every > st.last_min / st.checkpoint_every) ||
+                     (!st.checkpoint_at.empty() && *st.checkpoint_at.begin() <= min));
+    if (min != left_clock) st.checkpoint_at.erase(st.checkpoint_at.begin(), st.checkpoint_at.upper_bound(min));
+    if (st.head && st.checkpointer && boundary) {
       auto bytes = encode_shard(shard_snapshot{st.id, st.store->snapshot()});
       auto block = std::make_shared<std::vector<std::byte>>(bytes.size());
       std::memcpy(block->data(), bytes.data(), bytes.size());
@@ -377,6 +380,14 @@ shard_actor::behavior_type server_shard(shard_actor::stateful_pointer<shard_stat
       }
       if (st.restored_clock) st.loss_reported.resize(clocks.size(), true);
       return min;
+    },
+    [=](checkpoint_atom) -> std::uint64_t {
+      auto& st = self->state;
+      return st.consistency ? st.consistency->clocks().min_clock() : 0;
+    },
+    [=](checkpoint_atom, std::uint64_t boundary) {
+      auto& st = self->state;
+      if (st.consistency && boundary > st.last_min) st.checkpoint_at.insert(boundary);
     },
     [=](view_atom, const cluster_view& view) -> std::uint64_t {
       auto& st = self->state;

@@ -7,6 +7,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 
 #include "actors/messages.hpp"
@@ -76,6 +77,7 @@ struct shard_state {
   bool sweep_scheduled = false;
   std::uint64_t last_min = 0;  // min clock last seen (checkpoints when it crosses a multiple)
   std::uint64_t checkpoint_every = 0;
+  std::set<std::uint64_t> checkpoint_at;  // boundaries the coordinator asked for (time-based)
   caf::actor checkpointer;
   int trace_fd = -1;
   std::uint64_t view_epoch = 0;          // newest shard map known (requests may not be newer)

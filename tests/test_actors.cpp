@@ -123,6 +123,8 @@ shard_actor::behavior_type silent_shard(shard_actor::stateful_pointer<silent_sta
     },
     [=](leave_atom, std::uint32_t) {},
     [=](join_atom, std::uint32_t) { return std::uint64_t{0}; },
+    [=](checkpoint_atom) { return std::uint64_t{0}; },
+    [=](checkpoint_atom, std::uint64_t) {},
     [=](view_atom, const cluster_view& v) { return v.epoch; },
     [=](sweep_atom) {},
     [=](start_atom, std::uint16_t) {},

@@ -487,3 +487,31 @@ TEST_CASE("faults: a worker joins a running job (psnode --role=worker at the coo
     for (std::uint32_t s = 0; s < 2; ++s)
       CHECK(shard_value(clocksum_line(out, w), s) == static_cast<long long>(3 * 80 + 3 * (80 - start)));
 }
+
+TEST_CASE("faults: time-based checkpoints (--checkpoint-seconds) are consistent cuts: under BSP exactly the clocks below theirs") {
+  std::filesystem::remove_all("ckpt-seconds");
+  std::filesystem::create_directory("ckpt-seconds");
+  auto [rc, out] = shell("bin/psnode --role=local --app=clocksum --clocks=60 --clock-ms=10 "
+                         "--checkpoint-dir=ckpt-seconds --checkpoint-seconds=0.15");
+  INFO(out);
+  REQUIRE(rc == 0);
+  int files = 0;
+  for (const auto& entry : std::filesystem::directory_iterator("ckpt-seconds")) {
+    auto c = read_checkpoint(entry.path().string());
+    CAPTURE(entry.path().string());
+    ++files;
+    REQUIRE(c.shards.size() == 2);
+    // Every key holds (1 + 2) per clock below the checkpoint's clock, on both shards.
+    std::size_t keys = 0, wrong = 0;
+    for (const auto& s : c.shards)
+      for (const auto& seg : s.segments)
+        for (auto v : seg.values) {
+          ++keys;
+          wrong += v != 3.0f * c.header.clock;
+        }
+    CHECK(keys == 65536);
+    CHECK(wrong == 0);
+  }
+  CHECK(files >= 2);  // 0.6 s of clocks, one every 0.15 s
+  std::filesystem::remove_all("ckpt-seconds");
+}
