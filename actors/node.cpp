@@ -16,6 +16,7 @@
 
 #include "actors/checkpointer.hpp"
 #include "actors/server_shard.hpp"
+#include "libps/text.hpp"
 
 extern char** environ;
 
@@ -237,11 +238,9 @@ namespace {
 
 // A number filling all of `text`; throws bad_request naming the flag.
 double parse_number(const std::string& flag, const std::string& whole, const std::string& text) {
-  char* end = nullptr;
-  double v = std::strtod(text.c_str(), &end);
-  if (text.empty() || *end != '\0' || !std::isfinite(v))
-    throw bad_request("--" + flag + "=" + whole + ": \"" + text + "\" is not a number");
-  return v;
+  auto v = ps::parse_number(text);
+  if (!v) throw bad_request("--" + flag + "=" + whole + ": \"" + text + "\" is not a number");
+  return *v;
 }
 
 std::pair<std::string, std::string> split_colon(const std::string& flag, const std::string& s,
@@ -292,9 +291,8 @@ std::pair<std::string, std::uint16_t> parse_host_port(const std::string& s) {
   if (colon == std::string::npos || colon == 0 || colon + 1 == s.size())
     throw bad_request("address \"" + s + "\" is not HOST:PORT");
   auto port_str = s.substr(colon + 1);
-  char* end = nullptr;
-  auto port = std::strtoul(port_str.c_str(), &end, 10);
-  if (*end != '\0' || port == 0 || port > 65535)
+  auto port = parse_count(port_str).value_or(0);
+  if (port == 0 || port > 65535)
     throw bad_request("address \"" + s + "\": port \"" + port_str + "\" is not in [1, 65535]");
   return {s.substr(0, colon), static_cast<std::uint16_t>(port)};
 }

@@ -19,6 +19,7 @@
 #include "actors/gpu_aggregator.hpp"
 #include "libps/codec.hpp"
 #include "libps/keys.hpp"
+#include "libps/text.hpp"
 
 namespace {
 
@@ -46,15 +47,9 @@ std::vector<std::string> split(const std::string& s) {
 }
 
 std::size_t to_size(const std::string& flag, const std::string& v) {
-  std::size_t used = 0;
-  unsigned long long x = 0;
-  try {
-    x = std::stoull(v, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (v.empty() || used != v.size() || v[0] == '-') throw ps::bad_request(flag + ": \"" + v + "\" is not a count");
-  return static_cast<std::size_t>(x);
+  auto x = ps::parse_count(v);
+  if (!x) throw ps::bad_request(flag + ": \"" + v + "\" is not a count");
+  return static_cast<std::size_t>(*x);
 }
 
 options parse(int argc, char** argv) {

@@ -7,6 +7,7 @@
 
 #include "kernels/kernels.hpp"
 #include "libps/keys.hpp"
+#include "libps/text.hpp"
 
 namespace ps {
 
@@ -155,14 +156,9 @@ codec parse_codec(const std::string& spec) {
     c.kind = codec_kind::topk;
     if (spec.size() > 4) {
       const std::string r = spec.substr(5);
-      std::size_t used = 0;
-      try {
-        c.topk_ratio = std::stod(r, &used);
-      } catch (const std::exception&) {
-        used = 0;
-      }
-      if (r.empty() || used != r.size())
-        throw bad_request("codec \"" + spec + "\": top-k ratio \"" + r + "\" is not a number");
+      auto ratio = parse_number(r);
+      if (!ratio) throw bad_request("codec \"" + spec + "\": top-k ratio \"" + r + "\" is not a number");
+      c.topk_ratio = *ratio;
     }
     c.validate();
     return c;

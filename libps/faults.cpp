@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "libps/keys.hpp"
+#include "libps/text.hpp"
 
 namespace ps {
 
@@ -49,33 +50,20 @@ struct clause {
   }
   std::uint64_t take_uint(const std::string& key, std::uint64_t max) {
     auto v = take(key);
-    std::size_t used = 0;
-    unsigned long long n = 0;
-    try {
-      n = std::stoull(v, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (used != v.size() || v.empty() || v[0] == '-' || n > max)
-      fail(key + "=" + v + " is not an integer in [0, " + std::to_string(max) + "]");
-    return n;
+    auto n = parse_count(v);
+    if (!n || *n > max) fail(key + "=" + v + " is not an integer in [0, " + std::to_string(max) + "]");
+    return *n;
   }
   double take_double(const std::string& key, double lo, double hi, bool lo_open) {
     auto v = take(key);
-    std::size_t used = 0;
-    double d = NAN;
-    try {
-      d = std::stod(v, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    bool ok = used == v.size() && !v.empty() && std::isfinite(d) && d <= hi && (lo_open ? d > lo : d >= lo);
+    auto d = parse_number(v);
+    bool ok = d && *d <= hi && (lo_open ? *d > lo : *d >= lo);
     if (!ok) {
       std::ostringstream range;
       range << (lo_open ? "(" : "[") << lo << ", " << hi << "]";
       fail(key + "=" + v + " is not a number in " + range.str());
     }
-    return d;
+    return *d;
   }
   void done() const {
     if (!args.empty()) fail("unknown argument " + args.begin()->first + "=");

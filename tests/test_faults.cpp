@@ -6,6 +6,7 @@
 #include "libps/duplicate_filter.hpp"
 #include "libps/faults.hpp"
 #include "libps/keys.hpp"
+#include "libps/text.hpp"
 
 using ps::fault_plan;
 using ps::parse_faults;
@@ -132,4 +133,14 @@ TEST_CASE("duplicate filter: each (worker, seq) passes once, out of order too; m
   CHECK(f.seen(0, 19));
   CHECK_FALSE(f.seen(0, 20));
   CHECK(f.first_time(0, 20));
+}
+
+TEST_CASE("numbers in flags: the whole text, no sign on counts, finite") {
+  CHECK(ps::parse_count("42") == 42u);
+  CHECK(ps::parse_count("18446744073709551615") == UINT64_MAX);
+  CHECK_FALSE(ps::parse_count("18446744073709551616").has_value());  // overflow
+  for (auto bad : {"", "-1", "+1", " 1", "1 ", "1x", "0x10"}) CHECK_FALSE(ps::parse_count(bad).has_value());
+  CHECK(ps::parse_number("0.25") == 0.25);
+  CHECK(ps::parse_number("-3e2") == -300.0);
+  for (auto bad : {"", "nan", "inf", "1.5.2", " 1", "1,5"}) CHECK_FALSE(ps::parse_number(bad).has_value());
 }
