@@ -12,6 +12,8 @@ caf::behavior checkpointer(caf::stateful_actor<checkpointer_state>* self, checkp
       std::fprintf(stderr, "%s\n", text.c_str());
   };
   return {
+    // A failover bumped the epoch: later files say so in their header.
+    [=](view_atom, const cluster_view& view) { self->state.epoch = std::max(self->state.epoch, view.epoch); },
     [=](checkpoint_atom, std::uint32_t shard, std::uint64_t clock, const encoded_block& data) {
       auto& st = self->state;
       try {
@@ -29,6 +31,7 @@ caf::behavior checkpointer(caf::stateful_actor<checkpointer_state>* self, checkp
       checkpoint c;
       c.header = opts.header;
       c.header.clock = clock;
+      c.header.epoch = std::max(opts.header.epoch, st.epoch);
       for (auto id : opts.header.shard_ids) c.shards.push_back(std::move(parts[id]));
       // Older clocks still incomplete can never complete consistently now: drop them.
       st.pending.erase(st.pending.begin(), st.pending.upper_bound(clock));

@@ -17,6 +17,7 @@ struct checkpointer_options {
 
 struct checkpointer_state {
   std::map<std::uint64_t, std::map<std::uint32_t, shard_snapshot>> pending;  // clock -> shard -> state
+  std::uint64_t epoch = 0;  // of the newest shard map heard of
   static inline const char* name = "checkpointer";
 };
 

@@ -91,6 +91,7 @@ void announce_view(self_ptr self, const coordinator_options& opts, std::function
   auto& st = self->state;
   auto view = make_view(self, opts);
   auto remaining = std::make_shared<std::size_t>(st.copies.size());
+  if (opts.checkpointer) caf::anon_send(opts.checkpointer, view_atom::value, view);
   auto to_workers = [=] {
     for (auto& sub : self->state.view_subscribers) caf::anon_send(sub, view_atom::value, view);
     if (then) then();

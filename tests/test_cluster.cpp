@@ -358,6 +358,9 @@ TEST_CASE("faults: r=1, a server killed at clock 20 of 40 comes back from the la
     CHECK(shard_value(line, 1) == expect_shard1);  // exactly what the reports say survived
     CHECK(line.find("\"recovery_ms\":[]") == std::string::npos);  // each worker failed over once
   }
+  // Checkpoints go on after the failover, and their header has the new epoch.
+  CHECK(read_checkpoint("ckpt-faults/checkpoint-8.apsckpt").header.epoch == 1);
+  CHECK(read_checkpoint("ckpt-faults/checkpoint-40.apsckpt").header.epoch == 2);
   std::filesystem::remove_all("ckpt-faults");
 }
 
