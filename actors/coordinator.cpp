@@ -140,6 +140,7 @@ void copy_failed(self_ptr self, const coordinator_options& opts, std::uint32_t i
   if (opts.replication < 2 || !st.view_ready || chain.empty()) return shard_failed(self, opts, id, who, reason);
   ++st.epoch;
   st.shards[id].handle = chain.front();
+  st.shards[id].since_epoch = st.epoch;
   st.shard_handles[id] = caf::actor_cast<shard_actor>(chain.front());
   tell_observer(self, opts, caf::make_message(report_atom::value, UINT32_MAX,
     who + " went down (" + describe(reason) + "); shard " + std::to_string(id) + "'s chain closed over it: " +
@@ -149,7 +150,7 @@ void copy_failed(self_ptr self, const coordinator_options& opts, std::uint32_t i
 }
 
 // A shard died. Without replicas its keys come back from the newest intact checkpoint,
-// onto a replacement shard in this process; what the checkpoint lacks is reported.
+// onto a replacement shard in a live server process; what the checkpoint lacks is reported.
 void shard_failed(self_ptr self, const coordinator_options& opts, std::uint32_t id, const std::string& who,
                   const caf::error& reason) {
   auto& st = self->state;
@@ -176,34 +177,57 @@ void shard_failed(self_ptr self, const coordinator_options& opts, std::uint32_t 
   auto section = std::find_if(ckpt.shards.begin(), ckpt.shards.end(), [&](const shard_snapshot& s) { return s.shard == id; });
   if (section == ckpt.shards.end())
     return fail(latest.path + " has no section for shard " + std::to_string(id));
-  ++st.epoch;
-  auto repl = std::make_shared<shard_options::replacement>();
-  repl->reg.id = id;
-  st.shards[id] = {id, "", 0, static_cast<std::uint32_t>(getpid()), {}, {}};
-  repl->reg.view = make_view(self, opts);
-  repl->state = *section;
-  repl->clock = ckpt.header.clock;
+  // The dead entry stays in the map until the replacement is placed; the epoch moves then
+  // (each announced map needs its own epoch: clients ignore one they have seen).
+  registration reg{id, make_view(self, opts), encoded_state(ckpt, id), 0};
+  std::vector<std::uint32_t> departed;
   for (std::uint32_t w = 0; w < st.worker_done.size(); ++w)
-    if (st.worker_done[w]) repl->departed.push_back(w);
-  repl->source = latest.path;
-  auto sopts = opts.replacement;
-  sopts.replaces = repl;
-  auto coord = caf::actor_cast<coordinator_actor>(self);
-  auto shard = self->spawn(server_shard, coord, sopts);
-  auto handle = caf::actor_cast<caf::actor>(shard);
-  st.shards[id].handle = handle;
-  if (opts.replication >= 2) st.shards[id].chain = {handle};
-  st.shard_handles[id] = shard;
-  st.copies.push_back(shard);
-  self->monitor(handle);
-  st.members[handle.address()] = "replacement shard " + std::to_string(id);
-  st.shard_ids[handle.address()] = id;
-  tell_observer(self, opts, caf::make_message(report_atom::value, UINT32_MAX,
-    who + " went down (" + describe(reason) + "); its keys were restored from " + latest.path + " (clock " +
-    std::to_string(ckpt.header.clock) + ") onto a replacement shard in the coordinator's process; epoch " +
-    std::to_string(st.epoch) + ". Updates to those keys from clock " + std::to_string(ckpt.header.clock) +
-    " on that the workers cannot resend are lost; the replacement reports them per worker."));
-  announce_view(self, opts);
+    if (st.worker_done[w]) departed.push_back(w);
+  auto clock = ckpt.header.clock;
+  auto source = latest.path;
+  auto placed = [=](shard_actor shard, const std::string& where, std::uint32_t pid) {
+    auto& st = self->state;
+    ++st.epoch;
+    auto handle = caf::actor_cast<caf::actor>(shard);
+    st.shards[id] = {id, "", 0, pid, handle, {}, st.epoch};
+    if (opts.replication >= 2) st.shards[id].chain = {handle};
+    st.shard_handles[id] = shard;
+    st.copies.push_back(shard);
+    self->monitor(handle);
+    st.members[handle.address()] = "replacement shard " + std::to_string(id) + " (in " + where + ")";
+    st.shard_ids[handle.address()] = id;
+    tell_observer(self, opts, caf::make_message(report_atom::value, UINT32_MAX,
+      who + " went down (" + describe(reason) + "); its keys were restored from " + source + " (clock " +
+      std::to_string(clock) + ") onto a replacement shard in " + where + "; epoch " + std::to_string(st.epoch) +
+      ". Updates to those keys from clock " + std::to_string(clock) +
+      " on that the workers cannot resend are lost; the replacement reports them per worker."));
+    announce_view(self, opts);
+  };
+  // Here, in the coordinator's process: only when no server process can take it.
+  auto place_here = [=](const std::string& why) {
+    auto sopts = opts.replacement;
+    sopts.replaces = std::make_shared<shard_options::replacement>(shard_options::replacement{reg, clock, departed, source});
+    placed(self->spawn(server_shard, caf::actor_cast<coordinator_actor>(self), sopts),
+           "the coordinator's process (" + why + ")", static_cast<std::uint32_t>(getpid()));
+  };
+  // A live server process takes it: the head of the lowest-numbered live shard that is
+  // not in the dead shard's process (its other actors die with it, their down messages
+  // may still be on the way).
+  shard_actor host;
+  std::string host_name;
+  std::uint32_t host_pid = 0;
+  auto dead_pid = st.shards[id].pid;
+  for (std::uint32_t i = 0; i < st.shard_handles.size() && !host; ++i) {
+    if (i == id || !st.shard_ids.count(st.shard_handles[i].address()) || st.shards[i].pid == dead_pid) continue;
+    host = st.shard_handles[i];
+    host_name = "the process of server shard " + std::to_string(i) +
+                (st.shards[i].host.empty() ? "" : " (" + st.shards[i].host + ", pid " + std::to_string(st.shards[i].pid) + ")");
+    host_pid = st.shards[i].pid;
+  }
+  if (!host) return place_here("no live server left");
+  self->request(host, std::chrono::seconds(3), restore_atom::value, reg, clock, departed, source)
+    .then([=](caf::actor& shard) { placed(caf::actor_cast<shard_actor>(shard), host_name, host_pid); },
+          [=](caf::error& err) { place_here(host_name + " refused: " + describe(err)); });
 }
 
 encoded_block encoded_state(const checkpoint& c, std::uint32_t shard) {
@@ -294,7 +318,7 @@ coordinator_actor::behavior_type coordinator(self_ptr self, coordinator_options 
           return make_ps_error("coordinator: all " + std::to_string(opts.servers) +
                                " servers have registered already");
         id = static_cast<std::uint32_t>(st.shards.size());
-        st.shards.push_back({id, info.host, info.port, info.pid, info.handle, {}});
+        st.shards.push_back({id, info.host, info.port, info.pid, info.handle, {}, 1});
         st.shard_handles.push_back(caf::actor_cast<shard_actor>(sender));
         st.copies.push_back(caf::actor_cast<shard_actor>(sender));
         st.shard_ids[sender.address()] = id;

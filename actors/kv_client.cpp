@@ -316,18 +316,19 @@ pending_request clock_request(client_ptr self, std::size_t idx, request_header h
 // shard's clock for this worker up to date.
 void apply_view(client_ptr self, const cluster_view& view) {
   auto& st = self->state;
-  if (view.epoch <= st.epoch) return;
-  st.epoch = view.epoch;
+  st.epoch = std::max(st.epoch, view.epoch);
   for (const auto& e : view.shards) {
     auto at = st.index.find(e.id);
     if (at == st.index.end()) continue;  // ownership never changes in this version
     auto idx = at->second;
     auto& old = st.entries[idx];
+    if (e.since_epoch <= old.since_epoch) continue;  // not newer than what this client has
     auto head = !e.chain.empty() ? e.chain.front() : e.handle;
     auto tail = !e.chain.empty() ? e.chain.back() : head;
     bool moved = head ? head != caf::actor_cast<caf::actor>(st.shards[idx].handle) ||
                           tail != caf::actor_cast<caf::actor>(st.tails[idx])
                       : (e.host != old.host || e.port != old.port);
+    old.since_epoch = e.since_epoch;
     if (!moved) continue;
     if (!head) {  // a new address we would have to connect to: not produced by this coordinator
       fail_all(self, idx, st.shards[idx].name + " moved to " + e.host + ":" + std::to_string(e.port) +

@@ -36,6 +36,7 @@ using send_atom = caf::atom_constant<caf::atom("send")>;
 using resend_atom = caf::atom_constant<caf::atom("resend")>;
 using join_atom = caf::atom_constant<caf::atom("join")>;
 using members_atom = caf::atom_constant<caf::atom("members")>;
+using restore_atom = caf::atom_constant<caf::atom("restore")>;
 
 template <class Inspector>
 constexpr bool is_raw_io_v =
@@ -126,10 +127,13 @@ struct shard_entry {
   // With --replication >= 2: the chain, head (gets pushes and ticks) first, tail (answers
   // pulls) last. Empty with one copy per shard.
   std::vector<caf::actor> chain;
+  // The epoch at which this entry last changed: maps may arrive out of order after two
+  // failovers, and a client takes each entry from the newest map that changed it.
+  std::uint64_t since_epoch = 1;
 };
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, shard_entry& x) {
-  return f(caf::meta::type_name("shard_entry"), x.id, x.host, x.port, x.pid, x.handle, x.chain);
+  return f(caf::meta::type_name("shard_entry"), x.id, x.host, x.port, x.pid, x.handle, x.chain, x.since_epoch);
 }
 
 // What every member learns from the coordinator: the shard map and the job settings.
@@ -195,6 +199,9 @@ using shard_actor = caf::typed_actor<
   // From the coordinator after a failover: the new shard map (epoch); acknowledged before
   // the workers get it, so no request of the new epoch reaches a shard that lacks it.
   caf::replies_to<view_atom, cluster_view>::with<std::uint64_t>,
+  // From the coordinator: start a replacement for a dead shard here (registration with
+  // the checkpoint's section, the checkpoint's clock, departed workers, the file's name).
+  caf::replies_to<restore_atom, registration, std::uint64_t, std::vector<std::uint32_t>, std::string>::with<caf::actor>,
   // From the coordinator, for time-based checkpoints: this copy's minimum clock now ...
   caf::replies_to<checkpoint_atom>::with<std::uint64_t>,
   // ... and the clock boundary (above every shard's minimum) at which to send its part.

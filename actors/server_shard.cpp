@@ -273,8 +273,7 @@ shard_actor::behavior_type server_shard(shard_actor::stateful_pointer<shard_stat
     configure(r->reg);
     auto& st = self->state;
     if (st.store) {
-      try {
-        st.store->restore(r->state.segments);
+      try {  // configure restored the parameters from r->reg.state
         for (std::uint32_t w = 0; w < st.consistency->clocks().size(); ++w) st.consistency->clocks().advance(w, r->clock);
         for (auto w : r->departed) st.consistency->clocks().leave(w);
         st.last_min = r->clock;
@@ -380,6 +379,16 @@ shard_actor::behavior_type server_shard(shard_actor::stateful_pointer<shard_stat
       }
       if (st.restored_clock) st.loss_reported.resize(clocks.size(), true);
       return min;
+    },
+    // From the coordinator: host a replacement for a dead shard in this process.
+    [=](restore_atom, registration& reg, std::uint64_t clock, std::vector<std::uint32_t>& departed,
+        std::string& source) -> caf::actor {
+      auto ropts = opts;
+      ropts.faults = {};  // a kill names the original shard's process
+      ropts.replica = nullptr;
+      ropts.replaces = std::make_shared<shard_options::replacement>(
+        shard_options::replacement{std::move(reg), clock, std::move(departed), std::move(source)});
+      return caf::actor_cast<caf::actor>(self->spawn(server_shard, coordinator, ropts));
     },
     [=](checkpoint_atom) -> std::uint64_t {
       auto& st = self->state;

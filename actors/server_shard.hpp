@@ -34,8 +34,7 @@ struct shard_options {
   // A replacement for a dead shard (set by the coordinator): configured at once from
   // this registration and state, no registration round.
   struct replacement {
-    registration reg;
-    shard_snapshot state;
+    registration reg;                     // with the checkpoint's section as its state
     std::uint64_t clock = 0;             // the checkpoint's clock: every live worker starts there
     std::vector<std::uint32_t> departed;  // workers that finished or died before
     std::string source;                  // the checkpoint file, for reports

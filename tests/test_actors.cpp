@@ -123,6 +123,9 @@ shard_actor::behavior_type silent_shard(shard_actor::stateful_pointer<silent_sta
     },
     [=](leave_atom, std::uint32_t) {},
     [=](join_atom, std::uint32_t) { return std::uint64_t{0}; },
+    [=](restore_atom, const registration&, std::uint64_t, const std::vector<std::uint32_t>&, const std::string&) {
+      return caf::actor{};
+    },
     [=](checkpoint_atom) { return std::uint64_t{0}; },
     [=](checkpoint_atom, std::uint64_t) {},
     [=](view_atom, const cluster_view& v) { return v.epoch; },

@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 
 #include "apps/apps.hpp"
 #include "libps/checkpoint.hpp"
@@ -517,4 +518,34 @@ TEST_CASE("faults: time-based checkpoints (--checkpoint-seconds) are consistent 
   }
   CHECK(files >= 2);  // 0.6 s of clocks, one every 0.15 s
   std::filesystem::remove_all("ckpt-seconds");
+}
+
+TEST_CASE("faults: r=1, two servers die one after the other, the second with a replacement in it: every loss reported, the rest exact") {
+  std::filesystem::remove_all("ckpt-twice");
+  std::filesystem::create_directory("ckpt-twice");
+  // Server 1's process also holds the replacement for shard 0 when it dies at clock 30.
+  auto [rc, out] = shell("bin/psnode --role=local --app=clocksum --servers=3 --workers=2 --clocks=40 "
+                         "--checkpoint-dir=ckpt-twice --checkpoint-every=8 "
+                         "--faults='kill server=0 at=12;kill server=1 at=30'");
+  INFO(out);
+  REQUIRE(rc == 0);
+  CHECK(out.find("onto a replacement shard in the process of server shard") != std::string::npos);
+  // lost[shard][worker], summed over every report (a shard restored twice reports twice).
+  std::map<std::uint32_t, std::map<std::uint32_t, long long>> lost;
+  for (std::size_t at = 0; (at = out.find("lost_clocks=", at)) != std::string::npos; at += 12) {
+    auto line_start = out.rfind('\n', at) + 1;
+    auto line = out.substr(line_start, at - line_start);
+    unsigned shard = 0, worker = 0;
+    REQUIRE(std::sscanf(line.c_str(), "shard %u: worker %u:", &shard, &worker) == 2);
+    lost[shard][worker] += std::stoll(out.substr(at + 12));
+  }
+  CHECK(lost.size() == 2);  // shards 0 and 1 lost something; shard 2 never failed
+  for (std::uint32_t s = 0; s < 3; ++s) {
+    long long expect = 0;
+    for (std::uint32_t w = 0; w < 2; ++w) expect += (w + 1) * (40 - lost[s][w]);
+    CAPTURE(s);
+    CHECK(shard_value(clocksum_line(out, 0), s) == expect);
+    CHECK(shard_value(clocksum_line(out, 1), s) == expect);
+  }
+  std::filesystem::remove_all("ckpt-twice");
 }
