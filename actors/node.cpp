@@ -345,6 +345,19 @@ shard_options shard_options_from(const node_config& cfg, std::string host) {
 
 namespace {
 
+// remote_actor, tried up to 3 times: with heartbeats on, CAF 0.17 drops an outgoing
+// connection whose handshake is still open when a heartbeat tick comes (CAF-NOTES §4),
+// so a connect can fail for no reason of the peer's.
+template <class Handle>
+caf::expected<Handle> connect_to(caf::actor_system& sys, const std::string& host, std::uint16_t port) {
+  auto h = sys.middleman().remote_actor<Handle>(host, port);
+  for (int attempt = 1; !h && attempt < 3; ++attempt) {
+    std::this_thread::sleep_for(milliseconds(20 * attempt));  // back off before the next try
+    h = sys.middleman().remote_actor<Handle>(host, port);
+  }
+  return h;
+}
+
 // Lost requests are sent again after --ps.retry-ms; the fault injector's message faults
 // need it (a dropped request is otherwise never answered).
 milliseconds retry_interval(const node_config& cfg) {
@@ -384,7 +397,7 @@ bool run_worker(caf::actor_system& sys, const node_config& cfg, coordinator_acto
       continue;
     }
     name += " (" + s.host + ":" + std::to_string(s.port) + ", pid " + std::to_string(s.pid) + ")";
-    auto h = sys.middleman().remote_actor<shard_actor>(s.host, s.port);
+    auto h = connect_to<shard_actor>(sys, s.host, s.port);
     if (!h)
       return finish("worker " + std::to_string(id) + ": cannot connect to " + name + ": " +
                       describe(h.error()), false);
@@ -674,7 +687,7 @@ caf::expected<coordinator_actor> connect_coordinator(caf::actor_system& sys, con
   if (cfg.coordinator.empty())
     return make_ps_error("--coordinator=HOST:PORT is required for --role=" + cfg.role);
   auto [host, port] = parse_host_port(cfg.coordinator);
-  auto h = sys.middleman().remote_actor<coordinator_actor>(host, port);
+  auto h = connect_to<coordinator_actor>(sys, host, port);
   if (!h)
     return make_ps_error("cannot reach the coordinator at " + cfg.coordinator + ": " + describe(h.error()));
   return *h;
