@@ -111,5 +111,38 @@ struct fixture {
   }
 };
 
+// Two shards (2 x 32 keys in 4-key buckets), a coordinator and `workers` kv_clients on the
+// test scheduler, the keys initialized to 0.
+struct two_shard_cluster : fixture {
+  static constexpr std::uint64_t num_keys = 64;
+  coordinator_actor coord;
+  std::vector<shard_actor> shards;                  // the heads
+  std::vector<std::unique_ptr<kv_client>> clients;  // by worker id
+  cluster_view view;                                // as the workers got it
+  key_set keys = key_set::single({0, num_keys});
+
+  // follow_failovers: the clients hear of new maps from the coordinator.
+  void start(coordinator_options o, std::uint32_t workers, shard_options sopts = {}, bool follow_failovers = false) {
+    o.servers = 2;
+    o.workers = workers;
+    o.bucket_bits = 2;
+    coord = spawn_coordinator(o);
+    shards = {spawn_shard(coord, sopts), spawn_shard(coord, sopts)};
+    std::vector<std::shared_ptr<std::optional<registration>>> regs;
+    for (std::uint32_t w = 0; w < workers; ++w) regs.push_back(register_worker(coord));
+    sched.run();
+    clients.resize(workers);
+    for (auto& r : regs) {
+      REQUIRE(r->has_value());
+      view = (*r)->view;
+      kv_client_options opts{(*r)->id, default_chunk_bytes, milliseconds(60000)};
+      if (follow_failovers) opts.coordinator = caf::actor_cast<caf::actor>(coord);
+      clients[(*r)->id] = std::make_unique<kv_client>(sys, view, links_of(view), opts);
+    }
+    auto init = clients[0]->init(keys, std::vector<float>(num_keys, 0.0f));
+    sched.run();
+    REQUIRE(init.error() == "");
+  }
+};
 
 }  // namespace ps::test

@@ -19,35 +19,14 @@ using namespace ps::test;
 
 namespace {
 
-constexpr std::uint64_t num_keys = 64;  // with 4-key buckets: spread over both shards
+constexpr std::uint64_t num_keys = two_shard_cluster::num_keys;
 
 // A cluster of 2 shards and `workers` kv_clients, all on the test scheduler.
-struct ssp_cluster : fixture {
-  coordinator_actor coord;
-  std::vector<std::unique_ptr<kv_client>> clients;  // by worker id
-  key_set keys = key_set::single({0, num_keys});
-
+struct ssp_cluster : two_shard_cluster {
   void start(std::uint32_t workers, std::uint64_t staleness, shard_options sopts = {}) {
     coordinator_options o;
-    o.servers = 2;
-    o.workers = workers;
-    o.bucket_bits = 2;
     o.staleness = staleness;
-    coord = spawn_coordinator(o);
-    shards = {spawn_shard(coord, sopts), spawn_shard(coord, sopts)};
-    std::vector<std::shared_ptr<std::optional<registration>>> regs;
-    for (std::uint32_t w = 0; w < workers; ++w) regs.push_back(register_worker(coord));
-    sched.run();
-    clients.resize(workers);
-    for (auto& r : regs) {
-      REQUIRE(r->has_value());
-      auto id = (*r)->id;
-      clients[id] = std::make_unique<kv_client>(sys, (*r)->view, links_of((*r)->view),
-                                                kv_client_options{id, default_chunk_bytes, milliseconds(60000)});
-    }
-    auto init = clients[0]->init(keys, std::vector<float>(num_keys, 0.0f));
-    sched.run();
-    REQUIRE(init.error() == "");
+    two_shard_cluster::start(o, workers, sopts);
   }
   // One iteration's writes: +1 on every key, tagged with the worker's clock, then the tick.
   void push_and_tick(std::uint32_t w) {
@@ -55,7 +34,6 @@ struct ssp_cluster : fixture {
     kv.push(keys, std::vector<float>(num_keys, 1.0f));
     kv.advance_clock(kv.clock() + 1);
   }
-  std::vector<shard_actor> shards;
   // Through the coordinator, as a finishing worker does (the coordinator tells the shards).
   void leave(std::uint32_t w) { caf::anon_send(coord, done_atom::value, w, std::string("{}")); }
   // Straight to the shards: the coordinator would end the job when the last worker goes.

@@ -11,39 +11,16 @@ using namespace ps::test;
 
 namespace {
 
-constexpr std::uint64_t num_keys = 64;  // with 4-key buckets: spread over both shards
+constexpr std::uint64_t num_keys = two_shard_cluster::num_keys;
 
 // 2 servers with 2 copies of each shard, BSP, `workers` clients that follow failovers.
-struct chain_cluster : fixture {
-  coordinator_actor coord;
-  std::vector<shard_actor> heads;
-  std::vector<std::unique_ptr<kv_client>> clients;
-  cluster_view view;
-  key_set keys = key_set::single({0, num_keys});
-
+struct chain_cluster : two_shard_cluster {
+  std::vector<shard_actor>& heads = shards;
   void start(std::uint32_t workers) {
     coordinator_options o;
-    o.servers = 2;
-    o.workers = workers;
-    o.bucket_bits = 2;
     o.staleness = 0;
     o.replication = 2;
-    coord = spawn_coordinator(o);
-    heads = {spawn_shard(coord), spawn_shard(coord)};
-    std::vector<std::shared_ptr<std::optional<registration>>> regs;
-    for (std::uint32_t w = 0; w < workers; ++w) regs.push_back(register_worker(coord));
-    sched.run();
-    clients.resize(workers);
-    for (auto& r : regs) {
-      REQUIRE(r->has_value());
-      view = (*r)->view;
-      kv_client_options opts{(*r)->id, default_chunk_bytes, milliseconds(60000)};
-      opts.coordinator = caf::actor_cast<caf::actor>(coord);
-      clients[(*r)->id] = std::make_unique<kv_client>(sys, view, links_of(view), opts);
-    }
-    auto init = clients[0]->init(keys, std::vector<float>(num_keys, 0.0f));
-    sched.run();
-    REQUIRE(init.error() == "");
+    two_shard_cluster::start(o, workers, {}, true);
   }
   // Every key pulled must hold exactly `expect`.
   void check_all(kv_client& kv, float expect) {
