@@ -136,6 +136,7 @@ shard_actor::behavior_type server_shard(shard_actor::stateful_pointer<shard_stat
           if (fn == &shard_store::push && st.head) st.trace({trace_event::push, hdr.worker, hdr.clock, st.id, 0, 0});
         }))
       return err;
+    if (!self->state.successor) return reply(hdr.seq);  // the tail (or the only copy) acknowledges
     bool is_push = fn == &shard_store::push;
     return pass_down([=](shard_actor next, std::uint64_t tag) {
       auto req = is_push ? self->request(next, opts.forward_timeout, push_atom::value, hdr, ranges, values)
@@ -354,6 +355,7 @@ shard_actor::behavior_type server_shard(shard_actor::stateful_pointer<shard_stat
           }))
         return err;
       release_parked();
+      if (!self->state.successor) return hdr.clock;
       return pass_down([=](shard_actor next, std::uint64_t tag) {
         self->request(next, opts.forward_timeout, clock_atom::value, hdr)
           .then([=](std::uint64_t) { forwarded(tag, {}); }, [=](caf::error& e) { forwarded(tag, e); });
