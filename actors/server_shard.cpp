@@ -75,7 +75,9 @@ shard_actor::behavior_type server_shard(shard_actor::stateful_pointer<shard_stat
     std::string text = st.name + ": worker " + std::to_string(hdr.worker) + ": ";
     if (hdr.clock > from)
       text += "updates of clocks " + std::to_string(from) + ".." + std::to_string(hdr.clock - 1) +
-              " were lost with the dead shard (lost_clocks=" + std::to_string(hdr.clock - from) + ")";
+              " were lost with the dead shard (lost_clocks=" + std::to_string(hdr.clock - from) + ")" +
+              // Under SSP/ASP pushes are applied on arrival, so the checkpoint may hold some.
+              (st.consistency->staleness() > 0 ? ", at most: the checkpoint may hold some of them (SSP/ASP)" : "");
     else
       text += "no update lost (lost_clocks=0)";
     caf::anon_send(coordinator, report_atom::value, UINT32_MAX, std::move(text));
