@@ -457,7 +457,7 @@ TEST_CASE("faults: train_fmnist with 1% of messages dropped ends within 1 point 
 TEST_CASE("faults: a worker joins a running job (psnode --role=worker at the coordinator); its pushes count") {
   // The job prints the coordinator's address, then progress; the joiner starts at the
   // first progress line, so the job is surely running.
-  FILE* job = popen("bin/psnode --role=local --app=clocksum --servers=2 --workers=2 --clocks=80 --clock-ms=20 2>&1", "r");
+  FILE* job = popen("bin/psnode --role=local --app=clocksum --servers=2 --workers=2 --clocks=150 --clock-ms=20 2>&1", "r");
   REQUIRE(job != nullptr);
   std::string out, port;
   bool running = false;
@@ -472,7 +472,7 @@ TEST_CASE("faults: a worker joins a running job (psnode --role=worker at the coo
   REQUIRE_FALSE(port.empty());
   REQUIRE(running);
   auto [rc, joined] = shell("bin/psnode --role=worker --coordinator=127.0.0.1:" + port +
-                            " --app=clocksum --clocks=80 --clock-ms=20");
+                            " --app=clocksum --clocks=150 --clock-ms=20");
   while (std::fgets(line, sizeof line, job)) out += line;
   int status = pclose(job);
   INFO(out);
@@ -484,12 +484,12 @@ TEST_CASE("faults: a worker joins a running job (psnode --role=worker at the coo
   auto line2 = clocksum_line(out, 2);
   auto start = std::stoull(line2.substr(line2.find("\"start_clock\":") + 14));
   CHECK(start > 0);   // it joined mid-run ...
-  CHECK(start < 80);  // ... before the end
-  CHECK(line2.find("\"pushes\":" + std::to_string(80 - start)) != std::string::npos);
-  // Workers 0 and 1 push 1 and 2 for 80 clocks; the joiner 3 from its start clock on.
+  CHECK(start < 150);  // ... before the end
+  CHECK(line2.find("\"pushes\":" + std::to_string(150 - start)) != std::string::npos);
+  // Workers 0 and 1 push 1 and 2 for 150 clocks; the joiner 3 from its start clock on.
   for (std::uint32_t w = 0; w < 3; ++w)
     for (std::uint32_t s = 0; s < 2; ++s)
-      CHECK(shard_value(clocksum_line(out, w), s) == static_cast<long long>(3 * 80 + 3 * (80 - start)));
+      CHECK(shard_value(clocksum_line(out, w), s) == static_cast<long long>(3 * 150 + 3 * (150 - start)));
 }
 
 TEST_CASE("faults: time-based checkpoints (--checkpoint-seconds) are consistent cuts: under BSP exactly the clocks below theirs") {
