@@ -336,6 +336,9 @@ void apply_view(client_ptr self, const cluster_view& view) {
       continue;
     }
     old = e;
+    // Learning of the failure from the new map (before its own down message) counts as
+    // learning of it: recovery time runs from here then.
+    if (!st.down_since[idx]) st.down_since[idx] = std::chrono::steady_clock::now();
     st.shards[idx].handle = caf::actor_cast<shard_actor>(head);
     st.tails[idx] = caf::actor_cast<shard_actor>(tail);
     st.shards[idx].name = "shard " + std::to_string(e.id) + " (epoch " + std::to_string(view.epoch) + ")";
