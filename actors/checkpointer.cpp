@@ -17,8 +17,7 @@ caf::behavior checkpointer(caf::stateful_actor<checkpointer_state>* self, checkp
     [=](checkpoint_atom, std::uint32_t shard, std::uint64_t clock, const encoded_block& data) {
       auto& st = self->state;
       try {
-        if (!data.bytes) throw bad_request("no data");
-        auto snap = decode_shard(std::string(reinterpret_cast<const char*>(data.bytes->data()), data.bytes->size()));
+        auto snap = snapshot_of(data);
         if (snap.shard != shard) throw bad_request("holds the state of shard " + std::to_string(snap.shard));
         st.pending[clock][shard] = std::move(snap);
       } catch (const bad_request& e) {

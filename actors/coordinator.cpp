@@ -1,13 +1,12 @@
 #include "actors/coordinator.hpp"
 
-#include "libps/consistency.hpp"
-
 #include <unistd.h>
 
 #include <algorithm>
-#include <functional>
 #include <cstdio>
-#include <cstring>
+#include <functional>
+
+#include "libps/consistency.hpp"
 
 namespace ps {
 
@@ -20,7 +19,7 @@ cluster_view make_view(self_ptr self, const coordinator_options& opts) {
   v.epoch = self->state.epoch;
   v.vnodes = opts.vnodes;
   v.bucket_bits = opts.bucket_bits;
-  v.num_workers = self->state.total_workers;
+  v.num_workers = static_cast<std::uint32_t>(self->state.worker_done.size());
   v.job_workers = opts.workers;
   v.staleness = opts.staleness;
   v.checkpoint_every = opts.checkpoint_every;
@@ -59,7 +58,7 @@ void tell_members(self_ptr self) {
 
 void release_barrier_if_complete(self_ptr self) {
   auto& st = self->state;
-  auto live = st.total_workers - st.finished_workers;
+  auto live = st.worker_done.size() - st.finished_workers;
   if (st.barrier.empty() || st.barrier.size() < live) return;
   auto gen = st.barrier_generation++;
   for (auto& rp : st.barrier) rp.deliver(gen);
@@ -74,7 +73,7 @@ void worker_finished(self_ptr self, std::uint32_t id) {
   // It leaves the clock vector: BSP and SSP reads stop waiting for it.
   for (auto& copy : st.copies) caf::anon_send(copy, leave_atom::value, id);
   tell_members(self);
-  if (st.finished_workers == st.total_workers) {
+  if (st.finished_workers == st.worker_done.size()) {
     self->quit();
     return;
   }
@@ -108,23 +107,17 @@ void announce_view(self_ptr self, const coordinator_options& opts, std::function
 void deliver_waiting(self_ptr self, const coordinator_options& opts, bool servers_only) {
   auto& st = self->state;
   auto view = make_view(self, opts);
-  std::vector<caf::typed_response_promise<registration>> keep;
-  std::vector<std::uint32_t> keep_ids;
-  std::vector<bool> keep_roles;
-  for (std::size_t i = 0; i < st.waiting.size(); ++i) {
-    if (servers_only && !st.waiting_is_server[i]) {
-      keep.push_back(st.waiting[i]);
-      keep_ids.push_back(st.waiting_ids[i]);
-      keep_roles.push_back(false);
+  std::vector<coordinator_state::parked_registration> keep;
+  for (auto& w : st.waiting) {
+    if (servers_only && !w.server) {
+      keep.push_back(std::move(w));
       continue;
     }
-    registration reg{st.waiting_ids[i], view, {}};
-    if (opts.restore && st.waiting_is_server[i]) reg.state = encoded_state(*opts.restore, reg.id);
-    st.waiting[i].deliver(std::move(reg));
+    registration reg{w.id, view, {}};
+    if (opts.restore && w.server) reg.state = encoded_state(*opts.restore, reg.id);
+    w.promise.deliver(std::move(reg));
   }
   st.waiting = std::move(keep);
-  st.waiting_ids = std::move(keep_ids);
-  st.waiting_is_server = std::move(keep_roles);
 }
 
 // A copy of shard `id` died. With a copy left, the chain closes over the gap; with none,
@@ -232,12 +225,7 @@ void shard_failed(self_ptr self, const coordinator_options& opts, std::uint32_t 
 
 encoded_block encoded_state(const checkpoint& c, std::uint32_t shard) {
   for (const auto& s : c.shards)
-    if (s.shard == shard) {
-      auto bytes = encode_shard(s);
-      encoded_block b{std::make_shared<std::vector<std::byte>>(bytes.size())};
-      std::memcpy(b.bytes->data(), bytes.data(), bytes.size());
-      return b;
-    }
+    if (s.shard == shard) return snapshot_block(s);
   throw bad_request("the checkpoint has no section for shard " + std::to_string(shard));
 }
 
@@ -247,7 +235,6 @@ caf::result<registration> join_running_job(self_ptr self, const coordinator_opti
                                            const node_info& info) {
   auto& st = self->state;
   auto id = st.next_worker++;
-  ++st.total_workers;
   st.worker_done.push_back(false);
   if (sender) {
     self->monitor(sender);
@@ -261,7 +248,7 @@ caf::result<registration> join_running_job(self_ptr self, const coordinator_opti
     if (--*remaining > 0) return;
     tell_observer(self, opts, caf::make_message(report_atom::value, UINT32_MAX,
       "worker " + std::to_string(id) + " joined at clock " + std::to_string(*start) + " (pid " +
-      std::to_string(info.pid) + "); " + std::to_string(self->state.total_workers - self->state.finished_workers) +
+      std::to_string(info.pid) + "); " + std::to_string(self->state.worker_done.size() - self->state.finished_workers) +
       " workers now"));
     registration reg{id, make_view(self, opts), {}, *start};
     rp.deliver(std::move(reg));
@@ -283,7 +270,6 @@ std::chrono::milliseconds checkpoint_period(const coordinator_options& opts) {
 
 coordinator_actor::behavior_type coordinator(self_ptr self, coordinator_options opts) {
   self->state.worker_done.assign(opts.workers, false);
-  self->state.total_workers = opts.workers;
   if (opts.checkpoint_seconds > 0 && opts.checkpointer)
     self->delayed_send(self, checkpoint_period(opts), checkpoint_atom::value);
   self->set_down_handler([=](caf::down_msg& dm) {
@@ -304,7 +290,6 @@ coordinator_actor::behavior_type coordinator(self_ptr self, coordinator_options 
     tell_observer(self, opts, caf::make_message(report_atom::value, UINT32_MAX,
                                                 who + " went down (" + describe(dm.reason) +
                                                   "); it leaves the clock vector, the others go on"));
-    st.departed_workers.push_back(w->second);
     worker_finished(self, w->second);
   });
   return {
@@ -367,9 +352,7 @@ coordinator_actor::behavior_type coordinator(self_ptr self, coordinator_options 
         st.members[sender.address()] = who;
       }
       auto rp = self->make_response_promise<registration>();
-      st.waiting.push_back(rp);
-      st.waiting_ids.push_back(id);
-      st.waiting_is_server.push_back(info.role == "server");
+      st.waiting.push_back({rp, id, info.role == "server"});
       if (st.shards.size() == opts.servers) {  // the map is complete: hand it out
         st.view_out = true;
         if (opts.replication < 2) st.view_ready = true;

@@ -44,18 +44,20 @@ struct coordinator_options {
 struct coordinator_state {
   std::vector<shard_entry> shards;
   std::vector<shard_actor> shard_handles;  // each shard's head
-  std::vector<caf::typed_response_promise<registration>> waiting;  // parked registrations
-  std::vector<std::uint32_t> waiting_ids;
+  // Registrations parked until the map (servers) or the chains too (workers) are complete.
+  struct parked_registration {
+    caf::typed_response_promise<registration> promise;
+    std::uint32_t id = 0;
+    bool server = false;
+  };
+  std::vector<parked_registration> waiting;
   std::uint32_t next_worker = 0;
   std::uint32_t finished_workers = 0;  // done or dead
-  std::uint32_t total_workers = 0;     // the initial ones plus those that joined
   std::vector<caf::typed_response_promise<std::uint64_t>> barrier;
   std::uint64_t barrier_generation = 0;
   std::map<caf::actor_addr, std::string> members;  // monitored address -> description
   std::map<caf::actor_addr, std::uint32_t> worker_ids;
-  std::vector<bool> worker_done;
-  std::vector<bool> waiting_is_server;
-  std::vector<std::uint32_t> departed_workers;     // died before finishing
+  std::vector<bool> worker_done;  // by worker id: the initial ones plus those that joined
   std::uint64_t epoch = 1;
   bool view_out = false;                           // the map has been handed out
   std::map<caf::actor_addr, std::uint32_t> shard_ids;  // every copy of a shard (heads, replicas) -> its id

@@ -472,14 +472,17 @@ caf::behavior kv_client_actor(client_ptr self, std::vector<shard_link> shards, s
         r.op = op;
         r.bytes = (req->encoded.empty() ? ch.num_values * sizeof(float) : req->encoded[c].bytes->size()) +
                   ch.pieces.size() * range_wire_bytes;
+        // The chunk stays in req (kept alive by the closures): read it there, not copied.
         r.send = [=](std::uint64_t tag) {
           auto& st = self->state;
+          const auto& ch = req->chunks[c];
           auto h = hdr;
           h.epoch = st.epoch;
           auto handle = st.shards[idx].handle;
           auto tail = st.tails[idx];
-          auto what = std::string(names_of(req->kind)) + " of " + describe_keys(ch);
-          auto on_error = [=](caf::error& err) { request_failed(self, idx, tag, err, what); };
+          auto on_error = [=](caf::error& err) {  // the text is built only when needed
+            request_failed(self, idx, tag, err, std::string(names_of(req->kind)) + " of " + describe_keys(req->chunks[c]));
+          };
           auto acked = [=](std::uint64_t) {
             if (settle(self, idx, tag)) chunk_answered(op.get());
           };
@@ -490,6 +493,7 @@ caf::behavior kv_client_actor(client_ptr self, std::vector<shard_link> shards, s
                 [=](float_block& values) {
                   if (!settle(self, idx, tag)) return;
                   auto& st = self->state;
+                  const auto& ch = req->chunks[c];
                   if (st.down_since[idx]) {  // the first pull after a failover: recovery time
                     auto ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() -
                                                                         *st.down_since[idx]).count();

@@ -1,5 +1,7 @@
 #include "actors/messages.hpp"
 
+#include <cstring>
+
 #include <bit>
 
 namespace ps {
@@ -47,6 +49,18 @@ caf::error inspect(caf::serializer& f, encoded_block& x) {
 caf::error inspect(caf::deserializer& f, encoded_block& x) {
   x.bytes = std::make_shared<std::vector<std::byte>>();
   return read_raw(f, *x.bytes);
+}
+
+encoded_block snapshot_block(const shard_snapshot& s) {
+  auto bytes = encode_shard(s);
+  encoded_block b{std::make_shared<std::vector<std::byte>>(bytes.size())};
+  std::memcpy(b.bytes->data(), bytes.data(), bytes.size());
+  return b;
+}
+
+shard_snapshot snapshot_of(const encoded_block& b) {
+  if (!b.bytes || b.bytes->empty()) throw bad_request("no shard state in the message");
+  return decode_shard(std::string(reinterpret_cast<const char*>(b.bytes->data()), b.bytes->size()));
 }
 
 caf::error inspect(caf::serializer& f, range_list& x) {

@@ -11,6 +11,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "libps/checkpoint.hpp"
 #include "libps/keys.hpp"
 #include "libps/update_rule.hpp"
 
@@ -79,6 +80,11 @@ inspect(Inspector& f, encoded_block& x) {
   std::uint64_t n = x.bytes ? x.bytes->size() : 0;
   return f(caf::meta::type_name("encoded_block"), n);
 }
+
+// A shard's snapshot (libps/checkpoint.hpp) as a block, and back; decoding throws
+// bad_request for a missing or damaged block.
+encoded_block snapshot_block(const shard_snapshot& s);
+shard_snapshot snapshot_of(const encoded_block& b);
 
 // Key ranges of a request, as one raw block.
 struct range_list {

@@ -107,11 +107,11 @@ shard_actor::behavior_type server_shard(shard_actor::stateful_pointer<shard_stat
     st.forwards.erase(it);
   };
   // An update applied here goes down the chain; the reply to its sender waits for the
-  // successor's, so an acknowledged update is on every copy. The tail replies at once.
+  // successor's, so an acknowledged update is on every copy. Only with a successor: the
+  // tail (or the only copy) replies at once, without building `send`.
   auto pass_down = [=](std::function<void(shard_actor, std::uint64_t)> send,
                        std::uint64_t value) -> caf::result<std::uint64_t> {
     auto& st = self->state;
-    if (!st.successor) return reply(value);
     auto rp = self->make_response_promise<std::uint64_t>();
     auto tag = ++st.next_forward;
     st.forwards.emplace(tag, shard_state::forward{send, rp, value});
@@ -181,10 +181,8 @@ shard_actor::behavior_type server_shard(shard_actor::stateful_pointer<shard_stat
                      (!st.checkpoint_at.empty() && *st.checkpoint_at.begin() <= min));
     if (min != left_clock) st.checkpoint_at.erase(st.checkpoint_at.begin(), st.checkpoint_at.upper_bound(min));
     if (st.head && st.checkpointer && boundary) {
-      auto bytes = encode_shard(shard_snapshot{st.id, st.store->snapshot()});
-      auto block = std::make_shared<std::vector<std::byte>>(bytes.size());
-      std::memcpy(block->data(), bytes.data(), bytes.size());
-      caf::anon_send(st.checkpointer, checkpoint_atom::value, st.id, min, encoded_block{std::move(block)});
+      caf::anon_send(st.checkpointer, checkpoint_atom::value, st.id, min,
+                     snapshot_block(shard_snapshot{st.id, st.store->snapshot()}));
     }
     if (min != left_clock) st.last_min = min;
     if (st.kill_at && min != left_clock && min >= *st.kill_at)
@@ -198,6 +196,13 @@ shard_actor::behavior_type server_shard(shard_actor::stateful_pointer<shard_stat
       }
     }
   };
+  // The parameters a registration carries (--restore, a replacement); throws bad_request.
+  auto restore_state = [=](const registration& reg) {
+    if (!reg.state.bytes || reg.state.bytes->empty()) return;
+    auto snap = snapshot_of(reg.state);
+    if (snap.shard != reg.id) throw bad_request("restored state belongs to shard " + std::to_string(snap.shard));
+    self->state.store->restore(snap.segments);
+  };
   // Takes the id, the shard map and the job settings (and restored state) from a registration.
   auto configure = [=](const registration& reg) {
     auto& st = self->state;
@@ -209,13 +214,7 @@ shard_actor::behavior_type server_shard(shard_actor::stateful_pointer<shard_stat
       st.map.emplace(reg.view.epoch, ids, reg.view.vnodes, reg.view.bucket_bits);
       st.view_epoch = reg.view.epoch;
       st.store.emplace(reg.view.rule.to_rule());
-      if (reg.state.bytes && !reg.state.bytes->empty()) {
-        auto snap = decode_shard(std::string(reinterpret_cast<const char*>(reg.state.bytes->data()),
-                                             reg.state.bytes->size()));
-        if (snap.shard != reg.id)
-          throw bad_request("restored state belongs to shard " + std::to_string(snap.shard));
-        st.store->restore(snap.segments);
-      }
+      restore_state(reg);
       st.consistency.emplace(reg.view.num_workers, reg.view.staleness);
       st.checkpoint_every = reg.view.checkpoint_every;
       st.checkpointer = reg.view.checkpointer;
@@ -256,11 +255,9 @@ shard_actor::behavior_type server_shard(shard_actor::stateful_pointer<shard_stat
                             caf::actor_cast<caf::actor>(self), r->reg.id, r->position})
       .then(
         [=](registration& reg) {  // --restore: the coordinator sends this shard's state along
-          if (!reg.state.bytes || reg.state.bytes->empty()) return;
           auto& st = self->state;
           try {
-            st.store->restore(decode_shard(std::string(reinterpret_cast<const char*>(reg.state.bytes->data()),
-                                                       reg.state.bytes->size())).segments);
+            restore_state(reg);
           } catch (const bad_request& e) {
             std::fprintf(stderr, "%s: cannot restore: %s\n", st.name.c_str(), e.what());
             self->quit(make_ps_error(st.name + ": cannot restore: " + e.what()));
@@ -288,8 +285,7 @@ shard_actor::behavior_type server_shard(shard_actor::stateful_pointer<shard_stat
       }
     }
   }
-  // While pulls are parked, look every half limit for ones that waited too long.
-  // Wakes when the oldest parked pull reaches the limit, so its explanation always beats
+  // While pulls are parked, wakes when the oldest parked pull reaches the limit, so its explanation always beats
   // the client's own timeout (the limit is 90% of it).
   auto schedule_sweep = [=] {
     auto& st = self->state;

@@ -1,6 +1,11 @@
 #include "apps/apps.hpp"
 
+#include <sys/wait.h>
+
 #include <algorithm>
+#include <cstring>
+#include <cstdio>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <deque>
@@ -376,6 +381,23 @@ bench_cell bench_cell::decode(const std::string& text) {
   for (auto& l : c.latencies_us)
     if (!(s >> l)) throw bad_request("bench cell report truncated");
   return c;
+}
+
+std::optional<std::string> output_of(const std::string& cmd) {
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) {
+    std::fprintf(stderr, "cannot run %s: %s\n", cmd.c_str(), std::strerror(errno));
+    return std::nullopt;
+  }
+  std::string out;
+  char buf[4096];
+  while (auto n = fread(buf, 1, sizeof(buf), p)) out.append(buf, n);
+  int status = pclose(p);
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    std::fprintf(stderr, "failed (status %d): %s\n%s\n", status, cmd.c_str(), out.c_str());
+    return std::nullopt;
+  }
+  return out;
 }
 
 app_fn find_app(const std::string& name) {

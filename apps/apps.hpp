@@ -1,5 +1,6 @@
 #pragma once
 // The worker apps psnode can run (--app=NAME), shared with the launchers.
+#include <optional>
 #include <string>
 
 #include "actors/node.hpp"
@@ -12,6 +13,10 @@ app_fn find_app(const std::string& name);
 // --consistency and --staleness are not given): fmnist trains with sgd under BSP; the
 // key-value apps sum and never tick clocks (ASP).
 job_settings settings_for_app(const node_config& cfg, const std::string& name);
+
+// Runs a shell command (the benches run whole jobs as processes): its stdout, or nullopt
+// after printing the command, its exit status and its output on stderr.
+std::optional<std::string> output_of(const std::string& cmd);
 
 // bench app: one measured cell, reported by each worker and merged by bench_kv.
 struct bench_cell {

@@ -5,8 +5,6 @@
 //   one persistent straggler (--slow-worker=0:3): BSP, SSP s=1 and s=3, ASP; pipeline on
 // One JSON line per run, then a summary line comparing SSP with BSP under transient
 // stragglers (the goal: SSP reaches the target at least 1.5x sooner).
-#include <sys/wait.h>
-
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
@@ -14,6 +12,8 @@
 #include <optional>
 #include <string>
 #include <vector>
+
+#include "apps/apps.hpp"
 
 namespace {
 
@@ -33,16 +33,9 @@ std::string field(const std::string& json, const std::string& name) {
 
 // Runs cmd; its last stdout line, or nullopt (with the reason on stderr).
 std::optional<std::string> last_line_of(const std::string& cmd) {
-  FILE* p = popen(cmd.c_str(), "r");
-  if (!p) return std::nullopt;
-  std::string out, line;
-  char buf[4096];
-  while (auto n = fread(buf, 1, sizeof(buf), p)) out.append(buf, n);
-  int status = pclose(p);
-  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-    std::fprintf(stderr, "bench_consistency: failed (%d): %s\n%s\n", status, cmd.c_str(), out.c_str());
-    return std::nullopt;
-  }
+  auto got = ps::output_of(cmd);
+  if (!got) return std::nullopt;
+  auto out = std::move(*got);
   while (!out.empty() && out.back() == '\n') out.pop_back();
   auto nl = out.rfind('\n');
   return nl == std::string::npos ? out : out.substr(nl + 1);

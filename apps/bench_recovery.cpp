@@ -8,7 +8,6 @@
 // The limit measured in the same run: the fault-free time per clock of the same job
 // (worker 0's training loop over its clocks).
 // One JSON line per run, then one summary line per setting. Extra flags go to every run.
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -19,22 +18,11 @@
 #include <string>
 #include <vector>
 
+#include "apps/apps.hpp"
+
 namespace {
 
-// Runs cmd; its stdout, or nullopt (with the reason on stderr).
-std::optional<std::string> output_of(const std::string& cmd) {
-  FILE* p = popen(cmd.c_str(), "r");
-  if (!p) return std::nullopt;
-  std::string out;
-  char buf[4096];
-  while (auto n = fread(buf, 1, sizeof(buf), p)) out.append(buf, n);
-  int status = pclose(p);
-  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-    std::fprintf(stderr, "bench_recovery: failed (%d): %s\n%s\n", status, cmd.c_str(), out.c_str());
-    return std::nullopt;
-  }
-  return out;
-}
+using ps::output_of;
 
 // The numbers in the "recovery_ms":[...] lists of every worker line.
 std::vector<double> recoveries(const std::string& out) {
