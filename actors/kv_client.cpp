@@ -149,6 +149,10 @@ struct client_state {
   std::chrono::milliseconds retry{0};
   std::optional<message_faults> faults;
   std::vector<std::optional<std::chrono::steady_clock::time_point>> down_since;  // until the first pull after
+  // Large blocks: this process's data plane, and the plane token of each shard copy's
+  // process (0: asked and not known yet, or it has none).
+  std::shared_ptr<data_plane> plane;
+  std::map<caf::actor_addr, std::uint64_t> plane_peers;
   static inline const char* name = "kv_client";
 };
 
@@ -232,6 +236,29 @@ bool settle(client_ptr self, std::size_t idx, std::uint64_t tag) {
   st.sent[idx].erase(it);
   pump(self, idx);
   return true;
+}
+
+// The data plane token of the process that hosts `target` once it is connected; 0 until
+// then (blocks go through CAF meanwhile) or when it has none. Asks the first time.
+std::uint64_t plane_peer(client_ptr self, const shard_actor& target) {
+  auto& st = self->state;
+  if (!st.plane || !target) return 0;
+  auto addr = caf::actor_cast<caf::actor_addr>(target);
+  auto [it, fresh] = st.plane_peers.emplace(addr, 0);
+  if (!fresh) return it->second;
+  self->request(target, st.timeout, data_atom::value)
+    .then(
+      [=](const std::string& host, std::uint16_t port, std::uint64_t token) {
+        auto& st = self->state;
+        if (port == 0 || token == 0) return;
+        std::string why;
+        if (st.plane->connect(token, host, port, &why))
+          st.plane_peers[addr] = token;
+        else
+          std::fprintf(stderr, "worker %u: %s; its blocks go through CAF\n", st.worker, why.c_str());
+      },
+      [](caf::error&) {});  // gone: a failover brings a new handle, asked in turn
+  return 0;
 }
 
 void chunk_answered(kv_op_state* op) {
@@ -377,6 +404,7 @@ caf::behavior kv_client_actor(client_ptr self, std::vector<shard_link> shards, s
   st.stats = std::move(stats);
   st.retry = opts.retry;
   if (opts.faults.touches_messages()) st.faults.emplace(opts.faults, opts.worker);
+  else st.plane = opts.plane;  // message faults act on CAF messages: blocks stay in them
   auto n = st.shards.size();
   st.inflight_bytes.assign(n, 0);
   st.queued.resize(n);
@@ -488,12 +516,22 @@ caf::behavior kv_client_actor(client_ptr self, std::vector<shard_link> shards, s
           };
           range_list ranges{ch.ranges()};
           if (req->kind == op_kind::pull) {
+            if (plane_peer(self, tail) != 0) h.reply_plane = st.plane->token();
             self->request(tail, st.timeout, pull_atom::value, h, std::move(ranges))
               .then(
                 [=](float_block& values) {
                   if (!settle(self, idx, tag)) return;
                   auto& st = self->state;
                   const auto& ch = req->chunks[c];
+                  if (values.ticket != 0) {
+                    try {
+                      if (!st.plane) throw bad_request("the reply names a data-connection payload, but this process has none");
+                      values = st.plane->claim(values);
+                    } catch (const bad_request& e) {
+                      op->finish("pull of " + describe_keys(ch) + " failed: " + st.shards[idx].name + ": " + e.what());
+                      return;
+                    }
+                  }
                   if (st.down_since[idx]) {  // the first pull after a failover: recovery time
                     auto ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() -
                                                                         *st.down_since[idx]).count();
@@ -519,12 +557,17 @@ caf::behavior kv_client_actor(client_ptr self, std::vector<shard_link> shards, s
           } else if (!req->encoded.empty()) {
             self->request(handle, st.timeout, push_atom::value, h, std::move(ranges), req->encoded[c])
               .then(acked, on_error);
-          } else if (req->kind == op_kind::push) {
-            self->request(handle, st.timeout, push_atom::value, h, std::move(ranges), req->blocks[c])
-              .then(acked, on_error);
           } else {
-            self->request(handle, st.timeout, init_atom::value, h, std::move(ranges), req->blocks[c])
-              .then(acked, on_error);
+            // A large block goes over the data connection; the message names it.
+            auto block = req->blocks[c];
+            if (auto peer = plane_peer(self, handle))
+              if (auto named = st.plane->offload(peer, block)) block = std::move(*named);
+            if (req->kind == op_kind::push)
+              self->request(handle, st.timeout, push_atom::value, h, std::move(ranges), std::move(block))
+                .then(acked, on_error);
+            else
+              self->request(handle, st.timeout, init_atom::value, h, std::move(ranges), std::move(block))
+                .then(acked, on_error);
           }
         };
         submit(self, idx, std::move(r));

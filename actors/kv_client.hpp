@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "actors/data_plane.hpp"
 #include "actors/messages.hpp"
 #include "libps/chunking.hpp"
 #include "libps/codec.hpp"
@@ -83,6 +84,9 @@ struct kv_client_options {
   std::chrono::milliseconds retry{0};
   // The fault injector's message faults (drop, duplicate, delay) for this client's requests.
   fault_plan faults{};
+  // This process's data plane: large pushes leave and large pulls arrive through it
+  // (not under message faults, which act on CAF messages). None: all inside CAF.
+  std::shared_ptr<data_plane> plane{};
 };
 
 // What the client learned about the cluster while it ran, for the app's thread.

@@ -29,15 +29,27 @@ caf::error read_raw(caf::deserializer& f, std::vector<T>& out) {
 
 }  // namespace
 
+// One byte first: 0 for the values inline, 1 for a named payload (ticket, origin, count).
 caf::error inspect(caf::serializer& f, float_block& x) {
+  std::uint8_t named = x.ticket != 0;
+  if (auto e = f(named)) return e;
+  if (named) return f(x.ticket, x.origin, x.size);
   return write_raw(f, x.data(), x.size);
 }
 
 caf::error inspect(caf::deserializer& f, float_block& x) {
+  x = float_block{};
+  std::uint8_t named = 0;
+  if (auto e = f(named)) return e;
+  if (named > 1) return make_ps_error("float_block: unknown form " + std::to_string(named));
+  if (named) {
+    if (auto e = f(x.ticket, x.origin, x.size)) return e;
+    if (x.ticket == 0) return make_ps_error("float_block: a named payload without a ticket");
+    return {};
+  }
   auto v = std::make_shared<std::vector<float>>();
   if (auto e = read_raw(f, *v)) return e;
   x.size = v->size();
-  x.offset = 0;
   x.storage = std::move(v);
   return {};
 }

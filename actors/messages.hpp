@@ -18,6 +18,7 @@
 namespace ps {
 
 using push_atom = caf::atom_constant<caf::atom("push")>;
+using data_atom = caf::atom_constant<caf::atom("data")>;
 using pull_atom = caf::atom_constant<caf::atom("pull")>;
 using init_atom = caf::atom_constant<caf::atom("init")>;
 using register_atom = caf::atom_constant<caf::atom("register")>;
@@ -45,11 +46,16 @@ constexpr bool is_raw_io_v =
   std::is_base_of_v<caf::data_processor<caf::deserializer>, Inspector>;
 
 // A run of floats shared between a message and its sender without copying: locally the
-// storage travels by reference; on the wire it is one raw byte block.
+// storage travels by reference; on the wire it is one raw byte block, or, when the
+// values went over a data connection (actors/data_plane.hpp), only their ticket.
 struct float_block {
   std::shared_ptr<std::vector<float>> storage;
   std::uint64_t offset = 0;
   std::uint64_t size = 0;
+  // Nonzero: the values are payload `ticket` of the process whose data plane has token
+  // `origin`, and storage is empty until the receiver claims them.
+  std::uint64_t ticket = 0;
+  std::uint64_t origin = 0;
 
   static float_block own(std::vector<float> v) {
     auto n = v.size();
@@ -65,7 +71,7 @@ caf::error inspect(caf::deserializer& f, float_block& x);
 template <class Inspector>
 std::enable_if_t<!is_raw_io_v<Inspector>, typename Inspector::result_type>
 inspect(Inspector& f, float_block& x) {
-  return f(caf::meta::type_name("float_block"), x.size);
+  return f(caf::meta::type_name("float_block"), x.size, x.ticket);
 }
 
 // A compressed tensor chunk (libps/codec.hpp's encoded form), as one raw byte block.
@@ -106,10 +112,13 @@ struct request_header {
   std::uint32_t worker = 0;
   std::uint64_t clock = 0;
   std::uint64_t seq = 0;
+  // The sender's data plane token: a large reply may come over its data connection
+  // (0: no data plane, replies inline).
+  std::uint64_t reply_plane = 0;
 };
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, request_header& x) {
-  return f(caf::meta::type_name("request_header"), x.epoch, x.worker, x.clock, x.seq);
+  return f(caf::meta::type_name("request_header"), x.epoch, x.worker, x.clock, x.seq, x.reply_plane);
 }
 
 // Floats cross as their bit patterns (CAF's float encoding is lossy, see above).
@@ -195,6 +204,9 @@ using shard_actor = caf::typed_actor<
   caf::replies_to<push_atom, request_header, range_list, encoded_block>::with<std::uint64_t>,
   // Answered when the staleness controller allows a read at hdr.clock (parked till then).
   caf::replies_to<pull_atom, request_header, range_list>::with<float_block>,
+  // Where this shard's process takes data connections: host, port (0: it has no data
+  // plane) and the plane's token.
+  caf::replies_to<data_atom>::with<std::string, std::uint16_t, std::uint64_t>,
   // Worker hdr.worker has completed hdr.clock iterations; its pushes so far were sent before.
   caf::replies_to<clock_atom, request_header>::with<std::uint64_t>,
   // From the coordinator: the worker finished or died, nobody waits for it any more.

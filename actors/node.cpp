@@ -73,6 +73,8 @@ node_config::node_config() {
     .add(momentum, "momentum", "sgd momentum")
     .add(chunk_bytes, "chunk-bytes", "largest value payload per message")
     .add(inflight_bytes, "inflight-bytes", "bytes in flight per shard before chunks queue in the client")
+    .add(data_plane_bytes, "data-plane-bytes", "value blocks of at least this many bytes travel over a plain TCP "
+                                               "data connection beside CAF (0: all inside CAF messages)")
     .add(timeout_ms, "timeout-ms", "timeout of every push/pull request")
     .add(heartbeat_ms, "heartbeat-ms", "interval of heartbeats between connected nodes (0: none); "
                                        "keep it above the slowest connection handshake (CAF-NOTES 4)")
@@ -369,8 +371,14 @@ milliseconds retry_interval(const node_config& cfg) {
 
 // The scoped actor that registered stays alive until `done` is sent: the coordinator
 // monitors it, and its end means the worker is gone.
+std::shared_ptr<data_plane> data_plane_from(const node_config& cfg) {
+  if (cfg.data_plane_bytes == 0) return nullptr;
+  return std::make_shared<data_plane>(cfg.host, cfg.data_plane_bytes, milliseconds(cfg.timeout_ms),
+                                      milliseconds(cfg.failure_timeout_ms));
+}
+
 bool run_worker(caf::actor_system& sys, const node_config& cfg, coordinator_actor coord,
-                const app_fn& app, std::string* error_out) {
+                const app_fn& app, std::string* error_out, std::shared_ptr<data_plane> plane) {
   caf::scoped_actor self{sys};
   registration reg;
   std::string err;
@@ -407,7 +415,7 @@ bool run_worker(caf::actor_system& sys, const node_config& cfg, coordinator_acto
     kv_client kv(sys, reg.view, std::move(links),
                  {id, cfg.chunk_bytes, milliseconds(cfg.timeout_ms), cfg.inflight_bytes, cfg.push_codec(),
                   caf::actor_cast<caf::actor>(coord), cfg.fault_spec().kill_clock(fault_plan::role::worker, id),
-                  retry_interval(cfg), cfg.fault_spec()});
+                  retry_interval(cfg), cfg.fault_spec(), plane});
     worker_context ctx{sys, cfg, id, reg.view.num_workers, reg.view, kv, reg.start_clock, {}, {}};
     // A joiner entered each shard's clock vector at that shard's minimum; one tick puts it
     // at the start clock everywhere (else its first read would wait for itself).
@@ -732,6 +740,12 @@ int run_server_role(caf::actor_system& sys, const node_config& cfg) {
     return 1;
   }
   auto sopts = shard_options_from(cfg, cfg.host);
+  try {
+    sopts.plane = data_plane_from(cfg);
+  } catch (const bad_request& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  }
   auto shard = sys.spawn(server_shard, *coord, sopts);
   auto port = sys.middleman().publish(shard, 0, cfg.host.c_str());
   if (!port) {
@@ -757,7 +771,14 @@ int run_worker_role(caf::actor_system& sys, const node_config& cfg, const app_fn
     return 1;
   }
   std::string err;
-  if (!run_worker(sys, cfg, *coord, app, &err)) {
+  std::shared_ptr<data_plane> plane;
+  try {
+    plane = data_plane_from(cfg);
+  } catch (const bad_request& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  }
+  if (!run_worker(sys, cfg, *coord, app, &err, plane)) {
     std::fprintf(stderr, "error: %s\n", err.c_str());
     return 1;
   }

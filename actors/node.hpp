@@ -66,6 +66,7 @@ struct node_config : caf::actor_system_config {
   double momentum = 0.0;
   std::size_t chunk_bytes = 4u << 20;
   std::size_t inflight_bytes = 8u << 20;
+  std::size_t data_plane_bytes = 256u << 10;
   std::size_t timeout_ms = 30000;
   std::int64_t retry_ms = -1;  // -1: 200 with message faults, else never
   std::size_t heartbeat_ms = 1000;        // 0: no heartbeats (a hung peer is found by request timeouts only)
@@ -140,7 +141,10 @@ job_result run_job(caf::actor_system& sys, const node_config& cfg, const app_fn&
 // Registers a worker with the coordinator, connects to the shards, runs the app and
 // sends its result (done). False (and *error_out) when any step failed.
 bool run_worker(caf::actor_system& sys, const node_config& cfg, coordinator_actor coord,
-                const app_fn& app, std::string* error_out);
+                const app_fn& app, std::string* error_out, std::shared_ptr<data_plane> plane = nullptr);
+// This process's data plane per --ps.data-plane-bytes (none when 0); throws bad_request
+// when it cannot listen on --host.
+std::shared_ptr<data_plane> data_plane_from(const node_config& cfg);
 // Starts build/bin/psnode (next to this executable) with these arguments.
 pid_t spawn_psnode(const std::vector<std::string>& args);
 

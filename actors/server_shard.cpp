@@ -118,10 +118,23 @@ shard_actor::behavior_type server_shard(shard_actor::stateful_pointer<shard_stat
     send(st.successor, tag);
     return rp;
   };
+  // The values of a block that names its payload (it came over a data connection).
+  auto claim = [=](const float_block& b) {
+    if (b.ticket == 0) return b;
+    if (!opts.plane) throw bad_request("the block names a data-connection payload, but this process has no data plane");
+    return opts.plane->claim(b);
+  };
   // push and init differ only in what the store does with the values.
   using write_fn = void (shard_store::*)(const std::vector<key_range>&, const float*, std::uint64_t);
   auto write = [=](write_fn fn, const request_header& hdr, const range_list& ranges,
-                   const float_block& values) -> caf::result<std::uint64_t> {
+                   const float_block& sent) -> caf::result<std::uint64_t> {
+    float_block values;
+    try {
+      values = claim(sent);
+    } catch (const bad_request& e) {
+      return make_ps_error(self->state.name + ": " + (fn == &shard_store::push ? "push" : "init") +
+                           " from worker " + std::to_string(hdr.worker) + ": " + e.what());
+    }
     if (auto err = checked(hdr, ranges, [&] {
           auto& st = self->state;
           // A resend of a push this copy already took: acknowledged (below), not applied.
@@ -155,7 +168,10 @@ shard_actor::behavior_type server_shard(shard_actor::stateful_pointer<shard_stat
     st.store->pull(ranges.ranges, out.data(), n);
     st.trace({trace_event::pull, hdr.worker, hdr.clock, st.id, st.consistency->clocks().min_clock(),
               st.consistency->staleness()});
-    return float_block::own(std::move(out));
+    auto block = float_block::own(std::move(out));
+    if (opts.plane)  // a large answer goes over the reader's data connection, if it has one
+      if (auto named = opts.plane->offload(hdr.reply_plane, block)) return *named;
+    return block;
   };
   // After the minimum clock moved: apply the pushes it completes, then answer the reads
   // it lets through.
@@ -320,6 +336,10 @@ shard_actor::behavior_type server_shard(shard_actor::stateful_pointer<shard_stat
     [=](init_atom, const request_header& hdr, const range_list& ranges,
         const float_block& values) -> caf::result<std::uint64_t> {
       return write(&shard_store::init, hdr, ranges, values);
+    },
+    [=](data_atom) -> caf::result<std::string, std::uint16_t, std::uint64_t> {
+      if (!opts.plane) return {std::string{}, std::uint16_t{0}, std::uint64_t{0}};
+      return {opts.plane->host(), opts.plane->port(), opts.plane->token()};
     },
     [=](pull_atom, const request_header& hdr, range_list& ranges) -> caf::result<float_block> {
       if (auto err = checked(hdr, ranges, [] {})) return err;

@@ -10,6 +10,7 @@
 #include <set>
 #include <string>
 
+#include "actors/data_plane.hpp"
 #include "actors/messages.hpp"
 #include "libps/checkpoint.hpp"
 #include "libps/consistency.hpp"
@@ -50,6 +51,9 @@ struct shard_options {
   std::shared_ptr<const replica_role> replica;
   // How long a copy waits for its successor in the chain to acknowledge.
   std::chrono::milliseconds forward_timeout{30000};
+  // This process's data plane (large pushes arrive and large pulls leave through it);
+  // none: every block travels inside CAF's messages.
+  std::shared_ptr<data_plane> plane;
 };
 
 // A pull waiting for the minimum clock to advance.

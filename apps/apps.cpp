@@ -252,7 +252,10 @@ std::string kvcheck_app(worker_context& ctx) {
   ctx.barrier();  // nobody leaves while others still pull
   std::ostringstream out;
   out << "{\"worker\":" << ctx.id << ",\"checked\":" << checked << ",\"mismatches\":" << mismatches
-      << ",\"keys_per_push\":" << shared.num_keys << ",\"first_mismatch\":\"" << first << "\"}";
+      << ",\"keys_per_push\":" << shared.num_keys << ",\"first_mismatch\":\"" << first << "\"";
+  if (const auto& plane = ctx.kv.options().plane)  // this worker's blocks beside CAF
+    out << ",\"data_plane_sent\":" << plane->bytes_sent() << ",\"data_plane_received\":" << plane->bytes_received();
+  out << "}";
   return out.str();
 }
 

@@ -117,6 +117,10 @@ shard_actor::behavior_type silent_shard(shard_actor::stateful_pointer<silent_sta
       hold();
       return caf::delegated<float_block>();
     },
+    [=](data_atom) -> caf::result<std::string, std::uint16_t, std::uint64_t> {
+      hold();
+      return caf::delegated<std::string, std::uint16_t, std::uint64_t>();
+    },
     [=](clock_atom, const request_header&) -> caf::result<std::uint64_t> {
       hold();
       return caf::delegated<std::uint64_t>();

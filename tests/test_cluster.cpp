@@ -53,8 +53,10 @@ std::pair<int, std::string> shell(const std::string& cmd) {
   return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
 }
 
-void check_kvcheck(const char* cluster) {
-  parsed_config pc({std::string("--cluster=") + cluster, "--servers=2", "--workers=2"});
+// data_plane: whether blocks of at least 256 KiB go over data connections (processes).
+void check_kvcheck(const char* cluster, bool data_plane) {
+  parsed_config pc({std::string("--cluster=") + cluster, "--servers=2", "--workers=2",
+                    data_plane ? "--ps.data-plane-bytes=262144" : "--ps.data-plane-bytes=0"});
   REQUIRE(pc.ok);
   caf::actor_system sys{pc.cfg};
   auto res = run_job(sys, pc.cfg, find_app("kvcheck"), "kvcheck", settings_for_app(pc.cfg, "kvcheck"),
@@ -68,17 +70,27 @@ void check_kvcheck(const char* cluster) {
     // Shared keys plus both workers' own keys, each 100000 single keys + 1.8 M floats.
     CHECK(field(json, "checked") == 3 * field(json, "keys_per_push"));
     CHECK(field(json, "keys_per_push") >= 100000 + 1572864);
+    if (data_plane) {  // the 6 MiB tensors' chunks went beside CAF, both ways
+      CHECK(field(json, "data_plane_sent") >= 10 * 2 * 4 * 1572864.0);
+      CHECK(field(json, "data_plane_received") >= 3 * 4 * 1572864.0);
+    } else {
+      CHECK(json.find("data_plane_sent") == std::string::npos);
+    }
   }
 }
 
 }  // namespace
 
 TEST_CASE("exact sums from 2 workers pushing asynchronously to 2 server processes") {
-  check_kvcheck("processes");
+  check_kvcheck("processes", true);
+}
+
+TEST_CASE("exact sums with every block inside CAF's messages (no data plane)") {
+  check_kvcheck("processes", false);
 }
 
 TEST_CASE("exact sums in embedded mode (one process, no sockets)") {
-  check_kvcheck("embedded");
+  check_kvcheck("embedded", false);
 }
 
 namespace {

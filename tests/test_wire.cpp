@@ -50,7 +50,30 @@ TEST_CASE_FIXTURE(wire_fixture, "float_block round trip is bit-exact for special
   auto out = round_trip(in, &bytes);
   REQUIRE(out.size == v.size());
   CHECK(std::memcmp(out.data(), v.data(), v.size() * sizeof(float)) == 0);
-  CHECK(bytes == 1 + v.size() * sizeof(float));  // varbyte length + raw floats, no per-element cost
+  CHECK(bytes == 2 + v.size() * sizeof(float));  // form byte + varbyte length + raw floats, no per-element cost
+}
+
+TEST_CASE_FIXTURE(wire_fixture, "a block whose values went over a data connection crosses as its ticket") {
+  float_block named;
+  named.size = 1u << 20;
+  named.ticket = 42;
+  named.origin = 0x1234567890abcdefull;
+  std::size_t bytes = 0;
+  auto out = round_trip(named, &bytes);
+  CHECK(out.ticket == 42);
+  CHECK(out.origin == named.origin);
+  CHECK(out.size == named.size);
+  CHECK(!out.storage);
+  CHECK(bytes == 1 + 3 * 8);  // no values on the wire
+}
+
+TEST_CASE_FIXTURE(wire_fixture, "a float_block of unknown form is refused, naming it") {
+  std::vector<char> buf = {7};
+  float_block out;
+  caf::binary_deserializer source{sys, buf};
+  auto err = inspect(source, out);
+  REQUIRE(err);
+  CHECK(describe(err).find("unknown form 7") != std::string::npos);
 }
 
 TEST_CASE_FIXTURE(wire_fixture, "a view into a larger buffer sends only its part") {

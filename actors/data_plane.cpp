@@ -1,0 +1,296 @@
+#include "actors/data_plane.hpp"
+
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <random>
+
+namespace ps {
+
+struct data_plane::connection {
+  int fd = -1;
+  std::uint64_t peer = 0;  // its token; 0 until its hello (accepted connections)
+  std::string name;        // "data connection to 127.0.0.1:40001" / "from 127.0.0.1:51234"
+  std::mutex write_mtx;    // one frame at a time
+  std::atomic<bool> broken{false};
+};
+
+namespace {
+
+std::string errno_text() { return std::strerror(errno); }
+
+std::string address_of(const sockaddr_in& a) {
+  char buf[INET_ADDRSTRLEN] = {};
+  inet_ntop(AF_INET, &a.sin_addr, buf, sizeof(buf));
+  return std::string(buf) + ":" + std::to_string(ntohs(a.sin_port));
+}
+
+void tune(int fd, std::chrono::milliseconds stall) {
+  int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  timeval tv{static_cast<time_t>(stall.count() / 1000), static_cast<suseconds_t>((stall.count() % 1000) * 1000)};
+  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+}
+
+// Writes all of iov (modified); false on error or a stall past SO_SNDTIMEO.
+bool write_all(int fd, iovec* iov, int n) {
+  while (n > 0) {
+    msghdr msg{};
+    msg.msg_iov = iov;
+    msg.msg_iovlen = static_cast<std::size_t>(n);
+    auto k = ::sendmsg(fd, &msg, MSG_NOSIGNAL);
+    if (k < 0 && errno == EINTR) continue;
+    if (k <= 0) return false;
+    auto left = static_cast<std::size_t>(k);
+    while (n > 0 && left >= iov->iov_len) {
+      left -= iov->iov_len;
+      ++iov;
+      --n;
+    }
+    if (n > 0) {
+      iov->iov_base = static_cast<char*>(iov->iov_base) + left;
+      iov->iov_len -= left;
+    }
+  }
+  return true;
+}
+
+// Reads exactly n bytes: false on end of stream or error (why says which).
+bool read_all(int fd, void* p, std::size_t n, std::string* why) {
+  auto c = static_cast<char*>(p);
+  while (n > 0) {
+    auto k = ::recv(fd, c, n, 0);
+    if (k < 0 && errno == EINTR) continue;
+    if (k == 0) {
+      *why = "closed by the peer";
+      return false;
+    }
+    if (k < 0) {
+      *why = errno_text();
+      return false;
+    }
+    c += k;
+    n -= static_cast<std::size_t>(k);
+  }
+  return true;
+}
+
+std::uint64_t random_token() {
+  std::random_device rd;
+  std::uint64_t t = 0;
+  while (t == 0) t = (static_cast<std::uint64_t>(rd()) << 32) ^ rd();
+  return t;
+}
+
+}  // namespace
+
+data_plane::data_plane(const std::string& host, std::uint64_t min_bytes, std::chrono::milliseconds claim_timeout,
+                       std::chrono::milliseconds stall_timeout)
+    : host_(host), token_(random_token()), min_bytes_(min_bytes), claim_timeout_(claim_timeout),
+      stall_timeout_(stall_timeout), store_(claim_timeout * 2) {
+  listen_fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (listen_fd_ < 0) throw bad_request("data plane: socket: " + errno_text());
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  if (inet_pton(AF_INET, host.c_str(), &addr.sin_addr) != 1) {  // a name: resolve it
+    addrinfo hints{};
+    hints.ai_family = AF_INET;
+    hints.ai_socktype = SOCK_STREAM;
+    addrinfo* res = nullptr;
+    if (int rc = getaddrinfo(host.c_str(), nullptr, &hints, &res); rc != 0) {
+      ::close(listen_fd_);
+      throw bad_request("data plane: cannot resolve host '" + host + "': " + gai_strerror(rc));
+    }
+    addr.sin_addr = reinterpret_cast<sockaddr_in*>(res->ai_addr)->sin_addr;
+    freeaddrinfo(res);
+  }
+  socklen_t len = sizeof(addr);
+  if (::bind(listen_fd_, reinterpret_cast<sockaddr*>(&addr), len) < 0 || ::listen(listen_fd_, 64) < 0 ||
+      getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&addr), &len) < 0) {
+    auto why = errno_text();
+    ::close(listen_fd_);
+    throw bad_request("data plane: cannot listen on " + host + ": " + why);
+  }
+  port_ = ntohs(addr.sin_port);
+  acceptor_ = std::thread([this] { accept_loop(); });
+}
+
+data_plane::~data_plane() {
+  stopping_ = true;
+  ::shutdown(listen_fd_, SHUT_RDWR);  // wakes accept
+  acceptor_.join();
+  ::close(listen_fd_);
+  std::vector<std::thread> threads;
+  {
+    std::lock_guard<std::mutex> guard(mtx_);
+    for (auto& c : conns_) ::shutdown(c->fd, SHUT_RDWR);  // wakes the readers
+    threads = std::move(threads_);
+  }
+  for (auto& t : threads) t.join();
+  std::lock_guard<std::mutex> guard(mtx_);
+  for (auto& c : conns_) ::close(c->fd);
+  for (auto& c : dead_) ::close(c->fd);
+  conns_.clear();
+  dead_.clear();
+}
+
+void data_plane::add(std::shared_ptr<connection> c) {
+  std::lock_guard<std::mutex> guard(mtx_);
+  conns_.push_back(c);
+  threads_.emplace_back([this, c] { read_loop(c); });
+}
+
+void data_plane::drop(const std::shared_ptr<connection>& c, const std::string& why) {
+  if (c->broken.exchange(true)) return;
+  ::shutdown(c->fd, SHUT_RDWR);  // the reader ends; the fd is closed with the plane
+  if (c->peer != 0) store_.close_origin(c->peer, "the " + c->name + " ended (" + why + ")");
+  std::lock_guard<std::mutex> guard(mtx_);
+  std::erase(conns_, c);
+  dead_.push_back(c);
+}
+
+void data_plane::accept_loop() {
+  while (!stopping_) {
+    sockaddr_in from{};
+    socklen_t len = sizeof(from);
+    int fd = ::accept4(listen_fd_, reinterpret_cast<sockaddr*>(&from), &len, SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (errno == EINTR || errno == ECONNABORTED) continue;
+      return;  // shut down
+    }
+    tune(fd, stall_timeout_);
+    auto c = std::make_shared<connection>();
+    c->fd = fd;
+    c->name = "data connection from " + address_of(from);
+    add(std::move(c));
+  }
+}
+
+void data_plane::read_loop(std::shared_ptr<connection> c) {
+  std::string why;
+  try {
+    for (;;) {
+      std::array<std::byte, bulk_header_bytes> raw;
+      if (!read_all(c->fd, raw.data(), raw.size(), &why)) break;
+      auto h = decode_bulk_header(raw);
+      if (h.kind == bulk_kind::hello) {
+        if (c->peer != 0) throw bad_request("a second hello frame");
+        if (h.id == 0) throw bad_request("a hello frame without a token");
+        store_.open_origin(h.id);
+        std::lock_guard<std::mutex> guard(mtx_);
+        c->peer = h.id;
+        continue;
+      }
+      if (c->peer == 0) throw bad_request("a payload before the hello frame");
+      std::vector<float> values(h.bytes / sizeof(float));
+      if (!read_all(c->fd, values.data(), h.bytes, &why)) {
+        why = "in the middle of payload " + std::to_string(h.id) + ": " + why;
+        break;
+      }
+      bytes_received_ += h.bytes;
+      store_.put(c->peer, h.id, std::move(values));
+    }
+  } catch (const bad_request& e) {
+    why = e.what();
+    if (!stopping_) std::fprintf(stderr, "%s: %s; closing it\n", c->name.c_str(), why.c_str());
+  }
+  drop(c, why);
+}
+
+bool data_plane::connect(std::uint64_t peer, const std::string& host, std::uint16_t port, std::string* why) {
+  {
+    std::lock_guard<std::mutex> guard(mtx_);
+    for (auto& c : conns_)
+      if (c->peer == peer) return true;
+  }
+  auto name = "data connection to " + host + ":" + std::to_string(port);
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  if (int rc = getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &res); rc != 0) {
+    *why = name + ": " + gai_strerror(rc);
+    return false;
+  }
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  bool ok = fd >= 0 && ::connect(fd, res->ai_addr, res->ai_addrlen) == 0;
+  freeaddrinfo(res);
+  if (!ok) {
+    *why = name + ": " + errno_text();
+    if (fd >= 0) ::close(fd);
+    return false;
+  }
+  tune(fd, stall_timeout_);
+  auto hello = encode_bulk_header({bulk_kind::hello, token_, 0});
+  iovec iov{hello.data(), hello.size()};
+  if (!write_all(fd, &iov, 1)) {
+    *why = name + ": hello: " + errno_text();
+    ::close(fd);
+    return false;
+  }
+  auto c = std::make_shared<connection>();
+  c->fd = fd;
+  c->peer = peer;
+  c->name = name;
+  store_.open_origin(peer);
+  add(std::move(c));
+  return true;
+}
+
+std::optional<float_block> data_plane::offload(std::uint64_t peer, const float_block& block) {
+  if (block.ticket != 0 || block.size * sizeof(float) < min_bytes_ || peer == 0) return std::nullopt;
+  std::shared_ptr<connection> c;
+  {
+    std::lock_guard<std::mutex> guard(mtx_);
+    for (auto& x : conns_)
+      if (x->peer == peer) c = x;
+  }
+  if (!c) return std::nullopt;
+  auto ticket = next_ticket_.fetch_add(1);
+  auto header = encode_bulk_header({bulk_kind::payload, ticket, block.size * sizeof(float)});
+  iovec iov[2] = {{header.data(), header.size()},
+                  {const_cast<float*>(block.data()), block.size * sizeof(float)}};
+  {
+    std::lock_guard<std::mutex> guard(c->write_mtx);
+    if (c->broken || !write_all(c->fd, iov, 2)) {
+      auto why = errno == EAGAIN || errno == EWOULDBLOCK
+                   ? "no progress for " + std::to_string(stall_timeout_.count()) + " ms"
+                   : errno_text();
+      if (!c->broken) std::fprintf(stderr, "%s failed: %s; sending blocks through CAF\n", c->name.c_str(), why.c_str());
+      drop(c, why);
+      return std::nullopt;
+    }
+  }
+  bytes_sent_ += block.size * sizeof(float);
+  float_block named;
+  named.size = block.size;
+  named.ticket = ticket;
+  named.origin = token_;
+  return named;
+}
+
+float_block data_plane::claim(const float_block& block) {
+  if (block.ticket == 0) return block;
+  std::string from = "process " + std::to_string(block.origin);
+  {
+    std::lock_guard<std::mutex> guard(mtx_);
+    for (auto& c : conns_)
+      if (c->peer == block.origin) from = c->name;
+  }
+  return float_block::own(store_.take(block.origin, block.ticket, block.size, claim_timeout_, from));
+}
+
+std::size_t data_plane::connections() const {
+  std::lock_guard<std::mutex> guard(mtx_);
+  return conns_.size();
+}
+
+}  // namespace ps

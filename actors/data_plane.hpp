@@ -1,0 +1,86 @@
+#pragma once
+// The bulk data path beside CAF: one per process (psnode server and worker roles). It
+// listens on its own TCP port; a worker's client connects to the plane of each server
+// process it talks to (learned with data_atom) and the connection carries large value
+// blocks both ways, as libps/bulk.hpp frames. CAF messages still carry every request
+// and reply, with a float_block that names its payload instead of holding it, so
+// ordering, timeouts, monitoring and failover stay CAF's.
+//
+// Why: CAF 0.17 copies each byte five times on its way between two actors (serialize,
+// kernel send, kernel receive, BASP worker, deserialize), plus a zero-fill; a frame here
+// is written from the block and read into the block (two copies, both in the kernel).
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "actors/messages.hpp"
+#include "libps/bulk.hpp"
+
+namespace ps {
+
+class data_plane {
+ public:
+  // Listens on host (any port). Blocks of at least min_bytes go over data connections;
+  // claims wait at most claim_timeout for their payload; a write that makes no progress
+  // for stall_timeout fails (the block then goes inline through CAF). Throws
+  // bad_request when it cannot listen.
+  data_plane(const std::string& host, std::uint64_t min_bytes, std::chrono::milliseconds claim_timeout,
+             std::chrono::milliseconds stall_timeout);
+  ~data_plane();
+  data_plane(const data_plane&) = delete;
+  data_plane& operator=(const data_plane&) = delete;
+
+  // This process's identity on data connections (random, nonzero).
+  std::uint64_t token() const { return token_; }
+  const std::string& host() const { return host_; }
+  std::uint16_t port() const { return port_; }
+  std::uint64_t min_bytes() const { return min_bytes_; }
+
+  // Opens a connection to the plane at host:port whose token is peer (once; later calls
+  // for a connected peer return true at once). False with *why on failure.
+  bool connect(std::uint64_t peer, const std::string& host, std::uint16_t port, std::string* why);
+  // Writes the block's floats to peer and returns a block that names them, or nothing
+  // when the block is below min_bytes, there is no connection to peer or the write
+  // failed (the caller then sends the block itself).
+  std::optional<float_block> offload(std::uint64_t peer, const float_block& block);
+  // A block with its values: itself if it holds them, else its payload, waited for.
+  // Throws bad_request naming the payload and what went wrong.
+  float_block claim(const float_block& block);
+
+  std::size_t connections() const;
+  // Payload bytes written to and read from data connections so far.
+  std::uint64_t bytes_sent() const { return bytes_sent_; }
+  std::uint64_t bytes_received() const { return bytes_received_; }
+
+ private:
+  struct connection;
+  void accept_loop();
+  void read_loop(std::shared_ptr<connection> c);
+  void add(std::shared_ptr<connection> c);
+  void drop(const std::shared_ptr<connection>& c, const std::string& why);
+
+  std::string host_;
+  std::uint16_t port_ = 0;
+  std::uint64_t token_ = 0;
+  std::uint64_t min_bytes_;
+  std::chrono::milliseconds claim_timeout_;
+  std::chrono::milliseconds stall_timeout_;
+  int listen_fd_ = -1;
+  std::atomic<bool> stopping_{false};
+  std::atomic<std::uint64_t> next_ticket_{1};
+  std::atomic<std::uint64_t> bytes_sent_{0};
+  std::atomic<std::uint64_t> bytes_received_{0};
+  payload_store store_;
+  mutable std::mutex mtx_;
+  std::vector<std::shared_ptr<connection>> conns_;  // by peer token (0 until its hello)
+  std::vector<std::shared_ptr<connection>> dead_;   // ended; their fds close with the plane
+  std::vector<std::thread> threads_;
+  std::thread acceptor_;
+};
+
+}  // namespace ps

@@ -1,0 +1,128 @@
+#include "libps/bulk.hpp"
+
+#include <cstring>
+
+#include "libps/keys.hpp"
+
+namespace ps {
+
+namespace {
+
+constexpr std::uint32_t bulk_magic = 0x44535041;  // "APSD"
+
+// Catches a header that is not one (a stray client, a desynchronised stream) before its
+// size is believed.
+std::uint64_t check_word(std::uint32_t kind, std::uint64_t id, std::uint64_t bytes) {
+  std::uint64_t h = 0x9e3779b97f4a7c15ull ^ kind;
+  for (auto v : {id, bytes}) {
+    h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
+    h *= 0xff51afd7ed558ccdull;
+  }
+  return h;
+}
+
+template <class T>
+void put_le(std::byte* at, T v) {
+  for (std::size_t i = 0; i < sizeof(T); ++i) at[i] = static_cast<std::byte>((v >> (8 * i)) & 0xff);
+}
+
+template <class T>
+T get_le(const std::byte* at) {
+  T v = 0;
+  for (std::size_t i = 0; i < sizeof(T); ++i) v |= static_cast<T>(std::to_integer<std::uint8_t>(at[i])) << (8 * i);
+  return v;
+}
+
+}  // namespace
+
+std::array<std::byte, bulk_header_bytes> encode_bulk_header(const bulk_header& h) {
+  std::array<std::byte, bulk_header_bytes> out{};
+  auto kind = static_cast<std::uint32_t>(h.kind);
+  put_le<std::uint32_t>(out.data(), bulk_magic);
+  put_le<std::uint32_t>(out.data() + 4, kind);
+  put_le<std::uint64_t>(out.data() + 8, h.id);
+  put_le<std::uint64_t>(out.data() + 16, h.bytes);
+  put_le<std::uint64_t>(out.data() + 24, check_word(kind, h.id, h.bytes));
+  return out;
+}
+
+bulk_header decode_bulk_header(std::span<const std::byte, bulk_header_bytes> in) {
+  auto magic = get_le<std::uint32_t>(in.data());
+  if (magic != bulk_magic) throw bad_request("not a data-connection frame (bad magic number)");
+  auto kind = get_le<std::uint32_t>(in.data() + 4);
+  bulk_header h;
+  h.id = get_le<std::uint64_t>(in.data() + 8);
+  h.bytes = get_le<std::uint64_t>(in.data() + 16);
+  if (get_le<std::uint64_t>(in.data() + 24) != check_word(kind, h.id, h.bytes))
+    throw bad_request("corrupt data-connection frame header (check word mismatch)");
+  if (kind != static_cast<std::uint32_t>(bulk_kind::hello) && kind != static_cast<std::uint32_t>(bulk_kind::payload))
+    throw bad_request("unknown data-connection frame kind " + std::to_string(kind));
+  h.kind = static_cast<bulk_kind>(kind);
+  if (h.kind == bulk_kind::hello && h.bytes != 0)
+    throw bad_request("hello frame announces a payload of " + std::to_string(h.bytes) + " bytes");
+  if (h.bytes % sizeof(float) != 0)
+    throw bad_request("payload of " + std::to_string(h.bytes) + " bytes is not a whole number of floats");
+  if (h.bytes > bulk_max_payload)
+    throw bad_request("payload of " + std::to_string(h.bytes) + " bytes exceeds the limit of " +
+                      std::to_string(bulk_max_payload));
+  return h;
+}
+
+payload_store::payload_store(std::chrono::milliseconds orphan_after) : orphan_after_(orphan_after) {}
+
+void payload_store::drop_orphans(std::chrono::steady_clock::time_point now) {
+  for (auto it = payloads_.begin(); it != payloads_.end();)
+    it = now - it->second.since >= orphan_after_ ? payloads_.erase(it) : std::next(it);
+}
+
+void payload_store::put(std::uint64_t origin, std::uint64_t ticket, std::vector<float> values) {
+  auto now = std::chrono::steady_clock::now();
+  {
+    std::lock_guard<std::mutex> guard(mtx_);
+    drop_orphans(now);
+    payloads_[{origin, ticket}] = entry{std::move(values), now};
+  }
+  cv_.notify_all();
+}
+
+void payload_store::close_origin(std::uint64_t origin, std::string why) {
+  {
+    std::lock_guard<std::mutex> guard(mtx_);
+    closed_[origin] = std::move(why);
+  }
+  cv_.notify_all();
+}
+
+void payload_store::open_origin(std::uint64_t origin) {
+  std::lock_guard<std::mutex> guard(mtx_);
+  closed_.erase(origin);
+}
+
+std::vector<float> payload_store::take(std::uint64_t origin, std::uint64_t ticket, std::uint64_t count,
+                                       std::chrono::milliseconds timeout, const std::string& from) {
+  std::unique_lock<std::mutex> lock(mtx_);
+  auto key = std::make_pair(origin, ticket);
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  auto what = [&] { return "payload " + std::to_string(ticket) + " (" + std::to_string(count) + " floats) from " + from; };
+  for (;;) {
+    auto it = payloads_.find(key);
+    if (it != payloads_.end()) {
+      auto values = std::move(it->second.values);
+      payloads_.erase(it);
+      if (values.size() != count)
+        throw bad_request(what() + ": the data connection delivered " + std::to_string(values.size()) + " floats");
+      return values;
+    }
+    if (auto c = closed_.find(origin); c != closed_.end())
+      throw bad_request(what() + " did not arrive: " + c->second);
+    if (cv_.wait_until(lock, deadline) == std::cv_status::timeout && !payloads_.count(key))
+      throw bad_request(what() + " did not arrive within " + std::to_string(timeout.count()) + " ms");
+  }
+}
+
+std::size_t payload_store::waiting() const {
+  std::lock_guard<std::mutex> guard(mtx_);
+  return payloads_.size();
+}
+
+}  // namespace ps

@@ -1,0 +1,76 @@
+#pragma once
+// The bulk data path's pure parts: the frame header of a data connection and the store
+// where received payloads wait for the CAF message that refers to them.
+//
+// Large value blocks bypass CAF's byte path (five copies per byte, README: bench_kv):
+// the sender writes the floats on a plain TCP connection as one frame, and the CAF
+// message carries only (origin, ticket, count). The receiver's reader thread puts the
+// payload here; the actor handling the message takes it out, waiting if the message
+// overtook its payload.
+#include <array>
+#include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace ps {
+
+enum class bulk_kind : std::uint32_t {
+  hello = 1,    // first frame of a connection: id = the sender's token
+  payload = 2,  // id = ticket, bytes = the floats that follow
+};
+
+struct bulk_header {
+  bulk_kind kind = bulk_kind::payload;
+  std::uint64_t id = 0;
+  std::uint64_t bytes = 0;
+};
+
+constexpr std::size_t bulk_header_bytes = 32;
+// The largest payload a frame may announce (the largest chunk the options allow).
+constexpr std::uint64_t bulk_max_payload = 256ull << 20;
+
+std::array<std::byte, bulk_header_bytes> encode_bulk_header(const bulk_header& h);
+// Throws bad_request naming what is wrong: magic, check word, kind, payload size (not a
+// whole number of floats, above bulk_max_payload, or a hello with a payload).
+bulk_header decode_bulk_header(std::span<const std::byte, bulk_header_bytes> bytes);
+
+// Payloads received and not yet claimed, by (origin token, ticket). Thread-safe.
+class payload_store {
+ public:
+  // Payloads nobody claimed for this long are dropped (their message was lost).
+  explicit payload_store(std::chrono::milliseconds orphan_after);
+
+  void put(std::uint64_t origin, std::uint64_t ticket, std::vector<float> values);
+  // The connection from origin ended: claims of payloads that did not arrive fail at
+  // once with this reason (those that arrived can still be claimed).
+  void close_origin(std::uint64_t origin, std::string why);
+  // A new connection from origin: its claims wait again.
+  void open_origin(std::uint64_t origin);
+  // The payload's values, waiting up to `timeout` for it. Throws bad_request when it
+  // does not come, when the origin's connection closed first, or when it holds another
+  // number of floats than `count`. from: the origin's name for the error.
+  std::vector<float> take(std::uint64_t origin, std::uint64_t ticket, std::uint64_t count,
+                          std::chrono::milliseconds timeout, const std::string& from);
+  std::size_t waiting() const;
+
+ private:
+  struct entry {
+    std::vector<float> values;
+    std::chrono::steady_clock::time_point since;
+  };
+  void drop_orphans(std::chrono::steady_clock::time_point now);
+
+  std::chrono::milliseconds orphan_after_;
+  mutable std::mutex mtx_;
+  std::condition_variable cv_;
+  std::map<std::pair<std::uint64_t, std::uint64_t>, entry> payloads_;
+  std::map<std::uint64_t, std::string> closed_;  // origin -> why
+};
+
+}  // namespace ps

@@ -1,0 +1,91 @@
+// The bulk data path's pure parts: frame headers and the payload store.
+#include <doctest/doctest.h>
+
+#include <cstring>
+#include <thread>
+
+#include "libps/bulk.hpp"
+#include "libps/keys.hpp"
+
+using namespace ps;
+using namespace std::chrono_literals;
+
+namespace {
+
+std::string refusal(std::array<std::byte, bulk_header_bytes> raw) {
+  try {
+    decode_bulk_header(raw);
+  } catch (const bad_request& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// A header with one 8-byte field replaced (the check word then no longer fits).
+std::array<std::byte, bulk_header_bytes> with_field(std::array<std::byte, bulk_header_bytes> raw, std::size_t at,
+                                                    std::uint64_t v) {
+  std::memcpy(raw.data() + at, &v, sizeof(v));
+  return raw;
+}
+
+}  // namespace
+
+TEST_CASE("bulk headers round trip and refuse what is not one, naming the fault") {
+  auto raw = encode_bulk_header({bulk_kind::payload, 77, 4 << 20});
+  auto h = decode_bulk_header(raw);
+  CHECK(h.kind == bulk_kind::payload);
+  CHECK(h.id == 77);
+  CHECK(h.bytes == (4u << 20));
+  auto hello = decode_bulk_header(encode_bulk_header({bulk_kind::hello, 0xabcdef, 0}));
+  CHECK(hello.kind == bulk_kind::hello);
+  CHECK(hello.id == 0xabcdef);
+
+  auto garbage = raw;
+  garbage[0] = std::byte{'G'};
+  CHECK(refusal(garbage).find("bad magic") != std::string::npos);
+  CHECK(refusal(with_field(raw, 16, 5 << 20)).find("check word") != std::string::npos);  // size changed in flight
+  CHECK(refusal(encode_bulk_header({static_cast<bulk_kind>(9), 1, 0})).find("unknown data-connection frame kind 9") !=
+        std::string::npos);
+  CHECK(refusal(encode_bulk_header({bulk_kind::payload, 1, 6})).find("not a whole number of floats") !=
+        std::string::npos);
+  CHECK(refusal(encode_bulk_header({bulk_kind::payload, 1, bulk_max_payload + 4})).find("exceeds the limit") !=
+        std::string::npos);
+  CHECK(refusal(encode_bulk_header({bulk_kind::hello, 1, 4})).find("hello frame announces") != std::string::npos);
+}
+
+TEST_CASE("the payload store hands each payload to its claim once, also when the claim comes first") {
+  payload_store store(10s);
+  store.put(1, 5, {1.0f, 2.0f});
+  CHECK(store.take(1, 5, 2, 1s, "peer") == std::vector<float>{1.0f, 2.0f});
+  CHECK(store.waiting() == 0);
+  // The claim waits for a payload that arrives later (the message overtook it).
+  std::thread reader([&] { store.put(2, 9, {3.0f}); });
+  CHECK(store.take(2, 9, 1, 10s, "peer") == std::vector<float>{3.0f});
+  reader.join();
+}
+
+TEST_CASE("payload claims fail with a reason: closed origin, wrong size, timeout") {
+  payload_store store(10s);
+  store.put(1, 1, {1.0f});
+  store.close_origin(1, "the data connection from 127.0.0.1:5 ended (closed by the peer)");
+  CHECK(store.take(1, 1, 1, 1s, "peer") == std::vector<float>{1.0f});  // arrived before the end: still there
+  try {
+    store.take(1, 2, 3, 10s, "127.0.0.1:5");  // fails at once, not after 10 s
+    FAIL("no error");
+  } catch (const bad_request& e) {
+    CHECK(std::string(e.what()).find("payload 2 (3 floats) from 127.0.0.1:5 did not arrive: the data connection") !=
+          std::string::npos);
+  }
+  store.open_origin(1);  // a new connection: claims wait again
+  store.put(1, 3, {1.0f, 2.0f});
+  CHECK_THROWS_WITH_AS(store.take(1, 3, 4, 1s, "p"), doctest::Contains("delivered 2 floats"), bad_request);
+  CHECK_THROWS_WITH_AS(store.take(7, 1, 1, 1ms, "p"), doctest::Contains("did not arrive within 1 ms"), bad_request);
+}
+
+TEST_CASE("unclaimed payloads are dropped once they are older than the orphan limit") {
+  payload_store store(0ms);  // every payload is an orphan by the next put
+  store.put(1, 1, {1.0f});
+  store.put(1, 2, {2.0f});
+  CHECK(store.waiting() == 1);
+  CHECK(store.take(1, 2, 1, 1s, "p") == std::vector<float>{2.0f});
+}
