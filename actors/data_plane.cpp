@@ -27,6 +27,8 @@ namespace {
 
 std::string errno_text() { return std::strerror(errno); }
 
+constexpr std::size_t iov_max = 1024;  // IOV_MAX on Linux
+
 std::string address_of(const sockaddr_in& a) {
   char buf[INET_ADDRSTRLEN] = {};
   inet_ntop(AF_INET, &a.sin_addr, buf, sizeof(buf));
@@ -246,7 +248,14 @@ bool data_plane::connect(std::uint64_t peer, const std::string& host, std::uint1
 }
 
 std::optional<float_block> data_plane::offload(std::uint64_t peer, const float_block& block) {
-  if (block.ticket != 0 || block.size * sizeof(float) < min_bytes_ || peer == 0) return std::nullopt;
+  if (block.ticket != 0) return std::nullopt;
+  std::span<const float> whole(block.data(), block.size);
+  return offload(peer, std::span<const std::span<const float>>(&whole, 1), block.size);
+}
+
+std::optional<float_block> data_plane::offload(std::uint64_t peer, std::span<const std::span<const float>> parts,
+                                               std::uint64_t count) {
+  if (count * sizeof(float) < min_bytes_ || peer == 0) return std::nullopt;
   std::shared_ptr<connection> c;
   {
     std::lock_guard<std::mutex> guard(mtx_);
@@ -255,12 +264,18 @@ std::optional<float_block> data_plane::offload(std::uint64_t peer, const float_b
   }
   if (!c) return std::nullopt;
   auto ticket = next_ticket_.fetch_add(1);
-  auto header = encode_bulk_header({bulk_kind::payload, ticket, block.size * sizeof(float)});
-  iovec iov[2] = {{header.data(), header.size()},
-                  {const_cast<float*>(block.data()), block.size * sizeof(float)}};
+  auto header = encode_bulk_header({bulk_kind::payload, ticket, count * sizeof(float)});
+  std::vector<iovec> iov;
+  iov.reserve(parts.size() + 1);
+  iov.push_back({header.data(), header.size()});
+  for (auto p : parts) iov.push_back({const_cast<float*>(p.data()), p.size_bytes()});
   {
     std::lock_guard<std::mutex> guard(c->write_mtx);
-    if (c->broken || !write_all(c->fd, iov, 2)) {
+    bool ok = !c->broken;
+    // sendmsg takes at most IOV_MAX pieces at a time.
+    for (std::size_t at = 0; ok && at < iov.size(); at += iov_max)
+      ok = write_all(c->fd, iov.data() + at, static_cast<int>(std::min(iov_max, iov.size() - at)));
+    if (!ok) {
       auto why = errno == EAGAIN || errno == EWOULDBLOCK
                    ? "no progress for " + std::to_string(stall_timeout_.count()) + " ms"
                    : errno_text();
@@ -269,9 +284,9 @@ std::optional<float_block> data_plane::offload(std::uint64_t peer, const float_b
       return std::nullopt;
     }
   }
-  bytes_sent_ += block.size * sizeof(float);
+  bytes_sent_ += count * sizeof(float);
   float_block named;
-  named.size = block.size;
+  named.size = count;
   named.ticket = ticket;
   named.origin = token_;
   return named;

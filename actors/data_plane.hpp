@@ -14,6 +14,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -48,6 +49,10 @@ class data_plane {
   // when the block is below min_bytes, there is no connection to peer or the write
   // failed (the caller then sends the block itself).
   std::optional<float_block> offload(std::uint64_t peer, const float_block& block);
+  // The same for values lying in several places (a shard's segments), written straight
+  // from there; count is their total.
+  std::optional<float_block> offload(std::uint64_t peer, std::span<const std::span<const float>> parts,
+                                     std::uint64_t count);
   // A block with its values: itself if it holds them, else its payload, waited for.
   // Throws bad_request naming the payload and what went wrong.
   float_block claim(const float_block& block);

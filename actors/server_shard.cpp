@@ -164,12 +164,20 @@ shard_actor::behavior_type server_shard(shard_actor::stateful_pointer<shard_stat
     auto& st = self->state;
     std::uint64_t n = 0;
     for (const auto& r : ranges.ranges) n += r.size();
-    std::vector<float> out(n);
-    st.store->pull(ranges.ranges, out.data(), n);
     st.trace({trace_event::pull, hdr.worker, hdr.clock, st.id, st.consistency->clocks().min_clock(),
               st.consistency->staleness()});
+    // A large answer goes over the reader's data connection, if it has one, written
+    // straight from the store (nothing changes it while this handler runs); in a few
+    // pieces only, as many small ones cost more to write than to copy.
+    if (opts.plane && hdr.reply_plane != 0) {
+      auto parts = st.store->view(ranges.ranges, n);
+      if (parts.size() <= 64)
+        if (auto named = opts.plane->offload(hdr.reply_plane, parts, n)) return *named;
+    }
+    std::vector<float> out(n);
+    st.store->pull(ranges.ranges, out.data(), n);
     auto block = float_block::own(std::move(out));
-    if (opts.plane)  // a large answer goes over the reader's data connection, if it has one
+    if (opts.plane)
       if (auto named = opts.plane->offload(hdr.reply_plane, block)) return *named;
     return block;
   };

@@ -129,9 +129,10 @@ void shard_store::init(const std::vector<key_range>& ranges, const float* values
   }
 }
 
-void shard_store::pull(const std::vector<key_range>& ranges, float* out,
-                       std::uint64_t num_values) const {
+std::vector<std::span<const float>> shard_store::view(const std::vector<key_range>& ranges,
+                                                      std::uint64_t num_values) const {
   check_sizes(ranges, num_values, "pull");
+  std::vector<std::span<const float>> spans;
   for (const auto& r : ranges) {
     for (key_type k = r.begin; k < r.end;) {
       auto it = segments_.upper_bound(k);
@@ -139,10 +140,18 @@ void shard_store::pull(const std::vector<key_range>& ranges, float* out,
         throw bad_request("keys " + to_string({k, r.end}) + " were never pushed or initialized");
       --it;
       auto stop = std::min(it->second.end, r.end);
-      std::memcpy(out, it->second.values.data() + (k - it->first), (stop - k) * sizeof(float));
-      out += stop - k;
+      spans.emplace_back(it->second.values.data() + (k - it->first), stop - k);
       k = stop;
     }
+  }
+  return spans;
+}
+
+void shard_store::pull(const std::vector<key_range>& ranges, float* out,
+                       std::uint64_t num_values) const {
+  for (auto s : view(ranges, num_values)) {
+    std::memcpy(out, s.data(), s.size_bytes());
+    out += s.size();
   }
 }
 

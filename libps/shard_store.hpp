@@ -4,6 +4,7 @@
 // start at 0 (ps-lite semantics); a pull of keys never pushed or initialized is an error.
 #include <cstdint>
 #include <map>
+#include <span>
 #include <vector>
 
 #include "libps/keys.hpp"
@@ -31,6 +32,9 @@ class shard_store {
   void init(const std::vector<key_range>& ranges, const float* values, std::uint64_t num_values);
   // Copies the current values of each range back to back into out.
   void pull(const std::vector<key_range>& ranges, float* out, std::uint64_t num_values) const;
+  // Where the current values of the ranges lie, in order (valid until the next change),
+  // so a pull can be written out without a copy. The same checks as pull.
+  std::vector<std::span<const float>> view(const std::vector<key_range>& ranges, std::uint64_t num_values) const;
   // The checks push makes on its arguments, without applying anything (for pushes that
   // are queued before they are applied). Throws bad_request.
   static void check_push(const std::vector<key_range>& ranges, std::uint64_t num_values);
