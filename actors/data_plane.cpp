@@ -97,7 +97,7 @@ std::uint64_t random_token() {
 data_plane::data_plane(const std::string& host, std::uint64_t min_bytes, std::chrono::milliseconds claim_timeout,
                        std::chrono::milliseconds stall_timeout)
     : host_(host), token_(random_token()), min_bytes_(min_bytes), claim_timeout_(claim_timeout),
-      stall_timeout_(stall_timeout), store_(claim_timeout * 2) {
+      stall_timeout_(stall_timeout), store_(claim_timeout * 2), buffers_(buffer_pool::make(512ull << 20)) {
   listen_fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (listen_fd_ < 0) throw bad_request("data plane: socket: " + errno_text());
   sockaddr_in addr{};
@@ -192,8 +192,8 @@ void data_plane::read_loop(std::shared_ptr<connection> c) {
         continue;
       }
       if (c->peer == 0) throw bad_request("a payload before the hello frame");
-      std::vector<float> values(h.bytes / sizeof(float));
-      if (!read_all(c->fd, values.data(), h.bytes, &why)) {
+      auto values = buffers_->get(h.bytes / sizeof(float));
+      if (!read_all(c->fd, values->data(), h.bytes, &why)) {
         why = "in the middle of payload " + std::to_string(h.id) + ": " + why;
         break;
       }
@@ -256,6 +256,8 @@ std::optional<float_block> data_plane::offload(std::uint64_t peer, const float_b
 std::optional<float_block> data_plane::offload(std::uint64_t peer, std::span<const std::span<const float>> parts,
                                                std::uint64_t count) {
   if (count * sizeof(float) < min_bytes_ || peer == 0) return std::nullopt;
+  // Many small pieces cost more to hand to the kernel one by one than to copy together.
+  if (parts.size() > 64 && count * sizeof(float) / parts.size() < 4096) return std::nullopt;
   std::shared_ptr<connection> c;
   {
     std::lock_guard<std::mutex> guard(mtx_);
@@ -300,7 +302,7 @@ float_block data_plane::claim(const float_block& block) {
     for (auto& c : conns_)
       if (c->peer == block.origin) from = c->name;
   }
-  return float_block::own(store_.take(block.origin, block.ticket, block.size, claim_timeout_, from));
+  return float_block{store_.take(block.origin, block.ticket, block.size, claim_timeout_, from), 0, block.size};
 }
 
 std::size_t data_plane::connections() const {

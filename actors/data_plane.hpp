@@ -49,8 +49,9 @@ class data_plane {
   // when the block is below min_bytes, there is no connection to peer or the write
   // failed (the caller then sends the block itself).
   std::optional<float_block> offload(std::uint64_t peer, const float_block& block);
-  // The same for values lying in several places (a shard's segments), written straight
-  // from there; count is their total.
+  // The same for values lying in several places (a shard's segments, the pieces of a
+  // caller's buffer), written straight from there; count is their total. Nothing, too,
+  // when there are more than 64 pieces of 4 KiB or less on average: copy them first.
   std::optional<float_block> offload(std::uint64_t peer, std::span<const std::span<const float>> parts,
                                      std::uint64_t count);
   // A block with its values: itself if it holds them, else its payload, waited for.
@@ -81,6 +82,7 @@ class data_plane {
   std::atomic<std::uint64_t> bytes_sent_{0};
   std::atomic<std::uint64_t> bytes_received_{0};
   payload_store store_;
+  std::shared_ptr<buffer_pool> buffers_;  // payloads are read into these
   mutable std::mutex mtx_;
   std::vector<std::shared_ptr<connection>> conns_;  // by peer token (0 until its hello)
   std::vector<std::shared_ptr<connection>> dead_;   // ended; their fds close with the plane

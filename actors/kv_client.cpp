@@ -78,7 +78,11 @@ struct op_request {
   op_kind kind;
   request_header hdr;
   std::vector<chunk> chunks;
-  std::vector<float_block> blocks;  // per chunk (push/init)
+  // Per chunk (push/init). A block without storage is a chunk of scattered pieces of
+  // source (from base on), gathered only if it cannot be written from there.
+  std::vector<float_block> blocks;
+  std::shared_ptr<std::vector<float>> source;
+  std::size_t base = 0;
   std::vector<encoded_block> encoded;  // per chunk, instead of blocks: a compressed push
   std::shared_ptr<kv_op_state> op;
 };
@@ -558,10 +562,27 @@ caf::behavior kv_client_actor(client_ptr self, std::vector<shard_link> shards, s
             self->request(handle, st.timeout, push_atom::value, h, std::move(ranges), req->encoded[c])
               .then(acked, on_error);
           } else {
-            // A large block goes over the data connection; the message names it.
+            // A large block goes over the data connection, the message names it; a chunk of
+            // scattered pieces is written straight from the caller's buffer if it can be.
             auto block = req->blocks[c];
-            if (auto peer = plane_peer(self, handle))
-              if (auto named = st.plane->offload(peer, block)) block = std::move(*named);
+            std::optional<float_block> named;
+            if (auto peer = plane_peer(self, handle)) {
+              if (block.storage) {
+                named = st.plane->offload(peer, block);
+              } else {
+                std::vector<std::span<const float>> parts;
+                for (const auto& p : ch.pieces)
+                  parts.emplace_back(req->source->data() + req->base + p.value_offset, p.keys.size());
+                named = st.plane->offload(peer, parts, ch.num_values);
+              }
+            }
+            if (named) {
+              block = std::move(*named);
+            } else if (!block.storage) {
+              std::vector<float> gathered(ch.num_values);
+              gather(req->source->data() + req->base, ch, gathered.data());
+              block = req->blocks[c] = float_block::own(std::move(gathered));  // kept for resends
+            }
             if (req->kind == op_kind::push)
               self->request(handle, st.timeout, push_atom::value, h, std::move(ranges), std::move(block))
                 .then(acked, on_error);
@@ -688,9 +709,16 @@ kv_future kv_client::send(op_kind kind, const key_set& keys, std::shared_ptr<std
     if (req->chunks.size() > 1) op->values.resize(keys.num_keys());
   } else {
     auto base = offset.value_or(0);
+    // Over a data plane, chunks of scattered pieces may be written from `whole` directly.
+    bool defer_gather = opts_.plane && !opts_.faults.touches_messages() && kind != op_kind::pull &&
+                        !(kind == op_kind::push && opts_.compression.kind != codec_kind::none);
+    req->source = whole;
+    req->base = base;
     for (const auto& c : req->chunks) {
       if (c.contiguous()) {  // a view: no copy
         req->blocks.push_back({whole, base + c.first_offset(), c.num_values});
+      } else if (defer_gather) {
+        req->blocks.push_back({nullptr, 0, c.num_values});
       } else {
         std::vector<float> gathered(c.num_values);
         gather(whole->data() + base, c, gathered.data());

@@ -167,13 +167,9 @@ shard_actor::behavior_type server_shard(shard_actor::stateful_pointer<shard_stat
     st.trace({trace_event::pull, hdr.worker, hdr.clock, st.id, st.consistency->clocks().min_clock(),
               st.consistency->staleness()});
     // A large answer goes over the reader's data connection, if it has one, written
-    // straight from the store (nothing changes it while this handler runs); in a few
-    // pieces only, as many small ones cost more to write than to copy.
-    if (opts.plane && hdr.reply_plane != 0) {
-      auto parts = st.store->view(ranges.ranges, n);
-      if (parts.size() <= 64)
-        if (auto named = opts.plane->offload(hdr.reply_plane, parts, n)) return *named;
-    }
+    // straight from the store (nothing changes it while this handler runs).
+    if (opts.plane && hdr.reply_plane != 0)
+      if (auto named = opts.plane->offload(hdr.reply_plane, st.store->view(ranges.ranges, n), n)) return *named;
     std::vector<float> out(n);
     st.store->pull(ranges.ranges, out.data(), n);
     auto block = float_block::own(std::move(out));

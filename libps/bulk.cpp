@@ -68,6 +68,55 @@ bulk_header decode_bulk_header(std::span<const std::byte, bulk_header_bytes> in)
   return h;
 }
 
+std::shared_ptr<buffer_pool> buffer_pool::make(std::uint64_t max_bytes) {
+  return std::shared_ptr<buffer_pool>(new buffer_pool(max_bytes));
+}
+
+std::shared_ptr<std::vector<float>> buffer_pool::get(std::size_t n) {
+  std::unique_ptr<std::vector<float>> v;
+  {
+    std::lock_guard<std::mutex> guard(mtx_);
+    // The same size first (nothing to zero), else one large enough, else a new one.
+    auto pick = free_.end();
+    for (auto it = free_.begin(); it != free_.end(); ++it) {
+      if ((*it)->size() == n) {
+        pick = it;
+        break;
+      }
+      if ((*it)->capacity() >= n && pick == free_.end()) pick = it;
+    }
+    if (pick != free_.end()) {
+      v = std::move(*pick);
+      free_.erase(pick);
+      free_bytes_ -= v->capacity() * sizeof(float);
+    }
+  }
+  if (!v) v = std::make_unique<std::vector<float>>();
+  v->resize(n);
+  std::weak_ptr<buffer_pool> pool = weak_from_this();
+  return std::shared_ptr<std::vector<float>>(v.release(), [pool](std::vector<float>* p) {
+    if (auto alive = pool.lock())
+      alive->give_back(p);
+    else
+      delete p;
+  });
+}
+
+void buffer_pool::give_back(std::vector<float>* v) {
+  std::unique_ptr<std::vector<float>> owned(v);
+  auto bytes = v->capacity() * sizeof(float);
+  if (bytes == 0) return;  // its memory was moved out
+  std::lock_guard<std::mutex> guard(mtx_);
+  if (free_bytes_ + bytes > max_bytes_) return;
+  free_bytes_ += bytes;
+  free_.push_back(std::move(owned));
+}
+
+std::uint64_t buffer_pool::free_bytes() const {
+  std::lock_guard<std::mutex> guard(mtx_);
+  return free_bytes_;
+}
+
 payload_store::payload_store(std::chrono::milliseconds orphan_after) : orphan_after_(orphan_after) {}
 
 void payload_store::drop_orphans(std::chrono::steady_clock::time_point now) {
@@ -75,7 +124,7 @@ void payload_store::drop_orphans(std::chrono::steady_clock::time_point now) {
     it = now - it->second.since >= orphan_after_ ? payloads_.erase(it) : std::next(it);
 }
 
-void payload_store::put(std::uint64_t origin, std::uint64_t ticket, std::vector<float> values) {
+void payload_store::put(std::uint64_t origin, std::uint64_t ticket, std::shared_ptr<std::vector<float>> values) {
   auto now = std::chrono::steady_clock::now();
   {
     std::lock_guard<std::mutex> guard(mtx_);
@@ -98,8 +147,9 @@ void payload_store::open_origin(std::uint64_t origin) {
   closed_.erase(origin);
 }
 
-std::vector<float> payload_store::take(std::uint64_t origin, std::uint64_t ticket, std::uint64_t count,
-                                       std::chrono::milliseconds timeout, const std::string& from) {
+std::shared_ptr<std::vector<float>> payload_store::take(std::uint64_t origin, std::uint64_t ticket,
+                                                        std::uint64_t count, std::chrono::milliseconds timeout,
+                                                        const std::string& from) {
   std::unique_lock<std::mutex> lock(mtx_);
   auto key = std::make_pair(origin, ticket);
   auto deadline = std::chrono::steady_clock::now() + timeout;
@@ -109,8 +159,8 @@ std::vector<float> payload_store::take(std::uint64_t origin, std::uint64_t ticke
     if (it != payloads_.end()) {
       auto values = std::move(it->second.values);
       payloads_.erase(it);
-      if (values.size() != count)
-        throw bad_request(what() + ": the data connection delivered " + std::to_string(values.size()) + " floats");
+      if (values->size() != count)
+        throw bad_request(what() + ": the data connection delivered " + std::to_string(values->size()) + " floats");
       return values;
     }
     if (auto c = closed_.find(origin); c != closed_.end())

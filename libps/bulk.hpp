@@ -13,6 +13,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <span>
 #include <string>
@@ -40,13 +41,34 @@ std::array<std::byte, bulk_header_bytes> encode_bulk_header(const bulk_header& h
 // whole number of floats, above bulk_max_payload, or a hello with a payload).
 bulk_header decode_bulk_header(std::span<const std::byte, bulk_header_bytes> bytes);
 
+// Float buffers for received payloads, reused: a buffer handed out goes back to the pool
+// when its last reference goes, so the next payload of the same size lands in memory
+// that is already mapped and needs no zeroing. Thread-safe.
+class buffer_pool : public std::enable_shared_from_this<buffer_pool> {
+ public:
+  // Keeps at most max_bytes of free buffers.
+  static std::shared_ptr<buffer_pool> make(std::uint64_t max_bytes);
+  // A buffer of n floats whose contents are unspecified (a reused one keeps old values).
+  std::shared_ptr<std::vector<float>> get(std::size_t n);
+  std::uint64_t free_bytes() const;
+
+ private:
+  explicit buffer_pool(std::uint64_t max_bytes) : max_bytes_(max_bytes) {}
+  void give_back(std::vector<float>* v);
+
+  std::uint64_t max_bytes_;
+  mutable std::mutex mtx_;
+  std::vector<std::unique_ptr<std::vector<float>>> free_;
+  std::uint64_t free_bytes_ = 0;
+};
+
 // Payloads received and not yet claimed, by (origin token, ticket). Thread-safe.
 class payload_store {
  public:
   // Payloads nobody claimed for this long are dropped (their message was lost).
   explicit payload_store(std::chrono::milliseconds orphan_after);
 
-  void put(std::uint64_t origin, std::uint64_t ticket, std::vector<float> values);
+  void put(std::uint64_t origin, std::uint64_t ticket, std::shared_ptr<std::vector<float>> values);
   // The connection from origin ended: claims of payloads that did not arrive fail at
   // once with this reason (those that arrived can still be claimed).
   void close_origin(std::uint64_t origin, std::string why);
@@ -55,13 +77,13 @@ class payload_store {
   // The payload's values, waiting up to `timeout` for it. Throws bad_request when it
   // does not come, when the origin's connection closed first, or when it holds another
   // number of floats than `count`. from: the origin's name for the error.
-  std::vector<float> take(std::uint64_t origin, std::uint64_t ticket, std::uint64_t count,
-                          std::chrono::milliseconds timeout, const std::string& from);
+  std::shared_ptr<std::vector<float>> take(std::uint64_t origin, std::uint64_t ticket, std::uint64_t count,
+                                           std::chrono::milliseconds timeout, const std::string& from);
   std::size_t waiting() const;
 
  private:
   struct entry {
-    std::vector<float> values;
+    std::shared_ptr<std::vector<float>> values;
     std::chrono::steady_clock::time_point since;
   };
   void drop_orphans(std::chrono::steady_clock::time_point now);

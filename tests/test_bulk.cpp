@@ -28,6 +28,10 @@ std::array<std::byte, bulk_header_bytes> with_field(std::array<std::byte, bulk_h
   return raw;
 }
 
+std::shared_ptr<std::vector<float>> floats(std::vector<float> v) {
+  return std::make_shared<std::vector<float>>(std::move(v));
+}
+
 }  // namespace
 
 TEST_CASE("bulk headers round trip and refuse what is not one, naming the fault") {
@@ -55,20 +59,20 @@ TEST_CASE("bulk headers round trip and refuse what is not one, naming the fault"
 
 TEST_CASE("the payload store hands each payload to its claim once, also when the claim comes first") {
   payload_store store(10s);
-  store.put(1, 5, {1.0f, 2.0f});
-  CHECK(store.take(1, 5, 2, 1s, "peer") == std::vector<float>{1.0f, 2.0f});
+  store.put(1, 5, floats({1.0f, 2.0f}));
+  CHECK(*store.take(1, 5, 2, 1s, "peer") == std::vector<float>{1.0f, 2.0f});
   CHECK(store.waiting() == 0);
   // The claim waits for a payload that arrives later (the message overtook it).
-  std::thread reader([&] { store.put(2, 9, {3.0f}); });
-  CHECK(store.take(2, 9, 1, 10s, "peer") == std::vector<float>{3.0f});
+  std::thread reader([&] { store.put(2, 9, floats({3.0f})); });
+  CHECK(*store.take(2, 9, 1, 10s, "peer") == std::vector<float>{3.0f});
   reader.join();
 }
 
 TEST_CASE("payload claims fail with a reason: closed origin, wrong size, timeout") {
   payload_store store(10s);
-  store.put(1, 1, {1.0f});
+  store.put(1, 1, floats({1.0f}));
   store.close_origin(1, "the data connection from 127.0.0.1:5 ended (closed by the peer)");
-  CHECK(store.take(1, 1, 1, 1s, "peer") == std::vector<float>{1.0f});  // arrived before the end: still there
+  CHECK(*store.take(1, 1, 1, 1s, "peer") == std::vector<float>{1.0f});  // arrived before the end: still there
   try {
     store.take(1, 2, 3, 10s, "127.0.0.1:5");  // fails at once, not after 10 s
     FAIL("no error");
@@ -77,15 +81,46 @@ TEST_CASE("payload claims fail with a reason: closed origin, wrong size, timeout
           std::string::npos);
   }
   store.open_origin(1);  // a new connection: claims wait again
-  store.put(1, 3, {1.0f, 2.0f});
+  store.put(1, 3, floats({1.0f, 2.0f}));
   CHECK_THROWS_WITH_AS(store.take(1, 3, 4, 1s, "p"), doctest::Contains("delivered 2 floats"), bad_request);
   CHECK_THROWS_WITH_AS(store.take(7, 1, 1, 1ms, "p"), doctest::Contains("did not arrive within 1 ms"), bad_request);
 }
 
 TEST_CASE("unclaimed payloads are dropped once they are older than the orphan limit") {
   payload_store store(0ms);  // every payload is an orphan by the next put
-  store.put(1, 1, {1.0f});
-  store.put(1, 2, {2.0f});
+  store.put(1, 1, floats({1.0f}));
+  store.put(1, 2, floats({2.0f}));
   CHECK(store.waiting() == 1);
-  CHECK(store.take(1, 2, 1, 1s, "p") == std::vector<float>{2.0f});
+  CHECK(*store.take(1, 2, 1, 1s, "p") == std::vector<float>{2.0f});
+}
+
+TEST_CASE("the buffer pool hands a released buffer out again without touching it, up to its bound") {
+  auto pool = buffer_pool::make(8 * 1024 * sizeof(float));
+  const float* first = nullptr;
+  {
+    auto b = pool->get(1024);
+    REQUIRE(b->size() == 1024);
+    std::fill(b->begin(), b->end(), 7.0f);
+    first = b->data();
+  }
+  CHECK(pool->free_bytes() == 1024 * sizeof(float));
+  {
+    auto again = pool->get(1024);
+    CHECK(again->data() == first);  // the same memory ...
+    CHECK((*again)[1023] == 7.0f);  // ... not zeroed
+    CHECK(pool->free_bytes() == 0);
+    auto other = pool->get(512);  // nothing free: a new buffer
+    CHECK(other->data() != first);
+  }
+  CHECK(pool->free_bytes() == 1536 * sizeof(float));
+  auto big = pool->get(16 * 1024);
+  big.reset();  // above the bound: freed, not kept
+  CHECK(pool->free_bytes() == 1536 * sizeof(float));
+  auto moved = pool->get(1024);
+  std::vector<float> taken = std::move(*moved);  // its memory leaves with the caller
+  moved.reset();
+  CHECK(pool->free_bytes() == 512 * sizeof(float));
+  auto outlives = pool->get(16);
+  pool.reset();
+  outlives.reset();  // the pool is gone: the buffer is simply freed
 }
