@@ -182,6 +182,15 @@ std::string fmnist_app(worker_context& ctx) {
   return out.str();
 }
 
+// ,"data_plane_sent":N,"data_plane_received":N when this worker has a data plane: the
+// bytes of its blocks that went beside CAF.
+std::string data_plane_fields(worker_context& ctx) {
+  const auto& plane = ctx.kv.options().plane;
+  if (!plane) return "";
+  return ",\"data_plane_sent\":" + std::to_string(plane->bytes_sent()) +
+         ",\"data_plane_received\":" + std::to_string(plane->bytes_received());
+}
+
 // ---- kvcheck: exact sums under asynchronous pushes (ps-lite's test_kv_app) ----------
 
 // Tensors of many sizes: 10^5 one-float keys spread out (each its own range), then
@@ -253,9 +262,7 @@ std::string kvcheck_app(worker_context& ctx) {
   std::ostringstream out;
   out << "{\"worker\":" << ctx.id << ",\"checked\":" << checked << ",\"mismatches\":" << mismatches
       << ",\"keys_per_push\":" << shared.num_keys << ",\"first_mismatch\":\"" << first << "\"";
-  if (const auto& plane = ctx.kv.options().plane)  // this worker's blocks beside CAF
-    out << ",\"data_plane_sent\":" << plane->bytes_sent() << ",\"data_plane_received\":" << plane->bytes_received();
-  out << "}";
+  out << data_plane_fields(ctx) << "}";
   return out.str();
 }
 
@@ -319,7 +326,7 @@ std::string clocksum_app(worker_context& ctx) {
     out << (first ? "" : ",") << ms;
     first = false;
   }
-  out << "]}";
+  out << "]" << data_plane_fields(ctx) << "}";
   return out.str();
 }
 

@@ -322,10 +322,13 @@ long long shard_value(const std::string& line, std::uint32_t shard) {
 }  // namespace
 
 TEST_CASE("faults: r=2, a server killed at clock 20 of 40 under BSP: final parameters exactly as without the fault") {
-  for (std::string servers : {"2", "3"}) {
+  // The third run sends every block (128 KiB per shard) over data connections.
+  for (auto [servers, flags] : {std::pair<std::string, std::string>{"2", ""}, {"3", ""},
+                                {"2", " --ps.data-plane-bytes=65536"}}) {
     CAPTURE(servers);
+    CAPTURE(flags);
     auto [rc, out] = shell("bin/psnode --role=local --app=clocksum --servers=" + servers +
-                           " --workers=2 --clocks=40 --replication=2 --faults='kill server=1 at=20'");
+                           " --workers=2 --clocks=40 --replication=2 --faults='kill server=1 at=20'" + flags);
     INFO(out);
     REQUIRE(rc == 0);
     CHECK(out.find("fault injector: shard 1 reached clock 20") != std::string::npos);
@@ -338,6 +341,7 @@ TEST_CASE("faults: r=2, a server killed at clock 20 of 40 under BSP: final param
       for (std::uint32_t s = 0; s < n; ++s) CHECK(shard_value(line, s) == 3 * 40);
       CHECK(line.find("\"stale_reads\":0") != std::string::npos);
       CHECK(line.find("\"recovery_ms\":[]") == std::string::npos);
+      if (!flags.empty()) CHECK(field(line, "data_plane_received") >= 30 * 2 * 128 * 1024);
     }
   }
 }
