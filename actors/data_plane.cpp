@@ -65,6 +65,36 @@ bool write_all(int fd, iovec* iov, int n) {
   return true;
 }
 
+// Fills all of iov (modified): false on end of stream or error (why says which).
+bool read_all(int fd, iovec* iov, std::size_t n, std::string* why) {
+  while (n > 0) {
+    msghdr msg{};
+    msg.msg_iov = iov;
+    msg.msg_iovlen = std::min(n, iov_max);
+    auto k = ::recvmsg(fd, &msg, MSG_WAITALL);
+    if (k < 0 && errno == EINTR) continue;
+    if (k == 0) {
+      *why = "closed by the peer";
+      return false;
+    }
+    if (k < 0) {
+      *why = errno_text();
+      return false;
+    }
+    auto left = static_cast<std::size_t>(k);
+    while (n > 0 && left >= iov->iov_len) {
+      left -= iov->iov_len;
+      ++iov;
+      --n;
+    }
+    if (n > 0) {
+      iov->iov_base = static_cast<char*>(iov->iov_base) + left;
+      iov->iov_len -= left;
+    }
+  }
+  return true;
+}
+
 // Reads exactly n bytes: false on end of stream or error (why says which).
 bool read_all(int fd, void* p, std::size_t n, std::string* why) {
   auto c = static_cast<char*>(p);
@@ -157,6 +187,7 @@ void data_plane::drop(const std::shared_ptr<connection>& c, const std::string& w
   std::lock_guard<std::mutex> guard(mtx_);
   std::erase(conns_, c);
   dead_.push_back(c);
+  std::erase_if(expected_, [&](const auto& e) { return e.first.first == c->peer; });  // it will not answer
 }
 
 void data_plane::accept_loop() {
@@ -192,13 +223,33 @@ void data_plane::read_loop(std::shared_ptr<connection> c) {
         continue;
       }
       if (c->peer == 0) throw bad_request("a payload before the hello frame");
-      auto values = buffers_->get(h.bytes / sizeof(float));
-      if (!read_all(c->fd, values->data(), h.bytes, &why)) {
+      std::optional<expectation> target;
+      {
+        std::lock_guard<std::mutex> guard(mtx_);
+        if (auto it = expected_.find({c->peer, h.id}); it != expected_.end()) {
+          target = std::move(it->second);
+          expected_.erase(it);
+        }
+      }
+      std::uint64_t target_bytes = 0;
+      if (target)
+        for (auto s : target->into) target_bytes += s.size_bytes();
+      std::shared_ptr<std::vector<float>> values;
+      bool ok;
+      if (target && target_bytes == h.bytes) {  // straight into place
+        std::vector<iovec> iov;
+        for (auto s : target->into) iov.push_back({s.data(), s.size_bytes()});
+        ok = read_all(c->fd, iov.data(), iov.size(), &why);
+      } else {
+        values = buffers_->get(h.bytes / sizeof(float));
+        ok = read_all(c->fd, values->data(), h.bytes, &why);
+      }
+      if (!ok) {
         why = "in the middle of payload " + std::to_string(h.id) + ": " + why;
         break;
       }
       bytes_received_ += h.bytes;
-      store_.put(c->peer, h.id, std::move(values));
+      store_.put(c->peer, h.id, std::move(values), h.bytes / sizeof(float));
     }
   } catch (const bad_request& e) {
     why = e.what();
@@ -255,7 +306,23 @@ std::optional<float_block> data_plane::offload(std::uint64_t peer, const float_b
 
 std::optional<float_block> data_plane::offload(std::uint64_t peer, std::span<const std::span<const float>> parts,
                                                std::uint64_t count) {
-  if (count * sizeof(float) < min_bytes_ || peer == 0) return std::nullopt;
+  return offload(peer, parts, count, next_ticket_.fetch_add(1));
+}
+
+void data_plane::expect(std::uint64_t peer, std::uint64_t ticket, std::vector<std::span<float>> into,
+                        std::shared_ptr<const void> keep) {
+  std::lock_guard<std::mutex> guard(mtx_);
+  expected_[{peer, ticket}] = expectation{std::move(into), std::move(keep)};
+}
+
+void data_plane::forget(std::uint64_t peer, std::uint64_t ticket) {
+  std::lock_guard<std::mutex> guard(mtx_);
+  expected_.erase({peer, ticket});
+}
+
+std::optional<float_block> data_plane::offload(std::uint64_t peer, std::span<const std::span<const float>> parts,
+                                               std::uint64_t count, std::uint64_t ticket) {
+  if (count * sizeof(float) < min_bytes_ || peer == 0 || ticket == 0) return std::nullopt;
   // Many small pieces cost more to hand to the kernel one by one than to copy together.
   if (parts.size() > 64 && count * sizeof(float) / parts.size() < 4096) return std::nullopt;
   std::shared_ptr<connection> c;
@@ -265,7 +332,6 @@ std::optional<float_block> data_plane::offload(std::uint64_t peer, std::span<con
       if (x->peer == peer) c = x;
   }
   if (!c) return std::nullopt;
-  auto ticket = next_ticket_.fetch_add(1);
   auto header = encode_bulk_header({bulk_kind::payload, ticket, count * sizeof(float)});
   std::vector<iovec> iov;
   iov.reserve(parts.size() + 1);
@@ -302,7 +368,8 @@ float_block data_plane::claim(const float_block& block) {
     for (auto& c : conns_)
       if (c->peer == block.origin) from = c->name;
   }
-  return float_block{store_.take(block.origin, block.ticket, block.size, claim_timeout_, from), 0, block.size};
+  auto values = store_.take(block.origin, block.ticket, block.size, claim_timeout_, from);
+  return float_block{std::move(values), 0, block.size};  // no storage: it landed in place
 }
 
 std::size_t data_plane::connections() const {

@@ -10,6 +10,7 @@
 // kernel send, kernel receive, BASP worker, deserialize), plus a zero-fill; a frame here
 // is written from the block and read into the block (two copies, both in the kernel).
 #include <atomic>
+#include <map>
 #include <chrono>
 #include <memory>
 #include <mutex>
@@ -54,8 +55,19 @@ class data_plane {
   // when there are more than 64 pieces of 4 KiB or less on average: copy them first.
   std::optional<float_block> offload(std::uint64_t peer, std::span<const std::span<const float>> parts,
                                      std::uint64_t count);
-  // A block with its values: itself if it holds them, else its payload, waited for.
-  // Throws bad_request naming the payload and what went wrong.
+  // The same with the ticket the receiver chose (a pull's seq, see expect).
+  std::optional<float_block> offload(std::uint64_t peer, std::span<const std::span<const float>> parts,
+                                     std::uint64_t count, std::uint64_t ticket);
+  // Payload `ticket` from peer, when it comes, is read straight into `into` (kept alive
+  // by `keep`) instead of a buffer, if its size fits; its claim then gives a block
+  // without storage. For answers whose destination is known before they are asked for.
+  void expect(std::uint64_t peer, std::uint64_t ticket, std::vector<std::span<float>> into,
+              std::shared_ptr<const void> keep);
+  // Withdraws an expectation that was not used (the answer came another way).
+  void forget(std::uint64_t peer, std::uint64_t ticket);
+  // A block with its values: itself if it holds them, else its payload, waited for
+  // (without storage if it landed where expect said). Throws bad_request naming the
+  // payload and what went wrong.
   float_block claim(const float_block& block);
 
   std::size_t connections() const;
@@ -82,6 +94,11 @@ class data_plane {
   std::atomic<std::uint64_t> bytes_sent_{0};
   std::atomic<std::uint64_t> bytes_received_{0};
   payload_store store_;
+  struct expectation {
+    std::vector<std::span<float>> into;
+    std::shared_ptr<const void> keep;
+  };
+  std::map<std::pair<std::uint64_t, std::uint64_t>, expectation> expected_;  // by (peer, ticket); under mtx_
   std::shared_ptr<buffer_pool> buffers_;  // payloads are read into these
   mutable std::mutex mtx_;
   std::vector<std::shared_ptr<connection>> conns_;  // by peer token (0 until its hello)

@@ -524,10 +524,23 @@ caf::behavior kv_client_actor(client_ptr self, std::vector<shard_link> shards, s
           };
           range_list ranges{ch.ranges()};
           if (req->kind == op_kind::pull) {
-            if (plane_peer(self, tail) != 0) h.reply_plane = st.plane->token();
+            auto peer = plane_peer(self, tail);
+            if (peer != 0) {
+              h.reply_plane = st.plane->token();
+              // A piece of a larger answer: its payload is read straight into place.
+              if (req->chunks.size() > 1) {
+                std::vector<std::span<float>> into;
+                for (const auto& p : ch.pieces) into.emplace_back(op->values.data() + p.value_offset, p.keys.size());
+                st.plane->expect(peer, h.seq, std::move(into), op);
+              }
+            }
+            auto unexpect = [=] {
+              if (peer != 0) self->state.plane->forget(peer, hdr.seq);
+            };
             self->request(tail, st.timeout, pull_atom::value, h, std::move(ranges))
               .then(
                 [=](float_block& values) {
+                  unexpect();  // answered: whichever way it came, the expectation is done
                   if (!settle(self, idx, tag)) return;
                   auto& st = self->state;
                   const auto& ch = req->chunks[c];
@@ -556,12 +569,15 @@ caf::behavior kv_client_actor(client_ptr self, std::vector<shard_link> shards, s
                       op->values = std::move(*values.storage);
                     else
                       op->values.assign(values.data(), values.data() + values.size);
-                  } else {
+                  } else if (values.storage) {  // else it landed in place
                     scatter(values.data(), ch, op->values.data());
                   }
                   chunk_answered(op.get());
                 },
-                on_error);
+                [=](caf::error& err) {
+                  unexpect();
+                  on_error(err);
+                });
           } else if (!req->encoded.empty()) {
             self->request(handle, st.timeout, push_atom::value, h, std::move(ranges), req->encoded[c])
               .then(acked, on_error);

@@ -168,14 +168,18 @@ shard_actor::behavior_type server_shard(shard_actor::stateful_pointer<shard_stat
               st.consistency->staleness()});
     // A large answer goes over the reader's data connection, if it has one, written
     // straight from the store (nothing changes it while this handler runs).
-    if (opts.plane && hdr.reply_plane != 0)
-      if (auto named = opts.plane->offload(hdr.reply_plane, st.store->view(ranges.ranges, n), n)) return *named;
+    // Its ticket is the request's seq, so the reader may have said where it should land.
+    bool over_plane = opts.plane && hdr.reply_plane != 0;
+    if (over_plane)
+      if (auto named = opts.plane->offload(hdr.reply_plane, st.store->view(ranges.ranges, n), n, hdr.seq))
+        return *named;
     std::vector<float> out(n);
     st.store->pull(ranges.ranges, out.data(), n);
-    auto block = float_block::own(std::move(out));
-    if (opts.plane)
-      if (auto named = opts.plane->offload(hdr.reply_plane, block)) return *named;
-    return block;
+    if (over_plane) {  // too many small pieces to write from where they are: copied first
+      std::span<const float> whole(out);
+      if (auto named = opts.plane->offload(hdr.reply_plane, std::span(&whole, 1), n, hdr.seq)) return *named;
+    }
+    return float_block::own(std::move(out));
   };
   // After the minimum clock moved: apply the pushes it completes, then answer the reads
   // it lets through.

@@ -124,12 +124,13 @@ void payload_store::drop_orphans(std::chrono::steady_clock::time_point now) {
     it = now - it->second.since >= orphan_after_ ? payloads_.erase(it) : std::next(it);
 }
 
-void payload_store::put(std::uint64_t origin, std::uint64_t ticket, std::shared_ptr<std::vector<float>> values) {
+void payload_store::put(std::uint64_t origin, std::uint64_t ticket, std::shared_ptr<std::vector<float>> values,
+                        std::uint64_t count) {
   auto now = std::chrono::steady_clock::now();
   {
     std::lock_guard<std::mutex> guard(mtx_);
     drop_orphans(now);
-    payloads_[{origin, ticket}] = entry{std::move(values), now};
+    payloads_[{origin, ticket}] = entry{std::move(values), count, now};
   }
   cv_.notify_all();
 }
@@ -158,9 +159,10 @@ std::shared_ptr<std::vector<float>> payload_store::take(std::uint64_t origin, st
     auto it = payloads_.find(key);
     if (it != payloads_.end()) {
       auto values = std::move(it->second.values);
+      auto got = it->second.count;
       payloads_.erase(it);
-      if (values->size() != count)
-        throw bad_request(what() + ": the data connection delivered " + std::to_string(values->size()) + " floats");
+      if (got != count)
+        throw bad_request(what() + ": the data connection delivered " + std::to_string(got) + " floats");
       return values;
     }
     if (auto c = closed_.find(origin); c != closed_.end())

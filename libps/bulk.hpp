@@ -68,15 +68,18 @@ class payload_store {
   // Payloads nobody claimed for this long are dropped (their message was lost).
   explicit payload_store(std::chrono::milliseconds orphan_after);
 
-  void put(std::uint64_t origin, std::uint64_t ticket, std::shared_ptr<std::vector<float>> values);
+  // values: the payload's floats, or null when its `count` floats were read straight
+  // into memory the claimer named beforehand (data_plane::expect).
+  void put(std::uint64_t origin, std::uint64_t ticket, std::shared_ptr<std::vector<float>> values,
+           std::uint64_t count);
   // The connection from origin ended: claims of payloads that did not arrive fail at
   // once with this reason (those that arrived can still be claimed).
   void close_origin(std::uint64_t origin, std::string why);
   // A new connection from origin: its claims wait again.
   void open_origin(std::uint64_t origin);
-  // The payload's values, waiting up to `timeout` for it. Throws bad_request when it
-  // does not come, when the origin's connection closed first, or when it holds another
-  // number of floats than `count`. from: the origin's name for the error.
+  // The payload's values (null: they landed in place), waiting up to `timeout` for it.
+  // Throws bad_request when it does not come, when the origin's connection closed first,
+  // or when it holds another number of floats than `count`. from: the origin's name.
   std::shared_ptr<std::vector<float>> take(std::uint64_t origin, std::uint64_t ticket, std::uint64_t count,
                                            std::chrono::milliseconds timeout, const std::string& from);
   std::size_t waiting() const;
@@ -84,6 +87,7 @@ class payload_store {
  private:
   struct entry {
     std::shared_ptr<std::vector<float>> values;
+    std::uint64_t count = 0;
     std::chrono::steady_clock::time_point since;
   };
   void drop_orphans(std::chrono::steady_clock::time_point now);

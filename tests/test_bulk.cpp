@@ -28,8 +28,15 @@ std::array<std::byte, bulk_header_bytes> with_field(std::array<std::byte, bulk_h
   return raw;
 }
 
-std::shared_ptr<std::vector<float>> floats(std::vector<float> v) {
-  return std::make_shared<std::vector<float>>(std::move(v));
+// A payload of these values, as put() takes it.
+struct floats {
+  std::shared_ptr<std::vector<float>> values;
+  std::uint64_t count;
+  floats(std::vector<float> v) : values(std::make_shared<std::vector<float>>(v)), count(v.size()) {}
+};
+
+void put(payload_store& store, std::uint64_t origin, std::uint64_t ticket, floats f) {
+  store.put(origin, ticket, f.values, f.count);
 }
 
 }  // namespace
@@ -59,18 +66,18 @@ TEST_CASE("bulk headers round trip and refuse what is not one, naming the fault"
 
 TEST_CASE("the payload store hands each payload to its claim once, also when the claim comes first") {
   payload_store store(10s);
-  store.put(1, 5, floats({1.0f, 2.0f}));
+  put(store, 1, 5, floats({1.0f, 2.0f}));
   CHECK(*store.take(1, 5, 2, 1s, "peer") == std::vector<float>{1.0f, 2.0f});
   CHECK(store.waiting() == 0);
   // The claim waits for a payload that arrives later (the message overtook it).
-  std::thread reader([&] { store.put(2, 9, floats({3.0f})); });
+  std::thread reader([&] { put(store, 2, 9, floats({3.0f})); });
   CHECK(*store.take(2, 9, 1, 10s, "peer") == std::vector<float>{3.0f});
   reader.join();
 }
 
 TEST_CASE("payload claims fail with a reason: closed origin, wrong size, timeout") {
   payload_store store(10s);
-  store.put(1, 1, floats({1.0f}));
+  put(store, 1, 1, floats({1.0f}));
   store.close_origin(1, "the data connection from 127.0.0.1:5 ended (closed by the peer)");
   CHECK(*store.take(1, 1, 1, 1s, "peer") == std::vector<float>{1.0f});  // arrived before the end: still there
   try {
@@ -81,15 +88,23 @@ TEST_CASE("payload claims fail with a reason: closed origin, wrong size, timeout
           std::string::npos);
   }
   store.open_origin(1);  // a new connection: claims wait again
-  store.put(1, 3, floats({1.0f, 2.0f}));
+  put(store, 1, 3, floats({1.0f, 2.0f}));
   CHECK_THROWS_WITH_AS(store.take(1, 3, 4, 1s, "p"), doctest::Contains("delivered 2 floats"), bad_request);
   CHECK_THROWS_WITH_AS(store.take(7, 1, 1, 1ms, "p"), doctest::Contains("did not arrive within 1 ms"), bad_request);
 }
 
+TEST_CASE("a payload that landed in place is claimed as null with its count checked") {
+  payload_store store(10s);
+  store.put(3, 4, nullptr, 1000);
+  CHECK(store.take(3, 4, 1000, 1s, "p") == nullptr);
+  store.put(3, 5, nullptr, 1000);
+  CHECK_THROWS_WITH_AS(store.take(3, 5, 999, 1s, "p"), doctest::Contains("delivered 1000 floats"), bad_request);
+}
+
 TEST_CASE("unclaimed payloads are dropped once they are older than the orphan limit") {
   payload_store store(0ms);  // every payload is an orphan by the next put
-  store.put(1, 1, floats({1.0f}));
-  store.put(1, 2, floats({2.0f}));
+  put(store, 1, 1, floats({1.0f}));
+  put(store, 1, 2, floats({2.0f}));
   CHECK(store.waiting() == 1);
   CHECK(*store.take(1, 2, 1, 1s, "p") == std::vector<float>{2.0f});
 }

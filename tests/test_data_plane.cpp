@@ -75,6 +75,46 @@ TEST_CASE("data plane: large blocks cross both ways bit-exact; small ones stay w
   CHECK(same_bits(server.claim(push), push));
 }
 
+TEST_CASE("data plane: an expected answer is read straight into the places named for it") {
+  data_plane worker("127.0.0.1", 1024, 10s, 10s);
+  data_plane server("127.0.0.1", 1024, 10s, 10s);
+  std::string why;
+  REQUIRE(worker.connect(server.token(), "127.0.0.1", server.port(), &why));
+  // The server learns the worker's token from its hello, which precedes this payload.
+  auto hello_done = worker.offload(server.token(), special_values(1024));
+  REQUIRE(hello_done);
+  server.claim(*hello_done);
+  // The server's answer lies in two pieces; the worker wants it in two places of its
+  // buffer, in another split.
+  auto a = special_values(3000), b = special_values(5000);
+  std::span<const float> parts[] = {{a.data(), a.size}, {b.data(), b.size}};
+  auto dest = std::make_shared<std::vector<float>>(10000, 42.0f);
+  worker.expect(server.token(), 7, {{dest->data(), 6000}, {dest->data() + 6500, 2000}}, dest);
+  auto named = server.offload(worker.token(), parts, 8000, 7);
+  REQUIRE(named);
+  CHECK(named->ticket == 7);
+  auto got = worker.claim(*named);
+  CHECK(!got.storage);  // it landed in place
+  CHECK(got.size == 8000);
+  std::vector<float> sent(a.data(), a.data() + a.size);
+  sent.insert(sent.end(), b.data(), b.data() + b.size);
+  CHECK(std::memcmp(dest->data(), sent.data(), 6000 * sizeof(float)) == 0);
+  CHECK(std::memcmp(dest->data() + 6500, sent.data() + 6000, 2000 * sizeof(float)) == 0);
+  CHECK((*dest)[6000] == 42.0f);  // the gap is untouched
+  // Withdrawn, or of another size: the payload goes to a buffer of its own.
+  worker.expect(server.token(), 8, {{dest->data(), 8000}}, dest);
+  worker.forget(server.token(), 8);
+  auto again = server.offload(worker.token(), parts, 8000, 8);
+  REQUIRE(again);
+  auto own = worker.claim(*again);
+  REQUIRE(own.storage);
+  CHECK(std::memcmp(own.data(), sent.data(), 8000 * sizeof(float)) == 0);
+  worker.expect(server.token(), 9, {{dest->data(), 10}}, dest);
+  auto third = server.offload(worker.token(), parts, 8000, 9);
+  REQUIRE(third);
+  CHECK(worker.claim(*third).storage);
+}
+
 TEST_CASE("data plane: a peer that sends garbage is cut off") {
   data_plane server("127.0.0.1", 1024, 10s, 10s);
   int fd = raw_connection(server);
