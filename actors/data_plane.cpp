@@ -42,6 +42,20 @@ void tune(int fd, std::chrono::milliseconds stall) {
   setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
 }
 
+// Moves iov (n pieces) past the first k bytes, which went out or came in.
+template <class Count>
+void consume(iovec*& iov, Count& n, std::size_t k) {
+  while (n > 0 && k >= iov->iov_len) {
+    k -= iov->iov_len;
+    ++iov;
+    --n;
+  }
+  if (n > 0) {
+    iov->iov_base = static_cast<char*>(iov->iov_base) + k;
+    iov->iov_len -= k;
+  }
+}
+
 // Writes all of iov (modified); false on error or a stall past SO_SNDTIMEO.
 bool write_all(int fd, iovec* iov, int n) {
   while (n > 0) {
@@ -51,16 +65,7 @@ bool write_all(int fd, iovec* iov, int n) {
     auto k = ::sendmsg(fd, &msg, MSG_NOSIGNAL);
     if (k < 0 && errno == EINTR) continue;
     if (k <= 0) return false;
-    auto left = static_cast<std::size_t>(k);
-    while (n > 0 && left >= iov->iov_len) {
-      left -= iov->iov_len;
-      ++iov;
-      --n;
-    }
-    if (n > 0) {
-      iov->iov_base = static_cast<char*>(iov->iov_base) + left;
-      iov->iov_len -= left;
-    }
+    consume(iov, n, static_cast<std::size_t>(k));
   }
   return true;
 }
@@ -81,16 +86,7 @@ bool read_all(int fd, iovec* iov, std::size_t n, std::string* why) {
       *why = errno_text();
       return false;
     }
-    auto left = static_cast<std::size_t>(k);
-    while (n > 0 && left >= iov->iov_len) {
-      left -= iov->iov_len;
-      ++iov;
-      --n;
-    }
-    if (n > 0) {
-      iov->iov_base = static_cast<char*>(iov->iov_base) + left;
-      iov->iov_len -= left;
-    }
+    consume(iov, n, static_cast<std::size_t>(k));
   }
   return true;
 }
@@ -309,6 +305,11 @@ std::optional<float_block> data_plane::offload(std::uint64_t peer, std::span<con
   return offload(peer, parts, count, next_ticket_.fetch_add(1));
 }
 
+bool data_plane::in_pieces(std::size_t pieces, std::uint64_t count) {
+  // Many small pieces cost more to hand to the kernel one by one than to copy together.
+  return pieces <= 64 || count * sizeof(float) / pieces >= 4096;
+}
+
 void data_plane::expect(std::uint64_t peer, std::uint64_t ticket, std::vector<std::span<float>> into,
                         std::shared_ptr<const void> keep) {
   std::lock_guard<std::mutex> guard(mtx_);
@@ -323,8 +324,7 @@ void data_plane::forget(std::uint64_t peer, std::uint64_t ticket) {
 std::optional<float_block> data_plane::offload(std::uint64_t peer, std::span<const std::span<const float>> parts,
                                                std::uint64_t count, std::uint64_t ticket) {
   if (count * sizeof(float) < min_bytes_ || peer == 0 || ticket == 0) return std::nullopt;
-  // Many small pieces cost more to hand to the kernel one by one than to copy together.
-  if (parts.size() > 64 && count * sizeof(float) / parts.size() < 4096) return std::nullopt;
+  if (!in_pieces(parts.size(), count)) return std::nullopt;
   std::shared_ptr<connection> c;
   {
     std::lock_guard<std::mutex> guard(mtx_);

@@ -52,7 +52,7 @@ class data_plane {
   std::optional<float_block> offload(std::uint64_t peer, const float_block& block);
   // The same for values lying in several places (a shard's segments, the pieces of a
   // caller's buffer), written straight from there; count is their total. Nothing, too,
-  // when there are more than 64 pieces of 4 KiB or less on average: copy them first.
+  // when they are not worth it (in_pieces): copy them first.
   std::optional<float_block> offload(std::uint64_t peer, std::span<const std::span<const float>> parts,
                                      std::uint64_t count);
   // The same with the ticket the receiver chose (a pull's seq, see expect).
@@ -63,6 +63,9 @@ class data_plane {
   // without storage. For answers whose destination is known before they are asked for.
   void expect(std::uint64_t peer, std::uint64_t ticket, std::vector<std::span<float>> into,
               std::shared_ptr<const void> keep);
+  // Whether `count` floats in this many pieces are worth moving piece by piece (at most
+  // 64 pieces, or 4 KiB or more each on average), rather than copied together first.
+  static bool in_pieces(std::size_t pieces, std::uint64_t count);
   // Withdraws an expectation that was not used (the answer came another way).
   void forget(std::uint64_t peer, std::uint64_t ticket);
   // A block with its values: itself if it holds them, else its payload, waited for

@@ -528,7 +528,7 @@ caf::behavior kv_client_actor(client_ptr self, std::vector<shard_link> shards, s
             if (peer != 0) {
               h.reply_plane = st.plane->token();
               // A piece of a larger answer: its payload is read straight into place.
-              if (req->chunks.size() > 1) {
+              if (req->chunks.size() > 1 && data_plane::in_pieces(ch.pieces.size(), ch.num_values)) {
                 std::vector<std::span<float>> into;
                 for (const auto& p : ch.pieces) into.emplace_back(op->values.data() + p.value_offset, p.keys.size());
                 st.plane->expect(peer, h.seq, std::move(into), op);
