@@ -379,8 +379,10 @@ milliseconds retry_interval(const node_config& cfg) {
 // monitors it, and its end means the worker is gone.
 std::shared_ptr<data_plane> data_plane_from(const node_config& cfg) {
   if (cfg.data_plane_bytes == 0) return nullptr;
-  return std::make_shared<data_plane>(cfg.host, cfg.data_plane_bytes, milliseconds(cfg.timeout_ms),
-                                      milliseconds(cfg.failure_timeout_ms));
+  // A payload is written before its message is sent, so it is late only when its sender
+  // is cut off: a claim waits as long as silence from a peer is tolerated, not a request.
+  auto patience = milliseconds(std::min(cfg.timeout_ms, cfg.failure_timeout_ms));
+  return std::make_shared<data_plane>(cfg.host, cfg.data_plane_bytes, patience, patience);
 }
 
 bool run_worker(caf::actor_system& sys, const node_config& cfg, coordinator_actor coord,
