@@ -40,6 +40,7 @@ void tune(int fd, std::chrono::milliseconds stall) {
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
   timeval tv{static_cast<time_t>(stall.count() / 1000), static_cast<suseconds_t>((stall.count() % 1000) * 1000)};
   setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));  // a frame stalled midway ends
 }
 
 // Moves iov (n pieces) past the first k bytes, which went out or came in.
@@ -70,14 +71,21 @@ bool write_all(int fd, iovec* iov, int n) {
   return true;
 }
 
-// Fills all of iov (modified): false on end of stream or error (why says which).
-bool read_all(int fd, iovec* iov, std::size_t n, std::string* why) {
+// Fills all of iov (modified): false on end of stream, error or a receive timeout in the
+// middle (why says which). idle_ok: a timeout before the first byte means "no frame yet".
+bool read_all(int fd, iovec* iov, std::size_t n, std::string* why, bool idle_ok = false) {
+  bool started = false;
   while (n > 0) {
     msghdr msg{};
     msg.msg_iov = iov;
     msg.msg_iovlen = std::min(n, iov_max);
     auto k = ::recvmsg(fd, &msg, MSG_WAITALL);
     if (k < 0 && errno == EINTR) continue;
+    if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      if (idle_ok && !started) continue;
+      *why = "the peer went silent (receive timeout)";
+      return false;
+    }
     if (k == 0) {
       *why = "closed by the peer";
       return false;
@@ -86,29 +94,15 @@ bool read_all(int fd, iovec* iov, std::size_t n, std::string* why) {
       *why = errno_text();
       return false;
     }
+    started = true;
     consume(iov, n, static_cast<std::size_t>(k));
   }
   return true;
 }
 
-// Reads exactly n bytes: false on end of stream or error (why says which).
-bool read_all(int fd, void* p, std::size_t n, std::string* why) {
-  auto c = static_cast<char*>(p);
-  while (n > 0) {
-    auto k = ::recv(fd, c, n, 0);
-    if (k < 0 && errno == EINTR) continue;
-    if (k == 0) {
-      *why = "closed by the peer";
-      return false;
-    }
-    if (k < 0) {
-      *why = errno_text();
-      return false;
-    }
-    c += k;
-    n -= static_cast<std::size_t>(k);
-  }
-  return true;
+bool read_all(int fd, void* p, std::size_t n, std::string* why, bool idle_ok = false) {
+  iovec iov{p, n};
+  return read_all(fd, &iov, 1, why, idle_ok);
 }
 
 std::uint64_t random_token() {
@@ -208,7 +202,7 @@ void data_plane::read_loop(std::shared_ptr<connection> c) {
   try {
     for (;;) {
       std::array<std::byte, bulk_header_bytes> raw;
-      if (!read_all(c->fd, raw.data(), raw.size(), &why)) break;
+      if (!read_all(c->fd, raw.data(), raw.size(), &why, true)) break;
       auto h = decode_bulk_header(raw);
       if (h.kind == bulk_kind::hello) {
         if (c->peer != 0) throw bad_request("a second hello frame");
@@ -220,11 +214,13 @@ void data_plane::read_loop(std::shared_ptr<connection> c) {
       }
       if (c->peer == 0) throw bad_request("a payload before the hello frame");
       std::optional<expectation> target;
+      const auto key = std::make_pair(c->peer, h.id);
       {
         std::lock_guard<std::mutex> guard(mtx_);
-        if (auto it = expected_.find({c->peer, h.id}); it != expected_.end()) {
+        if (auto it = expected_.find(key); it != expected_.end()) {
           target = std::move(it->second);
           expected_.erase(it);
+          landing_.insert(key);  // forget() waits until the memory is left alone
         }
       }
       std::uint64_t target_bytes = 0;
@@ -236,7 +232,15 @@ void data_plane::read_loop(std::shared_ptr<connection> c) {
         std::vector<iovec> iov;
         for (auto s : target->into) iov.push_back({s.data(), s.size_bytes()});
         ok = read_all(c->fd, iov.data(), iov.size(), &why);
-      } else {
+      }
+      if (target) {
+        {
+          std::lock_guard<std::mutex> guard(mtx_);
+          landing_.erase(key);
+        }
+        landed_.notify_all();
+      }
+      if (!target || target_bytes != h.bytes) {
         values = buffers_->get(h.bytes / sizeof(float));
         ok = read_all(c->fd, values->data(), h.bytes, &why);
       }
@@ -317,8 +321,11 @@ void data_plane::expect(std::uint64_t peer, std::uint64_t ticket, std::vector<st
 }
 
 void data_plane::forget(std::uint64_t peer, std::uint64_t ticket) {
-  std::lock_guard<std::mutex> guard(mtx_);
-  expected_.erase({peer, ticket});
+  std::unique_lock<std::mutex> lock(mtx_);
+  auto key = std::make_pair(peer, ticket);
+  expected_.erase(key);
+  // A landing under way ends within the receive timeout (stall_timeout_) at the latest.
+  landed_.wait_for(lock, stall_timeout_ + std::chrono::seconds(1), [&] { return !landing_.count(key); });
 }
 
 std::optional<float_block> data_plane::offload(std::uint64_t peer, std::span<const std::span<const float>> parts,

@@ -10,7 +10,9 @@
 // kernel send, kernel receive, BASP worker, deserialize), plus a zero-fill; a frame here
 // is written from the block and read into the block (two copies, both in the kernel).
 #include <atomic>
+#include <condition_variable>
 #include <map>
+#include <set>
 #include <chrono>
 #include <memory>
 #include <mutex>
@@ -66,7 +68,9 @@ class data_plane {
   // Whether `count` floats in this many pieces are worth moving piece by piece (at most
   // 64 pieces, or 4 KiB or more each on average), rather than copied together first.
   static bool in_pieces(std::size_t pieces, std::uint64_t count);
-  // Withdraws an expectation that was not used (the answer came another way).
+  // Withdraws the expectation: the memory it named is left alone from now on (if the
+  // payload is being read into it, this waits until that ends). Call it before the
+  // memory is used or freed, whichever way the answer came.
   void forget(std::uint64_t peer, std::uint64_t ticket);
   // A block with its values: itself if it holds them, else its payload, waited for
   // (without storage if it landed where expect said). Throws bad_request naming the
@@ -102,6 +106,8 @@ class data_plane {
     std::shared_ptr<const void> keep;
   };
   std::map<std::pair<std::uint64_t, std::uint64_t>, expectation> expected_;  // by (peer, ticket); under mtx_
+  std::set<std::pair<std::uint64_t, std::uint64_t>> landing_;                // being read into place; under mtx_
+  std::condition_variable landed_;
   std::shared_ptr<buffer_pool> buffers_;  // payloads are read into these
   mutable std::mutex mtx_;
   std::vector<std::shared_ptr<connection>> conns_;  // by peer token (0 until its hello)

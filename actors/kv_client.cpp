@@ -84,6 +84,10 @@ struct op_request {
   std::shared_ptr<std::vector<float>> source;
   std::size_t base = 0;
   std::vector<encoded_block> encoded;  // per chunk, instead of blocks: a compressed push
+  // Pulls of several chunks: per chunk, the data-plane peer whose answer may be read
+  // straight into place (0: none). Set on the first send only, so at most one payload
+  // ever lands in a chunk's part of the result.
+  std::vector<std::uint64_t> landing;
   std::shared_ptr<kv_op_state> op;
 };
 
@@ -524,18 +528,20 @@ caf::behavior kv_client_actor(client_ptr self, std::vector<shard_link> shards, s
           };
           range_list ranges{ch.ranges()};
           if (req->kind == op_kind::pull) {
-            auto peer = plane_peer(self, tail);
-            if (peer != 0) {
+            if (auto peer = plane_peer(self, tail)) {
               h.reply_plane = st.plane->token();
               // A piece of a larger answer: its payload is read straight into place.
-              if (req->chunks.size() > 1 && data_plane::in_pieces(ch.pieces.size(), ch.num_values)) {
+              if (!req->landing.empty() && req->landing[c] == 0 &&
+                  data_plane::in_pieces(ch.pieces.size(), ch.num_values)) {
                 std::vector<std::span<float>> into;
                 for (const auto& p : ch.pieces) into.emplace_back(op->values.data() + p.value_offset, p.keys.size());
                 st.plane->expect(peer, h.seq, std::move(into), op);
+                req->landing[c] = peer;
               }
             }
+            // Before the chunk counts as answered (or failed), nothing may still land in it.
             auto unexpect = [=] {
-              if (peer != 0) self->state.plane->forget(peer, hdr.seq);
+              if (!req->landing.empty() && req->landing[c] != 0) self->state.plane->forget(req->landing[c], hdr.seq);
             };
             self->request(tail, st.timeout, pull_atom::value, h, std::move(ranges))
               .then(
@@ -723,7 +729,10 @@ kv_future kv_client::send(op_kind kind, const key_set& keys, std::shared_ptr<std
   req->hdr = request_header{map_.epoch(), opts_.worker, clock_, 0};
   req->chunks = plan_chunks(map_.split(keys), opts_.chunk_bytes);
   if (kind == op_kind::pull) {
-    if (req->chunks.size() > 1) op->values.resize(keys.num_keys());
+    if (req->chunks.size() > 1) {
+      op->values.resize(keys.num_keys());
+      req->landing.assign(req->chunks.size(), 0);
+    }
   } else {
     auto base = offset.value_or(0);
     // Over a data plane, chunks of scattered pieces may be written from `whole` directly.
