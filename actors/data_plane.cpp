@@ -379,6 +379,12 @@ float_block data_plane::claim(const float_block& block) {
   return float_block{std::move(values), 0, block.size};  // no storage: it landed in place
 }
 
+float_block claim_values(data_plane* plane, const float_block& block) {
+  if (block.ticket == 0) return block;
+  if (!plane) throw bad_request("the block names a data-connection payload, but this process has no data plane");
+  return plane->claim(block);
+}
+
 std::size_t data_plane::connections() const {
   std::lock_guard<std::mutex> guard(mtx_);
   return conns_.size();

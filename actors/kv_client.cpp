@@ -550,14 +550,11 @@ caf::behavior kv_client_actor(client_ptr self, std::vector<shard_link> shards, s
                   if (!settle(self, idx, tag)) return;
                   auto& st = self->state;
                   const auto& ch = req->chunks[c];
-                  if (values.ticket != 0) {
-                    try {
-                      if (!st.plane) throw bad_request("the reply names a data-connection payload, but this process has none");
-                      values = st.plane->claim(values);
-                    } catch (const bad_request& e) {
-                      op->finish("pull of " + describe_keys(ch) + " failed: " + st.shards[idx].name + ": " + e.what());
-                      return;
-                    }
+                  try {
+                    values = claim_values(st.plane.get(), values);
+                  } catch (const bad_request& e) {
+                    op->finish("pull of " + describe_keys(ch) + " failed: " + st.shards[idx].name + ": " + e.what());
+                    return;
                   }
                   if (st.down_since[idx]) {  // the first pull after a failover: recovery time
                     auto ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() -

@@ -375,8 +375,6 @@ milliseconds retry_interval(const node_config& cfg) {
 
 }  // namespace
 
-// The scoped actor that registered stays alive until `done` is sent: the coordinator
-// monitors it, and its end means the worker is gone.
 std::shared_ptr<data_plane> data_plane_from(const node_config& cfg) {
   if (cfg.data_plane_bytes == 0) return nullptr;
   // A payload is written before its message is sent, so it is late only when its sender
@@ -384,6 +382,9 @@ std::shared_ptr<data_plane> data_plane_from(const node_config& cfg) {
   auto patience = milliseconds(std::min(cfg.timeout_ms, cfg.failure_timeout_ms));
   return std::make_shared<data_plane>(cfg.host, cfg.data_plane_bytes, patience, patience);
 }
+
+// The scoped actor that registered stays alive until `done` is sent: the coordinator
+// monitors it, and its end means the worker is gone.
 
 bool run_worker(caf::actor_system& sys, const node_config& cfg, coordinator_actor coord,
                 const app_fn& app, std::string* error_out, std::shared_ptr<data_plane> plane) {

@@ -118,19 +118,13 @@ shard_actor::behavior_type server_shard(shard_actor::stateful_pointer<shard_stat
     send(st.successor, tag);
     return rp;
   };
-  // The values of a block that names its payload (it came over a data connection).
-  auto claim = [=](const float_block& b) {
-    if (b.ticket == 0) return b;
-    if (!opts.plane) throw bad_request("the block names a data-connection payload, but this process has no data plane");
-    return opts.plane->claim(b);
-  };
   // push and init differ only in what the store does with the values.
   using write_fn = void (shard_store::*)(const std::vector<key_range>&, const float*, std::uint64_t);
   auto write = [=](write_fn fn, const request_header& hdr, const range_list& ranges,
                    const float_block& sent) -> caf::result<std::uint64_t> {
     float_block values;
     try {
-      values = claim(sent);
+      values = claim_values(opts.plane.get(), sent);
     } catch (const bad_request& e) {
       return make_ps_error(self->state.name + ": " + (fn == &shard_store::push ? "push" : "init") +
                            " from worker " + std::to_string(hdr.worker) + ": " + e.what());
