@@ -17,7 +17,7 @@ namespace ps {
 
 struct data_plane::connection {
   int fd = -1;
-  std::uint64_t peer = 0;  // its token; 0 until its hello (accepted connections)
+  std::atomic<std::uint64_t> peer{0};  // its token; 0 until its hello (accepted connections)
   std::string name;        // "data connection to 127.0.0.1:40001" / "from 127.0.0.1:51234"
   std::mutex write_mtx;    // one frame at a time
   std::atomic<bool> broken{false};
@@ -208,7 +208,6 @@ void data_plane::read_loop(std::shared_ptr<connection> c) {
         if (c->peer != 0) throw bad_request("a second hello frame");
         if (h.id == 0) throw bad_request("a hello frame without a token");
         store_.open_origin(h.id);
-        std::lock_guard<std::mutex> guard(mtx_);
         c->peer = h.id;
         continue;
       }
