@@ -213,7 +213,7 @@ void data_plane::read_loop(std::shared_ptr<connection> c) {
       }
       if (c->peer == 0) throw bad_request("a payload before the hello frame");
       std::optional<expectation> target;
-      const auto key = std::make_pair(c->peer, h.id);
+      const auto key = std::make_pair(c->peer.load(), h.id);
       {
         std::lock_guard<std::mutex> guard(mtx_);
         if (auto it = expected_.find(key); it != expected_.end()) {
