@@ -97,10 +97,11 @@ TEST_CASE("exact sums in embedded mode (one process, no sockets)") {
 namespace {
 
 // The test process is the coordinator and the only worker; servers are psnode
-// processes. `body` runs as the worker app and gets the shard processes' pids.
+// processes. `body` runs as the worker app and gets the shard processes' pids. With
+// worker_plane the worker has a data plane for blocks of 4 KiB and more.
 void with_servers(std::vector<std::string> server_flags, std::uint32_t servers,
-                  const std::function<void(worker_context&)>& body) {
-  parsed_config pc({"--ps.timeout-ms=1500"});
+                  const std::function<void(worker_context&)>& body, bool worker_plane = false) {
+  parsed_config pc({"--ps.timeout-ms=1500", "--ps.data-plane-bytes=4096"});
   REQUIRE(pc.ok);
   caf::actor_system sys{pc.cfg};
   auto copts = coordinator_options_from(pc.cfg, settings_for_app(pc.cfg, "kvcheck"));
@@ -117,7 +118,7 @@ void with_servers(std::vector<std::string> server_flags, std::uint32_t servers,
   bool ran = run_worker(sys, pc.cfg, coord, [&](worker_context& ctx) {
     body(ctx);
     return std::string("{}");
-  }, &err);
+  }, &err, worker_plane ? data_plane_from(pc.cfg) : nullptr);
   CHECK_MESSAGE(ran, err);
   for (auto pid : pids) {
     kill(pid, SIGKILL);
@@ -163,6 +164,31 @@ TEST_CASE("a server killed with SIGKILL while a worker waits on it: error naming
     CHECK(err.find("keys [" + std::to_string(k)) != std::string::npos);
     CHECK(waited < 1.5);
   });
+}
+
+TEST_CASE("a server killed with SIGKILL while a block to it went over the data plane: error naming the shard, no hang") {
+  with_servers({}, 2, [](worker_context& ctx) {
+    const auto& plane = ctx.kv.options().plane;
+    REQUIRE(plane);
+    const auto& victim = ctx.view.shards[1];
+    auto k = key_of_shard(ctx.kv, victim.id);
+    auto keys = key_set::single({k, k + 4096});  // 16 KiB, all on the victim
+    // Alive and answering; its data connection is up by the time this is acknowledged
+    // (the shard answered where its plane listens before it answered the push).
+    ctx.kv.push(keys, std::vector<float>(4096, 1.0f)).get();
+    REQUIRE(kill(static_cast<pid_t>(victim.pid), SIGSTOP) == 0);
+    auto sent = plane->bytes_sent();
+    auto f = ctx.kv.push(keys, std::vector<float>(4096, 2.0f));
+    CHECK_FALSE(f.wait_for(milliseconds(200)));  // waiting on the shard
+    auto t0 = std::chrono::steady_clock::now();
+    REQUIRE(kill(static_cast<pid_t>(victim.pid), SIGKILL) == 0);
+    auto [err, waited] = failure_after(f, t0, milliseconds(5000));
+    INFO(err);
+    CHECK(err.find("shard 1 (127.0.0.1:" + std::to_string(victim.port)) != std::string::npos);
+    CHECK(err.find("is down") != std::string::npos);
+    CHECK(waited < 1.5);
+    CHECK(plane->bytes_sent() == sent + 4096 * sizeof(float));  // the block went beside CAF
+  }, true);
 }
 
 TEST_CASE("a hung server (SIGSTOP): the request fails at its timeout, naming the shard") {
