@@ -43,7 +43,7 @@ struct node_config : caf::actor_system_config {
   double eval_every = 0.25;            // seconds between parameter snapshots (time to target)
   // local devices and compression
   std::size_t devices = 1;             // compute devices per worker (CPU threads here)
-  std::string aggregation = "ring";    // central | block | ring
+  std::string aggregation = "block";   // central | block | ring (block: fastest on one memory, README)
   std::string compression = "none";    // none | fp16 | int8 | topk
   double topk_ratio = 0.01;
   // checkpoints
