@@ -384,9 +384,4 @@ float_block claim_values(data_plane* plane, const float_block& block) {
   return plane->claim(block);
 }
 
-std::size_t data_plane::connections() const {
-  std::lock_guard<std::mutex> guard(mtx_);
-  return conns_.size();
-}
-
 }  // namespace ps

@@ -77,7 +77,6 @@ class data_plane {
   // payload and what went wrong.
   float_block claim(const float_block& block);
 
-  std::size_t connections() const;
   // Payload bytes written to and read from data connections so far.
   std::uint64_t bytes_sent() const { return bytes_sent_; }
   std::uint64_t bytes_received() const { return bytes_received_; }

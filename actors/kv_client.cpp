@@ -412,7 +412,7 @@ caf::behavior kv_client_actor(client_ptr self, std::vector<shard_link> shards, s
   st.stats = std::move(stats);
   st.retry = opts.retry;
   if (opts.faults.touches_messages()) st.faults.emplace(opts.faults, opts.worker);
-  else st.plane = opts.plane;  // message faults act on CAF messages: blocks stay in them
+  st.plane = opts.plane;
   auto n = st.shards.size();
   st.inflight_bytes.assign(n, 0);
   st.queued.resize(n);
@@ -641,6 +641,8 @@ kv_client::kv_client(caf::actor_system& sys, const cluster_view& view,
   if (opts_.timeout.count() <= 0)
     throw bad_request("kv_client: the request timeout must be positive");
   opts_.compression.validate();
+  // Message faults act on CAF messages: under them blocks stay inside the messages.
+  if (opts_.faults.touches_messages()) opts_.plane.reset();
   actor_ = sys.spawn(kv_client_actor, std::move(shards), view.shards, opts_, view.epoch, stats_);
 }
 
@@ -733,8 +735,7 @@ kv_future kv_client::send(op_kind kind, const key_set& keys, std::shared_ptr<std
   } else {
     auto base = offset.value_or(0);
     // Over a data plane, chunks of scattered pieces may be written from `whole` directly.
-    bool defer_gather = opts_.plane && !opts_.faults.touches_messages() && kind != op_kind::pull &&
-                        !(kind == op_kind::push && opts_.compression.kind != codec_kind::none);
+    bool defer_gather = opts_.plane && !(kind == op_kind::push && opts_.compression.kind != codec_kind::none);
     req->source = whole;
     req->base = base;
     for (const auto& c : req->chunks) {

@@ -749,12 +749,7 @@ int run_server_role(caf::actor_system& sys, const node_config& cfg) {
     return 1;
   }
   auto sopts = shard_options_from(cfg, cfg.host);
-  try {
-    sopts.plane = data_plane_from(cfg);
-  } catch (const bad_request& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
-    return 1;
-  }
+  sopts.plane = data_plane_from(cfg);  // cannot listen: bad_request, reported by psnode
   auto shard = sys.spawn(server_shard, *coord, sopts);
   auto port = sys.middleman().publish(shard, 0, cfg.host.c_str());
   if (!port) {
@@ -780,14 +775,7 @@ int run_worker_role(caf::actor_system& sys, const node_config& cfg, const app_fn
     return 1;
   }
   std::string err;
-  std::shared_ptr<data_plane> plane;
-  try {
-    plane = data_plane_from(cfg);
-  } catch (const bad_request& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
-    return 1;
-  }
-  if (!run_worker(sys, cfg, *coord, app, &err, plane)) {
+  if (!run_worker(sys, cfg, *coord, app, &err, data_plane_from(cfg))) {
     std::fprintf(stderr, "error: %s\n", err.c_str());
     return 1;
   }

@@ -148,7 +148,8 @@ std::shared_ptr<data_plane> data_plane_from(const node_config& cfg);
 // Starts build/bin/psnode (next to this executable) with these arguments.
 pid_t spawn_psnode(const std::vector<std::string>& args);
 
-// psnode roles. Return the process exit code.
+// psnode roles. Return the process exit code; throw bad_request for settings they cannot
+// use (--host the data plane cannot listen on), which psnode reports.
 int run_coordinator_role(caf::actor_system& sys, const node_config& cfg, const job_settings& settings);
 int run_server_role(caf::actor_system& sys, const node_config& cfg);
 int run_worker_role(caf::actor_system& sys, const node_config& cfg, const app_fn& app);
