@@ -42,7 +42,8 @@ std::vector<float> random_floats(std::size_t n, float scale, unsigned seed) {
 
 TEST_CASE("kernels: sum of N buffers, add, axpy, scale, copy") {
   for (std::size_t n : {0ul, 1ul, 7ul, 4095ul, 4097ul, 100003ul}) {
-    for (std::size_t k : {1ul, 2ul, 3ul, 8ul}) {
+    // A host pass reads up to 8 inputs: 9, 12 and 17 take two or three passes.
+    for (std::size_t k : {1ul, 2ul, 3ul, 8ul, 9ul, 12ul, 17ul}) {
       std::vector<std::vector<float>> in(k, std::vector<float>(n));
       std::vector<const float*> ptr;
       for (std::size_t j = 0; j < k; ++j) {
@@ -59,7 +60,13 @@ TEST_CASE("kernels: sum of N buffers, add, axpy, scale, copy") {
       }
       INFO("n=" << n << " k=" << k);
       CHECK(ok);
-      // out may alias an input (here the last one).
+      // out may be the first input (an in-place add) ...
+      auto first = in;
+      std::vector<const float*> first_ptr;
+      for (auto& v : first) first_ptr.push_back(v.data());
+      kernels::sum_n(first[0].data(), first_ptr.data(), k, n);
+      CHECK(first[0] == out);
+      // ... or another input (here the last one).
       kernels::sum_n(in[k - 1].data(), ptr.data(), k, n);
       CHECK(in[k - 1] == out);
     }
