@@ -11,7 +11,7 @@ namespace ps {
 gpu_aggregator::gpu_aggregator(std::size_t devices, std::size_t values, strategy how)
     : values_(values),
       how_(how),
-      cores_(static_cast<std::ptrdiff_t>(std::clamp(std::thread::hardware_concurrency(), 1u, 1024u))) {
+      cores_(std::max(1u, std::thread::hardware_concurrency())) {
   if (devices == 0) throw bad_request("gpu_aggregator: needs at least one device");
   for (std::size_t d = 0; d < devices; ++d) {
     devices_.push_back(std::make_unique<device>());
@@ -98,11 +98,12 @@ void gpu_aggregator::rebuild_plans() {
 void gpu_aggregator::start_threads() {
   stopping_ = false;
   finished_ = 0;
-  barrier_ = std::make_unique<std::barrier<>>(static_cast<std::ptrdiff_t>(devices_.size()));
+  executors_ = std::min(devices_.size(), cores_);
+  barrier_ = std::make_unique<std::barrier<>>(static_cast<std::ptrdiff_t>(executors_));
   // A thread waits for jobs after the current generation (read here, before any job of
   // this thread set can be posted).
   const std::uint64_t gen = generation_;
-  for (std::size_t r = 0; r < devices_.size(); ++r) threads_.emplace_back([this, r, gen] { device_main(r, gen); });
+  for (std::size_t e = 0; e < executors_; ++e) threads_.emplace_back([this, e, gen] { executor_main(e, gen); });
 }
 
 void gpu_aggregator::stop_threads() {
@@ -123,12 +124,12 @@ void gpu_aggregator::run(const reduction_plan& plan, bool on_params, float* host
   error_ = nullptr;
   ++generation_;
   start_cv_.notify_all();
-  done_cv_.wait(lock, [&] { return finished_ == devices_.size(); });
+  done_cv_.wait(lock, [&] { return finished_ == executors_; });
   if (error_) std::rethrow_exception(error_);
 }
 
-void gpu_aggregator::device_main(std::size_t rank, std::uint64_t seen) {
-  kernels::set_thread_limit(1);  // a device is one thread
+void gpu_aggregator::executor_main(std::size_t executor, std::uint64_t seen) {
+  kernels::set_thread_limit(1);  // an executor is one core
   for (;;) {
     job j;
     {
@@ -138,13 +139,13 @@ void gpu_aggregator::device_main(std::size_t rank, std::uint64_t seen) {
       seen = generation_;
       j = job_;
     }
-    execute(rank, j);
+    execute(executor, j);
     std::lock_guard<std::mutex> lock(mutex_);
-    if (++finished_ == devices_.size()) done_cv_.notify_one();
+    if (++finished_ == executors_) done_cv_.notify_one();
   }
 }
 
-void gpu_aggregator::execute(std::size_t rank, const job& j) {
+void gpu_aggregator::execute(std::size_t executor, const job& j) {
   const reduction_plan& plan = *j.plan;
   auto buffer = [&](std::size_t id) -> float* {
     if (id == plan.host()) return j.host;
@@ -154,10 +155,8 @@ void gpu_aggregator::execute(std::size_t rank, const job& j) {
   std::vector<const float*> srcs;
   for (std::size_t p = 0; p < plan.phases.size(); ++p) {
     if (p > 0) barrier_->arrive_and_wait();
-    bool holding = false;
     for (const auto& op : plan.phases[p]) {
-      if (op.device != rank) continue;
-      if (!holding) cores_.acquire(), holding = true;
+      if (op.device % executors_ != executor) continue;
       const elem_range r = block_range(j.count, plan.parts, op.block);
       if (r.size() == 0) continue;
       try {
@@ -174,7 +173,6 @@ void gpu_aggregator::execute(std::size_t rank, const job& j) {
         if (!error_) error_ = std::current_exception();
       }
     }
-    if (holding) cores_.release();
   }
 }
 

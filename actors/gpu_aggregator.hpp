@@ -1,10 +1,12 @@
 #pragma once
 // The worker's local aggregator: N compute devices, each with its own gradient and parameter
 // buffers, reduced before a single push and refreshed from a single pull. Here a device is a
-// CPU thread (there is no GPU on these machines); the schedules come from
-// libps/reduction_plan.hpp and each device's thread runs its own part of every phase, with a
-// barrier between phases. The kernels are the host build of kernels/ with one OpenMP thread per
-// device; at most one device per core works at a time (the others wait for a core token).
+// CPU device (there is no GPU on these machines): its own buffers, and its part of every phase
+// of a schedule from libps/reduction_plan.hpp, with a barrier between phases. Its kernels (the
+// host build of kernels/, one OpenMP thread each) run on one of min(devices, cores) executor
+// threads: device d on executor d mod that count, so one core works for one device at a time.
+// (One thread per device taking turns for a core token lost 10-15 points of the memory limit
+// at 8 devices on 2 cores: bench_aggregate, block, in place.)
 //
 //   ps::gpu_aggregator agg(4, n, ps::parse_strategy("ring"));
 //   compute into agg.gradient(r) for r < agg.devices() ...
@@ -20,7 +22,6 @@
 #include <exception>
 #include <memory>
 #include <mutex>
-#include <semaphore>
 #include <thread>
 #include <vector>
 
@@ -90,8 +91,8 @@ class gpu_aggregator {
   void check_range(std::size_t offset, std::size_t count, const char* what) const;
   void start_threads();
   void stop_threads();
-  void device_main(std::size_t rank, std::uint64_t seen);
-  void execute(std::size_t rank, const job& j);
+  void executor_main(std::size_t executor, std::uint64_t seen);
+  void execute(std::size_t executor, const job& j);
   void rebuild_plans();
 
   std::size_t values_;
@@ -99,11 +100,10 @@ class gpu_aggregator {
   std::vector<std::unique_ptr<device>> devices_;
   reduction_plan in_place_plan_, reduce_plan_, allreduce_plan_, broadcast_plan_;
 
+  std::size_t cores_;
+  std::size_t executors_ = 0;  // min(devices, cores), set before the threads start
   std::vector<std::thread> threads_;
   std::unique_ptr<std::barrier<>> barrier_;
-  // CPU devices beyond the core count take turns within a phase (one token per core), so
-  // that 8 device threads on 2 cores do not thrash each other's caches and time slices.
-  std::counting_semaphore<1024> cores_;
   std::mutex mutex_;
   std::condition_variable start_cv_, done_cv_;
   std::uint64_t generation_ = 0;  // bumped per job
