@@ -7,6 +7,9 @@
 //                           x and y read, y written: 3 * bytes per pass.
 //   sum of N (a strategy):  N buffers of --bytes read, one written (the push buffer):
 //                           (N + 1) * bytes per reduce, whatever the strategy moves itself.
+//                           plan_bytes is what the strategy's plan does move (a ring moves
+//                           3 (N-1) * bytes), and plan_gbps its rate: how close the strategy's
+//                           own kernels run to the limit, apart from the bytes it adds.
 //   codecs:                 bytes_in = 4 * values (the float tensor), per encode or decode.
 #include <algorithm>
 #include <chrono>
@@ -185,12 +188,17 @@ int main(int argc, char** argv) {
             else
               agg.reduce(out.data());
           }, limit_rep, all_limit);
-          double gbps = static_cast<double>((devices + 1) * bytes) / t / 1e9;
+          const double gbps = static_cast<double>((devices + 1) * bytes) / t / 1e9;
+          const auto plan = ps::make_plan(agg.how(), in_place ? ps::plan_goal::reduce_in_place : ps::plan_goal::reduce,
+                                          devices);
+          const std::size_t plan_bytes = ps::plan_traffic(plan, n) * sizeof(float);
+          const double plan_gbps = static_cast<double>(plan_bytes) / t / 1e9;
           std::printf("{\"strategy\":\"%s\",\"devices\":%zu,\"bytes\":%zu,\"result\":\"%s\",\"gbps\":%.2f,"
                       "\"limit_gbps\":%.2f,\"pct_of_limit\":%.0f,\"ms\":%.2f,"
-                      "\"counted\":\"N*bytes read + bytes written\"}\n",
+                      "\"counted\":\"N*bytes read + bytes written\",\"plan_bytes\":%zu,\"plan_gbps\":%.2f,"
+                      "\"plan_pct_of_limit\":%.0f}\n",
                       sname.c_str(), devices, bytes, in_place ? "in_place" : "host_buffer", gbps, limit_of(tl),
-                      100.0 * gbps / limit_of(tl), t * 1e3);
+                      100.0 * gbps / limit_of(tl), t * 1e3, plan_bytes, plan_gbps, 100.0 * plan_gbps / limit_of(tl));
           std::fflush(stdout);
         }
       }

@@ -67,4 +67,9 @@ inline std::size_t ring_right(std::size_t rank, std::size_t devices) { return (r
 // Throws bad_request when devices == 0.
 reduction_plan make_plan(strategy how, plan_goal goal, std::size_t devices);
 
+// Floats the plan reads plus writes over n values per device: an op reads each source's block
+// once and writes its destination's (a copy of a block onto itself is nothing). The least a
+// reduce can move is (devices + 1) * n; a ring moves 3 * (devices - 1) * n on one memory.
+std::size_t plan_traffic(const reduction_plan& p, std::size_t n);
+
 }  // namespace ps

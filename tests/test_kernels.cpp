@@ -483,6 +483,21 @@ TEST_CASE("every plan reduces, all-reduces and broadcasts, for 1..8 devices") {
     for (const auto& op : phase)
       for (auto s : op.srcs) CHECK((s == op.device || s == ring_left(op.device, 5)));
   CHECK(make_plan(strategy::block, plan_goal::reduce, 4).phases.size() == 1);
+  // Bytes moved: block and central move the least a reduce can, (N+1)*n; the ring 3(N-1)*n.
+  for (std::size_t n : {1000ul, 1003ul}) {
+    // One device: the sum is already in place; a reduce copies it out.
+    CHECK(plan_traffic(make_plan(strategy::block, plan_goal::reduce_in_place, 1), n) == 0);
+    CHECK(plan_traffic(make_plan(strategy::central, plan_goal::reduce, 1), n) == 2 * n);
+    for (std::size_t d = 2; d <= 8; ++d) {
+      INFO(d << " devices, n=" << n);
+      CHECK(plan_traffic(make_plan(strategy::block, plan_goal::reduce_in_place, d), n) == (d + 1) * n);
+      CHECK(plan_traffic(make_plan(strategy::block, plan_goal::reduce, d), n) == (d + 1) * n);
+      CHECK(plan_traffic(make_plan(strategy::central, plan_goal::reduce_in_place, d), n) == (d + 1) * n);
+      CHECK(plan_traffic(make_plan(strategy::ring, plan_goal::reduce_in_place, d), n) == 3 * (d - 1) * n);
+      // all-gather: every device copies the N-1 blocks it lacks (one read, one write each).
+      CHECK(plan_traffic(make_plan(strategy::block, plan_goal::allreduce, d), n) == (d + 1) * n + 2 * (d - 1) * n);
+    }
+  }
   CHECK_THROWS_AS(make_plan(strategy::ring, plan_goal::reduce, 0), bad_request);
   CHECK(parse_strategy("ring") == strategy::ring);
   CHECK_THROWS_WITH_AS(parse_strategy("tree"), doctest::Contains("\"tree\""), bad_request);
