@@ -5,8 +5,8 @@
 // of a schedule from libps/reduction_plan.hpp, with a barrier between phases. Its kernels (the
 // host build of kernels/, one OpenMP thread each) run on one of min(devices, cores) executor
 // threads: device d on executor d mod that count, so one core works for one device at a time.
-// (One thread per device taking turns for a core token lost 10-15 points of the memory limit
-// at 8 devices on 2 cores: bench_aggregate, block, in place.)
+// (One thread per device taking turns for a core token was slower: bench_aggregate, block in
+// place, 8 devices on 2 cores: 75-90% of the memory limit against 88-96% with executors.)
 //
 //   ps::gpu_aggregator agg(4, n, ps::parse_strategy("ring"));
 //   compute into agg.gradient(r) for r < agg.devices() ...

@@ -7,13 +7,11 @@ namespace {
 using detail::tile;
 
 // Host: inputs read per pass over a tile (the tile of out stays in cache between passes).
-// One pass over all of them beats passes of 4 (80-82% against 74-77% of the limit loop at
-// 8 inputs in a microbenchmark); more streams than 8 per pass were not measured.
 constexpr std::size_t inputs_per_pass = 8;
 // Host: every stream of a pass is prefetched this many floats (2 KiB) ahead, one cache line
-// per 16 floats. The hardware prefetcher alone keeps too few lines in flight for 9 streams
-// per core: 85-86% of the limit loop against 92-95% with this (8 inputs, 2 threads; 512 B to
-// 4 KiB ahead measured alike, non-temporal hints 30-37%).
+// per 16 floats: the hardware prefetcher alone keeps too few lines in flight for 9 streams per
+// core (bench_aggregate, block in place, N = 8: 72-78% of the limit before, 75-90% with this
+// and one pass of 8 instead of passes of 4; README, "Kernels, the local aggregator").
 constexpr std::size_t prefetch_ahead = 512;
 constexpr std::size_t line_floats = 16;
 
