@@ -152,22 +152,14 @@ void gpu_aggregator::execute(std::size_t executor, const job& j) {
     auto& d = *devices_[id];
     return (j.on_params ? d.params.data() : d.gradient.data()) + j.offset;
   };
-  std::vector<const float*> srcs;
   for (std::size_t p = 0; p < plan.phases.size(); ++p) {
     if (p > 0) barrier_->arrive_and_wait();
     for (const auto& op : plan.phases[p]) {
       if (op.device % executors_ != executor) continue;
-      const elem_range r = block_range(j.count, plan.parts, op.block);
-      if (r.size() == 0) continue;
       try {
-        srcs.clear();
-        for (auto s : op.srcs) srcs.push_back(buffer(s) + r.begin);
-        float* dst = buffer(op.dst) + r.begin;
-        if (srcs.size() == 1 && srcs[0] == dst) continue;
-        if (srcs.size() == 1)
-          kernels::copy(dst, srcs[0], r.size());
-        else
-          kernels::sum_n(dst, srcs.data(), srcs.size(), r.size());
+        apply_op(plan, op, j.count, buffer, [](float* dst, const std::vector<const float*>& srcs, std::size_t count) {
+          kernels::sum_n(dst, srcs.data(), srcs.size(), count);  // one source: a copy
+        });
       } catch (...) {
         std::lock_guard<std::mutex> lock(mutex_);
         if (!error_) error_ = std::current_exception();

@@ -20,13 +20,17 @@
 #include <vector>
 
 #include "actors/gpu_aggregator.hpp"
+#include "apps/aggregate_cuda.hpp"
+#include "apps/bench_timing.hpp"
 #include "libps/codec.hpp"
 #include "libps/keys.hpp"
 #include "libps/text.hpp"
 
 namespace {
 
-using clock_type = std::chrono::steady_clock;
+using ps::bench::interleaved;
+using ps::bench::median;
+using ps::bench::median_seconds;
 
 struct options {
   std::size_t bytes = 64u << 20;  // per device
@@ -35,6 +39,7 @@ struct options {
   std::vector<std::string> codecs = {"none", "fp16", "int8", "topk:0.01"};
   std::size_t codec_bytes = 0;  // 0: same as bytes
   int reps = 10;
+  bool cuda = false;  // --backend=cuda
 };
 
 std::vector<std::string> split(const std::string& s) {
@@ -64,9 +69,11 @@ options parse(int argc, char** argv) {
     if (flag == "--help") {
       std::printf(
           "bench_aggregate [--bytes=B] [--devices=2,4,8] [--strategies=central,block,ring]\n"
-          "                [--codecs=none,fp16,int8,topk:0.01] [--codec-bytes=B] [--reps=R]\n"
+          "                [--codecs=none,fp16,int8,topk:0.01] [--codec-bytes=B] [--reps=R] [--backend=host|cuda]\n"
           "B: bytes per device (default 67108864 = 64 MiB); --codec-bytes: tensor size for the codecs\n"
-          "(default: --bytes); --codecs= or --strategies= (empty) skips that part.\n");
+          "(default: --bytes); --codecs= or --strategies= (empty) skips that part.\n"
+          "--backend=cuda: the strategies' cells on the first CUDA device (N buffers in its memory),\n"
+          "against its device-to-device copy bandwidth; the codecs are host code either way.\n");
       std::exit(0);
     }
     if (eq == std::string::npos) throw ps::bad_request("flag " + a + " needs a value (--name=value)");
@@ -83,6 +90,9 @@ options parse(int argc, char** argv) {
         o.devices.push_back(to_size(flag, d));
         if (o.devices.back() == 0) throw ps::bad_request("--devices: 0 devices");
       }
+    } else if (flag == "--backend") {
+      if (v != "host" && v != "cuda") throw ps::bad_request("--backend: \"" + v + "\" (expected host or cuda)");
+      o.cuda = v == "cuda";
     } else if (flag == "--strategies") {
       o.strategies = split(v);
       for (auto& s : o.strategies) ps::parse_strategy(s);
@@ -96,45 +106,6 @@ options parse(int argc, char** argv) {
   if (o.codec_bytes == 0) o.codec_bytes = o.bytes;
   if (o.bytes < sizeof(float)) throw ps::bad_request("--bytes must hold at least one float");
   return o;
-}
-
-double median(std::vector<double> t);
-
-template <class F>
-double median_seconds(int reps, F f) {
-  f();  // warm-up: page faults, caches
-  std::vector<double> t;
-  for (int r = 0; r < reps; ++r) {
-    auto start = clock_type::now();
-    f();
-    t.push_back(std::chrono::duration<double>(clock_type::now() - start).count());
-  }
-  return median(t);
-}
-
-double median(std::vector<double> t) {
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
-}
-
-// Median seconds of f and of g over `reps` alternating runs each (after one warm-up of each);
-// g's times are also appended to g_all.
-template <class F, class G>
-std::pair<double, double> interleaved(int reps, F f, G g, std::vector<double>& g_all) {
-  f();
-  g();
-  std::vector<double> tf, tg;
-  for (int r = 0; r < reps; ++r) {
-    auto t0 = clock_type::now();
-    f();
-    auto t1 = clock_type::now();
-    g();
-    auto t2 = clock_type::now();
-    tf.push_back(std::chrono::duration<double>(t1 - t0).count());
-    tg.push_back(std::chrono::duration<double>(t2 - t1).count());
-  }
-  g_all.insert(g_all.end(), tg.begin(), tg.end());
-  return {median(tf), median(tg)};
 }
 
 // The plain loop, split into contiguous halves (thirds, ...) over one std::thread per core.
@@ -154,60 +125,69 @@ void stream_add(float* y, const float* x, std::size_t n, unsigned threads) {
   for (auto& th : pool) th.join();
 }
 
+// The strategies' cells on CPU devices (the aggregator), then the limit line.
+void host_cells(const options& o, std::size_t n) {
+  const std::size_t bytes = n * sizeof(float);
+  // The limit: a plain y[i] += x[i] loop on every core, over the same size. This VM is
+  // shared and drifts by 2x within a minute, so each cell interleaves its repetitions with
+  // repetitions of the limit loop and is compared with the limit measured beside it. The
+  // limit line (last) is the median of all those limit repetitions.
+  std::vector<float> lx(n, 1.0f), ly(n, 0.0f);
+  const unsigned threads = std::max(1u, std::thread::hardware_concurrency());
+  auto limit_rep = [&] { stream_add(ly.data(), lx.data(), n, threads); };
+  std::vector<double> all_limit;
+  auto limit_of = [&](double seconds) { return 3.0 * static_cast<double>(bytes) / seconds / 1e9; };
+
+  for (const auto& sname : o.strategies) {
+    for (std::size_t devices : o.devices) {
+      ps::gpu_aggregator agg(devices, n, ps::parse_strategy(sname));
+      for (std::size_t r = 0; r < devices; ++r) {
+        float* g = agg.gradient(r);
+        for (std::size_t i = 0; i < n; ++i) g[i] = static_cast<float>((i + r) % 7);
+      }
+      std::vector<float> out(n, 0.0f);
+      // in_place: the sum stays in the device buffers (reduce_in_place); host_buffer: it is
+      // written to one separate buffer (reduce(out)).
+      for (bool in_place : {true, false}) {
+        auto [t, tl] = interleaved(o.reps, [&] {
+          if (in_place)
+            agg.reduce_in_place();
+          else
+            agg.reduce(out.data());
+        }, limit_rep, all_limit);
+        const double gbps = static_cast<double>((devices + 1) * bytes) / t / 1e9;
+        const auto plan = ps::make_plan(agg.how(), in_place ? ps::plan_goal::reduce_in_place : ps::plan_goal::reduce,
+                                        devices);
+        const std::size_t plan_bytes = ps::plan_traffic(plan, n) * sizeof(float);
+        const double plan_gbps = static_cast<double>(plan_bytes) / t / 1e9;
+        std::printf("{\"strategy\":\"%s\",\"devices\":%zu,\"bytes\":%zu,\"result\":\"%s\",\"gbps\":%.2f,"
+                    "\"limit_gbps\":%.2f,\"pct_of_limit\":%.0f,\"ms\":%.2f,"
+                    "\"counted\":\"N*bytes read + bytes written\",\"plan_bytes\":%zu,\"plan_gbps\":%.2f,"
+                    "\"plan_pct_of_limit\":%.0f}\n",
+                    sname.c_str(), devices, bytes, in_place ? "in_place" : "host_buffer", gbps, limit_of(tl),
+                    100.0 * gbps / limit_of(tl), t * 1e3, plan_bytes, plan_gbps, 100.0 * plan_gbps / limit_of(tl));
+        std::fflush(stdout);
+      }
+    }
+  }
+  if (all_limit.empty()) interleaved(o.reps, limit_rep, limit_rep, all_limit);
+  std::printf("{\"limit\":\"stream_add\",\"bytes\":%zu,\"threads\":%d,\"gbps\":%.2f,\"samples\":%zu,"
+              "\"counted\":\"x and y read, y written: 3*bytes\"}\n",
+              bytes, threads, limit_of(median(all_limit)), all_limit.size());
+  std::fflush(stdout);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   try {
     const options o = parse(argc, argv);
-    const std::size_t n = o.bytes / sizeof(float), bytes = n * sizeof(float);
+    const std::size_t n = o.bytes / sizeof(float);
 
-    // The limit: a plain y[i] += x[i] loop on every core, over the same size. This VM is
-    // shared and drifts by 2x within a minute, so each cell interleaves its repetitions with
-    // repetitions of the limit loop and is compared with the limit measured beside it. The
-    // limit line (last) is the median of all those limit repetitions.
-    std::vector<float> lx(n, 1.0f), ly(n, 0.0f);
-    const unsigned threads = std::max(1u, std::thread::hardware_concurrency());
-    auto limit_rep = [&] { stream_add(ly.data(), lx.data(), n, threads); };
-    std::vector<double> all_limit;
-    auto limit_of = [&](double seconds) { return 3.0 * static_cast<double>(bytes) / seconds / 1e9; };
-
-    for (const auto& sname : o.strategies) {
-      for (std::size_t devices : o.devices) {
-        ps::gpu_aggregator agg(devices, n, ps::parse_strategy(sname));
-        for (std::size_t r = 0; r < devices; ++r) {
-          float* g = agg.gradient(r);
-          for (std::size_t i = 0; i < n; ++i) g[i] = static_cast<float>((i + r) % 7);
-        }
-        std::vector<float> out(n, 0.0f);
-        // in_place: the sum stays in the device buffers (reduce_in_place); host_buffer: it is
-        // written to one separate buffer (reduce(out)).
-        for (bool in_place : {true, false}) {
-          auto [t, tl] = interleaved(o.reps, [&] {
-            if (in_place)
-              agg.reduce_in_place();
-            else
-              agg.reduce(out.data());
-          }, limit_rep, all_limit);
-          const double gbps = static_cast<double>((devices + 1) * bytes) / t / 1e9;
-          const auto plan = ps::make_plan(agg.how(), in_place ? ps::plan_goal::reduce_in_place : ps::plan_goal::reduce,
-                                          devices);
-          const std::size_t plan_bytes = ps::plan_traffic(plan, n) * sizeof(float);
-          const double plan_gbps = static_cast<double>(plan_bytes) / t / 1e9;
-          std::printf("{\"strategy\":\"%s\",\"devices\":%zu,\"bytes\":%zu,\"result\":\"%s\",\"gbps\":%.2f,"
-                      "\"limit_gbps\":%.2f,\"pct_of_limit\":%.0f,\"ms\":%.2f,"
-                      "\"counted\":\"N*bytes read + bytes written\",\"plan_bytes\":%zu,\"plan_gbps\":%.2f,"
-                      "\"plan_pct_of_limit\":%.0f}\n",
-                      sname.c_str(), devices, bytes, in_place ? "in_place" : "host_buffer", gbps, limit_of(tl),
-                      100.0 * gbps / limit_of(tl), t * 1e3, plan_bytes, plan_gbps, 100.0 * plan_gbps / limit_of(tl));
-          std::fflush(stdout);
-        }
-      }
-    }
-    if (all_limit.empty()) interleaved(o.reps, limit_rep, limit_rep, all_limit);
-    std::printf("{\"limit\":\"stream_add\",\"bytes\":%zu,\"threads\":%d,\"gbps\":%.2f,\"samples\":%zu,"
-                "\"counted\":\"x and y read, y written: 3*bytes\"}\n",
-                bytes, threads, limit_of(median(all_limit)), all_limit.size());
-    std::fflush(stdout);
+    if (o.cuda)
+      ps::bench_aggregate_cuda({o.strategies, o.devices, n, o.reps});
+    else
+      host_cells(o, n);
 
     const std::size_t cn = o.codec_bytes / sizeof(float), cbytes = cn * sizeof(float);
     if (!o.codecs.empty()) {

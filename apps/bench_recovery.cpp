@@ -19,9 +19,11 @@
 #include <vector>
 
 #include "apps/apps.hpp"
+#include "apps/bench_timing.hpp"
 
 namespace {
 
+using ps::bench::median;
 using ps::output_of;
 
 // The numbers in the "recovery_ms":[...] lists of every worker line.
@@ -41,12 +43,6 @@ std::vector<double> recoveries(const std::string& out) {
 double seconds_of(const std::string& out) {
   auto at = out.rfind("\"seconds\":");
   return at == std::string::npos ? -1 : std::stod(out.substr(at + 10));
-}
-
-double median(std::vector<double> v) {
-  if (v.empty()) return -1;
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
 }
 
 }  // namespace

@@ -131,6 +131,20 @@ struct add_tile {
   }
 };
 
+// CUDA, up to inputs_per_pass inputs: the pointers travel in the functor (no device memory
+// allocated and copied per call), and each thread reads all its inputs before it writes out,
+// so out may be any of them.
+struct sum_elem {
+  float* out;
+  const float* x[inputs_per_pass];
+  std::size_t k;
+  PS_HD void operator()(std::size_t i) const {
+    float v = x[0][i];
+    for (std::size_t j = 1; j < k; ++j) v += x[j][i];
+    out[i] = v;
+  }
+};
+
 struct fill_zero {
   float* x;
   PS_HD void operator()(std::size_t b, std::size_t e) const {
@@ -146,6 +160,14 @@ void sum_n(float* out, const float* const* in, std::size_t k, std::size_t n) {
     detail::for_each_tile(n, fill_zero{out});
     return;
   }
+#ifdef __CUDACC__
+  if (k <= inputs_per_pass) {
+    sum_elem f{out, {}, k};
+    for (std::size_t j = 0; j < k; ++j) f.x[j] = in[j];
+    detail::for_each_index(n, f);
+    return;
+  }
+#endif
   // The kernel reads the pointer array from the backend's memory.
   detail::temp_vector<const float*> ptrs(in, in + k);
   bool aliased = false;

@@ -147,7 +147,7 @@ std::size_t plan_traffic(const reduction_plan& p, std::size_t n) {
   std::size_t floats = 0;
   for (const auto& phase : p.phases)
     for (const auto& op : phase) {
-      if (op.srcs.size() == 1 && op.srcs[0] == op.dst) continue;
+      if (is_noop(op)) continue;
       floats += (op.srcs.size() + 1) * block_range(n, p.parts, op.block).size();
     }
   return floats;

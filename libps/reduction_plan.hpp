@@ -67,6 +67,24 @@ inline std::size_t ring_right(std::size_t rank, std::size_t devices) { return (r
 // Throws bad_request when devices == 0.
 reduction_plan make_plan(strategy how, plan_goal goal, std::size_t devices);
 
+// A copy of a block onto itself: nothing to do.
+inline bool is_noop(const plan_op& op) { return op.srcs.size() == 1 && op.srcs[0] == op.dst; }
+
+// Does op (of plan p, on n values per device) by calling apply(dst, srcs, count), which is
+// to set dst = the sum of srcs (one source: a copy; dst may be srcs[0]). buffer(id) is the
+// start of buffer id (devices 0..N-1, the host buffer N); dst and srcs point at the op's
+// block. Nothing is called for a no-op or an empty block. The executors of plans (the CPU
+// aggregator, bench_aggregate's CUDA cells) share this.
+template <class Buffer, class Apply>
+void apply_op(const reduction_plan& p, const plan_op& op, std::size_t n, Buffer&& buffer, Apply&& apply) {
+  const elem_range r = block_range(n, p.parts, op.block);
+  if (is_noop(op) || r.size() == 0) return;
+  std::vector<const float*> srcs;
+  srcs.reserve(op.srcs.size());
+  for (auto s : op.srcs) srcs.push_back(buffer(s) + r.begin);
+  apply(buffer(op.dst) + r.begin, srcs, r.size());
+}
+
 // Floats the plan reads plus writes over n values per device: an op reads each source's block
 // once and writes its destination's (a copy of a block onto itself is nothing). The least a
 // reduce can move is (devices + 1) * n; a ring moves 3 * (devices - 1) * n on one memory.

@@ -1,0 +1,122 @@
+#include "apps/aggregate_cuda.hpp"
+
+#include "libps/keys.hpp"
+
+#ifdef PS_HAVE_CUDA
+#include <cuda_runtime.h>
+
+#include <cstdio>
+#include <memory>
+#include <stdexcept>
+
+#include "apps/bench_timing.hpp"
+#include "kernels/kernels_cuda.hpp"
+#include "libps/reduction_plan.hpp"
+#endif
+
+namespace ps {
+
+#ifndef PS_HAVE_CUDA
+
+void bench_aggregate_cuda(const cuda_aggregate_options&) {
+  throw bad_request("--backend=cuda: this build has no CUDA kernels (CMake found no nvcc, or -DPS_WITH_CUDA=OFF)");
+}
+
+#else
+
+namespace {
+
+void check_cuda(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) throw std::runtime_error(std::string("CUDA: ") + what + ": " + cudaGetErrorString(e));
+}
+
+class device_buffer {
+ public:
+  explicit device_buffer(std::size_t floats) {
+    check_cuda(cudaMalloc(reinterpret_cast<void**>(&p_), floats * sizeof(float)), "cudaMalloc");
+    check_cuda(cudaMemset(p_, 0, floats * sizeof(float)), "cudaMemset");
+  }
+  ~device_buffer() { cudaFree(p_); }
+  device_buffer(const device_buffer&) = delete;
+  device_buffer& operator=(const device_buffer&) = delete;
+  float* get() const { return p_; }
+
+ private:
+  float* p_ = nullptr;
+};
+
+// f, then wait for the device: a rep's time includes its kernels.
+template <class F>
+auto synced(F f) {
+  return [f] {
+    f();
+    check_cuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+  };
+}
+
+}  // namespace
+
+void bench_aggregate_cuda(const cuda_aggregate_options& o) {
+  int count = 0;
+  const cudaError_t found = cudaGetDeviceCount(&count);
+  if (found != cudaSuccess || count == 0)
+    throw bad_request(std::string("--backend=cuda: no CUDA device (") +
+                      (found != cudaSuccess ? cudaGetErrorString(found) : "the driver reports none") + ")");
+  cudaDeviceProp prop{};
+  check_cuda(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
+  const std::size_t n = o.values, bytes = n * sizeof(float);
+  const double b = static_cast<double>(bytes);
+
+  // The limits: a device-to-device copy (bytes read + bytes written) and y += x with the
+  // CUDA kernels (3 * bytes), over the same size.
+  device_buffer lx(n), ly(n);
+  auto copy_rep = synced([&] {
+    check_cuda(cudaMemcpy(ly.get(), lx.get(), bytes, cudaMemcpyDeviceToDevice), "cudaMemcpy");
+  });
+  auto add_rep = synced([&] { kernels_cuda::add(ly.get(), lx.get(), n); });
+  std::vector<double> all_copy, all_add;
+
+  for (const auto& sname : o.strategies) {
+    const strategy how = parse_strategy(sname);
+    for (std::size_t devices : o.devices) {
+      std::vector<std::unique_ptr<device_buffer>> device(devices);
+      for (auto& d : device) d = std::make_unique<device_buffer>(n);
+      device_buffer host(n);  // the plan's host buffer: the push buffer, in device memory
+      auto buffer = [&](std::size_t id) { return id == devices ? host.get() : device[id]->get(); };
+      for (bool in_place : {true, false}) {
+        const auto plan = make_plan(how, in_place ? plan_goal::reduce_in_place : plan_goal::reduce, devices);
+        auto reduce_rep = synced([&] {
+          for (const auto& phase : plan.phases)
+            for (const auto& op : phase)
+              apply_op(plan, op, n, buffer, [](float* dst, const std::vector<const float*>& srcs, std::size_t c) {
+                kernels_cuda::sum_n(dst, srcs.data(), srcs.size(), c);
+              });
+        });
+        auto [t, tl] = bench::interleaved(o.reps, reduce_rep, copy_rep, all_copy);
+        const double gbps = static_cast<double>(devices + 1) * b / t / 1e9, limit = 2 * b / tl / 1e9;
+        const std::size_t plan_bytes = plan_traffic(plan, n) * sizeof(float);
+        const double plan_gbps = static_cast<double>(plan_bytes) / t / 1e9;
+        std::printf("{\"backend\":\"cuda\",\"device\":\"%s\",\"strategy\":\"%s\",\"devices\":%zu,\"bytes\":%zu,"
+                    "\"result\":\"%s\",\"gbps\":%.2f,\"limit_gbps\":%.2f,\"pct_of_limit\":%.0f,\"ms\":%.3f,"
+                    "\"counted\":\"N*bytes read + bytes written\",\"plan_bytes\":%zu,\"plan_gbps\":%.2f,"
+                    "\"plan_pct_of_limit\":%.0f}\n",
+                    prop.name, sname.c_str(), devices, bytes, in_place ? "in_place" : "host_buffer", gbps, limit,
+                    100 * gbps / limit, t * 1e3, plan_bytes, plan_gbps, 100 * plan_gbps / limit);
+        std::fflush(stdout);
+      }
+    }
+  }
+  if (all_copy.empty()) bench::interleaved(o.reps, copy_rep, copy_rep, all_copy);
+  bench::interleaved(o.reps, copy_rep, add_rep, all_add);
+  std::printf("{\"backend\":\"cuda\",\"device\":\"%s\",\"limit\":\"cuda_copy\",\"bytes\":%zu,\"gbps\":%.2f,"
+              "\"samples\":%zu,\"counted\":\"bytes read + bytes written: 2*bytes\"}\n",
+              prop.name, bytes, 2 * b / bench::median(all_copy) / 1e9, all_copy.size());
+  std::printf("{\"backend\":\"cuda\",\"device\":\"%s\",\"limit\":\"stream_add\",\"bytes\":%zu,\"gbps\":%.2f,"
+              "\"samples\":%zu,\"counted\":\"x and y read, y written: 3*bytes\"}\n",
+              prop.name, bytes, 3 * b / bench::median(all_add) / 1e9, all_add.size());
+  std::fflush(stdout);
+}
+
+#endif
+
+}  // namespace ps
