@@ -15,26 +15,16 @@
 #include "libps/codec.hpp"
 #include "libps/keys.hpp"
 #include "libps/reduction_plan.hpp"
+#include "tests/kernel_inputs.hpp"
 
 using namespace ps;
+using ps::test::grad_value;
+using ps::test::random_floats;
 
 namespace {
 
 const float inf = std::numeric_limits<float>::infinity();
 const float qnan = std::numeric_limits<float>::quiet_NaN();
-
-// Integer-valued gradients, different per device: sums are exact in any order.
-float grad_value(std::size_t device, std::size_t i) {
-  return static_cast<float>(static_cast<int>((i * 7 + device * 13) % 101) - 50);
-}
-
-std::vector<float> random_floats(std::size_t n, float scale, unsigned seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(0.0f, scale);
-  std::vector<float> v(n);
-  for (auto& x : v) x = dist(rng);
-  return v;
-}
 
 }  // namespace
 

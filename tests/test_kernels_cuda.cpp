@@ -15,18 +15,20 @@
 #include <cstring>
 #include <limits>
 #include <memory>
-#include <random>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "kernels/kernels.hpp"
 #include "kernels/kernels_cuda.hpp"
+#include "tests/kernel_inputs.hpp"
 
 namespace {
 
 namespace host = ps::kernels;
 namespace cuda = ps::kernels_cuda;
+using ps::test::grad_value;
+using ps::test::random_floats;
 
 void check_cuda(cudaError_t e, const char* what) {
   if (e != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(e));
@@ -58,13 +60,6 @@ class device_vector {
   std::size_t n_;
 };
 
-std::vector<float> random_floats(std::size_t n, float scale, unsigned seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(0.0f, scale);
-  std::vector<float> v(n);
-  for (auto& x : v) x = dist(rng);
-  return v;
-}
 
 bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
@@ -90,7 +85,7 @@ TEST_CASE("cuda: sum of N buffers equals the host build (fresh, in place, aliase
       std::vector<std::vector<float>> in(k, std::vector<float>(n));
       std::vector<const float*> host_ptr;
       for (std::size_t j = 0; j < k; ++j) {
-        for (std::size_t i = 0; i < n; ++i) in[j][i] = static_cast<float>(static_cast<int>((i * 7 + j * 13) % 101) - 50);
+        for (std::size_t i = 0; i < n; ++i) in[j][i] = grad_value(j, i);
         host_ptr.push_back(in[j].data());
       }
       std::vector<float> ref(n);
