@@ -110,22 +110,41 @@ void with_servers(std::vector<std::string> server_flags, std::uint32_t servers,
   auto coord = sys.spawn(coordinator, copts);
   auto port = sys.middleman().publish(coord, 0, "127.0.0.1");
   REQUIRE(port);
-  std::vector<pid_t> pids;
+  // On every way out, a failed REQUIRE included: the servers go (a stopped one too, which
+  // would otherwise keep ctest's output pipe open), then the coordinator.
+  struct cleanup {
+    std::vector<pid_t> pids;
+    caf::actor coord;
+    ~cleanup() {
+      for (auto pid : pids) {
+        kill(pid, SIGKILL);
+        kill(pid, SIGCONT);
+        waitpid(pid, nullptr, 0);
+      }
+      caf::anon_send_exit(coord, caf::exit_reason::user_shutdown);
+    }
+  } servers_of_test{{}, caf::actor_cast<caf::actor>(coord)};
   server_flags.push_back("--role=server");
   server_flags.push_back("--coordinator=127.0.0.1:" + std::to_string(*port));
-  for (std::uint32_t i = 0; i < servers; ++i) pids.push_back(spawn_psnode(server_flags));
+  for (std::uint32_t i = 0; i < servers; ++i) servers_of_test.pids.push_back(spawn_psnode(server_flags));
   std::string err;
   bool ran = run_worker(sys, pc.cfg, coord, [&](worker_context& ctx) {
     body(ctx);
     return std::string("{}");
   }, &err, worker_plane ? data_plane_from(pc.cfg) : nullptr);
   CHECK_MESSAGE(ran, err);
-  for (auto pid : pids) {
-    kill(pid, SIGKILL);
-    kill(pid, SIGCONT);
-    waitpid(pid, nullptr, 0);
-  }
-  caf::anon_send_exit(coord, caf::exit_reason::user_shutdown);
+}
+
+// SIGSTOP reaches the threads of a process one after another, so its other threads may still
+// answer a request for a moment after kill() returns (seen under load in CI: a pull sent
+// after the SIGSTOP was answered). Returns once the whole server (a child of this process)
+// has stopped.
+void stop_server(const shard_entry& victim) {
+  const auto pid = static_cast<pid_t>(victim.pid);
+  REQUIRE(kill(pid, SIGSTOP) == 0);
+  int status = 0;
+  REQUIRE(waitpid(pid, &status, WUNTRACED) == pid);
+  REQUIRE(WIFSTOPPED(status));
 }
 
 // A key that shard `id` owns.
@@ -183,7 +202,7 @@ TEST_CASE("a server killed with SIGKILL while a block to it went over the data p
     // Alive and answering; its data connection is up by the time this is acknowledged
     // (the shard answered where its plane listens before it answered the push).
     ctx.kv.push(keys, std::vector<float>(4096, 1.0f)).get();
-    REQUIRE(kill(static_cast<pid_t>(victim.pid), SIGSTOP) == 0);
+    stop_server(victim);
     auto sent = plane->bytes_sent();
     killed_while_waiting(victim, ctx.kv.push(keys, std::vector<float>(4096, 2.0f)));
     CHECK(plane->bytes_sent() == sent + 4096 * sizeof(float));  // the block went beside CAF
@@ -196,7 +215,7 @@ TEST_CASE("a hung server (SIGSTOP): the request fails at its timeout, naming the
     auto k = key_of_shard(ctx.kv, victim.id);
     auto keys = key_set::single({k, k + 10});
     ctx.kv.push(keys, std::vector<float>(10, 1.0f)).get();  // alive and answering
-    REQUIRE(kill(static_cast<pid_t>(victim.pid), SIGSTOP) == 0);
+    stop_server(victim);
     auto t0 = std::chrono::steady_clock::now();
     auto [err, waited] = failure_after(ctx.kv.pull(keys), t0, milliseconds(10000));
     INFO(err);
