@@ -101,6 +101,7 @@ struct sum_tile {
     }
   }
 };
+
 // For out aliasing an input other than in[0]: accumulate in a local array (registers on
 // CUDA, L1 on the host), then store.
 struct sum_tile_aliased {
