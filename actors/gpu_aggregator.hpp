@@ -5,6 +5,7 @@
 // of a schedule from libps/reduction_plan.hpp, with a barrier between phases. Its kernels (the
 // host build of kernels/, one OpenMP thread each) run on one of min(devices, cores) executor
 // threads: device d on executor d mod that count, so one core works for one device at a time.
+// When the executors take every CPU the process may use, each is pinned to its own.
 // (One thread per device taking turns for a core token was slower: bench_aggregate, block in
 // place, 8 devices on 2 cores: 75-90% of the memory limit against 88-96% with executors.)
 //
@@ -100,7 +101,7 @@ class gpu_aggregator {
   std::vector<std::unique_ptr<device>> devices_;
   reduction_plan in_place_plan_, reduce_plan_, allreduce_plan_, broadcast_plan_;
 
-  std::size_t cores_;
+  std::size_t cores_;  // CPUs this process may run on
   std::size_t executors_ = 0;  // min(devices, cores), set before the threads start
   std::vector<std::thread> threads_;
   std::unique_ptr<std::barrier<>> barrier_;
