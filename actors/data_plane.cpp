@@ -13,6 +13,8 @@
 #include <cstring>
 #include <random>
 
+#include "libps/codec.hpp"
+
 namespace ps {
 
 struct data_plane::connection {
@@ -379,6 +381,11 @@ float_block data_plane::claim(const float_block& block) {
 }
 
 float_block claim_values(data_plane* plane, const float_block& block) {
+  if (block.encoded) {
+    std::vector<float> values(block.size);
+    decode(std::span<const std::byte>(*block.encoded), values.data(), values.size());
+    return float_block::own(std::move(values));
+  }
   if (block.ticket == 0) return block;
   if (!plane) throw bad_request("the block names a data-connection payload, but this process has no data plane");
   return plane->claim(block);

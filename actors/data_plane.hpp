@@ -115,8 +115,9 @@ class data_plane {
   std::thread acceptor_;
 };
 
-// The block's values: itself when it holds them, else its payload claimed from `plane`
-// (throws bad_request when the block names a payload and this process has no plane).
+// The block's values: itself when it holds them, its encoded values decoded, or its payload
+// claimed from `plane`. Throws bad_request for encoded values that do not decode to the
+// block's size, or when the block names a payload and this process has no plane.
 float_block claim_values(data_plane* plane, const float_block& block);
 
 }  // namespace ps

@@ -528,7 +528,7 @@ caf::behavior kv_client_actor(client_ptr self, std::vector<shard_link> shards, s
           };
           range_list ranges{ch.ranges()};
           if (req->kind == op_kind::pull) {
-            if (auto peer = plane_peer(self, tail)) {
+            if (auto peer = h.pull_codec == 0 ? plane_peer(self, tail) : 0) {
               h.reply_plane = st.plane->token();
               // A piece of a larger answer: its payload is read straight into place.
               if (!req->landing.empty() && req->landing[c] == 0 &&
@@ -641,6 +641,8 @@ kv_client::kv_client(caf::actor_system& sys, const cluster_view& view,
   if (opts_.timeout.count() <= 0)
     throw bad_request("kv_client: the request timeout must be positive");
   opts_.compression.validate();
+  if (opts_.pull_compression.kind == codec_kind::topk)
+    throw bad_request("kv_client: pulls take none, fp16 or int8 compression, not top-k (it would drop most parameters)");
   // Message faults act on CAF messages: under them blocks stay inside the messages.
   if (opts_.faults.touches_messages()) opts_.plane.reset();
   actor_ = sys.spawn(kv_client_actor, std::move(shards), view.shards, opts_, view.epoch, stats_);
@@ -728,9 +730,10 @@ kv_future kv_client::send(op_kind kind, const key_set& keys, std::shared_ptr<std
   req->hdr = request_header{map_.epoch(), opts_.worker, clock_, 0};
   req->chunks = plan_chunks(map_.split(keys), opts_.chunk_bytes);
   if (kind == op_kind::pull) {
+    req->hdr.pull_codec = static_cast<std::uint8_t>(opts_.pull_compression.kind);
     if (req->chunks.size() > 1) {
       op->values.resize(keys.num_keys());
-      req->landing.assign(req->chunks.size(), 0);
+      if (req->hdr.pull_codec == 0) req->landing.assign(req->chunks.size(), 0);  // encoded answers come inline
     }
   } else {
     auto base = offset.value_or(0);

@@ -72,7 +72,7 @@ struct kv_client_options {
   std::chrono::milliseconds timeout{30000};
   // Bytes of chunks in flight per shard before further chunks wait in the client.
   std::uint64_t inflight_bytes = 8u << 20;
-  // Compression of pushes on the wire (init and pull stay exact).
+  // Compression of pushes on the wire (init stays exact; pulls: pull_compression).
   codec compression{};
   // Where new shard maps come from after a failover. None: a dead shard fails its
   // requests at once.
@@ -87,6 +87,9 @@ struct kv_client_options {
   // This process's data plane: large pushes leave and large pulls arrive through it
   // (not under message faults, which act on CAF messages). None: all inside CAF.
   std::shared_ptr<data_plane> plane{};
+  // Compression of pull answers (none, fp16 or int8; parameters are not top-k material).
+  // Compressed answers come inside the messages, not over the data plane.
+  codec pull_compression{};
 };
 
 // What the client learned about the cluster while it ran, for the app's thread.

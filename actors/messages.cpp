@@ -29,20 +29,32 @@ caf::error read_raw(caf::deserializer& f, std::vector<T>& out) {
 
 }  // namespace
 
-// One byte first: 0 for the values inline, 1 for a named payload (ticket, origin, count).
+// One byte first: 0 for the values inline, 1 for a named payload (ticket, origin, count),
+// 2 for encoded values (count, then the encoded bytes).
 caf::error inspect(caf::serializer& f, float_block& x) {
-  std::uint8_t named = x.ticket != 0;
-  if (auto e = f(named)) return e;
-  if (named) return f(x.ticket, x.origin, x.size);
+  std::uint8_t form = x.encoded ? 2 : x.ticket != 0 ? 1 : 0;
+  if (auto e = f(form)) return e;
+  if (form == 2) {
+    if (auto e = f(x.size)) return e;
+    return write_raw(f, x.encoded->data(), x.encoded->size());
+  }
+  if (form == 1) return f(x.ticket, x.origin, x.size);
   return write_raw(f, x.data(), x.size);
 }
 
 caf::error inspect(caf::deserializer& f, float_block& x) {
   x = float_block{};
-  std::uint8_t named = 0;
-  if (auto e = f(named)) return e;
-  if (named > 1) return make_ps_error("float_block: unknown form " + std::to_string(named));
-  if (named) {
+  std::uint8_t form = 0;
+  if (auto e = f(form)) return e;
+  if (form > 2) return make_ps_error("float_block: unknown form " + std::to_string(form));
+  if (form == 2) {
+    auto bytes = std::make_shared<std::vector<std::byte>>();
+    if (auto e = f(x.size)) return e;
+    if (auto e = read_raw(f, *bytes)) return e;
+    x.encoded = std::move(bytes);
+    return {};
+  }
+  if (form == 1) {
     if (auto e = f(x.ticket, x.origin, x.size)) return e;
     if (x.ticket == 0) return make_ps_error("float_block: a named payload without a ticket");
     return {};

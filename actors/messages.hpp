@@ -47,7 +47,9 @@ constexpr bool is_raw_io_v =
 
 // A run of floats shared between a message and its sender without copying: locally the
 // storage travels by reference; on the wire it is one raw byte block, or, when the
-// values went over a data connection (actors/data_plane.hpp), only their ticket.
+// values went over a data connection (actors/data_plane.hpp), only their ticket, or, for a
+// compressed pull answer, the codec's encoded form (libps/codec.hpp). claim_values()
+// turns the last two into floats.
 struct float_block {
   std::shared_ptr<std::vector<float>> storage;
   std::uint64_t offset = 0;
@@ -56,6 +58,15 @@ struct float_block {
   // `origin`, and storage is empty until the receiver claims them.
   std::uint64_t ticket = 0;
   std::uint64_t origin = 0;
+  // Set: the `size` values, encoded; storage is empty until the receiver claims them.
+  std::shared_ptr<std::vector<std::byte>> encoded{};
+
+  static float_block encode_of(std::vector<std::byte> bytes, std::uint64_t values) {
+    float_block b;
+    b.size = values;
+    b.encoded = std::make_shared<std::vector<std::byte>>(std::move(bytes));
+    return b;
+  }
 
   static float_block own(std::vector<float> v) {
     auto n = v.size();
@@ -115,10 +126,12 @@ struct request_header {
   // The sender's data plane token: a large reply may come over its data connection
   // (0: no data plane, replies inline).
   std::uint64_t reply_plane = 0;
+  // A pull's answer encoded with this codec (codec_kind: 0 none, 1 fp16, 2 int8).
+  std::uint8_t pull_codec = 0;
 };
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, request_header& x) {
-  return f(caf::meta::type_name("request_header"), x.epoch, x.worker, x.clock, x.seq, x.reply_plane);
+  return f(caf::meta::type_name("request_header"), x.epoch, x.worker, x.clock, x.seq, x.reply_plane, x.pull_codec);
 }
 
 // Floats cross as their bit patterns (CAF's float encoding is lossy, see above).

@@ -56,6 +56,7 @@ node_config::node_config() {
     .add(aggregation, "aggregation", "central|block|ring: how the devices' gradients are reduced")
     .add(compression, "compression", "none|fp16|int8|topk: codec of pushes on the wire")
     .add(topk_ratio, "topk-ratio", "fraction of values a topk push sends (error feedback keeps the rest)")
+    .add(pull_compression, "pull-compression", "none|fp16|int8: codec of pull answers on the wire")
     .add(checkpoint_dir, "checkpoint-dir", "DIR: the coordinator writes checkpoints here")
     .add(checkpoint_every, "checkpoint-every", "K: a checkpoint whenever the minimum clock crosses a multiple of K")
     .add(checkpoint_seconds, "checkpoint-seconds", "T: a checkpoint every T seconds, at the next clock boundary")
@@ -182,6 +183,7 @@ void node_config::validate() const {
   if (!coordinator.empty()) parse_host_port(coordinator);
   staleness_bound("bsp");
   push_codec();
+  pull_codec();
   if (!(checkpoint_seconds >= 0) || checkpoint_seconds > 1e6)
     throw bad_request("--checkpoint-seconds must be in [0, 1e6]");
   if (!checkpoint_dir.empty() && checkpoint_every == 0 && checkpoint_seconds == 0)
@@ -230,6 +232,19 @@ codec node_config::push_codec() const {
   if (c.kind == codec_kind::topk) c.topk_ratio = topk_ratio;
   if (!(topk_ratio > 0 && topk_ratio <= 1))
     throw bad_request("--topk-ratio=" + std::to_string(topk_ratio) + " is not in (0, 1]");
+  return c;
+}
+
+codec node_config::pull_codec() const {
+  codec c;
+  try {
+    c = parse_codec(pull_compression);
+  } catch (const bad_request& e) {
+    throw bad_request("--pull-compression=" + pull_compression + ": " + e.what());
+  }
+  if (c.kind == codec_kind::topk)
+    throw bad_request("--pull-compression=" + pull_compression +
+                      ": pulls take none, fp16 or int8 (top-k would drop most parameters)");
   return c;
 }
 
@@ -424,7 +439,7 @@ bool run_worker(caf::actor_system& sys, const node_config& cfg, coordinator_acto
     kv_client kv(sys, reg.view, std::move(links),
                  {id, cfg.chunk_bytes, milliseconds(cfg.timeout_ms), cfg.inflight_bytes, cfg.push_codec(),
                   caf::actor_cast<caf::actor>(coord), cfg.fault_spec().kill_clock(fault_plan::role::worker, id),
-                  retry_interval(cfg), cfg.fault_spec(), plane});
+                  retry_interval(cfg), cfg.fault_spec(), plane, cfg.pull_codec()});
     worker_context ctx{sys, cfg, id, reg.view.num_workers, reg.view, kv, reg.start_clock, {}, {}};
     // A joiner entered each shard's clock vector at that shard's minimum; one tick puts it
     // at the start clock everywhere (else its first read would wait for itself).

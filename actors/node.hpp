@@ -46,6 +46,7 @@ struct node_config : caf::actor_system_config {
   std::string aggregation = "block";   // central | block | ring (block: fastest on one memory, README)
   std::string compression = "none";    // none | fp16 | int8 | topk
   double topk_ratio = 0.01;
+  std::string pull_compression = "none";  // none | fp16 | int8
   // checkpoints
   std::string checkpoint_dir;
   std::size_t checkpoint_every = 0;    // clocks
@@ -87,6 +88,8 @@ struct node_config : caf::actor_system_config {
   fault_plan fault_spec() const;
   // The push codec --compression and --topk-ratio select.
   codec push_codec() const;
+  // The pull codec --pull-compression selects (top-k refused).
+  codec pull_codec() const;
   // The staleness bound the flags select (libps/consistency.hpp); app_default
   // ("bsp", "asp", ...) applies when neither --consistency nor --staleness is given.
   std::uint64_t staleness_bound(const std::string& app_default) const;

@@ -160,6 +160,14 @@ shard_actor::behavior_type server_shard(shard_actor::stateful_pointer<shard_stat
     for (const auto& r : ranges.ranges) n += r.size();
     st.trace({trace_event::pull, hdr.worker, hdr.clock, st.id, st.consistency->clocks().min_clock(),
               st.consistency->staleness()});
+    if (hdr.pull_codec != 0) {  // compressed: encoded inside the message, not over the data plane
+      const auto kind = static_cast<codec_kind>(hdr.pull_codec);
+      if (kind != codec_kind::fp16 && kind != codec_kind::int8)
+        throw bad_request("pull codec " + std::to_string(hdr.pull_codec) + " is not fp16 (1) or int8 (2)");
+      std::vector<float> out(n);
+      st.store->pull(ranges.ranges, out.data(), n);
+      return float_block::encode_of(encode(codec{kind}, out.data(), n), n);
+    }
     // A large answer goes over the reader's data connection, if it has one, written
     // straight from the store (nothing changes it while this handler runs).
     // Its ticket is the request's seq, so the reader may have said where it should land.

@@ -4,6 +4,9 @@
 
 #include <caf/all.hpp>
 
+#include <algorithm>
+#include <cmath>
+
 #include "tests/actor_fixture.hpp"
 
 using namespace ps;
@@ -291,4 +294,62 @@ TEST_CASE_FIXTURE(fixture, "compressed pushes: fp16 of integers is exact, top-k 
   auto err = box->messages[0].get_as<std::string>(0);
   INFO(err);
   CHECK(err.find("shard 0: compressed push from worker 0:") != std::string::npos);
+}
+
+TEST_CASE_FIXTURE(fixture, "compressed pulls: answers encoded by the shard, decoded within the codec's bound, in any chunking") {
+  auto coord = spawn_coordinator(2, 1);
+  auto shard = spawn_shard(coord);
+  spawn_shard(coord);
+  auto reg = register_worker(coord);
+  sched.run();
+  REQUIRE(reg->has_value());
+  const std::size_t n = 10000;
+  auto keys = key_set::single({0, n});
+  std::vector<float> w(n);
+  float maxabs = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    w[i] = std::sin(static_cast<float>(i) * 0.37f) * 3.0f;  // not representable in fp16 or int8
+    maxabs = std::max(maxabs, std::fabs(w[i]));
+  }
+  kv_client exact(sys, (*reg)->view, links_of((*reg)->view), {0, default_chunk_bytes, milliseconds(1000)});
+  settle(exact.init(keys, w));
+  REQUIRE(settle(exact.pull(keys)) == w);
+  for (const char* spec : {"fp16", "int8"}) {
+    for (std::uint64_t chunk_bytes : {default_chunk_bytes, std::uint64_t{4096}}) {  // one chunk per shard, or many
+      INFO(spec << ", chunks of " << chunk_bytes << " bytes");
+      kv_client_options opts{0, chunk_bytes, milliseconds(1000)};
+      opts.pull_compression = parse_codec(spec);
+      kv_client kv(sys, (*reg)->view, links_of((*reg)->view), opts);
+      auto got = settle(kv.pull(keys));
+      REQUIRE(got.size() == n);
+      std::size_t inexact = 0;
+      for (std::size_t i = 0; i < n; ++i) {
+        const float bound = std::string(spec) == "fp16" ? std::max(std::fabs(w[i]) * 0x1p-11f, 0x1p-25f)
+                                                        : maxabs / 127 * (0.5f + 0x1p-15f);
+        INFO("key " << i << ": " << w[i] << " came back as " << got[i]);
+        REQUIRE(std::fabs(got[i] - w[i]) <= bound);
+        inexact += got[i] != w[i];
+      }
+      CHECK(inexact > n / 2);  // the answers were really encoded
+    }
+  }
+  // A codec the shard does not offer for pulls is refused, naming it.
+  key_type k0 = 0;
+  while (exact.map().owner(k0) != 0) ++k0;
+  auto box = std::make_shared<inbox>();
+  request_header topk_pull{1, 0, 0, 1};
+  topk_pull.pull_codec = static_cast<std::uint8_t>(codec_kind::topk);
+  sys.spawn([=](caf::event_based_actor* self) {
+    self->request(shard, caf::infinite, pull_atom::value, topk_pull, range_list{{{k0, k0 + 3}}})
+      .then([=](float_block&) {}, [=](caf::error& e) { box->messages.push_back(caf::make_message(describe(e))); });
+  });
+  sched.run();
+  REQUIRE(box->messages.size() == 1);
+  auto err = box->messages[0].get_as<std::string>(0);
+  INFO(err);
+  CHECK(err.find("shard 0: pull codec 3 is not fp16 (1) or int8 (2)") != std::string::npos);
+  kv_client_options topk{0, default_chunk_bytes, milliseconds(1000)};
+  topk.pull_compression = parse_codec("topk");
+  CHECK_THROWS_WITH_AS(kv_client(sys, (*reg)->view, links_of((*reg)->view), topk),
+                       doctest::Contains("not top-k"), bad_request);
 }

@@ -10,7 +10,9 @@
 #include <cstring>
 #include <limits>
 
+#include "actors/data_plane.hpp"
 #include "actors/messages.hpp"
+#include "libps/codec.hpp"
 
 using namespace ps;
 
@@ -65,6 +67,24 @@ TEST_CASE_FIXTURE(wire_fixture, "a block whose values went over a data connectio
   CHECK(out.size == named.size);
   CHECK(!out.storage);
   CHECK(bytes == 1 + 3 * 8);  // no values on the wire
+}
+
+TEST_CASE_FIXTURE(wire_fixture, "an encoded block (a compressed pull answer) crosses as its codec bytes and decodes when claimed") {
+  std::vector<float> v(1000);
+  for (std::size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(i) * 0.25f;  // exact in fp16
+  auto in = float_block::encode_of(encode(parse_codec("fp16"), v.data(), v.size()), v.size());
+  std::size_t bytes = 0;
+  auto out = round_trip(in, &bytes);
+  REQUIRE(out.encoded);
+  CHECK(out.size == v.size());
+  CHECK(!out.storage);
+  CHECK(bytes == 1 + 8 + 2 + encoded_size(parse_codec("fp16"), v.size()));  // form, count, length, bytes
+  auto values = claim_values(nullptr, out);
+  REQUIRE(values.size == v.size());
+  CHECK(std::vector<float>(values.data(), values.data() + values.size) == v);
+  // Bytes that do not decode to the block's size are refused, saying so.
+  out.size = 999;
+  CHECK_THROWS_WITH_AS(claim_values(nullptr, out), doctest::Contains("holds 1000 values, expected 999"), bad_request);
 }
 
 TEST_CASE_FIXTURE(wire_fixture, "a float_block of unknown form is refused, naming it") {
