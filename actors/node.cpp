@@ -222,13 +222,21 @@ fault_plan node_config::fault_spec() const {
   return plan;
 }
 
-codec node_config::push_codec() const {
-  codec c;
+namespace {
+
+// parse_codec, with the flag named in its error.
+codec codec_flag(const std::string& flag, const std::string& value) {
   try {
-    c = parse_codec(compression);
+    return parse_codec(value);
   } catch (const bad_request& e) {
-    throw bad_request("--compression=" + compression + ": " + e.what());
+    throw bad_request("--" + flag + "=" + value + ": " + e.what());
   }
+}
+
+}  // namespace
+
+codec node_config::push_codec() const {
+  codec c = codec_flag("compression", compression);
   if (c.kind == codec_kind::topk) c.topk_ratio = topk_ratio;
   if (!(topk_ratio > 0 && topk_ratio <= 1))
     throw bad_request("--topk-ratio=" + std::to_string(topk_ratio) + " is not in (0, 1]");
@@ -236,12 +244,7 @@ codec node_config::push_codec() const {
 }
 
 codec node_config::pull_codec() const {
-  codec c;
-  try {
-    c = parse_codec(pull_compression);
-  } catch (const bad_request& e) {
-    throw bad_request("--pull-compression=" + pull_compression + ": " + e.what());
-  }
+  codec c = codec_flag("pull-compression", pull_compression);
   if (c.kind == codec_kind::topk)
     throw bad_request("--pull-compression=" + pull_compression +
                       ": pulls take none, fp16 or int8 (top-k would drop most parameters)");

@@ -30,13 +30,8 @@ TEST_CASE_FIXTURE(fixture, "workers get the shard map only once every server has
 }
 
 TEST_CASE_FIXTURE(fixture, "push and pull through the kv client, chunked across two shards") {
-  auto coord = spawn_coordinator(2, 1);
-  spawn_shard(coord);
-  spawn_shard(coord);
-  auto reg = register_worker(coord);
-  sched.run();
-  REQUIRE(reg->has_value());
-  kv_client kv(sys, (*reg)->view, links_of((*reg)->view), {0, 1024, milliseconds(1000)});
+  auto [shard, reg] = two_shards_one_worker();
+  kv_client kv(sys, reg.view, links_of(reg.view), {0, 1024, milliseconds(1000)});
   const std::uint64_t n = 20000;  // 80 KB over 1 KiB chunks: ~80 messages per op
   auto keys = key_set::single({100, 100 + n});
   std::vector<float> ones(n, 1.0f), twos(n, 2.0f);
@@ -252,17 +247,12 @@ TEST_CASE_FIXTURE(fixture, "the coordinator refuses unknown roles and extra memb
 }
 
 TEST_CASE_FIXTURE(fixture, "compressed pushes: fp16 of integers is exact, top-k sends the rest later, corrupt data is refused") {
-  auto coord = spawn_coordinator(2, 1);
-  auto shard = spawn_shard(coord);
-  spawn_shard(coord);
-  auto reg = register_worker(coord);
-  sched.run();
-  REQUIRE(reg->has_value());
+  auto [shard, reg] = two_shards_one_worker();
   auto keys = key_set::single({0, 10000});
   std::vector<float> g(10000);
   for (std::size_t i = 0; i < g.size(); ++i) g[i] = static_cast<float>(i % 100);
   {
-    kv_client kv(sys, (*reg)->view, links_of((*reg)->view),
+    kv_client kv(sys, reg.view, links_of(reg.view),
                  {0, default_chunk_bytes, milliseconds(1000), 8u << 20, parse_codec("fp16")});
     settle(kv.push(keys, g));
     CHECK(settle(kv.pull(keys)) == g);  // integers below 2048 are exact in fp16
@@ -270,7 +260,7 @@ TEST_CASE_FIXTURE(fixture, "compressed pushes: fp16 of integers is exact, top-k 
   {
     // Top-k with error feedback: 50% per push, the residual goes out with the next push;
     // pushing g then zeros leaves exactly 2g on the servers (g from the first test + g).
-    kv_client kv(sys, (*reg)->view, links_of((*reg)->view),
+    kv_client kv(sys, reg.view, links_of(reg.view),
                  {0, default_chunk_bytes, milliseconds(1000), 8u << 20, parse_codec("topk:0.5")});
     settle(kv.push(keys, g));
     auto partial = settle(kv.pull(keys));
@@ -297,12 +287,7 @@ TEST_CASE_FIXTURE(fixture, "compressed pushes: fp16 of integers is exact, top-k 
 }
 
 TEST_CASE_FIXTURE(fixture, "compressed pulls: answers encoded by the shard, decoded within the codec's bound, in any chunking") {
-  auto coord = spawn_coordinator(2, 1);
-  auto shard = spawn_shard(coord);
-  spawn_shard(coord);
-  auto reg = register_worker(coord);
-  sched.run();
-  REQUIRE(reg->has_value());
+  auto [shard, reg] = two_shards_one_worker();
   const std::size_t n = 10000;
   auto keys = key_set::single({0, n});
   std::vector<float> w(n);
@@ -311,7 +296,7 @@ TEST_CASE_FIXTURE(fixture, "compressed pulls: answers encoded by the shard, deco
     w[i] = std::sin(static_cast<float>(i) * 0.37f) * 3.0f;  // not representable in fp16 or int8
     maxabs = std::max(maxabs, std::fabs(w[i]));
   }
-  kv_client exact(sys, (*reg)->view, links_of((*reg)->view), {0, default_chunk_bytes, milliseconds(1000)});
+  kv_client exact(sys, reg.view, links_of(reg.view), {0, default_chunk_bytes, milliseconds(1000)});
   settle(exact.init(keys, w));
   REQUIRE(settle(exact.pull(keys)) == w);
   for (const char* spec : {"fp16", "int8"}) {
@@ -319,7 +304,7 @@ TEST_CASE_FIXTURE(fixture, "compressed pulls: answers encoded by the shard, deco
       INFO(spec << ", chunks of " << chunk_bytes << " bytes");
       kv_client_options opts{0, chunk_bytes, milliseconds(1000)};
       opts.pull_compression = parse_codec(spec);
-      kv_client kv(sys, (*reg)->view, links_of((*reg)->view), opts);
+      kv_client kv(sys, reg.view, links_of(reg.view), opts);
       auto got = settle(kv.pull(keys));
       REQUIRE(got.size() == n);
       std::size_t inexact = 0;
@@ -350,6 +335,6 @@ TEST_CASE_FIXTURE(fixture, "compressed pulls: answers encoded by the shard, deco
   CHECK(err.find("shard 0: pull codec 3 is not fp16 (1) or int8 (2)") != std::string::npos);
   kv_client_options topk{0, default_chunk_bytes, milliseconds(1000)};
   topk.pull_compression = parse_codec("topk");
-  CHECK_THROWS_WITH_AS(kv_client(sys, (*reg)->view, links_of((*reg)->view), topk),
+  CHECK_THROWS_WITH_AS(kv_client(sys, reg.view, links_of(reg.view), topk),
                        doctest::Contains("not top-k"), bad_request);
 }

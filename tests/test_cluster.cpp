@@ -260,6 +260,8 @@ TEST_CASE("bad flags and bad config files are errors that name the problem") {
     {"bin/train_fmnist --pipeline=maybe", 2, "--pipeline=maybe is not one of on|off"},
     {"bin/train_fmnist --compression=zip", 2, "--compression=zip"},
     {"bin/train_fmnist --compression=topk --topk-ratio=2", 2, "--topk-ratio=2.000000 is not in (0, 1]"},
+    {"bin/train_fmnist --pull-compression=topk", 2, "--pull-compression=topk: pulls take none, fp16 or int8"},
+    {"bin/train_fmnist --pull-compression=zip", 2, "--pull-compression=zip: unknown codec"},
     {"bin/train_fmnist --aggregation=tree", 2, "--aggregation=tree is not one of central|block|ring"},
     {"bin/train_fmnist --devices=0", 2, "--devices must be in [1, 64]"},
     {"bin/train_fmnist --checkpoint-dir=x", 2, "--checkpoint-dir needs --checkpoint-every=K"},
