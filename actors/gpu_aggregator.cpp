@@ -33,9 +33,7 @@ void pin_to(int cpu) {
 }  // namespace
 
 gpu_aggregator::gpu_aggregator(std::size_t devices, std::size_t values, strategy how)
-    : values_(values),
-      how_(how),
-      cores_(std::max<std::size_t>(1, allowed_cpus().size())) {
+    : values_(values), how_(how) {
   if (devices == 0) throw bad_request("gpu_aggregator: needs at least one device");
   for (std::size_t d = 0; d < devices; ++d) {
     devices_.push_back(std::make_unique<device>());
@@ -122,14 +120,15 @@ void gpu_aggregator::rebuild_plans() {
 void gpu_aggregator::start_threads() {
   stopping_ = false;
   finished_ = 0;
-  executors_ = std::min(devices_.size(), cores_);
-  barrier_ = std::make_unique<std::barrier<>>(static_cast<std::ptrdiff_t>(executors_));
-  // When the executors take every CPU this process may use, executor e is pinned to the
+  // One executor per CPU this process may use (its affinity mask, so taskset counts), at most
+  // one per device. When the executors take every such CPU, executor e is pinned to the
   // e-th: unpinned, the scheduler at times kept both executors of 2 on one CPU for tens of
   // milliseconds (bench_aggregate, block, 2 devices in place: the first cell of a run at
-  // 67-76% of the limit in 5 of about 20 runs, 106-115% in 8 of 8 pinned). With fewer
+  // 67-76% of the limit in 5 of about 20 runs, 97-115% in 12 of 12 pinned). With fewer
   // executors than CPUs they stay unpinned, so that several processes can share a machine.
   const auto cpus = allowed_cpus();
+  executors_ = std::min(devices_.size(), std::max<std::size_t>(1, cpus.size()));
+  barrier_ = std::make_unique<std::barrier<>>(static_cast<std::ptrdiff_t>(executors_));
   const bool pin = executors_ > 1 && cpus.size() == executors_;
   // A thread waits for jobs after the current generation (read here, before any job of
   // this thread set can be posted).

@@ -101,8 +101,7 @@ class gpu_aggregator {
   std::vector<std::unique_ptr<device>> devices_;
   reduction_plan in_place_plan_, reduce_plan_, allreduce_plan_, broadcast_plan_;
 
-  std::size_t cores_;  // CPUs this process may run on
-  std::size_t executors_ = 0;  // min(devices, cores), set before the threads start
+  std::size_t executors_ = 0;  // min(devices, CPUs allowed), set before the threads start
   std::vector<std::thread> threads_;
   std::unique_ptr<std::barrier<>> barrier_;
   std::mutex mutex_;

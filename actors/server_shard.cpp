@@ -164,9 +164,15 @@ shard_actor::behavior_type server_shard(shard_actor::stateful_pointer<shard_stat
       const auto kind = static_cast<codec_kind>(hdr.pull_codec);
       if (kind != codec_kind::fp16 && kind != codec_kind::int8)
         throw bad_request("pull codec " + std::to_string(hdr.pull_codec) + " is not fp16 (1) or int8 (2)");
-      std::vector<float> out(n);
-      st.store->pull(ranges.ranges, out.data(), n);
-      return float_block::encode_of(encode(codec{kind}, out.data(), n), n);
+      // Encoded straight from the store when the answer is one run of it; else gathered first.
+      auto spans = st.store->view(ranges.ranges, n);
+      std::vector<float> gathered;
+      if (spans.size() > 1) {
+        gathered.reserve(n);
+        for (auto part : spans) gathered.insert(gathered.end(), part.begin(), part.end());
+      }
+      const float* values = spans.size() > 1 ? gathered.data() : spans.empty() ? nullptr : spans[0].data();
+      return float_block::encode_of(encode(codec{kind}, values, n), n);
     }
     // A large answer goes over the reader's data connection, if it has one, written
     // straight from the store (nothing changes it while this handler runs).
