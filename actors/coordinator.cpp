@@ -30,6 +30,12 @@ cluster_view make_view(self_ptr self, const coordinator_options& opts) {
   return v;
 }
 
+// A registration answer: the member's id, the map and the job contract.
+registration make_registration(self_ptr self, const coordinator_options& opts, std::uint32_t id,
+                               encoded_block state = {}, std::uint64_t start_clock = 0) {
+  return {id, make_view(self, opts), std::move(state), start_clock, job_spec_msg::from(opts.spec)};
+}
+
 void tell_observer(self_ptr, const coordinator_options& opts, caf::message msg) {
   if (opts.observer) {
     caf::anon_send(opts.observer, std::move(msg));
@@ -65,7 +71,44 @@ void release_barrier_if_complete(self_ptr self) {
   st.barrier.clear();
 }
 
-void worker_finished(self_ptr self, std::uint32_t id) {
+// The job cannot go on, or was stopped: parked registrations and barriers get the
+// reason, the workers' clients fail their requests to every shard at once, the observer
+// hears it, and the coordinator quits with it (every member monitors the coordinator and
+// ends with this reason and its exit status).
+// The reason reaches members as a message, acknowledged by the shards before the
+// coordinator quits: its process may exit at once, and a down message still queued in
+// the network layer would then arrive as a plain lost connection.
+// completed: the job ended as it should (code and text unused), members end normally.
+void end_job(self_ptr self, const coordinator_options& opts, errc code, const std::string& text,
+             bool completed = false) {
+  auto& st = self->state;
+  if (st.ending) return;
+  st.ending = true;
+  auto err = completed ? caf::error{} : make_error(code, text);
+  auto wire_code = completed ? std::uint8_t{0} : static_cast<std::uint8_t>(code);
+  for (auto& w : st.waiting) w.promise.deliver(err);
+  st.waiting.clear();
+  for (auto& rp : st.barrier) rp.deliver(err);
+  st.barrier.clear();
+  if (!completed) {
+    for (auto& w : st.worker_handles) caf::anon_send(w, stop_atom::value, wire_code, text);
+    for (auto& sub : st.view_subscribers)
+      for (const auto& s : st.shards) caf::anon_send(sub, failed_atom::value, s.id, text);
+  }
+  // A stop is no failure: the observer learns it from the coordinator's exit reason.
+  if (!completed && (code == errc::job_failed || code == errc::failed))
+    tell_observer(self, opts, caf::make_message(failed_atom::value, text));
+  auto remaining = std::make_shared<std::size_t>(st.copies.size());
+  if (*remaining == 0) return self->quit(err);
+  auto acked = [=] {
+    if (--*remaining == 0) self->quit(err);
+  };
+  for (auto& copy : st.copies)
+    self->request(copy, std::chrono::seconds(2), stop_atom::value, wire_code, text)
+      .then([=](caf::ok_atom) { acked(); }, [=](caf::error&) { acked(); });
+}
+
+void worker_finished(self_ptr self, const coordinator_options& opts, std::uint32_t id) {
   auto& st = self->state;
   if (id >= st.worker_done.size() || st.worker_done[id]) return;
   st.worker_done[id] = true;
@@ -74,10 +117,24 @@ void worker_finished(self_ptr self, std::uint32_t id) {
   for (auto& copy : st.copies) caf::anon_send(copy, leave_atom::value, id);
   tell_members(self);
   if (st.finished_workers == st.worker_done.size()) {
-    self->quit();
-    return;
+    if (st.reported_workers == 0) return end_job(self, opts, errc::job_failed, "every worker went down before finishing");
+    return end_job(self, opts, errc::failed, "", true);
   }
   release_barrier_if_complete(self);
+}
+
+// Why a member cannot join this job (empty: it can): another protocol version, or job
+// settings it was given that differ from the spec.
+std::string refusal(const coordinator_options& opts, const node_info& info) {
+  if (auto v = version_mismatch(info.version, opts.spec.version); !v.empty()) return v;
+  auto diffs = opts.spec.differences(info.given);
+  if (diffs.empty()) return {};
+  return "its settings differ from the job's: " + describe_differences(diffs);
+}
+
+std::string member_name(const node_info& info) {
+  return info.role + (info.pid ? " (pid " + std::to_string(info.pid) + (info.host.empty() ? "" : " on " + info.host) + ")"
+                               : std::string());
 }
 
 encoded_block encoded_state(const checkpoint& c, std::uint32_t shard);
@@ -106,14 +163,13 @@ void announce_view(self_ptr self, const coordinator_options& opts, std::function
 // in; workers once the chains are complete too.
 void deliver_waiting(self_ptr self, const coordinator_options& opts, bool servers_only) {
   auto& st = self->state;
-  auto view = make_view(self, opts);
   std::vector<coordinator_state::parked_registration> keep;
   for (auto& w : st.waiting) {
     if (servers_only && !w.server) {
       keep.push_back(std::move(w));
       continue;
     }
-    registration reg{w.id, view, {}};
+    auto reg = make_registration(self, opts, w.id);
     if (opts.restore && w.server) reg.state = encoded_state(*opts.restore, reg.id);
     w.promise.deliver(std::move(reg));
   }
@@ -147,11 +203,9 @@ void copy_failed(self_ptr self, const coordinator_options& opts, std::uint32_t i
 void shard_failed(self_ptr self, const coordinator_options& opts, std::uint32_t id, const std::string& who,
                   const caf::error& reason) {
   auto& st = self->state;
+  // Workers stop waiting for a replacement that will not come; the job ends.
   auto fail = [&](const std::string& why) {
-    auto text = who + " went down (" + describe(reason) + "); " + why;
-    // Workers stop waiting for a replacement that will not come.
-    for (auto& sub : st.view_subscribers) caf::anon_send(sub, failed_atom::value, id, text);
-    tell_observer(self, opts, caf::make_message(failed_atom::value, text));
+    end_job(self, opts, errc::job_failed, who + " went down (" + describe(reason) + "); " + why);
   };
   if (!st.view_out) return fail("the cluster never formed");
   if (opts.checkpoint_dir.empty())
@@ -172,7 +226,7 @@ void shard_failed(self_ptr self, const coordinator_options& opts, std::uint32_t 
     return fail(latest.path + " has no section for shard " + std::to_string(id));
   // The dead entry stays in the map until the replacement is placed; the epoch moves then
   // (each announced map needs its own epoch: clients ignore one they have seen).
-  registration reg{id, make_view(self, opts), encoded_state(ckpt, id), 0};
+  auto reg = make_registration(self, opts, id, encoded_state(ckpt, id));
   std::vector<std::uint32_t> departed;
   for (std::uint32_t w = 0; w < st.worker_done.size(); ++w)
     if (st.worker_done[w]) departed.push_back(w);
@@ -240,6 +294,7 @@ caf::result<registration> join_running_job(self_ptr self, const coordinator_opti
     self->monitor(sender);
     st.members[sender.address()] = "worker " + std::to_string(id) + " (joined, pid " + std::to_string(info.pid) + ")";
     st.worker_ids[sender.address()] = id;
+    st.worker_handles.push_back(sender);
   }
   auto rp = self->make_response_promise<registration>();
   auto start = std::make_shared<std::uint64_t>(0);
@@ -250,7 +305,7 @@ caf::result<registration> join_running_job(self_ptr self, const coordinator_opti
       "worker " + std::to_string(id) + " joined at clock " + std::to_string(*start) + " (pid " +
       std::to_string(info.pid) + "); " + std::to_string(self->state.worker_done.size() - self->state.finished_workers) +
       " workers now"));
-    registration reg{id, make_view(self, opts), {}, *start};
+    auto reg = make_registration(self, opts, id, {}, *start);
     rp.deliver(std::move(reg));
     tell_members(self);
   };
@@ -290,11 +345,19 @@ coordinator_actor::behavior_type coordinator(self_ptr self, coordinator_options 
     tell_observer(self, opts, caf::make_message(report_atom::value, UINT32_MAX,
                                                 who + " went down (" + describe(dm.reason) +
                                                   "); it leaves the clock vector, the others go on"));
-    worker_finished(self, w->second);
+    worker_finished(self, opts, w->second);
   });
   return {
     [=](register_atom, node_info& info) -> caf::result<registration> {
       auto& st = self->state;
+      if (auto why = refusal(opts, info); !why.empty()) {
+        auto text = "the coordinator refused " + member_name(info) + ": " + why;
+        auto rp = self->make_response_promise<registration>();
+        rp.deliver(make_error(errc::refused, text));
+        // Before the job has all its members it would wait for this one forever.
+        if (!st.view_ready || st.next_worker < opts.workers) end_job(self, opts, errc::job_failed, text);
+        return rp;
+      }
       auto sender = caf::actor_cast<caf::actor>(self->current_sender());
       std::uint32_t id = 0;
       std::string who;
@@ -320,6 +383,7 @@ coordinator_actor::behavior_type coordinator(self_ptr self, coordinator_options 
         id = st.next_worker++;
         who = "worker " + std::to_string(id);
         st.worker_ids[sender.address()] = id;
+        if (sender) st.worker_handles.push_back(sender);
       } else if (info.role == "replica") {
         if (opts.replication < 2 || info.shard >= opts.servers || info.position == 0 ||
             info.position >= opts.replication || !sender || st.view_ready)
@@ -335,7 +399,7 @@ coordinator_actor::behavior_type coordinator(self_ptr self, coordinator_options 
         auto& chain = st.shards[info.shard].chain;
         if (chain.size() <= info.position) chain.resize(info.position + 1);
         chain[info.position] = sender;
-        registration reg{info.shard, make_view(self, opts), {}};
+        auto reg = make_registration(self, opts, info.shard);
         if (opts.restore) reg.state = encoded_state(*opts.restore, info.shard);
         if (++st.replicas_registered == opts.servers * (opts.replication - 1)) {
           // Every chain is complete: heads first, then the copies in order.
@@ -398,8 +462,19 @@ coordinator_actor::behavior_type coordinator(self_ptr self, coordinator_options 
       if (st.epoch > 1) caf::anon_send(sub, view_atom::value, make_view(self, opts));  // missed one
     },
     [=](done_atom, std::uint32_t worker, std::string& text) {
+      if (text.rfind("{\"error\"", 0) != 0) ++self->state.reported_workers;
       tell_observer(self, opts, caf::make_message(done_atom::value, worker, std::move(text)));
-      worker_finished(self, worker);
+      worker_finished(self, opts, worker);
+    },
+    [=](stop_atom, std::uint8_t code, std::string& why) -> caf::result<caf::ok_atom> {
+      auto kind = static_cast<errc>(code);
+      if (kind != errc::stopped && kind != errc::interrupted && kind != errc::terminated)
+        return make_ps_error("coordinator: stop with code " + std::to_string(code) + " (expected stopped, "
+                             "interrupted or terminated)");
+      auto rp = self->make_response_promise<caf::ok_atom>();
+      rp.deliver(caf::ok_atom::value);
+      end_job(self, opts, kind, why);
+      return rp;
     },
   };
 }

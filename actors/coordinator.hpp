@@ -11,6 +11,7 @@
 #include "actors/messages.hpp"
 #include "actors/server_shard.hpp"
 #include "libps/checkpoint.hpp"
+#include "libps/job_spec.hpp"
 #include "libps/update_rule.hpp"
 
 namespace ps {
@@ -39,6 +40,9 @@ struct coordinator_options {
   std::uint32_t replication = 1;
   // --restore: the shards start from this checkpoint's parameters.
   std::shared_ptr<const checkpoint> restore;
+  // The job contract: handed to every member; a member whose given settings or protocol
+  // version differ is refused (before the job has formed, that fails the job).
+  job_spec spec;
 };
 
 struct coordinator_state {
@@ -53,10 +57,13 @@ struct coordinator_state {
   std::vector<parked_registration> waiting;
   std::uint32_t next_worker = 0;
   std::uint32_t finished_workers = 0;  // done or dead
+  std::uint32_t reported_workers = 0;  // done with a result
   std::vector<caf::typed_response_promise<std::uint64_t>> barrier;
   std::uint64_t barrier_generation = 0;
   std::map<caf::actor_addr, std::string> members;  // monitored address -> description
   std::map<caf::actor_addr, std::uint32_t> worker_ids;
+  std::vector<caf::actor> worker_handles;  // the registered workers: told when the job ends
+  bool ending = false;                     // end_job has begun: waiting for the shards' acks
   std::vector<bool> worker_done;  // by worker id: the initial ones plus those that joined
   std::uint64_t epoch = 1;
   bool view_out = false;                           // the map has been handed out

@@ -115,6 +115,17 @@ update_rule rule_msg::to_rule() const {
   return r;
 }
 
+namespace {
+constexpr caf::atom_value ps_category = caf::atom("ps");
+
+std::string render_ps_error(std::uint8_t code, caf::atom_value, const caf::message& ctx) {
+  static const char* names[] = {"?", "failed", "refused", "job_failed", "stopped", "interrupted", "terminated"};
+  std::string out = std::string("ps::") + (code < std::size(names) ? names[code] : "?");
+  if (ctx.match_elements<std::string>()) out += ": " + ctx.get_as<std::string>(0);
+  return out;
+}
+}  // namespace
+
 void register_types(caf::actor_system_config& cfg) {
   cfg.add_message_type<float_block>("ps::float_block");
   cfg.add_message_type<encoded_block>("ps::encoded_block");
@@ -126,19 +137,57 @@ void register_types(caf::actor_system_config& cfg) {
   cfg.add_message_type<shard_actor>("ps::shard_actor");
   cfg.add_message_type<coordinator_actor>("ps::coordinator_actor");
   cfg.add_message_type<std::vector<std::uint32_t>>("std::vector<uint32_t>");
+  cfg.add_error_category(ps_category, render_ps_error);
+}
+
+
+caf::error make_error(errc code, std::string text) {
+  return caf::error(static_cast<std::uint8_t>(code), ps_category, caf::make_message(std::move(text)));
+}
+
+errc code_of(const caf::error& err) {
+  if (err && err.category() == ps_category && err.code() >= 1 &&
+      err.code() <= static_cast<std::uint8_t>(errc::terminated))
+    return static_cast<errc>(err.code());
+  return errc::failed;
+}
+
+const char* status_of(errc code) {
+  switch (code) {
+    case errc::stopped:
+    case errc::interrupted:
+    case errc::terminated:
+      return "stopped";
+    default:
+      return "failed";
+  }
+}
+
+int exit_status_of(errc code) {
+  switch (code) {
+    case errc::stopped:
+      return 0;
+    case errc::interrupted:
+      return 130;
+    case errc::terminated:
+      return 143;
+    case errc::refused:
+      return 3;
+    default:
+      return 1;
+  }
 }
 
 caf::error make_ps_error(std::string text) {
-  return caf::make_error(caf::sec::runtime_error, std::move(text));
+  return make_error(errc::failed, std::move(text));
 }
 
 std::string describe(const caf::error& err) {
   if (!err) return "normal exit";  // CAF 0.17: category() of an empty error crashes
   const auto& ctx = err.context();
-  if (err.category() == caf::atom("system") &&
-      err.code() == static_cast<std::uint8_t>(caf::sec::runtime_error) &&
-      ctx.match_elements<std::string>())
-    return ctx.get_as<std::string>(0);
+  bool ours = err.category() == ps_category ||
+              (err.category() == caf::atom("system") && err.code() == static_cast<std::uint8_t>(caf::sec::runtime_error));
+  if (ours && ctx.match_elements<std::string>()) return ctx.get_as<std::string>(0);
   return caf::actor_system_config::render(err);
 }
 

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "libps/checkpoint.hpp"
+#include "libps/job_spec.hpp"
 #include "libps/keys.hpp"
 #include "libps/update_rule.hpp"
 
@@ -39,6 +40,7 @@ using resend_atom = caf::atom_constant<caf::atom("resend")>;
 using join_atom = caf::atom_constant<caf::atom("join")>;
 using members_atom = caf::atom_constant<caf::atom("members")>;
 using restore_atom = caf::atom_constant<caf::atom("restore")>;
+using stop_atom = caf::atom_constant<caf::atom("stop")>;
 
 template <class Inspector>
 constexpr bool is_raw_io_v =
@@ -185,6 +187,28 @@ typename Inspector::result_type inspect(Inspector& f, cluster_view& x) {
            x.job_workers);
 }
 
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, job_setting& x) {
+  return f(caf::meta::type_name("job_setting"), x.name, x.value);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, tensor_spec& x) {
+  return f(caf::meta::type_name("tensor_spec"), x.name, x.keys.begin, x.keys.end, x.shape);
+}
+
+// libps/job_spec.hpp's job_spec as it crosses the wire; job_spec::from_parts checks it.
+struct job_spec_msg {
+  std::uint32_t version = 0;
+  std::vector<job_setting> settings;
+  std::vector<tensor_spec> tensors;
+  std::uint64_t fingerprint = 0;  // of the spec the coordinator holds
+  static job_spec_msg from(const job_spec& s) { return {s.version, s.settings(), s.tensors(), s.fingerprint()}; }
+};
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, job_spec_msg& x) {
+  return f(caf::meta::type_name("job_spec_msg"), x.version, x.settings, x.tensors, x.fingerprint);
+}
+
 struct node_info {
   std::string role;  // "server" | "worker" | "replica"
   std::string host;
@@ -193,10 +217,13 @@ struct node_info {
   caf::actor handle;  // embedded mode only
   std::uint32_t shard = 0;     // role "replica": the shard it copies
   std::uint32_t position = 0;  // role "replica": its place in that shard's chain (1 = after the head)
+  std::uint32_t version = protocol_version;  // the member's protocol version
+  std::vector<job_setting> given;           // job settings the member was given (compared with the spec)
 };
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, node_info& x) {
-  return f(caf::meta::type_name("node_info"), x.role, x.host, x.port, x.pid, x.handle, x.shard, x.position);
+  return f(caf::meta::type_name("node_info"), x.role, x.host, x.port, x.pid, x.handle, x.shard, x.position,
+           x.version, x.given);
 }
 
 struct registration {
@@ -204,10 +231,11 @@ struct registration {
   cluster_view view;
   encoded_block state;   // a shard's parameters from --restore (libps/checkpoint.hpp); else empty
   std::uint64_t start_clock = 0;  // a worker joining a running job starts here
+  job_spec_msg spec;              // the job contract (the member adopts what it was not given)
 };
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, registration& x) {
-  return f(caf::meta::type_name("registration"), x.id, x.view, x.state, x.start_clock);
+  return f(caf::meta::type_name("registration"), x.id, x.view, x.state, x.start_clock, x.spec);
 }
 
 using shard_actor = caf::typed_actor<
@@ -239,7 +267,10 @@ using shard_actor = caf::typed_actor<
   caf::reacts_to<checkpoint_atom, std::uint64_t>,
   // Internal: fails pulls parked for longer than the limit, naming whom they wait for.
   caf::reacts_to<sweep_atom>,
-  caf::reacts_to<start_atom, std::uint16_t>>;
+  caf::reacts_to<start_atom, std::uint16_t>,
+  // From the coordinator: the job ended (errc code, reason; code 0: it completed); the
+  // shard acknowledges and ends with that reason, so its process exits with the job's status.
+  caf::replies_to<stop_atom, std::uint8_t, std::string>::with<caf::ok_atom>>;
 
 using coordinator_actor = caf::typed_actor<
   caf::replies_to<register_atom, node_info>::with<registration>,
@@ -249,12 +280,33 @@ using coordinator_actor = caf::typed_actor<
   // From a worker's key-value client: send me every new shard map (failovers).
   caf::reacts_to<view_atom, std::uint32_t>,
   // Internal: time for a time-based checkpoint (--checkpoint-seconds).
-  caf::reacts_to<checkpoint_atom>>;
+  caf::reacts_to<checkpoint_atom>,
+  // Ends the job with this errc (stopped, interrupted, terminated) and reason: every
+  // member gets the reason and ends; the reply comes before the coordinator quits.
+  caf::replies_to<stop_atom, std::uint8_t, std::string>::with<caf::ok_atom>>;
 
 // Registers every type above under the same names on every node.
 void register_types(caf::actor_system_config& cfg);
 
-// An error carrying a human-readable text (it survives the wire as a string).
+// ActorPS's error category (CAF category atom "ps"): the code says how a job or request
+// ended, the context (one string, it survives the wire) names the peer, range or setting.
+enum class errc : std::uint8_t {
+  failed = 1,   // a request or an actor failed
+  refused,      // a member's settings or version do not meet the job's
+  job_failed,   // the job cannot complete (a shard lost, every worker gone, a timeout)
+  stopped,      // stopped through the operator's command
+  interrupted,  // stopped by SIGINT on the coordinator
+  terminated,   // stopped by SIGTERM on the coordinator
+};
+caf::error make_error(errc code, std::string text);
+// The errc of an ActorPS error; errc::failed for any other error.
+errc code_of(const caf::error& err);
+// What a program's last JSON line says and its exit status for a job that ended so
+// (README: exit codes): ok 0, failed 1, refused 3, stopped 0 / 130 / 143.
+const char* status_of(errc code);
+int exit_status_of(errc code);
+
+// An error carrying a human-readable text (errc::failed).
 caf::error make_ps_error(std::string text);
 // The text of an error: the ActorPS message if there is one, CAF's rendering otherwise.
 std::string describe(const caf::error& err);

@@ -18,6 +18,10 @@
 #include "actors/checkpointer.hpp"
 #include "actors/server_shard.hpp"
 #include "libps/text.hpp"
+#include "runtime/job_contract.hpp"
+#include "runtime/signals.hpp"
+
+#include <nlohmann/json.hpp>
 
 extern char** environ;
 
@@ -44,6 +48,7 @@ node_config::node_config() {
     .add(lr, "lr", "learning rate of the server's update rule")
     .add(batch, "batch", "minibatch size per worker")
     .add(seed, "seed", "seed for initialization, shuffling and stragglers")
+    .add(data, "data", "fmnist: directory of the Fashion-MNIST files (Debian's dataset-fashion-mnist)")
     .add(consistency, "consistency", "bsp|ssp|asp (default: bsp, or ssp when --staleness is given)")
     .add(staleness, "staleness", "SSP bound: a read at clock c waits for min clock >= c - K")
     .add(slow_worker, "slow-worker", "ID:FACTOR: that worker's compute always takes FACTOR times longer")
@@ -122,8 +127,36 @@ caf::error check_ini(const char* path, const caf::config_option_set& opts) {
 
 }  // namespace
 
+namespace {
+
+// "--ps.vnodes=4" -> "ps.vnodes", "--global.model=x" -> "model"; "" for what is no option.
+std::string option_name(const std::string& arg) {
+  if (arg.rfind("--", 0) != 0) return {};
+  auto name = arg.substr(2, arg.find('=') - 2);
+  if (name.rfind("global.", 0) == 0) name = name.substr(7);
+  return name;
+}
+
+// The options an INI file sets, named as on the command line.
+void add_ini_options(const std::string& path, std::set<std::string>& out) {
+  auto parsed = caf::actor_system_config::parse_config_file(path.c_str());
+  if (!parsed) return;  // check_ini has reported it
+  for (const auto& [name, value] : *parsed) {
+    const auto* group = caf::get_if<caf::config_value::dictionary>(&value);
+    if (!group) {
+      out.insert(name);
+      continue;
+    }
+    for (const auto& entry : *group) out.insert(name == "global" ? entry.first : name + "." + entry.first);
+  }
+}
+
+}  // namespace
+
 bool node_config::parse_args(int argc, char** argv) {
   args.assign(argv + 1, argv + argc);
+  for (const auto& a : args)
+    if (auto name = option_name(a); !name.empty()) given.insert(name);
   std::string ini = "caf-application.ini";
   bool explicit_ini = false;
   for (const auto& a : args)
@@ -136,6 +169,7 @@ bool node_config::parse_args(int argc, char** argv) {
       std::fprintf(stderr, "error: %s\n", describe(err).c_str());
       return false;
     }
+    add_ini_options(ini, given);
   }
   if (auto err = parse(argc, argv)) {
     std::fprintf(stderr, "error: %s\n", render(err).c_str());
@@ -334,7 +368,7 @@ update_rule rule_from(const node_config& cfg, const std::string& default_rule) {
 
 job_settings settings_from(const node_config& cfg, const std::string& default_rule,
                            const std::string& default_consistency) {
-  return {rule_from(cfg, default_rule), cfg.staleness_bound(default_consistency)};
+  return {rule_from(cfg, default_rule), cfg.staleness_bound(default_consistency), {}};
 }
 
 coordinator_options coordinator_options_from(const node_config& cfg, const job_settings& settings) {
@@ -349,6 +383,7 @@ coordinator_options coordinator_options_from(const node_config& cfg, const job_s
   o.checkpoint_seconds = cfg.checkpoint_seconds;
   o.checkpoint_dir = cfg.checkpoint_dir;
   o.replication = static_cast<std::uint32_t>(cfg.replication);
+  o.spec = settings.spec;
   o.replacement = shard_options_from(cfg, "");
   o.replacement.faults = {};  // a kill names the original shard's process, not its replacement
   return o;
@@ -364,6 +399,7 @@ shard_options shard_options_from(const node_config& cfg, std::string host) {
   o.trace_path = cfg.trace;
   o.faults = cfg.fault_spec();
   o.forward_timeout = milliseconds(cfg.timeout_ms);
+  o.given = given_settings(cfg);
   return o;
 }
 
@@ -404,25 +440,58 @@ std::shared_ptr<data_plane> data_plane_from(const node_config& cfg) {
 // The scoped actor that registered stays alive until `done` is sent: the coordinator
 // monitors it, and its end means the worker is gone.
 
+namespace {
+
+// The job's spec from a registration; throws bad_request when it is damaged.
+job_spec spec_from(const job_spec_msg& m) {
+  auto spec = job_spec::from_parts(m.version, m.settings, m.tensors);
+  if (spec.fingerprint() != m.fingerprint)
+    throw bad_request("the job spec from the coordinator does not match its fingerprint");
+  return spec;
+}
+
+}  // namespace
+
 bool run_worker(caf::actor_system& sys, const node_config& cfg, coordinator_actor coord,
-                const app_fn& app, std::string* error_out, std::shared_ptr<data_plane> plane) {
+                const app_fn& app, std::string* error_out, std::shared_ptr<data_plane> plane,
+                const spec_fn& on_spec, errc* code_out) {
   caf::scoped_actor self{sys};
   registration reg;
   std::string err;
-  self->request(coord, milliseconds(cfg.register_timeout_ms), register_atom::value,
-                node_info{"worker", cfg.host, 0, static_cast<std::uint32_t>(getpid()), {}})
+  errc code = errc::failed;
+  node_info me{"worker", cfg.host, 0, static_cast<std::uint32_t>(getpid()), {}, 0, 0, protocol_version,
+               given_settings(cfg)};
+  self->request(coord, milliseconds(cfg.register_timeout_ms), register_atom::value, me)
     .receive([&](registration& r) { reg = std::move(r); },
-             [&](caf::error& e) { err = "worker: registration with the coordinator failed: " + describe(e); });
+             [&](caf::error& e) {
+               code = code_of(e);
+               err = "worker: registration with the coordinator failed: " + describe(e);
+             });
   std::uint32_t id = reg.id;
+  auto fail = [&](errc c, std::string text) {
+    if (error_out) *error_out = std::move(text);
+    if (code_out) *code_out = c;
+    return false;
+  };
+  // A failure caused by the job's end (the coordinator tells its workers how it ended
+  // before it fails their requests) takes that end's code.
+  auto job_end_code = [&] {
+    errc c = errc::failed;
+    self->receive([&](stop_atom, std::uint8_t code, std::string&) { c = static_cast<errc>(code); },
+                  caf::after(milliseconds(0)) >> [] {});
+    return c;
+  };
   auto finish = [&](const std::string& text, bool ok) {
     self->send(coord, done_atom::value, id,
                ok ? text : std::string("{\"error\":") + caf::deep_to_string(text) + "}");
-    if (!ok && error_out) *error_out = text;
-    return ok;
+    return ok ? true : fail(job_end_code(), text);
   };
-  if (!err.empty()) {
-    if (error_out) *error_out = err;
-    return false;
+  if (!err.empty()) return fail(code, err);
+  try {
+    auto spec = spec_from(reg.spec);
+    if (on_spec) on_spec(spec);
+  } catch (const bad_request& e) {
+    return finish(std::string("worker ") + std::to_string(id) + ": " + e.what(), false);
   }
   std::vector<shard_link> links;
   for (const auto& s : reg.view.shards) {
@@ -595,6 +664,40 @@ bool start_trace(const node_config& cfg, std::string* error) {
 
 }  // namespace
 
+bool job_result::stopped() const {
+  return code == errc::stopped || code == errc::interrupted || code == errc::terminated;
+}
+
+bool watch_coordinator(caf::scoped_actor& observer, const coordinator_actor& coord, job_result& res,
+                       const report_fn& on_report, const std::function<void()>& tick) {
+  bool ended = false, stop_asked = false;
+  observer->monitor(coord);
+  while (!ended && res.failures.empty()) {
+    observer->receive(
+      [&](report_atom, std::uint32_t w, std::string& text) { on_report(w, text); },
+      [&](done_atom, std::uint32_t w, std::string& text) { res.results[w] = std::move(text); },
+      [&](failed_atom, std::string& text) { res.failures.push_back(std::move(text)); },
+      [&](caf::down_msg& dm) {
+        ended = true;
+        if (dm.reason && dm.reason != caf::exit_reason::user_shutdown) {
+          res.code = code_of(dm.reason);
+          res.reason = describe(dm.reason);
+        }
+      },
+      caf::after(milliseconds(100)) >> [&] {
+        if (int sig = stop_signal(); sig != 0 && !stop_asked) {
+          stop_asked = true;
+          auto code = sig == SIGINT ? errc::interrupted : errc::terminated;
+          caf::anon_send(coord, stop_atom::value, static_cast<std::uint8_t>(code),
+                         std::string("stopped by ") + (sig == SIGINT ? "SIGINT" : "SIGTERM") + " on the coordinator");
+        }
+        if (tick) tick();
+      });
+  }
+  if (res.reason.empty() && !res.failures.empty()) res.reason = res.failures.front();
+  return ended;
+}
+
 job_result run_job(caf::actor_system& sys, const node_config& cfg, const app_fn& app,
                    const std::string& app_name, const job_settings& settings, const report_fn& on_report) {
   job_result res;
@@ -614,7 +717,6 @@ job_result run_job(caf::actor_system& sys, const node_config& cfg, const app_fn&
   copts.observer = caf::actor_cast<caf::actor>(observer);
   copts.checkpointer = spawn_checkpointer(sys, cfg, settings, app_name, copts.observer);
   auto coord = sys.spawn(coordinator, copts);
-  observer->monitor(coord);
   std::vector<child> children;
   std::vector<std::thread> threads;
   std::vector<std::string> thread_errors(cfg.workers);
@@ -662,24 +764,17 @@ job_result run_job(caf::actor_system& sys, const node_config& cfg, const app_fn&
     return true;
   };
   // Collect reports until the coordinator ends (all workers done) or something fails.
-  bool coordinator_ended = false;
-  while (!coordinator_ended && res.failures.empty()) {
-    observer->receive(
-      [&](report_atom, std::uint32_t w, std::string& text) { on_report(w, text); },
-      [&](done_atom, std::uint32_t w, std::string& text) { res.results[w] = std::move(text); },
-      [&](failed_atom, std::string& text) { res.failures.push_back(std::move(text)); },
-      [&](caf::down_msg&) { coordinator_ended = true; },
-      caf::after(milliseconds(100)) >> [&] {
-        for (auto& c : children) {
-          if (c.exited) continue;
-          if (waitpid(c.pid, &c.status, WNOHANG) == c.pid) {
-            c.exited = true;
-            if (!planned_kill(c)) res.failures.push_back(c.name + " (pid " + std::to_string(c.pid) + ") " +
-                                                         describe_status(c.status) + " before the job finished");
-          }
-        }
-      });
-  }
+  bool coordinator_ended = watch_coordinator(observer, coord, res, on_report, [&] {
+    for (auto& c : children) {
+      if (c.exited) continue;
+      if (waitpid(c.pid, &c.status, WNOHANG) == c.pid) {
+        c.exited = true;
+        if (!planned_kill(c))
+          res.failures.push_back(c.name + " (pid " + std::to_string(c.pid) + ") " + describe_status(c.status) +
+                                 " before the job finished");
+      }
+    }
+  });
   if (!coordinator_ended) caf::anon_send_exit(coord, caf::exit_reason::user_shutdown);
   // Handles sent to other processes keep it registered with the middleman: end it here.
   if (copts.checkpointer) caf::anon_send_exit(copts.checkpointer, caf::exit_reason::user_shutdown);
@@ -709,7 +804,9 @@ job_result run_job(caf::actor_system& sys, const node_config& cfg, const app_fn&
   if (res.failures.empty() && res.results.size() + workers_killed < cfg.workers)
     res.failures.push_back("only " + std::to_string(res.results.size()) + " of " +
                            std::to_string(cfg.workers) + " workers reported a result");
-  res.ok = res.failures.empty();
+  res.ok = res.failures.empty() && !res.stopped();
+  if (res.reason.empty() && !res.failures.empty()) res.reason = res.failures.front();
+  if (!res.ok && !res.stopped() && res.code != errc::refused) res.code = errc::job_failed;
   res.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return res;
 }
@@ -730,94 +827,112 @@ caf::expected<coordinator_actor> connect_coordinator(caf::actor_system& sys, con
 
 }  // namespace
 
+namespace {
+
+// The observer's progress lines of a coordinator role: the cluster's news as they are,
+// a worker's progress under its id.
+void print_report(std::uint32_t w, const std::string& text) {
+  if (w == UINT32_MAX)
+    std::fprintf(stderr, "%s\n", text.c_str());
+  else
+    std::fprintf(stderr, "worker %u: %s\n", w, text.c_str());
+}
+
+}  // namespace
+
+int print_status(nlohmann::json line, bool ok, errc code, const std::string& reason) {
+  line["status"] = ok ? "ok" : status_of(code);
+  if (!ok) line["reason"] = reason;
+  std::fflush(stderr);
+  std::printf("%s\n", line.dump().c_str());
+  std::fflush(stdout);
+  return ok ? 0 : exit_status_of(code);
+}
+
 int run_coordinator_role(caf::actor_system& sys, const node_config& cfg, const job_settings& settings) {
-  if (std::string err; !start_trace(cfg, &err)) {
-    std::fprintf(stderr, "error: %s\n", err.c_str());
-    return 1;
-  }
+  nlohmann::json line{{"role", "coordinator"}, {"app", cfg.app}, {"job_fingerprint", fingerprint_text(settings.spec)}};
+  if (std::string err; !start_trace(cfg, &err)) return print_status(line, false, errc::failed, err);
+  caf::scoped_actor observer{sys};
   auto copts = coordinator_options_from(cfg, settings);
+  copts.observer = caf::actor_cast<caf::actor>(observer);
   try {
     copts.restore = load_restore(cfg, settings, cfg.app);
   } catch (const bad_request& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
-    return 1;
+    return print_status(line, false, errc::failed, e.what());
   }
-  copts.checkpointer = spawn_checkpointer(sys, cfg, settings, cfg.app, {});
+  copts.checkpointer = spawn_checkpointer(sys, cfg, settings, cfg.app, copts.observer);
   auto coord = sys.spawn(coordinator, copts);
   auto port = sys.middleman().publish(coord, cfg.port, cfg.host.c_str());
   if (!port) {
-    std::fprintf(stderr, "error: cannot listen on %s:%u: %s\n", cfg.host.c_str(), cfg.port,
-                 describe(port.error()).c_str());
     caf::anon_send_exit(coord, caf::exit_reason::user_shutdown);
-    return 1;
+    return print_status(line, false, errc::failed, "cannot listen on " + cfg.host + ":" + std::to_string(cfg.port) +
+                                                     ": " + describe(port.error()));
   }
-  std::printf("coordinator listening on %s:%u, waiting for %zu servers and %zu workers\n",
-              cfg.host.c_str(), *port, cfg.servers, cfg.workers);
-  std::fflush(stdout);
-  caf::scoped_actor self{sys};
-  self->wait_for(coord);
+  std::fprintf(stderr, "coordinator listening on %s:%u, waiting for %zu servers and %zu workers (job %s)\n",
+               cfg.host.c_str(), *port, cfg.servers, cfg.workers, fingerprint_text(settings.spec).c_str());
+  auto start = std::chrono::steady_clock::now();
+  job_result res;
+  if (!watch_coordinator(observer, coord, res, print_report)) caf::anon_send_exit(coord, caf::exit_reason::user_shutdown);
   if (copts.checkpointer) caf::anon_send_exit(copts.checkpointer, caf::exit_reason::user_shutdown);
-  return 0;
+  for (const auto& [w, text] : res.results) {
+    std::fprintf(stderr, "worker %u finished: %s\n", w, text.c_str());
+    if (text.rfind("{\"error\"", 0) == 0) res.failures.push_back("worker " + std::to_string(w) + ": " + text);
+  }
+  bool ok = res.reason.empty() && res.failures.empty();
+  if (!ok && !res.stopped() && res.code != errc::refused) res.code = errc::job_failed;
+  line["workers_reporting"] = res.results.size();
+  line["shard_keys"] = shard_keys(cfg, settings.spec);
+  line["seconds"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return print_status(line, ok, res.code, res.reason.empty() && !res.failures.empty() ? res.failures.front() : res.reason);
 }
 
 int run_server_role(caf::actor_system& sys, const node_config& cfg) {
+  nlohmann::json line{{"role", "server"}};
   auto coord = connect_coordinator(sys, cfg);
-  if (!coord) {
-    std::fprintf(stderr, "error: %s\n", describe(coord.error()).c_str());
-    return 1;
-  }
+  if (!coord) return print_status(line, false, errc::failed, describe(coord.error()));
   auto sopts = shard_options_from(cfg, cfg.host);
   sopts.plane = data_plane_from(cfg);  // cannot listen: bad_request, reported by psnode
   auto shard = sys.spawn(server_shard, *coord, sopts);
   auto port = sys.middleman().publish(shard, 0, cfg.host.c_str());
   if (!port) {
-    std::fprintf(stderr, "error: server cannot listen on %s: %s\n", cfg.host.c_str(),
-                 describe(port.error()).c_str());
     caf::anon_send_exit(shard, caf::exit_reason::user_shutdown);
-    return 1;
+    return print_status(line, false, errc::failed, "server cannot listen on " + cfg.host + ": " + describe(port.error()));
   }
   caf::anon_send(shard, start_atom::value, *port);
   caf::scoped_actor self{sys};
   self->monitor(shard);
-  int rc = 0;
-  self->receive([&](caf::down_msg& dm) {  // the shard ends with the job, or on a fatal error
-    if (dm.reason && dm.reason != caf::exit_reason::normal) rc = 1;
-  });
-  return rc;
+  caf::error reason;
+  self->receive([&](caf::down_msg& dm) { reason = dm.reason; });  // the shard ends with the job, or on a fatal error
+  bool ok = !reason || reason == caf::exit_reason::normal;
+  return print_status(line, ok, code_of(reason), ok ? "" : describe(reason));
 }
 
-int run_worker_role(caf::actor_system& sys, const node_config& cfg, const app_fn& app) {
+int run_worker_role(caf::actor_system& sys, node_config& cfg, const app_fn& app) {
+  nlohmann::json line{{"role", "worker"}, {"app", cfg.app}};
   auto coord = connect_coordinator(sys, cfg);
-  if (!coord) {
-    std::fprintf(stderr, "error: %s\n", describe(coord.error()).c_str());
-    return 1;
-  }
+  if (!coord) return print_status(line, false, errc::failed, describe(coord.error()));
   std::string err;
-  if (!run_worker(sys, cfg, *coord, app, &err, data_plane_from(cfg))) {
-    std::fprintf(stderr, "error: %s\n", err.c_str());
-    return 1;
-  }
-  return 0;
+  errc code = errc::failed;
+  auto adopt_spec = [&](const job_spec& spec) {
+    adopt(cfg, spec);
+    line["job_fingerprint"] = fingerprint_text(spec);
+  };
+  bool ok = run_worker(sys, cfg, *coord, app, &err, data_plane_from(cfg), adopt_spec, &code);
+  if (!ok) std::fprintf(stderr, "error: %s\n", err.c_str());
+  return print_status(line, ok, code, err);
 }
 
 int run_local_role(caf::actor_system& sys, const node_config& cfg, const app_fn& app, const job_settings& settings) {
-  auto res = run_job(sys, cfg, app, cfg.app, settings, [](std::uint32_t w, const std::string& text) {
-    if (w == UINT32_MAX)
-      std::fprintf(stderr, "%s\n", text.c_str());
-    else
-      std::fprintf(stderr, "[worker %u] %s\n", w, text.c_str());
-  });
+  auto res = run_job(sys, cfg, app, cfg.app, settings, print_report);
   for (const auto& [w, text] : res.results) std::printf("%s\n", text.c_str());
   for (const auto& f : res.failures) std::fprintf(stderr, "error: %s\n", f.c_str());
-  std::string killed;
-  for (const auto& k : res.faults_seen) {
-    if (!killed.empty()) killed += ",";
-    killed += caf::deep_to_string(k);
-  }
-  std::printf("{\"app\":\"%s\",\"ok\":%s,\"workers_reporting\":%zu,\"killed_by_faults\":[%s],\"seconds\":%g}\n",
-              cfg.app.c_str(), res.ok ? "true" : "false", res.results.size(), killed.c_str(), res.seconds);
-  std::fflush(stdout);
-  return res.ok ? 0 : 1;
+  nlohmann::json line{{"app", cfg.app},
+                      {"ok", res.ok},
+                      {"workers_reporting", res.results.size()},
+                      {"killed_by_faults", res.faults_seen},
+                      {"seconds", res.seconds},
+                      {"shard_keys", shard_keys(cfg, settings.spec)}};
+  return print_status(line, res.ok, res.code, res.reason);
 }
 
 }  // namespace ps

@@ -7,12 +7,16 @@
 
 #include <functional>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "actors/coordinator.hpp"
 #include "actors/kv_client.hpp"
 #include "libps/faults.hpp"
+#include "libps/job_spec.hpp"
 
 namespace ps {
 
@@ -32,6 +36,7 @@ struct node_config : caf::actor_system_config {
   double lr = 0.1;
   std::size_t batch = 64;
   std::size_t seed = 1;
+  std::string data = "/usr/share/datasets/fashion-mnist";  // fmnist: the dataset's directory
   // consistency and training stages
   std::string consistency;             // bsp | ssp | asp ("" : from --staleness, else bsp)
   std::int64_t staleness = -1;          // -1: not given
@@ -95,6 +100,9 @@ struct node_config : caf::actor_system_config {
   std::uint64_t staleness_bound(const std::string& app_default) const;
   // The arguments this process was started with (for starting psnode children).
   std::vector<std::string> args;
+  // The options given on the command line or in the INI file ("model", "ps.vnodes"):
+  // job settings among them are compared with the job's, the others adopted from it.
+  std::set<std::string> given;
 };
 
 // Sets CAF defaults that suit this machine kind unless the user set them
@@ -118,13 +126,22 @@ using app_fn = std::function<std::string(worker_context&)>;
 
 struct job_result {
   bool ok = false;
+  errc code = errc::failed;  // how it ended when not ok (job_failed, refused, a stop)
+  std::string reason;        // why it ended so
   std::map<std::uint32_t, std::string> results;  // worker id -> its JSON result
   std::vector<std::string> failures;
   std::vector<std::string> faults_seen;  // processes the fault injector killed, as planned
   double seconds = 0;
+  bool stopped() const;  // on request (operator, SIGINT, SIGTERM)
 };
 
 using report_fn = std::function<void(std::uint32_t worker, const std::string& text)>;
+
+// Collects a coordinator's reports, results and failures (from its observer) into res
+// until it ends or a failure arrives; asks it to stop on SIGINT/SIGTERM (runtime/signals);
+// runs tick every 100 ms. True when the coordinator ended (res.code: its reason).
+bool watch_coordinator(caf::scoped_actor& observer, const coordinator_actor& coord, job_result& res,
+                       const report_fn& on_report, const std::function<void()>& tick = {});
 
 // Runs app `app_name` on cfg.workers workers and cfg.servers shards, embedded or as
 // psnode processes (cfg.cluster). Never hangs on a dead member: it fails with a reason.
@@ -133,6 +150,7 @@ using report_fn = std::function<void(std::uint32_t worker, const std::string& te
 struct job_settings {
   update_rule rule;
   std::uint64_t staleness = 0;
+  job_spec spec;  // the job contract (runtime/job_contract.hpp builds it)
 };
 // From --ps.rule/--lr/--ps.momentum and --consistency/--staleness, with an app's defaults.
 job_settings settings_from(const node_config& cfg, const std::string& default_rule,
@@ -143,19 +161,27 @@ job_result run_job(caf::actor_system& sys, const node_config& cfg, const app_fn&
 
 // Registers a worker with the coordinator, connects to the shards, runs the app and
 // sends its result (done). False (and *error_out) when any step failed.
+// on_spec gets the job's spec before the app starts (psnode adopts its settings there).
+// A refused or failed worker's error is an errc (*error_out has its text).
+using spec_fn = std::function<void(const job_spec&)>;
 bool run_worker(caf::actor_system& sys, const node_config& cfg, coordinator_actor coord,
-                const app_fn& app, std::string* error_out, std::shared_ptr<data_plane> plane = nullptr);
+                const app_fn& app, std::string* error_out, std::shared_ptr<data_plane> plane = nullptr,
+                const spec_fn& on_spec = {}, errc* code_out = nullptr);
 // This process's data plane per --ps.data-plane-bytes (none when 0); throws bad_request
 // when it cannot listen on --host.
 std::shared_ptr<data_plane> data_plane_from(const node_config& cfg);
 // Starts build/bin/psnode (next to this executable) with these arguments.
 pid_t spawn_psnode(const std::vector<std::string>& args);
 
+// Prints a program's last stdout line: `line` with "status" (ok, failed, stopped) and, when
+// not ok, "reason". Returns the exit status for that end (README: exit codes).
+int print_status(nlohmann::json line, bool ok, errc code, const std::string& reason);
+
 // psnode roles. Return the process exit code; throw bad_request for settings they cannot
 // use (--host the data plane cannot listen on), which psnode reports.
 int run_coordinator_role(caf::actor_system& sys, const node_config& cfg, const job_settings& settings);
 int run_server_role(caf::actor_system& sys, const node_config& cfg);
-int run_worker_role(caf::actor_system& sys, const node_config& cfg, const app_fn& app);
+int run_worker_role(caf::actor_system& sys, node_config& cfg, const app_fn& app);
 // The whole job of cfg.app on this machine (cfg.cluster): progress and recovery events on
 // stderr, each worker's JSON result and then a summary line on stdout.
 int run_local_role(caf::actor_system& sys, const node_config& cfg, const app_fn& app, const job_settings& settings);

@@ -284,7 +284,7 @@ shard_actor::behavior_type server_shard(shard_actor::stateful_pointer<shard_stat
     self->state.name = "shard " + std::to_string(r->reg.id) + " copy " + std::to_string(r->position);
     self->request(coordinator, opts.register_timeout, register_atom::value,
                   node_info{"replica", opts.host, 0, static_cast<std::uint32_t>(getpid()),
-                            caf::actor_cast<caf::actor>(self), r->reg.id, r->position})
+                            caf::actor_cast<caf::actor>(self), r->reg.id, r->position, protocol_version, opts.given})
       .then(
         [=](registration& reg) {  // --restore: the coordinator sends this shard's state along
           auto& st = self->state;
@@ -482,11 +482,16 @@ shard_actor::behavior_type server_shard(shard_actor::stateful_pointer<shard_stat
       }
       schedule_sweep();
     },
+    [=](stop_atom, std::uint8_t code, std::string& why) -> caf::ok_atom {
+      self->quit(code == 0 ? caf::error{} : make_error(static_cast<errc>(code), std::move(why)));  // 0: completed
+      return caf::ok_atom::value;
+    },
     [=](start_atom, std::uint16_t port) {
       // Await: no push or pull is handled before the shard knows its map.
       self->request(coordinator, opts.register_timeout, register_atom::value,
                     node_info{"server", opts.host, port, static_cast<std::uint32_t>(getpid()),
-                              opts.host.empty() ? caf::actor_cast<caf::actor>(self) : caf::actor{}})
+                              opts.host.empty() ? caf::actor_cast<caf::actor>(self) : caf::actor{}, 0, 0,
+                              protocol_version, opts.given})
         .await(
           [=](registration& reg) { configure(reg); },
           [=](caf::error& err) {

@@ -51,6 +51,9 @@ struct shard_options {
   std::shared_ptr<const replica_role> replica;
   // How long a copy waits for its successor in the chain to acknowledge.
   std::chrono::milliseconds forward_timeout{30000};
+  // The job settings this server was given (the coordinator refuses it when they differ
+  // from the job's).
+  std::vector<job_setting> given;
   // This process's data plane (large pushes arrive and large pulls leave through it);
   // none: every block travels inside CAF's messages.
   std::shared_ptr<data_plane> plane;

@@ -19,6 +19,7 @@
 #include "actors/gpu_aggregator.hpp"
 #include "actors/training.hpp"
 #include "apps/fmnist_data.hpp"
+#include "runtime/job_contract.hpp"
 
 namespace ps {
 
@@ -56,7 +57,7 @@ double seconds_to_target(const fmnist::model& model, const std::vector<snapshot>
 }
 
 std::string fmnist_app(worker_context& ctx) {
-  auto data = fmnist::load_default();
+  auto data = fmnist::load_default(ctx.cfg.data);
   auto model = fmnist::make_model(ctx.cfg.model);
   auto n = model->num_params();
   std::vector<float> params;
@@ -213,6 +214,8 @@ tensor_layout kvcheck_layout(key_type base) {
   return t;
 }
 
+constexpr key_type kvcheck_own_stride = key_type{1} << 32;  // worker w's own keys start at (w+1) << 32
+
 // An integer value for (key, worker, round): sums stay exact in float.
 float kv_value(key_type key, std::uint32_t worker, int round) {
   return static_cast<float>((key % 13) + 1 + worker * 3 + round);
@@ -220,9 +223,8 @@ float kv_value(key_type key, std::uint32_t worker, int round) {
 
 std::string kvcheck_app(worker_context& ctx) {
   constexpr int rounds = 10;
-  constexpr key_type own_stride = key_type{1} << 32;  // worker w's own keys start at (w+1) << 32
   auto shared = kvcheck_layout(0);
-  auto own = [&](std::uint32_t w) { return kvcheck_layout((w + 1) * own_stride); };
+  auto own = [&](std::uint32_t w) { return kvcheck_layout((w + 1) * kvcheck_own_stride); };
   auto values_for = [](const tensor_layout& t, std::uint32_t w, int round) {
     std::vector<float> v;
     v.reserve(t.num_keys);
@@ -268,11 +270,13 @@ std::string kvcheck_app(worker_context& ctx) {
 
 // ---- clocksum: exact integer sums over clocks, the fault tests' app ------------------
 
+constexpr key_type clocksum_keys = key_type{1} << 16;
+
 // Each clock every worker pulls the keys, pushes w + 1 to each and ticks. Under BSP the
 // pull at clock c sees exactly c * sum(w + 1) everywhere; at the end every key of a shard
 // holds (clocks minus clocks lost) * sum(w + 1), so a failover's effect is exact.
 std::string clocksum_app(worker_context& ctx) {
-  constexpr key_type num_keys = key_type{1} << 16;  // 16 buckets of 4096 keys over the shards
+  constexpr key_type num_keys = clocksum_keys;
   auto keys = key_set::single({0, num_keys});
   const auto clocks = ctx.cfg.clocks;
   double per_clock = 0;  // sum over workers of w + 1
@@ -332,13 +336,16 @@ std::string clocksum_app(worker_context& ctx) {
 
 // ---- bench: push/pull throughput and latency per (size, window) ---------------------
 
+std::vector<std::int64_t> bench_default_sizes() { return {4096, 65536, 1 << 20, 16 << 20, 64 << 20}; }
+// Each worker has its own tensor, so 2 workers do not contend for one key.
+key_type bench_base(std::uint32_t worker) { return key_type{worker + 1} << 36; }
+
 std::string bench_app(worker_context& ctx) {
   std::vector<std::int64_t> sizes = ctx.cfg.sizes, windows = ctx.cfg.windows;
-  if (sizes.empty()) sizes = {4096, 65536, 1 << 20, 16 << 20, 64 << 20};
+  if (sizes.empty()) sizes = bench_default_sizes();
   if (windows.empty()) windows = {1, 8};
   for (auto bytes : sizes) {
-    // Each worker has its own tensor, so 2 workers do not contend for one key.
-    key_type base = key_type{ctx.id + 1} << 36;
+    key_type base = bench_base(ctx.id);
     auto n = static_cast<std::uint64_t>(bytes) / sizeof(float);
     auto keys = key_set::single({base, base + n});
     auto payload = std::make_shared<std::vector<float>>(n, 1.0f);  // shared, not copied per op
@@ -418,10 +425,56 @@ app_fn find_app(const std::string& name) {
   throw bad_request("unknown app \"" + name + "\" (expected fmnist, kvcheck, bench or clocksum)");
 }
 
+namespace {
+
+// The dense tensors an app's workers push and pull, for the job spec.
+std::vector<tensor_spec> app_tensors(const node_config& cfg, const std::string& name) {
+  auto contiguous = [](const std::string& prefix, const tensor_layout& t) {
+    std::vector<tensor_spec> out;
+    for (const auto& r : t.ranges)
+      if (r.size() > 1) out.push_back({prefix + "@" + std::to_string(r.begin), r, {r.size()}});
+    return out;
+  };
+  if (name == "fmnist") {
+    auto n = fmnist::make_model(cfg.model)->num_params();
+    return {{cfg.model, {0, n}, {n}}};
+  }
+  if (name == "clocksum") return {{"clocksum", {0, clocksum_keys}, {clocksum_keys}}};
+  if (name == "kvcheck") {
+    auto out = contiguous("shared", kvcheck_layout(0));
+    for (std::uint32_t w = 0; w < cfg.workers; ++w) {
+      auto own = contiguous("worker" + std::to_string(w), kvcheck_layout((w + 1) * kvcheck_own_stride));
+      out.insert(out.end(), own.begin(), own.end());
+    }
+    return out;
+  }
+  if (name == "bench") {
+    std::vector<tensor_spec> out;
+    std::int64_t largest = 0;
+    for (auto b : cfg.sizes.empty() ? bench_default_sizes() : cfg.sizes) largest = std::max(largest, b);
+    auto n = static_cast<std::uint64_t>(largest) / sizeof(float);
+    for (std::uint32_t w = 0; w < cfg.workers; ++w) {
+      auto base = bench_base(w);
+      out.push_back({"bench.worker" + std::to_string(w), {base, base + n}, {n}});
+    }
+    return out;
+  }
+  return {};
+}
+
+}  // namespace
+
 job_settings settings_for_app(const node_config& cfg, const std::string& name) {
-  if (name == "fmnist") return settings_from(cfg, "sgd", "bsp");
-  if (name == "clocksum") return settings_from(cfg, "sum", "bsp");
-  return settings_from(cfg, "sum", "asp");
+  job_settings s;
+  if (name == "fmnist")
+    s = settings_from(cfg, "sgd", "bsp");
+  else if (name == "clocksum")
+    s = settings_from(cfg, "sum", "bsp");
+  else
+    s = settings_from(cfg, "sum", "asp");
+  s.spec = spec_of(cfg, s, app_tensors(cfg, name));
+  s.spec.set("app", name);  // launchers name the app themselves (train_fmnist: fmnist)
+  return s;
 }
 
 }  // namespace ps

@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "apps/apps.hpp"
+#include "runtime/signals.hpp"
 
 int main(int argc, char** argv) {
   ps::node_config cfg;
@@ -13,11 +14,13 @@ int main(int argc, char** argv) {
   try {
     if (cfg.role.empty()) throw ps::bad_request("--role=coordinator|server|worker|local is required");
     bool runs_app = cfg.role == "worker" || cfg.role == "local";
-    if (runs_app && cfg.app.empty())
+    // The coordinator holds the job's spec, and the app is part of it.
+    if ((runs_app || cfg.role == "coordinator") && cfg.app.empty())
       throw ps::bad_request("--role=" + cfg.role + " needs --app=fmnist|kvcheck|bench|clocksum");
     auto app = runs_app ? ps::find_app(cfg.app) : ps::app_fn{};
     auto settings = ps::settings_for_app(cfg, cfg.app);
     caf::actor_system sys{cfg};
+    ps::catch_stop_signals();
     if (cfg.role == "local") return ps::run_local_role(sys, cfg, app, settings);
     if (cfg.role == "coordinator") return ps::run_coordinator_role(sys, cfg, settings);
     if (cfg.role == "server") return ps::run_server_role(sys, cfg);

@@ -68,7 +68,7 @@ struct fixture {
   std::shared_ptr<std::optional<registration>> register_worker(coordinator_actor coord) {
     auto slot = std::make_shared<std::optional<registration>>();
     alive.push_back(sys.spawn([=](caf::event_based_actor* self) -> caf::behavior {
-      self->request(coord, caf::infinite, register_atom::value, node_info{"worker", "", 0, 0, {}})
+      self->request(coord, caf::infinite, register_atom::value, node_info{"worker", "", 0, 0, {}, 0, 0, protocol_version, {}})
         .then([=](registration& r) { *slot = r; });
       return {[](caf::unit_t) {}};
     }));

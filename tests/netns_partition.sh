@@ -38,7 +38,7 @@ for i in "${!nodes[@]}"; do
 done
 
 detect_ms=1500
-common=(--app=clocksum --servers=2 --workers=2 --replication=2 --ps.heartbeat-ms=200
+common=(--app=clocksum --servers=2 --workers=2 --replication=2 --ps.heartbeat-ms=200 --clocks=150 --clock-ms=20
         --ps.failure-timeout-ms=$detect_ms)
 run_in() {  # node, log, args...
   local node=$1 log=$2; shift 2
@@ -53,9 +53,9 @@ run_in c coord.log --role=coordinator --host="$(addr 0)" --port=7000 "${common[@
 wait_for "$work/coord.log" "coordinator listening" 20 || { cat "$work/coord.log"; exit 1; }
 run_in s0 s0.log --role=server --host="$(addr 1)" --coordinator="$coord" "${common[@]}"
 run_in s1 s1.log --role=server --host="$(addr 2)" --coordinator="$coord" "${common[@]}"
-run_in w0 w0.log --role=worker --host="$(addr 3)" --coordinator="$coord" "${common[@]}" --clocks=150 --clock-ms=20
+run_in w0 w0.log --role=worker --host="$(addr 3)" --coordinator="$coord" "${common[@]}"
 w0=$!
-run_in w1 w1.log --role=worker --host="$(addr 4)" --coordinator="$coord" "${common[@]}" --clocks=150 --clock-ms=20
+run_in w1 w1.log --role=worker --host="$(addr 4)" --coordinator="$coord" "${common[@]}"
 w1=$!
 
 # Training is under way once a worker reports progress; then cut server s1's link.

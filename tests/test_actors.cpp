@@ -133,6 +133,7 @@ shard_actor::behavior_type silent_shard(shard_actor::stateful_pointer<silent_sta
     [=](view_atom, const cluster_view& v) { return v.epoch; },
     [=](sweep_atom) {},
     [=](start_atom, std::uint16_t) {},
+    [=](stop_atom, std::uint8_t, const std::string&) { return caf::ok_atom::value; },
   };
 }
 
@@ -208,7 +209,7 @@ TEST_CASE_FIXTURE(fixture, "barriers release when all live workers arrive; a dea
   auto arrivals = std::make_shared<int>(0);
   auto worker = [&](bool enter_barrier) {
     return alive.emplace_back() = sys.spawn([=](caf::event_based_actor* self) -> caf::behavior {
-      self->request(coord, caf::infinite, register_atom::value, node_info{"worker", "", 0, 0, {}})
+      self->request(coord, caf::infinite, register_atom::value, node_info{"worker", "", 0, 0, {}, 0, 0, protocol_version, {}})
         .then([=](registration&) {
           if (enter_barrier)
             self->request(coord, caf::infinite, barrier_atom::value, std::uint32_t{0})
@@ -237,7 +238,7 @@ TEST_CASE_FIXTURE(fixture, "the coordinator refuses unknown roles and extra memb
   auto errors = std::make_shared<std::vector<std::string>>();
   for (auto role : {"gardener", "worker", "worker"})
     sys.spawn([=](caf::event_based_actor* self) {
-      self->request(coord, caf::infinite, register_atom::value, node_info{role, "", 0, 0, {}})
+      self->request(coord, caf::infinite, register_atom::value, node_info{role, "", 0, 0, {}, 0, 0, protocol_version, {}})
         .then([](registration&) {}, [=](caf::error& e) { errors->push_back(describe(e)); });
     });
   sched.run();

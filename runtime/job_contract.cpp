@@ -1,0 +1,173 @@
+#include "runtime/job_contract.hpp"
+
+#include <cstdio>
+#include <functional>
+#include <sstream>
+
+#include "libps/consistency.hpp"
+#include "libps/partitioner.hpp"
+#include "libps/text.hpp"
+
+namespace ps {
+
+namespace {
+
+// Shortest text that parses back to the same double ("0.1", not "0.10000000000000001").
+std::string render(double v) {
+  char buf[32];
+  for (int precision = 1; precision <= 17; ++precision) {
+    std::snprintf(buf, sizeof buf, "%.*g", precision, v);
+    if (std::strtod(buf, nullptr) == v) break;
+  }
+  return buf;
+}
+std::string render(const std::string& v) { return v; }
+std::string render(std::size_t v) { return std::to_string(v); }
+std::string render(std::int64_t v) { return std::to_string(v); }
+std::string render(const std::vector<std::int64_t>& v) {
+  std::string out = "[";
+  for (std::size_t i = 0; i < v.size(); ++i) out += (i ? "," : "") + std::to_string(v[i]);
+  return out + "]";
+}
+
+[[noreturn]] void unreadable(const std::string& name, const std::string& text) {
+  throw bad_request("the job spec's " + name + " = \"" + text + "\" is not a value this build reads");
+}
+void parse_into(const std::string& name, const std::string& text, std::string& out) {
+  (void)name;
+  out = text;
+}
+void parse_into(const std::string& name, const std::string& text, std::size_t& out) {
+  auto v = parse_count(text);
+  if (!v) unreadable(name, text);
+  out = static_cast<std::size_t>(*v);
+}
+void parse_into(const std::string& name, const std::string& text, double& out) {
+  auto v = parse_number(text);
+  if (!v) unreadable(name, text);
+  out = *v;
+}
+void parse_into(const std::string& name, const std::string& text, std::vector<std::int64_t>& out) {
+  if (text.size() < 2 || text.front() != '[' || text.back() != ']') unreadable(name, text);
+  out.clear();
+  std::istringstream items(text.substr(1, text.size() - 2));
+  for (std::string item; std::getline(items, item, ',');) {
+    auto v = parse_count(item);
+    if (!v) unreadable(name, text);
+    out.push_back(static_cast<std::int64_t>(*v));
+  }
+}
+
+// One job setting: its flag name, how a member renders the value it was given, and how
+// it takes the spec's value.
+struct field {
+  std::string name;
+  std::function<std::string(const node_config&)> given;
+  std::function<void(node_config&, const std::string&)> adopt;
+};
+
+template <class T>
+field plain(std::string name, T node_config::*member) {
+  return {name, [member](const node_config& c) { return render(c.*member); },
+          [name, member](node_config& c, const std::string& text) { parse_into(name, text, c.*member); }};
+}
+
+// consistency and staleness are adopted together from their effective values (an
+// effective bound, not a flag, is what the job runs with).
+void adopt_consistency(node_config& c, const std::string& text) {
+  if (text != "bsp" && text != "ssp" && text != "asp") unreadable("consistency", text);
+  c.consistency = text;
+}
+void adopt_staleness(node_config& c, const std::string& text) {
+  if (text == "inf" || c.consistency == "bsp" || c.consistency == "asp") {
+    c.staleness = -1;
+    return;
+  }
+  auto v = parse_count(text);
+  if (!v) unreadable("staleness", text);
+  c.staleness = static_cast<std::int64_t>(*v);
+}
+
+const std::vector<field>& fields() {
+  static const std::vector<field> all = {
+    plain("app", &node_config::app),
+    plain("model", &node_config::model),
+    plain("epochs", &node_config::epochs),
+    plain("lr", &node_config::lr),
+    plain("batch", &node_config::batch),
+    plain("seed", &node_config::seed),
+    plain("data", &node_config::data),
+    {"consistency", [](const node_config& c) { return c.consistency; }, adopt_consistency},
+    {"staleness", [](const node_config& c) { return render(c.staleness); }, adopt_staleness},
+    plain("ps.rule", &node_config::rule),
+    plain("ps.momentum", &node_config::momentum),
+    plain("compression", &node_config::compression),
+    plain("topk-ratio", &node_config::topk_ratio),
+    plain("pull-compression", &node_config::pull_compression),
+    plain("replication", &node_config::replication),
+    plain("servers", &node_config::servers),
+    plain("workers", &node_config::workers),
+    plain("checkpoint-every", &node_config::checkpoint_every),
+    plain("checkpoint-seconds", &node_config::checkpoint_seconds),
+    plain("ps.vnodes", &node_config::vnodes),
+    plain("ps.bucket-bits", &node_config::bucket_bits),
+    plain("clocks", &node_config::clocks),
+    plain("clock-ms", &node_config::clock_ms),
+    plain("sizes", &node_config::sizes),
+    plain("windows", &node_config::windows),
+    plain("cell-seconds", &node_config::cell_seconds),
+  };
+  return all;
+}
+
+}  // namespace
+
+job_spec spec_of(const node_config& cfg, const job_settings& settings, std::vector<tensor_spec> tensors) {
+  job_spec spec;
+  for (const auto& f : fields()) spec.set(f.name, f.given(cfg));
+  // What the job runs with, after the app's defaults.
+  spec.set("consistency", consistency_name(settings.staleness));
+  spec.set("staleness", staleness_to_string(settings.staleness));
+  spec.set("ps.rule", update_rule::name(settings.rule.kind));
+  for (auto& t : tensors) spec.add_tensor(std::move(t));
+  return spec;
+}
+
+std::vector<job_setting> given_settings(const node_config& cfg) {
+  std::vector<job_setting> out;
+  for (const auto& f : fields())
+    if (cfg.given.count(f.name)) out.push_back({f.name, f.given(cfg)});
+  return out;
+}
+
+void adopt(node_config& cfg, const job_spec& spec) {
+  for (const auto& f : fields()) {
+    if (cfg.given.count(f.name)) continue;
+    if (auto v = spec.get(f.name)) f.adopt(cfg, *v);
+  }
+  cfg.validate();
+}
+
+std::string fingerprint_text(const job_spec& spec) {
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(spec.fingerprint()));
+  return buf;
+}
+
+std::vector<std::uint64_t> shard_keys(const node_config& cfg, const job_spec& spec) {
+  std::vector<std::uint32_t> ids(cfg.servers);
+  for (std::uint32_t i = 0; i < ids.size(); ++i) ids[i] = i;
+  partitioner map(1, ids, static_cast<std::uint32_t>(cfg.vnodes), static_cast<std::uint32_t>(cfg.bucket_bits));
+  std::vector<std::uint64_t> out(cfg.servers, 0);
+  for (const auto& t : spec.tensors())
+    for (const auto& p : map.split(key_set::single(t.keys))) out[p.shard] += p.keys.size();
+  return out;
+}
+
+std::vector<std::string> job_setting_names() {
+  std::vector<std::string> out;
+  for (const auto& f : fields()) out.push_back(f.name);
+  return out;
+}
+
+}  // namespace ps

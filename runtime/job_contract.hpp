@@ -1,0 +1,34 @@
+#pragma once
+// The job contract between node_config and libps/job_spec: which flags are job settings,
+// the spec a coordinator builds from its own configuration, the settings a member was
+// given explicitly (compared with the spec), and adopting the spec's values for the rest.
+#include <vector>
+
+#include "actors/node.hpp"
+#include "libps/job_spec.hpp"
+
+namespace ps {
+
+// The spec of the job cfg describes: every job setting at its effective value (the app's
+// defaults applied through `settings`) and the app's dense tensors.
+job_spec spec_of(const node_config& cfg, const job_settings& settings, std::vector<tensor_spec> tensors);
+
+// The job settings this member was given on its command line or in its INI file, at the
+// values it parsed.
+std::vector<job_setting> given_settings(const node_config& cfg);
+
+// Sets every job setting cfg was not given to the spec's value and validates the result;
+// throws bad_request when the spec holds a value this build cannot parse.
+void adopt(node_config& cfg, const job_spec& spec);
+
+// The job's fingerprint as 16 hex digits (logs and JSON lines).
+std::string fingerprint_text(const job_spec& spec);
+
+// How many of the spec's tensor keys each of cfg.servers shards owns (by shard id) under
+// the map the job's settings give.
+std::vector<std::uint64_t> shard_keys(const node_config& cfg, const job_spec& spec);
+
+// The names of all job settings, for the README and tests.
+std::vector<std::string> job_setting_names();
+
+}  // namespace ps

@@ -1,0 +1,162 @@
+// The job contract end to end in one process: which flags count as given, adopting the
+// job's settings, and the coordinator refusing a member whose settings or version differ
+// (on CAF's deterministic scheduler).
+#include "tests/actor_fixture.hpp"
+
+#include "actors/node.hpp"
+#include "runtime/job_contract.hpp"
+
+using namespace ps;
+using namespace ps::test;
+
+namespace {
+
+struct flags_config {
+  node_config cfg;
+  bool ok;
+  explicit flags_config(std::vector<std::string> flags) {
+    std::vector<std::string> store{"test_contract"};
+    store.insert(store.end(), flags.begin(), flags.end());
+    std::vector<char*> argv;
+    for (auto& s : store) argv.push_back(s.data());
+    ok = cfg.parse_args(static_cast<int>(argv.size()), argv.data());
+  }
+};
+
+job_spec softmax_spec(const std::vector<std::string>& flags) {
+  flags_config c(flags);
+  REQUIRE(c.ok);
+  job_settings s{rule_from(c.cfg, "sgd"), c.cfg.staleness_bound("bsp"), {}};
+  return spec_of(c.cfg, s, {{"softmax", {0, 7850}, {7850}}});
+}
+
+std::string value(const std::vector<job_setting>& given, const std::string& name) {
+  for (const auto& g : given)
+    if (g.name == name) return g.value;
+  return "(absent)";
+}
+
+}  // namespace
+
+TEST_CASE("contract: only job settings given on the command line are compared") {
+  flags_config c({"--app=fmnist", "--model=mlp", "--ps.vnodes=64", "--ps.timeout-ms=500", "--lr=0.25"});
+  REQUIRE(c.ok);
+  auto given = given_settings(c.cfg);
+  CHECK(value(given, "app") == "fmnist");
+  CHECK(value(given, "model") == "mlp");
+  CHECK(value(given, "ps.vnodes") == "64");
+  CHECK(value(given, "lr") == "0.25");
+  CHECK(value(given, "ps.timeout-ms") == "(absent)");  // a member's own tuning, not the job's
+  CHECK(value(given, "epochs") == "(absent)");         // not given: adopted from the job
+}
+
+TEST_CASE("contract: the spec holds the effective consistency and rule, and a member adopts what it was not given") {
+  auto spec = softmax_spec({"--app=fmnist", "--consistency=ssp", "--staleness=2", "--epochs=3", "--lr=0.05"});
+  CHECK(spec.get("consistency") == "ssp");
+  CHECK(spec.get("staleness") == "2");
+  CHECK(spec.get("ps.rule") == "sgd");
+  CHECK(spec.get("epochs") == "3");
+  flags_config member({"--app=fmnist", "--epochs=3"});
+  REQUIRE(member.ok);
+  CHECK(spec.differences(given_settings(member.cfg)).empty());
+  adopt(member.cfg, spec);
+  CHECK(member.cfg.lr == 0.05);
+  CHECK(member.cfg.staleness_bound("bsp") == 2);
+  CHECK(member.cfg.epochs == 3);
+  // A member given other values is told every one of them.
+  flags_config other({"--app=fmnist", "--epochs=4", "--consistency=bsp"});
+  REQUIRE(other.ok);
+  auto text = describe_differences(spec.differences(given_settings(other.cfg)));
+  CHECK(text == "--consistency=bsp (the job has ssp), --epochs=4 (the job has 3)");
+}
+
+TEST_CASE("contract: an asynchronous job's spec says so and a member adopts it") {
+  flags_config c({"--app=kvcheck"});
+  REQUIRE(c.ok);
+  job_settings s{rule_from(c.cfg, "sum"), c.cfg.staleness_bound("asp"), {}};
+  auto spec = spec_of(c.cfg, s, {});
+  CHECK(spec.get("staleness") == "inf");
+  flags_config member({"--app=kvcheck"});
+  adopt(member.cfg, spec);
+  CHECK(member.cfg.staleness_bound("bsp") == infinite_staleness);
+}
+
+TEST_CASE("contract: a spec value this build cannot read is refused by name") {
+  job_spec spec;
+  spec.set("epochs", "many");
+  flags_config member({"--app=fmnist"});
+  CHECK_THROWS_WITH_AS(adopt(member.cfg, spec), doctest::Contains("epochs = \"many\""), bad_request);
+}
+
+TEST_CASE_FIXTURE(fixture, "contract: the coordinator refuses a member with other settings and, before the job formed, fails it") {
+  coordinator_options o;
+  o.servers = 1;
+  o.workers = 1;
+  o.spec = softmax_spec({"--app=fmnist"});
+  auto coord = sys.spawn(coordinator, o);
+  auto box = std::make_shared<inbox>();
+  sched.run();
+  auto reply = std::make_shared<caf::error>();
+  alive.push_back(sys.spawn([=](caf::event_based_actor* self) -> caf::behavior {
+    self->monitor(coord);
+    node_info me{"worker", "", 0, 42, {}, 0, 0, protocol_version, {{"model", "mlp"}, {"app", "fmnist"}}};
+    self->request(coord, caf::infinite, register_atom::value, me)
+      .then([](registration&) {}, [=](caf::error& e) { *reply = e; });
+    self->set_down_handler([=](caf::down_msg& dm) { box->messages.push_back(caf::make_message(dm.reason)); });
+    return {[](caf::unit_t) {}};
+  }));
+  sched.run();
+  REQUIRE(*reply);
+  CHECK(code_of(*reply) == errc::refused);
+  CHECK(describe(*reply) == "the coordinator refused worker (pid 42): its settings differ from the job's: "
+                            "--model=mlp (the job has softmax)");
+  // The coordinator ended the job with the same reason (exit status 1 everywhere).
+  REQUIRE(box->count<caf::error>() == 1);
+  for (const auto& m : box->messages)
+    if (m.match_elements<caf::error>()) {
+      CHECK(code_of(m.get_as<caf::error>(0)) == errc::job_failed);
+      CHECK(exit_status_of(code_of(m.get_as<caf::error>(0))) == 1);
+    }
+}
+
+TEST_CASE_FIXTURE(fixture, "contract: a member of another protocol version is refused naming both versions") {
+  coordinator_options o;
+  o.spec = softmax_spec({"--app=fmnist"});
+  auto coord = sys.spawn(coordinator, o);
+  auto reply = std::make_shared<caf::error>();
+  alive.push_back(sys.spawn([=](caf::event_based_actor* self) -> caf::behavior {
+    node_info me{"server", "", 0, 7, {}, 0, 0, protocol_version + 1, {}};
+    self->request(coord, caf::infinite, register_atom::value, me)
+      .then([](registration&) {}, [=](caf::error& e) { *reply = e; });
+    return {[](caf::unit_t) {}};
+  }));
+  sched.run();
+  REQUIRE(*reply);
+  CHECK(code_of(*reply) == errc::refused);
+  CHECK(describe(*reply).find("protocol version " + std::to_string(protocol_version + 1)) != std::string::npos);
+  CHECK(describe(*reply).find("version " + std::to_string(protocol_version) + ")") != std::string::npos);
+}
+
+TEST_CASE_FIXTURE(fixture, "contract: a registration carries the job's spec and its fingerprint") {
+  coordinator_options o;
+  o.servers = 1;
+  o.workers = 1;
+  o.spec = softmax_spec({"--app=fmnist", "--epochs=2"});
+  auto coord = sys.spawn(coordinator, o);
+  auto slot = register_worker(coord);
+  auto shard_reply = std::make_shared<std::optional<registration>>();
+  alive.push_back(sys.spawn([=](caf::event_based_actor* self) -> caf::behavior {
+    node_info me{"server", "", 0, 7, {}, 0, 0, protocol_version, {{"epochs", "2"}}};
+    self->request(coord, caf::infinite, register_atom::value, me).then([=](registration& r) { *shard_reply = r; });
+    return {[](caf::unit_t) {}};
+  }));
+  sched.run();
+  REQUIRE(*slot);
+  REQUIRE(*shard_reply);
+  const auto& m = (*slot)->spec;
+  CHECK(m.fingerprint == o.spec.fingerprint());
+  auto back = job_spec::from_parts(m.version, m.settings, m.tensors);
+  CHECK(back.fingerprint() == m.fingerprint);
+  CHECK(back.get("epochs") == "2");
+  CHECK(back.tensors().size() == 1);
+}
