@@ -19,6 +19,7 @@ cluster_view make_view(self_ptr self, const coordinator_options& opts) {
   v.epoch = self->state.epoch;
   v.vnodes = opts.vnodes;
   v.bucket_bits = opts.bucket_bits;
+  v.dense.ranges = dense_ranges(opts.spec);
   v.num_workers = static_cast<std::uint32_t>(self->state.worker_done.size());
   v.job_workers = opts.workers;
   v.staleness = opts.staleness;

@@ -626,7 +626,7 @@ namespace {
 partitioner map_of(const cluster_view& view) {
   std::vector<std::uint32_t> ids;
   for (const auto& s : view.shards) ids.push_back(s.id);
-  return partitioner(view.epoch, ids, view.vnodes, view.bucket_bits);
+  return partitioner(view.epoch, ids, view.vnodes, view.bucket_bits, view.dense.ranges);
 }
 
 }  // namespace

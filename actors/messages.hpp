@@ -179,12 +179,13 @@ struct cluster_view {
   caf::actor checkpointer;             // gets (checkpoint_atom, shard, clock, encoded_block)
   std::uint32_t replication = 1;       // copies of each shard (chain length)
   std::uint32_t job_workers = 0;       // workers the job started with (num_workers grows with joins)
+  range_list dense;                    // the job's dense tensors: their buckets are placed with bounded loads
 };
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, cluster_view& x) {
   return f(caf::meta::type_name("cluster_view"), x.epoch, x.vnodes, x.bucket_bits, x.num_workers,
            x.staleness, x.shards, x.rule, x.checkpoint_every, x.checkpointer, x.replication,
-           x.job_workers);
+           x.job_workers, x.dense);
 }
 
 template <class Inspector>

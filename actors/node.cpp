@@ -368,7 +368,8 @@ update_rule rule_from(const node_config& cfg, const std::string& default_rule) {
 
 job_settings settings_from(const node_config& cfg, const std::string& default_rule,
                            const std::string& default_consistency) {
-  return {rule_from(cfg, default_rule), cfg.staleness_bound(default_consistency), {}};
+  return {rule_from(cfg, default_rule), cfg.staleness_bound(default_consistency), {},
+          static_cast<std::uint32_t>(cfg.bucket_bits)};
 }
 
 coordinator_options coordinator_options_from(const node_config& cfg, const job_settings& settings) {
@@ -376,7 +377,7 @@ coordinator_options coordinator_options_from(const node_config& cfg, const job_s
   o.servers = static_cast<std::uint32_t>(cfg.servers);
   o.workers = static_cast<std::uint32_t>(cfg.workers);
   o.vnodes = static_cast<std::uint32_t>(cfg.vnodes);
-  o.bucket_bits = static_cast<std::uint32_t>(cfg.bucket_bits);
+  o.bucket_bits = settings.bucket_bits;
   o.rule = settings.rule;
   o.staleness = settings.staleness;
   o.checkpoint_every = cfg.checkpoint_every;
@@ -563,9 +564,14 @@ pid_t spawn_process(const std::string& exe, const std::vector<std::string>& args
   std::vector<char*> envp;
   for (auto& e : env_store) envp.push_back(e.data());
   envp.push_back(nullptr);
+  // The launcher's stdout is its own JSON result: a child's status line goes to stderr.
+  posix_spawn_file_actions_t files;
+  posix_spawn_file_actions_init(&files);
+  posix_spawn_file_actions_adddup2(&files, STDERR_FILENO, STDOUT_FILENO);
   pid_t pid = 0;
-  if (int rc = posix_spawn(&pid, exe.c_str(), nullptr, nullptr, argv.data(), envp.data()); rc != 0)
-    throw bad_request("cannot start " + exe + ": " + std::strerror(rc));
+  int rc = posix_spawn(&pid, exe.c_str(), &files, nullptr, argv.data(), envp.data());
+  posix_spawn_file_actions_destroy(&files);
+  if (rc != 0) throw bad_request("cannot start " + exe + ": " + std::strerror(rc));
   return pid;
 }
 
@@ -607,7 +613,7 @@ checkpoint_header job_header(const node_config& cfg, const job_settings& setting
   h.epoch = 1;
   for (std::uint32_t i = 0; i < cfg.servers; ++i) h.shard_ids.push_back(i);
   h.vnodes = static_cast<std::uint32_t>(cfg.vnodes);
-  h.bucket_bits = static_cast<std::uint32_t>(cfg.bucket_bits);
+  h.bucket_bits = settings.bucket_bits;
   h.rule = static_cast<std::uint8_t>(settings.rule.kind);
   h.state_slots = static_cast<std::uint32_t>(settings.rule.state_slots());
   return h;
@@ -840,7 +846,7 @@ void print_report(std::uint32_t w, const std::string& text) {
 
 }  // namespace
 
-int print_status(nlohmann::json line, bool ok, errc code, const std::string& reason) {
+int print_status(json_line line, bool ok, errc code, const std::string& reason) {
   line["status"] = ok ? "ok" : status_of(code);
   if (!ok) line["reason"] = reason;
   std::fflush(stderr);
@@ -850,7 +856,7 @@ int print_status(nlohmann::json line, bool ok, errc code, const std::string& rea
 }
 
 int run_coordinator_role(caf::actor_system& sys, const node_config& cfg, const job_settings& settings) {
-  nlohmann::json line{{"role", "coordinator"}, {"app", cfg.app}, {"job_fingerprint", fingerprint_text(settings.spec)}};
+  json_line line{{"role", "coordinator"}, {"app", cfg.app}, {"job_fingerprint", fingerprint_text(settings.spec)}};
   if (std::string err; !start_trace(cfg, &err)) return print_status(line, false, errc::failed, err);
   caf::scoped_actor observer{sys};
   auto copts = coordinator_options_from(cfg, settings);
@@ -887,7 +893,7 @@ int run_coordinator_role(caf::actor_system& sys, const node_config& cfg, const j
 }
 
 int run_server_role(caf::actor_system& sys, const node_config& cfg) {
-  nlohmann::json line{{"role", "server"}};
+  json_line line{{"role", "server"}};
   auto coord = connect_coordinator(sys, cfg);
   if (!coord) return print_status(line, false, errc::failed, describe(coord.error()));
   auto sopts = shard_options_from(cfg, cfg.host);
@@ -908,7 +914,7 @@ int run_server_role(caf::actor_system& sys, const node_config& cfg) {
 }
 
 int run_worker_role(caf::actor_system& sys, node_config& cfg, const app_fn& app) {
-  nlohmann::json line{{"role", "worker"}, {"app", cfg.app}};
+  json_line line{{"role", "worker"}, {"app", cfg.app}};
   auto coord = connect_coordinator(sys, cfg);
   if (!coord) return print_status(line, false, errc::failed, describe(coord.error()));
   std::string err;
@@ -923,10 +929,15 @@ int run_worker_role(caf::actor_system& sys, node_config& cfg, const app_fn& app)
 }
 
 int run_local_role(caf::actor_system& sys, const node_config& cfg, const app_fn& app, const job_settings& settings) {
-  auto res = run_job(sys, cfg, app, cfg.app, settings, print_report);
+  auto res = run_job(sys, cfg, app, cfg.app, settings, [](std::uint32_t w, const std::string& text) {
+    if (w == UINT32_MAX)
+      std::fprintf(stderr, "%s\n", text.c_str());
+    else
+      std::fprintf(stderr, "[worker %u] %s\n", w, text.c_str());
+  });
   for (const auto& [w, text] : res.results) std::printf("%s\n", text.c_str());
   for (const auto& f : res.failures) std::fprintf(stderr, "error: %s\n", f.c_str());
-  nlohmann::json line{{"app", cfg.app},
+  json_line line{{"app", cfg.app},
                       {"ok", res.ok},
                       {"workers_reporting", res.results.size()},
                       {"killed_by_faults", res.faults_seen},

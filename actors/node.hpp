@@ -151,6 +151,7 @@ struct job_settings {
   update_rule rule;
   std::uint64_t staleness = 0;
   job_spec spec;  // the job contract (runtime/job_contract.hpp builds it)
+  std::uint32_t bucket_bits = 12;  // --ps.bucket-bits, else sized to the spec's tensors
 };
 // From --ps.rule/--lr/--ps.momentum and --consistency/--staleness, with an app's defaults.
 job_settings settings_from(const node_config& cfg, const std::string& default_rule,
@@ -173,9 +174,12 @@ std::shared_ptr<data_plane> data_plane_from(const node_config& cfg);
 // Starts build/bin/psnode (next to this executable) with these arguments.
 pid_t spawn_psnode(const std::vector<std::string>& args);
 
+// A JSON line a program prints: fields in the order they were added.
+using json_line = nlohmann::ordered_json;
+
 // Prints a program's last stdout line: `line` with "status" (ok, failed, stopped) and, when
 // not ok, "reason". Returns the exit status for that end (README: exit codes).
-int print_status(nlohmann::json line, bool ok, errc code, const std::string& reason);
+int print_status(json_line line, bool ok, errc code, const std::string& reason);
 
 // psnode roles. Return the process exit code; throw bad_request for settings they cannot
 // use (--host the data plane cannot listen on), which psnode reports.

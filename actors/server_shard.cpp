@@ -243,7 +243,7 @@ shard_actor::behavior_type server_shard(shard_actor::stateful_pointer<shard_stat
     std::vector<std::uint32_t> ids;
     for (const auto& s : reg.view.shards) ids.push_back(s.id);
     try {
-      st.map.emplace(reg.view.epoch, ids, reg.view.vnodes, reg.view.bucket_bits);
+      st.map.emplace(reg.view.epoch, ids, reg.view.vnodes, reg.view.bucket_bits, reg.view.dense.ranges);
       st.view_epoch = reg.view.epoch;
       st.store.emplace(reg.view.rule.to_rule());
       restore_state(reg);

@@ -474,6 +474,10 @@ job_settings settings_for_app(const node_config& cfg, const std::string& name) {
     s = settings_from(cfg, "sum", "asp");
   s.spec = spec_of(cfg, s, app_tensors(cfg, name));
   s.spec.set("app", name);  // launchers name the app themselves (train_fmnist: fmnist)
+  // Buckets small enough that the tensors spread evenly (libps/partitioner.hpp), unless set.
+  if (!cfg.given.count("ps.bucket-bits") && s.spec.num_keys() > 0)
+    s.bucket_bits = partitioner::bucket_bits_for(s.spec.num_keys(), cfg.servers);
+  s.spec.set("ps.bucket-bits", std::to_string(s.bucket_bits));
   return s;
 }
 

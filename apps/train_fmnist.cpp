@@ -1,12 +1,40 @@
 // train_fmnist: data-parallel training on Fashion-MNIST with the parameters on ActorPS
-// server shards. Shows progress on stderr; the last stdout line is one JSON object.
+// server shards. Shows progress on stderr; the last stdout line is one JSON object whose
+// "status" says how the job ended (README: exit codes).
 #include <algorithm>
 #include <cstdio>
-#include <iostream>
-#include <sstream>
+
+#include <nlohmann/json.hpp>
 
 #include "apps/apps.hpp"
 #include "libps/consistency.hpp"
+#include "runtime/job_contract.hpp"
+#include "runtime/signals.hpp"
+
+namespace {
+
+// The job's figures from the workers' results: samples and training time from every
+// worker, accuracy and time to target from worker 0 (the one that evaluates).
+void add_worker_figures(const ps::job_result& res, ps::json_line& out) {
+  double accuracy = -1, train_seconds = 0;
+  nlohmann::json to_target = nullptr;
+  std::uint64_t samples = 0;
+  for (const auto& [w, text] : res.results) {
+    auto r = nlohmann::json::parse(text, nullptr, false);
+    if (r.is_discarded()) throw ps::bad_request("worker " + std::to_string(w) + " sent a result that is not JSON");
+    samples += r.value("samples", std::uint64_t{0});
+    train_seconds = std::max(train_seconds, r.value("train_seconds", 0.0));
+    if (r.contains("test_accuracy")) accuracy = r["test_accuracy"].get<double>();
+    if (r.contains("seconds_to_target")) to_target = r["seconds_to_target"];
+  }
+  out["test_accuracy"] = accuracy;
+  out["final_accuracy"] = accuracy;
+  out["seconds_to_target"] = to_target;
+  out["train_seconds"] = train_seconds;
+  out["samples_per_s"] = train_seconds > 0 ? samples / train_seconds : 0;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   ps::node_config cfg;
@@ -16,6 +44,7 @@ int main(int argc, char** argv) {
     auto settings = ps::settings_for_app(cfg, "fmnist");
     auto& rule = settings.rule;
     caf::actor_system sys{cfg};
+    ps::catch_stop_signals();
     std::fprintf(stderr,
                  "train_fmnist: model=%s cluster=%s servers=%zu workers=%zu epochs=%zu lr=%g rule=%s "
                  "consistency=%s staleness=%s pipeline=%s\n",
@@ -30,39 +59,28 @@ int main(int argc, char** argv) {
                                std::fprintf(stderr, "\r[worker %u] %s\033[K", w, text.c_str());
                            });
     std::fprintf(stderr, "\n");
+    auto staleness = settings.staleness;
+    ps::json_line out{{"model", cfg.model},
+                       {"cluster", cfg.cluster},
+                       {"servers", cfg.servers},
+                       {"workers", cfg.workers},
+                       {"epochs", cfg.epochs},
+                       {"lr", cfg.lr},
+                       {"consistency", ps::consistency_name(staleness)},
+                       {"pipelined", cfg.pipeline == "on"},
+                       {"target_accuracy", cfg.target_accuracy},
+                       {"seconds", res.seconds},
+                       {"shard_keys", ps::shard_keys(cfg, settings.spec)}};
+    if (staleness == ps::infinite_staleness)
+      out["staleness"] = "inf";
+    else
+      out["staleness"] = staleness;
     if (!res.ok) {
       for (const auto& f : res.failures) std::fprintf(stderr, "error: %s\n", f.c_str());
-      return 1;
+      return ps::print_status(out, false, res.code, res.reason);
     }
-    // Worker 0 evaluates; samples and training time come from every worker's result.
-    double accuracy = -1, train_seconds = 0;
-    std::string to_target = "null";
-    std::uint64_t samples = 0;
-    for (const auto& [w, text] : res.results) {
-      auto take = [&](const std::string& field) -> std::string {
-        auto at = text.find("\"" + field + "\":");
-        if (at == std::string::npos) return {};
-        auto from = at + field.size() + 3;
-        return text.substr(from, text.find_first_of(",}", from) - from);
-      };
-      if (auto s = take("samples"); !s.empty()) samples += std::stoull(s);
-      if (auto t = take("train_seconds"); !t.empty()) train_seconds = std::max(train_seconds, std::stod(t));
-      if (auto a = take("test_accuracy"); !a.empty()) accuracy = std::stod(a);
-      if (auto t = take("seconds_to_target"); !t.empty()) to_target = t;
-    }
-    auto staleness = settings.staleness;
-    std::ostringstream out;
-    out << "{\"model\":\"" << cfg.model << "\",\"cluster\":\"" << cfg.cluster << "\",\"servers\":" << cfg.servers
-        << ",\"workers\":" << cfg.workers << ",\"epochs\":" << cfg.epochs << ",\"lr\":" << cfg.lr
-        << ",\"consistency\":\"" << ps::consistency_name(staleness) << "\",\"staleness\":"
-        << (staleness == ps::infinite_staleness ? std::string("\"inf\"") : std::to_string(staleness))
-        << ",\"pipelined\":" << (cfg.pipeline == "on" ? "true" : "false")
-        << ",\"test_accuracy\":" << accuracy << ",\"final_accuracy\":" << accuracy
-        << ",\"target_accuracy\":" << cfg.target_accuracy << ",\"seconds_to_target\":" << to_target
-        << ",\"train_seconds\":" << train_seconds << ",\"seconds\":" << res.seconds
-        << ",\"samples_per_s\":" << (train_seconds > 0 ? samples / train_seconds : 0) << "}";
-    std::cout << out.str() << std::endl;
-    return 0;
+    add_worker_figures(res, out);
+    return ps::print_status(out, true, res.code, "");
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 2;

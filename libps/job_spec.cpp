@@ -98,6 +98,13 @@ job_spec job_spec::from_parts(std::uint32_t version, std::vector<job_setting> se
   return spec;
 }
 
+std::vector<key_range> dense_ranges(const job_spec& spec) {
+  std::vector<key_range> out;
+  for (const auto& t : spec.tensors()) out.push_back(t.keys);
+  std::sort(out.begin(), out.end(), [](const key_range& a, const key_range& b) { return a.begin < b.begin; });
+  return out;
+}
+
 std::string describe_differences(const std::vector<setting_difference>& diffs) {
   std::string out;
   for (const auto& d : diffs) {

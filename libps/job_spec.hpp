@@ -67,6 +67,9 @@ class job_spec {
   std::vector<tensor_spec> tensors_;
 };
 
+// The spec's tensors' keys, ascending (they never overlap).
+std::vector<key_range> dense_ranges(const job_spec& spec);
+
 // One line naming every difference: "--model=mlp (the job has softmax), --lr=0.5 (the
 // job has 0.1)".
 std::string describe_differences(const std::vector<setting_difference>& diffs);

@@ -1,6 +1,8 @@
 #include "libps/partitioner.hpp"
 
 #include <algorithm>
+#include <cmath>
+#include <map>
 
 namespace ps {
 
@@ -12,8 +14,9 @@ std::uint64_t mix64(std::uint64_t x) {
 }
 
 partitioner::partitioner(std::uint64_t epoch, std::vector<std::uint32_t> shard_ids,
-                         std::uint32_t vnodes, std::uint32_t bucket_bits)
-    : epoch_(epoch), shard_ids_(std::move(shard_ids)), vnodes_(vnodes), bucket_bits_(bucket_bits) {
+                         std::uint32_t vnodes, std::uint32_t bucket_bits, std::vector<key_range> balanced)
+    : epoch_(epoch), shard_ids_(std::move(shard_ids)), vnodes_(vnodes), bucket_bits_(bucket_bits),
+      balanced_(std::move(balanced)) {
   if (shard_ids_.empty())
     throw bad_request("partitioner: no shards");
   if (vnodes_ == 0 || vnodes_ > 65536)
@@ -28,12 +31,71 @@ partitioner::partitioner(std::uint64_t epoch, std::vector<std::uint32_t> shard_i
     for (std::uint32_t v = 0; v < vnodes_; ++v)
       ring_.emplace_back(mix64((std::uint64_t{id} << 32) ^ (v * 0x2545f4914f6cdd1dULL)), id);
   std::sort(ring_.begin(), ring_.end());
+  count_keys(balanced_);  // ascending and disjoint, or bad_request
+  place_balanced();
+}
+
+namespace {
+std::uint64_t bucket_hash(std::uint64_t bucket) { return mix64(bucket ^ 0x5851f42d4c957f2dULL); }
+}  // namespace
+
+std::uint32_t partitioner::ring_owner(std::uint64_t bucket) const {
+  auto it = std::lower_bound(ring_.begin(), ring_.end(), std::make_pair(bucket_hash(bucket), std::uint32_t{0}));
+  return it == ring_.end() ? ring_.front().second : it->second;
 }
 
 std::uint32_t partitioner::owner_of_bucket(std::uint64_t bucket) const {
-  auto h = mix64(bucket ^ 0x5851f42d4c957f2dULL);
-  auto it = std::lower_bound(ring_.begin(), ring_.end(), std::make_pair(h, std::uint32_t{0}));
-  return it == ring_.end() ? ring_.front().second : it->second;
+  if (!placed_.empty())
+    if (auto it = placed_.find(bucket); it != placed_.end()) return it->second;
+  return ring_owner(bucket);
+}
+
+void partitioner::place_balanced() {
+  // Each bucket's weight: how many of its keys lie in the balanced ranges.
+  std::map<std::uint64_t, std::uint64_t> weight;
+  std::uint64_t total = 0;
+  for (const auto& r : balanced_)
+    for (key_type k = r.begin; k < r.end;) {
+      auto bucket = k >> bucket_bits_;
+      key_type bucket_end = (bucket + 1) << bucket_bits_;
+      key_type stop = (bucket_end == 0 || bucket_end > r.end) ? r.end : bucket_end;
+      weight[bucket] += stop - k;
+      total += stop - k;
+      k = stop;
+    }
+  if (weight.empty()) return;
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> order;  // (hash, bucket)
+  for (const auto& [bucket, w] : weight) order.emplace_back(bucket_hash(bucket), bucket);
+  std::sort(order.begin(), order.end());
+  const auto n = shard_ids_.size();
+  const double eps = n > 1 ? 0.05 / static_cast<double>(n - 1) : 0.0;
+  const auto cap = static_cast<std::uint64_t>(std::ceil(static_cast<double>(total) * (1 + eps) / n));
+  std::map<std::uint32_t, std::uint64_t> load;
+  for (const auto& [h, bucket] : order) {
+    const auto w = weight[bucket];
+    auto it = std::lower_bound(ring_.begin(), ring_.end(), std::make_pair(h, std::uint32_t{0}));
+    // Clockwise to the first shard with room for it; else (a bucket larger than any
+    // room left) the least loaded shard.
+    std::uint32_t owner = shard_ids_.front();
+    bool found = false;
+    for (std::size_t step = 0; step < ring_.size() && !found; ++step, ++it) {
+      if (it == ring_.end()) it = ring_.begin();
+      if (load[it->second] + w <= cap) {
+        owner = it->second;
+        found = true;
+      }
+    }
+    for (auto id : shard_ids_)
+      if (!found && load[id] < load[owner]) owner = id;
+    load[owner] += w;
+    placed_[bucket] = owner;
+  }
+}
+
+std::uint32_t partitioner::bucket_bits_for(std::uint64_t keys, std::size_t shards) {
+  std::uint32_t bits = 0;
+  while (bits < 20 && (keys >> (bits + 1)) >= 128 * std::max<std::size_t>(1, shards)) ++bits;
+  return bits;
 }
 
 std::vector<piece> partitioner::split(const key_set& keys) const {
@@ -60,7 +122,7 @@ std::vector<piece> partitioner::split(const key_set& keys) const {
 partitioner partitioner::with_shard(std::uint32_t id) const {
   auto ids = shard_ids_;
   ids.push_back(id);
-  return partitioner(epoch_ + 1, std::move(ids), vnodes_, bucket_bits_);
+  return partitioner(epoch_ + 1, std::move(ids), vnodes_, bucket_bits_, balanced_);
 }
 
 partitioner partitioner::without_shard(std::uint32_t id) const {
@@ -69,7 +131,7 @@ partitioner partitioner::without_shard(std::uint32_t id) const {
   if (it == ids.end())
     throw bad_request("partitioner: no shard " + std::to_string(id) + " to remove");
   ids.erase(it);
-  return partitioner(epoch_ + 1, std::move(ids), vnodes_, bucket_bits_);
+  return partitioner(epoch_ + 1, std::move(ids), vnodes_, bucket_bits_, balanced_);
 }
 
 }  // namespace ps

@@ -3,7 +3,17 @@
 // buckets of 2^bucket_bits consecutive keys (a bucket never straddles shards, so a
 // tensor stays in few contiguous pieces); each bucket belongs to the first virtual node
 // clockwise of its hash. Adding or removing one of n shards moves about 1/n of the buckets.
+//
+// A job's dense tensors (the `balanced` ranges) hold few buckets, too few for hashing
+// alone to spread them evenly (the softmax model's 2 buckets of 4096 keys both hashed to
+// one of 2 shards). Their buckets are placed with bounded loads (Mirrokni, Thorup and
+// Zadimoghaddam, "Consistent Hashing with Bounded Loads", SODA 2018): in the order of
+// their hashes, each goes to the first shard clockwise with room for it under a cap of
+// (1 + eps) times the mean, eps = 0.05 / (n - 1), so no shard holds more than 5% above
+// the mean, nor less than 5% plus n - 1 buckets below it. The placement depends only on the shards, the ring and the
+// ranges, so every member computes the same one.
 #include <cstdint>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -24,10 +34,12 @@ class partitioner {
   static constexpr std::uint32_t default_vnodes = 128;
   static constexpr std::uint32_t default_bucket_bits = 12;
 
-  // Throws bad_request on an empty or duplicate shard list, or out-of-range parameters.
+  // Throws bad_request on an empty or duplicate shard list, out-of-range parameters or
+  // balanced ranges that are not ascending and disjoint.
   partitioner(std::uint64_t epoch, std::vector<std::uint32_t> shard_ids,
               std::uint32_t vnodes = default_vnodes,
-              std::uint32_t bucket_bits = default_bucket_bits);
+              std::uint32_t bucket_bits = default_bucket_bits,
+              std::vector<key_range> balanced = {});
 
   std::uint32_t owner_of_bucket(std::uint64_t bucket) const;
   std::uint32_t owner(key_type key) const { return owner_of_bucket(key >> bucket_bits_); }
@@ -44,8 +56,18 @@ class partitioner {
   const std::vector<std::uint32_t>& shard_ids() const { return shard_ids_; }
   std::uint32_t vnodes() const { return vnodes_; }
   std::uint32_t bucket_bits() const { return bucket_bits_; }
+  const std::vector<key_range>& balanced() const { return balanced_; }
+
+  // The largest bucket size (as bits) that cuts `keys` keys into at least 128 buckets per
+  // shard (so one bucket is under 1% of a shard's share), at most 20 bits.
+  static std::uint32_t bucket_bits_for(std::uint64_t keys, std::size_t shards);
 
  private:
+  std::uint32_t ring_owner(std::uint64_t bucket) const;
+  void place_balanced();
+
+  std::vector<key_range> balanced_;
+  std::unordered_map<std::uint64_t, std::uint32_t> placed_;  // bucket -> shard, for balanced buckets
   std::uint64_t epoch_;
   std::vector<std::uint32_t> shard_ids_;
   std::uint32_t vnodes_;

@@ -157,7 +157,8 @@ std::string fingerprint_text(const job_spec& spec) {
 std::vector<std::uint64_t> shard_keys(const node_config& cfg, const job_spec& spec) {
   std::vector<std::uint32_t> ids(cfg.servers);
   for (std::uint32_t i = 0; i < ids.size(); ++i) ids[i] = i;
-  partitioner map(1, ids, static_cast<std::uint32_t>(cfg.vnodes), static_cast<std::uint32_t>(cfg.bucket_bits));
+  auto bits = parse_count(spec.get("ps.bucket-bits").value_or("12")).value_or(12);
+  partitioner map(1, ids, static_cast<std::uint32_t>(cfg.vnodes), static_cast<std::uint32_t>(bits), dense_ranges(spec));
   std::vector<std::uint64_t> out(cfg.servers, 0);
   for (const auto& t : spec.tensors())
     for (const auto& p : map.split(key_set::single(t.keys))) out[p.shard] += p.keys.size();

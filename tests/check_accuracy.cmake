@@ -1,5 +1,5 @@
 # Runs PROGRAM with ARGS and fails unless its last output line is JSON with
-# test_accuracy >= MIN_ACCURACY.
+# "status":"ok" and test_accuracy >= MIN_ACCURACY.
 execute_process(COMMAND ${PROGRAM} ${ARGS} OUTPUT_VARIABLE out RESULT_VARIABLE rc)
 if(NOT rc EQUAL 0)
   message(FATAL_ERROR "${PROGRAM} exited with ${rc}")
@@ -7,6 +7,10 @@ endif()
 string(STRIP "${out}" out)
 string(REGEX REPLACE ".*\n" "" last "${out}")
 message(STATUS "${last}")
+string(JSON status GET "${last}" status)
+if(NOT status STREQUAL "ok")
+  message(FATAL_ERROR "status ${status}, expected ok")
+endif()
 string(JSON acc GET "${last}" test_accuracy)
 if(acc LESS MIN_ACCURACY)
   message(FATAL_ERROR "test_accuracy ${acc} < ${MIN_ACCURACY}")

@@ -13,10 +13,13 @@
 #include <fstream>
 #include <map>
 
+#include <nlohmann/json.hpp>
+
 #include "apps/apps.hpp"
 #include "libps/checkpoint.hpp"
 #include "libps/consistency.hpp"
 #include "libps/trace.hpp"
+#include "runtime/job_contract.hpp"
 
 using namespace ps;
 using std::chrono::milliseconds;
@@ -276,6 +279,7 @@ TEST_CASE("bad flags and bad config files are errors that name the problem") {
     {"bin/train_fmnist --restore=/no/such/dir", 2, "--restore=/no/such/dir: no such directory"},
     {"bin/train_fmnist --ps.retry-ms=0", 2, "--ps.retry-ms must be in [1, --ps.timeout-ms]"},
     {"bin/psnode --role=local", 2, "--role=local needs --app="},
+    {"bin/psnode --role=coordinator", 2, "--role=coordinator needs --app="},
   };
   for (const auto& call : calls) {
     auto [rc, out] = shell(call.command);
@@ -611,4 +615,154 @@ TEST_CASE("faults: r=1, two servers die one after the other, the second with a r
     CHECK(shard_value(clocksum_line(out, 1), s) == expect);
   }
   std::filesystem::remove_all("ckpt-twice");
+}
+
+// ---- the job contract and exits that tell the truth --------------------------------
+
+namespace {
+
+// A psnode process whose stdout and stderr are read line by line through a pipe.
+struct node_process {
+  FILE* pipe = nullptr;
+  pid_t pid = 0;
+  std::string out;
+
+  explicit node_process(const std::string& args) {
+    // sh prints its pid and becomes psnode (exec), so pid is psnode's.
+    pipe = popen(("exec 2>&1; echo $$; exec bin/psnode " + args).c_str(), "r");
+    REQUIRE(pipe != nullptr);
+    char line[64];
+    REQUIRE(std::fgets(line, sizeof line, pipe) != nullptr);
+    pid = static_cast<pid_t>(std::stol(line));
+  }
+  ~node_process() {
+    if (!pipe) return;
+    kill(pid, SIGKILL);
+    pclose(pipe);
+  }
+  // Reads until a line holding `text`; false at the end of the output.
+  bool wait_for(const std::string& text) {
+    char line[8192];
+    while (std::fgets(line, sizeof line, pipe)) {
+      out += line;
+      if (std::string(line).find(text) != std::string::npos) return true;
+    }
+    return false;
+  }
+  // The coordinator's port from its "listening on HOST:PORT" line.
+  std::string port() {
+    REQUIRE(wait_for("listening on 127.0.0.1:"));
+    auto at = out.rfind("listening on 127.0.0.1:") + 23;
+    return out.substr(at, out.find_first_not_of("0123456789", at) - at);
+  }
+  // Reads the rest of the output; the exit status (128 + signal when killed).
+  int finish() {
+    wait_for("\x01never\x01");
+    int status = pclose(pipe);
+    pipe = nullptr;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  }
+  // The last line, parsed (the status line every role ends with).
+  nlohmann::json last_json() const {
+    auto end = out.find_last_not_of('\n');
+    REQUIRE(end != std::string::npos);
+    auto begin = out.rfind('\n', end);
+    auto line = out.substr(begin == std::string::npos ? 0 : begin + 1, end + 1 - (begin == std::string::npos ? 0 : begin + 1));
+    auto j = nlohmann::json::parse(line, nullptr, false);
+    INFO("last line: " << line);
+    REQUIRE(!j.is_discarded());
+    return j;
+  }
+};
+
+// Checks a finished member: exit status, JSON status and a text its reason holds.
+void check_end(node_process& p, const std::string& name, int exit_status, const std::string& status,
+               const std::string& reason_part) {
+  int rc = p.finish();
+  INFO(name << " printed:\n" << p.out);
+  CHECK(rc == exit_status);
+  auto j = p.last_json();
+  CHECK(j["status"] == status);
+  if (!reason_part.empty()) CHECK(j.value("reason", std::string()).find(reason_part) != std::string::npos);
+}
+
+}  // namespace
+
+TEST_CASE("contract: a worker started with another --model is refused; every member exits non-zero naming both values") {
+  node_process coord("--role=coordinator --app=fmnist --servers=1 --workers=1 --epochs=1");
+  auto addr = " --coordinator=127.0.0.1:" + coord.port();
+  node_process server("--role=server" + addr);
+  node_process worker("--role=worker --app=fmnist --model=mlp --lr=0.5" + addr);
+  const std::string why = "--lr=0.5 (the job has 0.1), --model=mlp (the job has softmax)";
+  check_end(worker, "worker", 3, "failed", why);  // 3: refused
+  check_end(coord, "coordinator", 1, "failed", why);
+  check_end(server, "server", 1, "failed", why);
+  CHECK(coord.last_json()["role"] == "coordinator");
+}
+
+TEST_CASE("contract: a job whose only copy of a shard is killed fails everywhere, non-zero, with the reason") {
+  node_process coord("--role=coordinator --app=clocksum --servers=2 --workers=2 --clocks=400 --clock-ms=5");
+  auto addr = " --coordinator=127.0.0.1:" + coord.port();
+  node_process s0("--role=server" + addr), s1("--role=server" + addr);
+  node_process w0("--role=worker --app=clocksum" + addr), w1("--role=worker --app=clocksum" + addr);
+  REQUIRE(coord.wait_for("clock "));  // training runs
+  kill(s1.pid, SIGKILL);
+  CHECK(s1.finish() == 128 + SIGKILL);
+  check_end(coord, "coordinator", 1, "failed", "its keys are lost");
+  check_end(s0, "surviving server", 1, "failed", "its keys are lost");
+  check_end(w0, "worker 0", 1, "failed", "");
+  check_end(w1, "worker 1", 1, "failed", "");
+}
+
+TEST_CASE("contract: SIGINT on the coordinator stops the job: status stopped and exit 130 everywhere") {
+  node_process coord("--role=coordinator --app=clocksum --servers=1 --workers=1 --clocks=400 --clock-ms=5");
+  auto addr = " --coordinator=127.0.0.1:" + coord.port();
+  node_process server("--role=server" + addr);
+  node_process worker("--role=worker --app=clocksum" + addr);
+  REQUIRE(coord.wait_for("clock "));
+  kill(coord.pid, SIGINT);
+  check_end(coord, "coordinator", 130, "stopped", "SIGINT");
+  check_end(server, "server", 130, "stopped", "SIGINT");
+  check_end(worker, "worker", 130, "stopped", "SIGINT");
+}
+
+TEST_CASE("contract: a worker adopts the job's settings it was not given") {
+  node_process coord("--role=coordinator --app=clocksum --servers=1 --workers=1 --clocks=7");
+  auto addr = " --coordinator=127.0.0.1:" + coord.port();
+  node_process server("--role=server" + addr);
+  node_process worker("--role=worker --app=clocksum" + addr);  // no --clocks: the job's 7
+  check_end(worker, "worker", 0, "ok", "");
+  check_end(coord, "coordinator", 0, "ok", "");
+  check_end(server, "server", 0, "ok", "");
+  CHECK(clocksum_line(coord.out, 0).find("\"clocks\":7") != std::string::npos);
+  CHECK(worker.last_json()["job_fingerprint"] == coord.last_json()["job_fingerprint"]);
+}
+
+TEST_CASE("every shard holds its share: within 10% of the mean for every app and 2 to 4 shards") {
+  for (std::string app : {"fmnist", "kvcheck", "clocksum", "bench"})
+    for (std::string model : {"softmax", "mlp"})
+      for (int servers = 2; servers <= 4; ++servers) {
+        if (app != "fmnist" && model == "mlp") continue;
+        parsed_config pc({"--servers=" + std::to_string(servers), "--model=" + model});
+        REQUIRE(pc.ok);
+        auto settings = settings_for_app(pc.cfg, app);
+        auto keys = shard_keys(pc.cfg, settings.spec);
+        REQUIRE(keys.size() == static_cast<std::size_t>(servers));
+        double mean = static_cast<double>(settings.spec.num_keys()) / servers;
+        for (auto k : keys) {
+          INFO(app << "/" << model << " on " << servers << " shards: " << k << " keys, mean " << mean);
+          CHECK(std::abs(k / mean - 1) <= 0.10);
+        }
+      }
+}
+
+TEST_CASE("the demo's two shards each hold about half the softmax keys (shard_keys in the last line)") {
+  auto [rc, out] = shell("bin/train_fmnist --model=softmax --servers=2 --workers=2 --epochs=1 2>/dev/null");
+  INFO(out);
+  REQUIRE(rc == 0);
+  auto j = nlohmann::json::parse(out.substr(out.rfind('{')));
+  CHECK(j["status"] == "ok");
+  REQUIRE(j["shard_keys"].size() == 2);
+  CHECK(j["shard_keys"][0].get<double>() + j["shard_keys"][1].get<double>() == 7850);
+  for (const auto& k : j["shard_keys"]) CHECK(std::abs(k.get<double>() / 3925 - 1) <= 0.10);
 }

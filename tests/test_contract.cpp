@@ -26,7 +26,7 @@ struct flags_config {
 job_spec softmax_spec(const std::vector<std::string>& flags) {
   flags_config c(flags);
   REQUIRE(c.ok);
-  job_settings s{rule_from(c.cfg, "sgd"), c.cfg.staleness_bound("bsp"), {}};
+  job_settings s{rule_from(c.cfg, "sgd"), c.cfg.staleness_bound("bsp"), {}, 12};
   return spec_of(c.cfg, s, {{"softmax", {0, 7850}, {7850}}});
 }
 
@@ -73,7 +73,7 @@ TEST_CASE("contract: the spec holds the effective consistency and rule, and a me
 TEST_CASE("contract: an asynchronous job's spec says so and a member adopts it") {
   flags_config c({"--app=kvcheck"});
   REQUIRE(c.ok);
-  job_settings s{rule_from(c.cfg, "sum"), c.cfg.staleness_bound("asp"), {}};
+  job_settings s{rule_from(c.cfg, "sum"), c.cfg.staleness_bound("asp"), {}, 12};
   auto spec = spec_of(c.cfg, s, {});
   CHECK(spec.get("staleness") == "inf");
   flags_config member({"--app=kvcheck"});

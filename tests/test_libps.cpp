@@ -70,6 +70,62 @@ TEST_CASE("adding a shard moves only about 1/(n+1) of the buckets, all to the ne
   }
 }
 
+TEST_CASE("balanced ranges: every shard holds within 10% of the mean, for few and many buckets") {
+  struct layout {
+    const char* name;
+    std::vector<key_range> ranges;
+  };
+  std::vector<layout> layouts = {
+    {"one small tensor (softmax)", {{0, 7850}}},
+    {"one tensor of 2 default buckets", {{0, 7850}}},
+    {"two tensors far apart", {{100, 5000}, {key_type{1} << 36, (key_type{1} << 36) + 300000}}},
+  };
+  for (const auto& l : layouts)
+    for (std::uint32_t n = 2; n <= 8; ++n) {
+      std::uint64_t total = count_keys(l.ranges);
+      auto bits = std::string(l.name).find("default") != std::string::npos ? 12u : partitioner::bucket_bits_for(total, n);
+      std::vector<std::uint32_t> ids(n);
+      std::iota(ids.begin(), ids.end(), 0);
+      partitioner p(1, ids, 128, bits, l.ranges);
+      std::vector<double> keys(n);
+      for (const auto& piece : p.split(key_set(l.ranges))) keys[piece.shard] += piece.keys.size();
+      double mean = double(total) / n;
+      for (std::uint32_t s = 0; s < n; ++s) {
+        INFO(l.name << ", " << n << " shards, " << bits << " bucket bits: shard " << s << " holds " << keys[s]
+                    << " keys, mean " << mean);
+        if (bits == 12 && n > 2) continue;  // 2 buckets cannot fill more than 2 shards
+        CHECK(std::abs(keys[s] / mean - 1) <= (bits == 12 ? 0.05 : 0.10));
+      }
+    }
+}
+
+TEST_CASE("balanced ranges: the placement is the same for every member and moves about 1/(n+1) on a join") {
+  std::vector<key_range> model{{0, 203530}};
+  for (std::uint32_t n : {2u, 3u, 4u}) {
+    std::vector<std::uint32_t> ids(n);
+    std::iota(ids.begin(), ids.end(), 0);
+    auto bits = partitioner::bucket_bits_for(203530, n);
+    partitioner a(1, ids, 128, bits, model), b(1, ids, 128, bits, model);
+    auto grown = a.with_shard(n);
+    CHECK(grown.balanced() == model);
+    std::uint64_t moved = 0, to_new = 0;
+    for (key_type k = 0; k < 203530; ++k) {
+      REQUIRE(a.owner(k) == b.owner(k));
+      if (a.owner(k) != grown.owner(k)) {
+        ++moved;
+        to_new += grown.owner(k) == n;
+      }
+    }
+    INFO(n << " shards: a join moved " << moved << " of 203530 keys, " << to_new << " of them to the new shard");
+    CHECK(moved < 1.3 * 203530 / (n + 1));
+    CHECK(to_new > 0.8 * 203530 / (n + 1));
+    // Keys outside the balanced ranges keep the plain ring's owner.
+    partitioner plain(1, ids, 128, bits);
+    CHECK(a.owner(key_type{1} << 40) == plain.owner(key_type{1} << 40));
+  }
+  CHECK_THROWS_AS(partitioner(1, {0, 1}, 128, 4, {{10, 20}, {15, 30}}), bad_request);
+}
+
 TEST_CASE("partitioner rejects bad configurations") {
   CHECK_THROWS_AS(partitioner(1, {}), bad_request);
   CHECK_THROWS_AS(partitioner(1, {1, 1}), bad_request);
