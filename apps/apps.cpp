@@ -10,6 +10,7 @@
 #include <cmath>
 #include <deque>
 #include <map>
+#include <mutex>
 #include <numeric>
 #include <optional>
 #include <thread>
@@ -417,68 +418,56 @@ std::optional<std::string> output_of(const std::string& cmd) {
   return out;
 }
 
-app_fn find_app(const std::string& name) {
-  if (name == "fmnist") return fmnist_app;
-  if (name == "kvcheck") return kvcheck_app;
-  if (name == "bench") return bench_app;
-  if (name == "clocksum") return clocksum_app;
-  throw bad_request("unknown app \"" + name + "\" (expected fmnist, kvcheck, bench or clocksum)");
-}
-
 namespace {
 
 // The dense tensors an app's workers push and pull, for the job spec.
-std::vector<tensor_spec> app_tensors(const node_config& cfg, const std::string& name) {
-  auto contiguous = [](const std::string& prefix, const tensor_layout& t) {
-    std::vector<tensor_spec> out;
-    for (const auto& r : t.ranges)
-      if (r.size() > 1) out.push_back({prefix + "@" + std::to_string(r.begin), r, {r.size()}});
-    return out;
-  };
-  if (name == "fmnist") {
-    auto n = fmnist::make_model(cfg.model)->num_params();
-    return {{cfg.model, {0, n}, {n}}};
+std::vector<tensor_spec> contiguous_tensors(const std::string& prefix, const tensor_layout& t) {
+  std::vector<tensor_spec> out;
+  for (const auto& r : t.ranges)
+    if (r.size() > 1) out.push_back({prefix + "@" + std::to_string(r.begin), r, {r.size()}});
+  return out;
+}
+
+std::vector<tensor_spec> fmnist_tensors(const node_config& cfg) {
+  auto n = fmnist::make_model(cfg.model)->num_params();
+  return {{cfg.model, {0, n}, {n}}};
+}
+
+std::vector<tensor_spec> kvcheck_tensors(const node_config& cfg) {
+  auto out = contiguous_tensors("shared", kvcheck_layout(0));
+  for (std::uint32_t w = 0; w < cfg.workers; ++w) {
+    auto own = contiguous_tensors("worker" + std::to_string(w), kvcheck_layout((w + 1) * kvcheck_own_stride));
+    out.insert(out.end(), own.begin(), own.end());
   }
-  if (name == "clocksum") return {{"clocksum", {0, clocksum_keys}, {clocksum_keys}}};
-  if (name == "kvcheck") {
-    auto out = contiguous("shared", kvcheck_layout(0));
-    for (std::uint32_t w = 0; w < cfg.workers; ++w) {
-      auto own = contiguous("worker" + std::to_string(w), kvcheck_layout((w + 1) * kvcheck_own_stride));
-      out.insert(out.end(), own.begin(), own.end());
-    }
-    return out;
+  return out;
+}
+
+std::vector<tensor_spec> bench_tensors(const node_config& cfg) {
+  std::vector<tensor_spec> out;
+  std::int64_t largest = 0;
+  for (auto b : cfg.sizes.empty() ? bench_default_sizes() : cfg.sizes) largest = std::max(largest, b);
+  auto n = static_cast<std::uint64_t>(largest) / sizeof(float);
+  for (std::uint32_t w = 0; w < cfg.workers; ++w) {
+    auto base = bench_base(w);
+    out.push_back({"bench.worker" + std::to_string(w), {base, base + n}, {n}});
   }
-  if (name == "bench") {
-    std::vector<tensor_spec> out;
-    std::int64_t largest = 0;
-    for (auto b : cfg.sizes.empty() ? bench_default_sizes() : cfg.sizes) largest = std::max(largest, b);
-    auto n = static_cast<std::uint64_t>(largest) / sizeof(float);
-    for (std::uint32_t w = 0; w < cfg.workers; ++w) {
-      auto base = bench_base(w);
-      out.push_back({"bench.worker" + std::to_string(w), {base, base + n}, {n}});
-    }
-    return out;
-  }
-  return {};
+  return out;
 }
 
 }  // namespace
 
-job_settings settings_for_app(const node_config& cfg, const std::string& name) {
-  job_settings s;
-  if (name == "fmnist")
-    s = settings_from(cfg, "sgd", "bsp");
-  else if (name == "clocksum")
-    s = settings_from(cfg, "sum", "bsp");
-  else
-    s = settings_from(cfg, "sum", "asp");
-  s.spec = spec_of(cfg, s, app_tensors(cfg, name));
-  s.spec.set("app", name);  // launchers name the app themselves (train_fmnist: fmnist)
-  // Buckets small enough that the tensors spread evenly (libps/partitioner.hpp), unless set.
-  if (!cfg.given.count("ps.bucket-bits") && s.spec.num_keys() > 0)
-    s.bucket_bits = partitioner::bucket_bits_for(s.spec.num_keys(), cfg.servers);
-  s.spec.set("ps.bucket-bits", std::to_string(s.bucket_bits));
-  return s;
+void register_builtin_apps() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    register_app({"fmnist", "Fashion-MNIST softmax or MLP, data-parallel", fmnist_app, "sgd", "bsp", fmnist_tensors});
+    register_app({"kvcheck", "exact sums under asynchronous pushes", kvcheck_app, "sum", "asp", kvcheck_tensors});
+    register_app({"clocksum", "exact integer sums per clock, the fault tests' app", clocksum_app, "sum", "bsp",
+                  [](const node_config&) {
+                    return std::vector<tensor_spec>{{"clocksum", {0, clocksum_keys}, {clocksum_keys}}};
+                  }});
+    register_app({"bench", "push/pull throughput per size and window (bench_kv)", bench_app, "sum", "asp",
+                  bench_tensors});
+  });
 }
 
 }  // namespace ps

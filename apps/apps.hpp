@@ -4,15 +4,13 @@
 #include <string>
 
 #include "actors/node.hpp"
+#include "runtime/app_registry.hpp"
 
 namespace ps {
 
-// The app of that name; throws bad_request naming the known apps if there is none.
-app_fn find_app(const std::string& name);
-// The update rule and consistency model an app is written for (used when --ps.rule,
-// --consistency and --staleness are not given): fmnist trains with sgd under BSP; the
-// key-value apps sum and never tick clocks (ASP).
-job_settings settings_for_app(const node_config& cfg, const std::string& name);
+// Registers fmnist (sgd, BSP), kvcheck and bench (sum, ASP) and clocksum (sum, BSP) with
+// runtime/app_registry.hpp; once per process, later calls do nothing.
+void register_builtin_apps();
 
 // Runs a shell command (the benches run whole jobs as processes): its stdout, or nullopt
 // after printing the command, its exit status and its output on stderr.

@@ -8,6 +8,7 @@
 #include "runtime/signals.hpp"
 
 int main(int argc, char** argv) {
+  ps::register_builtin_apps();
   ps::node_config cfg;
   if (!cfg.parse_args(argc, argv)) return cfg.cli_helptext_printed ? 0 : 2;
   ps::apply_runtime_defaults(cfg);

@@ -37,6 +37,7 @@ void add_worker_figures(const ps::job_result& res, ps::json_line& out) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  ps::register_builtin_apps();
   ps::node_config cfg;
   if (!cfg.parse_args(argc, argv)) return cfg.cli_helptext_printed ? 0 : 2;
   ps::apply_runtime_defaults(cfg);

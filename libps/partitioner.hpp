@@ -66,13 +66,13 @@ class partitioner {
   std::uint32_t ring_owner(std::uint64_t bucket) const;
   void place_balanced();
 
-  std::vector<key_range> balanced_;
-  std::unordered_map<std::uint64_t, std::uint32_t> placed_;  // bucket -> shard, for balanced buckets
   std::uint64_t epoch_;
   std::vector<std::uint32_t> shard_ids_;
   std::uint32_t vnodes_;
   std::uint32_t bucket_bits_;
+  std::vector<key_range> balanced_;
   std::vector<std::pair<std::uint64_t, std::uint32_t>> ring_;  // (position, shard id), sorted
+  std::unordered_map<std::uint64_t, std::uint32_t> placed_;  // bucket -> shard, for balanced buckets
 };
 
 std::uint64_t mix64(std::uint64_t x);  // splitmix64 finalizer

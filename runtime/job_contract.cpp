@@ -26,7 +26,10 @@ std::string render(std::size_t v) { return std::to_string(v); }
 std::string render(std::int64_t v) { return std::to_string(v); }
 std::string render(const std::vector<std::int64_t>& v) {
   std::string out = "[";
-  for (std::size_t i = 0; i < v.size(); ++i) out += (i ? "," : "") + std::to_string(v[i]);
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    if (i > 0) out += ',';
+    out += std::to_string(v[i]);
+  }
   return out + "]";
 }
 

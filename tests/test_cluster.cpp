@@ -26,6 +26,8 @@ using std::chrono::milliseconds;
 
 namespace {
 
+[[maybe_unused]] const bool apps_registered = (register_builtin_apps(), true);
+
 // A node_config parsed from flags, as a binary would get it.
 struct parsed_config {
   node_config cfg;

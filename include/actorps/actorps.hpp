@@ -1,0 +1,16 @@
+#pragma once
+// ActorPS's API for programs outside the tree (installed with `cmake --install`; use with
+// find_package(ActorPS REQUIRED) and target ActorPS::actorps). An app is a function a
+// worker runs against the key-value client; register it by name and run a job of it,
+// embedded (every role in this process) or as psnode processes.
+//
+//   ps::register_app({"name", "summary", run, "sum", "asp", tensors});
+//   ps::node_config cfg;  cfg.parse_args(argc, argv);  cfg.cluster = "embedded";
+//   caf::actor_system sys{cfg};
+//   auto res = ps::run_job(sys, cfg, ps::find_app("name"), "name", ps::settings_for_app(cfg, "name"), report);
+//
+// In the app: ctx.kv.push(keys, values), ctx.kv.pull(keys).get(), ctx.barrier(), ctx.id.
+#include "actors/node.hpp"           // node_config, run_job, job_result, worker_context
+#include "actors/kv_client.hpp"      // kv_client, kv_future, key_set
+#include "runtime/app_registry.hpp"  // register_app, find_app, settings_for_app
+#include "runtime/signals.hpp"       // catch_stop_signals

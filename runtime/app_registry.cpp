@@ -1,0 +1,66 @@
+#include "runtime/app_registry.hpp"
+
+#include <map>
+#include <mutex>
+
+#include "libps/partitioner.hpp"
+#include "runtime/job_contract.hpp"
+
+namespace ps {
+
+namespace {
+
+struct registry {
+  std::mutex mtx;
+  std::map<std::string, app_definition> apps;
+};
+
+registry& the_registry() {
+  static registry r;
+  return r;
+}
+
+}  // namespace
+
+void register_app(app_definition app) {
+  if (app.name.empty()) throw bad_request("register_app: an app needs a name");
+  if (!app.run) throw bad_request("register_app: app " + app.name + " has no run function");
+  auto& r = the_registry();
+  std::lock_guard<std::mutex> guard(r.mtx);
+  if (r.apps.count(app.name)) throw bad_request("register_app: an app named " + app.name + " is registered already");
+  auto name = app.name;
+  r.apps.emplace(std::move(name), std::move(app));
+}
+
+const app_definition& find_app_definition(const std::string& name) {
+  auto& r = the_registry();
+  std::lock_guard<std::mutex> guard(r.mtx);
+  if (auto it = r.apps.find(name); it != r.apps.end()) return it->second;  // entries never move
+  std::string known;
+  for (const auto& [n, a] : r.apps) known += (known.empty() ? "" : ", ") + n + " (" + a.summary + ")";
+  throw bad_request("unknown app \"" + name + "\" (the apps: " + (known.empty() ? "none registered" : known) + ")");
+}
+
+app_fn find_app(const std::string& name) { return find_app_definition(name).run; }
+
+std::vector<std::string> app_names() {
+  auto& r = the_registry();
+  std::lock_guard<std::mutex> guard(r.mtx);
+  std::vector<std::string> out;
+  for (const auto& entry : r.apps) out.push_back(entry.first);
+  return out;
+}
+
+job_settings settings_for_app(const node_config& cfg, const std::string& name) {
+  const auto& app = find_app_definition(name);
+  auto s = settings_from(cfg, app.default_rule, app.default_consistency);
+  s.spec = spec_of(cfg, s, app.tensors ? app.tensors(cfg) : std::vector<tensor_spec>{});
+  s.spec.set("app", name);  // launchers name the app themselves (train_fmnist: fmnist)
+  // Buckets small enough that the tensors spread evenly (libps/partitioner.hpp), unless set.
+  if (!cfg.given.count("ps.bucket-bits") && s.spec.num_keys() > 0)
+    s.bucket_bits = partitioner::bucket_bits_for(s.spec.num_keys(), cfg.servers);
+  s.spec.set("ps.bucket-bits", std::to_string(s.bucket_bits));
+  return s;
+}
+
+}  // namespace ps

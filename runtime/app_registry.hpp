@@ -1,0 +1,36 @@
+#pragma once
+// Apps register by name: what their workers run, the update rule and consistency they are
+// written for, and their part of the job spec (the dense tensors they push and pull).
+// psnode --app=NAME, the launchers and out-of-tree programs (examples/hello_kv.cpp) find
+// them here; the built-in ones come with ps::register_builtin_apps() (apps/apps.hpp).
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "actors/node.hpp"
+#include "libps/job_spec.hpp"
+
+namespace ps {
+
+struct app_definition {
+  std::string name;
+  std::string summary;              // one line, listed when an unknown app is asked for
+  app_fn run;                       // a worker's part; returns its JSON result
+  std::string default_rule = "sum";           // when --ps.rule is not given
+  std::string default_consistency = "asp";    // when neither --consistency nor --staleness is
+  std::function<std::vector<tensor_spec>(const node_config&)> tensors;  // may be empty
+};
+
+// Throws bad_request for an empty name, a missing run function or a name taken already.
+void register_app(app_definition app);
+// Throws bad_request naming the registered apps when there is none of that name.
+const app_definition& find_app_definition(const std::string& name);
+app_fn find_app(const std::string& name);
+std::vector<std::string> app_names();
+
+// The job settings and spec of app `name` under cfg: its defaults where cfg does not set
+// the rule or the consistency, its tensors, and buckets sized to them unless
+// --ps.bucket-bits is given (libps/partitioner.hpp).
+job_settings settings_for_app(const node_config& cfg, const std::string& name);
+
+}  // namespace ps

@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# The installed package works out of tree: install ActorPS into a fresh prefix, build
+# examples/ as a project of its own with find_package(ActorPS), run hello_kv.
+set -euo pipefail
+build=$1 source=$2
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+cmake --install "$build" --prefix "$work/prefix" >/dev/null
+cmake -S "$source/examples" -B "$work/hello" -DCMAKE_PREFIX_PATH="$work/prefix" -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake --build "$work/hello" -j2 >/dev/null
+"$work/hello/hello_kv" --servers=2 --workers=3
+echo "hello_kv built against the installed package: PASS"
