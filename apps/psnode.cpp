@@ -19,7 +19,8 @@ int main(int argc, char** argv) {
     if ((runs_app || cfg.role == "coordinator") && cfg.app.empty())
       throw ps::bad_request("--role=" + cfg.role + " needs --app=fmnist|kvcheck|bench|clocksum");
     auto app = runs_app ? ps::find_app(cfg.app) : ps::app_fn{};
-    auto settings = ps::settings_for_app(cfg, cfg.app);
+    // A server learns the job from the coordinator; it may be started without --app.
+    auto settings = cfg.app.empty() ? ps::job_settings{} : ps::settings_for_app(cfg, cfg.app);
     caf::actor_system sys{cfg};
     ps::catch_stop_signals();
     if (cfg.role == "local") return ps::run_local_role(sys, cfg, app, settings);

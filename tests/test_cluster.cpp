@@ -768,3 +768,23 @@ TEST_CASE("the demo's two shards each hold about half the softmax keys (shard_ke
   CHECK(j["shard_keys"][0].get<double>() + j["shard_keys"][1].get<double>() == 7850);
   for (const auto& k : j["shard_keys"]) CHECK(std::abs(k.get<double>() / 3925 - 1) <= 0.10);
 }
+
+TEST_CASE("contract: psctl stop ends the job: status stopped everywhere, the coordinator exits 0") {
+  node_process coord("--role=coordinator --app=clocksum --servers=1 --workers=1 --clocks=400 --clock-ms=5");
+  auto port = coord.port();
+  auto addr = " --coordinator=127.0.0.1:" + port;
+  node_process server("--role=server" + addr);
+  node_process worker("--role=worker --app=clocksum" + addr);
+  REQUIRE(coord.wait_for("clock "));
+  auto [rc, out] = shell("bin/psctl stop 127.0.0.1:" + port + " 'maintenance window'");
+  INFO(out);
+  CHECK(rc == 0);
+  CHECK(out.find("\"status\":\"ok\"") != std::string::npos);
+  check_end(coord, "coordinator", 0, "stopped", "maintenance window");
+  check_end(server, "server", 0, "stopped", "maintenance window");
+  check_end(worker, "worker", 0, "stopped", "maintenance window");
+  auto [bad_rc, bad_out] = shell("bin/psctl stop 127.0.0.1:1");
+  CHECK(bad_rc == 1);
+  CHECK(bad_out.find("cannot reach the coordinator at 127.0.0.1:1") != std::string::npos);
+  CHECK(shell("bin/psctl pause 127.0.0.1:1").first == 2);
+}
