@@ -86,6 +86,7 @@ void end_job(self_ptr self, const coordinator_options& opts, errc code, const st
   if (st.ending) return;
   st.ending = true;
   auto err = completed ? caf::error{} : make_error(code, text);
+  st.end_reason = err;
   auto wire_code = completed ? std::uint8_t{0} : static_cast<std::uint8_t>(code);
   for (auto& w : st.waiting) w.promise.deliver(err);
   st.waiting.clear();
@@ -99,10 +100,18 @@ void end_job(self_ptr self, const coordinator_options& opts, errc code, const st
   // A stop is no failure: the observer learns it from the coordinator's exit reason.
   if (!completed && (code == errc::job_failed || code == errc::failed))
     tell_observer(self, opts, caf::make_message(failed_atom::value, text));
+  // A failed job lingers a moment, so a member whose registration was on its way when the
+  // job ended learns why (the register handler answers with the reason).
+  auto quit = [=] {
+    if (completed)
+      self->quit();
+    else
+      self->delayed_send(self, std::chrono::milliseconds(500), end_atom::value);
+  };
   auto remaining = std::make_shared<std::size_t>(st.copies.size());
-  if (*remaining == 0) return self->quit(err);
+  if (*remaining == 0) return quit();
   auto acked = [=] {
-    if (--*remaining == 0) self->quit(err);
+    if (--*remaining == 0) quit();
   };
   for (auto& copy : st.copies)
     self->request(copy, std::chrono::seconds(2), stop_atom::value, wire_code, text)
@@ -351,6 +360,7 @@ coordinator_actor::behavior_type coordinator(self_ptr self, coordinator_options 
   return {
     [=](register_atom, node_info& info) -> caf::result<registration> {
       auto& st = self->state;
+      if (st.ending) return st.end_reason ? st.end_reason : make_ps_error("coordinator: the job has ended");
       if (auto why = refusal(opts, info); !why.empty()) {
         auto text = "the coordinator refused " + member_name(info) + ": " + why;
         auto rp = self->make_response_promise<registration>();
@@ -427,7 +437,9 @@ coordinator_actor::behavior_type coordinator(self_ptr self, coordinator_options 
       }
       return rp;
     },
+    [=](end_atom) { self->quit(self->state.end_reason); },
     [=](barrier_atom, std::uint32_t) -> caf::result<std::uint64_t> {
+      if (self->state.ending) return self->state.end_reason;
       auto rp = self->make_response_promise<std::uint64_t>();
       self->state.barrier.push_back(rp);
       release_barrier_if_complete(self);
@@ -469,9 +481,9 @@ coordinator_actor::behavior_type coordinator(self_ptr self, coordinator_options 
     },
     [=](stop_atom, std::uint8_t code, std::string& why) -> caf::result<caf::ok_atom> {
       auto kind = static_cast<errc>(code);
-      if (kind != errc::stopped && kind != errc::interrupted && kind != errc::terminated)
+      if (kind != errc::stopped && kind != errc::interrupted && kind != errc::terminated && kind != errc::job_failed)
         return make_ps_error("coordinator: stop with code " + std::to_string(code) + " (expected stopped, "
-                             "interrupted or terminated)");
+                             "interrupted, terminated or job_failed)");
       auto rp = self->make_response_promise<caf::ok_atom>();
       rp.deliver(caf::ok_atom::value);
       end_job(self, opts, kind, why);

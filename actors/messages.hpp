@@ -41,6 +41,7 @@ using join_atom = caf::atom_constant<caf::atom("join")>;
 using members_atom = caf::atom_constant<caf::atom("members")>;
 using restore_atom = caf::atom_constant<caf::atom("restore")>;
 using stop_atom = caf::atom_constant<caf::atom("stop")>;
+using end_atom = caf::atom_constant<caf::atom("end")>;
 
 template <class Inspector>
 constexpr bool is_raw_io_v =
@@ -282,9 +283,12 @@ using coordinator_actor = caf::typed_actor<
   caf::reacts_to<view_atom, std::uint32_t>,
   // Internal: time for a time-based checkpoint (--checkpoint-seconds).
   caf::reacts_to<checkpoint_atom>,
-  // Ends the job with this errc (stopped, interrupted, terminated) and reason: every
-  // member gets the reason and ends; the reply comes before the coordinator quits.
-  caf::replies_to<stop_atom, std::uint8_t, std::string>::with<caf::ok_atom>>;
+  // Ends the job with this errc (stopped, interrupted, terminated; job_failed from a
+  // launcher that saw a member die) and reason: every member gets the reason and ends;
+  // the reply comes before the coordinator quits.
+  caf::replies_to<stop_atom, std::uint8_t, std::string>::with<caf::ok_atom>,
+  // Internal: the job has ended and late registrations had their grace period: quit.
+  caf::reacts_to<end_atom>>;
 
 // Registers every type above under the same names on every node.
 void register_types(caf::actor_system_config& cfg);

@@ -3,7 +3,7 @@
 #include <optional>
 #include <string>
 
-#include "actors/node.hpp"
+#include "runtime/node.hpp"
 #include "runtime/app_registry.hpp"
 
 namespace ps {

@@ -8,7 +8,7 @@
 
 #include <caf/io/all.hpp>
 
-#include "actors/node.hpp"
+#include "runtime/node.hpp"
 
 namespace {
 

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "actors/node.hpp"
+#include "runtime/node.hpp"
 #include "libps/job_spec.hpp"
 
 namespace ps {

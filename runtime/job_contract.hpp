@@ -4,7 +4,7 @@
 // given explicitly (compared with the spec), and adopting the spec's values for the rest.
 #include <vector>
 
-#include "actors/node.hpp"
+#include "runtime/node.hpp"
 #include "libps/job_spec.hpp"
 
 namespace ps {

@@ -3,7 +3,7 @@
 // (on CAF's deterministic scheduler).
 #include "tests/actor_fixture.hpp"
 
-#include "actors/node.hpp"
+#include "runtime/node.hpp"
 #include "runtime/job_contract.hpp"
 
 using namespace ps;

@@ -1,0 +1,395 @@
+// node_config: flags and INI files, their checks, and the actor options they give.
+#include "runtime/node.hpp"
+
+#include <caf/io/all.hpp>
+
+#include <malloc.h>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+
+#include "actors/server_shard.hpp"
+#include "libps/text.hpp"
+#include "runtime/job_contract.hpp"
+
+namespace ps {
+
+using std::chrono::milliseconds;
+
+// ---- configuration ------------------------------------------------------------------
+
+node_config::node_config() {
+  register_types(*this);
+  load<caf::io::middleman>();
+  opt_group{custom_options_, "global"}
+    .add(role, "role", "psnode role: coordinator|server|worker|local (local: the whole job of --app here)")
+    .add(coordinator, "coordinator", "coordinator address HOST:PORT")
+    .add(host, "host", "address this node listens on and announces")
+    .add(port, "port", "coordinator: port to listen on (0: any free port)")
+    .add(app, "app", "worker app: fmnist|kvcheck|bench")
+    .add(cluster, "cluster", "embedded (one process) | processes (local cluster on loopback)")
+    .add(servers, "servers", "number of server shards")
+    .add(workers, "workers", "number of workers")
+    .add(model, "model", "softmax|mlp")
+    .add(epochs, "epochs", "passes over the training data")
+    .add(lr, "lr", "learning rate of the server's update rule")
+    .add(batch, "batch", "minibatch size per worker")
+    .add(seed, "seed", "seed for initialization, shuffling and stragglers")
+    .add(data, "data", "fmnist: directory of the Fashion-MNIST files (Debian's dataset-fashion-mnist)")
+    .add(consistency, "consistency", "bsp|ssp|asp (default: bsp, or ssp when --staleness is given)")
+    .add(staleness, "staleness", "SSP bound: a read at clock c waits for min clock >= c - K")
+    .add(slow_worker, "slow-worker", "ID:FACTOR: that worker's compute always takes FACTOR times longer")
+    .add(straggle, "straggle", "P:FACTOR: each iteration each worker is slowed by FACTOR with probability P")
+    .add(pipeline, "pipeline", "on|off: overlap loading, pull prefetch and per-layer pushes with compute")
+    .add(trace, "trace", "FILE: shards append a JSON line per push applied and pull answered")
+    .add(target_accuracy, "target-accuracy", "bench_consistency: the accuracy seconds_to_target is timed to")
+    .add(eval_every, "eval-every", "seconds between parameter snapshots for time-to-accuracy")
+    .add(devices, "devices", "compute devices per worker (CPU threads; gradients reduced locally before one push)")
+    .add(aggregation, "aggregation", "central|block|ring: how the devices' gradients are reduced")
+    .add(compression, "compression", "none|fp16|int8|topk: codec of pushes on the wire")
+    .add(topk_ratio, "topk-ratio", "fraction of values a topk push sends (error feedback keeps the rest)")
+    .add(pull_compression, "pull-compression", "none|fp16|int8: codec of pull answers on the wire")
+    .add(checkpoint_dir, "checkpoint-dir", "DIR: the coordinator writes checkpoints here")
+    .add(checkpoint_every, "checkpoint-every", "K: a checkpoint whenever the minimum clock crosses a multiple of K")
+    .add(checkpoint_seconds, "checkpoint-seconds", "T: a checkpoint every T seconds, at the next clock boundary")
+    .add(replication, "replication", "R: copies of each shard in a chain over consecutive servers (pushes to the head, "
+                                     "pulls from the tail); a dead copy is spliced out, nothing lost")
+    .add(restore, "restore", "DIR: the shards start from the newest intact checkpoint in DIR")
+    .add(faults, "faults", "fault injector, ';'-separated: kill server=I at=C; kill worker=I at=C; "
+                           "slow worker=I factor=F (see README)")
+    .add(clocks, "clocks", "clocksum: iterations (clock ticks) per worker")
+    .add(clock_ms, "clock-ms", "clocksum: simulated compute per clock, in ms")
+    .add(sizes, "sizes", "bench_kv: value sizes in bytes, e.g. [4096,1048576]")
+    .add(windows, "windows", "bench_kv: requests in flight, e.g. [1,8]")
+    .add(cell_seconds, "cell-seconds", "bench_kv: seconds per measured cell");
+  opt_group{custom_options_, "ps"}
+    .add(rule, "rule", "server update rule: sum|sgd|adagrad|adam (default: the app's)")
+    .add(momentum, "momentum", "sgd momentum")
+    .add(chunk_bytes, "chunk-bytes", "largest value payload per message")
+    .add(inflight_bytes, "inflight-bytes", "bytes in flight per shard before chunks queue in the client")
+    .add(data_plane_bytes, "data-plane-bytes", "value blocks of at least this many bytes travel over a plain TCP "
+                                               "data connection beside CAF (0: all inside CAF messages)")
+    .add(timeout_ms, "timeout-ms", "timeout of every push/pull request")
+    .add(heartbeat_ms, "heartbeat-ms", "interval of heartbeats between connected nodes (0: none); "
+                                       "keep it above the slowest connection handshake (CAF-NOTES 4)")
+    .add(failure_timeout_ms, "failure-timeout-ms", "a node silent (no message, no heartbeat) this long is declared dead")
+    .add(retry_ms, "retry-ms", "send a request again when unanswered this long (default: 200 with --faults "
+                               "drop/duplicate/delay, else never)")
+    .add(register_timeout_ms, "register-timeout-ms", "how long members wait for the cluster to form")
+    .add(barrier_timeout_ms, "barrier-timeout-ms", "how long a worker waits at a barrier")
+    .add(vnodes, "vnodes", "virtual nodes per shard on the hash ring")
+    .add(bucket_bits, "bucket-bits", "log2 of keys per partitioning bucket")
+    .add(reply_delay_ms, "reply-delay-ms", "test hook: servers answer this late");
+}
+
+namespace {
+
+// CAF ignores unknown keys and wrongly typed values in INI files; we refuse them.
+caf::error check_ini(const char* path, const caf::config_option_set& opts) {
+  auto parsed = caf::actor_system_config::parse_config_file(path);
+  if (!parsed)
+    return parsed.error();
+  auto check = [&](const std::string& category, const std::string& key,
+                   const caf::config_value& val) -> caf::error {
+    auto opt = opts.qualified_name_lookup(category, key);
+    if (!opt)
+      return make_ps_error(std::string(path) + ": unknown option " + category + "." + key);
+    if (auto err = opt->check(val))
+      return make_ps_error(std::string(path) + ": " + category + "." + key + " = " +
+                           caf::to_string(val) + " is not a valid " +
+                           std::string(opt->type_name().data(), opt->type_name().size()));
+    return {};
+  };
+  for (const auto& [name, value] : *parsed) {
+    const auto* group = caf::get_if<caf::config_value::dictionary>(&value);
+    if (!group) {  // CAF keeps [global] keys at the top level
+      if (auto err = check("global", name, value)) return err;
+      continue;
+    }
+    for (const auto& [key, val] : *group)
+      if (auto err = check(name, key, val)) return err;
+  }
+  return {};
+}
+
+}  // namespace
+
+namespace {
+
+// "--ps.vnodes=4" -> "ps.vnodes", "--global.model=x" -> "model"; "" for what is no option.
+std::string option_name(const std::string& arg) {
+  if (arg.rfind("--", 0) != 0) return {};
+  auto name = arg.substr(2, arg.find('=') - 2);
+  if (name.rfind("global.", 0) == 0) name = name.substr(7);
+  return name;
+}
+
+// The options an INI file sets, named as on the command line.
+void add_ini_options(const std::string& path, std::set<std::string>& out) {
+  auto parsed = caf::actor_system_config::parse_config_file(path.c_str());
+  if (!parsed) return;  // check_ini has reported it
+  for (const auto& [name, value] : *parsed) {
+    const auto* group = caf::get_if<caf::config_value::dictionary>(&value);
+    if (!group) {
+      out.insert(name);
+      continue;
+    }
+    for (const auto& entry : *group) out.insert(name == "global" ? entry.first : name + "." + entry.first);
+  }
+}
+
+}  // namespace
+
+bool node_config::parse_args(int argc, char** argv) {
+  args.assign(argv + 1, argv + argc);
+  for (const auto& a : args)
+    if (auto name = option_name(a); !name.empty()) given.insert(name);
+  std::string ini = "caf-application.ini";
+  bool explicit_ini = false;
+  for (const auto& a : args)
+    if (a.rfind("--config-file=", 0) == 0) {
+      ini = a.substr(14);
+      explicit_ini = true;
+    }
+  if (explicit_ini || std::filesystem::exists(ini)) {
+    if (auto err = check_ini(ini.c_str(), custom_options_)) {
+      std::fprintf(stderr, "error: %s\n", describe(err).c_str());
+      return false;
+    }
+    add_ini_options(ini, given);
+  }
+  if (auto err = parse(argc, argv)) {
+    std::fprintf(stderr, "error: %s\n", render(err).c_str());
+    return false;
+  }
+  if (cli_helptext_printed)
+    return false;
+  try {
+    validate();
+  } catch (const bad_request& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return false;
+  }
+  return true;
+}
+
+void node_config::validate() const {
+  auto one_of = [](const std::string& name, const std::string& v, std::vector<std::string> ok) {
+    for (const auto& o : ok)
+      if (v == o) return;
+    std::string list;
+    for (const auto& o : ok) list += (list.empty() ? "" : "|") + o;
+    throw bad_request("--" + name + "=" + v + " is not one of " + list);
+  };
+  if (!role.empty()) one_of("role", role, {"coordinator", "server", "worker", "local"});
+  one_of("cluster", cluster, {"embedded", "processes"});
+  one_of("model", model, {"softmax", "mlp"});
+  if (!rule.empty()) update_rule::parse_kind(rule);
+  if (servers < 1 || servers > 1024) throw bad_request("--servers must be in [1, 1024]");
+  if (workers < 1 || workers > 1024) throw bad_request("--workers must be in [1, 1024]");
+  if (epochs < 1) throw bad_request("--epochs must be >= 1");
+  if (batch < 1) throw bad_request("--batch must be >= 1");
+  if (!(lr > 0)) throw bad_request("--lr must be > 0");
+  if (chunk_bytes < 1024 || chunk_bytes > (256u << 20))
+    throw bad_request("--ps.chunk-bytes must be in [1 KiB, 256 MiB]");
+  if (inflight_bytes < 1) throw bad_request("--ps.inflight-bytes must be >= 1");
+  if (timeout_ms < 1) throw bad_request("--ps.timeout-ms must be >= 1");
+  if (bucket_bits > 40) throw bad_request("--ps.bucket-bits must be <= 40");
+  if (vnodes < 1 || vnodes > 65536) throw bad_request("--ps.vnodes must be in [1, 65536]");
+  for (auto s : sizes)
+    if (s < 4 || s % 4 != 0) throw bad_request("--sizes: " + std::to_string(s) + " is not a positive multiple of 4 bytes");
+  for (auto w : windows)
+    if (w < 1 || w > 1024) throw bad_request("--windows: " + std::to_string(w) + " is not in [1, 1024]");
+  if (!(cell_seconds > 0)) throw bad_request("--cell-seconds must be > 0");
+  if (!coordinator.empty()) parse_host_port(coordinator);
+  staleness_bound("bsp");
+  push_codec();
+  pull_codec();
+  if (!(checkpoint_seconds >= 0) || checkpoint_seconds > 1e6)
+    throw bad_request("--checkpoint-seconds must be in [0, 1e6]");
+  if (!checkpoint_dir.empty() && checkpoint_every == 0 && checkpoint_seconds == 0)
+    throw bad_request("--checkpoint-dir needs --checkpoint-every=K (K >= 1 clocks) or --checkpoint-seconds=T");
+  if ((checkpoint_every > 0 || checkpoint_seconds > 0) && checkpoint_dir.empty())
+    throw bad_request(std::string(checkpoint_every > 0 ? "--checkpoint-every" : "--checkpoint-seconds") +
+                      " needs --checkpoint-dir=DIR");
+  if (devices < 1 || devices > 64) throw bad_request("--devices must be in [1, 64]");
+  if (replication < 1 || replication > servers)
+    throw bad_request("--replication=" + std::to_string(replication) + " must be in [1, --servers=" +
+                      std::to_string(servers) + "] (each copy of a shard lives on another server)");
+  auto plan = fault_spec();
+  if (!plan.kills.empty() && cluster == "embedded" && (role.empty() || role == "local"))
+    throw bad_request("--faults: kill needs --cluster=processes (a kill ends the whole process)");
+  if (heartbeat_ms > 0 && failure_timeout_ms < 2 * heartbeat_ms)
+    throw bad_request("--ps.failure-timeout-ms must be at least twice --ps.heartbeat-ms (a late heartbeat is not a failure)");
+  if (retry_ms < -1 || retry_ms == 0 || retry_ms > static_cast<std::int64_t>(timeout_ms))
+    throw bad_request("--ps.retry-ms must be in [1, --ps.timeout-ms]");
+
+  if (!restore.empty() && !std::filesystem::is_directory(restore))
+    throw bad_request("--restore=" + restore + ": no such directory");
+  one_of("aggregation", aggregation, {"central", "block", "ring"});
+  one_of("pipeline", pipeline, {"on", "off"});
+  auto slow = parse_slow_worker(slow_worker);
+  if (slow.set && slow.worker >= workers)
+    throw bad_request("--slow-worker=" + slow_worker + ": there are only " + std::to_string(workers) +
+                      " workers (ids 0.." + std::to_string(workers - 1) + ")");
+  parse_straggle(straggle);
+  if (!(target_accuracy > 0 && target_accuracy <= 1)) throw bad_request("--target-accuracy must be in (0, 1]");
+  if (!(eval_every > 0)) throw bad_request("--eval-every must be > 0");
+}
+
+fault_plan node_config::fault_spec() const {
+  auto plan = parse_faults(faults);
+  plan.check_against(servers, workers);
+  return plan;
+}
+
+namespace {
+
+// parse_codec, with the flag named in its error.
+codec codec_flag(const std::string& flag, const std::string& value) {
+  try {
+    return parse_codec(value);
+  } catch (const bad_request& e) {
+    throw bad_request("--" + flag + "=" + value + ": " + e.what());
+  }
+}
+
+}  // namespace
+
+codec node_config::push_codec() const {
+  codec c = codec_flag("compression", compression);
+  if (c.kind == codec_kind::topk) c.topk_ratio = topk_ratio;
+  if (!(topk_ratio > 0 && topk_ratio <= 1))
+    throw bad_request("--topk-ratio=" + std::to_string(topk_ratio) + " is not in (0, 1]");
+  return c;
+}
+
+codec node_config::pull_codec() const {
+  codec c = codec_flag("pull-compression", pull_compression);
+  if (c.kind == codec_kind::topk)
+    throw bad_request("--pull-compression=" + pull_compression +
+                      ": pulls take none, fp16 or int8 (top-k would drop most parameters)");
+  return c;
+}
+
+std::uint64_t node_config::staleness_bound(const std::string& app_default) const {
+  return staleness_from(consistency.empty() && staleness < 0 ? app_default : consistency, staleness);
+}
+
+namespace {
+
+// A number filling all of `text`; throws bad_request naming the flag.
+double parse_number(const std::string& flag, const std::string& whole, const std::string& text) {
+  auto v = ps::parse_number(text);
+  if (!v) throw bad_request("--" + flag + "=" + whole + ": \"" + text + "\" is not a number");
+  return *v;
+}
+
+std::pair<std::string, std::string> split_colon(const std::string& flag, const std::string& s,
+                                                const char* form) {
+  auto colon = s.find(':');
+  if (colon == std::string::npos)
+    throw bad_request("--" + flag + "=" + s + " is not " + form);
+  return {s.substr(0, colon), s.substr(colon + 1)};
+}
+
+}  // namespace
+
+slow_worker_spec parse_slow_worker(const std::string& s) {
+  if (s.empty()) return {};
+  auto [id, factor] = split_colon("slow-worker", s, "ID:FACTOR");
+  auto w = parse_number("slow-worker", s, id);
+  auto f = parse_number("slow-worker", s, factor);
+  if (w < 0 || w != std::floor(w)) throw bad_request("--slow-worker=" + s + ": worker id must be a whole number >= 0");
+  if (f < 1) throw bad_request("--slow-worker=" + s + ": FACTOR must be >= 1");
+  return {true, static_cast<std::uint32_t>(w), f};
+}
+
+straggle_spec parse_straggle(const std::string& s) {
+  if (s.empty()) return {};
+  auto [p, factor] = split_colon("straggle", s, "P:FACTOR");
+  auto pv = parse_number("straggle", s, p);
+  auto f = parse_number("straggle", s, factor);
+  if (pv < 0 || pv > 1) throw bad_request("--straggle=" + s + ": P must be in [0, 1]");
+  if (f < 1) throw bad_request("--straggle=" + s + ": FACTOR must be >= 1");
+  return {pv, f};
+}
+
+void apply_runtime_defaults(node_config& cfg) {
+  // With two processes per core pair, work sharing beat work stealing 1.5x across
+  // processes in CAF-NOTES §3/§8; bench_kv re-measures it (README).
+  if (!caf::get_if<caf::atom_value>(&cfg, "scheduler.policy"))
+    cfg.set("scheduler.policy", caf::atom("sharing"));
+  // Failure detection of hung or cut-off peers (a killed one is noticed at once anyway):
+  // heartbeats, and a deadline for silence. Explicit middleman.* settings win.
+  if (cfg.heartbeat_ms > 0 && !caf::get_if<caf::timespan>(&cfg, "middleman.heartbeat-interval")) {
+    cfg.set("middleman.heartbeat-interval", caf::timespan{milliseconds(cfg.heartbeat_ms)});
+    cfg.set("middleman.connection-timeout", caf::timespan{milliseconds(cfg.failure_timeout_ms)});
+  }
+  // Value blocks of MiBs come and go many times a second. glibc would map each afresh
+  // and fault its pages in (then zero them); from the heap, freed blocks are reused.
+  // Costs: up to 1 GiB freed memory kept before it is given back. (bench_kv, README)
+  mallopt(M_MMAP_THRESHOLD, 256 << 20);
+  mallopt(M_TRIM_THRESHOLD, 1 << 30);
+}
+
+std::pair<std::string, std::uint16_t> parse_host_port(const std::string& s) {
+  auto colon = s.rfind(':');
+  if (colon == std::string::npos || colon == 0 || colon + 1 == s.size())
+    throw bad_request("address \"" + s + "\" is not HOST:PORT");
+  auto port_str = s.substr(colon + 1);
+  auto port = parse_count(port_str).value_or(0);
+  if (port == 0 || port > 65535)
+    throw bad_request("address \"" + s + "\": port \"" + port_str + "\" is not in [1, 65535]");
+  return {s.substr(0, colon), static_cast<std::uint16_t>(port)};
+}
+
+update_rule rule_from(const node_config& cfg, const std::string& default_rule) {
+  update_rule r;
+  r.kind = update_rule::parse_kind(cfg.rule.empty() ? default_rule : cfg.rule);
+  r.lr = static_cast<float>(cfg.lr);
+  r.momentum = static_cast<float>(cfg.momentum);
+  r.validate();
+  return r;
+}
+
+job_settings settings_from(const node_config& cfg, const std::string& default_rule,
+                           const std::string& default_consistency) {
+  return {rule_from(cfg, default_rule), cfg.staleness_bound(default_consistency), {},
+          static_cast<std::uint32_t>(cfg.bucket_bits)};
+}
+
+coordinator_options coordinator_options_from(const node_config& cfg, const job_settings& settings) {
+  coordinator_options o;
+  o.servers = static_cast<std::uint32_t>(cfg.servers);
+  o.workers = static_cast<std::uint32_t>(cfg.workers);
+  o.vnodes = static_cast<std::uint32_t>(cfg.vnodes);
+  o.bucket_bits = settings.bucket_bits;
+  o.rule = settings.rule;
+  o.staleness = settings.staleness;
+  o.checkpoint_every = cfg.checkpoint_every;
+  o.checkpoint_seconds = cfg.checkpoint_seconds;
+  o.checkpoint_dir = cfg.checkpoint_dir;
+  o.replication = static_cast<std::uint32_t>(cfg.replication);
+  o.spec = settings.spec;
+  o.replacement = shard_options_from(cfg, "");
+  o.replacement.faults = {};  // a kill names the original shard's process, not its replacement
+  return o;
+}
+
+shard_options shard_options_from(const node_config& cfg, std::string host) {
+  shard_options o;
+  o.host = std::move(host);
+  o.register_timeout = milliseconds(cfg.register_timeout_ms);
+  o.reply_delay = milliseconds(cfg.reply_delay_ms);
+  // A parked pull must fail with its reason before the client gives up on it.
+  o.park_limit = milliseconds(std::max<std::size_t>(1, cfg.timeout_ms * 9 / 10));
+  o.trace_path = cfg.trace;
+  o.faults = cfg.fault_spec();
+  o.forward_timeout = milliseconds(cfg.timeout_ms);
+  o.given = given_settings(cfg);
+  return o;
+}
+
+}  // namespace ps

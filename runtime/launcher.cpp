@@ -1,0 +1,321 @@
+// The job launcher: a whole job on this machine, embedded (one process) or as psnode
+// processes on loopback, watched until it ends.
+#include "runtime/node_parts.hpp"
+
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <optional>
+
+#include "actors/checkpointer.hpp"
+#include "actors/server_shard.hpp"
+#include "runtime/signals.hpp"
+
+extern char** environ;
+
+namespace ps {
+
+using std::chrono::milliseconds;
+
+// ---- launcher -------------------------------------------------------------------------
+
+namespace {
+
+struct child {
+  pid_t pid;
+  std::string name;
+  bool server = false;
+  bool exited = false;
+  int status = 0;
+};
+
+pid_t spawn_process(const std::string& exe, const std::vector<std::string>& args) {
+  std::vector<char*> argv;
+  argv.push_back(const_cast<char*>(exe.c_str()));
+  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  // A local cluster runs several processes per core: OpenMP teams inside each (the host
+  // kernels) would spin against each other (softmax demo: 82 k samples/s with teams,
+  // 100-118 k with one thread each). Children get one OpenMP thread unless the user says.
+  std::vector<std::string> env_store;
+  for (char** e = environ; *e; ++e) env_store.emplace_back(*e);
+  auto set_default = [&](const std::string& name, const std::string& value) {
+    for (const auto& e : env_store)
+      if (e.rfind(name + "=", 0) == 0) return;
+    env_store.push_back(name + "=" + value);
+  };
+  set_default("OMP_NUM_THREADS", "1");
+  set_default("OMP_WAIT_POLICY", "passive");
+  std::vector<char*> envp;
+  for (auto& e : env_store) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  // The launcher's stdout is its own JSON result: a child's status line goes to stderr.
+  posix_spawn_file_actions_t files;
+  posix_spawn_file_actions_init(&files);
+  posix_spawn_file_actions_adddup2(&files, STDERR_FILENO, STDOUT_FILENO);
+  pid_t pid = 0;
+  int rc = posix_spawn(&pid, exe.c_str(), &files, nullptr, argv.data(), envp.data());
+  posix_spawn_file_actions_destroy(&files);
+  if (rc != 0) throw bad_request("cannot start " + exe + ": " + std::strerror(rc));
+  return pid;
+}
+
+std::string describe_status(int status) {
+  if (WIFEXITED(status)) return "exited with status " + std::to_string(WEXITSTATUS(status));
+  if (WIFSIGNALED(status)) return std::string("was killed by signal ") + strsignal(WTERMSIG(status));
+  return "stopped";
+}
+
+std::string psnode_path() {
+  auto self = std::filesystem::read_symlink("/proc/self/exe");
+  return (self.parent_path() / "psnode").string();
+}
+
+// Arguments for a psnode child: this process's own flags (they share one option set),
+// minus the ones that say what this process is, plus the child's role.
+std::vector<std::string> child_args(const node_config& cfg, std::vector<std::string> extra) {
+  std::vector<std::string> out;
+  for (const auto& a : cfg.args)
+    if (a.rfind("--role=", 0) != 0 && a.rfind("--coordinator=", 0) != 0 &&
+        a.rfind("--app=", 0) != 0 && a.rfind("--port=", 0) != 0)
+      out.push_back(a);
+  out.insert(out.end(), extra.begin(), extra.end());
+  return out;
+}
+
+}  // namespace
+
+pid_t spawn_psnode(const std::vector<std::string>& args) {
+  return spawn_process(psnode_path(), args);
+}
+
+
+// What this job's checkpoints say about it (the clock is filled in per file).
+checkpoint_header job_header(const node_config& cfg, const job_settings& settings, const std::string& app_name) {
+  checkpoint_header h;
+  h.model = app_name + "/" + cfg.model;
+  h.epoch = 1;
+  for (std::uint32_t i = 0; i < cfg.servers; ++i) h.shard_ids.push_back(i);
+  h.vnodes = static_cast<std::uint32_t>(cfg.vnodes);
+  h.bucket_bits = settings.bucket_bits;
+  h.rule = static_cast<std::uint8_t>(settings.rule.kind);
+  h.state_slots = static_cast<std::uint32_t>(settings.rule.state_slots());
+  return h;
+}
+
+// The checkpoint writer, when --checkpoint-dir is given (else an empty handle).
+caf::actor spawn_checkpointer(caf::actor_system& sys, const node_config& cfg, const job_settings& settings,
+                              const std::string& app_name, caf::actor observer) {
+  if (cfg.checkpoint_dir.empty()) return {};
+  checkpointer_options o;
+  o.dir = cfg.checkpoint_dir;
+  o.observer = observer;
+  o.header = job_header(cfg, settings, app_name);
+  return sys.spawn(checkpointer, o);
+}
+
+// --restore: the newest intact checkpoint in the directory, if it fits this job; throws
+// bad_request naming the file and the mismatch. Refused newer files are told on stderr.
+std::shared_ptr<const checkpoint> load_restore(const node_config& cfg, const job_settings& settings,
+                                               const std::string& app_name) {
+  if (cfg.restore.empty()) return nullptr;
+  auto latest = load_latest(cfg.restore);
+  for (const auto& r : latest.refused) std::fprintf(stderr, "restore: skipped %s\n", r.c_str());
+  if (!latest.found) throw bad_request("--restore=" + cfg.restore + ": no intact checkpoint in it");
+  const auto& got = latest.found->header;
+  auto want = job_header(cfg, settings, app_name);
+  auto mismatch = [&](const std::string& what, const std::string& have, const std::string& need) {
+    throw bad_request(latest.path + ": cannot restore: it holds " + what + " " + have + ", this job has " + need);
+  };
+  if (got.model != want.model) mismatch("model", got.model, want.model);
+  if (got.shard_ids != want.shard_ids)
+    mismatch("shards", std::to_string(got.shard_ids.size()), std::to_string(want.shard_ids.size()));
+  if (got.vnodes != want.vnodes) mismatch("vnodes", std::to_string(got.vnodes), std::to_string(want.vnodes));
+  if (got.bucket_bits != want.bucket_bits)
+    mismatch("bucket bits", std::to_string(got.bucket_bits), std::to_string(want.bucket_bits));
+  if (got.rule != want.rule || got.state_slots != want.state_slots)
+    mismatch("update rule", update_rule::name(static_cast<rule_kind>(got.rule)), update_rule::name(settings.rule.kind));
+  std::fprintf(stderr, "restore: parameters from %s (clock %llu)\n", latest.path.c_str(),
+               static_cast<unsigned long long>(got.clock));
+  return std::make_shared<const checkpoint>(std::move(*latest.found));
+}
+
+// A job starts a fresh trace: the shards only ever append.
+bool start_trace(const node_config& cfg, std::string* error) {
+  if (cfg.trace.empty()) return true;
+  std::FILE* f = std::fopen(cfg.trace.c_str(), "w");
+  if (!f) {
+    *error = "cannot create trace file " + cfg.trace + ": " + std::strerror(errno);
+    return false;
+  }
+  std::fclose(f);
+  return true;
+}
+
+
+bool job_result::stopped() const {
+  return code == errc::stopped || code == errc::interrupted || code == errc::terminated;
+}
+
+bool watch_coordinator(caf::scoped_actor& observer, const coordinator_actor& coord, job_result& res,
+                       const report_fn& on_report, const std::function<void()>& tick) {
+  using clock = std::chrono::steady_clock;
+  // Once the job was asked to end (or ended itself), it has this long to tell its members.
+  constexpr auto grace = std::chrono::seconds(10);
+  bool ended = false;
+  std::optional<clock::time_point> ending;
+  auto ask_stop = [&](errc code, const std::string& why) {
+    if (ending) return;
+    ending = clock::now();
+    caf::anon_send(coord, stop_atom::value, static_cast<std::uint8_t>(code), why);
+  };
+  observer->monitor(coord);
+  if (!res.failures.empty()) ask_stop(errc::job_failed, res.failures.front());
+  while (!ended && !(ending && clock::now() - *ending > grace)) {
+    observer->receive(
+      [&](report_atom, std::uint32_t w, std::string& text) { on_report(w, text); },
+      [&](done_atom, std::uint32_t w, std::string& text) { res.results[w] = std::move(text); },
+      [&](failed_atom, std::string& text) {  // the coordinator is ending the job itself
+        res.failures.push_back(std::move(text));
+        if (!ending) ending = clock::now();
+      },
+      [&](caf::down_msg& dm) {
+        ended = true;
+        if (dm.reason && dm.reason != caf::exit_reason::user_shutdown) {
+          res.code = code_of(dm.reason);
+          res.reason = describe(dm.reason);
+        }
+      },
+      caf::after(milliseconds(100)) >> [&] {
+        if (int sig = stop_signal(); sig != 0)
+          ask_stop(sig == SIGINT ? errc::interrupted : errc::terminated,
+                   std::string("stopped by ") + (sig == SIGINT ? "SIGINT" : "SIGTERM") + " on the coordinator");
+        auto seen = res.failures.size();
+        if (tick) tick();
+        if (res.failures.size() > seen) ask_stop(errc::job_failed, res.failures[seen]);  // e.g. a member died
+      });
+  }
+  if (res.reason.empty() && !res.failures.empty()) res.reason = res.failures.front();
+  return ended;
+}
+
+job_result run_job(caf::actor_system& sys, const node_config& cfg, const app_fn& app,
+                   const std::string& app_name, const job_settings& settings, const report_fn& on_report) {
+  job_result res;
+  if (std::string err; !start_trace(cfg, &err)) {
+    res.failures.push_back(err);
+    return res;
+  }
+  auto start = std::chrono::steady_clock::now();
+  caf::scoped_actor observer{sys};
+  auto copts = coordinator_options_from(cfg, settings);
+  try {
+    copts.restore = load_restore(cfg, settings, app_name);
+  } catch (const bad_request& e) {
+    res.failures.push_back(e.what());
+    return res;
+  }
+  copts.observer = caf::actor_cast<caf::actor>(observer);
+  copts.checkpointer = spawn_checkpointer(sys, cfg, settings, app_name, copts.observer);
+  auto coord = sys.spawn(coordinator, copts);
+  std::vector<child> children;
+  std::vector<std::thread> threads;
+  std::vector<std::string> thread_errors(cfg.workers);
+  bool embedded = cfg.cluster == "embedded";
+  if (embedded) {
+    auto sopts = shard_options_from(cfg, "");
+    for (std::size_t i = 0; i < cfg.servers; ++i) {
+      auto s = sys.spawn(server_shard, coord, sopts);
+      caf::anon_send(s, start_atom::value, std::uint16_t{0});
+    }
+    for (std::size_t i = 0; i < cfg.workers; ++i)
+      threads.emplace_back([&, i] { run_worker(sys, cfg, coord, app, &thread_errors[i]); });
+  } else {
+    auto port = sys.middleman().publish(coord, 0, "127.0.0.1");
+    if (!port) {
+      res.failures.push_back("cannot publish the coordinator: " + describe(port.error()));
+      caf::anon_send_exit(coord, caf::exit_reason::user_shutdown);
+      return res;
+    }
+    auto addr = "--coordinator=127.0.0.1:" + std::to_string(*port);
+    std::fprintf(stderr, "coordinator listening on 127.0.0.1:%u (more workers can join: psnode --role=worker %s --app=%s)\n",
+                 *port, addr.c_str(), app_name.c_str());
+    auto exe = psnode_path();
+    try {
+      for (std::size_t i = 0; i < cfg.servers; ++i)
+        children.push_back({spawn_process(exe, child_args(cfg, {"--role=server", addr})),
+                            "server process " + std::to_string(i), true});
+      for (std::size_t i = 0; i < cfg.workers; ++i)
+        children.push_back({spawn_process(exe, child_args(cfg, {"--role=worker", addr, "--app=" + app_name})),
+                            "worker process " + std::to_string(i)});
+    } catch (const bad_request& e) {
+      res.failures.push_back(e.what());
+    }
+  }
+  // Processes the fault plan kills (SIGKILL, by themselves) are expected to vanish.
+  std::size_t server_kills = 0, worker_kills = 0;
+  for (const auto& k : cfg.fault_spec().kills) ++(k.who == fault_plan::role::server ? server_kills : worker_kills);
+  // True for a clean exit, and for the fault plan's kills (noted in faults_seen).
+  auto planned_kill = [&](const child& c) {
+    if (WIFEXITED(c.status) && WEXITSTATUS(c.status) == 0) return true;
+    auto& budget = c.server ? server_kills : worker_kills;
+    if (!(WIFSIGNALED(c.status) && WTERMSIG(c.status) == SIGKILL && budget > 0)) return false;
+    --budget;
+    res.faults_seen.push_back(c.name + " (pid " + std::to_string(c.pid) + ") " + describe_status(c.status));
+    return true;
+  };
+  // Collect reports until the coordinator ends (all workers done) or something fails.
+  bool coordinator_ended = watch_coordinator(observer, coord, res, on_report, [&] {
+    for (auto& c : children) {
+      if (c.exited) continue;
+      if (waitpid(c.pid, &c.status, WNOHANG) == c.pid) {
+        c.exited = true;
+        if (!planned_kill(c))
+          res.failures.push_back(c.name + " (pid " + std::to_string(c.pid) + ") " + describe_status(c.status) +
+                                 " before the job finished");
+      }
+    }
+  });
+  if (!coordinator_ended) caf::anon_send_exit(coord, caf::exit_reason::user_shutdown);
+  // Handles sent to other processes keep it registered with the middleman: end it here.
+  if (copts.checkpointer) caf::anon_send_exit(copts.checkpointer, caf::exit_reason::user_shutdown);
+  for (auto& t : threads) t.join();
+  for (const auto& e : thread_errors)
+    if (!e.empty()) res.failures.push_back(e);
+  // Children leave on their own once the coordinator is gone; make sure of it.
+  // The coordinator told them how the job ended; a child still there after this is killed.
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  for (auto& c : children) {
+    while (!c.exited) {
+      if (waitpid(c.pid, &c.status, WNOHANG) == c.pid) {
+        c.exited = true;
+        planned_kill(c);  // only to note the fault plan's kills: the job is over
+      } else if (std::chrono::steady_clock::now() >= deadline) {
+        kill(c.pid, SIGKILL);
+        waitpid(c.pid, &c.status, 0);
+        c.exited = true;
+      } else {
+        std::this_thread::sleep_for(milliseconds(5));  // polling child exit; no event to wait on
+      }
+    }
+  }
+  for (const auto& [w, text] : res.results)
+    if (text.rfind("{\"error\"", 0) == 0) res.failures.push_back("worker " + std::to_string(w) + ": " + text);
+  std::size_t workers_killed = 0;
+  for (const auto& k : cfg.fault_spec().kills) workers_killed += k.who == fault_plan::role::worker;
+  if (res.failures.empty() && res.results.size() + workers_killed < cfg.workers)
+    res.failures.push_back("only " + std::to_string(res.results.size()) + " of " +
+                           std::to_string(cfg.workers) + " workers reported a result");
+  res.ok = res.failures.empty() && !res.stopped();
+  if (res.reason.empty() && !res.failures.empty()) res.reason = res.failures.front();
+  if (!res.ok && !res.stopped() && res.code != errc::refused) res.code = errc::job_failed;
+  res.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return res;
+}
+
+}  // namespace ps

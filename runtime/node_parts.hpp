@@ -1,0 +1,41 @@
+#pragma once
+// Pieces of the process wiring shared by its files (runtime/config.cpp, worker.cpp,
+// launcher.cpp, roles.cpp); not part of the API.
+#include <caf/io/all.hpp>
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "libps/checkpoint.hpp"
+#include "runtime/node.hpp"
+
+namespace ps {
+
+// remote_actor, tried up to 3 times: with heartbeats on, CAF 0.17 drops an outgoing
+// connection whose handshake is still open when a heartbeat tick comes (CAF-NOTES §4),
+// so a connect can fail for no reason of the peer's.
+template <class Handle>
+caf::expected<Handle> connect_to(caf::actor_system& sys, const std::string& host, std::uint16_t port) {
+  auto h = sys.middleman().remote_actor<Handle>(host, port);
+  for (int attempt = 1; !h && attempt < 3; ++attempt) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20 * attempt));  // back off before the next try
+    h = sys.middleman().remote_actor<Handle>(host, port);
+  }
+  return h;
+}
+
+// What this job's checkpoints say about it (the clock is filled in per file).
+checkpoint_header job_header(const node_config& cfg, const job_settings& settings, const std::string& app_name);
+// The checkpoint writer, when --checkpoint-dir is given (else an empty handle).
+caf::actor spawn_checkpointer(caf::actor_system& sys, const node_config& cfg, const job_settings& settings,
+                              const std::string& app_name, caf::actor observer);
+// --restore: the newest intact checkpoint in the directory, if it fits this job; throws
+// bad_request naming the file and the mismatch.
+std::shared_ptr<const checkpoint> load_restore(const node_config& cfg, const job_settings& settings,
+                                               const std::string& app_name);
+// A job starts a fresh trace (--trace): false and *error when the file cannot be made.
+bool start_trace(const node_config& cfg, std::string* error);
+
+}  // namespace ps

@@ -1,0 +1,142 @@
+// psnode's roles: coordinator, server, worker and local, each ending with its status line.
+#include "runtime/node_parts.hpp"
+
+#include <cstdio>
+
+#include "actors/server_shard.hpp"
+#include "runtime/job_contract.hpp"
+
+namespace ps {
+
+using std::chrono::milliseconds;
+
+// ---- psnode roles -----------------------------------------------------------------------
+
+namespace {
+
+caf::expected<coordinator_actor> connect_coordinator(caf::actor_system& sys, const node_config& cfg) {
+  if (cfg.coordinator.empty())
+    return make_ps_error("--coordinator=HOST:PORT is required for --role=" + cfg.role);
+  auto [host, port] = parse_host_port(cfg.coordinator);
+  auto h = connect_to<coordinator_actor>(sys, host, port);
+  if (!h)
+    return make_ps_error("cannot reach the coordinator at " + cfg.coordinator + ": " + describe(h.error()));
+  return *h;
+}
+
+}  // namespace
+
+namespace {
+
+// The observer's progress lines of a coordinator role: the cluster's news as they are,
+// a worker's progress under its id.
+void print_report(std::uint32_t w, const std::string& text) {
+  if (w == UINT32_MAX)
+    std::fprintf(stderr, "%s\n", text.c_str());
+  else
+    std::fprintf(stderr, "worker %u: %s\n", w, text.c_str());
+}
+
+}  // namespace
+
+int print_status(json_line line, bool ok, errc code, const std::string& reason) {
+  line["status"] = ok ? "ok" : status_of(code);
+  if (!ok) line["reason"] = reason;
+  std::fflush(stderr);
+  std::printf("%s\n", line.dump().c_str());
+  std::fflush(stdout);
+  return ok ? 0 : exit_status_of(code);
+}
+
+int run_coordinator_role(caf::actor_system& sys, const node_config& cfg, const job_settings& settings) {
+  json_line line{{"role", "coordinator"}, {"app", cfg.app}, {"job_fingerprint", fingerprint_text(settings.spec)}};
+  if (std::string err; !start_trace(cfg, &err)) return print_status(line, false, errc::failed, err);
+  caf::scoped_actor observer{sys};
+  auto copts = coordinator_options_from(cfg, settings);
+  copts.observer = caf::actor_cast<caf::actor>(observer);
+  try {
+    copts.restore = load_restore(cfg, settings, cfg.app);
+  } catch (const bad_request& e) {
+    return print_status(line, false, errc::failed, e.what());
+  }
+  copts.checkpointer = spawn_checkpointer(sys, cfg, settings, cfg.app, copts.observer);
+  auto coord = sys.spawn(coordinator, copts);
+  auto port = sys.middleman().publish(coord, cfg.port, cfg.host.c_str());
+  if (!port) {
+    caf::anon_send_exit(coord, caf::exit_reason::user_shutdown);
+    return print_status(line, false, errc::failed, "cannot listen on " + cfg.host + ":" + std::to_string(cfg.port) +
+                                                     ": " + describe(port.error()));
+  }
+  std::fprintf(stderr, "coordinator listening on %s:%u, waiting for %zu servers and %zu workers (job %s)\n",
+               cfg.host.c_str(), *port, cfg.servers, cfg.workers, fingerprint_text(settings.spec).c_str());
+  auto start = std::chrono::steady_clock::now();
+  job_result res;
+  if (!watch_coordinator(observer, coord, res, print_report)) caf::anon_send_exit(coord, caf::exit_reason::user_shutdown);
+  if (copts.checkpointer) caf::anon_send_exit(copts.checkpointer, caf::exit_reason::user_shutdown);
+  for (const auto& [w, text] : res.results) {
+    std::fprintf(stderr, "worker %u finished: %s\n", w, text.c_str());
+    if (text.rfind("{\"error\"", 0) == 0) res.failures.push_back("worker " + std::to_string(w) + ": " + text);
+  }
+  bool ok = res.reason.empty() && res.failures.empty();
+  if (!ok && !res.stopped() && res.code != errc::refused) res.code = errc::job_failed;
+  line["workers_reporting"] = res.results.size();
+  line["shard_keys"] = shard_keys(cfg, settings.spec);
+  line["seconds"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return print_status(line, ok, res.code, res.reason.empty() && !res.failures.empty() ? res.failures.front() : res.reason);
+}
+
+int run_server_role(caf::actor_system& sys, const node_config& cfg) {
+  json_line line{{"role", "server"}};
+  auto coord = connect_coordinator(sys, cfg);
+  if (!coord) return print_status(line, false, errc::failed, describe(coord.error()));
+  auto sopts = shard_options_from(cfg, cfg.host);
+  sopts.plane = data_plane_from(cfg);  // cannot listen: bad_request, reported by psnode
+  auto shard = sys.spawn(server_shard, *coord, sopts);
+  auto port = sys.middleman().publish(shard, 0, cfg.host.c_str());
+  if (!port) {
+    caf::anon_send_exit(shard, caf::exit_reason::user_shutdown);
+    return print_status(line, false, errc::failed, "server cannot listen on " + cfg.host + ": " + describe(port.error()));
+  }
+  caf::anon_send(shard, start_atom::value, *port);
+  caf::scoped_actor self{sys};
+  self->monitor(shard);
+  caf::error reason;
+  self->receive([&](caf::down_msg& dm) { reason = dm.reason; });  // the shard ends with the job, or on a fatal error
+  bool ok = !reason || reason == caf::exit_reason::normal;
+  return print_status(line, ok, code_of(reason), ok ? "" : describe(reason));
+}
+
+int run_worker_role(caf::actor_system& sys, node_config& cfg, const app_fn& app) {
+  json_line line{{"role", "worker"}, {"app", cfg.app}};
+  auto coord = connect_coordinator(sys, cfg);
+  if (!coord) return print_status(line, false, errc::failed, describe(coord.error()));
+  std::string err;
+  errc code = errc::failed;
+  auto adopt_spec = [&](const job_spec& spec) {
+    adopt(cfg, spec);
+    line["job_fingerprint"] = fingerprint_text(spec);
+  };
+  bool ok = run_worker(sys, cfg, *coord, app, &err, data_plane_from(cfg), adopt_spec, &code);
+  if (!ok) std::fprintf(stderr, "error: %s\n", err.c_str());
+  return print_status(line, ok, code, err);
+}
+
+int run_local_role(caf::actor_system& sys, const node_config& cfg, const app_fn& app, const job_settings& settings) {
+  auto res = run_job(sys, cfg, app, cfg.app, settings, [](std::uint32_t w, const std::string& text) {
+    if (w == UINT32_MAX)
+      std::fprintf(stderr, "%s\n", text.c_str());
+    else
+      std::fprintf(stderr, "[worker %u] %s\n", w, text.c_str());
+  });
+  for (const auto& [w, text] : res.results) std::printf("%s\n", text.c_str());
+  for (const auto& f : res.failures) std::fprintf(stderr, "error: %s\n", f.c_str());
+  json_line line{{"app", cfg.app},
+                      {"ok", res.ok},
+                      {"workers_reporting", res.results.size()},
+                      {"killed_by_faults", res.faults_seen},
+                      {"seconds", res.seconds},
+                      {"shard_keys", shard_keys(cfg, settings.spec)}};
+  return print_status(line, res.ok, res.code, res.reason);
+}
+
+}  // namespace ps

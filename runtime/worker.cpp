@@ -1,0 +1,129 @@
+// A worker's life: register with the coordinator (adopting the job's spec), connect to
+// the shards, run the app, report its result.
+#include "runtime/node_parts.hpp"
+
+#include <unistd.h>
+
+#include "runtime/job_contract.hpp"
+
+namespace ps {
+
+using std::chrono::milliseconds;
+
+// ---- worker ---------------------------------------------------------------------------
+
+namespace {
+
+
+// Lost requests are sent again after --ps.retry-ms; the fault injector's message faults
+// need it (a dropped request is otherwise never answered).
+milliseconds retry_interval(const node_config& cfg) {
+  if (cfg.retry_ms > 0) return milliseconds(cfg.retry_ms);
+  return cfg.fault_spec().touches_messages() ? milliseconds(200) : milliseconds(0);
+}
+
+}  // namespace
+
+std::shared_ptr<data_plane> data_plane_from(const node_config& cfg) {
+  if (cfg.data_plane_bytes == 0) return nullptr;
+  // A payload is written before its message is sent, so it is late only when its sender
+  // is cut off: a claim waits as long as silence from a peer is tolerated, not a request.
+  auto patience = milliseconds(std::min(cfg.timeout_ms, cfg.failure_timeout_ms));
+  return std::make_shared<data_plane>(cfg.host, cfg.data_plane_bytes, patience, patience);
+}
+
+// The scoped actor that registered stays alive until `done` is sent: the coordinator
+// monitors it, and its end means the worker is gone.
+
+namespace {
+
+// The job's spec from a registration; throws bad_request when it is damaged.
+job_spec spec_from(const job_spec_msg& m) {
+  auto spec = job_spec::from_parts(m.version, m.settings, m.tensors);
+  if (spec.fingerprint() != m.fingerprint)
+    throw bad_request("the job spec from the coordinator does not match its fingerprint");
+  return spec;
+}
+
+}  // namespace
+
+bool run_worker(caf::actor_system& sys, const node_config& cfg, coordinator_actor coord,
+                const app_fn& app, std::string* error_out, std::shared_ptr<data_plane> plane,
+                const spec_fn& on_spec, errc* code_out) {
+  caf::scoped_actor self{sys};
+  registration reg;
+  std::string err;
+  errc code = errc::failed;
+  node_info me{"worker", cfg.host, 0, static_cast<std::uint32_t>(getpid()), {}, 0, 0, protocol_version,
+               given_settings(cfg)};
+  self->request(coord, milliseconds(cfg.register_timeout_ms), register_atom::value, me)
+    .receive([&](registration& r) { reg = std::move(r); },
+             [&](caf::error& e) {
+               code = code_of(e);
+               err = "worker: registration with the coordinator failed: " + describe(e);
+             });
+  std::uint32_t id = reg.id;
+  auto fail = [&](errc c, std::string text) {
+    if (error_out) *error_out = std::move(text);
+    if (code_out) *code_out = c;
+    return false;
+  };
+  // A failure caused by the job's end (the coordinator tells its workers how it ended
+  // before it fails their requests) takes that end's code.
+  auto job_end_code = [&] {
+    errc c = errc::failed;
+    self->receive([&](stop_atom, std::uint8_t code, std::string&) { c = static_cast<errc>(code); },
+                  caf::after(milliseconds(0)) >> [] {});
+    return c;
+  };
+  auto finish = [&](const std::string& text, bool ok) {
+    self->send(coord, done_atom::value, id,
+               ok ? text : std::string("{\"error\":") + caf::deep_to_string(text) + "}");
+    return ok ? true : fail(job_end_code(), text);
+  };
+  if (!err.empty()) return fail(code, err);
+  try {
+    auto spec = spec_from(reg.spec);
+    if (on_spec) on_spec(spec);
+  } catch (const bad_request& e) {
+    return finish(std::string("worker ") + std::to_string(id) + ": " + e.what(), false);
+  }
+  std::vector<shard_link> links;
+  for (const auto& s : reg.view.shards) {
+    std::string name = "shard " + std::to_string(s.id);
+    if (s.handle) {
+      links.push_back({s.id, name, caf::actor_cast<shard_actor>(s.handle)});
+      continue;
+    }
+    name += " (" + s.host + ":" + std::to_string(s.port) + ", pid " + std::to_string(s.pid) + ")";
+    auto h = connect_to<shard_actor>(sys, s.host, s.port);
+    if (!h)
+      return finish("worker " + std::to_string(id) + ": cannot connect to " + name + ": " +
+                      describe(h.error()), false);
+    links.push_back({s.id, name, *h});
+  }
+  try {
+    kv_client kv(sys, reg.view, std::move(links),
+                 {id, cfg.chunk_bytes, milliseconds(cfg.timeout_ms), cfg.inflight_bytes, cfg.push_codec(),
+                  caf::actor_cast<caf::actor>(coord), cfg.fault_spec().kill_clock(fault_plan::role::worker, id),
+                  retry_interval(cfg), cfg.fault_spec(), plane, cfg.pull_codec()});
+    worker_context ctx{sys, cfg, id, reg.view.num_workers, reg.view, kv, reg.start_clock, {}, {}};
+    // A joiner entered each shard's clock vector at that shard's minimum; one tick puts it
+    // at the start clock everywhere (else its first read would wait for itself).
+    if (reg.start_clock > 0) kv.advance_clock(reg.start_clock).get();
+    ctx.barrier = [&] {
+      std::string berr;
+      self->request(coord, milliseconds(cfg.barrier_timeout_ms), barrier_atom::value, id)
+        .receive([](std::uint64_t) {}, [&](caf::error& e) { berr = describe(e); });
+      if (!berr.empty())
+        throw kv_error("worker " + std::to_string(id) + ": barrier failed: " + berr);
+    };
+    ctx.report = [&](std::string text) { self->send(coord, report_atom::value, id, std::move(text)); };
+    auto result = app(ctx);
+    return finish(result, true);
+  } catch (const std::exception& e) {
+    return finish("worker " + std::to_string(id) + ": " + e.what(), false);
+  }
+}
+
+}  // namespace ps
