@@ -2,6 +2,8 @@
 // A server shard: owns the key buckets the partitioner gives it, folds pushes into its
 // parameters with the job's update rule and answers pulls. It learns its id and the
 // shard map by registering with the coordinator when told its published port (start).
+// The decisions are libps/shard_core's; this actor moves messages in and effects out,
+// and owns what only an actor can: promises, the chain's forwards, the data plane, files.
 #include <chrono>
 #include <functional>
 #include <map>
@@ -13,12 +15,8 @@
 #include "actors/data_plane.hpp"
 #include "actors/messages.hpp"
 #include "libps/checkpoint.hpp"
-#include "libps/consistency.hpp"
-#include "libps/duplicate_filter.hpp"
 #include "libps/faults.hpp"
-#include "libps/partitioner.hpp"
-#include "libps/trace.hpp"
-#include "libps/shard_store.hpp"
+#include "libps/shard_core.hpp"
 
 namespace ps {
 
@@ -59,42 +57,21 @@ struct shard_options {
   std::shared_ptr<data_plane> plane;
 };
 
-// A pull waiting for the minimum clock to advance.
-struct parked_pull {
-  request_header hdr;
-  range_list ranges;
-  caf::typed_response_promise<float_block> promise;
-  caf::actor_clock::time_point since;
-};
-
 struct shard_state {
-  std::uint32_t id = 0;
-  std::optional<partitioner> map;
-  std::optional<shard_store> store;
-  std::optional<staleness_controller> consistency;
-  parked_reads<parked_pull> parked;
-  // BSP: pushes of clocks not yet finished by every live worker, in arrival order.
-  struct deferred_push {
+  std::optional<shard_core> core;  // the decisions; set once the shard knows its map
+  std::string name = "shard ?";    // for error messages ("shard 3", "shard 3 copy 1")
+  // Pulls the core has under a token, with what only the actor knows of them.
+  struct waiting_pull {
     request_header hdr;
-    range_list ranges;
-    std::vector<float> values;
+    caf::typed_response_promise<float_block> promise;
   };
-  std::vector<deferred_push> deferred;
+  std::map<std::uint64_t, waiting_pull> pulls;
+  std::uint64_t next_pull = 0;
   bool sweep_scheduled = false;
-  std::uint64_t last_min = 0;  // min clock last seen (checkpoints when it crosses a multiple)
-  std::uint64_t checkpoint_every = 0;
-  std::set<std::uint64_t> checkpoint_at;  // boundaries the coordinator asked for (time-based)
   caf::actor checkpointer;
   int trace_fd = -1;
-  std::uint64_t view_epoch = 0;          // newest shard map known (requests may not be newer)
-  std::optional<std::uint64_t> kill_at;  // fault injector: die when the minimum clock gets here
-  // A replacement: updates at clocks from restored_clock on were lost with the dead shard,
-  // up to the first push each worker sends here; reported once per worker.
-  std::optional<std::uint64_t> restored_clock;
-  std::vector<bool> loss_reported;
   // Chain replication: this copy's successor (none: it is the tail, it acknowledges) and
   // the updates passed to it and not yet acknowledged, in order, with the reply owed.
-  bool head = true;  // the head traces pushes and sends checkpoint parts
   shard_actor successor;
   bool successor_down = false;
   struct forward {
@@ -104,16 +81,11 @@ struct shard_state {
   };
   std::map<std::uint64_t, forward> forwards;
   std::uint64_t next_forward = 0;
-  duplicate_filter applied;  // pushes already taken (resends after a failover come again)
-  std::string name = "shard ?";  // for error messages
   ~shard_state();
   void trace(const trace_event& e) const;
 };
 
 shard_actor::behavior_type server_shard(shard_actor::stateful_pointer<shard_state> self,
                                         coordinator_actor coordinator, shard_options opts);
-
-// Checks that every key of the ranges belongs to shard `id` under `map`; throws bad_request.
-void check_ownership(const partitioner& map, std::uint32_t id, const std::vector<key_range>& ranges);
 
 }  // namespace ps

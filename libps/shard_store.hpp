@@ -8,43 +8,38 @@
 #include <vector>
 
 #include "libps/keys.hpp"
+#include "libps/param_store.hpp"
 #include "libps/update_rule.hpp"
 
 namespace ps {
 
-// One segment of a shard's parameters as it goes into a checkpoint.
-struct stored_segment {
-  key_type begin = 0, end = 0;
-  std::vector<float> values;
-  std::vector<float> state;  // state_slots() slots of (end - begin) floats, slot-major
-};
-
-class shard_store {
+// The dense in-memory implementation of param_store.
+class shard_store final : public param_store {
  public:
   explicit shard_store(update_rule rule);
 
   // Folds a gradient into each range (values back to back) with the update rule.
   // Throws bad_request when ranges are malformed or the value count does not match.
-  void push(const std::vector<key_range>& ranges, const float* values, std::uint64_t num_values);
+  void push(const std::vector<key_range>& ranges, const float* values, std::uint64_t num_values) override;
   // Sets ranges never seen before to the given values; ranges already present keep
   // theirs (so every worker may initialize, the first one wins). A range that is only
   // partly present is an error.
-  void init(const std::vector<key_range>& ranges, const float* values, std::uint64_t num_values);
+  void init(const std::vector<key_range>& ranges, const float* values, std::uint64_t num_values) override;
   // Copies the current values of each range back to back into out.
-  void pull(const std::vector<key_range>& ranges, float* out, std::uint64_t num_values) const;
+  void pull(const std::vector<key_range>& ranges, float* out, std::uint64_t num_values) const override;
   // Where the current values of the ranges lie, in order (valid until the next change),
   // so a pull can be written out without a copy. The same checks as pull.
-  std::vector<std::span<const float>> view(const std::vector<key_range>& ranges, std::uint64_t num_values) const;
+  std::vector<std::span<const float>> view(const std::vector<key_range>& ranges, std::uint64_t num_values) const override;
   // The checks push makes on its arguments, without applying anything (for pushes that
   // are queued before they are applied). Throws bad_request.
   static void check_push(const std::vector<key_range>& ranges, std::uint64_t num_values);
 
   // Everything the shard holds, for a checkpoint; restore replaces the contents with it.
   // restore throws bad_request when segments overlap, are empty or have the wrong sizes.
-  std::vector<stored_segment> snapshot() const;
-  void restore(const std::vector<stored_segment>& segments);
+  std::vector<stored_segment> snapshot() const override;
+  void restore(const std::vector<stored_segment>& segments) override;
 
-  std::uint64_t num_keys() const;
+  std::uint64_t num_keys() const override;
   std::size_t num_segments() const { return segments_.size(); }
   const update_rule& rule() const { return rule_; }
 

@@ -1,0 +1,252 @@
+#include "libps/shard_core.hpp"
+
+#include <algorithm>
+
+#include "libps/shard_store.hpp"
+
+namespace ps {
+
+namespace {
+
+partitioner map_of(const shard_config& c) {
+  return partitioner(c.epoch, c.shard_ids, c.vnodes, c.bucket_bits, c.dense);
+}
+
+}  // namespace
+
+shard_core::shard_core(shard_config cfg, std::unique_ptr<param_store> store)
+    : id_(cfg.id),
+      name_(cfg.name.empty() ? "shard " + std::to_string(cfg.id) : cfg.name),
+      map_(map_of(cfg)),
+      store_(store ? std::move(store) : std::make_unique<shard_store>(cfg.rule)),
+      consistency_(cfg.num_workers, cfg.staleness),
+      view_epoch_(cfg.epoch),
+      checkpoint_every_(cfg.checkpoint_every),
+      sends_checkpoints_(cfg.sends_checkpoints),
+      kill_at_(cfg.kill_at),
+      head_(cfg.head) {
+  if (!cfg.restored.empty()) store_->restore(cfg.restored);
+}
+
+void shard_core::start_as_replacement(std::uint64_t clock, const std::vector<std::uint32_t>& departed) {
+  auto& clocks = consistency_.clocks();
+  for (std::uint32_t w = 0; w < clocks.size(); ++w) clocks.advance(w, clock);
+  for (auto w : departed) clocks.leave(w);
+  last_min_ = clock;
+  restored_clock_ = clock;
+  loss_reported_.assign(clocks.size(), false);
+}
+
+// Ownership stays fixed across failovers (a shard id keeps its keys, only its address
+// changes), so older epochs are fine; a newer one means a map this shard never got.
+std::string shard_core::check(const shard_request& r, const std::vector<key_range>& ranges) const {
+  if (r.epoch > view_epoch_)
+    return name_ + ": request from worker " + std::to_string(r.worker) + " has epoch " + std::to_string(r.epoch) +
+           ", current epoch is " + std::to_string(view_epoch_);
+  try {
+    check_ownership(map_, id_, ranges);
+  } catch (const bad_request& e) {
+    return name_ + ": " + e.what();
+  }
+  return {};
+}
+
+// A replacement shard: the first push of each worker shows which of its updates died
+// with the old shard (clocks from the checkpoint's up to this one).
+void shard_core::report_loss(const shard_request& r, shard_effects& fx) {
+  if (!restored_clock_ || r.worker >= loss_reported_.size() || loss_reported_[r.worker]) return;
+  loss_reported_[r.worker] = true;
+  auto from = *restored_clock_;
+  std::string text = name_ + ": worker " + std::to_string(r.worker) + ": ";
+  if (r.clock > from)
+    text += "updates of clocks " + std::to_string(from) + ".." + std::to_string(r.clock - 1) +
+            " were lost with the dead shard (lost_clocks=" + std::to_string(r.clock - from) + ")" +
+            // Under SSP/ASP pushes are applied on arrival, so the checkpoint may hold some.
+            (consistency_.staleness() > 0 ? ", at most: the checkpoint may hold some of them (SSP/ASP)" : "");
+  else
+    text += "no update lost (lost_clocks=0)";
+  fx.reports.push_back(std::move(text));
+}
+
+shard_effects shard_core::push(const shard_request& r, const std::vector<key_range>& ranges, const float* values,
+                               std::uint64_t n) {
+  shard_effects fx;
+  fx.error = check(r, ranges);
+  if (!fx.ok()) return fx;
+  try {
+    if (!applied_.first_time(r.worker, r.seq)) return fx;  // a resend: acknowledged, not applied again
+    report_loss(r, fx);
+    if (consistency_.defers_push(r.clock)) {
+      // Acknowledged now, applied when the clock completes; a copy, since the sender may
+      // reuse its buffer once acknowledged.
+      shard_store::check_push(ranges, n);
+      deferred_.push_back({r, ranges, std::vector<float>(values, values + n)});
+      return fx;
+    }
+    store_->push(ranges, values, n);
+    if (head_) fx.traces.push_back({trace_event::push, r.worker, r.clock, id_, 0, 0});
+  } catch (const bad_request& e) {
+    fx.error = name_ + ": " + e.what();
+  }
+  return fx;
+}
+
+shard_effects shard_core::init(const shard_request& r, const std::vector<key_range>& ranges, const float* values,
+                               std::uint64_t n) {
+  shard_effects fx;
+  fx.error = check(r, ranges);
+  if (!fx.ok()) return fx;
+  try {
+    store_->init(ranges, values, n);
+  } catch (const bad_request& e) {
+    fx.error = name_ + ": " + e.what();
+  }
+  return fx;
+}
+
+shard_effects shard_core::pull(const shard_request& r, const std::vector<key_range>& ranges, std::uint64_t token,
+                               time_point now) {
+  shard_effects fx;
+  fx.error = check(r, ranges);
+  if (!fx.ok()) return fx;
+  pulls_[token] = {r, ranges};
+  if (!consistency_.may_read(r.clock))
+    parked_.park(r.clock, parked{token, now});
+  else
+    answer_pull(token, fx);
+  return fx;
+}
+
+void shard_core::answer_pull(std::uint64_t token, shard_effects& fx) {
+  const auto& p = pulls_.at(token);
+  fx.traces.push_back({trace_event::pull, p.req.worker, p.req.clock, id_, consistency_.clocks().min_clock(),
+                       consistency_.staleness()});
+  fx.answer.push_back(token);
+}
+
+shard_effects shard_core::tick(const shard_request& r) {
+  shard_effects fx;
+  fx.error = check(r, {});
+  if (!fx.ok()) return fx;
+  auto& clocks = consistency_.clocks();
+  try {
+    if (r.clock == left_clock) {  // the worker is done: it leaves, behind its last pushes
+      if (r.worker < clocks.size() && clocks.live(r.worker)) {
+        clocks.leave(r.worker);
+        fx.traces.push_back({trace_event::leave, r.worker, 0, id_, 0, 0});
+      }
+    } else if (r.worker >= clocks.size()) {
+      clocks.advance(r.worker, r.clock);  // refused, naming the unknown worker
+    } else if (clocks.live(r.worker) && r.clock > clocks.clock(r.worker)) {
+      clocks.advance(r.worker, r.clock);
+    }  // else: a tick seen before (resent after a failover), or from a worker that left
+  } catch (const bad_request& e) {
+    fx.error = name_ + ": " + e.what();
+    return fx;
+  }
+  release(fx);
+  return fx;
+}
+
+shard_effects shard_core::leave(std::uint32_t worker) {
+  shard_effects fx;
+  if (worker >= consistency_.clocks().size()) return fx;
+  consistency_.clocks().leave(worker);
+  fx.traces.push_back({trace_event::leave, worker, 0, id_, 0, 0});
+  release(fx);
+  return fx;
+}
+
+std::uint64_t shard_core::join(std::uint32_t worker) {
+  auto& clocks = consistency_.clocks();
+  auto min = clocks.min_clock();
+  if (min == left_clock) min = last_min_;  // nobody live: where the last one left off
+  try {
+    clocks.join(worker, min);
+  } catch (const bad_request& e) {
+    throw bad_request(name_ + ": " + e.what());
+  }
+  if (restored_clock_) loss_reported_.resize(clocks.size(), true);
+  return min;
+}
+
+void shard_core::checkpoint_at(std::uint64_t boundary) {
+  if (boundary > last_min_) checkpoint_at_.insert(boundary);
+}
+
+// After the minimum clock may have moved: apply the pushes it completes, send the
+// checkpoint part of a boundary it crossed, then answer the reads it lets through.
+void shard_core::release(shard_effects& fx) {
+  std::vector<deferred_push> keep;
+  for (auto& d : deferred_) {
+    if (consistency_.defers_push(d.req.clock)) {
+      keep.push_back(std::move(d));
+      continue;
+    }
+    store_->push(d.ranges, d.values.data(), d.values.size());  // checked on arrival
+    if (head_) fx.traces.push_back({trace_event::push, d.req.worker, d.req.clock, id_, 0, 0});
+  }
+  deferred_ = std::move(keep);
+  // Every update below a boundary the minimum clock crossed is applied (exactly those
+  // under BSP), so the store now is this shard's part of the snapshot at that clock.
+  auto min = consistency_.clocks().min_clock();
+  bool boundary = min != left_clock &&
+                  ((checkpoint_every_ > 0 && min / checkpoint_every_ > last_min_ / checkpoint_every_) ||
+                   (!checkpoint_at_.empty() && *checkpoint_at_.begin() <= min));
+  if (min != left_clock) checkpoint_at_.erase(checkpoint_at_.begin(), checkpoint_at_.upper_bound(min));
+  if (head_ && sends_checkpoints_ && boundary) fx.checkpoint_at = min;
+  if (min != left_clock) last_min_ = min;
+  if (kill_at_ && min != left_clock && min >= *kill_at_) {  // the process ends: no read is answered
+    fx.die = name_ + " reached clock " + std::to_string(min) + " (--faults: kill server=" + std::to_string(id_) +
+             " at=" + std::to_string(*kill_at_) + ")";
+    return;
+  }
+  for (auto& p : parked_.release(consistency_)) answer_pull(p.token, fx);
+}
+
+shard_effects shard_core::expire(time_point now, std::chrono::milliseconds limit) {
+  shard_effects fx;
+  auto expired = parked_.release_if([&](const parked& p) { return now - p.since >= limit; });
+  const auto& clocks = consistency_.clocks();
+  for (auto& p : expired) {
+    const auto& req = pulls_.at(p.token).req;
+    auto slow = clocks.slowest();
+    std::string whom = slow < clocks.size()
+                         ? "worker " + std::to_string(slow) + " is at clock " + std::to_string(clocks.clock(slow))
+                         : "no worker is live";
+    fx.fail.emplace_back(p.token, name_ + ": pull at clock " + std::to_string(req.clock) + " by worker " +
+                                    std::to_string(req.worker) + " waited " + std::to_string(limit.count()) +
+                                    " ms for the minimum clock to reach " +
+                                    std::to_string(consistency_.needed_min(req.clock)) + " (staleness " +
+                                    staleness_to_string(consistency_.staleness()) + "): " + whom);
+  }
+  return fx;
+}
+
+std::optional<shard_core::time_point> shard_core::next_expiry(std::chrono::milliseconds limit) const {
+  std::optional<time_point> oldest;
+  parked_.for_each([&](const parked& p) {
+    if (!oldest || p.since < *oldest) oldest = p.since;
+  });
+  if (!oldest) return std::nullopt;
+  return *oldest + limit;
+}
+
+const std::vector<key_range>& shard_core::pull_ranges(std::uint64_t token) const { return pulls_.at(token).ranges; }
+const shard_request& shard_core::pull_request(std::uint64_t token) const { return pulls_.at(token).req; }
+void shard_core::forget_pull(std::uint64_t token) { pulls_.erase(token); }
+
+void check_ownership(const partitioner& map, std::uint32_t id, const std::vector<key_range>& ranges) {
+  auto bits = map.bucket_bits();
+  for (const auto& r : ranges) {
+    if (r.empty()) continue;  // the store reports malformed ranges
+    for (auto b = r.begin >> bits, last = (r.end - 1) >> bits; b <= last; ++b) {
+      auto owner = map.owner_of_bucket(b);
+      if (owner != id)
+        throw bad_request("keys " + to_string(r) + " belong to shard " + std::to_string(owner) + " (epoch " +
+                          std::to_string(map.epoch()) + "), not to this one");
+    }
+  }
+}
+
+}  // namespace ps

@@ -1,0 +1,159 @@
+#pragma once
+// The decisions of one server shard as a plain state machine (the shape of etcd's raft
+// library): each event (a push, a pull, a clock tick, a worker leaving or joining, a
+// checkpoint boundary, a timer) changes the state, and what is left to do comes back as
+// shard_effects for the caller to carry out: trace lines, pulls to answer or fail, a
+// checkpoint part to send, loss reports, the fault injector's kill. It never does I/O and
+// knows nothing of actors, so it is unit tested event by event (tests/test_shard_core.cpp)
+// and the server_shard actor only moves messages in and effects out.
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "libps/consistency.hpp"
+#include "libps/duplicate_filter.hpp"
+#include "libps/param_store.hpp"
+#include "libps/partitioner.hpp"
+#include "libps/trace.hpp"
+#include "libps/update_rule.hpp"
+
+namespace ps {
+
+// What a request says about itself (the wire's request_header, without its transport
+// fields).
+struct shard_request {
+  std::uint64_t epoch = 0;
+  std::uint32_t worker = 0;
+  std::uint64_t clock = 0;
+  std::uint64_t seq = 0;
+};
+
+struct shard_config {
+  std::uint32_t id = 0;
+  std::string name;  // in errors and reports ("shard 3 copy 1"); empty: "shard <id>"
+  std::uint64_t epoch = 1;
+  std::vector<std::uint32_t> shard_ids;
+  std::uint32_t vnodes = 128;
+  std::uint32_t bucket_bits = 12;
+  std::vector<key_range> dense;  // balanced ranges (libps/partitioner.hpp)
+  update_rule rule;
+  std::uint32_t num_workers = 1;
+  std::uint64_t staleness = 0;
+  std::uint64_t checkpoint_every = 0;      // clocks; 0: none
+  bool sends_checkpoints = false;          // a checkpoint writer listens
+  std::optional<std::uint64_t> kill_at;    // fault injector
+  bool head = true;                        // traces pushes and sends checkpoint parts
+  std::vector<stored_segment> restored;    // --restore or a checkpoint section
+};
+
+struct shard_effects {
+  std::string error;                     // the request was refused (names this shard)
+  std::vector<trace_event> traces;       // in order
+  std::vector<std::uint64_t> answer;     // pull tokens to answer from the store now, in order
+  std::vector<std::pair<std::uint64_t, std::string>> fail;  // pull tokens to fail, with why
+  std::optional<std::uint64_t> checkpoint_at;  // send this shard's part for this clock
+  std::vector<std::string> reports;      // for the coordinator (losses after a restore)
+  std::optional<std::string> die;        // the fault injector's kill: end the process
+  bool ok() const { return error.empty(); }
+};
+
+class shard_core {
+ public:
+  using time_point = std::chrono::steady_clock::time_point;
+
+  // Throws bad_request for a configuration that cannot work (bad map, bad state).
+  explicit shard_core(shard_config cfg, std::unique_ptr<param_store> store = nullptr);
+
+  // A replacement for a dead shard: every live worker starts at the checkpoint's clock,
+  // the departed ones have left; the first push of each worker reports what was lost.
+  void start_as_replacement(std::uint64_t clock, const std::vector<std::uint32_t>& departed);
+
+  // A push or an init of `n` values. A push seen before (worker, seq) is acknowledged
+  // without being applied; a push of a clock the controller defers is kept (copied) and
+  // applied when that clock completes.
+  shard_effects push(const shard_request& r, const std::vector<key_range>& ranges, const float* values, std::uint64_t n);
+  shard_effects init(const shard_request& r, const std::vector<key_range>& ranges, const float* values, std::uint64_t n);
+  // A pull, under `token`: answered now (effects.answer holds the token) or parked until
+  // the minimum clock allows it.
+  shard_effects pull(const shard_request& r, const std::vector<key_range>& ranges, std::uint64_t token,
+                     time_point now);
+  // The worker completed r.clock iterations (left_clock: it is done).
+  shard_effects tick(const shard_request& r);
+  shard_effects leave(std::uint32_t worker);
+  // A worker joins: it enters the clock vector at the minimum, which is returned.
+  std::uint64_t join(std::uint32_t worker);  // throws bad_request
+  // The coordinator's time-based checkpoint: a part at this clock boundary.
+  void checkpoint_at(std::uint64_t boundary);
+  // Parked pulls that waited `limit` or longer fail, naming whom they wait for.
+  shard_effects expire(time_point now, std::chrono::milliseconds limit);
+  // When the oldest parked pull reaches `limit` (none parked: nullopt).
+  std::optional<time_point> next_expiry(std::chrono::milliseconds limit) const;
+
+  void saw_epoch(std::uint64_t epoch) { view_epoch_ = std::max(view_epoch_, epoch); }
+  // Replaces the parameters (a replica's state from --restore); throws bad_request.
+  void restore(const std::vector<stored_segment>& segments) { store_->restore(segments); }
+  void set_head(bool head) { head_ = head; }
+
+  // The ranges and token of a parked or just-answerable pull (valid until answered).
+  const std::vector<key_range>& pull_ranges(std::uint64_t token) const;
+  const shard_request& pull_request(std::uint64_t token) const;
+  void forget_pull(std::uint64_t token);  // answered or failed
+
+  std::uint32_t id() const { return id_; }
+  const std::string& name() const { return name_; }
+  bool head() const { return head_; }
+  std::uint64_t epoch() const { return view_epoch_; }
+  std::uint64_t min_clock() const { return consistency_.clocks().min_clock(); }
+  const staleness_controller& consistency() const { return consistency_; }
+  const param_store& store() const { return *store_; }
+  const partitioner& map() const { return map_; }
+
+ private:
+  struct parked {
+    std::uint64_t token;
+    time_point since;
+  };
+  struct deferred_push {
+    shard_request req;
+    std::vector<key_range> ranges;
+    std::vector<float> values;
+  };
+  struct pending_pull {
+    shard_request req;
+    std::vector<key_range> ranges;
+  };
+
+  std::string check(const shard_request& r, const std::vector<key_range>& ranges) const;
+  void report_loss(const shard_request& r, shard_effects& fx);
+  void release(shard_effects& fx);        // after the minimum clock may have moved
+  void answer_pull(std::uint64_t token, shard_effects& fx);
+
+  std::uint32_t id_;
+  std::string name_;
+  partitioner map_;
+  std::unique_ptr<param_store> store_;
+  staleness_controller consistency_;
+  duplicate_filter applied_;
+  parked_reads<parked> parked_;
+  std::map<std::uint64_t, pending_pull> pulls_;  // token -> the pull, until answered or failed
+  std::vector<deferred_push> deferred_;
+  std::uint64_t view_epoch_;
+  std::uint64_t last_min_ = 0;
+  std::uint64_t checkpoint_every_;
+  bool sends_checkpoints_;
+  std::set<std::uint64_t> checkpoint_at_;
+  std::optional<std::uint64_t> kill_at_;
+  bool head_;
+  std::optional<std::uint64_t> restored_clock_;
+  std::vector<bool> loss_reported_;
+};
+
+// Checks that every key of the ranges belongs to shard `id` under `map`; throws bad_request.
+void check_ownership(const partitioner& map, std::uint32_t id, const std::vector<key_range>& ranges);
+
+}  // namespace ps
