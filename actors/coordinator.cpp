@@ -331,112 +331,157 @@ std::chrono::milliseconds checkpoint_period(const coordinator_options& opts) {
                                                   std::chrono::duration<double>(opts.checkpoint_seconds)));
 }
 
+// A member went down: a shard copy fails over, a worker leaves the clock vector.
+void member_down(self_ptr self, const coordinator_options& opts, const caf::down_msg& dm) {
+  auto& st = self->state;
+  auto it = st.members.find(dm.source);
+  if (it == st.members.end()) return;
+  auto who = it->second;
+  st.members.erase(it);
+  if (auto s = st.shard_ids.find(dm.source); s != st.shard_ids.end()) {
+    auto id = s->second;
+    st.shard_ids.erase(s);
+    copy_failed(self, opts, id, dm.source, who, dm.reason);
+    return;
+  }
+  auto w = st.worker_ids.find(dm.source);
+  if (w == st.worker_ids.end() || st.worker_done[w->second]) return;  // left after finishing
+  // A dead worker leaves the clock vector; the others go on without it.
+  tell_observer(self, opts, caf::make_message(report_atom::value, UINT32_MAX,
+                                              who + " went down (" + describe(dm.reason) +
+                                                "); it leaves the clock vector, the others go on"));
+  worker_finished(self, opts, w->second);
+}
+
+// Time-based checkpoint: one clock boundary above every head's minimum, so each shard's
+// part holds the same clocks (exactly, under BSP).
+void checkpoint_round(self_ptr self, const coordinator_options& opts) {
+  auto& st = self->state;
+  self->delayed_send(self, checkpoint_period(opts), checkpoint_atom::value);
+  if (!st.view_ready) return;
+  auto heads = st.shard_handles;
+  auto highest = std::make_shared<std::uint64_t>(0);
+  auto remaining = std::make_shared<std::size_t>(heads.size());
+  for (auto& head : heads)
+    self->request(head, std::chrono::seconds(5), checkpoint_atom::value)
+      .then(
+        [=](std::uint64_t min) {
+          if (min != left_clock) *highest = std::max(*highest, min);
+          if (--*remaining > 0) return;
+          for (auto& h : heads) caf::anon_send(h, checkpoint_atom::value, *highest + 1);
+        },
+        [=](caf::error&) { --*remaining; });  // a dead head: this round's file will not complete
+}
+
+// A copy of a shard further down its chain; once every chain is complete the map is
+// announced (heads first) and the parked workers get theirs.
+caf::result<registration> register_replica(self_ptr self, const coordinator_options& opts, const caf::actor& sender,
+                                           const node_info& info) {
+  auto& st = self->state;
+  if (opts.replication < 2 || info.shard >= opts.servers || info.position == 0 || info.position >= opts.replication ||
+      !sender || st.view_ready)
+    return make_ps_error("coordinator: unexpected replica (shard " + std::to_string(info.shard) + ", position " +
+                         std::to_string(info.position) + ")");
+  self->monitor(sender);
+  st.members[sender.address()] = "copy " + std::to_string(info.position) + " of shard " + std::to_string(info.shard) +
+                                 " (pid " + std::to_string(info.pid) + ")";
+  st.shard_ids[sender.address()] = info.shard;
+  st.copies.push_back(caf::actor_cast<shard_actor>(sender));
+  auto& chain = st.shards[info.shard].chain;
+  if (chain.size() <= info.position) chain.resize(info.position + 1);
+  chain[info.position] = sender;
+  auto reg = make_registration(self, opts, info.shard);
+  if (opts.restore) reg.state = encoded_state(*opts.restore, info.shard);
+  if (++st.replicas_registered == opts.servers * (opts.replication - 1)) {
+    // Every chain is complete: heads first, then the copies in order.
+    for (std::uint32_t i = 0; i < opts.servers; ++i)
+      st.shards[i].chain[0] = caf::actor_cast<caf::actor>(st.shard_handles[i]);
+    st.view_ready = true;
+    announce_view(self, opts, [=] { deliver_waiting(self, opts, false); });
+  }
+  return reg;
+}
+
+// A server or worker of the job's start waits for the map (and chains); once every
+// server is in, the map goes out.
+caf::result<registration> park_registration(self_ptr self, const coordinator_options& opts, const caf::actor& sender,
+                                            std::uint32_t id, const std::string& who, bool server) {
+  auto& st = self->state;
+  if (sender) {
+    self->monitor(sender);
+    st.members[sender.address()] = who;
+  }
+  auto rp = self->make_response_promise<registration>();
+  st.waiting.push_back({rp, id, server});
+  if (st.shards.size() == opts.servers) {  // the map is complete: hand it out
+    st.view_out = true;
+    if (opts.replication < 2) st.view_ready = true;
+    // With chains, servers first: each then starts the copies it keeps, and workers
+    // wait until every chain is complete.
+    deliver_waiting(self, opts, !st.view_ready);
+  }
+  return rp;
+}
+
+caf::result<registration> register_server(self_ptr self, const coordinator_options& opts, const caf::actor& sender,
+                                          const node_info& info) {
+  auto& st = self->state;
+  if (st.shards.size() >= opts.servers)
+    return make_ps_error("coordinator: all " + std::to_string(opts.servers) + " servers have registered already");
+  auto id = static_cast<std::uint32_t>(st.shards.size());
+  st.shards.push_back({id, info.host, info.port, info.pid, info.handle, {}, 1});
+  st.shard_handles.push_back(caf::actor_cast<shard_actor>(sender));
+  st.copies.push_back(caf::actor_cast<shard_actor>(sender));
+  st.shard_ids[sender.address()] = id;
+  auto who = "server shard " + std::to_string(id) +
+             (info.host.empty() ? "" : " (" + info.host + ":" + std::to_string(info.port) + ", pid " +
+                                         std::to_string(info.pid) + ")");
+  return park_registration(self, opts, sender, id, who, true);
+}
+
+caf::result<registration> register_worker(self_ptr self, const coordinator_options& opts, const caf::actor& sender,
+                                          const node_info& info) {
+  auto& st = self->state;
+  if (st.next_worker >= opts.workers) {
+    if (!st.view_ready)
+      return make_ps_error("coordinator: all " + std::to_string(opts.workers) +
+                           " workers have registered already; join once the job runs");
+    return join_running_job(self, opts, sender, info);
+  }
+  auto id = st.next_worker++;
+  st.worker_ids[sender.address()] = id;
+  if (sender) st.worker_handles.push_back(sender);
+  return park_registration(self, opts, sender, id, "worker " + std::to_string(id), false);
+}
+
+// A member registers: refused when its version or given settings differ from the job's
+// (before the job has all its members that ends the job: it would wait forever).
+caf::result<registration> register_member(self_ptr self, const coordinator_options& opts, const node_info& info) {
+  auto& st = self->state;
+  if (st.ending) return st.end_reason ? st.end_reason : make_ps_error("coordinator: the job has ended");
+  if (auto why = refusal(opts, info); !why.empty()) {
+    auto text = "the coordinator refused " + member_name(info) + ": " + why;
+    auto rp = self->make_response_promise<registration>();
+    rp.deliver(make_error(errc::refused, text));
+    if (!st.view_ready || st.next_worker < opts.workers) end_job(self, opts, errc::job_failed, text);
+    return rp;
+  }
+  auto sender = caf::actor_cast<caf::actor>(self->current_sender());
+  if (info.role == "server") return register_server(self, opts, sender, info);
+  if (info.role == "worker") return register_worker(self, opts, sender, info);
+  if (info.role == "replica") return register_replica(self, opts, sender, info);
+  return make_ps_error("coordinator: unknown role \"" + info.role + "\"");
+}
+
 }  // namespace
 
 coordinator_actor::behavior_type coordinator(self_ptr self, coordinator_options opts) {
   self->state.worker_done.assign(opts.workers, false);
   if (opts.checkpoint_seconds > 0 && opts.checkpointer)
     self->delayed_send(self, checkpoint_period(opts), checkpoint_atom::value);
-  self->set_down_handler([=](caf::down_msg& dm) {
-    auto& st = self->state;
-    auto it = st.members.find(dm.source);
-    if (it == st.members.end()) return;
-    auto who = it->second;
-    st.members.erase(it);
-    if (auto s = st.shard_ids.find(dm.source); s != st.shard_ids.end()) {
-      auto id = s->second;
-      st.shard_ids.erase(s);
-      copy_failed(self, opts, id, dm.source, who, dm.reason);
-      return;
-    }
-    auto w = st.worker_ids.find(dm.source);
-    if (w == st.worker_ids.end() || st.worker_done[w->second]) return;  // left after finishing
-    // A dead worker leaves the clock vector; the others go on without it.
-    tell_observer(self, opts, caf::make_message(report_atom::value, UINT32_MAX,
-                                                who + " went down (" + describe(dm.reason) +
-                                                  "); it leaves the clock vector, the others go on"));
-    worker_finished(self, opts, w->second);
-  });
+  self->set_down_handler([=](caf::down_msg& dm) { member_down(self, opts, dm); });
   return {
-    [=](register_atom, node_info& info) -> caf::result<registration> {
-      auto& st = self->state;
-      if (st.ending) return st.end_reason ? st.end_reason : make_ps_error("coordinator: the job has ended");
-      if (auto why = refusal(opts, info); !why.empty()) {
-        auto text = "the coordinator refused " + member_name(info) + ": " + why;
-        auto rp = self->make_response_promise<registration>();
-        rp.deliver(make_error(errc::refused, text));
-        // Before the job has all its members it would wait for this one forever.
-        if (!st.view_ready || st.next_worker < opts.workers) end_job(self, opts, errc::job_failed, text);
-        return rp;
-      }
-      auto sender = caf::actor_cast<caf::actor>(self->current_sender());
-      std::uint32_t id = 0;
-      std::string who;
-      if (info.role == "server") {
-        if (st.shards.size() >= opts.servers)
-          return make_ps_error("coordinator: all " + std::to_string(opts.servers) +
-                               " servers have registered already");
-        id = static_cast<std::uint32_t>(st.shards.size());
-        st.shards.push_back({id, info.host, info.port, info.pid, info.handle, {}, 1});
-        st.shard_handles.push_back(caf::actor_cast<shard_actor>(sender));
-        st.copies.push_back(caf::actor_cast<shard_actor>(sender));
-        st.shard_ids[sender.address()] = id;
-        who = "server shard " + std::to_string(id) +
-              (info.host.empty() ? "" : " (" + info.host + ":" + std::to_string(info.port) +
-                                          ", pid " + std::to_string(info.pid) + ")");
-      } else if (info.role == "worker") {
-        if (st.next_worker >= opts.workers) {
-          if (!st.view_ready)
-            return make_ps_error("coordinator: all " + std::to_string(opts.workers) +
-                                 " workers have registered already; join once the job runs");
-          return join_running_job(self, opts, sender, info);
-        }
-        id = st.next_worker++;
-        who = "worker " + std::to_string(id);
-        st.worker_ids[sender.address()] = id;
-        if (sender) st.worker_handles.push_back(sender);
-      } else if (info.role == "replica") {
-        if (opts.replication < 2 || info.shard >= opts.servers || info.position == 0 ||
-            info.position >= opts.replication || !sender || st.view_ready)
-          return make_ps_error("coordinator: unexpected replica (shard " + std::to_string(info.shard) +
-                               ", position " + std::to_string(info.position) + ")");
-        if (sender) {
-          self->monitor(sender);
-          st.members[sender.address()] = "copy " + std::to_string(info.position) + " of shard " +
-                                         std::to_string(info.shard) + " (pid " + std::to_string(info.pid) + ")";
-          st.shard_ids[sender.address()] = info.shard;
-        }
-        st.copies.push_back(caf::actor_cast<shard_actor>(sender));
-        auto& chain = st.shards[info.shard].chain;
-        if (chain.size() <= info.position) chain.resize(info.position + 1);
-        chain[info.position] = sender;
-        auto reg = make_registration(self, opts, info.shard);
-        if (opts.restore) reg.state = encoded_state(*opts.restore, info.shard);
-        if (++st.replicas_registered == opts.servers * (opts.replication - 1)) {
-          // Every chain is complete: heads first, then the copies in order.
-          for (std::uint32_t i = 0; i < opts.servers; ++i) st.shards[i].chain[0] = caf::actor_cast<caf::actor>(st.shard_handles[i]);
-          st.view_ready = true;
-          announce_view(self, opts, [=] { deliver_waiting(self, opts, false); });
-        }
-        return reg;
-      } else {
-        return make_ps_error("coordinator: unknown role \"" + info.role + "\"");
-      }
-      if (sender) {
-        self->monitor(sender);
-        st.members[sender.address()] = who;
-      }
-      auto rp = self->make_response_promise<registration>();
-      st.waiting.push_back({rp, id, info.role == "server"});
-      if (st.shards.size() == opts.servers) {  // the map is complete: hand it out
-        st.view_out = true;
-        if (opts.replication < 2) st.view_ready = true;
-        // With chains, servers first: each then starts the copies it keeps, and workers
-        // wait until every chain is complete.
-        deliver_waiting(self, opts, !st.view_ready);
-      }
-      return rp;
-    },
+    [=](register_atom, node_info& info) { return register_member(self, opts, info); },
     [=](end_atom) { self->quit(self->state.end_reason); },
     [=](barrier_atom, std::uint32_t) -> caf::result<std::uint64_t> {
       if (self->state.ending) return self->state.end_reason;
@@ -448,25 +493,7 @@ coordinator_actor::behavior_type coordinator(self_ptr self, coordinator_options 
     [=](report_atom, std::uint32_t worker, std::string& text) {
       tell_observer(self, opts, caf::make_message(report_atom::value, worker, std::move(text)));
     },
-    [=](checkpoint_atom) {
-      // Time-based checkpoint: one clock boundary above every head's minimum, so each
-      // shard's part holds the same clocks (exactly, under BSP).
-      auto& st = self->state;
-      self->delayed_send(self, checkpoint_period(opts), checkpoint_atom::value);
-      if (!st.view_ready) return;
-      auto heads = st.shard_handles;
-      auto highest = std::make_shared<std::uint64_t>(0);
-      auto remaining = std::make_shared<std::size_t>(heads.size());
-      for (auto& head : heads)
-        self->request(head, std::chrono::seconds(5), checkpoint_atom::value)
-          .then(
-            [=](std::uint64_t min) {
-              if (min != left_clock) *highest = std::max(*highest, min);
-              if (--*remaining > 0) return;
-              for (auto& h : heads) caf::anon_send(h, checkpoint_atom::value, *highest + 1);
-            },
-            [=](caf::error&) { --*remaining; });  // a dead head: this round's file will not complete
-    },
+    [=](checkpoint_atom) { checkpoint_round(self, opts); },
     [=](view_atom, std::uint32_t) {
       auto& st = self->state;
       auto sub = caf::actor_cast<caf::actor>(self->current_sender());

@@ -377,6 +377,29 @@ void start_replacement(self_ptr self, const shard_options& opts, const coordinat
   }
 }
 
+caf::actor spawn_replacement(self_ptr self, const shard_options& opts, const coordinator_actor& coordinator,
+                             shard_options::replacement what) {
+  auto ropts = opts;
+  ropts.faults = {};  // a kill names the original shard's process
+  ropts.replica = nullptr;
+  ropts.replaces = std::make_shared<shard_options::replacement>(std::move(what));
+  return caf::actor_cast<caf::actor>(self->spawn(server_shard, coordinator, ropts));
+}
+
+// Registers with the coordinator (published at `port`); awaits the answer, so no push or
+// pull is handled before the shard knows its map.
+void start_server(self_ptr self, const shard_options& opts, const coordinator_actor& coordinator, std::uint16_t port) {
+  self->request(coordinator, opts.register_timeout, register_atom::value,
+                node_info{"server", opts.host, port, static_cast<std::uint32_t>(getpid()),
+                          opts.host.empty() ? caf::actor_cast<caf::actor>(self) : caf::actor{}, 0, 0, protocol_version,
+                          opts.given})
+    .await([=](registration& reg) { configure(self, opts, coordinator, reg); },
+           [=](caf::error& err) {
+             std::fprintf(stderr, "server: registration with the coordinator failed: %s\n", describe(err).c_str());
+             self->quit(err);
+           });
+}
+
 }  // namespace
 
 shard_actor::behavior_type server_shard(self_ptr self, coordinator_actor coordinator, shard_options opts) {
@@ -423,12 +446,7 @@ shard_actor::behavior_type server_shard(self_ptr self, coordinator_actor coordin
     // From the coordinator: host a replacement for a dead shard in this process.
     [=](restore_atom, registration& reg, std::uint64_t clock, std::vector<std::uint32_t>& departed,
         std::string& source) -> caf::actor {
-      auto ropts = opts;
-      ropts.faults = {};  // a kill names the original shard's process
-      ropts.replica = nullptr;
-      ropts.replaces = std::make_shared<shard_options::replacement>(
-        shard_options::replacement{std::move(reg), clock, std::move(departed), std::move(source)});
-      return caf::actor_cast<caf::actor>(self->spawn(server_shard, coordinator, ropts));
+      return spawn_replacement(self, opts, coordinator, {std::move(reg), clock, std::move(departed), std::move(source)});
     },
     [=](checkpoint_atom) -> std::uint64_t { return self->state.core ? self->state.core->min_clock() : 0; },
     [=](checkpoint_atom, std::uint64_t boundary) {
@@ -446,18 +464,7 @@ shard_actor::behavior_type server_shard(self_ptr self, coordinator_actor coordin
       self->quit(code == 0 ? caf::error{} : make_error(static_cast<errc>(code), std::move(why)));  // 0: completed
       return caf::ok_atom::value;
     },
-    [=](start_atom, std::uint16_t port) {
-      // Await: no push or pull is handled before the shard knows its map.
-      self->request(coordinator, opts.register_timeout, register_atom::value,
-                    node_info{"server", opts.host, port, static_cast<std::uint32_t>(getpid()),
-                              opts.host.empty() ? caf::actor_cast<caf::actor>(self) : caf::actor{}, 0, 0,
-                              protocol_version, opts.given})
-        .await([=](registration& reg) { configure(self, opts, coordinator, reg); },
-               [=](caf::error& err) {
-                 std::fprintf(stderr, "server: registration with the coordinator failed: %s\n", describe(err).c_str());
-                 self->quit(err);
-               });
-    },
+    [=](start_atom, std::uint16_t port) { start_server(self, opts, coordinator, port); },
   };
 }
 

@@ -204,17 +204,114 @@ bool watch_coordinator(caf::scoped_actor& observer, const coordinator_actor& coo
   return ended;
 }
 
+namespace {
+
+// The members a launcher starts: shards and worker threads in this process (embedded), or
+// psnode processes, which it watches and reaps.
+struct local_cluster {
+  const node_config& cfg;
+  std::vector<child> children;
+  std::vector<std::thread> threads;
+  std::vector<std::string> thread_errors;
+  std::size_t server_kills = 0, worker_kills = 0;  // the fault plan's, expected to vanish
+
+  explicit local_cluster(const node_config& c) : cfg(c), thread_errors(c.workers) {
+    for (const auto& k : cfg.fault_spec().kills) ++(k.who == fault_plan::role::server ? server_kills : worker_kills);
+  }
+
+  void start_embedded(caf::actor_system& sys, const coordinator_actor& coord, const app_fn& app) {
+    auto sopts = shard_options_from(cfg, "");
+    for (std::size_t i = 0; i < cfg.servers; ++i) {
+      auto s = sys.spawn(server_shard, coord, sopts);
+      caf::anon_send(s, start_atom::value, std::uint16_t{0});
+    }
+    for (std::size_t i = 0; i < cfg.workers; ++i)
+      threads.emplace_back([&, i, coord] { run_worker(sys, cfg, coord, app, &thread_errors[i]); });
+  }
+
+  // Throws bad_request when a process cannot be started.
+  void start_processes(std::uint16_t port, const std::string& app_name) {
+    auto addr = "--coordinator=127.0.0.1:" + std::to_string(port);
+    std::fprintf(stderr, "coordinator listening on 127.0.0.1:%u (more workers can join: psnode --role=worker %s --app=%s)\n",
+                 port, addr.c_str(), app_name.c_str());
+    auto exe = psnode_path();
+    for (std::size_t i = 0; i < cfg.servers; ++i)
+      children.push_back({spawn_process(exe, child_args(cfg, {"--role=server", addr})),
+                          "server process " + std::to_string(i), true});
+    for (std::size_t i = 0; i < cfg.workers; ++i)
+      children.push_back({spawn_process(exe, child_args(cfg, {"--role=worker", addr, "--app=" + app_name})),
+                          "worker process " + std::to_string(i)});
+  }
+
+  // True for a clean exit, and for the fault plan's kills (noted in faults_seen).
+  bool planned(const child& c, job_result& res) {
+    if (WIFEXITED(c.status) && WEXITSTATUS(c.status) == 0) return true;
+    auto& budget = c.server ? server_kills : worker_kills;
+    if (!(WIFSIGNALED(c.status) && WTERMSIG(c.status) == SIGKILL && budget > 0)) return false;
+    --budget;
+    res.faults_seen.push_back(c.name + " (pid " + std::to_string(c.pid) + ") " + describe_status(c.status));
+    return true;
+  }
+
+  // While the job runs: a child that ended unplanned is a failure.
+  void check_children(job_result& res) {
+    for (auto& c : children) {
+      if (c.exited || waitpid(c.pid, &c.status, WNOHANG) != c.pid) continue;
+      c.exited = true;
+      if (!planned(c, res))
+        res.failures.push_back(c.name + " (pid " + std::to_string(c.pid) + ") " + describe_status(c.status) +
+                               " before the job finished");
+    }
+  }
+
+  // After the job: the threads end and the children exit on their own (the coordinator
+  // told them how the job ended); a child still there after 10 s is killed.
+  void reap(job_result& res) {
+    for (auto& t : threads) t.join();
+    for (const auto& e : thread_errors)
+      if (!e.empty()) res.failures.push_back(e);
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    for (auto& c : children) {
+      while (!c.exited) {
+        if (waitpid(c.pid, &c.status, WNOHANG) == c.pid) {
+          c.exited = true;
+          planned(c, res);  // only to note the fault plan's kills: the job is over
+        } else if (std::chrono::steady_clock::now() >= deadline) {
+          kill(c.pid, SIGKILL);
+          waitpid(c.pid, &c.status, 0);
+          c.exited = true;
+        } else {
+          std::this_thread::sleep_for(milliseconds(5));  // polling child exit; no event to wait on
+        }
+      }
+    }
+  }
+};
+
+// The job's verdict from what the workers reported.
+void judge(const node_config& cfg, job_result& res) {
+  for (const auto& [w, text] : res.results)
+    if (text.rfind("{\"error\"", 0) == 0) res.failures.push_back("worker " + std::to_string(w) + ": " + text);
+  std::size_t workers_killed = 0;
+  for (const auto& k : cfg.fault_spec().kills) workers_killed += k.who == fault_plan::role::worker;
+  if (res.failures.empty() && res.results.size() + workers_killed < cfg.workers)
+    res.failures.push_back("only " + std::to_string(res.results.size()) + " of " + std::to_string(cfg.workers) +
+                           " workers reported a result");
+  res.ok = res.failures.empty() && !res.stopped();
+  if (res.reason.empty() && !res.failures.empty()) res.reason = res.failures.front();
+  if (!res.ok && !res.stopped() && res.code != errc::refused) res.code = errc::job_failed;
+}
+
+}  // namespace
+
 job_result run_job(caf::actor_system& sys, const node_config& cfg, const app_fn& app,
                    const std::string& app_name, const job_settings& settings, const report_fn& on_report) {
   job_result res;
-  if (std::string err; !start_trace(cfg, &err)) {
-    res.failures.push_back(err);
-    return res;
-  }
   auto start = std::chrono::steady_clock::now();
   caf::scoped_actor observer{sys};
   auto copts = coordinator_options_from(cfg, settings);
   try {
+    if (std::string err; !start_trace(cfg, &err)) throw bad_request(err);
     copts.restore = load_restore(cfg, settings, app_name);
   } catch (const bad_request& e) {
     res.failures.push_back(e.what());
@@ -223,97 +320,27 @@ job_result run_job(caf::actor_system& sys, const node_config& cfg, const app_fn&
   copts.observer = caf::actor_cast<caf::actor>(observer);
   copts.checkpointer = spawn_checkpointer(sys, cfg, settings, app_name, copts.observer);
   auto coord = sys.spawn(coordinator, copts);
-  std::vector<child> children;
-  std::vector<std::thread> threads;
-  std::vector<std::string> thread_errors(cfg.workers);
-  bool embedded = cfg.cluster == "embedded";
-  if (embedded) {
-    auto sopts = shard_options_from(cfg, "");
-    for (std::size_t i = 0; i < cfg.servers; ++i) {
-      auto s = sys.spawn(server_shard, coord, sopts);
-      caf::anon_send(s, start_atom::value, std::uint16_t{0});
-    }
-    for (std::size_t i = 0; i < cfg.workers; ++i)
-      threads.emplace_back([&, i] { run_worker(sys, cfg, coord, app, &thread_errors[i]); });
+  local_cluster cluster(cfg);
+  if (cfg.cluster == "embedded") {
+    cluster.start_embedded(sys, coord, app);
+  } else if (auto port = sys.middleman().publish(coord, 0, "127.0.0.1"); !port) {
+    res.failures.push_back("cannot publish the coordinator: " + describe(port.error()));
+    caf::anon_send_exit(coord, caf::exit_reason::user_shutdown);
+    return res;
   } else {
-    auto port = sys.middleman().publish(coord, 0, "127.0.0.1");
-    if (!port) {
-      res.failures.push_back("cannot publish the coordinator: " + describe(port.error()));
-      caf::anon_send_exit(coord, caf::exit_reason::user_shutdown);
-      return res;
-    }
-    auto addr = "--coordinator=127.0.0.1:" + std::to_string(*port);
-    std::fprintf(stderr, "coordinator listening on 127.0.0.1:%u (more workers can join: psnode --role=worker %s --app=%s)\n",
-                 *port, addr.c_str(), app_name.c_str());
-    auto exe = psnode_path();
     try {
-      for (std::size_t i = 0; i < cfg.servers; ++i)
-        children.push_back({spawn_process(exe, child_args(cfg, {"--role=server", addr})),
-                            "server process " + std::to_string(i), true});
-      for (std::size_t i = 0; i < cfg.workers; ++i)
-        children.push_back({spawn_process(exe, child_args(cfg, {"--role=worker", addr, "--app=" + app_name})),
-                            "worker process " + std::to_string(i)});
+      cluster.start_processes(*port, app_name);
     } catch (const bad_request& e) {
-      res.failures.push_back(e.what());
+      res.failures.push_back(e.what());  // watch_coordinator ends the job
     }
   }
-  // Processes the fault plan kills (SIGKILL, by themselves) are expected to vanish.
-  std::size_t server_kills = 0, worker_kills = 0;
-  for (const auto& k : cfg.fault_spec().kills) ++(k.who == fault_plan::role::server ? server_kills : worker_kills);
-  // True for a clean exit, and for the fault plan's kills (noted in faults_seen).
-  auto planned_kill = [&](const child& c) {
-    if (WIFEXITED(c.status) && WEXITSTATUS(c.status) == 0) return true;
-    auto& budget = c.server ? server_kills : worker_kills;
-    if (!(WIFSIGNALED(c.status) && WTERMSIG(c.status) == SIGKILL && budget > 0)) return false;
-    --budget;
-    res.faults_seen.push_back(c.name + " (pid " + std::to_string(c.pid) + ") " + describe_status(c.status));
-    return true;
-  };
-  // Collect reports until the coordinator ends (all workers done) or something fails.
-  bool coordinator_ended = watch_coordinator(observer, coord, res, on_report, [&] {
-    for (auto& c : children) {
-      if (c.exited) continue;
-      if (waitpid(c.pid, &c.status, WNOHANG) == c.pid) {
-        c.exited = true;
-        if (!planned_kill(c))
-          res.failures.push_back(c.name + " (pid " + std::to_string(c.pid) + ") " + describe_status(c.status) +
-                                 " before the job finished");
-      }
-    }
-  });
-  if (!coordinator_ended) caf::anon_send_exit(coord, caf::exit_reason::user_shutdown);
+  // Collect reports until the coordinator ends (all workers done) or the job failed.
+  if (!watch_coordinator(observer, coord, res, on_report, [&] { cluster.check_children(res); }))
+    caf::anon_send_exit(coord, caf::exit_reason::user_shutdown);
   // Handles sent to other processes keep it registered with the middleman: end it here.
   if (copts.checkpointer) caf::anon_send_exit(copts.checkpointer, caf::exit_reason::user_shutdown);
-  for (auto& t : threads) t.join();
-  for (const auto& e : thread_errors)
-    if (!e.empty()) res.failures.push_back(e);
-  // Children leave on their own once the coordinator is gone; make sure of it.
-  // The coordinator told them how the job ended; a child still there after this is killed.
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  for (auto& c : children) {
-    while (!c.exited) {
-      if (waitpid(c.pid, &c.status, WNOHANG) == c.pid) {
-        c.exited = true;
-        planned_kill(c);  // only to note the fault plan's kills: the job is over
-      } else if (std::chrono::steady_clock::now() >= deadline) {
-        kill(c.pid, SIGKILL);
-        waitpid(c.pid, &c.status, 0);
-        c.exited = true;
-      } else {
-        std::this_thread::sleep_for(milliseconds(5));  // polling child exit; no event to wait on
-      }
-    }
-  }
-  for (const auto& [w, text] : res.results)
-    if (text.rfind("{\"error\"", 0) == 0) res.failures.push_back("worker " + std::to_string(w) + ": " + text);
-  std::size_t workers_killed = 0;
-  for (const auto& k : cfg.fault_spec().kills) workers_killed += k.who == fault_plan::role::worker;
-  if (res.failures.empty() && res.results.size() + workers_killed < cfg.workers)
-    res.failures.push_back("only " + std::to_string(res.results.size()) + " of " +
-                           std::to_string(cfg.workers) + " workers reported a result");
-  res.ok = res.failures.empty() && !res.stopped();
-  if (res.reason.empty() && !res.failures.empty()) res.reason = res.failures.front();
-  if (!res.ok && !res.stopped() && res.code != errc::refused) res.code = errc::job_failed;
+  cluster.reap(res);
+  judge(cfg, res);
   res.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return res;
 }
