@@ -57,34 +57,21 @@ double seconds_to_target(const fmnist::model& model, const std::vector<snapshot>
   return -1;
 }
 
-std::string fmnist_app(worker_context& ctx) {
-  auto data = fmnist::load_default(ctx.cfg.data);
-  auto model = fmnist::make_model(ctx.cfg.model);
-  auto n = model->num_params();
-  std::vector<float> params;
-  model->init(params, ctx.cfg.seed);
-  ctx.kv.init(key_set::single({0, n}), params).get();  // every worker offers the same values; the first wins
-  // This worker's share of the training set: every k-th sample, k the number of running
-  // workers, taken anew at each epoch start, so a dead worker's samples go to the
-  // survivors and a worker that joined gets its part. Iterations per epoch stay those of
-  // the start.
-  auto share_of = [&](const std::vector<std::uint32_t>& live) {
+// Loader stage: this worker's share of the training set (every k-th sample, k the number
+// of running workers, taken anew at each epoch start, so a dead worker's samples go to the
+// survivors and a worker that joined gets its part), reshuffled per worker and epoch.
+batch_loader fmnist_loader(worker_context& ctx, const fmnist::dataset& train, std::size_t iters_per_epoch,
+                           std::size_t batch) {
+  auto share_of = [&ctx, &train](const std::vector<std::uint32_t>& live) {
     std::size_t k = std::max<std::size_t>(1, live.size());
     auto rank = static_cast<std::size_t>(std::find(live.begin(), live.end(), ctx.id) - live.begin()) % k;
     std::vector<std::size_t> out;
-    for (std::size_t i = rank; i < data.train.count; i += k) out.push_back(i);
+    for (std::size_t i = rank; i < train.count; i += k) out.push_back(i);
     return out;
   };
-  // With --devices=N each device computes --batch samples per iteration.
-  const auto devices = ctx.cfg.devices;
-  const auto batch = ctx.cfg.batch * devices;
-  // From the job's starting size, so a worker that joins later runs to the same end.
-  const auto iters_per_epoch = (data.train.count / std::max<std::uint32_t>(1, ctx.view.job_workers)) / batch;
-  if (iters_per_epoch == 0)
-    throw bad_request("--batch=" + std::to_string(batch) + " is larger than a worker's share of the data");
-  const auto features = data.train.features;
-  // Loader stage: reshuffles at each epoch start, seeded per worker and epoch.
-  batch_loader loader(ctx.sys, [&, order = std::vector<std::size_t>{}, order_epoch = UINT64_MAX](std::uint64_t clock) mutable {
+  return batch_loader(ctx.sys, [&ctx, &train, share_of, iters_per_epoch, batch, order = std::vector<std::size_t>{},
+                                order_epoch = UINT64_MAX](std::uint64_t clock) mutable {
+    const auto features = train.features;
     auto it = clock % iters_per_epoch;
     if (auto epoch = clock / iters_per_epoch; epoch != order_epoch) {
       order = share_of(ctx.kv.live_workers());
@@ -98,17 +85,75 @@ std::string fmnist_app(worker_context& ctx) {
     b.y.resize(batch);
     for (std::size_t i = 0; i < batch; ++i) {
       auto idx = order[(it * batch + i) % order.size()];
-      std::copy_n(data.train.images.data() + idx * features, features, b.x.data() + i * features);
-      b.y[i] = data.train.labels[idx];
+      std::copy_n(train.images.data() + idx * features, features, b.x.data() + i * features);
+      b.y[i] = train.labels[idx];
     }
     return b;
   });
+}
+
+using compute_fn = decltype(training_plan::compute);
+
+// Compute stage. Learning-rate schedule, applied on the worker by scaling its gradient
+// (the servers' rule keeps --lr): linear decay to 10% over the run, which removes most of
+// the last-iterate noise (MLP, 4 workers, BSP, 5 epochs: 0.866 constant). With --devices=N
+// every device gets the pulled parameters and computes --batch samples on its own thread
+// into its own buffers; the aggregator sums them into the push buffer.
+compute_fn fmnist_compute(worker_context& ctx, std::shared_ptr<const fmnist::model> model, std::uint64_t iterations) {
+  const auto devices = ctx.cfg.devices;
+  const auto n = model->num_params();
+  std::shared_ptr<gpu_aggregator> local;  // --devices > 1: gradients reduced here, one push
+  if (devices > 1) local = std::make_shared<gpu_aggregator>(devices, n, parse_strategy(ctx.cfg.aggregation));
+  auto computed = std::make_shared<std::uint64_t>(0);
+  const auto share = ctx.cfg.batch;
+  return [=](const std::vector<float>& p, const sample_batch& b, std::vector<float>& grad,
+             const std::function<void(tensor_span)>& ready) {
+    auto scale = static_cast<float>(1.0 - 0.9 * static_cast<double>((*computed)++) / iterations);
+    auto scaled_ready = [&](fmnist::layer_span s) {
+      for (std::size_t i = s.offset; i < s.offset + s.size; ++i) grad[i] *= scale;
+      ready({s.offset, s.size});
+    };
+    if (!local) return model->loss_and_grad(p, b.x.data(), b.y.data(), b.n, grad, scaled_ready);
+    local->broadcast(p.data());
+    std::vector<float> losses(devices);
+    std::vector<std::thread> running;
+    const auto features = b.x.size() / b.n;
+    for (std::size_t r = 0; r < devices; ++r)
+      running.emplace_back([&, r] {
+        losses[r] = model->loss_and_grad(local->params(r), b.x.data() + r * share * features, b.y.data() + r * share,
+                                         share, local->gradient(r));
+      });
+    for (auto& t : running) t.join();
+    grad.resize(n);
+    local->reduce(grad.data());
+    scaled_ready({0, n});
+    return std::accumulate(losses.begin(), losses.end(), 0.0f) / static_cast<float>(devices);
+  };
+}
+
+// The stragglers --slow-worker, --straggle and --faults' "slow worker=I factor=F" ask for.
+straggler_model fmnist_stragglers(const worker_context& ctx) {
   auto slow = parse_slow_worker(ctx.cfg.slow_worker);
   auto straggle = parse_straggle(ctx.cfg.straggle);
-  // --faults' "slow worker=I factor=F" and --slow-worker=I:F slow the same way.
   auto slow_factor = (slow.set && slow.worker == ctx.id ? slow.factor : 1.0) * ctx.cfg.fault_spec().slow_factor(ctx.id);
-  straggler_model stragglers(ctx.id, ctx.cfg.seed, slow_factor > 1 ? ctx.id : UINT32_MAX, slow_factor,
-                             straggle.probability, straggle.factor);
+  return straggler_model(ctx.id, ctx.cfg.seed, slow_factor > 1 ? ctx.id : UINT32_MAX, slow_factor,
+                         straggle.probability, straggle.factor);
+}
+
+std::string fmnist_app(worker_context& ctx) {
+  auto data = fmnist::load_default(ctx.cfg.data);
+  std::shared_ptr<const fmnist::model> model = fmnist::make_model(ctx.cfg.model);
+  auto n = model->num_params();
+  std::vector<float> params;
+  model->init(params, ctx.cfg.seed);
+  ctx.kv.init(key_set::single({0, n}), params).get();  // every worker offers the same values; the first wins
+  const auto batch = ctx.cfg.batch * ctx.cfg.devices;  // each device computes --batch samples
+  // From the job's starting size, so a worker that joins later runs to the same end.
+  const auto iters_per_epoch = (data.train.count / std::max<std::uint32_t>(1, ctx.view.job_workers)) / batch;
+  if (iters_per_epoch == 0)
+    throw bad_request("--batch=" + std::to_string(batch) + " is larger than a worker's share of the data");
+  auto loader = fmnist_loader(ctx, data.train, iters_per_epoch, batch);
+  auto stragglers = fmnist_stragglers(ctx);
   std::vector<snapshot> snaps;
   auto start = clock_type::now();
   auto last_report = start;
@@ -118,37 +163,7 @@ std::string fmnist_app(worker_context& ctx) {
   plan.iterations = ctx.cfg.epochs * iters_per_epoch;
   plan.first_clock = std::min(ctx.start_clock, plan.iterations);  // a worker that joined a running job
   plan.pipelined = ctx.cfg.pipeline == "on";
-  // Learning-rate schedule, applied on the worker by scaling its gradient (the servers'
-  // rule keeps --lr): linear decay to 10% over the run, which removes most of the
-  // last-iterate noise (MLP, 4 workers, BSP, 5 epochs: 0.866 constant).
-  std::uint64_t computed = 0;
-  std::optional<gpu_aggregator> local;  // --devices > 1: gradients reduced here, one push
-  if (devices > 1) local.emplace(devices, n, parse_strategy(ctx.cfg.aggregation));
-  plan.compute = [&](const std::vector<float>& p, const sample_batch& b, std::vector<float>& grad,
-                     const std::function<void(tensor_span)>& ready) {
-    auto scale = static_cast<float>(1.0 - 0.9 * static_cast<double>(computed++) / plan.iterations);
-    auto scaled_ready = [&](fmnist::layer_span s) {
-      for (std::size_t i = s.offset; i < s.offset + s.size; ++i) grad[i] *= scale;
-      ready({s.offset, s.size});
-    };
-    if (!local) return model->loss_and_grad(p, b.x.data(), b.y.data(), b.n, grad, scaled_ready);
-    // Every device gets the pulled parameters and computes its share of the batch on its
-    // own thread into its own buffers; the aggregator sums them into the push buffer.
-    local->broadcast(p.data());
-    std::vector<float> losses(devices);
-    std::vector<std::thread> running;
-    const auto share = ctx.cfg.batch;
-    for (std::size_t r = 0; r < devices; ++r)
-      running.emplace_back([&, r] {
-        losses[r] = model->loss_and_grad(local->params(r), b.x.data() + r * share * features,
-                                         b.y.data() + r * share, share, local->gradient(r));
-      });
-    for (auto& t : running) t.join();
-    grad.resize(n);
-    local->reduce(grad.data());
-    scaled_ready({0, n});
-    return std::accumulate(losses.begin(), losses.end(), 0.0f) / static_cast<float>(devices);
-  };
+  plan.compute = fmnist_compute(ctx, model, plan.iterations);
   plan.after_iteration = [&](std::uint64_t clock, const std::vector<float>& p, float loss) {
     auto now = seconds_since(start);
     if (ctx.id == 0 && now >= next_snapshot) {
@@ -158,9 +173,9 @@ std::string fmnist_app(worker_context& ctx) {
     if (std::chrono::duration<double>(clock_type::now() - last_report).count() > 0.5) {
       last_report = clock_type::now();
       std::ostringstream s;
-      s << "epoch " << clock / iters_per_epoch + 1 << "/" << ctx.cfg.epochs << " iter "
-        << clock % iters_per_epoch + 1 << "/" << iters_per_epoch << " loss " << loss << " "
-        << static_cast<long>((clock + 1) * batch / now) << " samples/s";
+      s << "epoch " << clock / iters_per_epoch + 1 << "/" << ctx.cfg.epochs << " iter " << clock % iters_per_epoch + 1
+        << "/" << iters_per_epoch << " loss " << loss << " " << static_cast<long>((clock + 1) * batch / now)
+        << " samples/s";
       ctx.report(s.str());
     }
   };
@@ -169,19 +184,20 @@ std::string fmnist_app(worker_context& ctx) {
   // worker's next clock; then everyone's last push is in.
   ctx.kv.leave_clock_vector().get();
   ctx.barrier();
-  std::ostringstream out;
-  out << "{\"worker\":" << ctx.id << ",\"samples\":" << stats.iterations * batch
-      << ",\"train_seconds\":" << stats.seconds << ",\"compute_seconds\":" << stats.compute_seconds
-      << ",\"wait_seconds\":" << stats.wait_seconds << ",\"last_loss\":" << stats.last_loss;
+  json_line out{{"worker", ctx.id},
+                {"samples", stats.iterations * batch},
+                {"train_seconds", stats.seconds},
+                {"compute_seconds", stats.compute_seconds},
+                {"wait_seconds", stats.wait_seconds},
+                {"last_loss", stats.last_loss}};
   if (ctx.id == 0) {
     auto final_params = ctx.kv.pull(key_set::single({0, n})).get();
     snaps.push_back({stats.seconds, final_params});
     auto to_target = seconds_to_target(*model, snaps, data.test, ctx.cfg.target_accuracy);
-    out << ",\"test_accuracy\":" << fmnist::accuracy(*model, final_params, data.test)
-        << ",\"seconds_to_target\":" << (to_target < 0 ? std::string("null") : std::to_string(to_target));
+    out["test_accuracy"] = fmnist::accuracy(*model, final_params, data.test);
+    out["seconds_to_target"] = to_target < 0 ? nlohmann::json(nullptr) : nlohmann::json(to_target);
   }
-  out << "}";
-  return out.str();
+  return out.dump();
 }
 
 // ,"data_plane_sent":N,"data_plane_received":N when this worker has a data plane: the
