@@ -127,20 +127,26 @@ struct pending_request {
   std::chrono::steady_clock::time_point first_sent{};
 };
 
+// Everything the client keeps about one shard: one record per shard.
+struct shard_route {
+  shard_link link;        // the shard's head (pushes, ticks)
+  shard_actor tail;       // who answers pulls (the head without replication)
+  shard_entry entry;      // the map's view of it (host, port, handle)
+  std::string down;       // non-empty: why it is gone
+  // Requests sent and not yet answered, by tag (send order), and requests waiting for the
+  // in-flight budget or for a failover, in order.
+  std::map<std::uint64_t, pending_request> sent;
+  std::deque<pending_request> queued;
+  std::uint64_t inflight_bytes = 0;
+  std::uint64_t acked_tick = 0;   // highest clock tick it acknowledged
+  std::uint64_t generation = 0;   // bumped per failover (stale timers ignore)
+  bool abandoned = false;         // the coordinator said no replacement will come
+  std::optional<std::chrono::steady_clock::time_point> down_since;  // until the first pull after
+};
+
 struct client_state {
-  std::vector<shard_link> shards;              // handle: the shard's head (pushes, ticks)
-  std::vector<shard_actor> tails;              // who answers pulls (the head without replication)
-  std::vector<shard_entry> entries;            // the map's view of each shard (host, port, handle)
-  std::map<std::uint32_t, std::size_t> index;  // shard id -> position in shards
-  std::vector<std::string> down;               // non-empty: why that shard is gone
-  // Per shard: requests sent and not yet answered, by tag (send order), and requests
-  // waiting for the in-flight budget or for a failover, in order.
-  std::vector<std::map<std::uint64_t, pending_request>> sent;
-  std::vector<std::deque<pending_request>> queued;
-  std::vector<std::uint64_t> inflight_bytes;
-  std::vector<std::uint64_t> acked_tick;       // highest clock tick each shard acknowledged
-  std::vector<std::uint64_t> generation;       // bumped per failover (stale timers ignore)
-  std::vector<bool> abandoned;                 // the coordinator said no replacement will come
+  std::vector<shard_route> routes;
+  std::map<std::uint32_t, std::size_t> index;  // shard id -> position in routes
   std::uint64_t next_tag = 0;
   std::uint64_t epoch = 1;
   std::uint32_t worker = 0;
@@ -156,7 +162,6 @@ struct client_state {
   // number, so copies apply it once); the fault injector's drop, duplicate and delay.
   std::chrono::milliseconds retry{0};
   std::optional<message_faults> faults;
-  std::vector<std::optional<std::chrono::steady_clock::time_point>> down_since;  // until the first pull after
   // Large blocks: this process's data plane, and the plane token of each shard copy's
   // process (0: asked and not known yet, or it has none).
   std::shared_ptr<data_plane> plane;
@@ -180,33 +185,33 @@ std::uint64_t next_sequence() {
 // (read-my-writes and clock ticks depend on it).
 void pump(client_ptr self, std::size_t idx) {
   auto& st = self->state;
-  while (!st.queued[idx].empty() && st.down[idx].empty()) {
+  while (!st.routes[idx].queued.empty() && st.routes[idx].down.empty()) {
     // With retries a request may be lost and sent again later: a tick must not overtake
     // the pushes before it, so it waits until they are acknowledged.
-    if (st.retry.count() > 0 && st.queued[idx].front().tick && !st.sent[idx].empty()) return;
-    auto bytes = st.queued[idx].front().bytes;
-    if (st.inflight_bytes[idx] > 0 && st.inflight_bytes[idx] + bytes > st.inflight_limit) return;
-    auto r = std::move(st.queued[idx].front());
-    st.queued[idx].pop_front();
+    if (st.retry.count() > 0 && st.routes[idx].queued.front().tick && !st.routes[idx].sent.empty()) return;
+    auto bytes = st.routes[idx].queued.front().bytes;
+    if (st.routes[idx].inflight_bytes > 0 && st.routes[idx].inflight_bytes + bytes > st.inflight_limit) return;
+    auto r = std::move(st.routes[idx].queued.front());
+    st.routes[idx].queued.pop_front();
     launch(self, idx, std::move(r));
   }
 }
 
 void submit(client_ptr self, std::size_t idx, pending_request r) {
   auto& st = self->state;
-  if (!st.down[idx].empty() && (!st.coordinator || st.abandoned[idx])) {  // no replacement can come
-    r.op->finish(r.op->what + " failed: " + st.down[idx]);
+  if (!st.routes[idx].down.empty() && (!st.coordinator || st.routes[idx].abandoned)) {  // no replacement can come
+    r.op->finish(r.op->what + " failed: " + st.routes[idx].down);
     return;
   }
-  st.queued[idx].push_back(std::move(r));
+  st.routes[idx].queued.push_back(std::move(r));
   pump(self, idx);
 }
 
 // Puts request `tag` on the wire, through the fault injector's message faults if any.
 void transmit(client_ptr self, std::size_t idx, std::uint64_t tag) {
   auto& st = self->state;
-  auto it = st.sent[idx].find(tag);
-  if (it == st.sent[idx].end()) return;
+  auto it = st.routes[idx].sent.find(tag);
+  if (it == st.routes[idx].sent.end()) return;
   auto send = it->second.send;
   message_faults::verdict v;
   if (st.faults) v = st.faults->next();
@@ -227,9 +232,9 @@ void launch(client_ptr self, std::size_t idx, pending_request r) {
   auto& st = self->state;
   if (r.op->done_flag()) return;  // failed meanwhile (another chunk, a dead shard): skip
   auto tag = ++st.next_tag;
-  st.inflight_bytes[idx] += r.bytes;
+  st.routes[idx].inflight_bytes += r.bytes;
   if (r.attempts++ == 0) r.first_sent = std::chrono::steady_clock::now();
-  st.sent[idx].emplace(tag, std::move(r));
+  st.routes[idx].sent.emplace(tag, std::move(r));
   transmit(self, idx, tag);
 }
 
@@ -237,11 +242,11 @@ void launch(client_ptr self, std::size_t idx, pending_request r) {
 // after a failover, or already failed), so the caller ignores it.
 bool settle(client_ptr self, std::size_t idx, std::uint64_t tag) {
   auto& st = self->state;
-  auto it = st.sent[idx].find(tag);
-  if (it == st.sent[idx].end()) return false;
+  auto it = st.routes[idx].sent.find(tag);
+  if (it == st.routes[idx].sent.end()) return false;
   if (st.faults && st.faults->next().drop) return false;  // the reply was lost: the retry comes
-  st.inflight_bytes[idx] -= it->second.bytes;
-  st.sent[idx].erase(it);
+  st.routes[idx].inflight_bytes -= it->second.bytes;
+  st.routes[idx].sent.erase(it);
   pump(self, idx);
   return true;
 }
@@ -286,25 +291,25 @@ void shard_down(client_ptr self, std::size_t i, const std::string& reason);
 void request_failed(client_ptr self, std::size_t idx, std::uint64_t tag, const caf::error& err,
                     const std::string& what) {
   auto& st = self->state;
-  auto it = st.sent[idx].find(tag);
-  if (it == st.sent[idx].end()) return;
+  auto it = st.routes[idx].sent.find(tag);
+  if (it == st.routes[idx].sent.end()) return;
   // Bounced by a copy that has ended (before its down message got here): the same news.
-  if (err == caf::sec::request_receiver_down && st.down[idx].empty() && !st.abandoned[idx])
-    shard_down(self, idx, st.shards[idx].name + " is down (" + describe(err) + ")");
-  if (!st.down[idx].empty() && st.coordinator && !st.abandoned[idx]) return;
+  if (err == caf::sec::request_receiver_down && st.routes[idx].down.empty() && !st.routes[idx].abandoned)
+    shard_down(self, idx, st.routes[idx].link.name + " is down (" + describe(err) + ")");
+  if (!st.routes[idx].down.empty() && st.coordinator && !st.routes[idx].abandoned) return;
   auto op = it->second.op;
-  op->finish(what + " failed: " + why_failed(self, st.shards[idx], err));
+  op->finish(what + " failed: " + why_failed(self, st.routes[idx].link, err));
   settle(self, idx, tag);
 }
 
 // Fails every request of shard idx (sent or queued) with the reason.
 void fail_all(client_ptr self, std::size_t idx, const std::string& reason) {
   auto& st = self->state;
-  auto sent = std::move(st.sent[idx]);
-  auto queued = std::move(st.queued[idx]);
-  st.sent[idx].clear();
-  st.queued[idx].clear();
-  st.inflight_bytes[idx] = 0;
+  auto sent = std::move(st.routes[idx].sent);
+  auto queued = std::move(st.routes[idx].queued);
+  st.routes[idx].sent.clear();
+  st.routes[idx].queued.clear();
+  st.routes[idx].inflight_bytes = 0;
   for (auto& [tag, r] : sent) r.op->finish(r.op->what + " failed: " + reason);
   for (auto& r : queued) r.op->finish(r.op->what + " failed: " + reason);
 }
@@ -314,15 +319,15 @@ void fail_all(client_ptr self, std::size_t idx, const std::string& reason) {
 // the request timeout.
 void shard_down(client_ptr self, std::size_t i, const std::string& reason) {
   auto& st = self->state;
-  st.down[i] = reason;
+  st.routes[i].down = reason;
   if (!st.coordinator) {
-    fail_all(self, i, st.down[i]);
+    fail_all(self, i, st.routes[i].down);
     return;
   }
-  st.down_since[i] = std::chrono::steady_clock::now();
-  std::fprintf(stderr, "worker %u: %s; waiting up to %lld ms for a replacement\n", st.worker, st.down[i].c_str(),
+  st.routes[i].down_since = std::chrono::steady_clock::now();
+  std::fprintf(stderr, "worker %u: %s; waiting up to %lld ms for a replacement\n", st.worker, st.routes[i].down.c_str(),
                static_cast<long long>(st.timeout.count()));
-  self->delayed_send(self, st.timeout, failover_atom::value, static_cast<std::uint64_t>(i), st.generation[i]);
+  self->delayed_send(self, st.timeout, failover_atom::value, static_cast<std::uint64_t>(i), st.routes[i].generation);
 }
 
 pending_request clock_request(client_ptr self, std::size_t idx, request_header hdr, std::shared_ptr<kv_op_state> op) {
@@ -333,11 +338,11 @@ pending_request clock_request(client_ptr self, std::size_t idx, request_header h
     auto& st = self->state;
     auto h = hdr;
     h.epoch = st.epoch;
-    self->request(st.shards[idx].handle, st.timeout, clock_atom::value, h)
+    self->request(st.routes[idx].link.handle, st.timeout, clock_atom::value, h)
       .then(
         [=](std::uint64_t) {
           if (!settle(self, idx, tag)) return;
-          auto& a = self->state.acked_tick[idx];
+          auto& a = self->state.routes[idx].acked_tick;
           a = std::max(a, hdr.clock);
           chunk_answered(op.get());
         },
@@ -356,54 +361,211 @@ void apply_view(client_ptr self, const cluster_view& view) {
     auto at = st.index.find(e.id);
     if (at == st.index.end()) continue;  // ownership never changes in this version
     auto idx = at->second;
-    auto& old = st.entries[idx];
+    auto& old = st.routes[idx].entry;
     if (e.since_epoch <= old.since_epoch) continue;  // not newer than what this client has
     auto head = !e.chain.empty() ? e.chain.front() : e.handle;
     auto tail = !e.chain.empty() ? e.chain.back() : head;
-    bool moved = head ? head != caf::actor_cast<caf::actor>(st.shards[idx].handle) ||
-                          tail != caf::actor_cast<caf::actor>(st.tails[idx])
+    bool moved = head ? head != caf::actor_cast<caf::actor>(st.routes[idx].link.handle) ||
+                          tail != caf::actor_cast<caf::actor>(st.routes[idx].tail)
                       : (e.host != old.host || e.port != old.port);
     old.since_epoch = e.since_epoch;
     if (!moved) continue;
     if (!head) {  // a new address we would have to connect to: not produced by this coordinator
-      fail_all(self, idx, st.shards[idx].name + " moved to " + e.host + ":" + std::to_string(e.port) +
+      fail_all(self, idx, st.routes[idx].link.name + " moved to " + e.host + ":" + std::to_string(e.port) +
                             ", which this client cannot reach without a handle");
       continue;
     }
     old = e;
     // Learning of the failure from the new map (before its own down message) counts as
     // learning of it: recovery time runs from here then.
-    if (!st.down_since[idx]) st.down_since[idx] = std::chrono::steady_clock::now();
-    st.shards[idx].handle = caf::actor_cast<shard_actor>(head);
-    st.tails[idx] = caf::actor_cast<shard_actor>(tail);
-    st.shards[idx].name = "shard " + std::to_string(e.id) + " (epoch " + std::to_string(view.epoch) + ")";
+    if (!st.routes[idx].down_since) st.routes[idx].down_since = std::chrono::steady_clock::now();
+    st.routes[idx].link.handle = caf::actor_cast<shard_actor>(head);
+    st.routes[idx].tail = caf::actor_cast<shard_actor>(tail);
+    st.routes[idx].link.name = "shard " + std::to_string(e.id) + " (epoch " + std::to_string(view.epoch) + ")";
     self->monitor(head);
     if (tail != head) self->monitor(tail);
-    ++st.generation[idx];
-    st.down[idx].clear();
+    ++st.routes[idx].generation;
+    st.routes[idx].down.clear();
     std::deque<pending_request> again;
-    if (st.acked_tick[idx] > 0) {
+    if (st.routes[idx].acked_tick > 0) {
       auto op = std::make_shared<kv_op_state>();
       op->pending = 1;
-      op->what = "clock tick to " + std::to_string(st.acked_tick[idx]) + " after failover";
-      again.push_back(clock_request(self, idx, request_header{0, st.worker, st.acked_tick[idx], 0}, op));
+      op->what = "clock tick to " + std::to_string(st.routes[idx].acked_tick) + " after failover";
+      again.push_back(clock_request(self, idx, request_header{0, st.worker, st.routes[idx].acked_tick, 0}, op));
     }
-    for (auto& [tag, r] : st.sent[idx]) again.push_back(std::move(r));
-    st.sent[idx].clear();
-    st.inflight_bytes[idx] = 0;
-    for (auto& r : st.queued[idx]) again.push_back(std::move(r));
-    st.queued[idx] = std::move(again);
+    for (auto& [tag, r] : st.routes[idx].sent) again.push_back(std::move(r));
+    st.routes[idx].sent.clear();
+    st.routes[idx].inflight_bytes = 0;
+    for (auto& r : st.routes[idx].queued) again.push_back(std::move(r));
+    st.routes[idx].queued = std::move(again);
     std::fprintf(stderr, "worker %u: %s takes over; %zu requests sent again\n", st.worker,
-                 st.shards[idx].name.c_str(), st.queued[idx].size());
+                 st.routes[idx].link.name.c_str(), st.routes[idx].queued.size());
     pump(self, idx);
   }
 }
 
-caf::behavior kv_client_actor(client_ptr self, std::vector<shard_link> shards, std::vector<shard_entry> entries,
-                              kv_client_options opts, std::uint64_t epoch, std::shared_ptr<kv_cluster_events> stats) {
+// One chunk of a request on its way to shard idx: what every sending of it needs.
+struct chunk_send {
+  client_ptr self;
+  std::shared_ptr<op_request> req;  // the chunk stays in req (kept alive here): read there, not copied
+  std::size_t c;                    // the chunk's index in req
+  std::size_t idx;                  // the shard's route
+  request_header hdr;               // numbered once, for every sending
+};
+
+void request_failed(client_ptr self, std::size_t idx, std::uint64_t tag, const caf::error& err,
+                    const std::string& what);
+
+// A pull's answer: claimed (it may come over the data plane), checked, put in place.
+void pull_answered(const chunk_send& s, std::uint64_t tag, float_block& values) {
+  auto& st = s.self->state;
+  const auto& ch = s.req->chunks[s.c];
+  auto op = s.req->op;
+  auto& route = st.routes[s.idx];
+  try {
+    values = claim_values(st.plane.get(), values);
+  } catch (const bad_request& e) {
+    op->finish("pull of " + describe_keys(ch) + " failed: " + route.link.name + ": " + e.what());
+    return;
+  }
+  if (route.down_since) {  // the first pull after a failover: recovery time
+    auto ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - *route.down_since).count();
+    route.down_since.reset();
+    std::lock_guard<std::mutex> guard(st.stats->mtx);
+    st.stats->recoveries_ms.push_back(ms);
+  }
+  if (values.size != ch.num_values) {
+    op->finish("pull of " + describe_keys(ch) + " failed: " + route.link.name + " sent " + std::to_string(values.size) +
+               " values for " + std::to_string(ch.num_values) + " keys");
+    return;
+  }
+  if (s.req->chunks.size() == 1) {  // the common case: no reassembly
+    if (values.whole())
+      op->values = std::move(*values.storage);
+    else
+      op->values.assign(values.data(), values.data() + values.size);
+  } else if (values.storage) {  // else it landed in place
+    scatter(values.data(), ch, op->values.data());
+  }
+  chunk_answered(op.get());
+}
+
+void send_pull(const chunk_send& s, std::uint64_t tag, request_header h) {
+  auto self = s.self;
   auto& st = self->state;
-  st.shards = std::move(shards);
-  st.entries = std::move(entries);
+  auto req = s.req;
+  auto c = s.c;
+  const auto& ch = req->chunks[c];
+  auto tail = st.routes[s.idx].tail;
+  if (auto peer = h.pull_codec == 0 ? plane_peer(self, tail) : 0) {
+    h.reply_plane = st.plane->token();
+    // A piece of a larger answer: its payload is read straight into place.
+    if (!req->landing.empty() && req->landing[c] == 0 && data_plane::in_pieces(ch.pieces.size(), ch.num_values)) {
+      std::vector<std::span<float>> into;
+      for (const auto& p : ch.pieces) into.emplace_back(req->op->values.data() + p.value_offset, p.keys.size());
+      st.plane->expect(peer, h.seq, std::move(into), req->op);
+      req->landing[c] = peer;
+    }
+  }
+  // Before the chunk counts as answered (or failed), nothing may still land in it.
+  auto unexpect = [=] {
+    if (!req->landing.empty() && req->landing[c] != 0) self->state.plane->forget(req->landing[c], s.hdr.seq);
+  };
+  self->request(tail, st.timeout, pull_atom::value, h, range_list{ch.ranges()})
+    .then(
+      [=](float_block& values) {
+        unexpect();  // answered: whichever way it came, the expectation is done
+        if (settle(self, s.idx, tag)) pull_answered(s, tag, values);
+      },
+      [=](caf::error& err) {
+        unexpect();
+        request_failed(self, s.idx, tag, err, std::string(names_of(req->kind)) + " of " + describe_keys(req->chunks[c]));
+      });
+}
+
+// A push or init: a large block goes over the data connection and the message names it;
+// a chunk of scattered pieces is written straight from the caller's buffer if it can be.
+void send_values(const chunk_send& s, std::uint64_t tag, const request_header& h) {
+  auto self = s.self;
+  auto& st = self->state;
+  auto req = s.req;
+  auto c = s.c;
+  const auto& ch = req->chunks[c];
+  auto handle = st.routes[s.idx].link.handle;
+  auto acked = [=](std::uint64_t) {
+    if (settle(self, s.idx, tag)) chunk_answered(req->op.get());
+  };
+  auto on_error = [=](caf::error& err) {  // the text is built only when needed
+    request_failed(self, s.idx, tag, err, std::string(names_of(req->kind)) + " of " + describe_keys(req->chunks[c]));
+  };
+  range_list ranges{ch.ranges()};
+  if (!req->encoded.empty()) {
+    self->request(handle, st.timeout, push_atom::value, h, std::move(ranges), req->encoded[c]).then(acked, on_error);
+    return;
+  }
+  auto block = req->blocks[c];
+  auto peer = plane_peer(self, handle);
+  std::optional<float_block> named;
+  if (peer && !block.storage) {
+    std::vector<std::span<const float>> parts;
+    for (const auto& p : ch.pieces) parts.emplace_back(req->source->data() + req->base + p.value_offset, p.keys.size());
+    named = st.plane->offload(peer, parts, ch.num_values);
+  }
+  if (!named && !block.storage) {  // gathered after all (kept for resends)
+    std::vector<float> gathered(ch.num_values);
+    gather(req->source->data() + req->base, ch, gathered.data());
+    block = req->blocks[c] = float_block::own(std::move(gathered));
+  }
+  if (peer && !named) named = st.plane->offload(peer, block);
+  if (named) block = std::move(*named);
+  if (req->kind == op_kind::push)
+    self->request(handle, st.timeout, push_atom::value, h, std::move(ranges), std::move(block)).then(acked, on_error);
+  else
+    self->request(handle, st.timeout, init_atom::value, h, std::move(ranges), std::move(block)).then(acked, on_error);
+}
+
+// A push, pull or init split into chunks: each is queued to its shard, numbered here in
+// the order the shards will see them (callers on several threads could otherwise
+// overtake each other): duplicate filters rely on it.
+void dispatch(client_ptr self, const std::shared_ptr<op_request>& req) {
+  auto& st = self->state;
+  auto op = req->op;
+  op->pending = req->chunks.size();
+  if (req->chunks.empty()) {
+    op->finish({});
+    return;
+  }
+  for (std::size_t c = 0; c < req->chunks.size(); ++c) {
+    const auto& ch = req->chunks[c];
+    chunk_send s{self, req, c, st.index.at(ch.shard), req->hdr};
+    s.hdr.seq = next_sequence();
+    pending_request r;
+    r.op = op;
+    r.bytes = (req->encoded.empty() ? ch.num_values * sizeof(float) : req->encoded[c].bytes->size()) +
+              ch.pieces.size() * range_wire_bytes;
+    r.send = [s](std::uint64_t tag) {
+      auto h = s.hdr;
+      h.epoch = s.self->state.epoch;
+      if (s.req->kind == op_kind::pull)
+        send_pull(s, tag, h);
+      else
+        send_values(s, tag, h);
+    };
+    submit(s.self, s.idx, std::move(r));
+  }
+}
+
+// The client's state from its options; every shard copy is monitored, and the data
+// connections are asked for early (blocks go inline until then).
+void init_client(client_ptr self, std::vector<shard_link> shards, std::vector<shard_entry> entries,
+                 const kv_client_options& opts, std::uint64_t epoch, std::shared_ptr<kv_cluster_events> stats) {
+  auto& st = self->state;
+  for (std::size_t i = 0; i < shards.size(); ++i) {
+    shard_route r;
+    r.link = std::move(shards[i]);
+    r.entry = std::move(entries[i]);
+    st.routes.push_back(std::move(r));
+  }
   st.timeout = opts.timeout;
   st.inflight_limit = opts.inflight_bytes;
   st.coordinator = opts.coordinator;
@@ -413,42 +575,38 @@ caf::behavior kv_client_actor(client_ptr self, std::vector<shard_link> shards, s
   st.retry = opts.retry;
   if (opts.faults.touches_messages()) st.faults.emplace(opts.faults, opts.worker);
   st.plane = opts.plane;
-  auto n = st.shards.size();
-  st.inflight_bytes.assign(n, 0);
-  st.queued.resize(n);
-  st.sent.resize(n);
-  st.down.resize(n);
-  st.acked_tick.assign(n, 0);
-  st.generation.assign(n, 0);
-  st.abandoned.assign(n, false);
-  st.down_since.resize(n);
-  st.tails.resize(n);
+  auto n = st.routes.size();
   for (std::size_t i = 0; i < n; ++i) {
-    st.index[st.shards[i].id] = i;
-    self->monitor(st.shards[i].handle);
-    const auto& chain = st.entries[i].chain;
-    st.tails[i] = chain.empty() ? st.shards[i].handle : caf::actor_cast<shard_actor>(chain.back());
-    if (st.tails[i] != st.shards[i].handle) self->monitor(st.tails[i]);
+    st.index[st.routes[i].link.id] = i;
+    self->monitor(st.routes[i].link.handle);
+    const auto& chain = st.routes[i].entry.chain;
+    st.routes[i].tail = chain.empty() ? st.routes[i].link.handle : caf::actor_cast<shard_actor>(chain.back());
+    if (st.routes[i].tail != st.routes[i].link.handle) self->monitor(st.routes[i].tail);
   }
   for (std::size_t i = 0; i < n; ++i) {  // data connections early: blocks go inline until then
-    plane_peer(self, st.shards[i].handle);
-    plane_peer(self, st.tails[i]);
+    plane_peer(self, st.routes[i].link.handle);
+    plane_peer(self, st.routes[i].tail);
   }
   if (st.coordinator) self->send(st.coordinator, view_atom::value, st.worker);
+}
+
+caf::behavior kv_client_actor(client_ptr self, std::vector<shard_link> shards, std::vector<shard_entry> entries,
+                              kv_client_options opts, std::uint64_t epoch, std::shared_ptr<kv_cluster_events> stats) {
+  init_client(self, std::move(shards), std::move(entries), opts, epoch, std::move(stats));
   self->set_down_handler([=](caf::down_msg& dm) {
     auto& st = self->state;
-    for (std::size_t i = 0; i < st.shards.size(); ++i) {
-      if (st.shards[i].handle.address() != dm.source && st.tails[i].address() != dm.source) continue;
-      if (!st.down[i].empty()) continue;  // head and tail of one chain: once is enough
-      if (st.abandoned[i]) continue;  // the coordinator's word came first and failed it all
-      shard_down(self, i, st.shards[i].name + " is down (" + describe(dm.reason) + ")");
+    for (std::size_t i = 0; i < st.routes.size(); ++i) {
+      if (st.routes[i].link.handle.address() != dm.source && st.routes[i].tail.address() != dm.source) continue;
+      if (!st.routes[i].down.empty()) continue;  // head and tail of one chain: once is enough
+      if (st.routes[i].abandoned) continue;  // the coordinator's word came first and failed it all
+      shard_down(self, i, st.routes[i].link.name + " is down (" + describe(dm.reason) + ")");
     }
   });
   return {
     [=](failover_atom, std::uint64_t idx, std::uint64_t gen) {
       auto& st = self->state;
-      if (st.generation[idx] != gen || st.down[idx].empty()) return;
-      fail_all(self, idx, st.down[idx] + " and no replacement came within " + std::to_string(st.timeout.count()) + " ms");
+      if (st.routes[idx].generation != gen || st.routes[idx].down.empty()) return;
+      fail_all(self, idx, st.routes[idx].down + " and no replacement came within " + std::to_string(st.timeout.count()) + " ms");
     },
     [=](view_atom, const cluster_view& view) { apply_view(self, view); },
     [=](members_atom, std::vector<std::uint32_t>& live) {
@@ -457,18 +615,18 @@ caf::behavior kv_client_actor(client_ptr self, std::vector<shard_link> shards, s
     },
     [=](send_atom, std::uint64_t idx, std::uint64_t tag) {  // a delayed request leaves now
       auto& st = self->state;
-      auto it = st.sent[idx].find(tag);
-      if (it != st.sent[idx].end()) it->second.send(tag);
+      auto it = st.routes[idx].sent.find(tag);
+      if (it != st.routes[idx].sent.end()) it->second.send(tag);
     },
     [=](resend_atom, std::uint64_t idx, std::uint64_t tag) {
       auto& st = self->state;
-      auto it = st.sent[idx].find(tag);
-      if (it == st.sent[idx].end() || !st.down[idx].empty()) return;  // answered, or waiting for a failover
+      auto it = st.routes[idx].sent.find(tag);
+      if (it == st.routes[idx].sent.end() || !st.routes[idx].down.empty()) return;  // answered, or waiting for a failover
       auto r = std::move(it->second);
-      st.inflight_bytes[idx] -= r.bytes;
-      st.sent[idx].erase(it);
+      st.routes[idx].inflight_bytes -= r.bytes;
+      st.routes[idx].sent.erase(it);
       if (std::chrono::steady_clock::now() - r.first_sent >= st.timeout) {
-        r.op->finish(r.op->what + " failed: no reply from " + st.shards[idx].name + " within " +
+        r.op->finish(r.op->what + " failed: no reply from " + st.routes[idx].link.name + " within " +
                      std::to_string(st.timeout.count()) + " ms (" + std::to_string(r.attempts) + " attempts)");
         pump(self, idx);
         return;
@@ -480,140 +638,20 @@ caf::behavior kv_client_actor(client_ptr self, std::vector<shard_link> shards, s
       auto at = st.index.find(id);
       if (at == st.index.end()) return;
       auto idx = at->second;
-      st.abandoned[idx] = true;
-      if (st.down[idx].empty()) st.down[idx] = st.shards[idx].name + " is down";
-      st.down[idx] += " (coordinator: " + why + ")";
-      fail_all(self, idx, st.down[idx]);
+      st.routes[idx].abandoned = true;
+      if (st.routes[idx].down.empty()) st.routes[idx].down = st.routes[idx].link.name + " is down";
+      st.routes[idx].down += " (coordinator: " + why + ")";
+      fail_all(self, idx, st.routes[idx].down);
     },
     // A clock tick goes to every shard, behind this worker's earlier requests to it.
     [=](clock_atom, std::shared_ptr<op_request>& req) {
       auto& st = self->state;
       auto op = req->op;
-      op->pending = st.shards.size();
-      for (std::size_t idx = 0; idx < st.shards.size(); ++idx)
+      op->pending = st.routes.size();
+      for (std::size_t idx = 0; idx < st.routes.size(); ++idx)
         submit(self, idx, clock_request(self, idx, req->hdr, op));
     },
-    [=](dispatch_atom, std::shared_ptr<op_request>& req) {
-      auto& st = self->state;
-      auto op = req->op;
-      op->pending = req->chunks.size();
-      if (req->chunks.empty()) {
-        op->finish({});
-        return;
-      }
-      for (std::size_t c = 0; c < req->chunks.size(); ++c) {
-        const auto& ch = req->chunks[c];
-        auto idx = st.index.at(ch.shard);
-        auto hdr = req->hdr;
-        // Numbered here, in the order the shards will see them (callers on several threads
-        // could otherwise overtake each other): duplicate filters rely on it.
-        hdr.seq = next_sequence();
-        pending_request r;
-        r.op = op;
-        r.bytes = (req->encoded.empty() ? ch.num_values * sizeof(float) : req->encoded[c].bytes->size()) +
-                  ch.pieces.size() * range_wire_bytes;
-        // The chunk stays in req (kept alive by the closures): read it there, not copied.
-        r.send = [=](std::uint64_t tag) {
-          auto& st = self->state;
-          const auto& ch = req->chunks[c];
-          auto h = hdr;
-          h.epoch = st.epoch;
-          auto handle = st.shards[idx].handle;
-          auto tail = st.tails[idx];
-          auto on_error = [=](caf::error& err) {  // the text is built only when needed
-            request_failed(self, idx, tag, err, std::string(names_of(req->kind)) + " of " + describe_keys(req->chunks[c]));
-          };
-          auto acked = [=](std::uint64_t) {
-            if (settle(self, idx, tag)) chunk_answered(op.get());
-          };
-          range_list ranges{ch.ranges()};
-          if (req->kind == op_kind::pull) {
-            if (auto peer = h.pull_codec == 0 ? plane_peer(self, tail) : 0) {
-              h.reply_plane = st.plane->token();
-              // A piece of a larger answer: its payload is read straight into place.
-              if (!req->landing.empty() && req->landing[c] == 0 &&
-                  data_plane::in_pieces(ch.pieces.size(), ch.num_values)) {
-                std::vector<std::span<float>> into;
-                for (const auto& p : ch.pieces) into.emplace_back(op->values.data() + p.value_offset, p.keys.size());
-                st.plane->expect(peer, h.seq, std::move(into), op);
-                req->landing[c] = peer;
-              }
-            }
-            // Before the chunk counts as answered (or failed), nothing may still land in it.
-            auto unexpect = [=] {
-              if (!req->landing.empty() && req->landing[c] != 0) self->state.plane->forget(req->landing[c], hdr.seq);
-            };
-            self->request(tail, st.timeout, pull_atom::value, h, std::move(ranges))
-              .then(
-                [=](float_block& values) {
-                  unexpect();  // answered: whichever way it came, the expectation is done
-                  if (!settle(self, idx, tag)) return;
-                  auto& st = self->state;
-                  const auto& ch = req->chunks[c];
-                  try {
-                    values = claim_values(st.plane.get(), values);
-                  } catch (const bad_request& e) {
-                    op->finish("pull of " + describe_keys(ch) + " failed: " + st.shards[idx].name + ": " + e.what());
-                    return;
-                  }
-                  if (st.down_since[idx]) {  // the first pull after a failover: recovery time
-                    auto ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() -
-                                                                        *st.down_since[idx]).count();
-                    st.down_since[idx].reset();
-                    std::lock_guard<std::mutex> guard(st.stats->mtx);
-                    st.stats->recoveries_ms.push_back(ms);
-                  }
-                  if (values.size != ch.num_values) {
-                    op->finish("pull of " + describe_keys(ch) + " failed: " + st.shards[idx].name + " sent " +
-                               std::to_string(values.size) + " values for " + std::to_string(ch.num_values) +
-                               " keys");
-                  } else if (req->chunks.size() == 1) {  // the common case: no reassembly
-                    if (values.whole())
-                      op->values = std::move(*values.storage);
-                    else
-                      op->values.assign(values.data(), values.data() + values.size);
-                  } else if (values.storage) {  // else it landed in place
-                    scatter(values.data(), ch, op->values.data());
-                  }
-                  chunk_answered(op.get());
-                },
-                [=](caf::error& err) {
-                  unexpect();
-                  on_error(err);
-                });
-          } else if (!req->encoded.empty()) {
-            self->request(handle, st.timeout, push_atom::value, h, std::move(ranges), req->encoded[c])
-              .then(acked, on_error);
-          } else {
-            // A large block goes over the data connection, the message names it; a chunk of
-            // scattered pieces is written straight from the caller's buffer if it can be.
-            auto block = req->blocks[c];
-            auto peer = plane_peer(self, handle);
-            std::optional<float_block> named;
-            if (peer && !block.storage) {
-              std::vector<std::span<const float>> parts;
-              for (const auto& p : ch.pieces)
-                parts.emplace_back(req->source->data() + req->base + p.value_offset, p.keys.size());
-              named = st.plane->offload(peer, parts, ch.num_values);
-            }
-            if (!named && !block.storage) {  // gathered after all (kept for resends)
-              std::vector<float> gathered(ch.num_values);
-              gather(req->source->data() + req->base, ch, gathered.data());
-              block = req->blocks[c] = float_block::own(std::move(gathered));
-            }
-            if (peer && !named) named = st.plane->offload(peer, block);
-            if (named) block = std::move(*named);
-            if (req->kind == op_kind::push)
-              self->request(handle, st.timeout, push_atom::value, h, std::move(ranges), std::move(block))
-                .then(acked, on_error);
-            else
-              self->request(handle, st.timeout, init_atom::value, h, std::move(ranges), std::move(block))
-                .then(acked, on_error);
-          }
-        };
-        submit(self, idx, std::move(r));
-      }
-    },
+    [=](dispatch_atom, std::shared_ptr<op_request>& req) { dispatch(self, req); },
   };
 }
 

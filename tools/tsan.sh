@@ -26,8 +26,16 @@ if [ ! -f "$out/caf/lib/libcaf_core.so" ]; then
   apt_opts=(-o "Dir::Etc::SourceParts=$lists" -o "Dir::Etc::SourceList=/dev/null" -o "Dir::State::Lists=$lists/lists")
   apt-get "${apt_opts[@]}" update -qq
   rm -rf "$out/src" && mkdir -p "$out/src"
-  (cd "$out/src" && apt-get "${apt_opts[@]}" source -qq caf=0.17.6-2.1 >/dev/null)
-  src=$(ls -d "$out"/src/caf-0.17.6*/ | head -1)
+  # The package's upstream tarball always; Debian's patch set when the mirror has it (some
+  # mirrors lack the .debian.tar.xz: then the upstream source of the same version is built).
+  (cd "$out/src" && apt-get "${apt_opts[@]}" source -qq --download-only actor-framework=0.17.6-2.1 >/dev/null 2>&1) ||
+    echo "tsan: Debian's patch set for actor-framework 0.17.6-2.1 could not be fetched; building its upstream tarball" >&2
+  if [ -f "$out"/src/actor-framework_0.17.6-2.1.debian.tar.xz ]; then
+    (cd "$out/src" && dpkg-source -x actor-framework_0.17.6-2.1.dsc >/dev/null)
+  else
+    tar -xzf "$out"/src/actor-framework_0.17.6.orig.tar.gz -C "$out/src"
+  fi
+  src=$(ls -d "$out"/src/actor-framework-0.17.6*/ | head -1)
   cmake -S "$src" -B "$out/caf-build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_INSTALL_PREFIX="$out/caf" \
     -DCMAKE_CXX_FLAGS="-fsanitize=thread" -DCMAKE_SHARED_LINKER_FLAGS="-fsanitize=thread" \
     -DCAF_NO_EXAMPLES=ON -DCAF_NO_UNIT_TESTS=ON -DCAF_NO_TOOLS=ON -DCAF_NO_OPENSSL=ON -DCAF_NO_PYTHON=ON \
