@@ -20,6 +20,7 @@
 #include "libps/consistency.hpp"
 #include "libps/trace.hpp"
 #include "runtime/job_contract.hpp"
+#include "tests/parsed_config.hpp"
 
 using namespace ps;
 using std::chrono::milliseconds;
@@ -28,18 +29,7 @@ namespace {
 
 [[maybe_unused]] const bool apps_registered = (register_builtin_apps(), true);
 
-// A node_config parsed from flags, as a binary would get it.
-struct parsed_config {
-  node_config cfg;
-  bool ok;
-  explicit parsed_config(std::vector<std::string> flags) {
-    std::vector<std::string> store{"test_cluster"};
-    store.insert(store.end(), flags.begin(), flags.end());
-    std::vector<char*> argv;
-    for (auto& s : store) argv.push_back(s.data());
-    ok = cfg.parse_args(static_cast<int>(argv.size()), argv.data());
-  }
-};
+using test::parsed_config;
 
 std::uint64_t field(const std::string& json, const std::string& name) {
   auto at = json.find("\"" + name + "\":");
@@ -716,28 +706,41 @@ TEST_CASE("contract: a job whose only copy of a shard is killed fails everywhere
   check_end(w1, "worker 1", 1, "failed", "");
 }
 
+namespace {
+
+// A clocksum job of one server and one worker as psnode processes; the worker gets no job
+// settings of its own (it adopts the coordinator's).
+struct small_job {
+  node_process coord;
+  std::string port;
+  node_process server, worker;
+  explicit small_job(const std::string& job_flags)
+      : coord("--role=coordinator --app=clocksum --servers=1 --workers=1 " + job_flags),
+        port(coord.port()),
+        server("--role=server --coordinator=127.0.0.1:" + port),
+        worker("--role=worker --app=clocksum --coordinator=127.0.0.1:" + port) {}
+  // Every member ends with this exit status, status and a reason holding `why`.
+  void check_ends(int exit_status, const std::string& status, const std::string& why) {
+    check_end(coord, "coordinator", exit_status, status, why);
+    check_end(server, "server", exit_status, status, why);
+    check_end(worker, "worker", exit_status, status, why);
+  }
+};
+
+}  // namespace
+
 TEST_CASE("contract: SIGINT on the coordinator stops the job: status stopped and exit 130 everywhere") {
-  node_process coord("--role=coordinator --app=clocksum --servers=1 --workers=1 --clocks=400 --clock-ms=5");
-  auto addr = " --coordinator=127.0.0.1:" + coord.port();
-  node_process server("--role=server" + addr);
-  node_process worker("--role=worker --app=clocksum" + addr);
-  REQUIRE(coord.wait_for("clock "));
-  kill(coord.pid, SIGINT);
-  check_end(coord, "coordinator", 130, "stopped", "SIGINT");
-  check_end(server, "server", 130, "stopped", "SIGINT");
-  check_end(worker, "worker", 130, "stopped", "SIGINT");
+  small_job job("--clocks=400 --clock-ms=5");
+  REQUIRE(job.coord.wait_for("clock "));
+  kill(job.coord.pid, SIGINT);
+  job.check_ends(130, "stopped", "SIGINT");
 }
 
 TEST_CASE("contract: a worker adopts the job's settings it was not given") {
-  node_process coord("--role=coordinator --app=clocksum --servers=1 --workers=1 --clocks=7");
-  auto addr = " --coordinator=127.0.0.1:" + coord.port();
-  node_process server("--role=server" + addr);
-  node_process worker("--role=worker --app=clocksum" + addr);  // no --clocks: the job's 7
-  check_end(worker, "worker", 0, "ok", "");
-  check_end(coord, "coordinator", 0, "ok", "");
-  check_end(server, "server", 0, "ok", "");
-  CHECK(clocksum_line(coord.out, 0).find("\"clocks\":7") != std::string::npos);
-  CHECK(worker.last_json()["job_fingerprint"] == coord.last_json()["job_fingerprint"]);
+  small_job job("--clocks=7");  // the worker has no --clocks: it runs the job's 7
+  job.check_ends(0, "ok", "");
+  CHECK(clocksum_line(job.coord.out, 0).find("\"clocks\":7") != std::string::npos);
+  CHECK(job.worker.last_json()["job_fingerprint"] == job.coord.last_json()["job_fingerprint"]);
 }
 
 TEST_CASE("every shard holds its share: within 10% of the mean for every app and 2 to 4 shards") {
@@ -770,19 +773,13 @@ TEST_CASE("the demo's two shards each hold about half the softmax keys (shard_ke
 }
 
 TEST_CASE("contract: psctl stop ends the job: status stopped everywhere, the coordinator exits 0") {
-  node_process coord("--role=coordinator --app=clocksum --servers=1 --workers=1 --clocks=400 --clock-ms=5");
-  auto port = coord.port();
-  auto addr = " --coordinator=127.0.0.1:" + port;
-  node_process server("--role=server" + addr);
-  node_process worker("--role=worker --app=clocksum" + addr);
-  REQUIRE(coord.wait_for("clock "));
-  auto [rc, out] = shell("bin/psctl stop 127.0.0.1:" + port + " 'maintenance window'");
+  small_job job("--clocks=400 --clock-ms=5");
+  REQUIRE(job.coord.wait_for("clock "));
+  auto [rc, out] = shell("bin/psctl stop 127.0.0.1:" + job.port + " 'maintenance window'");
   INFO(out);
   CHECK(rc == 0);
   CHECK(out.find("\"status\":\"ok\"") != std::string::npos);
-  check_end(coord, "coordinator", 0, "stopped", "maintenance window");
-  check_end(server, "server", 0, "stopped", "maintenance window");
-  check_end(worker, "worker", 0, "stopped", "maintenance window");
+  job.check_ends(0, "stopped", "maintenance window");
   auto [bad_rc, bad_out] = shell("bin/psctl stop 127.0.0.1:1");
   CHECK(bad_rc == 1);
   CHECK(bad_out.find("cannot reach the coordinator at 127.0.0.1:1") != std::string::npos);

@@ -5,26 +5,16 @@
 
 #include "runtime/node.hpp"
 #include "runtime/job_contract.hpp"
+#include "tests/parsed_config.hpp"
 
 using namespace ps;
 using namespace ps::test;
 
 namespace {
 
-struct flags_config {
-  node_config cfg;
-  bool ok;
-  explicit flags_config(std::vector<std::string> flags) {
-    std::vector<std::string> store{"test_contract"};
-    store.insert(store.end(), flags.begin(), flags.end());
-    std::vector<char*> argv;
-    for (auto& s : store) argv.push_back(s.data());
-    ok = cfg.parse_args(static_cast<int>(argv.size()), argv.data());
-  }
-};
 
 job_spec softmax_spec(const std::vector<std::string>& flags) {
-  flags_config c(flags);
+  parsed_config c(flags);
   REQUIRE(c.ok);
   job_settings s{rule_from(c.cfg, "sgd"), c.cfg.staleness_bound("bsp"), {}, 12};
   return spec_of(c.cfg, s, {{"softmax", {0, 7850}, {7850}}});
@@ -39,7 +29,7 @@ std::string value(const std::vector<job_setting>& given, const std::string& name
 }  // namespace
 
 TEST_CASE("contract: only job settings given on the command line are compared") {
-  flags_config c({"--app=fmnist", "--model=mlp", "--ps.vnodes=64", "--ps.timeout-ms=500", "--lr=0.25"});
+  parsed_config c({"--app=fmnist", "--model=mlp", "--ps.vnodes=64", "--ps.timeout-ms=500", "--lr=0.25"});
   REQUIRE(c.ok);
   auto given = given_settings(c.cfg);
   CHECK(value(given, "app") == "fmnist");
@@ -56,7 +46,7 @@ TEST_CASE("contract: the spec holds the effective consistency and rule, and a me
   CHECK(spec.get("staleness") == "2");
   CHECK(spec.get("ps.rule") == "sgd");
   CHECK(spec.get("epochs") == "3");
-  flags_config member({"--app=fmnist", "--epochs=3"});
+  parsed_config member({"--app=fmnist", "--epochs=3"});
   REQUIRE(member.ok);
   CHECK(spec.differences(given_settings(member.cfg)).empty());
   adopt(member.cfg, spec);
@@ -64,19 +54,19 @@ TEST_CASE("contract: the spec holds the effective consistency and rule, and a me
   CHECK(member.cfg.staleness_bound("bsp") == 2);
   CHECK(member.cfg.epochs == 3);
   // A member given other values is told every one of them.
-  flags_config other({"--app=fmnist", "--epochs=4", "--consistency=bsp"});
+  parsed_config other({"--app=fmnist", "--epochs=4", "--consistency=bsp"});
   REQUIRE(other.ok);
   auto text = describe_differences(spec.differences(given_settings(other.cfg)));
   CHECK(text == "--consistency=bsp (the job has ssp), --epochs=4 (the job has 3)");
 }
 
 TEST_CASE("contract: an asynchronous job's spec says so and a member adopts it") {
-  flags_config c({"--app=kvcheck"});
+  parsed_config c({"--app=kvcheck"});
   REQUIRE(c.ok);
   job_settings s{rule_from(c.cfg, "sum"), c.cfg.staleness_bound("asp"), {}, 12};
   auto spec = spec_of(c.cfg, s, {});
   CHECK(spec.get("staleness") == "inf");
-  flags_config member({"--app=kvcheck"});
+  parsed_config member({"--app=kvcheck"});
   adopt(member.cfg, spec);
   CHECK(member.cfg.staleness_bound("bsp") == infinite_staleness);
 }
@@ -84,7 +74,7 @@ TEST_CASE("contract: an asynchronous job's spec says so and a member adopts it")
 TEST_CASE("contract: a spec value this build cannot read is refused by name") {
   job_spec spec;
   spec.set("epochs", "many");
-  flags_config member({"--app=fmnist"});
+  parsed_config member({"--app=fmnist"});
   CHECK_THROWS_WITH_AS(adopt(member.cfg, spec), doctest::Contains("epochs = \"many\""), bad_request);
 }
 
