@@ -36,8 +36,10 @@ if [ ! -f "$out/caf/lib/libcaf_core.so" ]; then
     tar -xzf "$out"/src/actor-framework_0.17.6.orig.tar.gz -C "$out/src"
   fi
   src=$(ls -d "$out"/src/actor-framework-0.17.6*/ | head -1)
+  # -include limits: what Debian's patch set adds for g++ 12 (receive_buffer.hpp lacks it
+  # upstream); harmless when the patches are applied.
   cmake -S "$src" -B "$out/caf-build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_INSTALL_PREFIX="$out/caf" \
-    -DCMAKE_CXX_FLAGS="-fsanitize=thread" -DCMAKE_SHARED_LINKER_FLAGS="-fsanitize=thread" \
+    -DCMAKE_CXX_FLAGS="-fsanitize=thread -include limits" -DCMAKE_SHARED_LINKER_FLAGS="-fsanitize=thread" \
     -DCAF_NO_EXAMPLES=ON -DCAF_NO_UNIT_TESTS=ON -DCAF_NO_TOOLS=ON -DCAF_NO_OPENSSL=ON -DCAF_NO_PYTHON=ON \
     -DCAF_NO_OPENCL=ON -DCAF_LOG_LEVEL=QUIET >/dev/null
   cmake --build "$out/caf-build" -j"$(nproc)" >/dev/null
