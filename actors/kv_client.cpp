@@ -89,6 +89,9 @@ struct op_request {
   // ever lands in a chunk's part of the result.
   std::vector<std::uint64_t> landing;
   std::shared_ptr<kv_op_state> op;
+  // A push that ends an iteration: its last chunk to each shard carries the clock tick
+  // (request_header::tick); shards it does not reach get a plain tick. 0: none.
+  std::uint64_t then_tick = 0;
 };
 
 }  // namespace detail
@@ -417,7 +420,7 @@ void request_failed(client_ptr self, std::size_t idx, std::uint64_t tag, const c
                     const std::string& what);
 
 // A pull's answer: claimed (it may come over the data plane), checked, put in place.
-void pull_answered(const chunk_send& s, std::uint64_t tag, float_block& values) {
+void pull_answered(const chunk_send& s, float_block& values) {
   auto& st = s.self->state;
   const auto& ch = s.req->chunks[s.c];
   auto op = s.req->op;
@@ -475,7 +478,7 @@ void send_pull(const chunk_send& s, std::uint64_t tag, request_header h) {
     .then(
       [=](float_block& values) {
         unexpect();  // answered: whichever way it came, the expectation is done
-        if (settle(self, s.idx, tag)) pull_answered(s, tag, values);
+        if (settle(self, s.idx, tag)) pull_answered(s, values);
       },
       [=](caf::error& err) {
         unexpect();
@@ -493,7 +496,10 @@ void send_values(const chunk_send& s, std::uint64_t tag, const request_header& h
   const auto& ch = req->chunks[c];
   auto handle = st.routes[s.idx].link.handle;
   auto acked = [=](std::uint64_t) {
-    if (settle(self, s.idx, tag)) chunk_answered(req->op.get());
+    if (!settle(self, s.idx, tag)) return;
+    auto& tick = self->state.routes[s.idx].acked_tick;
+    tick = std::max(tick, s.hdr.tick);  // a failover resends from here
+    chunk_answered(req->op.get());
   };
   auto on_error = [=](caf::error& err) {  // the text is built only when needed
     request_failed(self, s.idx, tag, err, std::string(names_of(req->kind)) + " of " + describe_keys(req->chunks[c]));
@@ -527,11 +533,25 @@ void send_values(const chunk_send& s, std::uint64_t tag, const request_header& h
 // A push, pull or init split into chunks: each is queued to its shard, numbered here in
 // the order the shards will see them (callers on several threads could otherwise
 // overtake each other): duplicate filters rely on it.
+// With then_tick: the index of the last chunk to each shard (it carries the tick), and
+// the shards no chunk reaches (they get a plain tick).
+std::map<std::size_t, std::size_t> last_chunks(client_ptr self, const op_request& req,
+                                               std::vector<std::size_t>& untouched) {
+  auto& st = self->state;
+  std::map<std::size_t, std::size_t> last;  // route -> chunk
+  for (std::size_t c = 0; c < req.chunks.size(); ++c) last[st.index.at(req.chunks[c].shard)] = c;
+  for (std::size_t idx = 0; idx < st.routes.size(); ++idx)
+    if (!last.count(idx)) untouched.push_back(idx);
+  return last;
+}
+
 void dispatch(client_ptr self, const std::shared_ptr<op_request>& req) {
   auto& st = self->state;
   auto op = req->op;
-  op->pending = req->chunks.size();
-  if (req->chunks.empty()) {
+  std::vector<std::size_t> untouched;
+  auto last = req->then_tick ? last_chunks(self, *req, untouched) : std::map<std::size_t, std::size_t>{};
+  op->pending = req->chunks.size() + untouched.size();
+  if (op->pending == 0) {
     op->finish({});
     return;
   }
@@ -539,8 +559,11 @@ void dispatch(client_ptr self, const std::shared_ptr<op_request>& req) {
     const auto& ch = req->chunks[c];
     chunk_send s{self, req, c, st.index.at(ch.shard), req->hdr};
     s.hdr.seq = next_sequence();
+    bool ticks = req->then_tick && last.at(s.idx) == c;
+    if (ticks) s.hdr.tick = req->then_tick;
     pending_request r;
     r.op = op;
+    r.tick = ticks;  // with retries it waits for the requests before it, as a tick does
     r.bytes = (req->encoded.empty() ? ch.num_values * sizeof(float) : req->encoded[c].bytes->size()) +
               ch.pieces.size() * range_wire_bytes;
     r.send = [s](std::uint64_t tag) {
@@ -553,6 +576,8 @@ void dispatch(client_ptr self, const std::shared_ptr<op_request>& req) {
     };
     submit(s.self, s.idx, std::move(r));
   }
+  for (auto idx : untouched)
+    submit(self, idx, clock_request(self, idx, request_header{0, req->hdr.worker, req->then_tick, 0}, op));
 }
 
 // The client's state from its options; every shard copy is monitored, and the data
@@ -726,10 +751,26 @@ kv_future kv_client::leave_clock_vector() {
   return kv_future(op);
 }
 
-kv_future kv_client::advance_clock(std::uint64_t c) {
+void kv_client::die_if_killed_at(std::uint64_t c) {
   if (opts_.kill_at && c >= *opts_.kill_at)
     die_abruptly("worker " + std::to_string(opts_.worker) + " reached clock " + std::to_string(c) +
                  " (--faults: kill worker=" + std::to_string(opts_.worker) + " at=" + std::to_string(*opts_.kill_at) + ")");
+}
+
+kv_future kv_client::push_and_advance(const key_set& keys, std::shared_ptr<std::vector<float>> values,
+                                      std::size_t offset, std::uint64_t then_tick) {
+  if (!values) throw bad_request("push: no values (null buffer)");
+  if (opts_.kill_at && then_tick >= *opts_.kill_at) {  // the push counts, then the worker dies ticking
+    push(keys, std::move(values), offset).get();
+    return advance_clock(then_tick);
+  }
+  auto f = send(op_kind::push, keys, std::move(values), offset, then_tick);
+  clock_ = then_tick;
+  return f;
+}
+
+kv_future kv_client::advance_clock(std::uint64_t c) {
+  die_if_killed_at(c);
   clock_ = c;
   auto op = std::make_shared<kv_op_state>();
   op->what = "clock tick to " + std::to_string(c) + " of worker " + std::to_string(opts_.worker);
@@ -750,7 +791,7 @@ kv_future kv_client::pull(const key_set& keys) {
 }
 
 kv_future kv_client::send(op_kind kind, const key_set& keys, std::shared_ptr<std::vector<float>> whole,
-                          std::optional<std::size_t> offset) {
+                          std::optional<std::size_t> offset, std::uint64_t then_tick) {
   auto op = std::make_shared<kv_op_state>();
   op->what = names_of(kind);
   if (kind != op_kind::pull && !offset && whole->size() != keys.num_keys())
@@ -802,6 +843,7 @@ kv_future kv_client::send(op_kind kind, const key_set& keys, std::shared_ptr<std
     }
     req->blocks.clear();
   }
+  req->then_tick = then_tick;
   caf::anon_send(actor_, dispatch_atom::value, std::move(req));
   return kv_future(op);
 }

@@ -127,6 +127,11 @@ class kv_client {
   // The values for keys start at values[offset] (e.g. one layer of a flat gradient); the
   // buffer may hold more after them. The same sharing rule applies.
   kv_future push(const key_set& keys, std::shared_ptr<std::vector<float>> values, std::size_t offset);
+  // The same push, then this worker's clock advances to then_tick on every shard, as
+  // advance_clock(then_tick) would: the tick rides on the push's last message to each
+  // shard it reaches (one request fewer per shard and iteration).
+  kv_future push_and_advance(const key_set& keys, std::shared_ptr<std::vector<float>> values, std::size_t offset,
+                             std::uint64_t then_tick);
   // Sets keys that were never set (the first initializer wins).
   kv_future init(const key_set& keys, std::vector<float> values);
   // The current values of the keys, in key order.
@@ -150,7 +155,10 @@ class kv_client {
 
  private:
   kv_future send(op_kind kind, const key_set& keys, std::shared_ptr<std::vector<float>> values,
-                 std::optional<std::size_t> offset = {});  // none: values fit keys exactly
+                 std::optional<std::size_t> offset = {},  // none: values fit keys exactly
+                 std::uint64_t then_tick = 0);
+  // The fault injector's kill of this worker at clock c (its pushes so far count).
+  void die_if_killed_at(std::uint64_t c);
 
   partitioner map_;
   kv_client_options opts_;

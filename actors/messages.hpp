@@ -131,10 +131,14 @@ struct request_header {
   std::uint64_t reply_plane = 0;
   // A pull's answer encoded with this codec (codec_kind: 0 none, 1 fp16, 2 int8).
   std::uint8_t pull_codec = 0;
+  // A push that also advances its worker's clock to `tick` once applied (0: none): the
+  // iteration's last push to a shard carries the tick, one request fewer per iteration.
+  std::uint64_t tick = 0;
 };
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, request_header& x) {
-  return f(caf::meta::type_name("request_header"), x.epoch, x.worker, x.clock, x.seq, x.reply_plane, x.pull_codec);
+  return f(caf::meta::type_name("request_header"), x.epoch, x.worker, x.clock, x.seq, x.reply_plane, x.pull_codec,
+           x.tick);
 }
 
 // Floats cross as their bit patterns (CAF's float encoding is lossy, see above).

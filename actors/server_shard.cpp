@@ -29,7 +29,7 @@ namespace {
 
 using self_ptr = shard_actor::stateful_pointer<shard_state>;
 
-shard_request request_of(const request_header& h) { return {h.epoch, h.worker, h.clock, h.seq}; }
+shard_request request_of(const request_header& h) { return {h.epoch, h.worker, h.clock, h.seq, h.tick}; }
 
 // The values of an answerable pull: encoded when asked for, over the reader's data
 // connection when it has one (written straight from the store), else inside the message.

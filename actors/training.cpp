@@ -94,8 +94,7 @@ training_stats run_training(kv_client& kv, batch_loader& loader, straggler_model
       auto params = wait_params(pulled);
       std::vector<float> grad;
       compute(c, params, batch, grad, [](tensor_span) {});
-      kv.push(all, std::move(grad)).get();
-      kv.advance_clock(c + 1).get();
+      kv.push_and_advance(all, std::make_shared<std::vector<float>>(std::move(grad)), 0, c + 1).get();
       ++st.iterations;
     }
     st.seconds = seconds_between(start, clock_type::now());
@@ -115,13 +114,15 @@ training_stats run_training(kv_client& kv, batch_loader& loader, straggler_model
     auto grad = std::make_shared<std::vector<float>>();
     std::size_t pushed = 0;
     compute(c, params, batch, *grad, [&](tensor_span s) {
-      current.push_back(kv.push(keys_of(s), grad, s.offset));  // shares grad, no copy
+      // The span that completes the gradient carries the iteration's clock tick.
+      bool last = pushed + s.size == plan.num_params;
+      current.push_back(last ? kv.push_and_advance(keys_of(s), grad, s.offset, c + 1)
+                             : kv.push(keys_of(s), grad, s.offset));  // shares grad, no copy
       pushed += s.size;
     });
     if (pushed != plan.num_params)
       throw kv_error("training: compute reported " + std::to_string(pushed) + " of " +
                      std::to_string(plan.num_params) + " gradient values ready");
-    current.push_back(kv.advance_clock(c + 1));
     if (c + 1 < plan.iterations) pulled = kv.pull(all);  // prefetch, gated by the shards
     // At most two iterations of pushes in flight; their errors surface here.
     for (auto& f : previous) f.get();

@@ -74,21 +74,28 @@ shard_effects shard_core::push(const shard_request& r, const std::vector<key_ran
   fx.error = check(r, ranges);
   if (!fx.ok()) return fx;
   try {
-    if (!applied_.first_time(r.worker, r.seq)) return fx;  // a resend: acknowledged, not applied again
-    report_loss(r, fx);
-    if (consistency_.defers_push(r.clock)) {
-      // Acknowledged now, applied when the clock completes; a copy, since the sender may
-      // reuse its buffer once acknowledged.
-      shard_store::check_push(ranges, n);
-      deferred_.push_back({r, ranges, std::vector<float>(values, values + n)});
-      return fx;
-    }
-    store_->push(ranges, values, n);
-    if (head_) fx.traces.push_back({trace_event::push, r.worker, r.clock, id_, 0, 0});
+    take_push(r, ranges, values, n, fx);
   } catch (const bad_request& e) {
     fx.error = name_ + ": " + e.what();
+    return fx;
   }
+  if (r.tick != 0) advance({r.epoch, r.worker, r.tick, 0, 0}, fx);  // a resent push ticks again: ticks are idempotent
   return fx;
+}
+
+void shard_core::take_push(const shard_request& r, const std::vector<key_range>& ranges, const float* values,
+                           std::uint64_t n, shard_effects& fx) {
+  if (!applied_.first_time(r.worker, r.seq)) return;  // a resend: acknowledged, not applied again
+  report_loss(r, fx);
+  if (consistency_.defers_push(r.clock)) {
+    // Acknowledged now, applied when the clock completes; a copy, since the sender may
+    // reuse its buffer once acknowledged.
+    shard_store::check_push(ranges, n);
+    deferred_.push_back({r, ranges, std::vector<float>(values, values + n)});
+    return;
+  }
+  store_->push(ranges, values, n);
+  if (head_) fx.traces.push_back({trace_event::push, r.worker, r.clock, id_, 0, 0});
 }
 
 shard_effects shard_core::init(const shard_request& r, const std::vector<key_range>& ranges, const float* values,
@@ -127,7 +134,12 @@ void shard_core::answer_pull(std::uint64_t token, shard_effects& fx) {
 shard_effects shard_core::tick(const shard_request& r) {
   shard_effects fx;
   fx.error = check(r, {});
-  if (!fx.ok()) return fx;
+  if (fx.ok()) advance(r, fx);
+  return fx;
+}
+
+// Worker r.worker completed r.clock iterations (left_clock: it is done).
+void shard_core::advance(const shard_request& r, shard_effects& fx) {
   auto& clocks = consistency_.clocks();
   try {
     if (r.clock == left_clock) {  // the worker is done: it leaves, behind its last pushes
@@ -142,10 +154,9 @@ shard_effects shard_core::tick(const shard_request& r) {
     }  // else: a tick seen before (resent after a failover), or from a worker that left
   } catch (const bad_request& e) {
     fx.error = name_ + ": " + e.what();
-    return fx;
+    return;
   }
   release(fx);
-  return fx;
 }
 
 shard_effects shard_core::leave(std::uint32_t worker) {

@@ -31,6 +31,7 @@ struct shard_request {
   std::uint32_t worker = 0;
   std::uint64_t clock = 0;
   std::uint64_t seq = 0;
+  std::uint64_t tick = 0;  // a push: then advance the worker's clock to this (0: none)
 };
 
 struct shard_config {
@@ -75,7 +76,7 @@ class shard_core {
 
   // A push or an init of `n` values. A push seen before (worker, seq) is acknowledged
   // without being applied; a push of a clock the controller defers is kept (copied) and
-  // applied when that clock completes.
+  // applied when that clock completes. A push with r.tick then ticks (as tick() would).
   shard_effects push(const shard_request& r, const std::vector<key_range>& ranges, const float* values, std::uint64_t n);
   shard_effects init(const shard_request& r, const std::vector<key_range>& ranges, const float* values, std::uint64_t n);
   // A pull, under `token`: answered now (effects.answer holds the token) or parked until
@@ -129,6 +130,9 @@ class shard_core {
   };
 
   std::string check(const shard_request& r, const std::vector<key_range>& ranges) const;
+  void take_push(const shard_request& r, const std::vector<key_range>& ranges, const float* values, std::uint64_t n,
+                 shard_effects& fx);
+  void advance(const shard_request& r, shard_effects& fx);
   void report_loss(const shard_request& r, shard_effects& fx);
   void release(shard_effects& fx);        // after the minimum clock may have moved
   void answer_pull(std::uint64_t token, shard_effects& fx);

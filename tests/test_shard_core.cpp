@@ -170,3 +170,22 @@ TEST_CASE("shard_core: bad input is an error naming the shard, never a crash") {
   CHECK(core.tick({1, 9, 1, 0}).error.find("shard 0:") == 0);                              // unknown worker
   CHECK_THROWS_AS(shard_core(one_shard(0), nullptr).join(1), bad_request);                 // already there
 }
+
+TEST_CASE("shard_core: a push that carries a tick applies the push, then advances the clock, resent or not") {
+  shard_core core(one_shard(0));
+  core.init({1, 0, 0, 1}, keys, std::vector<float>(4, 0.0f).data(), 4);
+  CHECK(core.tick({1, 1, 1, 0}).ok());                    // worker 1 finished clock 0
+  CHECK(core.pull({1, 1, 1, 0}, keys, 21, t0).answer.empty());  // it reads at 1: waits for worker 0
+  auto fx = core.push({1, 0, 0, 8, 1}, keys, ones.data(), 4);  // worker 0's push of clock 0, ending it
+  REQUIRE(fx.ok());
+  REQUIRE(fx.traces.size() == 2);
+  CHECK(fx.traces[0].kind == trace_event::push);  // applied first (its clock completes) ...
+  CHECK(fx.traces[1].kind == trace_event::pull);  // ... then the read it unblocks
+  CHECK(fx.answer == std::vector<std::uint64_t>{21});
+  CHECK(core.min_clock() == 1);
+  CHECK(values_of(core, {0, 4}) == ones);
+  auto again = core.push({1, 0, 0, 8, 1}, keys, ones.data(), 4);  // resent after a failover
+  CHECK(again.ok());
+  CHECK(again.traces.empty());
+  CHECK(values_of(core, {0, 4}) == ones);
+}
