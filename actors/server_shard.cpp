@@ -208,13 +208,13 @@ caf::result<std::uint64_t> write_encoded(self_ptr self, const shard_options& opt
 }
 
 caf::result<float_block> pull(self_ptr self, const shard_options& opts, const coordinator_actor& coordinator,
-                              const request_header& hdr, const range_list& ranges) {
+                              const request_header& hdr, range_list& ranges) {
   auto& st = self->state;
   if (!st.core) return make_ps_error(st.name + ": not configured yet");
   auto token = ++st.next_pull;
   auto rp = self->make_response_promise<float_block>();
   st.pulls.emplace(token, shard_state::waiting_pull{hdr, rp});
-  auto fx = st.core->pull(request_of(hdr), ranges.ranges, token, self->clock().now());
+  auto fx = st.core->pull(request_of(hdr), std::move(ranges.ranges), token, self->clock().now());
   if (!fx.ok()) {
     st.pulls.erase(token);
     return make_ps_error(fx.error);
@@ -425,7 +425,7 @@ shard_actor::behavior_type server_shard(self_ptr self, coordinator_actor coordin
       if (!opts.plane) return {std::string{}, std::uint16_t{0}, std::uint64_t{0}};
       return {opts.plane->host(), opts.plane->port(), opts.plane->token()};
     },
-    [=](pull_atom, const request_header& hdr, const range_list& ranges) {
+    [=](pull_atom, const request_header& hdr, range_list& ranges) {
       return pull(self, opts, coordinator, hdr, ranges);
     },
     [=](clock_atom, const request_header& hdr) { return tick(self, opts, coordinator, hdr); },

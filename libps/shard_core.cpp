@@ -68,19 +68,25 @@ void shard_core::report_loss(const shard_request& r, shard_effects& fx) {
   fx.reports.push_back(std::move(text));
 }
 
-shard_effects shard_core::push(const shard_request& r, const std::vector<key_range>& ranges, const float* values,
-                               std::uint64_t n) {
+template <class Body>
+shard_effects shard_core::checked(const shard_request& r, const std::vector<key_range>& ranges, Body body) {
   shard_effects fx;
   fx.error = check(r, ranges);
   if (!fx.ok()) return fx;
   try {
-    take_push(r, ranges, values, n, fx);
+    body(fx);
   } catch (const bad_request& e) {
     fx.error = name_ + ": " + e.what();
-    return fx;
   }
-  if (r.tick != 0) advance({r.epoch, r.worker, r.tick, 0, 0}, fx);  // a resent push ticks again: ticks are idempotent
   return fx;
+}
+
+shard_effects shard_core::push(const shard_request& r, const std::vector<key_range>& ranges, const float* values,
+                               std::uint64_t n) {
+  return checked(r, ranges, [&](shard_effects& fx) {
+    take_push(r, ranges, values, n, fx);
+    if (r.tick != 0) advance({r.epoch, r.worker, r.tick, 0, 0}, fx);  // a resent push ticks again: ticks are idempotent
+  });
 }
 
 void shard_core::take_push(const shard_request& r, const std::vector<key_range>& ranges, const float* values,
@@ -100,23 +106,15 @@ void shard_core::take_push(const shard_request& r, const std::vector<key_range>&
 
 shard_effects shard_core::init(const shard_request& r, const std::vector<key_range>& ranges, const float* values,
                                std::uint64_t n) {
-  shard_effects fx;
-  fx.error = check(r, ranges);
-  if (!fx.ok()) return fx;
-  try {
-    store_->init(ranges, values, n);
-  } catch (const bad_request& e) {
-    fx.error = name_ + ": " + e.what();
-  }
-  return fx;
+  return checked(r, ranges, [&](shard_effects&) { store_->init(ranges, values, n); });
 }
 
-shard_effects shard_core::pull(const shard_request& r, const std::vector<key_range>& ranges, std::uint64_t token,
+shard_effects shard_core::pull(const shard_request& r, std::vector<key_range> ranges, std::uint64_t token,
                                time_point now) {
   shard_effects fx;
   fx.error = check(r, ranges);
   if (!fx.ok()) return fx;
-  pulls_[token] = {r, ranges};
+  pulls_[token] = {r, std::move(ranges)};  // kept until answered: the actor reads the store through them
   if (!consistency_.may_read(r.clock))
     parked_.park(r.clock, parked{token, now});
   else
@@ -132,30 +130,23 @@ void shard_core::answer_pull(std::uint64_t token, shard_effects& fx) {
 }
 
 shard_effects shard_core::tick(const shard_request& r) {
-  shard_effects fx;
-  fx.error = check(r, {});
-  if (fx.ok()) advance(r, fx);
-  return fx;
+  return checked(r, {}, [&](shard_effects& fx) { advance(r, fx); });
 }
 
-// Worker r.worker completed r.clock iterations (left_clock: it is done).
+// Worker r.worker completed r.clock iterations (left_clock: it is done). Throws
+// bad_request for a worker this shard does not know.
 void shard_core::advance(const shard_request& r, shard_effects& fx) {
   auto& clocks = consistency_.clocks();
-  try {
-    if (r.clock == left_clock) {  // the worker is done: it leaves, behind its last pushes
-      if (r.worker < clocks.size() && clocks.live(r.worker)) {
-        clocks.leave(r.worker);
-        fx.traces.push_back({trace_event::leave, r.worker, 0, id_, 0, 0});
-      }
-    } else if (r.worker >= clocks.size()) {
-      clocks.advance(r.worker, r.clock);  // refused, naming the unknown worker
-    } else if (clocks.live(r.worker) && r.clock > clocks.clock(r.worker)) {
-      clocks.advance(r.worker, r.clock);
-    }  // else: a tick seen before (resent after a failover), or from a worker that left
-  } catch (const bad_request& e) {
-    fx.error = name_ + ": " + e.what();
-    return;
-  }
+  if (r.clock == left_clock) {  // the worker is done: it leaves, behind its last pushes
+    if (r.worker < clocks.size() && clocks.live(r.worker)) {
+      clocks.leave(r.worker);
+      fx.traces.push_back({trace_event::leave, r.worker, 0, id_, 0, 0});
+    }
+  } else if (r.worker >= clocks.size()) {
+    clocks.advance(r.worker, r.clock);  // refused, naming the unknown worker
+  } else if (clocks.live(r.worker) && r.clock > clocks.clock(r.worker)) {
+    clocks.advance(r.worker, r.clock);
+  }  // else: a tick seen before (resent after a failover), or from a worker that left
   release(fx);
 }
 
@@ -244,7 +235,6 @@ std::optional<shard_core::time_point> shard_core::next_expiry(std::chrono::milli
 }
 
 const std::vector<key_range>& shard_core::pull_ranges(std::uint64_t token) const { return pulls_.at(token).ranges; }
-const shard_request& shard_core::pull_request(std::uint64_t token) const { return pulls_.at(token).req; }
 void shard_core::forget_pull(std::uint64_t token) { pulls_.erase(token); }
 
 void check_ownership(const partitioner& map, std::uint32_t id, const std::vector<key_range>& ranges) {

@@ -81,7 +81,7 @@ class shard_core {
   shard_effects init(const shard_request& r, const std::vector<key_range>& ranges, const float* values, std::uint64_t n);
   // A pull, under `token`: answered now (effects.answer holds the token) or parked until
   // the minimum clock allows it.
-  shard_effects pull(const shard_request& r, const std::vector<key_range>& ranges, std::uint64_t token,
+  shard_effects pull(const shard_request& r, std::vector<key_range> ranges, std::uint64_t token,
                      time_point now);
   // The worker completed r.clock iterations (left_clock: it is done).
   shard_effects tick(const shard_request& r);
@@ -102,17 +102,12 @@ class shard_core {
 
   // The ranges and token of a parked or just-answerable pull (valid until answered).
   const std::vector<key_range>& pull_ranges(std::uint64_t token) const;
-  const shard_request& pull_request(std::uint64_t token) const;
   void forget_pull(std::uint64_t token);  // answered or failed
 
   std::uint32_t id() const { return id_; }
-  const std::string& name() const { return name_; }
-  bool head() const { return head_; }
   std::uint64_t epoch() const { return view_epoch_; }
   std::uint64_t min_clock() const { return consistency_.clocks().min_clock(); }
-  const staleness_controller& consistency() const { return consistency_; }
   const param_store& store() const { return *store_; }
-  const partitioner& map() const { return map_; }
 
  private:
   struct parked {
@@ -130,6 +125,9 @@ class shard_core {
   };
 
   std::string check(const shard_request& r, const std::vector<key_range>& ranges) const;
+  // Checks the request, then runs body(fx); bad input either way becomes fx.error.
+  template <class Body>
+  shard_effects checked(const shard_request& r, const std::vector<key_range>& ranges, Body body);
   void take_push(const shard_request& r, const std::vector<key_range>& ranges, const float* values, std::uint64_t n,
                  shard_effects& fx);
   void advance(const shard_request& r, shard_effects& fx);
