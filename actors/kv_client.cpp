@@ -684,15 +684,11 @@ caf::behavior kv_client_actor(client_ptr self, std::vector<shard_link> shards, s
 
 // ---- kv_client ------------------------------------------------------------------
 
-namespace {
-
 partitioner map_of(const cluster_view& view) {
   std::vector<std::uint32_t> ids;
   for (const auto& s : view.shards) ids.push_back(s.id);
   return partitioner(view.epoch, ids, view.vnodes, view.bucket_bits, view.dense.ranges);
 }
-
-}  // namespace
 
 kv_client::kv_client(caf::actor_system& sys, const cluster_view& view,
                      std::vector<shard_link> shards, kv_client_options opts)

@@ -109,6 +109,9 @@ struct shard_link {
   shard_actor handle;
 };
 
+// The shard map a view describes (what every client routes by).
+partitioner map_of(const cluster_view& view);
+
 class kv_client {
  public:
   kv_client(caf::actor_system& sys, const cluster_view& view, std::vector<shard_link> shards,

@@ -71,7 +71,7 @@ int main(int argc, char** argv) {
                        {"pipelined", cfg.pipeline == "on"},
                        {"target_accuracy", cfg.target_accuracy},
                        {"seconds", res.seconds},
-                       {"shard_keys", ps::shard_keys(cfg, settings.spec)}};
+                       {"shard_keys", ps::shard_keys(cfg, settings)}};
     if (staleness == ps::infinite_staleness)
       out["staleness"] = "inf";
     else

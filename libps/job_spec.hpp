@@ -19,7 +19,6 @@ inline constexpr std::uint32_t protocol_version = 2;
 struct job_setting {
   std::string name;   // the flag's name without dashes, e.g. "model", "ps.vnodes"
   std::string value;  // canonical text (node_config's rendering of the parsed value)
-  friend bool operator==(const job_setting&, const job_setting&) = default;
 };
 
 // A dense tensor of the job's model: its keys and shape (the keys it owns are
@@ -28,7 +27,6 @@ struct tensor_spec {
   std::string name;
   key_range keys;
   std::vector<std::uint64_t> shape;
-  friend bool operator==(const tensor_spec&, const tensor_spec&) = default;
 };
 
 struct setting_difference {

@@ -54,12 +54,12 @@ std::vector<std::string> app_names() {
 job_settings settings_for_app(const node_config& cfg, const std::string& name) {
   const auto& app = find_app_definition(name);
   auto s = settings_from(cfg, app.default_rule, app.default_consistency);
-  s.spec = spec_of(cfg, s, app.tensors ? app.tensors(cfg) : std::vector<tensor_spec>{});
-  s.spec.set("app", name);  // launchers name the app themselves (train_fmnist: fmnist)
+  auto tensors = app.tensors ? app.tensors(cfg) : std::vector<tensor_spec>{};
+  std::uint64_t keys = 0;
+  for (const auto& t : tensors) keys += t.keys.size();
   // Buckets small enough that the tensors spread evenly (libps/partitioner.hpp), unless set.
-  if (!cfg.given.count("ps.bucket-bits") && s.spec.num_keys() > 0)
-    s.bucket_bits = partitioner::bucket_bits_for(s.spec.num_keys(), cfg.servers);
-  s.spec.set("ps.bucket-bits", std::to_string(s.bucket_bits));
+  if (!cfg.given.count("ps.bucket-bits") && keys > 0) s.bucket_bits = partitioner::bucket_bits_for(keys, cfg.servers);
+  s.spec = spec_of(cfg, name, s, std::move(tensors));
   return s;
 }
 

@@ -125,13 +125,17 @@ const std::vector<field>& fields() {
 
 }  // namespace
 
-job_spec spec_of(const node_config& cfg, const job_settings& settings, std::vector<tensor_spec> tensors) {
+job_spec spec_of(const node_config& cfg, const std::string& app, const job_settings& settings,
+                 std::vector<tensor_spec> tensors) {
   job_spec spec;
   for (const auto& f : fields()) spec.set(f.name, f.given(cfg));
-  // What the job runs with, after the app's defaults.
+  // What the job runs with: launchers name the app themselves (train_fmnist: fmnist), and
+  // the rule, consistency and buckets are the effective ones, after the app's defaults.
+  spec.set("app", app);
   spec.set("consistency", consistency_name(settings.staleness));
   spec.set("staleness", staleness_to_string(settings.staleness));
   spec.set("ps.rule", update_rule::name(settings.rule.kind));
+  spec.set("ps.bucket-bits", std::to_string(settings.bucket_bits));
   for (auto& t : tensors) spec.add_tensor(std::move(t));
   return spec;
 }
@@ -157,21 +161,15 @@ std::string fingerprint_text(const job_spec& spec) {
   return buf;
 }
 
-std::vector<std::uint64_t> shard_keys(const node_config& cfg, const job_spec& spec) {
+std::vector<std::uint64_t> shard_keys(const node_config& cfg, const job_settings& settings) {
   std::vector<std::uint32_t> ids(cfg.servers);
   for (std::uint32_t i = 0; i < ids.size(); ++i) ids[i] = i;
-  auto bits = parse_count(spec.get("ps.bucket-bits").value_or("12")).value_or(12);
-  partitioner map(1, ids, static_cast<std::uint32_t>(cfg.vnodes), static_cast<std::uint32_t>(bits), dense_ranges(spec));
+  partitioner map(1, ids, static_cast<std::uint32_t>(cfg.vnodes), settings.bucket_bits, dense_ranges(settings.spec));
   std::vector<std::uint64_t> out(cfg.servers, 0);
-  for (const auto& t : spec.tensors())
+  for (const auto& t : settings.spec.tensors())
     for (const auto& p : map.split(key_set::single(t.keys))) out[p.shard] += p.keys.size();
   return out;
 }
 
-std::vector<std::string> job_setting_names() {
-  std::vector<std::string> out;
-  for (const auto& f : fields()) out.push_back(f.name);
-  return out;
-}
 
 }  // namespace ps

@@ -9,9 +9,10 @@
 
 namespace ps {
 
-// The spec of the job cfg describes: every job setting at its effective value (the app's
-// defaults applied through `settings`) and the app's dense tensors.
-job_spec spec_of(const node_config& cfg, const job_settings& settings, std::vector<tensor_spec> tensors);
+// The spec of the job cfg describes: app `app`, every job setting at its effective value
+// (the app's defaults and the bucket size applied through `settings`) and its tensors.
+job_spec spec_of(const node_config& cfg, const std::string& app, const job_settings& settings,
+                 std::vector<tensor_spec> tensors);
 
 // The job settings this member was given on its command line or in its INI file, at the
 // values it parsed.
@@ -26,9 +27,6 @@ std::string fingerprint_text(const job_spec& spec);
 
 // How many of the spec's tensor keys each of cfg.servers shards owns (by shard id) under
 // the map the job's settings give.
-std::vector<std::uint64_t> shard_keys(const node_config& cfg, const job_spec& spec);
-
-// The names of all job settings, for the README and tests.
-std::vector<std::string> job_setting_names();
+std::vector<std::uint64_t> shard_keys(const node_config& cfg, const job_settings& settings);
 
 }  // namespace ps

@@ -289,37 +289,47 @@ struct local_cluster {
 };
 
 // The job's verdict from what the workers reported.
-void judge(const node_config& cfg, job_result& res) {
+}  // namespace
+
+running_coordinator start_coordinator(caf::actor_system& sys, const node_config& cfg, const job_settings& settings,
+                                      const std::string& app_name, caf::actor observer) {
+  if (std::string err; !start_trace(cfg, &err)) throw bad_request(err);
+  auto copts = coordinator_options_from(cfg, settings);
+  copts.restore = load_restore(cfg, settings, app_name);
+  copts.observer = observer;
+  copts.checkpointer = spawn_checkpointer(sys, cfg, settings, app_name, observer);
+  return {sys.spawn(coordinator, copts), copts.checkpointer};
+}
+
+void running_coordinator::end_checkpointer() const {
+  // Handles sent to other processes keep it registered with the middleman: end it here.
+  if (checkpointer) caf::anon_send_exit(checkpointer, caf::exit_reason::user_shutdown);
+}
+
+void conclude(job_result& res, std::optional<std::size_t> expected_results) {
   for (const auto& [w, text] : res.results)
     if (text.rfind("{\"error\"", 0) == 0) res.failures.push_back("worker " + std::to_string(w) + ": " + text);
-  std::size_t workers_killed = 0;
-  for (const auto& k : cfg.fault_spec().kills) workers_killed += k.who == fault_plan::role::worker;
-  if (res.failures.empty() && res.results.size() + workers_killed < cfg.workers)
-    res.failures.push_back("only " + std::to_string(res.results.size()) + " of " + std::to_string(cfg.workers) +
+  if (res.failures.empty() && expected_results && res.results.size() < *expected_results)
+    res.failures.push_back("only " + std::to_string(res.results.size()) + " of " + std::to_string(*expected_results) +
                            " workers reported a result");
-  res.ok = res.failures.empty() && !res.stopped();
+  res.ok = res.failures.empty() && !res.stopped() && res.reason.empty();
   if (res.reason.empty() && !res.failures.empty()) res.reason = res.failures.front();
   if (!res.ok && !res.stopped() && res.code != errc::refused) res.code = errc::job_failed;
 }
-
-}  // namespace
 
 job_result run_job(caf::actor_system& sys, const node_config& cfg, const app_fn& app,
                    const std::string& app_name, const job_settings& settings, const report_fn& on_report) {
   job_result res;
   auto start = std::chrono::steady_clock::now();
   caf::scoped_actor observer{sys};
-  auto copts = coordinator_options_from(cfg, settings);
+  running_coordinator started;
   try {
-    if (std::string err; !start_trace(cfg, &err)) throw bad_request(err);
-    copts.restore = load_restore(cfg, settings, app_name);
+    started = start_coordinator(sys, cfg, settings, app_name, caf::actor_cast<caf::actor>(observer));
   } catch (const bad_request& e) {
     res.failures.push_back(e.what());
     return res;
   }
-  copts.observer = caf::actor_cast<caf::actor>(observer);
-  copts.checkpointer = spawn_checkpointer(sys, cfg, settings, app_name, copts.observer);
-  auto coord = sys.spawn(coordinator, copts);
+  auto coord = started.coord;
   local_cluster cluster(cfg);
   if (cfg.cluster == "embedded") {
     cluster.start_embedded(sys, coord, app);
@@ -337,10 +347,11 @@ job_result run_job(caf::actor_system& sys, const node_config& cfg, const app_fn&
   // Collect reports until the coordinator ends (all workers done) or the job failed.
   if (!watch_coordinator(observer, coord, res, on_report, [&] { cluster.check_children(res); }))
     caf::anon_send_exit(coord, caf::exit_reason::user_shutdown);
-  // Handles sent to other processes keep it registered with the middleman: end it here.
-  if (copts.checkpointer) caf::anon_send_exit(copts.checkpointer, caf::exit_reason::user_shutdown);
+  started.end_checkpointer();
   cluster.reap(res);
-  judge(cfg, res);
+  std::size_t workers_killed = 0;  // by the fault plan: they report nothing
+  for (const auto& k : cfg.fault_spec().kills) workers_killed += k.who == fault_plan::role::worker;
+  conclude(res, cfg.workers - workers_killed);
   res.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return res;
 }

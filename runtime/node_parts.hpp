@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -37,5 +38,19 @@ std::shared_ptr<const checkpoint> load_restore(const node_config& cfg, const job
                                                const std::string& app_name);
 // A job starts a fresh trace (--trace): false and *error when the file cannot be made.
 bool start_trace(const node_config& cfg, std::string* error);
+
+// A coordinator for cfg's job reporting to `observer`, with its checkpoint writer (none
+// without --checkpoint-dir). Throws bad_request when the trace or --restore cannot be used.
+struct running_coordinator {
+  coordinator_actor coord;
+  caf::actor checkpointer;
+  void end_checkpointer() const;  // after the job
+};
+running_coordinator start_coordinator(caf::actor_system& sys, const node_config& cfg, const job_settings& settings,
+                                      const std::string& app_name, caf::actor observer);
+
+// The job's verdict after the coordinator ended: workers' error results become failures,
+// fewer than expected_results results too (when given); then ok, reason and code.
+void conclude(job_result& res, std::optional<std::size_t> expected_results);
 
 }  // namespace ps

@@ -50,17 +50,14 @@ int print_status(json_line line, bool ok, errc code, const std::string& reason) 
 
 int run_coordinator_role(caf::actor_system& sys, const node_config& cfg, const job_settings& settings) {
   json_line line{{"role", "coordinator"}, {"app", cfg.app}, {"job_fingerprint", fingerprint_text(settings.spec)}};
-  if (std::string err; !start_trace(cfg, &err)) return print_status(line, false, errc::failed, err);
   caf::scoped_actor observer{sys};
-  auto copts = coordinator_options_from(cfg, settings);
-  copts.observer = caf::actor_cast<caf::actor>(observer);
+  running_coordinator started;
   try {
-    copts.restore = load_restore(cfg, settings, cfg.app);
+    started = start_coordinator(sys, cfg, settings, cfg.app, caf::actor_cast<caf::actor>(observer));
   } catch (const bad_request& e) {
     return print_status(line, false, errc::failed, e.what());
   }
-  copts.checkpointer = spawn_checkpointer(sys, cfg, settings, cfg.app, copts.observer);
-  auto coord = sys.spawn(coordinator, copts);
+  auto coord = started.coord;
   auto port = sys.middleman().publish(coord, cfg.port, cfg.host.c_str());
   if (!port) {
     caf::anon_send_exit(coord, caf::exit_reason::user_shutdown);
@@ -72,17 +69,15 @@ int run_coordinator_role(caf::actor_system& sys, const node_config& cfg, const j
   auto start = std::chrono::steady_clock::now();
   job_result res;
   if (!watch_coordinator(observer, coord, res, print_report)) caf::anon_send_exit(coord, caf::exit_reason::user_shutdown);
-  if (copts.checkpointer) caf::anon_send_exit(copts.checkpointer, caf::exit_reason::user_shutdown);
-  for (const auto& [w, text] : res.results) {
-    std::fprintf(stderr, "worker %u finished: %s\n", w, text.c_str());
-    if (text.rfind("{\"error\"", 0) == 0) res.failures.push_back("worker " + std::to_string(w) + ": " + text);
-  }
-  bool ok = res.reason.empty() && res.failures.empty();
-  if (!ok && !res.stopped() && res.code != errc::refused) res.code = errc::job_failed;
+  started.end_checkpointer();
+  for (const auto& [w, text] : res.results) std::fprintf(stderr, "worker %u finished: %s\n", w, text.c_str());
+  // A worker that died while the others finished is no failure of the job here: its data
+  // went to the others (the launcher, which knows the planned kills, counts results).
+  conclude(res, std::nullopt);
   line["workers_reporting"] = res.results.size();
-  line["shard_keys"] = shard_keys(cfg, settings.spec);
+  line["shard_keys"] = shard_keys(cfg, settings);
   line["seconds"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  return print_status(line, ok, res.code, res.reason.empty() && !res.failures.empty() ? res.failures.front() : res.reason);
+  return print_status(line, res.ok, res.code, res.reason);
 }
 
 int run_server_role(caf::actor_system& sys, const node_config& cfg) {
@@ -135,7 +130,7 @@ int run_local_role(caf::actor_system& sys, const node_config& cfg, const app_fn&
                       {"workers_reporting", res.results.size()},
                       {"killed_by_faults", res.faults_seen},
                       {"seconds", res.seconds},
-                      {"shard_keys", shard_keys(cfg, settings.spec)}};
+                      {"shard_keys", shard_keys(cfg, settings)}};
   return print_status(line, res.ok, res.code, res.reason);
 }
 

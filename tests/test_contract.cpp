@@ -17,7 +17,7 @@ job_spec softmax_spec(const std::vector<std::string>& flags) {
   parsed_config c(flags);
   REQUIRE(c.ok);
   job_settings s{rule_from(c.cfg, "sgd"), c.cfg.staleness_bound("bsp"), {}, 12};
-  return spec_of(c.cfg, s, {{"softmax", {0, 7850}, {7850}}});
+  return spec_of(c.cfg, "fmnist", s, {{"softmax", {0, 7850}, {7850}}});
 }
 
 std::string value(const std::vector<job_setting>& given, const std::string& name) {
@@ -64,7 +64,7 @@ TEST_CASE("contract: an asynchronous job's spec says so and a member adopts it")
   parsed_config c({"--app=kvcheck"});
   REQUIRE(c.ok);
   job_settings s{rule_from(c.cfg, "sum"), c.cfg.staleness_bound("asp"), {}, 12};
-  auto spec = spec_of(c.cfg, s, {});
+  auto spec = spec_of(c.cfg, "kvcheck", s, {});
   CHECK(spec.get("staleness") == "inf");
   parsed_config member({"--app=kvcheck"});
   adopt(member.cfg, spec);
@@ -155,4 +155,31 @@ TEST_CASE_FIXTURE(fixture, "contract: a registration carries the job's spec and 
   CHECK(back.fingerprint() == m.fingerprint);
   CHECK(back.get("epochs") == "2");
   CHECK(back.tensors().size() == 1);
+}
+
+TEST_CASE_FIXTURE(fixture, "contract: the map every member gets spreads the spec's tensors over the shards") {
+  coordinator_options o;
+  o.servers = 2;
+  o.workers = 1;
+  o.spec = softmax_spec({"--app=fmnist"});
+  o.bucket_bits = partitioner::bucket_bits_for(7850, 2);
+  auto coord = sys.spawn(coordinator, o);
+  auto worker = register_worker(coord);
+  for (int i = 0; i < 2; ++i)
+    alive.push_back(sys.spawn([=](caf::event_based_actor* self) -> caf::behavior {
+      node_info me{"server", "", 0, 7, {}, 0, 0, protocol_version, {}};
+      self->request(coord, caf::infinite, register_atom::value, me).then([](registration&) {});
+      return {[](caf::unit_t) {}};
+    }));
+  sched.run();
+  REQUIRE(*worker);
+  // The client's own map (kv_client routes by map_of): not the default ring, which put
+  // all 7,850 keys of 2 buckets on shard 0.
+  auto map = map_of((*worker)->view);
+  CHECK(map.balanced() == std::vector<key_range>{{0, 7850}});
+  std::vector<double> keys(2);
+  for (const auto& p : map.split(key_set::single({0, 7850}))) keys[p.shard] += p.keys.size();
+  INFO("shard 0: " << keys[0] << " keys, shard 1: " << keys[1]);
+  CHECK(std::abs(keys[0] / 3925 - 1) <= 0.10);
+  CHECK(std::abs(keys[1] / 3925 - 1) <= 0.10);
 }
