@@ -36,7 +36,21 @@ partitioner::partitioner(std::uint64_t epoch, std::vector<std::uint32_t> shard_i
 }
 
 namespace {
+
 std::uint64_t bucket_hash(std::uint64_t bucket) { return mix64(bucket ^ 0x5851f42d4c957f2dULL); }
+
+// Cuts r at bucket boundaries: f(bucket, begin, end) for each part, in key order.
+template <class F>
+void for_each_bucket(key_range r, std::uint32_t bits, F f) {
+  for (key_type k = r.begin; k < r.end;) {
+    auto bucket = k >> bits;
+    key_type bucket_end = (bucket + 1) << bits;
+    key_type stop = (bucket_end == 0 || bucket_end > r.end) ? r.end : bucket_end;  // 0: wrapped
+    f(bucket, k, stop);
+    k = stop;
+  }
+}
+
 }  // namespace
 
 std::uint32_t partitioner::ring_owner(std::uint64_t bucket) const {
@@ -55,14 +69,10 @@ void partitioner::place_balanced() {
   std::map<std::uint64_t, std::uint64_t> weight;
   std::uint64_t total = 0;
   for (const auto& r : balanced_)
-    for (key_type k = r.begin; k < r.end;) {
-      auto bucket = k >> bucket_bits_;
-      key_type bucket_end = (bucket + 1) << bucket_bits_;
-      key_type stop = (bucket_end == 0 || bucket_end > r.end) ? r.end : bucket_end;
-      weight[bucket] += stop - k;
-      total += stop - k;
-      k = stop;
-    }
+    for_each_bucket(r, bucket_bits_, [&](std::uint64_t bucket, key_type begin, key_type end) {
+      weight[bucket] += end - begin;
+      total += end - begin;
+    });
   if (weight.empty()) return;
   std::vector<std::pair<std::uint64_t, std::uint64_t>> order;  // (hash, bucket)
   for (const auto& [bucket, w] : weight) order.emplace_back(bucket_hash(bucket), bucket);
@@ -101,11 +111,8 @@ std::uint32_t partitioner::bucket_bits_for(std::uint64_t keys, std::size_t shard
 std::vector<piece> partitioner::split(const key_set& keys) const {
   std::vector<piece> out;
   std::uint64_t offset = 0;
-  for (const auto& r : keys.ranges()) {
-    for (key_type k = r.begin; k < r.end;) {
-      auto bucket = k >> bucket_bits_;
-      key_type bucket_end = (bucket + 1) << bucket_bits_;
-      key_type stop = (bucket_end == 0 || bucket_end > r.end) ? r.end : bucket_end;  // 0: wrapped
+  for (const auto& r : keys.ranges())
+    for_each_bucket(r, bucket_bits_, [&](std::uint64_t bucket, key_type k, key_type stop) {
       auto shard = owner_of_bucket(bucket);
       if (!out.empty() && out.back().shard == shard && out.back().keys.end == k &&
           out.back().value_offset + out.back().keys.size() == offset)
@@ -113,9 +120,7 @@ std::vector<piece> partitioner::split(const key_set& keys) const {
       else
         out.push_back({{k, stop}, offset, shard});
       offset += stop - k;
-      k = stop;
-    }
-  }
+    });
   return out;
 }
 
