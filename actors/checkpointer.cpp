@@ -4,42 +4,70 @@
 
 namespace ps {
 
-caf::behavior checkpointer(caf::stateful_actor<checkpointer_state>* self, checkpointer_options opts) {
-  auto tell = [=](const std::string& text) {
-    if (opts.observer)
-      caf::anon_send(opts.observer, report_atom::value, UINT32_MAX, text);
-    else
-      std::fprintf(stderr, "%s\n", text.c_str());
-  };
+namespace {
+
+using self_ptr = checkpointer_actor::stateful_pointer<checkpointer_state>;
+
+void tell(const checkpointer_options& opts, const std::string& text) {
+  if (opts.observer)
+    caf::anon_send(opts.observer, news_atom::value, text);
+  else
+    std::fprintf(stderr, "%s\n", text.c_str());
+}
+
+// The file for `clock` once every shard's part is in; nullptr while parts are missing.
+std::shared_ptr<const checkpoint> complete(self_ptr self, const checkpointer_options& opts, std::uint64_t clock) {
+  auto& st = self->state;
+  auto& parts = st.pending[clock];
+  if (parts.size() < opts.header.shard_ids.size()) return nullptr;
+  auto c = std::make_shared<checkpoint>();
+  c->header = opts.header;
+  c->header.clock = clock;
+  c->header.epoch = std::max(opts.header.epoch, st.epoch);
+  for (auto id : opts.header.shard_ids) c->shards.push_back(std::move(parts[id]));
+  // Older clocks still incomplete can never complete consistently now: drop them.
+  st.pending.erase(st.pending.begin(), st.pending.upper_bound(clock));
+  return c;
+}
+
+}  // namespace
+
+checkpoint_file_writer_actor::behavior_type checkpoint_file_writer(checkpoint_file_writer_actor::pointer,
+                                                                   std::string dir) {
+  return {[dir](write_atom, const std::shared_ptr<const checkpoint>& c) -> caf::result<std::string> {
+    try {
+      return write_checkpoint(dir, *c);
+    } catch (const bad_request& e) {
+      return make_ps_error(e.what());
+    }
+  }};
+}
+
+checkpointer_actor::behavior_type checkpointer(self_ptr self, checkpointer_options opts) {
+  self->state.file_writer = opts.file_writer ? opts.file_writer
+                                             : self->spawn<caf::linked + caf::detached>(checkpoint_file_writer, opts.dir);
   return {
-    // A failover bumped the epoch: later files say so in their header.
-    [=](view_atom, const cluster_view& view) { self->state.epoch = std::max(self->state.epoch, view.epoch); },
-    [=](checkpoint_atom, std::uint32_t shard, std::uint64_t clock, const encoded_block& data) {
-      auto& st = self->state;
+    [=](view_atom, std::uint64_t epoch) { self->state.epoch = std::max(self->state.epoch, epoch); },
+    [=](snapshot_atom, std::uint32_t shard, std::uint64_t clock, const encoded_block& data) {
+      auto refused = [&](const std::string& why) {
+        tell(opts, "checkpoint at clock " + std::to_string(clock) + ": part from shard " + std::to_string(shard) +
+                     " refused: " + why);
+      };
       try {
         auto snap = snapshot_of(data);
-        if (snap.shard != shard) throw bad_request("holds the state of shard " + std::to_string(snap.shard));
-        st.pending[clock][shard] = std::move(snap);
+        if (snap.shard != shard) return refused("holds the state of shard " + std::to_string(snap.shard));
+        self->state.pending[clock][shard] = std::move(snap);
       } catch (const bad_request& e) {
-        tell("checkpoint at clock " + std::to_string(clock) + ": part from shard " + std::to_string(shard) +
-             " refused: " + e.what());
-        return;
+        return refused(e.what());
       }
-      auto& parts = st.pending[clock];
-      if (parts.size() < opts.header.shard_ids.size()) return;
-      checkpoint c;
-      c.header = opts.header;
-      c.header.clock = clock;
-      c.header.epoch = std::max(opts.header.epoch, st.epoch);
-      for (auto id : opts.header.shard_ids) c.shards.push_back(std::move(parts[id]));
-      // Older clocks still incomplete can never complete consistently now: drop them.
-      st.pending.erase(st.pending.begin(), st.pending.upper_bound(clock));
-      try {
-        auto path = write_checkpoint(opts.dir, c);
-        tell("checkpoint written: " + path + " (clock " + std::to_string(clock) + ")");
-      } catch (const bad_request& e) {
-        tell(std::string("checkpoint at clock ") + std::to_string(clock) + " not written: " + e.what());
-      }
+      auto file = complete(self, opts, clock);
+      if (!file) return;
+      // Files are written in the order their clocks completed: the writer's mailbox is a queue.
+      self->request(self->state.file_writer, caf::infinite, write_atom::value, file)
+        .then([=](const std::string& path) { tell(opts, "checkpoint written: " + path + " (clock " + std::to_string(clock) + ")"); },
+              [=](caf::error& err) {
+                tell(opts, "checkpoint at clock " + std::to_string(clock) + " not written: " + describe(err));
+              });
     },
   };
 }

@@ -1,26 +1,44 @@
 #pragma once
 // The checkpoint writer: shards send their state when the minimum clock crosses a multiple
-// of --checkpoint-every; once every shard's part for a clock is in, it writes one file
-// (libps/checkpoint.hpp) and tells the observer. Lives in the coordinator's process.
+// of --checkpoint-every; once every shard's part for a clock is in, the file (libps/
+// checkpoint.hpp) goes to a file writer running on a thread of its own (writing and fsync
+// block), and the observer hears what was written. Lives in the coordinator's process.
 #include <map>
+#include <memory>
 
 #include "actors/messages.hpp"
 #include "libps/checkpoint.hpp"
 
+// A complete checkpoint goes to the file writer by reference: both live in one process.
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(std::shared_ptr<const ps::checkpoint>)
+
 namespace ps {
+
+// Writes one complete checkpoint and answers with its path (or the error).
+using checkpoint_file_writer_actor =
+  caf::typed_actor<caf::replies_to<write_atom, std::shared_ptr<const checkpoint>>::with<std::string>>;
+
+// The real file writer: write_checkpoint into dir.
+checkpoint_file_writer_actor::behavior_type checkpoint_file_writer(checkpoint_file_writer_actor::pointer self,
+                                                                   std::string dir);
 
 struct checkpointer_options {
   std::string dir;
   checkpoint_header header;  // model, epoch, shard ids, map settings, rule (clock filled per file)
-  caf::actor observer;       // gets (report_atom, UINT32_MAX, "checkpoint ...") lines; none: stderr
+  observer_actor observer;   // hears "checkpoint written: ..." and refusals as news; none: stderr
+  // A test's deterministic stand-in; none: a checkpoint_file_writer on a thread of its
+  // own, linked to the checkpointer (it ends with it).
+  checkpoint_file_writer_actor file_writer;
 };
 
 struct checkpointer_state {
   std::map<std::uint64_t, std::map<std::uint32_t, shard_snapshot>> pending;  // clock -> shard -> state
   std::uint64_t epoch = 0;  // of the newest shard map heard of
+  checkpoint_file_writer_actor file_writer;
   static inline const char* name = "checkpointer";
 };
 
-caf::behavior checkpointer(caf::stateful_actor<checkpointer_state>* self, checkpointer_options opts);
+checkpointer_actor::behavior_type checkpointer(checkpointer_actor::stateful_pointer<checkpointer_state> self,
+                                               checkpointer_options opts);
 
 }  // namespace ps

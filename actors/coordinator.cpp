@@ -37,22 +37,17 @@ registration make_registration(self_ptr self, const coordinator_options& opts, s
   return {id, make_view(self, opts), std::move(state), start_clock, job_spec_msg::from(opts.spec)};
 }
 
-void tell_observer(self_ptr, const coordinator_options& opts, caf::message msg) {
-  if (opts.observer) {
-    caf::anon_send(opts.observer, std::move(msg));
-    return;
-  }
-  // Standalone coordinator: print what an observer would get.
-  if (msg.match_elements<report_atom, std::uint32_t, std::string>() && msg.get_as<std::uint32_t>(1) == UINT32_MAX)
-    std::printf("%s\n", msg.get_as<std::string>(2).c_str());  // the cluster's own news (failovers, joins)
-  else if (msg.match_elements<report_atom, std::uint32_t, std::string>())
-    std::printf("worker %u: %s\n", msg.get_as<std::uint32_t>(1), msg.get_as<std::string>(2).c_str());
-  else if (msg.match_elements<done_atom, std::uint32_t, std::string>())
-    std::printf("worker %u finished: %s\n", msg.get_as<std::uint32_t>(1), msg.get_as<std::string>(2).c_str());
-  else if (msg.match_elements<failed_atom, std::string>())
-    std::fprintf(stderr, "coordinator: %s\n", msg.get_as<std::string>(1).c_str());
-  std::fflush(stdout);
+// Tells the observer an event; without one (a coordinator on its own) prints `text`.
+template <class... Event>
+void tell(const coordinator_options& opts, const std::string& text, Event&&... event) {
+  if (opts.observer)
+    caf::anon_send(opts.observer, std::forward<Event>(event)...);
+  else
+    std::fprintf(stderr, "%s\n", text.c_str());
 }
+
+// The cluster's own news (failovers, joins, departures).
+void tell_news(const coordinator_options& opts, const std::string& text) { tell(opts, text, news_atom::value, text); }
 
 // The workers that are still running, for the clients (data partitions follow them).
 void tell_members(self_ptr self) {
@@ -99,7 +94,7 @@ void end_job(self_ptr self, const coordinator_options& opts, errc code, const st
   }
   // A stop is no failure: the observer learns it from the coordinator's exit reason.
   if (!completed && (code == errc::job_failed || code == errc::failed))
-    tell_observer(self, opts, caf::make_message(failed_atom::value, text));
+    tell(opts, "coordinator: " + text, job_failed_atom::value, text);
   // A failed job lingers a moment, so a member whose registration was on its way when the
   // job ended learns why (the register handler answers with the reason).
   auto quit = [=] {
@@ -157,7 +152,7 @@ void announce_view(self_ptr self, const coordinator_options& opts, std::function
   auto& st = self->state;
   auto view = make_view(self, opts);
   auto remaining = std::make_shared<std::size_t>(st.copies.size());
-  if (opts.checkpointer) caf::anon_send(opts.checkpointer, view_atom::value, view);
+  if (opts.checkpointer) caf::anon_send(opts.checkpointer, view_atom::value, view.epoch);
   auto to_workers = [=] {
     for (auto& sub : self->state.view_subscribers) caf::anon_send(sub, view_atom::value, view);
     if (then) then();
@@ -201,10 +196,9 @@ void copy_failed(self_ptr self, const coordinator_options& opts, std::uint32_t i
   st.shards[id].handle = chain.front();
   st.shards[id].since_epoch = st.epoch;
   st.shard_handles[id] = caf::actor_cast<shard_actor>(chain.front());
-  tell_observer(self, opts, caf::make_message(report_atom::value, UINT32_MAX,
-    who + " went down (" + describe(reason) + "); shard " + std::to_string(id) + "'s chain closed over it: " +
+  tell_news(opts, who + " went down (" + describe(reason) + "); shard " + std::to_string(id) + "'s chain closed over it: " +
     std::to_string(chain.size()) + " cop" + (chain.size() == 1 ? "y" : "ies") + " left, epoch " +
-    std::to_string(st.epoch) + "; nothing lost"));
+    std::to_string(st.epoch) + "; nothing lost");
   announce_view(self, opts);
 }
 
@@ -227,7 +221,7 @@ void shard_failed(self_ptr self, const coordinator_options& opts, std::uint32_t 
     return fail(std::string("no checkpoint to recover from: ") + e.what());
   }
   for (const auto& r : latest.refused)
-    tell_observer(self, opts, caf::make_message(report_atom::value, UINT32_MAX, "checkpoint refused: " + r));
+    tell_news(opts, "checkpoint refused: " + r);
   if (!latest.found)
     return fail("no checkpoint has been written to " + opts.checkpoint_dir + " yet");
   const auto& ckpt = *latest.found;
@@ -253,11 +247,10 @@ void shard_failed(self_ptr self, const coordinator_options& opts, std::uint32_t 
     self->monitor(handle);
     st.members[handle.address()] = "replacement shard " + std::to_string(id) + " (in " + where + ")";
     st.shard_ids[handle.address()] = id;
-    tell_observer(self, opts, caf::make_message(report_atom::value, UINT32_MAX,
-      who + " went down (" + describe(reason) + "); its keys were restored from " + source + " (clock " +
+    tell_news(opts, who + " went down (" + describe(reason) + "); its keys were restored from " + source + " (clock " +
       std::to_string(clock) + ") onto a replacement shard in " + where + "; epoch " + std::to_string(st.epoch) +
       ". Updates to those keys from clock " + std::to_string(clock) +
-      " on that the workers cannot resend are lost; the replacement reports them per worker."));
+      " on that the workers cannot resend are lost; the replacement reports them per worker.");
     announce_view(self, opts);
   };
   // Here, in the coordinator's process: only when no server process can take it.
@@ -311,10 +304,9 @@ caf::result<registration> join_running_job(self_ptr self, const coordinator_opti
   auto remaining = std::make_shared<std::size_t>(st.copies.size());
   auto answer = [=]() mutable {
     if (--*remaining > 0) return;
-    tell_observer(self, opts, caf::make_message(report_atom::value, UINT32_MAX,
-      "worker " + std::to_string(id) + " joined at clock " + std::to_string(*start) + " (pid " +
+    tell_news(opts, "worker " + std::to_string(id) + " joined at clock " + std::to_string(*start) + " (pid " +
       std::to_string(info.pid) + "); " + std::to_string(self->state.worker_done.size() - self->state.finished_workers) +
-      " workers now"));
+      " workers now");
     auto reg = make_registration(self, opts, id, {}, *start);
     rp.deliver(std::move(reg));
     tell_members(self);
@@ -347,9 +339,7 @@ void member_down(self_ptr self, const coordinator_options& opts, const caf::down
   auto w = st.worker_ids.find(dm.source);
   if (w == st.worker_ids.end() || st.worker_done[w->second]) return;  // left after finishing
   // A dead worker leaves the clock vector; the others go on without it.
-  tell_observer(self, opts, caf::make_message(report_atom::value, UINT32_MAX,
-                                              who + " went down (" + describe(dm.reason) +
-                                                "); it leaves the clock vector, the others go on"));
+  tell_news(opts, who + " went down (" + describe(dm.reason) + "); it leaves the clock vector, the others go on");
   worker_finished(self, opts, w->second);
 }
 
@@ -363,12 +353,12 @@ void checkpoint_round(self_ptr self, const coordinator_options& opts) {
   auto highest = std::make_shared<std::uint64_t>(0);
   auto remaining = std::make_shared<std::size_t>(heads.size());
   for (auto& head : heads)
-    self->request(head, std::chrono::seconds(5), checkpoint_atom::value)
+    self->request(head, std::chrono::seconds(5), min_clock_atom::value)
       .then(
         [=](std::uint64_t min) {
           if (min != left_clock) *highest = std::max(*highest, min);
           if (--*remaining > 0) return;
-          for (auto& h : heads) caf::anon_send(h, checkpoint_atom::value, *highest + 1);
+          for (auto& h : heads) caf::anon_send(h, cut_atom::value, *highest + 1);
         },
         [=](caf::error&) { --*remaining; });  // a dead head: this round's file will not complete
 }
@@ -490,8 +480,11 @@ coordinator_actor::behavior_type coordinator(self_ptr self, coordinator_options 
       release_barrier_if_complete(self);
       return rp;
     },
-    [=](report_atom, std::uint32_t worker, std::string& text) {
-      tell_observer(self, opts, caf::make_message(report_atom::value, worker, std::move(text)));
+    [=](report_atom, std::uint32_t worker, const std::string& text) {
+      tell(opts, "worker " + std::to_string(worker) + ": " + text, report_atom::value, worker, text);
+    },
+    [=](loss_atom, const update_loss& loss) {
+      tell(opts, describe(loss, "shard " + std::to_string(loss.shard)), loss_atom::value, loss);
     },
     [=](checkpoint_atom) { checkpoint_round(self, opts); },
     [=](view_atom, std::uint32_t) {
@@ -501,10 +494,10 @@ coordinator_actor::behavior_type coordinator(self_ptr self, coordinator_options 
       st.view_subscribers.push_back(sub);
       if (st.epoch > 1) caf::anon_send(sub, view_atom::value, make_view(self, opts));  // missed one
     },
-    [=](done_atom, std::uint32_t worker, std::string& text) {
-      if (text.rfind("{\"error\"", 0) != 0) ++self->state.reported_workers;
-      tell_observer(self, opts, caf::make_message(done_atom::value, worker, std::move(text)));
-      worker_finished(self, opts, worker);
+    [=](done_atom, const worker_result& result) {
+      if (result.ok) ++self->state.reported_workers;
+      tell(opts, "worker " + std::to_string(result.worker) + " finished: " + result.json, done_atom::value, result);
+      worker_finished(self, opts, result.worker);
     },
     [=](stop_atom, std::uint8_t code, std::string& why) -> caf::result<caf::ok_atom> {
       auto kind = static_cast<errc>(code);

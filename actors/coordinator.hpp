@@ -24,14 +24,14 @@ struct coordinator_options {
   update_rule rule;
   // 0: BSP, k: SSP, infinite_staleness: ASP (the plain key-value store: no clocks needed).
   std::uint64_t staleness = UINT64_MAX;
-  // Gets (report_atom, worker, text), (done_atom, worker, text) and (failed_atom, text).
+  // Hears progress, news, losses, results and the job's failure (observer_actor).
   // Without one, the coordinator prints them.
-  caf::actor observer;
+  observer_actor observer;
   // Periodic checkpoints: every this many clocks the shards send their state here.
   std::uint64_t checkpoint_every = 0;
   // Or every this many seconds: at the next clock boundary above every shard's minimum.
   double checkpoint_seconds = 0;
-  caf::actor checkpointer;
+  checkpointer_actor checkpointer;
   // Recovery of a dead shard (no replicas): the newest intact checkpoint here is loaded
   // onto a replacement shard in this process. Empty: a dead shard ends the job.
   std::string checkpoint_dir;

@@ -136,6 +136,9 @@ void register_types(caf::actor_system_config& cfg) {
   cfg.add_message_type<cluster_view>("ps::cluster_view");
   cfg.add_message_type<shard_actor>("ps::shard_actor");
   cfg.add_message_type<coordinator_actor>("ps::coordinator_actor");
+  cfg.add_message_type<checkpointer_actor>("ps::checkpointer_actor");
+  cfg.add_message_type<worker_result>("ps::worker_result");
+  cfg.add_message_type<update_loss>("ps::update_loss");
   cfg.add_message_type<std::vector<std::uint32_t>>("std::vector<uint32_t>");
   cfg.add_error_category(ps_category, render_ps_error);
 }

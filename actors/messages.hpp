@@ -14,6 +14,7 @@
 #include "libps/checkpoint.hpp"
 #include "libps/job_spec.hpp"
 #include "libps/keys.hpp"
+#include "libps/shard_core.hpp"
 #include "libps/update_rule.hpp"
 
 namespace ps {
@@ -33,6 +34,13 @@ using clock_atom = caf::atom_constant<caf::atom("clock")>;
 using leave_atom = caf::atom_constant<caf::atom("leave")>;
 using sweep_atom = caf::atom_constant<caf::atom("sweep")>;
 using checkpoint_atom = caf::atom_constant<caf::atom("ckpt")>;
+using min_clock_atom = caf::atom_constant<caf::atom("minclock")>;
+using cut_atom = caf::atom_constant<caf::atom("cut")>;
+using snapshot_atom = caf::atom_constant<caf::atom("snapshot")>;
+using write_atom = caf::atom_constant<caf::atom("write")>;
+using news_atom = caf::atom_constant<caf::atom("news")>;
+using loss_atom = caf::atom_constant<caf::atom("loss")>;
+using job_failed_atom = caf::atom_constant<caf::atom("jobfailed")>;
 using view_atom = caf::atom_constant<caf::atom("view")>;
 using failover_atom = caf::atom_constant<caf::atom("failover")>;
 using send_atom = caf::atom_constant<caf::atom("send")>;
@@ -171,6 +179,14 @@ typename Inspector::result_type inspect(Inspector& f, shard_entry& x) {
   return f(caf::meta::type_name("shard_entry"), x.id, x.host, x.port, x.pid, x.handle, x.chain, x.since_epoch);
 }
 
+// Writes checkpoint files from the shards' parts (actors/checkpointer.hpp).
+using checkpointer_actor = caf::typed_actor<
+  // Shard `shard`'s state at clock boundary `clock`; a file is written once every
+  // shard's part for that clock is in.
+  caf::reacts_to<snapshot_atom, std::uint32_t, std::uint64_t, encoded_block>,
+  // The epoch of a newer shard map (after a failover): later files carry it.
+  caf::reacts_to<view_atom, std::uint64_t>>;
+
 // What every member learns from the coordinator: the shard map and the job settings.
 struct cluster_view {
   std::uint64_t epoch = 1;
@@ -181,7 +197,7 @@ struct cluster_view {
   std::vector<shard_entry> shards;
   rule_msg rule;
   std::uint64_t checkpoint_every = 0;  // clocks; 0: no checkpoints
-  caf::actor checkpointer;             // gets (checkpoint_atom, shard, clock, encoded_block)
+  checkpointer_actor checkpointer;     // where shards send their parts (none: no checkpoints)
   std::uint32_t replication = 1;       // copies of each shard (chain length)
   std::uint32_t job_workers = 0;       // workers the job started with (num_workers grows with joins)
   range_list dense;                    // the job's dense tensors: their buckets are placed with bounded loads
@@ -244,6 +260,37 @@ typename Inspector::result_type inspect(Inspector& f, registration& x) {
   return f(caf::meta::type_name("registration"), x.id, x.view, x.state, x.start_clock, x.spec);
 }
 
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, update_loss& x) {
+  return f(caf::meta::type_name("update_loss"), x.shard, x.worker, x.from_clock, x.lost_clocks, x.at_most);
+}
+
+// A worker's end: its app's one-line JSON result, or {"error": why} when it failed.
+struct worker_result {
+  std::uint32_t worker = 0;
+  bool ok = false;
+  std::string json;
+};
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, worker_result& x) {
+  return f(caf::meta::type_name("worker_result"), x.worker, x.ok, x.json);
+}
+
+// Whoever watches a job (a launcher, psnode's coordinator role, a test's inbox): the
+// coordinator and the checkpoint writer tell it what happens, as it happens.
+using observer_actor = caf::typed_actor<
+  // A worker's progress line (epoch accuracy, clocks done).
+  caf::reacts_to<report_atom, std::uint32_t, std::string>,
+  // The cluster's own news, one line for operators: failovers, joins, departures,
+  // checkpoints written or refused.
+  caf::reacts_to<news_atom, std::string>,
+  // A replacement shard's account of one worker's updates lost with the dead shard.
+  caf::reacts_to<loss_atom, update_loss>,
+  // A worker finished (its result) or failed (its error).
+  caf::reacts_to<done_atom, worker_result>,
+  // The job cannot complete (the reason); the coordinator ends it next.
+  caf::reacts_to<job_failed_atom, std::string>>;
+
 using shard_actor = caf::typed_actor<
   caf::replies_to<push_atom, request_header, range_list, float_block>::with<std::uint64_t>,
   caf::replies_to<init_atom, request_header, range_list, float_block>::with<std::uint64_t>,
@@ -268,9 +315,9 @@ using shard_actor = caf::typed_actor<
   // the checkpoint's section, the checkpoint's clock, departed workers, the file's name).
   caf::replies_to<restore_atom, registration, std::uint64_t, std::vector<std::uint32_t>, std::string>::with<caf::actor>,
   // From the coordinator, for time-based checkpoints: this copy's minimum clock now ...
-  caf::replies_to<checkpoint_atom>::with<std::uint64_t>,
+  caf::replies_to<min_clock_atom>::with<std::uint64_t>,
   // ... and the clock boundary (above every shard's minimum) at which to send its part.
-  caf::reacts_to<checkpoint_atom, std::uint64_t>,
+  caf::reacts_to<cut_atom, std::uint64_t>,
   // Internal: fails pulls parked for longer than the limit, naming whom they wait for.
   caf::reacts_to<sweep_atom>,
   caf::reacts_to<start_atom, std::uint16_t>,
@@ -281,8 +328,12 @@ using shard_actor = caf::typed_actor<
 using coordinator_actor = caf::typed_actor<
   caf::replies_to<register_atom, node_info>::with<registration>,
   caf::replies_to<barrier_atom, std::uint32_t>::with<std::uint64_t>,
+  // A worker's progress line, passed on to the observer.
   caf::reacts_to<report_atom, std::uint32_t, std::string>,
-  caf::reacts_to<done_atom, std::uint32_t, std::string>,
+  // A worker finished or failed: it leaves the barriers and the clock vector.
+  caf::reacts_to<done_atom, worker_result>,
+  // From a replacement shard: a worker's updates lost with the dead shard.
+  caf::reacts_to<loss_atom, update_loss>,
   // From a worker's key-value client: send me every new shard map (failovers).
   caf::reacts_to<view_atom, std::uint32_t>,
   // Internal: time for a time-based checkpoint (--checkpoint-seconds).

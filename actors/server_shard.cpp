@@ -100,9 +100,9 @@ void carry_out(self_ptr self, const shard_options& opts, const coordinator_actor
   auto& st = self->state;
   for (const auto& e : fx.traces) st.trace(e);
   if (fx.checkpoint_at && st.checkpointer)
-    caf::anon_send(st.checkpointer, checkpoint_atom::value, st.core->id(), *fx.checkpoint_at,
+    caf::anon_send(st.checkpointer, snapshot_atom::value, st.core->id(), *fx.checkpoint_at,
                    snapshot_block(shard_snapshot{st.core->id(), st.core->store().snapshot()}));
-  for (auto& r : fx.reports) caf::anon_send(coordinator, report_atom::value, UINT32_MAX, std::move(r));
+  for (const auto& loss : fx.losses) caf::anon_send(coordinator, loss_atom::value, loss);
   if (fx.die) die_abruptly(*fx.die);
   for (auto token : fx.answer) answer_pull(self, opts, token);
   for (auto& [token, why] : fx.fail) {
@@ -448,8 +448,8 @@ shard_actor::behavior_type server_shard(self_ptr self, coordinator_actor coordin
         std::string& source) -> caf::actor {
       return spawn_replacement(self, opts, coordinator, {std::move(reg), clock, std::move(departed), std::move(source)});
     },
-    [=](checkpoint_atom) -> std::uint64_t { return self->state.core ? self->state.core->min_clock() : 0; },
-    [=](checkpoint_atom, std::uint64_t boundary) {
+    [=](min_clock_atom) -> std::uint64_t { return self->state.core ? self->state.core->min_clock() : 0; },
+    [=](cut_atom, std::uint64_t boundary) {
       if (self->state.core) self->state.core->checkpoint_at(boundary);
     },
     [=](view_atom, const cluster_view& view) -> std::uint64_t { return take_view(self, view); },

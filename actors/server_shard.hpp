@@ -68,7 +68,7 @@ struct shard_state {
   std::map<std::uint64_t, waiting_pull> pulls;
   std::uint64_t next_pull = 0;
   bool sweep_scheduled = false;
-  caf::actor checkpointer;
+  checkpointer_actor checkpointer;
   int trace_fd = -1;
   // Chain replication: this copy's successor (none: it is the tail, it acknowledges) and
   // the updates passed to it and not yet acknowledged, in order, with the reply owed.

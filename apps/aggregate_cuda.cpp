@@ -96,25 +96,22 @@ void bench_aggregate_cuda(const cuda_aggregate_options& o) {
         const double gbps = static_cast<double>(devices + 1) * b / t / 1e9, limit = 2 * b / tl / 1e9;
         const std::size_t plan_bytes = plan_traffic(plan, n) * sizeof(float);
         const double plan_gbps = static_cast<double>(plan_bytes) / t / 1e9;
-        std::printf("{\"backend\":\"cuda\",\"device\":\"%s\",\"strategy\":\"%s\",\"devices\":%zu,\"bytes\":%zu,"
-                    "\"result\":\"%s\",\"gbps\":%.2f,\"limit_gbps\":%.2f,\"pct_of_limit\":%.0f,\"ms\":%.3f,"
-                    "\"counted\":\"N*bytes read + bytes written\",\"plan_bytes\":%zu,\"plan_gbps\":%.2f,"
-                    "\"plan_pct_of_limit\":%.0f}\n",
-                    prop.name, sname.c_str(), devices, bytes, in_place ? "in_place" : "host_buffer", gbps, limit,
-                    100 * gbps / limit, t * 1e3, plan_bytes, plan_gbps, 100 * plan_gbps / limit);
-        std::fflush(stdout);
+        bench::print_line({{"backend", "cuda"}, {"device", prop.name}, {"strategy", sname}, {"devices", devices},
+                           {"bytes", bytes}, {"result", in_place ? "in_place" : "host_buffer"}, {"gbps", gbps},
+                           {"limit_gbps", limit}, {"pct_of_limit", 100 * gbps / limit}, {"ms", t * 1e3},
+                           {"counted", "N*bytes read + bytes written"}, {"plan_bytes", plan_bytes},
+                           {"plan_gbps", plan_gbps}, {"plan_pct_of_limit", 100 * plan_gbps / limit}});
       }
     }
   }
   if (all_copy.empty()) bench::interleaved(o.reps, copy_rep, copy_rep, all_copy);
   bench::interleaved(o.reps, copy_rep, add_rep, all_add);
-  std::printf("{\"backend\":\"cuda\",\"device\":\"%s\",\"limit\":\"cuda_copy\",\"bytes\":%zu,\"gbps\":%.2f,"
-              "\"samples\":%zu,\"counted\":\"bytes read + bytes written: 2*bytes\"}\n",
-              prop.name, bytes, 2 * b / bench::median(all_copy) / 1e9, all_copy.size());
-  std::printf("{\"backend\":\"cuda\",\"device\":\"%s\",\"limit\":\"stream_add\",\"bytes\":%zu,\"gbps\":%.2f,"
-              "\"samples\":%zu,\"counted\":\"x and y read, y written: 3*bytes\"}\n",
-              prop.name, bytes, 3 * b / bench::median(all_add) / 1e9, all_add.size());
-  std::fflush(stdout);
+  bench::print_line({{"backend", "cuda"}, {"device", prop.name}, {"limit", "cuda_copy"}, {"bytes", bytes},
+                     {"gbps", 2 * b / bench::median(all_copy) / 1e9}, {"samples", all_copy.size()},
+                     {"counted", "bytes read + bytes written: 2*bytes"}});
+  bench::print_line({{"backend", "cuda"}, {"device", prop.name}, {"limit", "stream_add"}, {"bytes", bytes},
+                     {"gbps", 3 * b / bench::median(all_add) / 1e9}, {"samples", all_add.size()},
+                     {"counted", "x and y read, y written: 3*bytes"}});
 }
 
 #endif

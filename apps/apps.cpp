@@ -200,13 +200,14 @@ std::string fmnist_app(worker_context& ctx) {
   return out.dump();
 }
 
-// ,"data_plane_sent":N,"data_plane_received":N when this worker has a data plane: the
-// bytes of its blocks that went beside CAF.
-std::string data_plane_fields(worker_context& ctx) {
-  const auto& plane = ctx.kv.options().plane;
-  if (!plane) return "";
-  return ",\"data_plane_sent\":" + std::to_string(plane->bytes_sent()) +
-         ",\"data_plane_received\":" + std::to_string(plane->bytes_received());
+// A worker's result line, with "data_plane_sent" and "data_plane_received" when it has a
+// data plane: the bytes of its blocks that went beside CAF.
+std::string with_data_plane(json_line line, worker_context& ctx) {
+  if (const auto& plane = ctx.kv.options().plane) {
+    line["data_plane_sent"] = plane->bytes_sent();
+    line["data_plane_received"] = plane->bytes_received();
+  }
+  return line.dump();
 }
 
 // ---- kvcheck: exact sums under asynchronous pushes (ps-lite's test_kv_app) ----------
@@ -278,11 +279,8 @@ std::string kvcheck_app(worker_context& ctx) {
   check(shared, all);
   for (std::uint32_t w = 0; w < ctx.num_workers; ++w) check(own(w), {w});
   ctx.barrier();  // nobody leaves while others still pull
-  std::ostringstream out;
-  out << "{\"worker\":" << ctx.id << ",\"checked\":" << checked << ",\"mismatches\":" << mismatches
-      << ",\"keys_per_push\":" << shared.num_keys << ",\"first_mismatch\":\"" << first << "\"";
-  out << data_plane_fields(ctx) << "}";
-  return out.str();
+  return with_data_plane({{"worker", ctx.id}, {"checked", checked}, {"mismatches", mismatches},
+                          {"keys_per_push", shared.num_keys}, {"first_mismatch", first}}, ctx);
 }
 
 // ---- clocksum: exact integer sums over clocks, the fault tests' app ------------------
@@ -332,23 +330,14 @@ std::string clocksum_app(worker_context& ctx) {
     if (!fresh && it->second != final_values[k]) it->second = NAN;
   }
   ctx.barrier();  // nobody leaves while others still pull
-  std::ostringstream out;
-  out << "{\"worker\":" << ctx.id << ",\"clocks\":" << clocks << ",\"start_clock\":" << ctx.start_clock
-      << ",\"pushes\":" << pushes << ",\"train_seconds\":" << train_seconds << ",\"per_clock\":" << per_clock
-      << ",\"stale_reads\":" << stale_reads << ",\"shard_values\":{";
-  bool first = true;
-  for (auto [id, v] : per_shard) {
-    out << (first ? "" : ",") << "\"" << id << "\":" << (std::isnan(v) ? std::string("null") : std::to_string(static_cast<long long>(v)));
-    first = false;
-  }
-  out << "},\"recovery_ms\":[";
-  first = true;
-  for (auto ms : ctx.kv.recovery_times_ms()) {
-    out << (first ? "" : ",") << ms;
-    first = false;
-  }
-  out << "]" << data_plane_fields(ctx) << "}";
-  return out.str();
+  json_line shard_values = json_line::object();
+  for (auto [id, v] : per_shard)
+    shard_values[std::to_string(id)] = std::isnan(v) ? json_line(nullptr) : json_line(static_cast<long long>(v));
+  return with_data_plane({{"worker", ctx.id}, {"clocks", clocks}, {"start_clock", ctx.start_clock},
+                          {"pushes", pushes}, {"train_seconds", train_seconds}, {"per_clock", per_clock},
+                          {"stale_reads", stale_reads}, {"shard_values", shard_values},
+                          {"recovery_ms", ctx.kv.recovery_times_ms()}},
+                         ctx);
 }
 
 // ---- bench: push/pull throughput and latency per (size, window) ---------------------
@@ -391,30 +380,36 @@ std::string bench_app(worker_context& ctx) {
       }
   }
   ctx.barrier();
-  return "{\"worker\":" + std::to_string(ctx.id) + "}";
+  return json_line{{"worker", ctx.id}}.dump();
 }
 
 }  // namespace
 
 std::string bench_cell::encode() const {
-  std::ostringstream s;
-  s << "cell " << op << ' ' << bytes << ' ' << window << ' ' << worker << ' ' << ops << ' '
-    << seconds << ' ' << latencies_us.size();
-  for (auto l : latencies_us) s << ' ' << l;
-  return s.str();
+  return json_line{{"cell", {{"op", op}, {"bytes", bytes}, {"window", window}, {"worker", worker}, {"ops", ops},
+                             {"seconds", seconds}, {"latencies_us", latencies_us}}}}
+    .dump();
 }
 
 bench_cell bench_cell::decode(const std::string& text) {
-  std::istringstream s(text);
-  std::string tag;
-  bench_cell c;
-  std::size_t n = 0;
-  if (!(s >> tag >> c.op >> c.bytes >> c.window >> c.worker >> c.ops >> c.seconds >> n) || tag != "cell")
-    throw bad_request("not a bench cell report: " + text.substr(0, 80));
-  c.latencies_us.resize(n);
-  for (auto& l : c.latencies_us)
-    if (!(s >> l)) throw bad_request("bench cell report truncated");
-  return c;
+  try {
+    const auto cell = nlohmann::json::parse(text).at("cell");
+    return {cell.at("op"), cell.at("bytes"), cell.at("window"), cell.at("worker"), cell.at("ops"), cell.at("seconds"),
+            cell.at("latencies_us")};
+  } catch (const nlohmann::json::exception& e) {
+    throw bad_request("not a bench cell report (" + std::string(e.what()) + "): " + text.substr(0, 80));
+  }
+}
+
+std::vector<nlohmann::json> json_lines_of(const std::string& out) {
+  std::vector<nlohmann::json> lines;
+  std::istringstream in(out);
+  for (std::string line; std::getline(in, line);) {
+    if (line.empty() || line[0] != '{') continue;
+    auto j = nlohmann::json::parse(line, nullptr, false);
+    if (!j.is_discarded()) lines.push_back(std::move(j));
+  }
+  return lines;
 }
 
 std::optional<std::string> output_of(const std::string& cmd) {

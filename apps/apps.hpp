@@ -15,6 +15,8 @@ void register_builtin_apps();
 // Runs a shell command (the benches run whole jobs as processes): its stdout, or nullopt
 // after printing the command, its exit status and its output on stderr.
 std::optional<std::string> output_of(const std::string& cmd);
+// Every line of a program's output that is a JSON object, parsed, in order.
+std::vector<nlohmann::json> json_lines_of(const std::string& out);
 
 // bench app: one measured cell, reported by each worker and merged by bench_kv.
 struct bench_cell {

@@ -160,21 +160,19 @@ void host_cells(const options& o, std::size_t n) {
                                         devices);
         const std::size_t plan_bytes = ps::plan_traffic(plan, n) * sizeof(float);
         const double plan_gbps = static_cast<double>(plan_bytes) / t / 1e9;
-        std::printf("{\"strategy\":\"%s\",\"devices\":%zu,\"bytes\":%zu,\"result\":\"%s\",\"gbps\":%.2f,"
-                    "\"limit_gbps\":%.2f,\"pct_of_limit\":%.0f,\"ms\":%.2f,"
-                    "\"counted\":\"N*bytes read + bytes written\",\"plan_bytes\":%zu,\"plan_gbps\":%.2f,"
-                    "\"plan_pct_of_limit\":%.0f}\n",
-                    sname.c_str(), devices, bytes, in_place ? "in_place" : "host_buffer", gbps, limit_of(tl),
-                    100.0 * gbps / limit_of(tl), t * 1e3, plan_bytes, plan_gbps, 100.0 * plan_gbps / limit_of(tl));
-        std::fflush(stdout);
+        ps::bench::print_line({{"strategy", sname}, {"devices", devices}, {"bytes", bytes},
+                               {"result", in_place ? "in_place" : "host_buffer"}, {"gbps", gbps},
+                               {"limit_gbps", limit_of(tl)}, {"pct_of_limit", 100.0 * gbps / limit_of(tl)},
+                               {"ms", t * 1e3}, {"counted", "N*bytes read + bytes written"},
+                               {"plan_bytes", plan_bytes}, {"plan_gbps", plan_gbps},
+                               {"plan_pct_of_limit", 100.0 * plan_gbps / limit_of(tl)}});
       }
     }
   }
   if (all_limit.empty()) interleaved(o.reps, limit_rep, limit_rep, all_limit);
-  std::printf("{\"limit\":\"stream_add\",\"bytes\":%zu,\"threads\":%d,\"gbps\":%.2f,\"samples\":%zu,"
-              "\"counted\":\"x and y read, y written: 3*bytes\"}\n",
-              bytes, threads, limit_of(median(all_limit)), all_limit.size());
-  std::fflush(stdout);
+  ps::bench::print_line({{"limit", "stream_add"}, {"bytes", bytes}, {"threads", threads},
+                         {"gbps", limit_of(median(all_limit))}, {"samples", all_limit.size()},
+                         {"counted", "x and y read, y written: 3*bytes"}});
 }
 
 }  // namespace
@@ -203,12 +201,10 @@ int main(int argc, char** argv) {
         std::vector<std::byte> wire;
         double te = median_seconds(o.reps, [&] { ps::encode(c, g.data(), cn, &residual, wire); });
         double td = median_seconds(o.reps, [&] { ps::decode(wire, back.data(), cn); });
-        std::printf("{\"codec\":\"%s\",\"bytes_in\":%zu,\"bytes_on_wire\":%zu,\"ratio\":%.4f,"
-                    "\"encode_gbps\":%.2f,\"decode_gbps\":%.2f}\n",
-                    ps::to_string(c).c_str(), cbytes, wire.size(),
-                    static_cast<double>(wire.size()) / static_cast<double>(cbytes),
-                    static_cast<double>(cbytes) / te / 1e9, static_cast<double>(cbytes) / td / 1e9);
-        std::fflush(stdout);
+        ps::bench::print_line({{"codec", ps::to_string(c)}, {"bytes_in", cbytes}, {"bytes_on_wire", wire.size()},
+                               {"ratio", static_cast<double>(wire.size()) / static_cast<double>(cbytes)},
+                               {"encode_gbps", static_cast<double>(cbytes) / te / 1e9},
+                               {"decode_gbps", static_cast<double>(cbytes) / td / 1e9}});
       }
     }
     return 0;

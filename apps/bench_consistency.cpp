@@ -8,12 +8,12 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
-#include <iostream>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "apps/apps.hpp"
+#include "apps/bench_timing.hpp"
 
 namespace {
 
@@ -24,21 +24,16 @@ struct run_spec {
   std::string straggler;    // transient | persistent
 };
 
-std::string field(const std::string& json, const std::string& name) {
-  auto at = json.find("\"" + name + "\":");
-  if (at == std::string::npos) return {};
-  auto from = at + name.size() + 3;
-  return json.substr(from, json.find_first_of(",}", from) - from);
-}
-
-// Runs cmd; its last stdout line, or nullopt (with the reason on stderr).
-std::optional<std::string> last_line_of(const std::string& cmd) {
+// Runs cmd; its last JSON line (train_fmnist's result), or nullopt (with the reason on stderr).
+std::optional<nlohmann::json> result_of(const std::string& cmd) {
   auto got = ps::output_of(cmd);
   if (!got) return std::nullopt;
-  auto out = std::move(*got);
-  while (!out.empty() && out.back() == '\n') out.pop_back();
-  auto nl = out.rfind('\n');
-  return nl == std::string::npos ? out : out.substr(nl + 1);
+  auto lines = ps::json_lines_of(*got);
+  if (lines.empty()) {
+    std::fprintf(stderr, "no JSON result line from: %s\n", cmd.c_str());
+    return std::nullopt;
+  }
+  return lines.back();
 }
 
 }  // namespace
@@ -80,31 +75,35 @@ int main(int argc, char** argv) {
     flags += r.pipelined ? " --pipeline=on" : " --pipeline=off";
     flags += r.straggler == "transient" ? " --straggle=0.25:4" : " --slow-worker=0:3";
     std::fprintf(stderr, "bench_consistency: run %zu/%zu:%s%s\n", i + 1, runs.size(), flags.c_str(), common.c_str());
-    auto line = last_line_of(exe + flags + common + " 2>/dev/null");
-    if (!line) return 1;
-    auto to_target = field(*line, "seconds_to_target");
-    std::string staleness = r.consistency == "ssp" ? std::to_string(r.staleness)
-                            : r.consistency == "asp" ? "\"inf\"" : "0";
-    std::cout << "{\"consistency\":\"" << r.consistency << "\",\"staleness\":" << staleness
-              << ",\"pipelined\":" << (r.pipelined ? "true" : "false") << ",\"straggler\":\"" << r.straggler
-              << "\",\"seconds_to_target\":" << to_target << ",\"samples_per_s\":" << field(*line, "samples_per_s")
-              << ",\"final_accuracy\":" << field(*line, "final_accuracy")
-              << ",\"target_accuracy\":" << field(*line, "target_accuracy")
-              << ",\"train_seconds\":" << field(*line, "train_seconds") << ",\"model\":" << field(*line, "model")
-              << ",\"workers\":" << field(*line, "workers") << ",\"epochs\":" << field(*line, "epochs")
-              << ",\"lr\":" << field(*line, "lr") << "}" << std::endl;
-    if (r.straggler == "transient" && to_target != "null") {
-      double t = std::stod(to_target);
+    auto result = result_of(exe + flags + common + " 2>/dev/null");
+    if (!result) return 1;
+    const auto& res = *result;
+    auto to_target = res.value("seconds_to_target", nlohmann::json(nullptr));
+    nlohmann::ordered_json line{{"consistency", r.consistency}};
+    line["staleness"] = r.consistency == "ssp" ? nlohmann::ordered_json(r.staleness)
+                        : r.consistency == "asp" ? nlohmann::ordered_json("inf") : nlohmann::ordered_json(0);
+    line["pipelined"] = r.pipelined;
+    line["straggler"] = r.straggler;
+    line["seconds_to_target"] = to_target;
+    for (auto name : {"samples_per_s", "final_accuracy", "target_accuracy", "train_seconds", "model", "workers",
+                      "epochs", "lr"})
+      line[name] = res.value(name, nlohmann::json(nullptr));
+    ps::bench::print_line(line);
+    if (r.straggler == "transient" && to_target.is_number()) {
+      double t = to_target.get<double>();
       if (r.consistency == "bsp" && r.pipelined) bsp_transient = t;
       if (r.consistency == "ssp" && r.pipelined && (best_ssp_transient < 0 || t < best_ssp_transient))
         best_ssp_transient = t;
     }
   }
-  auto num = [](double v) { return v < 0 ? std::string("null") : std::to_string(v); };
+  auto num = [](double v) { return v < 0 ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(v); };
   bool met = bsp_transient > 0 && best_ssp_transient > 0 && bsp_transient >= 1.5 * best_ssp_transient;
-  std::cout << "{\"summary\":\"transient stragglers, pipelined: BSP vs best SSP\",\"bsp_seconds_to_target\":"
-            << num(bsp_transient) << ",\"ssp_seconds_to_target\":" << num(best_ssp_transient)
-            << ",\"speedup\":" << num(bsp_transient > 0 && best_ssp_transient > 0 ? bsp_transient / best_ssp_transient : -1)
-            << ",\"goal\":1.5,\"met\":" << (met ? "true" : "false") << "}" << std::endl;
+  ps::bench::print_line(
+    {{"summary", "transient stragglers, pipelined: BSP vs best SSP"},
+     {"bsp_seconds_to_target", num(bsp_transient)},
+     {"ssp_seconds_to_target", num(best_ssp_transient)},
+     {"speedup", num(bsp_transient > 0 && best_ssp_transient > 0 ? bsp_transient / best_ssp_transient : -1)},
+     {"goal", 1.5},
+     {"met", met}});
   return 0;
 }

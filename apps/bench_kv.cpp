@@ -7,6 +7,7 @@
 #include <tuple>
 
 #include "apps/apps.hpp"
+#include "apps/bench_timing.hpp"
 #include "apps/tcp_limit.hpp"
 
 namespace {
@@ -35,9 +36,7 @@ int main(int argc, char** argv) {
     for (auto s : sizes) if (s <= (16 << 20)) limit_bytes = std::max(limit_bytes, s);
     if (limit_bytes == 0) limit_bytes = *std::min_element(sizes.begin(), sizes.end());
     auto limit = ps::measure_tcp_loopback(static_cast<std::uint64_t>(limit_bytes), 8, std::max(1.0, cfg.cell_seconds * 2));
-    std::printf("{\"limit\":\"tcp_loopback\",\"gbps\":%.3f,\"bytes\":%lld,\"window\":8}\n", limit.gbps,
-                static_cast<long long>(limit_bytes));
-    std::fflush(stdout);
+    ps::bench::print_line({{"limit", "tcp_loopback"}, {"gbps", limit.gbps}, {"bytes", limit_bytes}, {"window", 8}});
     caf::actor_system sys{cfg};
     auto settings = ps::settings_for_app(cfg, "bench");
     // servers x workers: 1x1 and 2x2 unless --servers/--workers were given.
@@ -53,7 +52,7 @@ int main(int argc, char** argv) {
       // Cells from all workers, merged per (op, bytes, window).
       std::map<std::tuple<std::string, std::uint64_t, std::uint64_t>, std::vector<ps::bench_cell>> cells;
       auto res = ps::run_job(sys, cfg, ps::find_app("bench"), "bench", settings,
-                             [&](std::uint32_t, const std::string& text) {
+                             {[&](std::uint32_t, const std::string& text) {
                                auto c = ps::bench_cell::decode(text);
                                auto key = std::make_tuple(c.op, c.bytes, c.window);
                                auto& list = cells[key];
@@ -65,13 +64,12 @@ int main(int argc, char** argv) {
                                  gbps += static_cast<double>(w.ops * w.bytes) / w.seconds / 1e9;
                                  lat.insert(lat.end(), w.latencies_us.begin(), w.latencies_us.end());
                                }
-                               std::printf("{\"op\":\"%s\",\"bytes\":%llu,\"window\":%llu,\"servers\":%zu,\"workers\":%zu,"
-                                           "\"gbps\":%.3f,\"p50_us\":%.1f,\"p99_us\":%.1f}\n",
-                                           std::get<0>(key).c_str(), static_cast<unsigned long long>(std::get<1>(key)),
-                                           static_cast<unsigned long long>(std::get<2>(key)), servers, workers, gbps,
-                                           percentile(lat, 0.5), percentile(lat, 0.99));
-                               std::fflush(stdout);
-                             });
+                               ps::bench::print_line({{"op", std::get<0>(key)}, {"bytes", std::get<1>(key)},
+                                                      {"window", std::get<2>(key)}, {"servers", servers},
+                                                      {"workers", workers}, {"gbps", gbps},
+                                                      {"p50_us", percentile(lat, 0.5)},
+                                                      {"p99_us", percentile(lat, 0.99)}});
+                             }});
       if (!res.ok) {
         for (const auto& f : res.failures) std::fprintf(stderr, "error: %s\n", f.c_str());
         rc = 1;

@@ -26,23 +26,20 @@ namespace {
 using ps::bench::median;
 using ps::output_of;
 
-// The numbers in the "recovery_ms":[...] lists of every worker line.
-std::vector<double> recoveries(const std::string& out) {
+// The "recovery_ms" lists of every worker's result line, joined.
+std::vector<double> recoveries(const std::vector<nlohmann::json>& lines) {
   std::vector<double> ms;
-  for (std::size_t at = 0; (at = out.find("\"recovery_ms\":[", at)) != std::string::npos;) {
-    at += 15;
-    auto end = out.find(']', at);
-    std::istringstream in(out.substr(at, end - at));
-    std::string v;
-    while (std::getline(in, v, ','))
-      if (!v.empty()) ms.push_back(std::stod(v));
-  }
+  for (const auto& j : lines)
+    if (j.contains("recovery_ms"))
+      for (const auto& v : j["recovery_ms"]) ms.push_back(v.get<double>());
   return ms;
 }
 
-double seconds_of(const std::string& out) {
-  auto at = out.rfind("\"seconds\":");
-  return at == std::string::npos ? -1 : std::stod(out.substr(at + 10));
+// A field of the first line that has it (-1: none has).
+double number_in(const std::vector<nlohmann::json>& lines, const std::string& name) {
+  for (const auto& j : lines)
+    if (j.contains(name)) return j[name].get<double>();
+  return -1;
 }
 
 }  // namespace
@@ -74,8 +71,7 @@ int main(int argc, char** argv) {
   // The limit: the same job without a fault, per clock.
   auto clean = output_of(base);
   if (!clean) return 1;
-  auto loop = clean->find("\"train_seconds\":");
-  double clock_ms = loop == std::string::npos ? -1 : std::stod(clean->substr(loop + 16)) * 1000.0 / clocks;
+  double clock_ms = number_in(ps::json_lines_of(*clean), "train_seconds") * 1000.0 / clocks;
   auto dir = std::filesystem::temp_directory_path() / ("bench_recovery_" + std::to_string(getpid()));
   int failures = 0;
   for (int replication : {2, 1}) {
@@ -90,18 +86,19 @@ int main(int argc, char** argv) {
         ++failures;
         continue;
       }
-      auto ms = recoveries(*out);
+      auto lines = ps::json_lines_of(*out);
+      auto ms = recoveries(lines);
       all.insert(all.end(), ms.begin(), ms.end());
-      std::printf("{\"bench\":\"recovery\",\"replication\":%d,\"run\":%d,\"recovery_ms\":[", replication, r);
-      for (std::size_t i = 0; i < ms.size(); ++i) std::printf("%s%.2f", i ? "," : "", ms[i]);
-      std::printf("],\"job_seconds\":%.3f}\n", seconds_of(*out));
-      std::fflush(stdout);
+      ps::bench::print_line({{"bench", "recovery"}, {"replication", replication}, {"run", r}, {"recovery_ms", ms},
+                  {"job_seconds", lines.empty() ? -1.0 : lines.back().value("seconds", -1.0)}});
     }
-    std::printf("{\"bench\":\"recovery\",\"replication\":%d,\"how\":\"%s\",\"runs\":%d,\"recovery_ms_median\":%.2f,"
-                "\"recovery_ms_max\":%.2f,\"fault_free_clock_ms\":%.2f}\n",
-                replication, replication == 2 ? "chain closes over the dead copy" : "replacement from checkpoint",
-                repeats, median(all), all.empty() ? -1.0 : *std::max_element(all.begin(), all.end()), clock_ms);
-    std::fflush(stdout);
+    ps::bench::print_line({{"bench", "recovery"},
+                {"replication", replication},
+                {"how", replication == 2 ? "chain closes over the dead copy" : "replacement from checkpoint"},
+                {"runs", repeats},
+                {"recovery_ms_median", median(all)},
+                {"recovery_ms_max", all.empty() ? -1.0 : *std::max_element(all.begin(), all.end())},
+                {"fault_free_clock_ms", clock_ms}});
   }
   std::filesystem::remove_all(dir);
   return failures == 0 ? 0 : 1;

@@ -3,12 +3,22 @@
 // limit loop that a cell is compared with (this VM's bandwidth drifts within a minute).
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <utility>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 namespace ps::bench {
 
 using clock_type = std::chrono::steady_clock;
+
+// One result line of a benchmark on stdout, fields in the order given, flushed (a
+// script reading the pipe sees each cell as it is measured).
+inline void print_line(const nlohmann::ordered_json& line) {
+  std::printf("%s\n", line.dump().c_str());
+  std::fflush(stdout);
+}
 
 // The median of t; -1 for none.
 inline double median(std::vector<double> t) {

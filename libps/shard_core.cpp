@@ -51,21 +51,23 @@ std::string shard_core::check(const shard_request& r, const std::vector<key_rang
   return {};
 }
 
+std::string describe(const update_loss& loss, const std::string& shard_name) {
+  std::string text = shard_name + ": worker " + std::to_string(loss.worker) + ": ";
+  if (loss.lost_clocks == 0) return text + "no update lost (lost_clocks=0)";
+  return text + "updates of clocks " + std::to_string(loss.from_clock) + ".." +
+         std::to_string(loss.from_clock + loss.lost_clocks - 1) + " were lost with the dead shard (lost_clocks=" +
+         std::to_string(loss.lost_clocks) + ")" +
+         (loss.at_most ? ", at most: the checkpoint may hold some of them (SSP/ASP)" : "");
+}
+
 // A replacement shard: the first push of each worker shows which of its updates died
 // with the old shard (clocks from the checkpoint's up to this one).
 void shard_core::report_loss(const shard_request& r, shard_effects& fx) {
   if (!restored_clock_ || r.worker >= loss_reported_.size() || loss_reported_[r.worker]) return;
   loss_reported_[r.worker] = true;
   auto from = *restored_clock_;
-  std::string text = name_ + ": worker " + std::to_string(r.worker) + ": ";
-  if (r.clock > from)
-    text += "updates of clocks " + std::to_string(from) + ".." + std::to_string(r.clock - 1) +
-            " were lost with the dead shard (lost_clocks=" + std::to_string(r.clock - from) + ")" +
-            // Under SSP/ASP pushes are applied on arrival, so the checkpoint may hold some.
-            (consistency_.staleness() > 0 ? ", at most: the checkpoint may hold some of them (SSP/ASP)" : "");
-  else
-    text += "no update lost (lost_clocks=0)";
-  fx.reports.push_back(std::move(text));
+  // Under SSP/ASP pushes are applied on arrival, so the checkpoint may hold some.
+  fx.losses.push_back({id_, r.worker, from, r.clock > from ? r.clock - from : 0, consistency_.staleness() > 0});
 }
 
 template <class Body>

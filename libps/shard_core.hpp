@@ -52,13 +52,26 @@ struct shard_config {
   std::vector<stored_segment> restored;    // --restore or a checkpoint section
 };
 
+// A replacement shard's account, per worker, of the updates that died with the shard it
+// replaces: clocks from_clock .. from_clock+lost_clocks-1 (at most that many under SSP/ASP,
+// where the checkpoint may hold some of them).
+struct update_loss {
+  std::uint32_t shard = 0;
+  std::uint32_t worker = 0;
+  std::uint64_t from_clock = 0;
+  std::uint64_t lost_clocks = 0;
+  bool at_most = false;
+};
+// "shard 1: worker 0: updates of clocks 16..19 were lost with the dead shard (lost_clocks=4)".
+std::string describe(const update_loss& loss, const std::string& shard_name);
+
 struct shard_effects {
   std::string error;                     // the request was refused (names this shard)
   std::vector<trace_event> traces;       // in order
   std::vector<std::uint64_t> answer;     // pull tokens to answer from the store now, in order
   std::vector<std::pair<std::uint64_t, std::string>> fail;  // pull tokens to fail, with why
   std::optional<std::uint64_t> checkpoint_at;  // send this shard's part for this clock
-  std::vector<std::string> reports;      // for the coordinator (losses after a restore)
+  std::vector<update_loss> losses;       // for the coordinator (after a restore)
   std::optional<std::string> die;        // the fault injector's kill: end the process
   bool ok() const { return error.empty(); }
 };

@@ -7,11 +7,15 @@
 #include "libps/consistency.hpp"
 #include "libps/keys.hpp"
 
+#include <nlohmann/json.hpp>
+
 namespace ps {
 
 namespace {
 
-std::string clock_text(std::uint64_t c) { return c == left_clock ? "\"inf\"" : std::to_string(c); }
+using json = nlohmann::ordered_json;
+
+json clock_json(std::uint64_t c, std::uint64_t inf) { return c == inf ? json("inf") : json(c); }
 
 const char* kind_name(trace_event::kind_type k) {
   switch (k) {
@@ -22,60 +26,48 @@ const char* kind_name(trace_event::kind_type k) {
   return "?";
 }
 
-// The value of "name": in a flat JSON object of numbers and plain strings.
-bool field(const std::string& line, const std::string& name, std::string& out) {
-  auto key = "\"" + name + "\":";
-  auto at = line.find(key);
-  if (at == std::string::npos) return false;
-  auto b = at + key.size();
-  if (b < line.size() && line[b] == '"') {
-    auto e = line.find('"', b + 1);
-    if (e == std::string::npos) return false;
-    out = line.substr(b + 1, e - b - 1);
-    return true;
-  }
-  auto e = line.find_first_of(",}", b);
-  if (e == std::string::npos) return false;
-  out = line.substr(b, e - b);
-  return true;
-}
-
-std::uint64_t number(const std::string& line, const std::string& name, bool inf_ok) {
-  std::string v;
-  if (!field(line, name, v)) throw bad_request("trace line has no \"" + name + "\": " + line);
-  if (inf_ok && v == "inf") return UINT64_MAX;
-  if (v.empty() || v.find_first_not_of("0123456789") != std::string::npos)
-    throw bad_request("trace line: \"" + name + "\" is not a number: " + line);
-  return std::stoull(v);
+// Field `name` of a trace line: a non-negative integer, or "inf" where inf_ok.
+std::uint64_t number(const json& j, const std::string& line, const std::string& name, bool inf_ok) {
+  auto it = j.find(name);
+  if (it == j.end()) throw bad_request("trace line has no \"" + name + "\": " + line);
+  if (inf_ok && *it == "inf") return UINT64_MAX;
+  if (!it->is_number_unsigned()) throw bad_request("trace line: \"" + name + "\" is not a number: " + line);
+  return it->get<std::uint64_t>();
 }
 
 }  // namespace
 
 std::string to_json(const trace_event& e) {
-  std::string s = "{\"ev\":\"" + std::string(kind_name(e.kind)) + "\",\"worker\":" + std::to_string(e.worker);
-  if (e.kind != trace_event::leave) s += ",\"clock\":" + std::to_string(e.clock);
-  s += ",\"shard\":" + std::to_string(e.shard);
-  if (e.kind == trace_event::pull)
-    s += ",\"min_clock\":" + clock_text(e.min_clock) + ",\"staleness\":" +
-         (e.staleness == infinite_staleness ? std::string("\"inf\"") : std::to_string(e.staleness));
-  return s + "}";
+  json j{{"ev", kind_name(e.kind)}, {"worker", e.worker}};
+  if (e.kind != trace_event::leave) j["clock"] = e.clock;
+  j["shard"] = e.shard;
+  if (e.kind == trace_event::pull) {
+    j["min_clock"] = clock_json(e.min_clock, left_clock);
+    j["staleness"] = clock_json(e.staleness, infinite_staleness);
+  }
+  return j.dump();
 }
 
 trace_event parse_trace_line(const std::string& line) {
-  std::string ev;
-  if (line.empty() || line.front() != '{' || line.back() != '}' || !field(line, "ev", ev))
-    throw bad_request("not a trace line: " + line);
+  json j;
+  try {
+    j = json::parse(line);
+  } catch (const json::parse_error& e) {
+    throw bad_request("not a trace line (" + std::string(e.what()) + "): " + line);
+  }
+  if (!j.is_object() || !j.contains("ev") || !j["ev"].is_string()) throw bad_request("not a trace line: " + line);
+  auto ev = j["ev"].get<std::string>();
   trace_event e;
   if (ev == "push") e.kind = trace_event::push;
   else if (ev == "pull") e.kind = trace_event::pull;
   else if (ev == "leave") e.kind = trace_event::leave;
   else throw bad_request("trace line: unknown event \"" + ev + "\": " + line);
-  e.worker = static_cast<std::uint32_t>(number(line, "worker", false));
-  e.shard = static_cast<std::uint32_t>(number(line, "shard", false));
-  if (e.kind != trace_event::leave) e.clock = number(line, "clock", false);
+  e.worker = static_cast<std::uint32_t>(number(j, line, "worker", false));
+  e.shard = static_cast<std::uint32_t>(number(j, line, "shard", false));
+  if (e.kind != trace_event::leave) e.clock = number(j, line, "clock", false);
   if (e.kind == trace_event::pull) {
-    e.min_clock = number(line, "min_clock", true);
-    e.staleness = number(line, "staleness", true);
+    e.min_clock = number(j, line, "min_clock", true);
+    e.staleness = number(j, line, "staleness", true);
   }
   return e;
 }

@@ -109,8 +109,8 @@ checkpoint_header job_header(const node_config& cfg, const job_settings& setting
 }
 
 // The checkpoint writer, when --checkpoint-dir is given (else an empty handle).
-caf::actor spawn_checkpointer(caf::actor_system& sys, const node_config& cfg, const job_settings& settings,
-                              const std::string& app_name, caf::actor observer) {
+checkpointer_actor spawn_checkpointer(caf::actor_system& sys, const node_config& cfg, const job_settings& settings,
+                              const std::string& app_name, observer_actor observer) {
   if (cfg.checkpoint_dir.empty()) return {};
   checkpointer_options o;
   o.dir = cfg.checkpoint_dir;
@@ -162,8 +162,19 @@ bool job_result::stopped() const {
   return code == errc::stopped || code == errc::interrupted || code == errc::terminated;
 }
 
+namespace {
+
+void print_progress(std::uint32_t worker, const std::string& text) {
+  std::fprintf(stderr, "[worker %u] %s\n", worker, text.c_str());
+}
+void print_news(const std::string& text) { std::fprintf(stderr, "%s\n", text.c_str()); }
+
+}  // namespace
+
 bool watch_coordinator(caf::scoped_actor& observer, const coordinator_actor& coord, job_result& res,
-                       const report_fn& on_report, const std::function<void()>& tick) {
+                       const job_listener& listener, const std::function<void()>& tick) {
+  auto progress = listener.progress ? listener.progress : print_progress;
+  auto news = listener.news ? listener.news : print_news;
   using clock = std::chrono::steady_clock;
   // Once the job was asked to end (or ended itself), it has this long to tell its members.
   constexpr auto grace = std::chrono::seconds(10);
@@ -178,9 +189,17 @@ bool watch_coordinator(caf::scoped_actor& observer, const coordinator_actor& coo
   if (!res.failures.empty()) ask_stop(errc::job_failed, res.failures.front());
   while (!ended && !(ending && clock::now() - *ending > grace)) {
     observer->receive(
-      [&](report_atom, std::uint32_t w, std::string& text) { on_report(w, text); },
-      [&](done_atom, std::uint32_t w, std::string& text) { res.results[w] = std::move(text); },
-      [&](failed_atom, std::string& text) {  // the coordinator is ending the job itself
+      [&](report_atom, std::uint32_t w, const std::string& text) { progress(w, text); },
+      [&](news_atom, const std::string& text) { news(text); },
+      [&](loss_atom, const update_loss& loss) {
+        news(describe(loss, "shard " + std::to_string(loss.shard)));
+        res.losses.push_back(loss);
+      },
+      [&](done_atom, worker_result& r) {
+        if (!r.ok) res.failures.push_back("worker " + std::to_string(r.worker) + ": " + r.json);
+        res.results[r.worker] = std::move(r.json);
+      },
+      [&](job_failed_atom, std::string& text) {  // the coordinator is ending the job itself
         res.failures.push_back(std::move(text));
         if (!ending) ending = clock::now();
       },
@@ -292,7 +311,7 @@ struct local_cluster {
 }  // namespace
 
 running_coordinator start_coordinator(caf::actor_system& sys, const node_config& cfg, const job_settings& settings,
-                                      const std::string& app_name, caf::actor observer) {
+                                      const std::string& app_name, observer_actor observer) {
   if (std::string err; !start_trace(cfg, &err)) throw bad_request(err);
   auto copts = coordinator_options_from(cfg, settings);
   copts.restore = load_restore(cfg, settings, app_name);
@@ -307,8 +326,6 @@ void running_coordinator::end_checkpointer() const {
 }
 
 void conclude(job_result& res, std::optional<std::size_t> expected_results) {
-  for (const auto& [w, text] : res.results)
-    if (text.rfind("{\"error\"", 0) == 0) res.failures.push_back("worker " + std::to_string(w) + ": " + text);
   if (res.failures.empty() && expected_results && res.results.size() < *expected_results)
     res.failures.push_back("only " + std::to_string(res.results.size()) + " of " + std::to_string(*expected_results) +
                            " workers reported a result");
@@ -318,13 +335,13 @@ void conclude(job_result& res, std::optional<std::size_t> expected_results) {
 }
 
 job_result run_job(caf::actor_system& sys, const node_config& cfg, const app_fn& app,
-                   const std::string& app_name, const job_settings& settings, const report_fn& on_report) {
+                   const std::string& app_name, const job_settings& settings, const job_listener& listener) {
   job_result res;
   auto start = std::chrono::steady_clock::now();
   caf::scoped_actor observer{sys};
   running_coordinator started;
   try {
-    started = start_coordinator(sys, cfg, settings, app_name, caf::actor_cast<caf::actor>(observer));
+    started = start_coordinator(sys, cfg, settings, app_name, caf::actor_cast<observer_actor>(observer));
   } catch (const bad_request& e) {
     res.failures.push_back(e.what());
     return res;
@@ -345,7 +362,7 @@ job_result run_job(caf::actor_system& sys, const node_config& cfg, const app_fn&
     }
   }
   // Collect reports until the coordinator ends (all workers done) or the job failed.
-  if (!watch_coordinator(observer, coord, res, on_report, [&] { cluster.check_children(res); }))
+  if (!watch_coordinator(observer, coord, res, listener, [&] { cluster.check_children(res); }))
     caf::anon_send_exit(coord, caf::exit_reason::user_shutdown);
   started.end_checkpointer();
   cluster.reap(res);

@@ -131,17 +131,23 @@ struct job_result {
   std::map<std::uint32_t, std::string> results;  // worker id -> its JSON result
   std::vector<std::string> failures;
   std::vector<std::string> faults_seen;  // processes the fault injector killed, as planned
+  std::vector<update_loss> losses;       // updates lost with dead shards, per shard and worker
   double seconds = 0;
   bool stopped() const;  // on request (operator, SIGINT, SIGTERM)
 };
 
-using report_fn = std::function<void(std::uint32_t worker, const std::string& text)>;
+// What the caller of a launcher hears while the job runs (the observer's events as they
+// come; results, losses and failures also land in job_result). Unset: printed to stderr.
+struct job_listener {
+  std::function<void(std::uint32_t worker, const std::string& text)> progress;  // a worker's progress line
+  std::function<void(const std::string& text)> news;  // failovers, joins, departures, checkpoints, losses
+};
 
-// Collects a coordinator's reports, results and failures (from its observer) into res
-// until it ends or a failure arrives; asks it to stop on SIGINT/SIGTERM (runtime/signals);
-// runs tick every 100 ms. True when the coordinator ended (res.code: its reason).
+// Collects a coordinator's events (from its observer) into res until it ends or a failure
+// arrives; asks it to stop on SIGINT/SIGTERM (runtime/signals); runs tick every 100 ms.
+// True when the coordinator ended (res.code: its reason).
 bool watch_coordinator(caf::scoped_actor& observer, const coordinator_actor& coord, job_result& res,
-                       const report_fn& on_report, const std::function<void()>& tick = {});
+                       const job_listener& listener, const std::function<void()>& tick = {});
 
 // Runs app `app_name` on cfg.workers workers and cfg.servers shards, embedded or as
 // psnode processes (cfg.cluster). Never hangs on a dead member: it fails with a reason.
@@ -158,7 +164,7 @@ job_settings settings_from(const node_config& cfg, const std::string& default_ru
                            const std::string& default_consistency);
 
 job_result run_job(caf::actor_system& sys, const node_config& cfg, const app_fn& app,
-                   const std::string& app_name, const job_settings& settings, const report_fn& on_report);
+                   const std::string& app_name, const job_settings& settings, const job_listener& listener = {});
 
 // Registers a worker with the coordinator, connects to the shards, runs the app and
 // sends its result (done). False (and *error_out) when any step failed.

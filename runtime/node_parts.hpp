@@ -30,8 +30,8 @@ caf::expected<Handle> connect_to(caf::actor_system& sys, const std::string& host
 // What this job's checkpoints say about it (the clock is filled in per file).
 checkpoint_header job_header(const node_config& cfg, const job_settings& settings, const std::string& app_name);
 // The checkpoint writer, when --checkpoint-dir is given (else an empty handle).
-caf::actor spawn_checkpointer(caf::actor_system& sys, const node_config& cfg, const job_settings& settings,
-                              const std::string& app_name, caf::actor observer);
+checkpointer_actor spawn_checkpointer(caf::actor_system& sys, const node_config& cfg, const job_settings& settings,
+                              const std::string& app_name, observer_actor observer);
 // --restore: the newest intact checkpoint in the directory, if it fits this job; throws
 // bad_request naming the file and the mismatch.
 std::shared_ptr<const checkpoint> load_restore(const node_config& cfg, const job_settings& settings,
@@ -43,11 +43,11 @@ bool start_trace(const node_config& cfg, std::string* error);
 // without --checkpoint-dir). Throws bad_request when the trace or --restore cannot be used.
 struct running_coordinator {
   coordinator_actor coord;
-  caf::actor checkpointer;
+  checkpointer_actor checkpointer;
   void end_checkpointer() const;  // after the job
 };
 running_coordinator start_coordinator(caf::actor_system& sys, const node_config& cfg, const job_settings& settings,
-                                      const std::string& app_name, caf::actor observer);
+                                      const std::string& app_name, observer_actor observer);
 
 // The job's verdict after the coordinator ended: workers' error results become failures,
 // fewer than expected_results results too (when given); then ok, reason and code.

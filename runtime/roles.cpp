@@ -26,15 +26,21 @@ caf::expected<coordinator_actor> connect_coordinator(caf::actor_system& sys, con
 
 }  // namespace
 
+
 namespace {
 
-// The observer's progress lines of a coordinator role: the cluster's news as they are,
-// a worker's progress under its id.
-void print_report(std::uint32_t w, const std::string& text) {
-  if (w == UINT32_MAX)
-    std::fprintf(stderr, "%s\n", text.c_str());
-  else
-    std::fprintf(stderr, "worker %u: %s\n", w, text.c_str());
+// The workers' result lines, one JSON line each, before the status line.
+void print_results(const job_result& res) {
+  for (const auto& [w, text] : res.results) std::printf("%s\n", text.c_str());
+}
+
+// The replacements' loss events, one object per (shard, worker) report.
+json_line losses_json(const std::vector<update_loss>& losses) {
+  json_line all = json_line::array();
+  for (const auto& l : losses)
+    all.push_back({{"shard", l.shard}, {"worker", l.worker}, {"from_clock", l.from_clock},
+                   {"lost_clocks", l.lost_clocks}, {"at_most", l.at_most}});
+  return all;
 }
 
 }  // namespace
@@ -53,7 +59,7 @@ int run_coordinator_role(caf::actor_system& sys, const node_config& cfg, const j
   caf::scoped_actor observer{sys};
   running_coordinator started;
   try {
-    started = start_coordinator(sys, cfg, settings, cfg.app, caf::actor_cast<caf::actor>(observer));
+    started = start_coordinator(sys, cfg, settings, cfg.app, caf::actor_cast<observer_actor>(observer));
   } catch (const bad_request& e) {
     return print_status(line, false, errc::failed, e.what());
   }
@@ -68,13 +74,14 @@ int run_coordinator_role(caf::actor_system& sys, const node_config& cfg, const j
                cfg.host.c_str(), *port, cfg.servers, cfg.workers, fingerprint_text(settings.spec).c_str());
   auto start = std::chrono::steady_clock::now();
   job_result res;
-  if (!watch_coordinator(observer, coord, res, print_report)) caf::anon_send_exit(coord, caf::exit_reason::user_shutdown);
+  if (!watch_coordinator(observer, coord, res, {})) caf::anon_send_exit(coord, caf::exit_reason::user_shutdown);
   started.end_checkpointer();
-  for (const auto& [w, text] : res.results) std::fprintf(stderr, "worker %u finished: %s\n", w, text.c_str());
+  print_results(res);
   // A worker that died while the others finished is no failure of the job here: its data
   // went to the others (the launcher, which knows the planned kills, counts results).
   conclude(res, std::nullopt);
   line["workers_reporting"] = res.results.size();
+  line["updates_lost"] = losses_json(res.losses);
   line["shard_keys"] = shard_keys(cfg, settings);
   line["seconds"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return print_status(line, res.ok, res.code, res.reason);
@@ -117,18 +124,14 @@ int run_worker_role(caf::actor_system& sys, node_config& cfg, const app_fn& app)
 }
 
 int run_local_role(caf::actor_system& sys, const node_config& cfg, const app_fn& app, const job_settings& settings) {
-  auto res = run_job(sys, cfg, app, cfg.app, settings, [](std::uint32_t w, const std::string& text) {
-    if (w == UINT32_MAX)
-      std::fprintf(stderr, "%s\n", text.c_str());
-    else
-      std::fprintf(stderr, "[worker %u] %s\n", w, text.c_str());
-  });
-  for (const auto& [w, text] : res.results) std::printf("%s\n", text.c_str());
+  auto res = run_job(sys, cfg, app, cfg.app, settings);
+  print_results(res);
   for (const auto& f : res.failures) std::fprintf(stderr, "error: %s\n", f.c_str());
   json_line line{{"app", cfg.app},
                       {"ok", res.ok},
                       {"workers_reporting", res.results.size()},
                       {"killed_by_faults", res.faults_seen},
+                      {"updates_lost", losses_json(res.losses)},
                       {"seconds", res.seconds},
                       {"shard_keys", shard_keys(cfg, settings)}};
   return print_status(line, res.ok, res.code, res.reason);

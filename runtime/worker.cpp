@@ -77,8 +77,7 @@ bool run_worker(caf::actor_system& sys, const node_config& cfg, coordinator_acto
     return c;
   };
   auto finish = [&](const std::string& text, bool ok) {
-    self->send(coord, done_atom::value, id,
-               ok ? text : std::string("{\"error\":") + caf::deep_to_string(text) + "}");
+    self->send(coord, done_atom::value, worker_result{id, ok, ok ? text : json_line{{"error", text}}.dump()});
     return ok ? true : fail(job_end_code(), text);
   };
   if (!err.empty()) return fail(code, err);

@@ -86,7 +86,7 @@ struct fixture {
     coordinator_options o;
     o.servers = servers;
     o.workers = workers;
-    o.observer = observer;
+    o.observer = caf::actor_cast<observer_actor>(observer);
     return spawn_coordinator(o);
   }
 

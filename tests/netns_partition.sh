@@ -77,7 +77,7 @@ cat "$work/coord.log"
 grep -q "chain closed over it" "$work/coord.log" || { echo "no failover"; exit 1; }
 # Exactly the fault-free result: 150 clocks of (1 + 2) on every key of both shards.
 for w in 0 1; do
-  line=$(grep -o "worker $w finished: {.*}" "$work/coord.log")
+  line=$(grep "^{\"worker\":$w," "$work/coord.log")
   echo "$line" | grep -q '"shard_values":{"0":450,"1":450}' || { echo "wrong result: $line"; exit 1; }
   echo "$line" | grep -q '"stale_reads":0' || { echo "stale reads: $line"; exit 1; }
 done

@@ -128,8 +128,8 @@ shard_actor::behavior_type silent_shard(shard_actor::stateful_pointer<silent_sta
     [=](restore_atom, const registration&, std::uint64_t, const std::vector<std::uint32_t>&, const std::string&) {
       return caf::actor{};
     },
-    [=](checkpoint_atom) { return std::uint64_t{0}; },
-    [=](checkpoint_atom, std::uint64_t) {},
+    [=](min_clock_atom) { return std::uint64_t{0}; },
+    [=](cut_atom, std::uint64_t) {},
     [=](view_atom, const cluster_view& v) { return v.epoch; },
     [=](sweep_atom) {},
     [=](start_atom, std::uint16_t) {},
@@ -226,11 +226,11 @@ TEST_CASE_FIXTURE(fixture, "barriers release when all live workers arrive; a dea
   sched.run();
   CHECK(*arrivals == 1);  // released: the dead worker no longer counts
   // Reported, not a failure: the job goes on without it.
-  CHECK(box->count<failed_atom, std::string>() == 0);
-  REQUIRE(box->count<report_atom, std::uint32_t, std::string>() == 1);
+  CHECK(box->count<job_failed_atom, std::string>() == 0);
+  REQUIRE(box->count<news_atom, std::string>() == 1);
   for (const auto& m : box->messages)
-    if (m.match_elements<report_atom, std::uint32_t, std::string>())
-      CHECK(m.get_as<std::string>(2).find("worker 1 went down") != std::string::npos);
+    if (m.match_elements<news_atom, std::string>())
+      CHECK(m.get_as<std::string>(1).find("worker 1 went down") != std::string::npos);
 }
 
 TEST_CASE_FIXTURE(fixture, "the coordinator refuses unknown roles and extra members") {

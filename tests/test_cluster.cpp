@@ -31,10 +31,21 @@ namespace {
 
 using test::parsed_config;
 
-std::uint64_t field(const std::string& json, const std::string& name) {
-  auto at = json.find("\"" + name + "\":");
-  REQUIRE_MESSAGE(at != std::string::npos, "no field " << name << " in " << json);
-  return std::stoull(json.substr(at + name.size() + 3));
+using json = nlohmann::json;
+
+// The last JSON line of a program's output: the result or status line every program ends with.
+json last_json(const std::string& out) {
+  auto lines = json_lines_of(out);
+  REQUIRE_MESSAGE(!lines.empty(), "no JSON line in the output");
+  return lines.back();
+}
+
+// A worker's result line: the JSON line with this "worker" id and field `has`.
+json worker_line(const std::string& out, std::uint32_t worker, const std::string& has) {
+  for (auto& j : json_lines_of(out))
+    if (j.contains(has) && j.value("worker", UINT32_MAX) == worker) return j;
+  FAIL("no result line of worker " << worker << " with \"" << has << "\"");
+  return {};
 }
 
 // Runs a command, returns (exit code, stdout+stderr).
@@ -54,23 +65,23 @@ void check_kvcheck(const char* cluster, bool data_plane) {
                     data_plane ? "--ps.data-plane-bytes=262144" : "--ps.data-plane-bytes=0"});
   REQUIRE(pc.ok);
   caf::actor_system sys{pc.cfg};
-  auto res = run_job(sys, pc.cfg, find_app("kvcheck"), "kvcheck", settings_for_app(pc.cfg, "kvcheck"),
-                     [](std::uint32_t, const std::string&) {});
+  auto res = run_job(sys, pc.cfg, find_app("kvcheck"), "kvcheck", settings_for_app(pc.cfg, "kvcheck"));
   for (const auto& f : res.failures) FAIL_CHECK(f);
   REQUIRE(res.ok);
   REQUIRE(res.results.size() == 2);
-  for (const auto& [w, json] : res.results) {
-    INFO("worker " << w << ": " << json);
-    CHECK(field(json, "mismatches") == 0);
+  for (const auto& [w, text] : res.results) {
+    INFO("worker " << w << ": " << text);
+    auto result = json::parse(text);
+    CHECK(result["mismatches"] == 0);
     // Shared keys plus both workers' own keys, each 100000 single keys + 1.8 M floats.
-    CHECK(field(json, "checked") == 3 * field(json, "keys_per_push"));
-    CHECK(field(json, "keys_per_push") >= 100000 + 1572864);
+    CHECK(result["checked"] == 3 * result["keys_per_push"].get<std::uint64_t>());
+    CHECK(result["keys_per_push"] >= 100000 + 1572864);
     if (data_plane) {  // most of the 6 MiB tensors' chunks went beside CAF, both ways (the
                        // first ones may leave before the data connections are up)
-      CHECK(field(json, "data_plane_sent") >= 0.5 * 10 * 2 * 4 * 1572864.0);
-      CHECK(field(json, "data_plane_received") >= 3 * 4 * 1572864.0);
+      CHECK(result["data_plane_sent"].get<double>() >= 0.5 * 10 * 2 * 4 * 1572864.0);
+      CHECK(result["data_plane_received"].get<double>() >= 3 * 4 * 1572864.0);
     } else {
-      CHECK(json.find("data_plane_sent") == std::string::npos);
+      CHECK(!result.contains("data_plane_sent"));
     }
   }
 }
@@ -302,10 +313,9 @@ TEST_CASE("consistency: train_fmnist in BSP, SSP and ASP keeps its guarantee in 
                            "--seed=5 --trace=" + trace + " " + m.flags);
     INFO(out);
     REQUIRE(rc == 0);
-    auto last = out.substr(out.rfind("{\"model\""));
-    CHECK(last.find("\"consistency\":\"" + m.name + "\"") != std::string::npos);
-    auto acc = std::stod(last.substr(last.find("\"test_accuracy\":") + 16));
-    CHECK(acc > 0.75);
+    auto last = last_json(out);
+    CHECK(last["consistency"] == m.name);
+    CHECK(last["test_accuracy"] > 0.75);
     auto rep = check_trace(read_trace(trace));
     CHECK(rep.violations.empty());
     if (!rep.violations.empty()) MESSAGE(rep.violations.front());
@@ -345,20 +355,29 @@ TEST_CASE("checkpoints: the shards' state at every K clocks lands in one intact 
 
 namespace {
 
-// The JSON line of a clocksum worker in psnode --role=local output.
-std::string clocksum_line(const std::string& out, std::uint32_t worker) {
-  auto at = out.find("{\"worker\":" + std::to_string(worker) + ",\"clocks\"");
-  REQUIRE(at != std::string::npos);
-  return out.substr(at, out.find('\n', at) - at);
-}
+// The result line of a clocksum worker in psnode --role=local output.
+json clocksum_line(const std::string& out, std::uint32_t worker) { return worker_line(out, worker, "clocks"); }
 
 // A shard's final value in a clocksum line (-1: not an integer, keys disagree).
-long long shard_value(const std::string& line, std::uint32_t shard) {
-  auto key = "\"" + std::to_string(shard) + "\":";
-  auto at = line.find(key, line.find("\"shard_values\""));
-  REQUIRE(at != std::string::npos);
-  auto v = line.substr(at + key.size());
-  return v.rfind("null", 0) == 0 ? -1 : std::stoll(v);
+long long shard_value(const json& line, std::uint32_t shard) {
+  const auto& v = line.at("shard_values").at(std::to_string(shard));
+  return v.is_null() ? -1 : v.get<long long>();
+}
+
+// The launcher's last line names the server process the fault injector killed.
+bool killed_a_server(const std::string& out) {
+  auto killed = last_json(out)["killed_by_faults"];
+  return killed.size() == 1 && killed[0].get<std::string>().rfind("server process", 0) == 0;
+}
+
+// lost[shard][worker]: the clocks the replacements reported lost (the last line's
+// updates_lost), summed over every report (a shard restored twice reports twice).
+std::map<std::uint32_t, std::map<std::uint32_t, long long>> lost_clocks(const std::string& out) {
+  std::map<std::uint32_t, std::map<std::uint32_t, long long>> lost;
+  auto last = last_json(out);
+  for (const auto& l : last.at("updates_lost"))
+    lost[l["shard"].get<std::uint32_t>()][l["worker"].get<std::uint32_t>()] += l["lost_clocks"].get<long long>();
+  return lost;
 }
 
 }  // namespace
@@ -375,15 +394,15 @@ TEST_CASE("faults: r=2, a server killed at clock 20 of 40 under BSP: final param
     REQUIRE(rc == 0);
     CHECK(out.find("fault injector: shard 1 reached clock 20") != std::string::npos);
     CHECK(out.find("chain closed over it") != std::string::npos);
-    CHECK(out.find("\"killed_by_faults\":[\"server process") != std::string::npos);
+    CHECK(killed_a_server(out));
     auto n = std::stoul(servers);
     for (std::uint32_t w = 0; w < 2; ++w) {
       auto line = clocksum_line(out, w);
       // The fault-free result: 40 clocks of (1 + 2) on every key, and every BSP read exact.
       for (std::uint32_t s = 0; s < n; ++s) CHECK(shard_value(line, s) == 3 * 40);
-      CHECK(line.find("\"stale_reads\":0") != std::string::npos);
-      CHECK(line.find("\"recovery_ms\":[]") == std::string::npos);
-      if (!flags.empty()) CHECK(field(line, "data_plane_received") >= 30 * 2 * 128 * 1024);
+      CHECK(line["stale_reads"] == 0);
+      CHECK(!line["recovery_ms"].empty());
+      if (!flags.empty()) CHECK(line["data_plane_received"] >= 30 * 2 * 128 * 1024);
     }
   }
 }
@@ -399,24 +418,21 @@ TEST_CASE("faults: r=1, a server killed at clock 20 of 40 comes back from the la
   REQUIRE(rc == 0);
   CHECK(out.find("fault injector: shard 1 reached clock 20") != std::string::npos);
   CHECK(out.find("its keys were restored from ckpt-faults/checkpoint-16.apsckpt (clock 16)") != std::string::npos);
-  CHECK(out.find("\"killed_by_faults\":[\"server process") != std::string::npos);
+  CHECK(killed_a_server(out));
   // Each worker's lost clocks on shard 1, as the replacement reported them.
+  auto lost = lost_clocks(out);
+  REQUIRE(lost.size() == 1);
+  REQUIRE(lost[1].size() == 2);  // both workers pushed to the replacement: both reported
   long long expect_shard1 = 0;
   for (std::uint32_t w = 0; w < 2; ++w) {
-    auto tag = "shard 1: worker " + std::to_string(w) + ": ";
-    auto at = out.find(tag);
-    REQUIRE(at != std::string::npos);
-    auto lost_at = out.find("lost_clocks=", at);
-    REQUIRE(lost_at != std::string::npos);
-    auto lost = std::stoll(out.substr(lost_at + 12));
-    CHECK(lost <= 4);  // at most clocks 16..19
-    expect_shard1 += (w + 1) * (40 - lost);
+    CHECK(lost[1][w] <= 4);  // at most clocks 16..19
+    expect_shard1 += (w + 1) * (40 - lost[1][w]);
   }
   for (std::uint32_t w = 0; w < 2; ++w) {
     auto line = clocksum_line(out, w);
     CHECK(shard_value(line, 0) == 3 * 40);        // the surviving shard lost nothing
     CHECK(shard_value(line, 1) == expect_shard1);  // exactly what the reports say survived
-    CHECK(line.find("\"recovery_ms\":[]") == std::string::npos);  // each worker failed over once
+    CHECK(!line["recovery_ms"].empty());  // each worker failed over once
   }
   // Checkpoints go on after the failover, and their header has the new epoch.
   CHECK(read_checkpoint("ckpt-faults/checkpoint-8.apsckpt").header.epoch == 1);
@@ -441,7 +457,7 @@ TEST_CASE("faults: a worker killed under BSP leaves the clock vector; the others
   INFO(out);
   REQUIRE(rc == 0);
   CHECK(out.find("worker 1 went down") != std::string::npos);
-  CHECK(out.find("\"workers_reporting\":2") != std::string::npos);
+  CHECK(last_json(out)["workers_reporting"] == 2);
   // Worker 1 pushed 2 for clocks 0..9 and died ticking to 10; workers 0 and 2 pushed 1
   // and 3 for all 30 clocks.
   for (std::uint32_t w : {0u, 2u})
@@ -454,8 +470,7 @@ TEST_CASE("faults: train_fmnist survives a killed worker under BSP") {
   INFO(out);
   REQUIRE(rc == 0);
   CHECK(out.find("worker 2 went down") != std::string::npos);
-  auto last = out.substr(out.rfind("{\"model\""));
-  CHECK(std::stod(last.substr(last.find("\"test_accuracy\":") + 16)) > 0.75);
+  CHECK(last_json(out)["test_accuracy"] > 0.75);
 }
 
 TEST_CASE("faults: --restore starts from the newest intact checkpoint and refuses one that does not fit") {
@@ -495,7 +510,7 @@ TEST_CASE("faults: dropped, duplicated and delayed requests and replies: every u
   for (std::uint32_t w = 0; w < 2; ++w) {
     auto line = clocksum_line(out, w);
     for (std::uint32_t s = 0; s < 2; ++s) CHECK(shard_value(line, s) == 3 * 30);
-    CHECK(line.find("\"stale_reads\":0") != std::string::npos);
+    CHECK(line["stale_reads"] == 0);
   }
 }
 
@@ -504,8 +519,7 @@ TEST_CASE("faults: train_fmnist with 1% of messages dropped ends within 1 point 
     auto [rc, out] = shell("bin/train_fmnist --model=softmax --servers=2 --workers=2 --epochs=2 " + extra);
     INFO(out);
     REQUIRE(rc == 0);
-    auto last = out.substr(out.rfind("{\"model\""));
-    return std::stod(last.substr(last.find("\"test_accuracy\":") + 16));
+    return last_json(out)["test_accuracy"].get<double>();
   };
   auto clean = accuracy_of("");
   auto lossy = accuracy_of("--faults='drop p=0.01 seed=1' --ps.retry-ms=50");
@@ -541,10 +555,10 @@ TEST_CASE("faults: a worker joins a running job (psnode --role=worker at the coo
   REQUIRE(WEXITSTATUS(status) == 0);
   CHECK(out.find("worker 2 joined at clock") != std::string::npos);
   auto line2 = clocksum_line(out, 2);
-  auto start = std::stoull(line2.substr(line2.find("\"start_clock\":") + 14));
+  auto start = line2["start_clock"].get<std::uint64_t>();
   CHECK(start > 0);   // it joined mid-run ...
   CHECK(start < 150);  // ... before the end
-  CHECK(line2.find("\"pushes\":" + std::to_string(150 - start)) != std::string::npos);
+  CHECK(line2["pushes"] == 150 - start);
   // Workers 0 and 1 push 1 and 2 for 150 clocks; the joiner 3 from its start clock on.
   for (std::uint32_t w = 0; w < 3; ++w)
     for (std::uint32_t s = 0; s < 2; ++s)
@@ -589,15 +603,7 @@ TEST_CASE("faults: r=1, two servers die one after the other, the second with a r
   INFO(out);
   REQUIRE(rc == 0);
   CHECK(out.find("onto a replacement shard in the process of server shard") != std::string::npos);
-  // lost[shard][worker], summed over every report (a shard restored twice reports twice).
-  std::map<std::uint32_t, std::map<std::uint32_t, long long>> lost;
-  for (std::size_t at = 0; (at = out.find("lost_clocks=", at)) != std::string::npos; at += 12) {
-    auto line_start = out.rfind('\n', at) + 1;
-    auto line = out.substr(line_start, at - line_start);
-    unsigned shard = 0, worker = 0;
-    REQUIRE(std::sscanf(line.c_str(), "shard %u: worker %u:", &shard, &worker) == 2);
-    lost[shard][worker] += std::stoll(out.substr(at + 12));
-  }
+  auto lost = lost_clocks(out);
   CHECK(lost.size() == 2);  // shards 0 and 1 lost something; shard 2 never failed
   for (std::uint32_t s = 0; s < 3; ++s) {
     long long expect = 0;
@@ -739,7 +745,7 @@ TEST_CASE("contract: SIGINT on the coordinator stops the job: status stopped and
 TEST_CASE("contract: a worker adopts the job's settings it was not given") {
   small_job job("--clocks=7");  // the worker has no --clocks: it runs the job's 7
   job.check_ends(0, "ok", "");
-  CHECK(clocksum_line(job.coord.out, 0).find("\"clocks\":7") != std::string::npos);
+  CHECK(clocksum_line(job.coord.out, 0)["clocks"] == 7);
   CHECK(job.worker.last_json()["job_fingerprint"] == job.coord.last_json()["job_fingerprint"]);
 }
 
@@ -769,7 +775,7 @@ TEST_CASE("the demo's two shards each hold about half the softmax keys (shard_ke
   auto [rc, out] = shell("bin/train_fmnist --model=softmax --servers=2 --workers=2 --epochs=1 2>/dev/null");
   INFO(out);
   REQUIRE(rc == 0);
-  auto j = nlohmann::json::parse(out.substr(out.rfind('{')));
+  auto j = last_json(out);
   CHECK(j["status"] == "ok");
   REQUIRE(j["shard_keys"].size() == 2);
   CHECK(j["shard_keys"][0].get<double>() + j["shard_keys"][1].get<double>() == 7850);
@@ -782,7 +788,7 @@ TEST_CASE("contract: psctl stop ends the job: status stopped everywhere, the coo
   auto [rc, out] = shell("bin/psctl stop 127.0.0.1:" + job.port + " 'maintenance window'");
   INFO(out);
   CHECK(rc == 0);
-  CHECK(out.find("\"status\":\"ok\"") != std::string::npos);
+  CHECK(last_json(out)["status"] == "ok");
   job.check_ends(0, "stopped", "maintenance window");
   auto [bad_rc, bad_out] = shell("bin/psctl stop 127.0.0.1:1");
   CHECK(bad_rc == 1);

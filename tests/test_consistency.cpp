@@ -167,7 +167,8 @@ TEST_CASE("trace lines round-trip and bad lines are refused with the reason") {
   CHECK_THROWS_WITH_AS(parse_trace_line("hello"), doctest::Contains("not a trace line"), bad_request);
   CHECK_THROWS_WITH_AS(parse_trace_line(R"({"ev":"jump","worker":1,"shard":0})"), doctest::Contains("unknown event"), bad_request);
   CHECK_THROWS_WITH_AS(parse_trace_line(R"({"ev":"push","worker":1,"shard":0})"), doctest::Contains("no \"clock\""), bad_request);
-  CHECK_THROWS_WITH_AS(parse_trace_line(R"({"ev":"push","worker":x,"clock":1,"shard":0})"), doctest::Contains("\"worker\" is not a number"), bad_request);
+  CHECK_THROWS_WITH_AS(parse_trace_line(R"({"ev":"push","worker":"x","clock":1,"shard":0})"), doctest::Contains("\"worker\" is not a number"), bad_request);
+  CHECK_THROWS_WITH_AS(parse_trace_line(R"({"ev":"push","worker":x,"clock":1,"shard":0})"), doctest::Contains("not a trace line ([json.exception.parse_error"), bad_request);
 }
 
 TEST_CASE("check_trace accepts a BSP history and names each kind of violation") {

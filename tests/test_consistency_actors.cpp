@@ -35,7 +35,7 @@ struct ssp_cluster : two_shard_cluster {
     kv.advance_clock(kv.clock() + 1);
   }
   // Through the coordinator, as a finishing worker does (the coordinator tells the shards).
-  void leave(std::uint32_t w) { caf::anon_send(coord, done_atom::value, w, std::string("{}")); }
+  void leave(std::uint32_t w) { caf::anon_send(coord, done_atom::value, worker_result{w, true, "{}"}); }
   // Straight to the shards: the coordinator would end the job when the last worker goes.
   void leave_shards(std::uint32_t w) {
     for (auto& s : shards) caf::anon_send(s, leave_atom::value, w);

@@ -143,11 +143,20 @@ TEST_CASE("shard_core: a replacement reports per worker which clocks were lost, 
   core.start_as_replacement(10, {});
   CHECK(core.min_clock() == 10);
   auto fx = core.push({1, 0, 13, 1}, keys, ones.data(), 4);
-  REQUIRE(fx.reports.size() == 1);
-  CHECK(fx.reports[0] == "shard 0: worker 0: updates of clocks 10..12 were lost with the dead shard (lost_clocks=3)");
-  CHECK(core.push({1, 0, 14, 2}, keys, ones.data(), 4).reports.empty());
-  CHECK(core.push({1, 1, 10, 1}, keys, ones.data(), 4).reports[0].find("no update lost (lost_clocks=0)") !=
-        std::string::npos);
+  REQUIRE(fx.losses.size() == 1);
+  const auto& loss = fx.losses[0];
+  CHECK(loss.shard == 0);
+  CHECK(loss.worker == 0);
+  CHECK(loss.from_clock == 10);
+  CHECK(loss.lost_clocks == 3);
+  CHECK(!loss.at_most);  // BSP: the checkpoint holds none of clocks 10..12
+  CHECK(describe(loss, "shard 0") ==
+        "shard 0: worker 0: updates of clocks 10..12 were lost with the dead shard (lost_clocks=3)");
+  CHECK(core.push({1, 0, 14, 2}, keys, ones.data(), 4).losses.empty());
+  auto second = core.push({1, 1, 10, 1}, keys, ones.data(), 4).losses;
+  REQUIRE(second.size() == 1);
+  CHECK(second[0].lost_clocks == 0);
+  CHECK(describe(second[0], "shard 0") == "shard 0: worker 1: no update lost (lost_clocks=0)");
 }
 
 TEST_CASE("shard_core: the fault injector's kill clock ends the shard before it answers anything more") {
