@@ -368,19 +368,31 @@ std::optional<float_block> data_plane::offload(std::uint64_t peer, std::span<con
   return named;
 }
 
+std::string data_plane::origin_name(std::uint64_t origin) const {
+  std::lock_guard<std::mutex> guard(mtx_);
+  for (auto& c : conns_)
+    if (c->peer == origin) return c->name;
+  return "process " + std::to_string(origin);
+}
+
 float_block data_plane::claim(const float_block& block) {
   if (block.ticket == 0) return block;
-  std::string from = "process " + std::to_string(block.origin);
-  {
-    std::lock_guard<std::mutex> guard(mtx_);
-    for (auto& c : conns_)
-      if (c->peer == block.origin) from = c->name;
-  }
-  auto values = store_.take(block.origin, block.ticket, block.size, claim_timeout_, from);
+  auto values = store_.take(block.origin, block.ticket, block.size, claim_timeout_, origin_name(block.origin));
   return float_block{std::move(values), 0, block.size};  // no storage: it landed in place
 }
 
-float_block claim_values(data_plane* plane, const float_block& block) {
+std::optional<float_block> data_plane::try_claim(const float_block& block) {
+  if (block.ticket == 0) return block;
+  auto values = store_.try_take(block.origin, block.ticket, block.size, origin_name(block.origin));
+  if (!values) return std::nullopt;
+  return float_block{std::move(*values), 0, block.size};
+}
+
+void data_plane::when_claimable(const float_block& block, std::function<void()> ready) {
+  store_.on_ready(block.origin, block.ticket, std::move(ready));
+}
+
+std::optional<float_block> claim_values(data_plane* plane, const float_block& block) {
   if (block.encoded) {
     std::vector<float> values(block.size);
     decode(std::span<const std::byte>(*block.encoded), values.data(), values.size());
@@ -388,7 +400,77 @@ float_block claim_values(data_plane* plane, const float_block& block) {
   }
   if (block.ticket == 0) return block;
   if (!plane) throw bad_request("the block names a data-connection payload, but this process has no data plane");
-  return plane->claim(block);
+  return plane->try_claim(block);
+}
+
+namespace {
+
+using claimer_ptr = payload_claimer_actor::stateful_pointer<payload_claimer_state>;
+
+// Answers the waiting claims of (origin, ticket) whose payload can be claimed now.
+void answer_claims(claimer_ptr self, data_plane& plane, std::pair<std::uint64_t, std::uint64_t> key) {
+  auto& waiting = self->state.waiting;
+  for (auto it = waiting.find(key); it != waiting.end() && it->first == key;) {
+    auto& claim = it->second;
+    try {
+      auto values = plane.try_claim(claim.block);
+      if (!values) return;  // not yet (a duplicate claim took it): wait on
+      claim.promise.deliver(std::move(*values));
+    } catch (const bad_request& e) {
+      claim.promise.deliver(make_ps_error(e.what()));
+    }
+    it = waiting.erase(it);
+  }
+}
+
+}  // namespace
+
+plane_connector_actor::behavior_type plane_connector(plane_connector_actor::pointer,
+                                                     std::shared_ptr<data_plane> plane) {
+  return {[=](connect_atom, std::uint64_t peer, const std::string& host,
+              std::uint16_t port) -> caf::result<std::uint64_t> {
+    std::string why;
+    if (plane->connect(peer, host, port, &why)) return peer;
+    return make_ps_error(why);
+  }};
+}
+
+payload_claimer_actor::behavior_type payload_claimer(claimer_ptr self, std::shared_ptr<data_plane> plane) {
+  return {
+    [=](claim_atom, const float_block& block) -> caf::result<float_block> {
+      try {
+        if (auto values = plane->try_claim(block)) return std::move(*values);
+      } catch (const bad_request& e) {
+        return make_ps_error(e.what());
+      }
+      auto key = std::make_pair(block.origin, block.ticket);
+      auto rp = self->make_response_promise<float_block>();
+      self->state.waiting.emplace(key, payload_claimer_state::waiting_claim{block, rp, self->clock().now() +
+                                                                                          plane->claim_timeout()});
+      // Weak: a claimer that ended is not kept alive by a payload that never comes.
+      plane->when_claimable(block, [addr = self->address(), key] {
+        if (auto me = caf::actor_cast<caf::actor>(addr)) caf::anon_send(me, landed_atom::value, key.first, key.second);
+      });
+      self->delayed_send(self, plane->claim_timeout(), expire_atom::value, key.first, key.second);
+      return rp;
+    },
+    [=](landed_atom, std::uint64_t origin, std::uint64_t ticket) { answer_claims(self, *plane, {origin, ticket}); },
+    [=](expire_atom, std::uint64_t origin, std::uint64_t ticket) {
+      auto& waiting = self->state.waiting;
+      auto [from, to] = waiting.equal_range({origin, ticket});
+      for (auto it = from; it != to;) {
+        if (it->second.deadline > self->clock().now()) {  // a later claim of the same payload
+          ++it;
+          continue;
+        }
+        it->second.promise.deliver(make_ps_error("payload " + std::to_string(ticket) + " (" +
+                                                 std::to_string(it->second.block.size) + " floats) from " +
+                                                 plane->origin_name(origin) + " did not arrive within " +
+                                                 std::to_string(plane->claim_timeout().count()) + " ms"));
+        it = waiting.erase(it);
+      }
+    },
+  };
 }
 
 }  // namespace ps

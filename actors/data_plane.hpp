@@ -11,6 +11,7 @@
 // is written from the block and read into the block (two copies, both in the kernel).
 #include <atomic>
 #include <condition_variable>
+#include <functional>
 #include <map>
 #include <set>
 #include <chrono>
@@ -74,8 +75,17 @@ class data_plane {
   void forget(std::uint64_t peer, std::uint64_t ticket);
   // A block with its values: itself if it holds them, else its payload, waited for
   // (without storage if it landed where expect said). Throws bad_request naming the
-  // payload and what went wrong.
+  // payload and what went wrong. Blocks: for threads of their own; an actor asks its
+  // payload_claimer (below), which uses try_claim and when_claimable.
   float_block claim(const float_block& block);
+  // claim without waiting: nothing while the payload is still on its way.
+  std::optional<float_block> try_claim(const float_block& block);
+  // Calls ready once the block's payload landed or its connection ended (at once if
+  // either happened already); ready runs on the plane's reader thread.
+  void when_claimable(const float_block& block, std::function<void()> ready);
+  std::chrono::milliseconds claim_timeout() const { return claim_timeout_; }
+  // The name of the connection whose token is origin, for errors.
+  std::string origin_name(std::uint64_t origin) const;
 
   // Payload bytes written to and read from data connections so far.
   std::uint64_t bytes_sent() const { return bytes_sent_; }
@@ -116,8 +126,45 @@ class data_plane {
 };
 
 // The block's values: itself when it holds them, its encoded values decoded, or its payload
-// claimed from `plane`. Throws bad_request for encoded values that do not decode to the
-// block's size, or when the block names a payload and this process has no plane.
-float_block claim_values(data_plane* plane, const float_block& block);
+// claimed from `plane` if it has landed (nothing if not yet: ask a payload_claimer).
+// Throws bad_request for encoded values that do not decode to the block's size, a
+// payload that failed, or when the block names a payload and this process has no plane.
+std::optional<float_block> claim_values(data_plane* plane, const float_block& block);
+
+using claim_atom = caf::atom_constant<caf::atom("claim")>;
+using landed_atom = caf::atom_constant<caf::atom("landed")>;
+using expire_atom = caf::atom_constant<caf::atom("expire")>;
+using connect_atom = caf::atom_constant<caf::atom("connect")>;
+
+// Opens data connections for an actor (data_plane::connect resolves the name and
+// connects, which blocks): spawned detached, on a thread of its own. Answers with the
+// peer's token once connected, or an error saying why not.
+using plane_connector_actor =
+  caf::typed_actor<caf::replies_to<connect_atom, std::uint64_t, std::string, std::uint16_t>::with<std::uint64_t>>;
+plane_connector_actor::behavior_type plane_connector(plane_connector_actor::pointer self,
+                                                     std::shared_ptr<data_plane> plane);
+
+// Claims data-plane payloads for an actor without blocking its thread: the answer comes
+// when the payload has landed, its connection ended (the error) or the plane's claim
+// timeout passed (the error). One per shard or client, linked to it.
+using payload_claimer_actor = caf::typed_actor<
+  caf::replies_to<claim_atom, float_block>::with<float_block>,
+  // Internal: payload (origin, ticket) landed or its connection ended.
+  caf::reacts_to<landed_atom, std::uint64_t, std::uint64_t>,
+  // Internal: the claim timeout of a waiting claim of (origin, ticket) passed.
+  caf::reacts_to<expire_atom, std::uint64_t, std::uint64_t>>;
+
+struct payload_claimer_state {
+  struct waiting_claim {
+    float_block block;
+    caf::typed_response_promise<float_block> promise;
+    std::chrono::steady_clock::time_point deadline;
+  };
+  std::multimap<std::pair<std::uint64_t, std::uint64_t>, waiting_claim> waiting;  // by (origin, ticket)
+  static inline const char* name = "payload_claimer";
+};
+
+payload_claimer_actor::behavior_type payload_claimer(
+  payload_claimer_actor::stateful_pointer<payload_claimer_state> self, std::shared_ptr<data_plane> plane);
 
 }  // namespace ps

@@ -169,6 +169,8 @@ struct client_state {
   // process (0: asked and not known yet, or it has none).
   std::shared_ptr<data_plane> plane;
   std::map<caf::actor_addr, std::uint64_t> plane_peers;
+  payload_claimer_actor claimer;    // claims answers' payloads without blocking this actor
+  plane_connector_actor connector;  // connects to planes on a thread of its own
   static inline const char* name = "kv_client";
 };
 
@@ -265,13 +267,13 @@ std::uint64_t plane_peer(client_ptr self, const shard_actor& target) {
   self->request(target, st.timeout, data_atom::value)
     .then(
       [=](const std::string& host, std::uint16_t port, std::uint64_t token) {
-        auto& st = self->state;
         if (port == 0 || token == 0) return;
-        std::string why;
-        if (st.plane->connect(token, host, port, &why))
-          st.plane_peers[addr] = token;
-        else
-          std::fprintf(stderr, "worker %u: %s; its blocks go through CAF\n", st.worker, why.c_str());
+        self->request(self->state.connector, caf::infinite, connect_atom::value, token, host, port)
+          .then([=](std::uint64_t peer) { self->state.plane_peers[addr] = peer; },
+                [=](caf::error& err) {
+                  std::fprintf(stderr, "worker %u: %s; its blocks go through CAF\n", self->state.worker,
+                               describe(err).c_str());
+                });
       },
       [](caf::error&) {});  // gone: a failover brings a new handle, asked in turn
   return 0;
@@ -419,18 +421,32 @@ struct chunk_send {
 void request_failed(client_ptr self, std::size_t idx, std::uint64_t tag, const caf::error& err,
                     const std::string& what);
 
-// A pull's answer: claimed (it may come over the data plane), checked, put in place.
+void pull_landed(const chunk_send& s, float_block& values);
+
+// A pull's answer: claimed (it may come over the data plane, and may still be on its way
+// there: then the claimer answers once it landed), then checked and put in place.
 void pull_answered(const chunk_send& s, float_block& values) {
+  auto& st = s.self->state;
+  auto failed = [s](const std::string& why) {
+    s.req->op->finish("pull of " + describe_keys(s.req->chunks[s.c]) + " failed: " +
+                      s.self->state.routes[s.idx].link.name + ": " + why);
+  };
+  std::optional<float_block> claimed;
+  try {
+    claimed = claim_values(st.plane.get(), values);
+  } catch (const bad_request& e) {
+    return failed(e.what());
+  }
+  if (claimed) return pull_landed(s, *claimed);
+  s.self->request(st.claimer, caf::infinite, claim_atom::value, values)
+    .then([s](float_block& landed) { pull_landed(s, landed); }, [failed](caf::error& err) { failed(describe(err)); });
+}
+
+void pull_landed(const chunk_send& s, float_block& values) {
   auto& st = s.self->state;
   const auto& ch = s.req->chunks[s.c];
   auto op = s.req->op;
   auto& route = st.routes[s.idx];
-  try {
-    values = claim_values(st.plane.get(), values);
-  } catch (const bad_request& e) {
-    op->finish("pull of " + describe_keys(ch) + " failed: " + route.link.name + ": " + e.what());
-    return;
-  }
   if (route.down_since) {  // the first pull after a failover: recovery time
     auto ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - *route.down_since).count();
     route.down_since.reset();
@@ -600,6 +616,10 @@ void init_client(client_ptr self, std::vector<shard_link> shards, std::vector<sh
   st.retry = opts.retry;
   if (opts.faults.touches_messages()) st.faults.emplace(opts.faults, opts.worker);
   st.plane = opts.plane;
+  if (st.plane) {
+    st.claimer = self->spawn<caf::linked>(payload_claimer, st.plane);
+    st.connector = self->spawn<caf::linked + caf::detached>(plane_connector, st.plane);
+  }
   auto n = st.routes.size();
   for (std::size_t i = 0; i < n; ++i) {
     st.index[st.routes[i].link.id] = i;

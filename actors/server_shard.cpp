@@ -28,6 +28,7 @@ void shard_state::trace(const trace_event& e) const {
 namespace {
 
 using self_ptr = shard_actor::stateful_pointer<shard_state>;
+using ack_promise = caf::typed_response_promise<std::uint64_t>;
 
 shard_request request_of(const request_header& h) { return {h.epoch, h.worker, h.clock, h.seq, h.tick}; }
 
@@ -63,6 +64,13 @@ float_block pull_values(self_ptr self, const shard_options& opts, const request_
     if (auto named = opts.plane->offload(hdr.reply_plane, std::span(&whole, 1), n, hdr.seq)) return *named;
   }
   return float_block::own(std::move(out));
+}
+
+// An update's result, delivered into the promise made when it arrived: a value or an
+// error; a delegated result already went to that promise.
+void settle(ack_promise rp, const caf::result<std::uint64_t>& r) {
+  if (r.flag == caf::rt_value) rp.deliver(r.value.get_as<std::uint64_t>(0));
+  else if (r.flag == caf::rt_error) rp.deliver(r.err);
 }
 
 // Delivers now, or after opts.reply_delay (test hook simulating a slow shard).
@@ -143,10 +151,11 @@ void forwarded(self_ptr self, std::uint64_t tag, const caf::error& err) {
 
 // An update applied here goes down the chain; the reply to its sender waits for the
 // successor's, so an acknowledged update is on every copy.
+// made: the reply's promise, made when the request arrived (its values came later).
 caf::result<std::uint64_t> pass_down(self_ptr self, std::function<void(shard_actor, std::uint64_t)> send,
-                                     std::uint64_t value) {
+                                     std::uint64_t value, std::optional<ack_promise> made) {
   auto& st = self->state;
-  auto rp = self->make_response_promise<std::uint64_t>();
+  auto rp = made ? *made : self->make_response_promise<std::uint64_t>();
   auto tag = ++st.next_forward;
   st.forwards.emplace(tag, shard_state::forward{send, rp, value});
   send(st.successor, tag);
@@ -156,28 +165,21 @@ caf::result<std::uint64_t> pass_down(self_ptr self, std::function<void(shard_act
 // The reply to an update: now (the tail, or the only copy), after reply_delay, or once
 // the successor acknowledged it.
 caf::result<std::uint64_t> acknowledge(self_ptr self, const shard_options& opts, std::uint64_t value,
-                                       std::function<void(shard_actor, std::uint64_t)> send) {
-  if (self->state.successor) return pass_down(self, std::move(send), value);
-  if (opts.reply_delay.count() == 0) return value;
-  auto rp = self->make_response_promise<std::uint64_t>();
+                                       std::function<void(shard_actor, std::uint64_t)> send,
+                                       std::optional<ack_promise> made = std::nullopt) {
+  if (self->state.successor) return pass_down(self, std::move(send), value, made);
+  if (opts.reply_delay.count() == 0 && !made) return value;
+  auto rp = made ? *made : self->make_response_promise<std::uint64_t>();
   deliver_late(self, opts, rp, value);
   return rp;
 }
 
-// A push or an init: the values claimed (a data-plane payload lands here), handed to the
-// core, then acknowledged and passed down the chain.
-caf::result<std::uint64_t> write(self_ptr self, const shard_options& opts, const coordinator_actor& coordinator,
-                                 bool is_push, const request_header& hdr, const range_list& ranges,
-                                 const float_block& sent) {
+// A push or an init with its values: handed to the core, then acknowledged and passed
+// down the chain. made: the reply's promise when the values came after the request.
+caf::result<std::uint64_t> apply_write(self_ptr self, const shard_options& opts, const coordinator_actor& coordinator,
+                                       bool is_push, const request_header& hdr, const range_list& ranges,
+                                       const float_block& values, std::optional<ack_promise> made = std::nullopt) {
   auto& st = self->state;
-  if (!st.core) return make_ps_error(st.name + ": not configured yet");
-  float_block values;
-  try {
-    values = claim_values(opts.plane.get(), sent);
-  } catch (const bad_request& e) {
-    return make_ps_error(st.name + ": " + (is_push ? "push" : "init") + " from worker " + std::to_string(hdr.worker) +
-                         ": " + e.what());
-  }
   auto fx = is_push ? st.core->push(request_of(hdr), ranges.ranges, values.data(), values.size)
                     : st.core->init(request_of(hdr), ranges.ranges, values.data(), values.size);
   if (!fx.ok()) return make_ps_error(fx.error);
@@ -187,7 +189,36 @@ caf::result<std::uint64_t> write(self_ptr self, const shard_options& opts, const
                        : self->request(next, opts.forward_timeout, init_atom::value, hdr, ranges, values);
     std::move(req).then([=](std::uint64_t) { forwarded(self, tag, {}); },
                         [=](caf::error& e) { forwarded(self, tag, e); });
-  });
+  }, made);
+}
+
+// A push or an init: its values are in the message, or landed from the data plane, or
+// are still on their way there. Then the shard waits for them without blocking a thread
+// (await: later messages stay queued behind this one, so a worker's pushes and ticks
+// keep their order) and answers through a promise.
+caf::result<std::uint64_t> write(self_ptr self, const shard_options& opts, const coordinator_actor& coordinator,
+                                 bool is_push, const request_header& hdr, const range_list& ranges,
+                                 const float_block& sent) {
+  auto& st = self->state;
+  if (!st.core) return make_ps_error(st.name + ": not configured yet");
+  auto refused = [name = st.name, is_push, worker = hdr.worker](const std::string& why) {
+    return make_ps_error(name + ": " + (is_push ? "push" : "init") + " from worker " + std::to_string(worker) + ": " + why);
+  };
+  std::optional<float_block> values;
+  try {
+    values = claim_values(opts.plane.get(), sent);
+  } catch (const bad_request& e) {
+    return refused(e.what());
+  }
+  if (values) return apply_write(self, opts, coordinator, is_push, hdr, ranges, *values);
+  auto rp = self->make_response_promise<std::uint64_t>();
+  self->request(st.claimer, caf::infinite, claim_atom::value, sent)
+    .await(
+      [=](const float_block& landed) {
+        settle(rp, apply_write(self, opts, coordinator, is_push, hdr, ranges, landed, rp));
+      },
+      [=](caf::error& e) mutable { rp.deliver(refused(describe(e))); });
+  return rp;
 }
 
 caf::result<std::uint64_t> write_encoded(self_ptr self, const shard_options& opts,
@@ -409,6 +440,7 @@ shard_actor::behavior_type server_shard(self_ptr self, coordinator_actor coordin
     if (dm.source == coordinator.address()) self->quit(dm.reason);
     if (dm.source == self->state.successor.address()) self->state.successor_down = true;  // new chain coming
   });
+  if (opts.plane) self->state.claimer = self->spawn<caf::linked>(payload_claimer, opts.plane);
   if (opts.replica) start_replica(self, opts, coordinator);
   if (opts.replaces) start_replacement(self, opts, coordinator);
   return {

@@ -69,6 +69,7 @@ struct shard_state {
   std::uint64_t next_pull = 0;
   bool sweep_scheduled = false;
   checkpointer_actor checkpointer;
+  payload_claimer_actor claimer;  // with a data plane: claims pushed payloads without blocking
   int trace_fd = -1;
   // Chain replication: this copy's successor (none: it is the tail, it acknowledges) and
   // the updates passed to it and not yet acknowledged, in order, with the reply owed.

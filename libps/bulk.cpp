@@ -127,20 +127,30 @@ void payload_store::drop_orphans(std::chrono::steady_clock::time_point now) {
 void payload_store::put(std::uint64_t origin, std::uint64_t ticket, std::shared_ptr<std::vector<float>> values,
                         std::uint64_t count) {
   auto now = std::chrono::steady_clock::now();
+  std::vector<std::function<void()>> ready;
   {
     std::lock_guard<std::mutex> guard(mtx_);
     drop_orphans(now);
     payloads_[{origin, ticket}] = entry{std::move(values), count, now};
+    auto [from, to] = ready_.equal_range({origin, ticket});
+    for (auto it = from; it != to; ++it) ready.push_back(std::move(it->second));
+    ready_.erase(from, to);
   }
   cv_.notify_all();
+  for (auto& f : ready) f();  // outside the lock: a waiter may take at once
 }
 
 void payload_store::close_origin(std::uint64_t origin, std::string why) {
+  std::vector<std::function<void()>> ready;
   {
     std::lock_guard<std::mutex> guard(mtx_);
     closed_[origin] = std::move(why);
+    auto from = ready_.lower_bound({origin, 0}), to = ready_.upper_bound({origin, UINT64_MAX});
+    for (auto it = from; it != to; ++it) ready.push_back(std::move(it->second));
+    ready_.erase(from, to);
   }
   cv_.notify_all();
+  for (auto& f : ready) f();
 }
 
 void payload_store::open_origin(std::uint64_t origin) {
@@ -148,28 +158,46 @@ void payload_store::open_origin(std::uint64_t origin) {
   closed_.erase(origin);
 }
 
+std::optional<std::shared_ptr<std::vector<float>>> payload_store::try_take(std::uint64_t origin, std::uint64_t ticket,
+                                                                           std::uint64_t count, const std::string& from) {
+  std::lock_guard<std::mutex> guard(mtx_);
+  auto what = [&] { return "payload " + std::to_string(ticket) + " (" + std::to_string(count) + " floats) from " + from; };
+  auto it = payloads_.find({origin, ticket});
+  if (it != payloads_.end()) {
+    auto values = std::move(it->second.values);
+    auto got = it->second.count;
+    payloads_.erase(it);
+    if (got != count) throw bad_request(what() + ": the data connection delivered " + std::to_string(got) + " floats");
+    return values;
+  }
+  if (auto c = closed_.find(origin); c != closed_.end()) throw bad_request(what() + " did not arrive: " + c->second);
+  return std::nullopt;
+}
+
 std::shared_ptr<std::vector<float>> payload_store::take(std::uint64_t origin, std::uint64_t ticket,
                                                         std::uint64_t count, std::chrono::milliseconds timeout,
                                                         const std::string& from) {
-  std::unique_lock<std::mutex> lock(mtx_);
-  auto key = std::make_pair(origin, ticket);
   auto deadline = std::chrono::steady_clock::now() + timeout;
-  auto what = [&] { return "payload " + std::to_string(ticket) + " (" + std::to_string(count) + " floats) from " + from; };
   for (;;) {
-    auto it = payloads_.find(key);
-    if (it != payloads_.end()) {
-      auto values = std::move(it->second.values);
-      auto got = it->second.count;
-      payloads_.erase(it);
-      if (got != count)
-        throw bad_request(what() + ": the data connection delivered " + std::to_string(got) + " floats");
-      return values;
-    }
-    if (auto c = closed_.find(origin); c != closed_.end())
-      throw bad_request(what() + " did not arrive: " + c->second);
-    if (cv_.wait_until(lock, deadline) == std::cv_status::timeout && !payloads_.count(key))
-      throw bad_request(what() + " did not arrive within " + std::to_string(timeout.count()) + " ms");
+    if (auto values = try_take(origin, ticket, count, from)) return *values;
+    std::unique_lock<std::mutex> lock(mtx_);
+    if (payloads_.count({origin, ticket}) || closed_.count(origin)) continue;
+    if (cv_.wait_until(lock, deadline) == std::cv_status::timeout && !payloads_.count({origin, ticket}) &&
+        !closed_.count(origin))
+      throw bad_request("payload " + std::to_string(ticket) + " (" + std::to_string(count) + " floats) from " + from +
+                        " did not arrive within " + std::to_string(timeout.count()) + " ms");
   }
+}
+
+void payload_store::on_ready(std::uint64_t origin, std::uint64_t ticket, std::function<void()> ready) {
+  {
+    std::lock_guard<std::mutex> guard(mtx_);
+    if (!payloads_.count({origin, ticket}) && !closed_.count(origin)) {
+      ready_.emplace(std::make_pair(origin, ticket), std::move(ready));
+      return;
+    }
+  }
+  ready();
 }
 
 std::size_t payload_store::waiting() const {

@@ -12,7 +12,9 @@
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
+#include <optional>
 #include <memory>
 #include <mutex>
 #include <span>
@@ -80,8 +82,15 @@ class payload_store {
   // The payload's values (null: they landed in place), waiting up to `timeout` for it.
   // Throws bad_request when it does not come, when the origin's connection closed first,
   // or when it holds another number of floats than `count`. from: the origin's name.
+  // Blocks: for threads of their own; an actor uses try_take and on_ready.
   std::shared_ptr<std::vector<float>> take(std::uint64_t origin, std::uint64_t ticket, std::uint64_t count,
                                            std::chrono::milliseconds timeout, const std::string& from);
+  // take without waiting: nothing while the payload has not come and its connection is up.
+  std::optional<std::shared_ptr<std::vector<float>>> try_take(std::uint64_t origin, std::uint64_t ticket,
+                                                              std::uint64_t count, const std::string& from);
+  // Calls ready once (on the thread that puts the payload or closes its connection, or
+  // at once when either happened already), so a waiter can try_take again.
+  void on_ready(std::uint64_t origin, std::uint64_t ticket, std::function<void()> ready);
   std::size_t waiting() const;
 
  private:
@@ -97,6 +106,7 @@ class payload_store {
   std::condition_variable cv_;
   std::map<std::pair<std::uint64_t, std::uint64_t>, entry> payloads_;
   std::map<std::uint64_t, std::string> closed_;  // origin -> why
+  std::multimap<std::pair<std::uint64_t, std::uint64_t>, std::function<void()>> ready_;  // on_ready's, by key
 };
 
 }  // namespace ps

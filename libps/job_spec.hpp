@@ -14,7 +14,8 @@ namespace ps {
 
 // The version of the messages between members. A member of another version is refused
 // with both versions named (checkpoint files carry their own, libps/checkpoint.hpp).
-inline constexpr std::uint32_t protocol_version = 2;
+// 3: observer events typed, a worker's end is a worker_result, checkpoint atoms split.
+inline constexpr std::uint32_t protocol_version = 3;
 
 struct job_setting {
   std::string name;   // the flag's name without dashes, e.g. "model", "ps.vnodes"

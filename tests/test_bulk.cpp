@@ -139,3 +139,27 @@ TEST_CASE("the buffer pool hands a released buffer out again without touching it
   pool.reset();
   outlives.reset();  // the pool is gone: the buffer is simply freed
 }
+
+TEST_CASE("the payload store without waiting: try_take says not yet; on_ready fires once, when it lands or its connection ends") {
+  payload_store store(10s);
+  CHECK(!store.try_take(1, 5, 2, "peer"));  // not yet, and no wait
+  int fired = 0;
+  store.on_ready(1, 5, [&] { ++fired; });
+  CHECK(fired == 0);
+  put(store, 1, 6, floats({9.0f}));  // another payload: not this one's signal
+  CHECK(fired == 0);
+  put(store, 1, 5, floats({1.0f, 2.0f}));
+  CHECK(fired == 1);
+  auto got = store.try_take(1, 5, 2, "peer");
+  REQUIRE(got);
+  CHECK(**got == std::vector<float>{1.0f, 2.0f});
+  store.on_ready(1, 6, [&] { ++fired; });  // there already: at once
+  CHECK(fired == 2);
+  store.on_ready(2, 1, [&] { ++fired; });
+  store.close_origin(2, "the data connection from 127.0.0.1:6 ended");
+  CHECK(fired == 3);  // the end of its connection is news too: the claim fails now
+  CHECK_THROWS_WITH_AS(store.try_take(2, 1, 1, "127.0.0.1:6"), doctest::Contains("did not arrive: the data connection"),
+                       bad_request);
+  put(store, 1, 7, floats({1.0f}));
+  CHECK_THROWS_WITH_AS(store.try_take(1, 7, 3, "p"), doctest::Contains("delivered 1 floats"), bad_request);
+}

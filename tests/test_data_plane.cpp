@@ -159,3 +159,66 @@ TEST_CASE("data plane: a host it cannot listen on is refused, naming it") {
   CHECK_THROWS_WITH_AS(data_plane("no-such-host.invalid", 1024, 1s, 1s), doctest::Contains("'no-such-host.invalid'"),
                        bad_request);
 }
+
+namespace {
+
+// A claim the claimer has surely taken in: a second request (answered at once) comes
+// back only after the claimer handled the first one (one mailbox, in order).
+void synced(caf::scoped_actor& self, const payload_claimer_actor& claimer) {
+  self->request(claimer, 10s, claim_atom::value, float_block::own({1.0f})).receive([](float_block&) {},
+                                                                                  [](caf::error&) { FAIL("sync"); });
+}
+
+}  // namespace
+
+TEST_CASE("payload claimer: a claim made before its payload is answered when it lands, without blocking the actor") {
+  caf::actor_system_config cfg;
+  caf::actor_system sys{cfg};
+  caf::scoped_actor self{sys};
+  auto worker = std::make_shared<data_plane>("127.0.0.1", 1024, 10s, 10s);
+  auto server = std::make_shared<data_plane>("127.0.0.1", 1024, 10s, 10s);
+  std::string why;
+  REQUIRE(worker->connect(server->token(), "127.0.0.1", server->port(), &why));
+  auto claimer = sys.spawn(payload_claimer, server);
+  auto push = special_values(1 << 16);
+  float_block named;  // what the push message will say, known before the payload goes
+  named.size = push.size;
+  named.ticket = 77;
+  named.origin = worker->token();
+  auto pending = self->request(claimer, 10s, claim_atom::value, named);
+  synced(self, claimer);  // the claim is waiting now: the payload has not been sent
+  std::span<const float> whole(push.data(), push.size);
+  REQUIRE(worker->offload(server->token(), std::span(&whole, 1), push.size, 77));
+  std::move(pending).receive([&](float_block& got) { CHECK(same_bits(got, push)); },
+                             [](caf::error& err) { FAIL(describe(err)); });
+  caf::anon_send_exit(claimer, caf::exit_reason::user_shutdown);
+}
+
+TEST_CASE("payload claimer: a waiting claim fails when its connection ends, or at the claim timeout, naming the payload") {
+  caf::actor_system_config cfg;
+  caf::actor_system sys{cfg};
+  caf::scoped_actor self{sys};
+  auto server = std::make_shared<data_plane>("127.0.0.1", 1024, 60s, 10s);
+  auto claimer = sys.spawn(payload_claimer, server);
+  int fd = raw_connection(*server);
+  const std::uint64_t token = 0x7e57;
+  auto hello = encode_bulk_header({bulk_kind::hello, token, 0});
+  write_bytes(fd, hello.data(), hello.size());
+  float_block named;
+  named.size = 10;
+  named.ticket = 5;
+  named.origin = token;
+  auto pending = self->request(claimer, 30s, claim_atom::value, named);
+  synced(self, claimer);
+  ::close(fd);  // no payload ever: the end of the connection answers the claim, long before 60 s
+  std::move(pending).receive([](float_block&) { FAIL("a payload that never came was claimed"); },
+                             [](caf::error& err) { CHECK(describe(err).find("payload 5 (10 floats)") != std::string::npos); });
+  auto quick = std::make_shared<data_plane>("127.0.0.1", 1024, 50ms, 10s);
+  auto impatient = sys.spawn(payload_claimer, quick);
+  named.origin = 99;  // nobody: only the timeout can answer
+  self->request(impatient, 10s, claim_atom::value, named)
+    .receive([](float_block&) { FAIL("claimed"); },
+             [](caf::error& err) { CHECK(describe(err).find("did not arrive within 50 ms") != std::string::npos); });
+  caf::anon_send_exit(claimer, caf::exit_reason::user_shutdown);
+  caf::anon_send_exit(impatient, caf::exit_reason::user_shutdown);
+}

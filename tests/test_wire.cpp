@@ -79,7 +79,9 @@ TEST_CASE_FIXTURE(wire_fixture, "an encoded block (a compressed pull answer) cro
   CHECK(out.size == v.size());
   CHECK(!out.storage);
   CHECK(bytes == 1 + 8 + 2 + encoded_size(parse_codec("fp16"), v.size()));  // form, count, length, bytes
-  auto values = claim_values(nullptr, out);
+  auto claimed = claim_values(nullptr, out);
+  REQUIRE(claimed);  // encoded values are there at once
+  const auto& values = *claimed;
   REQUIRE(values.size == v.size());
   CHECK(std::vector<float>(values.data(), values.data() + values.size) == v);
   // Bytes that do not decode to the block's size are refused, saying so.
