@@ -293,7 +293,7 @@ constexpr key_type clocksum_keys = key_type{1} << 16;
 std::string clocksum_app(worker_context& ctx) {
   constexpr key_type num_keys = clocksum_keys;
   auto keys = key_set::single({0, num_keys});
-  const auto clocks = ctx.cfg.clocks;
+  const auto clocks = ctx.cfg.app_count("clocks");
   double per_clock = 0;  // sum over workers of w + 1
   for (std::uint32_t w = 0; w < ctx.num_workers; ++w) per_clock += w + 1;
   ctx.kv.init(keys, std::vector<float>(num_keys, 0.0f)).get();
@@ -303,7 +303,7 @@ std::string clocksum_app(worker_context& ctx) {
   const auto loop_start = start;
   std::uint64_t pushes = 0;
   for (std::uint64_t c = ctx.start_clock; c < clocks; ++c) {
-    if (ctx.cfg.clock_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(ctx.cfg.clock_ms));  // "compute"
+    if (auto ms = ctx.cfg.app_count("clock-ms"); ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(ms));  // "compute"
     auto seen = ctx.kv.pull(keys).get();
     for (auto v : seen)
       if (v != c * per_clock) {
@@ -342,14 +342,27 @@ std::string clocksum_app(worker_context& ctx) {
 
 // ---- bench: push/pull throughput and latency per (size, window) ---------------------
 
-std::vector<std::int64_t> bench_default_sizes() { return {4096, 65536, 1 << 20, 16 << 20, 64 << 20}; }
+}  // namespace
+
+std::vector<std::int64_t> bench_sizes(const node_config& cfg) {
+  auto sizes = cfg.app_counts("sizes");
+  if (sizes.empty()) sizes = {4096, 65536, 1 << 20, 16 << 20, 64 << 20};
+  return sizes;
+}
+
+std::vector<std::int64_t> bench_windows(const node_config& cfg) {
+  auto windows = cfg.app_counts("windows");
+  if (windows.empty()) windows = {1, 8};
+  return windows;
+}
+
+namespace {
+
 // Each worker has its own tensor, so 2 workers do not contend for one key.
 key_type bench_base(std::uint32_t worker) { return key_type{worker + 1} << 36; }
 
 std::string bench_app(worker_context& ctx) {
-  std::vector<std::int64_t> sizes = ctx.cfg.sizes, windows = ctx.cfg.windows;
-  if (sizes.empty()) sizes = bench_default_sizes();
-  if (windows.empty()) windows = {1, 8};
+  auto sizes = bench_sizes(ctx.cfg), windows = bench_windows(ctx.cfg);
   for (auto bytes : sizes) {
     key_type base = bench_base(ctx.id);
     auto n = static_cast<std::uint64_t>(bytes) / sizeof(float);
@@ -366,7 +379,7 @@ std::string bench_app(worker_context& ctx) {
           inflight.emplace_back(std::move(f), clock_type::now());
         };
         auto start = clock_type::now();
-        while (seconds_since(start) < ctx.cfg.cell_seconds || cell.ops < 4) {
+        while (seconds_since(start) < ctx.cfg.app_number("cell-seconds") || cell.ops < 4) {
           while (inflight.size() < static_cast<std::size_t>(window)) issue();
           auto [f, t0] = std::move(inflight.front());
           inflight.pop_front();
@@ -456,13 +469,35 @@ std::vector<tensor_spec> kvcheck_tensors(const node_config& cfg) {
 std::vector<tensor_spec> bench_tensors(const node_config& cfg) {
   std::vector<tensor_spec> out;
   std::int64_t largest = 0;
-  for (auto b : cfg.sizes.empty() ? bench_default_sizes() : cfg.sizes) largest = std::max(largest, b);
+  for (auto b : bench_sizes(cfg)) largest = std::max(largest, b);
   auto n = static_cast<std::uint64_t>(largest) / sizeof(float);
   for (std::uint32_t w = 0; w < cfg.workers; ++w) {
     auto base = bench_base(w);
     out.push_back({"bench.worker" + std::to_string(w), {base, base + n}, {n}});
   }
   return out;
+}
+
+std::vector<app_flag> clocksum_flags() {
+  return {{"clocks", app_flag_kind::count, "40", "clocksum: iterations (clock ticks) per worker",
+           [](const node_config& c) { return c.app_count("clocks") >= 1 ? "" : "must be >= 1"; }},
+          {"clock-ms", app_flag_kind::count, "0", "clocksum: simulated compute per clock, in ms", {}}};
+}
+
+std::vector<app_flag> bench_flags() {
+  auto each = [](const char* name, auto ok, const char* what) {
+    return [=](const node_config& c) -> std::string {
+      for (auto v : c.app_counts(name))
+        if (!ok(v)) return std::to_string(v) + " " + what;
+      return "";
+    };
+  };
+  return {{"sizes", app_flag_kind::counts, "[]", "bench_kv: value sizes in bytes, e.g. [4096,1048576]",
+           each("sizes", [](std::int64_t s) { return s >= 4 && s % 4 == 0; }, "is not a positive multiple of 4 bytes")},
+          {"windows", app_flag_kind::counts, "[]", "bench_kv: requests in flight, e.g. [1,8]",
+           each("windows", [](std::int64_t w) { return w >= 1 && w <= 1024; }, "is not in [1, 1024]")},
+          {"cell-seconds", app_flag_kind::number, "0.5", "bench_kv: seconds per measured cell",
+           [](const node_config& c) { return c.app_number("cell-seconds") > 0 ? "" : "must be > 0"; }}};
 }
 
 }  // namespace
@@ -475,9 +510,10 @@ void register_builtin_apps() {
     register_app({"clocksum", "exact integer sums per clock, the fault tests' app", clocksum_app, "sum", "bsp",
                   [](const node_config&) {
                     return std::vector<tensor_spec>{{"clocksum", {0, clocksum_keys}, {clocksum_keys}}};
-                  }});
+                  },
+                  clocksum_flags()});
     register_app({"bench", "push/pull throughput per size and window (bench_kv)", bench_app, "sum", "asp",
-                  bench_tensors});
+                  bench_tensors, bench_flags()});
   });
 }
 

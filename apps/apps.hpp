@@ -15,6 +15,9 @@ void register_builtin_apps();
 // Runs a shell command (the benches run whole jobs as processes): its stdout, or nullopt
 // after printing the command, its exit status and its output on stderr.
 std::optional<std::string> output_of(const std::string& cmd);
+// bench's --sizes and --windows, or their defaults when empty.
+std::vector<std::int64_t> bench_sizes(const node_config& cfg);
+std::vector<std::int64_t> bench_windows(const node_config& cfg);
 // Every line of a program's output that is a JSON object, parsed, in order.
 std::vector<nlohmann::json> json_lines_of(const std::string& out);
 

@@ -27,15 +27,12 @@ int main(int argc, char** argv) {
   if (!cfg.parse_args(argc, argv)) return cfg.cli_helptext_printed ? 0 : 2;
   ps::apply_runtime_defaults(cfg);
   try {
-    std::vector<std::int64_t> sizes = cfg.sizes;
-    if (sizes.empty()) sizes = {4096, 65536, 1 << 20, 16 << 20, 64 << 20};
-    std::vector<std::int64_t> windows = cfg.windows;
-    if (windows.empty()) windows = {1, 8};
+    auto sizes = ps::bench_sizes(cfg), windows = ps::bench_windows(cfg);
     // The limit: plain sockets, push-shaped, at the largest size <= 16 MiB, window 8.
     std::int64_t limit_bytes = 0;
     for (auto s : sizes) if (s <= (16 << 20)) limit_bytes = std::max(limit_bytes, s);
     if (limit_bytes == 0) limit_bytes = *std::min_element(sizes.begin(), sizes.end());
-    auto limit = ps::measure_tcp_loopback(static_cast<std::uint64_t>(limit_bytes), 8, std::max(1.0, cfg.cell_seconds * 2));
+    auto limit = ps::measure_tcp_loopback(static_cast<std::uint64_t>(limit_bytes), 8, std::max(1.0, cfg.app_number("cell-seconds") * 2));
     ps::bench::print_line({{"limit", "tcp_loopback"}, {"gbps", limit.gbps}, {"bytes", limit_bytes}, {"window", 8}});
     caf::actor_system sys{cfg};
     auto settings = ps::settings_for_app(cfg, "bench");

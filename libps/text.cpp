@@ -2,7 +2,9 @@
 
 #include <cerrno>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
+#include <sstream>
 
 namespace ps {
 
@@ -21,6 +23,34 @@ std::optional<double> parse_number(const std::string& text) {
   double v = std::strtod(text.c_str(), &end);
   if (*end != '\0' || !std::isfinite(v)) return std::nullopt;
   return v;
+}
+
+std::optional<std::vector<std::int64_t>> parse_counts(const std::string& text) {
+  if (text.size() < 2 || text.front() != '[' || text.back() != ']') return std::nullopt;
+  std::vector<std::int64_t> out;
+  std::istringstream items(text.substr(1, text.size() - 2));
+  for (std::string item; std::getline(items, item, ',');) {
+    auto v = parse_count(item);
+    if (!v) return std::nullopt;
+    out.push_back(static_cast<std::int64_t>(*v));
+  }
+  return out;
+}
+
+std::string setting_text(double v) {
+  char buf[32];
+  for (int precision = 1; precision <= 17; ++precision) {
+    std::snprintf(buf, sizeof buf, "%.*g", precision, v);
+    if (std::strtod(buf, nullptr) == v) break;
+  }
+  return buf;
+}
+std::string setting_text(std::uint64_t v) { return std::to_string(v); }
+std::string setting_text(std::int64_t v) { return std::to_string(v); }
+std::string setting_text(const std::vector<std::int64_t>& v) {
+  std::string out = "[";
+  for (std::size_t i = 0; i < v.size(); ++i) out += (i > 0 ? "," : "") + std::to_string(v[i]);
+  return out + "]";
 }
 
 }  // namespace ps

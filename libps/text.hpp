@@ -4,10 +4,20 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace ps {
 
 std::optional<std::uint64_t> parse_count(const std::string& text);
 std::optional<double> parse_number(const std::string& text);
+// A list of counts as flags write it: "[4096,65536]" ("[]": none).
+std::optional<std::vector<std::int64_t>> parse_counts(const std::string& text);
+
+// A setting's value as the job spec holds it: the shortest text that parses back to the
+// same double ("0.1", not "0.10000000000000001"), counts in decimal, lists as "[a,b]".
+std::string setting_text(double v);
+std::string setting_text(std::uint64_t v);
+std::string setting_text(std::int64_t v);
+std::string setting_text(const std::vector<std::int64_t>& v);
 
 }  // namespace ps

@@ -28,6 +28,14 @@ void register_app(app_definition app) {
   auto& r = the_registry();
   std::lock_guard<std::mutex> guard(r.mtx);
   if (r.apps.count(app.name)) throw bad_request("register_app: an app named " + app.name + " is registered already");
+  for (const auto& flag : app.flags) {
+    if (flag.name.empty()) throw bad_request("register_app: app " + app.name + " declares a flag without a name");
+    for (const auto& [other_name, other] : r.apps)
+      for (const auto& theirs : other.flags)
+        if (theirs.name == flag.name && (theirs.kind != flag.kind || theirs.fallback != flag.fallback))
+          throw bad_request("register_app: app " + app.name + "'s flag --" + flag.name + " differs from app " +
+                            other_name + "'s flag of that name");
+  }
   auto name = app.name;
   r.apps.emplace(std::move(name), std::move(app));
 }
@@ -42,6 +50,17 @@ const app_definition& find_app_definition(const std::string& name) {
 }
 
 app_fn find_app(const std::string& name) { return find_app_definition(name).run; }
+
+std::vector<app_flag> registered_app_flags() {
+  auto& r = the_registry();
+  std::lock_guard<std::mutex> guard(r.mtx);
+  std::map<std::string, app_flag> by_name;
+  for (const auto& [name, app] : r.apps)
+    for (const auto& flag : app.flags) by_name.emplace(flag.name, flag);
+  std::vector<app_flag> out;
+  for (auto& [name, flag] : by_name) out.push_back(std::move(flag));
+  return out;
+}
 
 std::vector<std::string> app_names() {
   auto& r = the_registry();

@@ -1,6 +1,7 @@
 #pragma once
 // Apps register by name: what their workers run, the update rule and consistency they are
-// written for, and their part of the job spec (the dense tensors they push and pull).
+// written for, their own flags and their part of the job spec (the dense tensors they
+// push and pull, and those flags).
 // psnode --app=NAME, the launchers and out-of-tree programs (examples/hello_kv.cpp) find
 // them here; the built-in ones come with ps::register_builtin_apps() (apps/apps.hpp).
 #include <functional>
@@ -19,10 +20,15 @@ struct app_definition {
   std::string default_rule = "sum";           // when --ps.rule is not given
   std::string default_consistency = "asp";    // when neither --consistency nor --staleness is
   std::function<std::vector<tensor_spec>(const node_config&)> tensors;  // may be empty
+  std::vector<app_flag> flags;      // its own flags (runtime/node.hpp), read with cfg.app_count(...)
 };
 
-// Throws bad_request for an empty name, a missing run function or a name taken already.
+// Throws bad_request for an empty name, a missing run function, a name taken already, or
+// a flag that a built-in option or another app declares differently.
 void register_app(app_definition app);
+// Every registered app's flags, each name once. A program declares them when it parses
+// its flags, so apps register before (ps::register_builtin_apps()).
+std::vector<app_flag> registered_app_flags();
 // Throws bad_request naming the registered apps when there is none of that name.
 const app_definition& find_app_definition(const std::string& name);
 app_fn find_app(const std::string& name);

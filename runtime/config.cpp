@@ -11,6 +11,7 @@
 
 #include "actors/server_shard.hpp"
 #include "libps/text.hpp"
+#include "runtime/app_registry.hpp"
 #include "runtime/job_contract.hpp"
 
 namespace ps {
@@ -57,12 +58,7 @@ node_config::node_config() {
                                      "pulls from the tail); a dead copy is spliced out, nothing lost")
     .add(restore, "restore", "DIR: the shards start from the newest intact checkpoint in DIR")
     .add(faults, "faults", "fault injector, ';'-separated: kill server=I at=C; kill worker=I at=C; "
-                           "slow worker=I factor=F (see README)")
-    .add(clocks, "clocks", "clocksum: iterations (clock ticks) per worker")
-    .add(clock_ms, "clock-ms", "clocksum: simulated compute per clock, in ms")
-    .add(sizes, "sizes", "bench_kv: value sizes in bytes, e.g. [4096,1048576]")
-    .add(windows, "windows", "bench_kv: requests in flight, e.g. [1,8]")
-    .add(cell_seconds, "cell-seconds", "bench_kv: seconds per measured cell");
+                           "slow worker=I factor=F (see README)");
   opt_group{custom_options_, "ps"}
     .add(rule, "rule", "server update rule: sum|sgd|adagrad|adam (default: the app's)")
     .add(momentum, "momentum", "sgd momentum")
@@ -142,6 +138,12 @@ void add_ini_options(const std::string& path, std::set<std::string>& out) {
 }  // namespace
 
 bool node_config::parse_args(int argc, char** argv) {
+  try {
+    for (const auto& flag : registered_app_flags()) declare(flag);
+  } catch (const bad_request& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return false;
+  }
   args.assign(argv + 1, argv + argc);
   for (const auto& a : args)
     if (auto name = option_name(a); !name.empty()) given.insert(name);
@@ -174,6 +176,62 @@ bool node_config::parse_args(int argc, char** argv) {
   return true;
 }
 
+void node_config::declare(const app_flag& flag) {
+  if (app_count_values_.count(flag.name) || app_number_values_.count(flag.name) || app_counts_values_.count(flag.name))
+    return;  // declared by an earlier parse_args
+  if (custom_options_.qualified_name_lookup("global", flag.name))
+    throw bad_request("an app declares flag --" + flag.name + ", which is a built-in option");
+  opt_group global{custom_options_, "global"};
+  switch (flag.kind) {
+    case app_flag_kind::count: global.add(app_count_values_[flag.name], flag.name, flag.help); break;
+    case app_flag_kind::number: global.add(app_number_values_[flag.name], flag.name, flag.help); break;
+    case app_flag_kind::counts: global.add(app_counts_values_[flag.name], flag.name, flag.help); break;
+  }
+  set_app_flag(flag.name, flag.fallback);
+}
+
+namespace {
+
+template <class Map>
+auto& app_value(Map& values, const std::string& name, const char* kind) {
+  auto it = values.find(name);
+  if (it == values.end()) throw bad_request("no registered app declares " + std::string(kind) + " flag --" + name);
+  return it->second;
+}
+
+}  // namespace
+
+std::size_t node_config::app_count(const std::string& name) const {
+  return app_value(app_count_values_, name, "a count");
+}
+double node_config::app_number(const std::string& name) const { return app_value(app_number_values_, name, "a number"); }
+const std::vector<std::int64_t>& node_config::app_counts(const std::string& name) const {
+  return app_value(app_counts_values_, name, "a list");
+}
+
+std::string node_config::app_flag_text(const std::string& name) const {
+  if (auto it = app_count_values_.find(name); it != app_count_values_.end()) return setting_text(std::uint64_t{it->second});
+  if (auto it = app_number_values_.find(name); it != app_number_values_.end()) return setting_text(it->second);
+  return setting_text(app_value(app_counts_values_, name, "a"));
+}
+
+void node_config::set_app_flag(const std::string& name, const std::string& text) {
+  auto bad = [&] { return bad_request("--" + name + "=" + text + " is not a valid value"); };
+  if (auto it = app_count_values_.find(name); it != app_count_values_.end()) {
+    auto v = parse_count(text);
+    if (!v) throw bad();
+    it->second = static_cast<std::size_t>(*v);
+  } else if (auto it = app_number_values_.find(name); it != app_number_values_.end()) {
+    auto v = parse_number(text);
+    if (!v) throw bad();
+    it->second = *v;
+  } else {
+    auto v = parse_counts(text);
+    if (!v) throw bad();
+    app_value(app_counts_values_, name, "a") = std::move(*v);
+  }
+}
+
 void node_config::validate() const {
   auto one_of = [](const std::string& name, const std::string& v, std::vector<std::string> ok) {
     for (const auto& o : ok)
@@ -197,11 +255,10 @@ void node_config::validate() const {
   if (timeout_ms < 1) throw bad_request("--ps.timeout-ms must be >= 1");
   if (bucket_bits > 40) throw bad_request("--ps.bucket-bits must be <= 40");
   if (vnodes < 1 || vnodes > 65536) throw bad_request("--ps.vnodes must be in [1, 65536]");
-  for (auto s : sizes)
-    if (s < 4 || s % 4 != 0) throw bad_request("--sizes: " + std::to_string(s) + " is not a positive multiple of 4 bytes");
-  for (auto w : windows)
-    if (w < 1 || w > 1024) throw bad_request("--windows: " + std::to_string(w) + " is not in [1, 1024]");
-  if (!(cell_seconds > 0)) throw bad_request("--cell-seconds must be > 0");
+  for (const auto& flag : registered_app_flags())
+    if (flag.check && app_count_values_.count(flag.name) + app_number_values_.count(flag.name) +
+                          app_counts_values_.count(flag.name) > 0)
+      if (auto wrong = flag.check(*this); !wrong.empty()) throw bad_request("--" + flag.name + ": " + wrong);
   if (!coordinator.empty()) parse_host_port(coordinator);
   staleness_bound("bsp");
   push_codec();

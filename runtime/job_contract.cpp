@@ -7,31 +7,15 @@
 #include "libps/consistency.hpp"
 #include "libps/partitioner.hpp"
 #include "libps/text.hpp"
+#include "runtime/app_registry.hpp"
 
 namespace ps {
 
 namespace {
 
-// Shortest text that parses back to the same double ("0.1", not "0.10000000000000001").
-std::string render(double v) {
-  char buf[32];
-  for (int precision = 1; precision <= 17; ++precision) {
-    std::snprintf(buf, sizeof buf, "%.*g", precision, v);
-    if (std::strtod(buf, nullptr) == v) break;
-  }
-  return buf;
-}
 std::string render(const std::string& v) { return v; }
-std::string render(std::size_t v) { return std::to_string(v); }
-std::string render(std::int64_t v) { return std::to_string(v); }
-std::string render(const std::vector<std::int64_t>& v) {
-  std::string out = "[";
-  for (std::size_t i = 0; i < v.size(); ++i) {
-    if (i > 0) out += ',';
-    out += std::to_string(v[i]);
-  }
-  return out + "]";
-}
+template <class T>
+std::string render(const T& v) { return setting_text(v); }
 
 [[noreturn]] void unreadable(const std::string& name, const std::string& text) {
   throw bad_request("the job spec's " + name + " = \"" + text + "\" is not a value this build reads");
@@ -51,14 +35,9 @@ void parse_into(const std::string& name, const std::string& text, double& out) {
   out = *v;
 }
 void parse_into(const std::string& name, const std::string& text, std::vector<std::int64_t>& out) {
-  if (text.size() < 2 || text.front() != '[' || text.back() != ']') unreadable(name, text);
-  out.clear();
-  std::istringstream items(text.substr(1, text.size() - 2));
-  for (std::string item; std::getline(items, item, ',');) {
-    auto v = parse_count(item);
-    if (!v) unreadable(name, text);
-    out.push_back(static_cast<std::int64_t>(*v));
-  }
+  auto v = parse_counts(text);
+  if (!v) unreadable(name, text);
+  out = std::move(*v);
 }
 
 // One job setting: its flag name, how a member renders the value it was given, and how
@@ -114,13 +93,17 @@ const std::vector<field>& fields() {
     plain("checkpoint-seconds", &node_config::checkpoint_seconds),
     plain("ps.vnodes", &node_config::vnodes),
     plain("ps.bucket-bits", &node_config::bucket_bits),
-    plain("clocks", &node_config::clocks),
-    plain("clock-ms", &node_config::clock_ms),
-    plain("sizes", &node_config::sizes),
-    plain("windows", &node_config::windows),
-    plain("cell-seconds", &node_config::cell_seconds),
   };
   return all;
+}
+
+// The job settings of app `app`: the fixed ones and the app's own flags.
+std::vector<field> fields_of(const std::string& app) {
+  auto out = fields();
+  for (const auto& flag : find_app_definition(app).flags)
+    out.push_back({flag.name, [name = flag.name](const node_config& c) { return c.app_flag_text(name); },
+                   [name = flag.name](node_config& c, const std::string& text) { c.set_app_flag(name, text); }});
+  return out;
 }
 
 }  // namespace
@@ -128,7 +111,7 @@ const std::vector<field>& fields() {
 job_spec spec_of(const node_config& cfg, const std::string& app, const job_settings& settings,
                  std::vector<tensor_spec> tensors) {
   job_spec spec;
-  for (const auto& f : fields()) spec.set(f.name, f.given(cfg));
+  for (const auto& f : fields_of(app)) spec.set(f.name, f.given(cfg));
   // What the job runs with: launchers name the app themselves (train_fmnist: fmnist), and
   // the rule, consistency and buckets are the effective ones, after the app's defaults.
   spec.set("app", app);
@@ -142,13 +125,14 @@ job_spec spec_of(const node_config& cfg, const std::string& app, const job_setti
 
 std::vector<job_setting> given_settings(const node_config& cfg) {
   std::vector<job_setting> out;
-  for (const auto& f : fields())
+  for (const auto& f : cfg.app.empty() ? fields() : fields_of(cfg.app))
     if (cfg.given.count(f.name)) out.push_back({f.name, f.given(cfg)});
   return out;
 }
 
 void adopt(node_config& cfg, const job_spec& spec) {
-  for (const auto& f : fields()) {
+  auto app = cfg.app.empty() ? spec.get("app").value_or("") : cfg.app;
+  for (const auto& f : app.empty() ? fields() : fields_of(app)) {
     if (cfg.given.count(f.name)) continue;
     if (auto v = spec.get(f.name)) f.adopt(cfg, *v);
   }

@@ -20,6 +20,20 @@
 
 namespace ps {
 
+struct node_config;
+
+// A flag an app declares itself (app_definition::flags, runtime/app_registry.hpp): every
+// program that can run the app takes --NAME=VALUE, and it is a job setting like any
+// other (in the spec, compared with what a member was given, adopted when not given).
+enum class app_flag_kind { count, number, counts };  // size_t, double, list of int64
+struct app_flag {
+  std::string name;      // without dashes: "clocks"
+  app_flag_kind kind = app_flag_kind::count;
+  std::string fallback;  // the default, as on the command line: "40", "0.5", "[]"
+  std::string help;
+  std::function<std::string(const node_config&)> check;  // what is wrong with the value ("": nothing)
+};
+
 struct node_config : caf::actor_system_config {
   // [global]: roles and the job.
   std::string role;             // coordinator | server | worker (psnode)
@@ -60,13 +74,6 @@ struct node_config : caf::actor_system_config {
   std::size_t replication = 1;         // copies of each shard (chain replication)
   // fault injector (libps/faults.hpp)
   std::string faults;
-  // clocksum
-  std::size_t clocks = 40;
-  std::size_t clock_ms = 0;  // simulated compute per clock
-  // bench_kv
-  std::vector<std::int64_t> sizes;
-  std::vector<std::int64_t> windows;
-  double cell_seconds = 0.5;
   // [ps]: tuning.
   std::string rule;  // empty: the app's default
   double momentum = 0.0;
@@ -84,6 +91,14 @@ struct node_config : caf::actor_system_config {
   std::size_t reply_delay_ms = 0;
 
   node_config();
+  // The registered apps' own flags, by name (declared when parse_args runs).
+  std::size_t app_count(const std::string& name) const;
+  double app_number(const std::string& name) const;
+  const std::vector<std::int64_t>& app_counts(const std::string& name) const;
+  // The text of app flag `name`'s value, as the job spec holds it, and setting it from
+  // such a text (bad_request when it does not parse).
+  std::string app_flag_text(const std::string& name) const;
+  void set_app_flag(const std::string& name, const std::string& text);
   // Parses flags and the INI file; unlike plain CAF, an unknown key or a value of the
   // wrong type in the INI file is an error. Prints the error and returns false.
   bool parse_args(int argc, char** argv);
@@ -103,6 +118,12 @@ struct node_config : caf::actor_system_config {
   // The options given on the command line or in the INI file ("model", "ps.vnodes"):
   // job settings among them are compared with the job's, the others adopted from it.
   std::set<std::string> given;
+
+ private:
+  void declare(const app_flag& flag);
+  std::map<std::string, std::size_t> app_count_values_;
+  std::map<std::string, double> app_number_values_;
+  std::map<std::string, std::vector<std::int64_t>> app_counts_values_;
 };
 
 // Sets CAF defaults that suit this machine kind unless the user set them

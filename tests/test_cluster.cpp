@@ -205,9 +205,16 @@ TEST_CASE("a server killed with SIGKILL while a block to it went over the data p
     const auto& victim = ctx.view.shards[1];
     auto k = key_of_shard(ctx.kv, victim.id);
     auto keys = key_set::single({k, k + 4096});  // 16 KiB, all on the victim
-    // Alive and answering; its data connection is up by the time this is acknowledged
-    // (the shard answered where its plane listens before it answered the push).
-    ctx.kv.push(keys, std::vector<float>(4096, 1.0f)).get();
+    // Alive and answering. The client connects to the shard's plane on its connector's
+    // thread after the first push asked where it listens; blocks go through CAF until
+    // then. So: pushes until one went beside CAF (each a round trip, no sleep).
+    bool beside = false;
+    for (int i = 0; i < 1000 && !beside; ++i) {
+      auto before = plane->bytes_sent();
+      ctx.kv.push(keys, std::vector<float>(4096, 1.0f)).get();
+      beside = plane->bytes_sent() > before;
+    }
+    REQUIRE(beside);
     stop_server(victim);
     auto sent = plane->bytes_sent();
     killed_while_waiting(victim, ctx.kv.push(keys, std::vector<float>(4096, 2.0f)));

@@ -4,6 +4,7 @@
 #include "tests/actor_fixture.hpp"
 
 #include "runtime/node.hpp"
+#include "runtime/app_registry.hpp"
 #include "runtime/job_contract.hpp"
 #include "tests/parsed_config.hpp"
 
@@ -12,12 +13,23 @@ using namespace ps::test;
 
 namespace {
 
+std::string no_result(worker_context&) { return "{}"; }
+
+// Two apps of this test's own (the built-in ones live in ps_apps): a training app with
+// a flag of its own, and an asynchronous key-value app.
+[[maybe_unused]] const bool apps_registered = [] {
+  register_app({"contract_train", "sgd under BSP", no_result, "sgd", "bsp", {},
+                {{"steps", app_flag_kind::count, "10", "contract_train: steps per worker",
+                  [](const node_config& c) { return c.app_count("steps") >= 1 ? "" : "must be >= 1"; }}}});
+  register_app({"contract_kv", "sums under ASP", no_result, "sum", "asp", {}, {}});
+  return true;
+}();
 
 job_spec softmax_spec(const std::vector<std::string>& flags) {
   parsed_config c(flags);
   REQUIRE(c.ok);
   job_settings s{rule_from(c.cfg, "sgd"), c.cfg.staleness_bound("bsp"), {}, 12};
-  return spec_of(c.cfg, "fmnist", s, {{"softmax", {0, 7850}, {7850}}});
+  return spec_of(c.cfg, "contract_train", s, {{"softmax", {0, 7850}, {7850}}});
 }
 
 std::string value(const std::vector<job_setting>& given, const std::string& name) {
@@ -29,10 +41,10 @@ std::string value(const std::vector<job_setting>& given, const std::string& name
 }  // namespace
 
 TEST_CASE("contract: only job settings given on the command line are compared") {
-  parsed_config c({"--app=fmnist", "--model=mlp", "--ps.vnodes=64", "--ps.timeout-ms=500", "--lr=0.25"});
+  parsed_config c({"--app=contract_train", "--model=mlp", "--ps.vnodes=64", "--ps.timeout-ms=500", "--lr=0.25"});
   REQUIRE(c.ok);
   auto given = given_settings(c.cfg);
-  CHECK(value(given, "app") == "fmnist");
+  CHECK(value(given, "app") == "contract_train");
   CHECK(value(given, "model") == "mlp");
   CHECK(value(given, "ps.vnodes") == "64");
   CHECK(value(given, "lr") == "0.25");
@@ -41,12 +53,12 @@ TEST_CASE("contract: only job settings given on the command line are compared") 
 }
 
 TEST_CASE("contract: the spec holds the effective consistency and rule, and a member adopts what it was not given") {
-  auto spec = softmax_spec({"--app=fmnist", "--consistency=ssp", "--staleness=2", "--epochs=3", "--lr=0.05"});
+  auto spec = softmax_spec({"--app=contract_train", "--consistency=ssp", "--staleness=2", "--epochs=3", "--lr=0.05"});
   CHECK(spec.get("consistency") == "ssp");
   CHECK(spec.get("staleness") == "2");
   CHECK(spec.get("ps.rule") == "sgd");
   CHECK(spec.get("epochs") == "3");
-  parsed_config member({"--app=fmnist", "--epochs=3"});
+  parsed_config member({"--app=contract_train", "--epochs=3"});
   REQUIRE(member.ok);
   CHECK(spec.differences(given_settings(member.cfg)).empty());
   adopt(member.cfg, spec);
@@ -54,19 +66,42 @@ TEST_CASE("contract: the spec holds the effective consistency and rule, and a me
   CHECK(member.cfg.staleness_bound("bsp") == 2);
   CHECK(member.cfg.epochs == 3);
   // A member given other values is told every one of them.
-  parsed_config other({"--app=fmnist", "--epochs=4", "--consistency=bsp"});
+  parsed_config other({"--app=contract_train", "--epochs=4", "--consistency=bsp"});
   REQUIRE(other.ok);
   auto text = describe_differences(spec.differences(given_settings(other.cfg)));
   CHECK(text == "--consistency=bsp (the job has ssp), --epochs=4 (the job has 3)");
 }
 
+TEST_CASE("contract: an app's own flag is a job setting: in the spec, compared when given, adopted when not") {
+  auto spec = softmax_spec({"--app=contract_train", "--steps=25"});
+  CHECK(spec.get("steps") == "25");
+  parsed_config adopter({"--app=contract_train"});
+  REQUIRE(adopter.ok);
+  CHECK(adopter.cfg.app_count("steps") == 10);  // the app's default until it adopts the job's
+  CHECK(value(given_settings(adopter.cfg), "steps") == "(absent)");
+  adopt(adopter.cfg, spec);
+  CHECK(adopter.cfg.app_count("steps") == 25);
+  parsed_config other({"--app=contract_train", "--steps=30"});
+  REQUIRE(other.ok);
+  CHECK(describe_differences(spec.differences(given_settings(other.cfg))) == "--steps=30 (the job has 25)");
+  // The app's check runs with the built-in ones; a flag no app declares is unknown.
+  CHECK_FALSE(parsed_config({"--app=contract_train", "--steps=0"}).ok);
+  CHECK_FALSE(parsed_config({"--app=contract_train", "--laps=3"}).ok);
+  CHECK_THROWS_WITH_AS(adopter.cfg.app_count("laps"), doctest::Contains("no registered app declares a count flag --laps"),
+                       bad_request);
+  // Another app may not declare the same flag differently.
+  CHECK_THROWS_WITH_AS(register_app({"contract_other", "x", no_result, "sum", "asp", {},
+                                     {{"steps", app_flag_kind::number, "1.5", "other steps", {}}}}),
+                       doctest::Contains("flag --steps differs from app contract_train's"), bad_request);
+}
+
 TEST_CASE("contract: an asynchronous job's spec says so and a member adopts it") {
-  parsed_config c({"--app=kvcheck"});
+  parsed_config c({"--app=contract_kv"});
   REQUIRE(c.ok);
   job_settings s{rule_from(c.cfg, "sum"), c.cfg.staleness_bound("asp"), {}, 12};
-  auto spec = spec_of(c.cfg, "kvcheck", s, {});
+  auto spec = spec_of(c.cfg, "contract_kv", s, {});
   CHECK(spec.get("staleness") == "inf");
-  parsed_config member({"--app=kvcheck"});
+  parsed_config member({"--app=contract_kv"});
   adopt(member.cfg, spec);
   CHECK(member.cfg.staleness_bound("bsp") == infinite_staleness);
 }
@@ -74,7 +109,7 @@ TEST_CASE("contract: an asynchronous job's spec says so and a member adopts it")
 TEST_CASE("contract: a spec value this build cannot read is refused by name") {
   job_spec spec;
   spec.set("epochs", "many");
-  parsed_config member({"--app=fmnist"});
+  parsed_config member({"--app=contract_train"});
   CHECK_THROWS_WITH_AS(adopt(member.cfg, spec), doctest::Contains("epochs = \"many\""), bad_request);
 }
 
@@ -82,14 +117,14 @@ TEST_CASE_FIXTURE(fixture, "contract: the coordinator refuses a member with othe
   coordinator_options o;
   o.servers = 1;
   o.workers = 1;
-  o.spec = softmax_spec({"--app=fmnist"});
+  o.spec = softmax_spec({"--app=contract_train"});
   auto coord = sys.spawn(coordinator, o);
   auto box = std::make_shared<inbox>();
   sched.run();
   auto reply = std::make_shared<caf::error>();
   alive.push_back(sys.spawn([=](caf::event_based_actor* self) -> caf::behavior {
     self->monitor(coord);
-    node_info me{"worker", "", 0, 42, {}, 0, 0, protocol_version, {{"model", "mlp"}, {"app", "fmnist"}}};
+    node_info me{"worker", "", 0, 42, {}, 0, 0, protocol_version, {{"model", "mlp"}, {"app", "contract_train"}}};
     self->request(coord, caf::infinite, register_atom::value, me)
       .then([](registration&) {}, [=](caf::error& e) { *reply = e; });
     self->set_down_handler([=](caf::down_msg& dm) { box->messages.push_back(caf::make_message(dm.reason)); });
@@ -115,7 +150,7 @@ TEST_CASE_FIXTURE(fixture, "contract: the coordinator refuses a member with othe
 
 TEST_CASE_FIXTURE(fixture, "contract: a member of another protocol version is refused naming both versions") {
   coordinator_options o;
-  o.spec = softmax_spec({"--app=fmnist"});
+  o.spec = softmax_spec({"--app=contract_train"});
   auto coord = sys.spawn(coordinator, o);
   auto reply = std::make_shared<caf::error>();
   alive.push_back(sys.spawn([=](caf::event_based_actor* self) -> caf::behavior {
@@ -137,7 +172,7 @@ TEST_CASE_FIXTURE(fixture, "contract: a registration carries the job's spec and 
   coordinator_options o;
   o.servers = 1;
   o.workers = 1;
-  o.spec = softmax_spec({"--app=fmnist", "--epochs=2"});
+  o.spec = softmax_spec({"--app=contract_train", "--epochs=2"});
   auto coord = sys.spawn(coordinator, o);
   auto slot = register_worker(coord);
   auto shard_reply = std::make_shared<std::optional<registration>>();
@@ -161,7 +196,7 @@ TEST_CASE_FIXTURE(fixture, "contract: the map every member gets spreads the spec
   coordinator_options o;
   o.servers = 2;
   o.workers = 1;
-  o.spec = softmax_spec({"--app=fmnist"});
+  o.spec = softmax_spec({"--app=contract_train"});
   o.bucket_bits = partitioner::bucket_bits_for(7850, 2);
   auto coord = sys.spawn(coordinator, o);
   auto worker = register_worker(coord);
