@@ -297,7 +297,7 @@ caf::result<registration> join_running_job(self_ptr self, const coordinator_opti
     self->monitor(sender);
     st.members[sender.address()] = "worker " + std::to_string(id) + " (joined, pid " + std::to_string(info.pid) + ")";
     st.worker_ids[sender.address()] = id;
-    st.worker_handles.push_back(sender);
+    st.worker_handles.push_back(caf::actor_cast<worker_actor>(sender));
   }
   auto rp = self->make_response_promise<registration>();
   auto start = std::make_shared<std::uint64_t>(0);
@@ -440,7 +440,7 @@ caf::result<registration> register_worker(self_ptr self, const coordinator_optio
   }
   auto id = st.next_worker++;
   st.worker_ids[sender.address()] = id;
-  if (sender) st.worker_handles.push_back(sender);
+  if (sender) st.worker_handles.push_back(caf::actor_cast<worker_actor>(sender));
   return park_registration(self, opts, sender, id, "worker " + std::to_string(id), false);
 }
 
@@ -489,7 +489,7 @@ coordinator_actor::behavior_type coordinator(self_ptr self, coordinator_options 
     [=](checkpoint_atom) { checkpoint_round(self, opts); },
     [=](view_atom, std::uint32_t) {
       auto& st = self->state;
-      auto sub = caf::actor_cast<caf::actor>(self->current_sender());
+      auto sub = caf::actor_cast<client_actor>(self->current_sender());
       if (!sub) return;
       st.view_subscribers.push_back(sub);
       if (st.epoch > 1) caf::anon_send(sub, view_atom::value, make_view(self, opts));  // missed one

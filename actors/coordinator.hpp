@@ -62,7 +62,7 @@ struct coordinator_state {
   std::uint64_t barrier_generation = 0;
   std::map<caf::actor_addr, std::string> members;  // monitored address -> description
   std::map<caf::actor_addr, std::uint32_t> worker_ids;
-  std::vector<caf::actor> worker_handles;  // the registered workers: told when the job ends
+  std::vector<worker_actor> worker_handles;  // the registered workers: told when the job ends
   bool ending = false;                     // end_job has begun: waiting for the shards' acks
   caf::error end_reason;                   // why it ended (none: completed)
   std::vector<bool> worker_done;  // by worker id: the initial ones plus those that joined
@@ -72,7 +72,7 @@ struct coordinator_state {
   std::vector<shard_actor> copies;                     // every copy: told views and departures
   std::size_t replicas_registered = 0;
   bool view_ready = false;                             // the map (and chains) are complete
-  std::vector<caf::actor> view_subscribers;        // workers' key-value clients
+  std::vector<client_actor> view_subscribers;      // workers' key-value clients
   static inline const char* name = "coordinator";
 };
 

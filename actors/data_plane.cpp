@@ -1,9 +1,11 @@
 #include "actors/data_plane.hpp"
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <sys/uio.h>
@@ -259,6 +261,29 @@ void data_plane::read_loop(std::shared_ptr<connection> c) {
   drop(c, why);
 }
 
+namespace {
+
+// connect(), but for at most `limit`: a peer whose link is cut would otherwise hold the
+// connecting thread for the kernel's SYN retries (about two minutes). errno says why not.
+bool connect_within(int fd, const sockaddr* addr, socklen_t len, std::chrono::milliseconds limit) {
+  int flags = ::fcntl(fd, F_GETFL, 0);
+  ::fcntl(fd, F_SETFL, flags | O_NONBLOCK);
+  bool ok = ::connect(fd, addr, len) == 0;
+  if (!ok && errno == EINPROGRESS) {
+    pollfd p{fd, POLLOUT, 0};
+    int n = ::poll(&p, 1, static_cast<int>(limit.count()));
+    int err = 0;
+    socklen_t err_len = sizeof err;
+    if (n == 0) errno = ETIMEDOUT;
+    else if (n > 0 && ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &err_len) == 0) errno = err;
+    ok = n > 0 && err == 0;
+  }
+  ::fcntl(fd, F_SETFL, flags);
+  return ok;
+}
+
+}  // namespace
+
 bool data_plane::connect(std::uint64_t peer, const std::string& host, std::uint16_t port, std::string* why) {
   {
     std::lock_guard<std::mutex> guard(mtx_);
@@ -275,7 +300,7 @@ bool data_plane::connect(std::uint64_t peer, const std::string& host, std::uint1
     return false;
   }
   int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  bool ok = fd >= 0 && ::connect(fd, res->ai_addr, res->ai_addrlen) == 0;
+  bool ok = fd >= 0 && connect_within(fd, res->ai_addr, res->ai_addrlen, stall_timeout_);
   freeaddrinfo(res);
   if (!ok) {
     *why = name + ": " + errno_text();

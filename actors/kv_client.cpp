@@ -153,7 +153,7 @@ struct client_state {
   std::uint64_t next_tag = 0;
   std::uint64_t epoch = 1;
   std::uint32_t worker = 0;
-  caf::actor coordinator;  // none: no failover, a dead shard fails its requests at once
+  coordinator_actor coordinator;  // none: no failover, a dead shard fails its requests at once
   std::chrono::milliseconds timeout;
   // Flow control per shard: CAF's broker buffers every queued message in one growing
   // buffer and shifts it after each partial write, so hundreds of MB queued on one
@@ -174,7 +174,18 @@ struct client_state {
   static inline const char* name = "kv_client";
 };
 
-using client_ptr = caf::stateful_actor<client_state>*;
+// The client actor: what the coordinator may send (client_actor), and its own messages.
+using client_impl = client_actor::extend<
+  // The failover deadline of route idx (generation gen): no new map came; fail its requests.
+  caf::reacts_to<failover_atom, std::uint64_t, std::uint64_t>,
+  // A request the fault injector delayed leaves now (route, tag).
+  caf::reacts_to<send_atom, std::uint64_t, std::uint64_t>,
+  // A request unanswered for --ps.retry-ms goes out again (route, tag).
+  caf::reacts_to<resend_atom, std::uint64_t, std::uint64_t>,
+  // From the caller's thread: a clock tick to every shard, and a planned push/init/pull.
+  caf::reacts_to<clock_atom, std::shared_ptr<op_request>>,
+  caf::reacts_to<dispatch_atom, std::shared_ptr<op_request>>>;
+using client_ptr = client_impl::stateful_pointer<client_state>;
 
 void launch(client_ptr self, std::size_t idx, pending_request r);
 
@@ -635,7 +646,7 @@ void init_client(client_ptr self, std::vector<shard_link> shards, std::vector<sh
   if (st.coordinator) self->send(st.coordinator, view_atom::value, st.worker);
 }
 
-caf::behavior kv_client_actor(client_ptr self, std::vector<shard_link> shards, std::vector<shard_entry> entries,
+client_impl::behavior_type kv_client_actor(client_ptr self, std::vector<shard_link> shards, std::vector<shard_entry> entries,
                               kv_client_options opts, std::uint64_t epoch, std::shared_ptr<kv_cluster_events> stats) {
   init_client(self, std::move(shards), std::move(entries), opts, epoch, std::move(stats));
   self->set_down_handler([=](caf::down_msg& dm) {
@@ -724,7 +735,8 @@ kv_client::kv_client(caf::actor_system& sys, const cluster_view& view,
     throw bad_request("kv_client: pulls take none, fp16 or int8 compression, not top-k (it would drop most parameters)");
   // Message faults act on CAF messages: under them blocks stay inside the messages.
   if (opts_.faults.touches_messages()) opts_.plane.reset();
-  actor_ = sys.spawn(kv_client_actor, std::move(shards), view.shards, opts_, view.epoch, stats_);
+  actor_ = caf::actor_cast<client_actor>(
+    sys.spawn(kv_client_actor, std::move(shards), view.shards, opts_, view.epoch, stats_));
 }
 
 kv_client::~kv_client() {
@@ -763,7 +775,7 @@ kv_future kv_client::leave_clock_vector() {
   req->kind = op_kind::clock;
   req->op = op;
   req->hdr = request_header{map_.epoch(), opts_.worker, left_clock, 0};  // a tick to infinity
-  caf::anon_send(actor_, clock_atom::value, std::move(req));
+  caf::anon_send(caf::actor_cast<client_impl>(actor_), clock_atom::value, std::move(req));
   return kv_future(op);
 }
 
@@ -794,7 +806,7 @@ kv_future kv_client::advance_clock(std::uint64_t c) {
   req->kind = op_kind::clock;
   req->op = op;
   req->hdr = request_header{map_.epoch(), opts_.worker, c, 0};
-  caf::anon_send(actor_, clock_atom::value, std::move(req));
+  caf::anon_send(caf::actor_cast<client_impl>(actor_), clock_atom::value, std::move(req));
   return kv_future(op);
 }
 
@@ -860,7 +872,7 @@ kv_future kv_client::send(op_kind kind, const key_set& keys, std::shared_ptr<std
     req->blocks.clear();
   }
   req->then_tick = then_tick;
-  caf::anon_send(actor_, dispatch_atom::value, std::move(req));
+  caf::anon_send(caf::actor_cast<client_impl>(actor_), dispatch_atom::value, std::move(req));
   return kv_future(op);
 }
 

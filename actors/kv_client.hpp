@@ -76,7 +76,7 @@ struct kv_client_options {
   codec compression{};
   // Where new shard maps come from after a failover. None: a dead shard fails its
   // requests at once.
-  caf::actor coordinator{};
+  coordinator_actor coordinator{};
   // Fault injector: this process dies abruptly when the worker ticks to this clock.
   std::optional<std::uint64_t> kill_at{};
   // A request unanswered this long is sent again (0: never; requests are not lost on
@@ -170,7 +170,7 @@ class kv_client {
   // follows one piece of one tensor across pushes.
   std::map<std::pair<key_type, std::size_t>, topk_residual> residuals_;
   std::shared_ptr<kv_cluster_events> stats_ = std::make_shared<kv_cluster_events>();
-  caf::actor actor_;
+  client_actor actor_;
   std::uint64_t clock_ = 0;
 };
 

@@ -325,6 +325,23 @@ using shard_actor = caf::typed_actor<
   // shard acknowledges and ends with that reason, so its process exits with the job's status.
   caf::replies_to<stop_atom, std::uint8_t, std::string>::with<caf::ok_atom>>;
 
+// A worker's key-value client, as the coordinator talks to it once it subscribed with
+// (view, worker): its other messages are its own (actors/kv_client.cpp).
+using client_actor = caf::typed_actor<
+  // A new shard map (after a failover or a replacement).
+  caf::reacts_to<view_atom, cluster_view>,
+  // The workers still running (data partitions follow them).
+  caf::reacts_to<members_atom, std::vector<std::uint32_t>>,
+  // No replacement for shard `id` will come (the job ends, for this reason): its
+  // requests fail now instead of at their timeout.
+  caf::reacts_to<failed_atom, std::uint32_t, std::string>>;
+
+// A registered worker, as the coordinator talks to it: the scoped actor it registered
+// from, alive while the worker runs.
+using worker_actor = caf::typed_actor<
+  // The job ended (errc code, reason): the worker program exits with the job's status.
+  caf::reacts_to<stop_atom, std::uint8_t, std::string>>;
+
 using coordinator_actor = caf::typed_actor<
   caf::replies_to<register_atom, node_info>::with<registration>,
   caf::replies_to<barrier_atom, std::uint32_t>::with<std::uint64_t>,

@@ -24,9 +24,8 @@ double seconds_between(clock_type::time_point a, clock_type::time_point b) {
 
 }  // namespace
 
-batch_loader::batch_loader(caf::actor_system& sys, make_fn make) {
-  // Detached: loading runs on its own thread, beside compute.
-  actor_ = sys.spawn<caf::detached>([make = std::move(make)](caf::event_based_actor*) -> caf::behavior {
+batch_loader::batch_loader(caf::actor_system& sys, make_fn make, bool own_thread) {
+  auto loader = [make = std::move(make)](caf::event_based_actor*) -> caf::behavior {
     return {[=](std::uint64_t clock, detail::batch_promise& p) {
       try {
         p->set_value(make(clock));
@@ -34,7 +33,9 @@ batch_loader::batch_loader(caf::actor_system& sys, make_fn make) {
         p->set_exception(std::current_exception());
       }
     }};
-  });
+  };
+  // Detached: loading runs beside compute.
+  actor_ = own_thread ? sys.spawn<caf::detached>(loader) : sys.spawn(loader);
 }
 
 batch_loader::~batch_loader() { caf::anon_send_exit(actor_, caf::exit_reason::user_shutdown); }

@@ -25,11 +25,13 @@ struct sample_batch {
   std::size_t n = 0;
 };
 
-// The loader stage: an actor on its own thread that builds batches on request.
+// The loader stage: an actor that builds batches on request, on a thread of its own
+// (reading and decoding block). own_thread = false: a scheduled actor instead, the
+// deterministic stand-in a test runs with its scheduler.
 class batch_loader {
  public:
   using make_fn = std::function<sample_batch(std::uint64_t clock)>;
-  batch_loader(caf::actor_system& sys, make_fn make);
+  batch_loader(caf::actor_system& sys, make_fn make, bool own_thread = true);
   ~batch_loader();
   batch_loader(const batch_loader&) = delete;
   batch_loader& operator=(const batch_loader&) = delete;

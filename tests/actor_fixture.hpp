@@ -148,7 +148,7 @@ struct two_shard_cluster : fixture {
       REQUIRE(r->has_value());
       view = (*r)->view;
       kv_client_options opts{(*r)->id, default_chunk_bytes, milliseconds(60000)};
-      if (follow_failovers) opts.coordinator = caf::actor_cast<caf::actor>(coord);
+      if (follow_failovers) opts.coordinator = coord;
       clients[(*r)->id] = std::make_unique<kv_client>(sys, view, links_of(view), opts);
     }
     auto init = clients[0]->init(keys, std::vector<float>(num_keys, 0.0f));

@@ -67,9 +67,17 @@ t1=$(date +%s%N)
 detected=$(( (t1 - t0) / 1000000 ))
 echo "netns: link of server 192.0.2.12 cut; coordinator declared it dead after $detected ms (failure timeout $detect_ms ms)"
 
+# The workers end by themselves. Should they not within 80 s, the watchdog shows where
+# everyone is and ends them (ctest would otherwise kill this script at 120 s, silently).
+( sleep 80 >/dev/null 2>&1; echo "netns: workers still running 80 s after the cut; the logs' tails:"
+  for f in "$work"/*.log; do echo "== $(basename "$f")"; tail -n 20 "$f"; done
+  kill -9 "$w0" "$w1" 2>/dev/null ) &
+watchdog=$!
 status=0
 wait "$w0" || status=1
 wait "$w1" || status=1
+pkill -P "$watchdog" 2>/dev/null || true  # its sleep
+kill "$watchdog" 2>/dev/null || true
 cat "$work/coord.log"
 [ "$status" -eq 0 ] || { echo "a worker failed"; cat "$work"/w*.log; exit 1; }
 # Detection within the timeout plus one heartbeat interval and some scheduling slack.

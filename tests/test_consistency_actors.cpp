@@ -11,6 +11,7 @@
 #include <random>
 
 #include "libps/consistency.hpp"
+#include "actors/training.hpp"
 #include "libps/trace.hpp"
 #include "tests/actor_fixture.hpp"
 
@@ -204,4 +205,22 @@ TEST_CASE("randomized BSP/SSP/ASP runs keep every guarantee") {
       std::remove(trace.c_str());
     }
   }
+}
+
+TEST_CASE_FIXTURE(fixture, "the loader stage's stand-in builds batches in request order when the scheduler runs it") {
+  std::vector<std::uint64_t> built;
+  batch_loader loader(sys, [&](std::uint64_t clock) {
+    built.push_back(clock);
+    if (clock == 2) throw bad_request("batch 2 is unreadable");
+    sample_batch b;
+    b.n = clock + 1;
+    return b;
+  }, false);
+  auto first = loader.request(0), second = loader.request(1), broken = loader.request(2);
+  CHECK(built.empty());  // nothing ran yet: the test's scheduler decides when
+  sched.run();
+  CHECK(built == std::vector<std::uint64_t>{0, 1, 2});
+  CHECK(first.get().n == 1);
+  CHECK(second.get().n == 2);
+  CHECK_THROWS_WITH_AS(broken.get(), "batch 2 is unreadable", bad_request);  // the error reaches the caller
 }

@@ -222,3 +222,13 @@ TEST_CASE("payload claimer: a waiting claim fails when its connection ends, or a
   caf::anon_send_exit(claimer, caf::exit_reason::user_shutdown);
   caf::anon_send_exit(impatient, caf::exit_reason::user_shutdown);
 }
+
+TEST_CASE("data plane: a connection to an address that never answers gives up at the stall timeout, naming it") {
+  data_plane worker("127.0.0.1", 1024, 10s, 200ms);
+  std::string why;
+  auto start = std::chrono::steady_clock::now();
+  // TEST-NET-1 (RFC 5737): nothing answers there (no route: at once; else the SYNs go unanswered).
+  CHECK_FALSE(worker.connect(7, "192.0.2.1", 9, &why));
+  CHECK(std::chrono::steady_clock::now() - start < 5s);  // not the kernel's two minutes of SYN retries
+  CHECK(why.find("data connection to 192.0.2.1:9") != std::string::npos);
+}

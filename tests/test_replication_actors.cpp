@@ -128,7 +128,7 @@ TEST_CASE("membership: a worker joins a running BSP job at the minimum clock and
   CHECK((*joined)->start_clock == 3);
   CHECK((*joined)->view.num_workers == 2);
   kv_client_options opts{1, default_chunk_bytes, milliseconds(60000)};
-  opts.coordinator = caf::actor_cast<caf::actor>(c.coord);
+  opts.coordinator = c.coord;
   kv_client second(c.sys, (*joined)->view, chain_cluster::links_of((*joined)->view), opts);
   second.advance_clock(3);
   c.sched.run();
