@@ -66,7 +66,7 @@ int main(int argc, char** argv) {
                                                       {"workers", workers}, {"gbps", gbps},
                                                       {"p50_us", percentile(lat, 0.5)},
                                                       {"p99_us", percentile(lat, 0.99)}});
-                             }});
+                             }, {}});
       if (!res.ok) {
         for (const auto& f : res.failures) std::fprintf(stderr, "error: %s\n", f.c_str());
         rc = 1;

@@ -27,7 +27,8 @@ std::string hello(ps::worker_context& ctx) {
 
 int main(int argc, char** argv) {
   ps::register_app({"hello_kv", "push and pull sums", hello, "sum", "asp",
-                    [](const ps::node_config&) { return std::vector<ps::tensor_spec>{{"hello", {0, num_keys}, {num_keys}}}; }});
+                    [](const ps::node_config&) { return std::vector<ps::tensor_spec>{{"hello", {0, num_keys}, {num_keys}}}; },
+                    {}});
   ps::node_config cfg;
   if (!cfg.parse_args(argc, argv)) return cfg.cli_helptext_printed ? 0 : 2;
   cfg.cluster = "embedded";

@@ -49,7 +49,10 @@ std::string setting_text(std::uint64_t v) { return std::to_string(v); }
 std::string setting_text(std::int64_t v) { return std::to_string(v); }
 std::string setting_text(const std::vector<std::int64_t>& v) {
   std::string out = "[";
-  for (std::size_t i = 0; i < v.size(); ++i) out += (i > 0 ? "," : "") + std::to_string(v[i]);
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    if (i > 0) out += ',';
+    out += std::to_string(v[i]);
+  }
   return out + "]";
 }
 

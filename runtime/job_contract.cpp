@@ -34,12 +34,6 @@ void parse_into(const std::string& name, const std::string& text, double& out) {
   if (!v) unreadable(name, text);
   out = *v;
 }
-void parse_into(const std::string& name, const std::string& text, std::vector<std::int64_t>& out) {
-  auto v = parse_counts(text);
-  if (!v) unreadable(name, text);
-  out = std::move(*v);
-}
-
 // One job setting: its flag name, how a member renders the value it was given, and how
 // it takes the spec's value.
 struct field {

@@ -1,0 +1,106 @@
+// Sparse tables (libps/sparse_table.hpp): rows created on first touch from (seed, table,
+// id) alone, updated by the table's rule with its state beside each row; duplicate ids
+// merged on the client side.
+#include <doctest/doctest.h>
+
+#include <cmath>
+
+#include "libps/keys.hpp"
+#include "libps/sparse_table.hpp"
+
+using namespace ps;
+
+namespace {
+
+sparse_table_spec spec_of(const std::string& name, std::uint32_t dim, rule_kind kind = rule_kind::sum,
+                          std::uint64_t seed = 7) {
+  sparse_table_spec s;
+  s.name = name;
+  s.dim = dim;
+  s.init_scale = 0.5f;
+  s.rule.kind = kind;
+  s.rule.lr = 0.1f;
+  s.seed = seed;
+  return s;
+}
+
+std::vector<float> pulled(sparse_table& t, std::vector<std::uint64_t> ids) {
+  std::vector<float> out(ids.size() * t.spec().dim);
+  t.pull(ids, out.data());
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("sparse table: a row's first value depends on (seed, table, id) only, wherever and whenever it is made") {
+  sparse_table a(spec_of("ads", 8)), b(spec_of("ads", 8));
+  pulled(b, {1, 2, 3});  // another history: other rows first
+  const std::uint64_t id = 0xdeadbeefcafef00dull;
+  auto first = pulled(a, {id});
+  CHECK(first == pulled(b, {id}));  // a replica, a restart, a migration: the same row
+  CHECK(first != pulled(a, {id + 1}));
+  sparse_table other_name(spec_of("users", 8)), other_seed(spec_of("ads", 8, rule_kind::sum, 8));
+  CHECK(first != pulled(other_name, {id}));
+  CHECK(first != pulled(other_seed, {id}));
+  for (auto v : pulled(a, {1, 2, 3, 4, 5, 6, 7, 8})) {
+    CHECK(v >= -0.5f);
+    CHECK(v < 0.5f);
+  }
+  // Spread over the range, not a constant: the mean of many values is near 0.
+  std::vector<std::uint64_t> many(1000);
+  for (std::uint64_t i = 0; i < many.size(); ++i) many[i] = i * 7919;
+  double sum = 0;
+  for (auto v : pulled(a, many)) sum += v;
+  CHECK(std::abs(sum / (1000.0 * 8)) < 0.02);
+}
+
+TEST_CASE("sparse table: pulls create rows once; pushes fold gradients in with the rule, per occurrence") {
+  sparse_table t(spec_of("t", 2));
+  auto start = pulled(t, {5, 9});
+  CHECK(t.rows() == 2);
+  CHECK(pulled(t, {9, 5, 9}) == std::vector<float>{start[2], start[3], start[0], start[1], start[2], start[3]});
+  CHECK(t.rows() == 2);
+  std::vector<float> g{1.0f, 2.0f, 10.0f, 20.0f};
+  t.push(std::vector<std::uint64_t>{5, 5}, g.data());  // sum rule, once per occurrence
+  auto now = pulled(t, {5});
+  CHECK(now[0] == doctest::Approx(start[0] + 11.0f));
+  CHECK(now[1] == doctest::Approx(start[1] + 22.0f));
+  t.push(std::vector<std::uint64_t>{42}, g.data());  // a push creates the row first
+  CHECK(t.rows() == 3);
+  std::vector<float> fresh(2);
+  initial_row(7, "t", 42, 0.5f, fresh.data(), 2);
+  CHECK(pulled(t, {42}) == std::vector<float>{fresh[0] + 1.0f, fresh[1] + 2.0f});
+}
+
+TEST_CASE("sparse table: Adagrad keeps its accumulator beside each row") {
+  sparse_table t(spec_of("emb", 1, rule_kind::adagrad));
+  auto w0 = pulled(t, {3})[0];
+  std::vector<float> g{2.0f};
+  t.push(std::vector<std::uint64_t>{3}, g.data());
+  auto w1 = pulled(t, {3})[0];
+  CHECK(w1 == doctest::Approx(w0 - 0.1f * 2.0f / (2.0f + 1e-8f)));  // h = 4
+  t.push(std::vector<std::uint64_t>{3}, g.data());
+  CHECK(pulled(t, {3})[0] == doctest::Approx(w1 - 0.1f * 2.0f / (std::sqrt(8.0f) + 1e-8f)));  // h = 8: state kept
+  CHECK(t.bytes() == 2 * sizeof(float) + 32);  // value and accumulator, plus the index entry
+}
+
+TEST_CASE("sparse table: a bad spec is refused, naming the table") {
+  CHECK_THROWS_WITH_AS(sparse_table{spec_of("", 4)}, "a sparse table needs a name", bad_request);
+  CHECK_THROWS_WITH_AS(sparse_table{spec_of("t", 0)}, doctest::Contains("sparse table t: dim 0"), bad_request);
+  auto s = spec_of("t", 4);
+  s.init_scale = NAN;
+  CHECK_THROWS_WITH_AS(sparse_table{s}, doctest::Contains("init scale"), bad_request);
+}
+
+TEST_CASE("merge_rows: duplicates merged in first-seen order, gradients summed, positions mapped back") {
+  std::vector<std::uint64_t> ids{7, 3, 7, 9, 3, 7};
+  std::vector<float> g{1, 10, 2, 20, 3, 30, 4, 40, 5, 50, 6, 60};
+  auto m = merge_rows(ids, g.data(), 2);
+  CHECK(m.ids == std::vector<std::uint64_t>{7, 3, 9});
+  CHECK(m.grads == std::vector<float>{10, 100, 7, 70, 4, 40});
+  CHECK(m.slot == std::vector<std::uint32_t>{0, 1, 0, 2, 1, 0});
+  auto pull_only = merge_rows(ids, nullptr, 2);
+  CHECK(pull_only.ids == m.ids);
+  CHECK(pull_only.grads.empty());
+  CHECK(merge_rows({}, nullptr, 2).ids.empty());
+}
