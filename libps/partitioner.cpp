@@ -65,7 +65,8 @@ std::uint32_t partitioner::owner_of_bucket(std::uint64_t bucket) const {
 }
 
 void partitioner::place_balanced() {
-  // Each bucket's weight: how many of its keys lie in the balanced ranges.
+  // Each bucket's weight: how many of its keys lie in the balanced ranges (std::map: in
+  // key order).
   std::map<std::uint64_t, std::uint64_t> weight;
   std::uint64_t total = 0;
   for (const auto& r : balanced_)
@@ -74,31 +75,17 @@ void partitioner::place_balanced() {
       total += end - begin;
     });
   if (weight.empty()) return;
-  std::vector<std::pair<std::uint64_t, std::uint64_t>> order;  // (hash, bucket)
-  for (const auto& [bucket, w] : weight) order.emplace_back(bucket_hash(bucket), bucket);
-  std::sort(order.begin(), order.end());
-  const auto n = shard_ids_.size();
-  const double eps = n > 1 ? 0.05 / static_cast<double>(n - 1) : 0.0;
-  const auto cap = static_cast<std::uint64_t>(std::ceil(static_cast<double>(total) * (1 + eps) / n));
-  std::map<std::uint32_t, std::uint64_t> load;
-  for (const auto& [h, bucket] : order) {
-    const auto w = weight[bucket];
-    auto it = std::lower_bound(ring_.begin(), ring_.end(), std::make_pair(h, std::uint32_t{0}));
-    // Clockwise to the first shard with room for it; else (a bucket larger than any
-    // room left) the least loaded shard.
-    std::uint32_t owner = shard_ids_.front();
-    bool found = false;
-    for (std::size_t step = 0; step < ring_.size() && !found; ++step, ++it) {
-      if (it == ring_.end()) it = ring_.begin();
-      if (load[it->second] + w <= cap) {
-        owner = it->second;
-        found = true;
-      }
-    }
-    for (auto id : shard_ids_)
-      if (!found && load[id] < load[owner]) owner = id;
-    load[owner] += w;
-    placed_[bucket] = owner;
+  // Contiguous runs: the buckets in key order are cut into n runs of equal weight, run j
+  // for the j-th smallest shard id; a bucket goes to the run its middle key falls in.
+  auto ids = shard_ids_;
+  std::sort(ids.begin(), ids.end());
+  const auto n = ids.size();
+  std::uint64_t before = 0;  // weight of the buckets before this one
+  for (const auto& [bucket, w] : weight) {
+    auto middle = static_cast<unsigned __int128>(before) * 2 + w;  // twice the middle key's rank
+    auto run = static_cast<std::size_t>(middle * n / (static_cast<unsigned __int128>(total) * 2));
+    placed_[bucket] = ids[std::min(run, n - 1)];
+    before += w;
   }
 }
 

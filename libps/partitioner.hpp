@@ -6,12 +6,14 @@
 //
 // A job's dense tensors (the `balanced` ranges) hold few buckets, too few for hashing
 // alone to spread them evenly (the softmax model's 2 buckets of 4096 keys both hashed to
-// one of 2 shards). Their buckets are placed with bounded loads (Mirrokni, Thorup and
-// Zadimoghaddam, "Consistent Hashing with Bounded Loads", SODA 2018): in the order of
-// their hashes, each goes to the first shard clockwise with room for it under a cap of
-// (1 + eps) times the mean, eps = 0.05 / (n - 1), so no shard holds more than 5% above
-// the mean, nor less than 5% plus n - 1 buckets below it. The placement depends only on the shards, the ring and the
-// ranges, so every member computes the same one.
+// one of 2 shards), and a tensor whose buckets are scattered over the shards travels as
+// many small ranges (a 7,850-key pull as ~128 ranges per shard). So their buckets are
+// placed in contiguous runs: in key order, cut into one run of equal weight per shard (at
+// bucket boundaries, so within one bucket of the mean), run j on the j-th smallest shard
+// id. A tensor then lies in at most one piece per shard, as ps-lite's range partitioning
+// has it. The placement depends only on the shards and the ranges, so every member
+// computes the same one; a join re-cuts the runs (moving about half the dense keys from
+// 2 to 3 shards), which an explicit range map will avoid when shards join while training.
 #include <cstdint>
 #include <unordered_map>
 #include <utility>
