@@ -32,8 +32,10 @@ std::shared_ptr<const checkpoint> complete(self_ptr self, const checkpointer_opt
 
 }  // namespace
 
-checkpoint_file_writer_actor::behavior_type checkpoint_file_writer(checkpoint_file_writer_actor::pointer,
+checkpoint_file_writer_actor::behavior_type checkpoint_file_writer(checkpoint_file_writer_actor::pointer self,
                                                                    std::string dir) {
+  // It ends with the checkpointer, however that ends (a link ignores a normal exit).
+  self->set_exit_handler([self](caf::exit_msg& msg) { self->quit(msg.reason); });
   return {[dir](write_atom, const std::shared_ptr<const checkpoint>& c) -> caf::result<std::string> {
     try {
       return write_checkpoint(dir, *c);

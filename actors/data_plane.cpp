@@ -450,8 +450,10 @@ void answer_claims(claimer_ptr self, data_plane& plane, std::pair<std::uint64_t,
 
 }  // namespace
 
-plane_connector_actor::behavior_type plane_connector(plane_connector_actor::pointer,
+plane_connector_actor::behavior_type plane_connector(plane_connector_actor::pointer self,
                                                      std::shared_ptr<data_plane> plane) {
+  // It ends with its owner, however that ends (a link ignores a normal exit).
+  self->set_exit_handler([self](caf::exit_msg& msg) { self->quit(msg.reason); });
   return {[=](connect_atom, std::uint64_t peer, const std::string& host,
               std::uint16_t port) -> caf::result<std::uint64_t> {
     std::string why;
@@ -461,6 +463,10 @@ plane_connector_actor::behavior_type plane_connector(plane_connector_actor::poin
 }
 
 payload_claimer_actor::behavior_type payload_claimer(claimer_ptr self, std::shared_ptr<data_plane> plane) {
+  // It ends with its owner, however that ends: a link ignores a normal exit, and a
+  // pending expiry would keep it alive for the claim timeout (a shard's process waited
+  // 10 s at its end).
+  self->set_exit_handler([self](caf::exit_msg& msg) { self->quit(msg.reason); });
   return {
     [=](claim_atom, const float_block& block) -> caf::result<float_block> {
       try {

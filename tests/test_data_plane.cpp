@@ -232,3 +232,30 @@ TEST_CASE("data plane: a connection to an address that never answers gives up at
   CHECK(std::chrono::steady_clock::now() - start < 5s);  // not the kernel's two minutes of SYN retries
   CHECK(why.find("data connection to 192.0.2.1:9") != std::string::npos);
 }
+
+TEST_CASE("payload claimer: it ends with its owner, also when the owner ends normally with a claim still waiting") {
+  caf::actor_system_config cfg;
+  caf::actor_system sys{cfg};
+  caf::scoped_actor self{sys};
+  auto plane = std::make_shared<data_plane>("127.0.0.1", 1024, 60s, 10s);
+  auto claimer_of = std::make_shared<payload_claimer_actor>();
+  float_block named;
+  named.size = 10;
+  named.ticket = 1;
+  named.origin = 42;  // never comes: the claim waits (60 s claim timeout)
+  auto owner = sys.spawn([=](caf::event_based_actor* me) -> caf::behavior {
+    *claimer_of = me->spawn<caf::linked>(payload_claimer, plane);
+    return {[=](caf::ok_atom) {
+      caf::anon_send(*claimer_of, claim_atom::value, named);
+      me->quit();  // a normal end, like a shard's after a completed job
+    }};
+  });
+  self->monitor(owner);
+  caf::anon_send(owner, caf::ok_atom::value);
+  self->receive([](caf::down_msg&) {});
+  REQUIRE(*claimer_of);
+  self->monitor(*claimer_of);
+  bool ended = false;
+  self->receive([&](caf::down_msg&) { ended = true; }, caf::after(20s) >> [] {});
+  CHECK(ended);  // at once, not after the claim timeout
+}
