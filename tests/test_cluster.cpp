@@ -18,6 +18,7 @@
 #include "apps/apps.hpp"
 #include "libps/checkpoint.hpp"
 #include "libps/consistency.hpp"
+#include "libps/criteo.hpp"
 #include "libps/trace.hpp"
 #include "runtime/job_contract.hpp"
 #include "tests/parsed_config.hpp"
@@ -801,4 +802,26 @@ TEST_CASE("contract: psctl stop ends the job: status stopped everywhere, the coo
   CHECK(bad_rc == 1);
   CHECK(bad_out.find("cannot reach the coordinator at 127.0.0.1:1") != std::string::npos);
   CHECK(shell("bin/psctl pause 127.0.0.1:1").first == 2);
+}
+
+TEST_CASE("gen_ctr writes Criteo-format files a reader takes, and a truth whose bayes_auc is a real AUC") {
+  std::filesystem::remove_all("ctr-gen");
+  auto [rc, out] = shell("bin/gen_ctr --out=ctr-gen --train-rows=3000 --test-rows=1000 --vocabulary=500 --seed=4");
+  INFO(out);
+  REQUIRE(rc == 0);
+  std::ifstream truth_file("ctr-gen/truth.json");
+  auto truth = nlohmann::json::parse(truth_file);
+  CHECK(truth == last_json(out));
+  CHECK(truth["bayes_auc"] > 0.6);
+  CHECK(truth["bayes_auc"] < 1.0);
+  for (auto [name, rows] : {std::pair<std::string, int>{"train", 3000}, {"test", 1000}}) {
+    criteo_reader reader("ctr-gen/" + name + ".tsv", criteo_reader::on_bad_line::stop);
+    int n = 0;
+    while (reader.next()) ++n;
+    CHECK(n == rows);
+  }
+  auto [bad_rc, bad_out] = shell("bin/gen_ctr --train-rows=10");
+  CHECK(bad_rc == 2);
+  CHECK(bad_out.find("--out=DIR is required") != std::string::npos);
+  std::filesystem::remove_all("ctr-gen");
 }
