@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "libps/hash.hpp"
 #include "libps/keys.hpp"
 
 namespace ps {
@@ -62,12 +63,8 @@ criteo_row parse_criteo_line(const std::string& line, const std::string& where) 
 }
 
 std::uint64_t criteo_feature_id(std::size_t field, std::uint32_t value) {
-  // splitmix64 of (field, value): ids spread over the whole 64-bit space.
-  std::uint64_t x = (static_cast<std::uint64_t>(field + 1) << 32) | value;
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
+  // Mixed: ids spread over the whole 64-bit space (and over the shards' buckets).
+  return mix64((static_cast<std::uint64_t>(field + 1) << 32) | value);
 }
 
 // zlib's gz reader reads plain files as they are, so one path serves both.

@@ -5,28 +5,22 @@
 #include <cstdio>
 #include <numeric>
 
+#include "libps/hash.hpp"
 #include "libps/keys.hpp"
 
 namespace ps {
 
 namespace {
 
-std::uint64_t mix(std::uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-
 // A weight in about [-1, 1], a function of (seed, field, id) only.
 double weight_of(std::uint64_t seed, std::size_t field, std::uint64_t id) {
-  auto bits = mix(seed ^ mix((static_cast<std::uint64_t>(field) << 40) ^ id)) >> 11;
+  auto bits = mix64(seed ^ mix64((static_cast<std::uint64_t>(field) << 40) ^ id)) >> 11;
   return static_cast<double>(bits) * 0x1.0p-53 * 2.0 - 1.0;
 }
 
 // The categorical value written for rank `id` of field `field` (a 32-bit hex id).
 std::uint32_t value_of(std::uint64_t seed, std::size_t field, std::uint64_t id) {
-  return static_cast<std::uint32_t>(mix(seed * 31 + field * 1000003 + id));
+  return static_cast<std::uint32_t>(mix64(seed * 31 + field * 1000003 + id));
 }
 
 }  // namespace

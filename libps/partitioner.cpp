@@ -6,13 +6,6 @@
 
 namespace ps {
 
-std::uint64_t mix64(std::uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
-
 partitioner::partitioner(std::uint64_t epoch, std::vector<std::uint32_t> shard_ids,
                          std::uint32_t vnodes, std::uint32_t bucket_bits, std::vector<key_range> balanced)
     : epoch_(epoch), shard_ids_(std::move(shard_ids)), vnodes_(vnodes), bucket_bits_(bucket_bits),

@@ -19,6 +19,7 @@
 #include <utility>
 #include <vector>
 
+#include "libps/hash.hpp"
 #include "libps/keys.hpp"
 
 namespace ps {
@@ -76,7 +77,5 @@ class partitioner {
   std::vector<std::pair<std::uint64_t, std::uint32_t>> ring_;  // (position, shard id), sorted
   std::unordered_map<std::uint64_t, std::uint32_t> placed_;  // bucket -> shard, for balanced buckets
 };
-
-std::uint64_t mix64(std::uint64_t x);  // splitmix64 finalizer
 
 }  // namespace ps

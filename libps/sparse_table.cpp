@@ -2,26 +2,10 @@
 
 #include <cmath>
 
+#include "libps/hash.hpp"
 #include "libps/keys.hpp"
 
 namespace ps {
-
-namespace {
-
-std::uint64_t splitmix64(std::uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-
-std::uint64_t fnv1a(const std::string& s) {
-  std::uint64_t h = 0xcbf29ce484222325ull;
-  for (unsigned char c : s) h = (h ^ c) * 0x100000001b3ull;
-  return h;
-}
-
-}  // namespace
 
 void sparse_table_spec::validate() const {
   if (name.empty()) throw bad_request("a sparse table needs a name");
@@ -33,10 +17,10 @@ void sparse_table_spec::validate() const {
 
 void initial_row(std::uint64_t seed, const std::string& table, std::uint64_t id, float scale, float* out,
                  std::uint32_t dim) {
-  auto base = splitmix64(seed ^ splitmix64(fnv1a(table) ^ splitmix64(id)));
+  auto base = mix64(seed ^ mix64(fnv1a(table) ^ mix64(id)));
   for (std::uint32_t i = 0; i < dim; ++i) {
     // 24 random bits: uniform in [0, 1) exactly representable as a float.
-    auto bits = splitmix64(base + i) >> 40;
+    auto bits = mix64(base + i) >> 40;
     out[i] = (static_cast<float>(bits) * 0x1.0p-24f * 2.0f - 1.0f) * scale;
   }
 }
