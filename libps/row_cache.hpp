@@ -1,0 +1,80 @@
+#pragma once
+// A worker's embedding cache with bounded staleness (after HET, VLDB 2022). A clock is
+// one minibatch of this worker. Each cached row carries the clock at which it was
+// pulled; at clock c it is used while it is at most S clocks old (pulled at c - S or
+// later), else pulled again. Gradients of a row accumulate in the cache and go to the
+// server as one push: before the row is pulled again, when it is evicted, before a
+// gradient of clock c0 would miss the reads of clock c0 + S + 1 (SSP: they must see it),
+// and at the end. Least recently used rows are evicted beyond the capacity. Plain class:
+// the worker's client asks it what to pull and what to push (issue 14, point 5).
+#include <cstdint>
+#include <list>
+#include <span>
+#include <unordered_map>
+#include <vector>
+
+namespace ps {
+
+// Accumulated gradients of one row, to push.
+struct row_flush {
+  std::uint64_t id = 0;
+  std::vector<float> grad;
+};
+
+class row_cache {
+ public:
+  // Throws bad_request for dim 0 or capacity 0.
+  row_cache(std::uint32_t dim, std::size_t capacity_rows, std::uint64_t staleness);
+
+  // The distinct ids of a batch at `clock` that must be pulled: not cached, or cached
+  // from before clock - S. Counts hits and misses.
+  std::vector<std::uint64_t> misses(std::span<const std::uint64_t> ids, std::uint64_t clock);
+  // Rows pulled at `clock` (ids.size() * dim values). A refreshed row's pending
+  // gradients, and those of rows evicted to make room, are returned: push them first.
+  std::vector<row_flush> fill(std::span<const std::uint64_t> ids, const float* values, std::uint64_t clock);
+  // The cached values of ids (each must be cached: misses() then fill()).
+  void read(std::span<const std::uint64_t> ids, float* out) const;
+  // Adds gradients (ids.size() * dim) to the rows' pending sums, noting the clock of a
+  // row's first pending gradient.
+  void accumulate(std::span<const std::uint64_t> ids, const float* grads, std::uint64_t clock);
+  // Pending sums that must leave before `clock` begins: their first gradient is from
+  // before clock - S.
+  std::vector<row_flush> due(std::uint64_t clock);
+  // Every pending sum (the end of training).
+  std::vector<row_flush> drain();
+
+  std::size_t size() const { return rows_.size(); }
+  std::uint64_t hits() const { return hits_; }
+  std::uint64_t missed() const { return missed_; }
+
+ private:
+  struct entry {
+    std::vector<float> value;
+    std::uint64_t pulled_at = 0;
+    std::vector<float> pending;  // empty: nothing to push
+    std::uint64_t pending_since = 0;
+    std::list<std::uint64_t>::iterator lru;
+  };
+  row_flush take_pending(std::uint64_t id, entry& e);
+  void evict_beyond(std::size_t capacity, std::vector<row_flush>& out);
+
+  std::uint32_t dim_;
+  std::size_t capacity_;
+  std::uint64_t staleness_;
+  std::unordered_map<std::uint64_t, entry> rows_;
+  std::list<std::uint64_t> lru_;  // front: most recently used
+  std::uint64_t hits_ = 0, missed_ = 0;
+};
+
+// What a cache of unbounded capacity saves on a sequence of batches (each a list of row
+// ids, one batch per clock) at staleness S, in rows moved: without a cache every batch
+// pulls and pushes its distinct rows; with one, a row costs a pull when first touched
+// or older than S clocks, and a push when refreshed (if it had gradients) or at the end.
+// train_ctr's embedding_bytes_bound is `with_cache` times the row's bytes.
+struct cache_bound {
+  std::uint64_t without_cache = 0;  // rows pulled plus rows pushed
+  std::uint64_t with_cache = 0;
+};
+cache_bound unbounded_cache_traffic(const std::vector<std::vector<std::uint64_t>>& batches, std::uint64_t staleness);
+
+}  // namespace ps
