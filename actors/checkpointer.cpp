@@ -30,6 +30,14 @@ std::shared_ptr<const checkpoint> complete(self_ptr self, const checkpointer_opt
   return c;
 }
 
+// A file was written or failed: flushes waiting for the last one are answered.
+void written(self_ptr self) {
+  auto& st = self->state;
+  if (--st.writing > 0) return;
+  for (auto& rp : st.flushes) rp.deliver(caf::ok_atom::value);
+  st.flushes.clear();
+}
+
 }  // namespace
 
 checkpoint_file_writer_actor::behavior_type checkpoint_file_writer(checkpoint_file_writer_actor::pointer self,
@@ -50,6 +58,12 @@ checkpointer_actor::behavior_type checkpointer(self_ptr self, checkpointer_optio
                                              : self->spawn<caf::linked + caf::detached>(checkpoint_file_writer, opts.dir);
   return {
     [=](view_atom, std::uint64_t epoch) { self->state.epoch = std::max(self->state.epoch, epoch); },
+    [=](flush_atom) -> caf::result<caf::ok_atom> {
+      if (self->state.writing == 0) return caf::ok_atom::value;
+      auto rp = self->make_response_promise<caf::ok_atom>();
+      self->state.flushes.push_back(rp);
+      return rp;
+    },
     [=](snapshot_atom, std::uint32_t shard, std::uint64_t clock, const encoded_block& data) {
       auto refused = [&](const std::string& why) {
         tell(opts, "checkpoint at clock " + std::to_string(clock) + ": part from shard " + std::to_string(shard) +
@@ -65,11 +79,17 @@ checkpointer_actor::behavior_type checkpointer(self_ptr self, checkpointer_optio
       auto file = complete(self, opts, clock);
       if (!file) return;
       // Files are written in the order their clocks completed: the writer's mailbox is a queue.
+      ++self->state.writing;
       self->request(self->state.file_writer, caf::infinite, write_atom::value, file)
-        .then([=](const std::string& path) { tell(opts, "checkpoint written: " + path + " (clock " + std::to_string(clock) + ")"); },
-              [=](caf::error& err) {
-                tell(opts, "checkpoint at clock " + std::to_string(clock) + " not written: " + describe(err));
-              });
+        .then(
+          [=](const std::string& path) {
+            tell(opts, "checkpoint written: " + path + " (clock " + std::to_string(clock) + ")");
+            written(self);
+          },
+          [=](caf::error& err) {
+            tell(opts, "checkpoint at clock " + std::to_string(clock) + " not written: " + describe(err));
+            written(self);
+          });
     },
   };
 }

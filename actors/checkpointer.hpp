@@ -35,6 +35,8 @@ struct checkpointer_state {
   std::map<std::uint64_t, std::map<std::uint32_t, shard_snapshot>> pending;  // clock -> shard -> state
   std::uint64_t epoch = 0;  // of the newest shard map heard of
   checkpoint_file_writer_actor file_writer;
+  std::size_t writing = 0;  // files handed to the writer, not yet answered
+  std::vector<caf::typed_response_promise<caf::ok_atom>> flushes;  // waiting for writing == 0
   static inline const char* name = "checkpointer";
 };
 

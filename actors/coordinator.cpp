@@ -143,8 +143,8 @@ std::string member_name(const node_info& info) {
 }
 
 encoded_block encoded_state(const checkpoint& c, std::uint32_t shard);
-void shard_failed(self_ptr self, const coordinator_options& opts, std::uint32_t id, const std::string& who,
-                  const caf::error& reason);
+void recover_shard(self_ptr self, const coordinator_options& opts, std::uint32_t id, const std::string& who,
+                   const caf::error& reason);
 
 // Hands the new map to every live shard first, then (once they all have it) to the
 // workers' clients, so no request of the new epoch reaches a shard that lacks it.
@@ -191,7 +191,7 @@ void copy_failed(self_ptr self, const coordinator_options& opts, std::uint32_t i
   auto& chain = st.shards[id].chain;
   chain.erase(std::remove_if(chain.begin(), chain.end(), [&](const caf::actor& c) { return c.address() == gone; }),
               chain.end());
-  if (opts.replication < 2 || !st.view_ready || chain.empty()) return shard_failed(self, opts, id, who, reason);
+  if (opts.replication < 2 || !st.view_ready || chain.empty()) return recover_shard(self, opts, id, who, reason);
   ++st.epoch;
   st.shards[id].handle = chain.front();
   st.shards[id].since_epoch = st.epoch;
@@ -200,6 +200,19 @@ void copy_failed(self_ptr self, const coordinator_options& opts, std::uint32_t i
     std::to_string(chain.size()) + " cop" + (chain.size() == 1 ? "y" : "ies") + " left, epoch " +
     std::to_string(st.epoch) + "; nothing lost");
   announce_view(self, opts);
+}
+
+void shard_failed(self_ptr self, const coordinator_options& opts, std::uint32_t id, const std::string& who,
+                  const caf::error& reason);
+
+// A shard with no copy left died: its recovery reads the newest checkpoint, so a file
+// still being written (its parts were all in before the death) is waited for first.
+void recover_shard(self_ptr self, const coordinator_options& opts, std::uint32_t id, const std::string& who,
+                   const caf::error& reason) {
+  if (!opts.checkpointer || opts.checkpoint_dir.empty()) return shard_failed(self, opts, id, who, reason);
+  self->request(opts.checkpointer, std::chrono::seconds(60), flush_atom::value)
+    .then([=](caf::ok_atom) { shard_failed(self, opts, id, who, reason); },
+          [=](caf::error&) { shard_failed(self, opts, id, who, reason); });  // recovers from what is there
 }
 
 // A shard died. Without replicas its keys come back from the newest intact checkpoint,

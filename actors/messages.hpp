@@ -38,6 +38,7 @@ using min_clock_atom = caf::atom_constant<caf::atom("minclock")>;
 using cut_atom = caf::atom_constant<caf::atom("cut")>;
 using snapshot_atom = caf::atom_constant<caf::atom("snapshot")>;
 using write_atom = caf::atom_constant<caf::atom("write")>;
+using flush_atom = caf::atom_constant<caf::atom("flush")>;
 using news_atom = caf::atom_constant<caf::atom("news")>;
 using loss_atom = caf::atom_constant<caf::atom("loss")>;
 using job_failed_atom = caf::atom_constant<caf::atom("jobfailed")>;
@@ -185,7 +186,10 @@ using checkpointer_actor = caf::typed_actor<
   // shard's part for that clock is in.
   caf::reacts_to<snapshot_atom, std::uint32_t, std::uint64_t, encoded_block>,
   // The epoch of a newer shard map (after a failover): later files carry it.
-  caf::reacts_to<view_atom, std::uint64_t>>;
+  caf::reacts_to<view_atom, std::uint64_t>,
+  // Answered once every complete checkpoint handed to the file writer so far is written
+  // (or failed): the coordinator asks before it recovers a shard from the newest file.
+  caf::replies_to<flush_atom>::with<caf::ok_atom>>;
 
 // What every member learns from the coordinator: the shard map and the job settings.
 struct cluster_view {

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "actors/checkpointer.hpp"
 #include "tests/actor_fixture.hpp"
 
 using namespace ps;
@@ -341,4 +342,45 @@ TEST_CASE_FIXTURE(fixture, "compressed pulls: answers encoded by the shard, deco
   topk.pull_compression = parse_codec("topk");
   CHECK_THROWS_WITH_AS(kv_client(sys, reg.view, links_of(reg.view), topk),
                        doctest::Contains("not top-k"), bad_request);
+}
+
+TEST_CASE_FIXTURE(fixture, "checkpointer: a flush is answered once the complete files handed to the writer are written") {
+  // A stand-in file writer that answers only when told (ok): the file is "being written".
+  auto pending = std::make_shared<std::vector<caf::response_promise>>();
+  auto writer_actor = sys.spawn([=](caf::event_based_actor* self) -> caf::behavior {
+    return {[=](write_atom, const std::shared_ptr<const checkpoint>& c) {
+              CHECK(c->header.clock == 8);
+              CHECK(c->shards.size() == 2);
+              pending->push_back(self->make_response_promise());
+            },
+            [=](caf::ok_atom) {
+              for (auto& rp : *pending) rp.deliver(std::string("dir/checkpoint-8.apsckpt"));
+            }};
+  });
+  auto writer = caf::actor_cast<checkpoint_file_writer_actor>(writer_actor);
+  checkpointer_options o;
+  o.header.shard_ids = {0, 1};
+  o.file_writer = writer;
+  auto ckpt = sys.spawn(checkpointer, o);
+  auto flushed = std::make_shared<int>(0);
+  auto ask_flush = [&] {
+    alive.push_back(sys.spawn([=](caf::event_based_actor* self) {
+      self->request(ckpt, caf::infinite, flush_atom::value).then([=](caf::ok_atom) { ++*flushed; });
+    }));
+  };
+  ask_flush();
+  sched.run();
+  CHECK(*flushed == 1);  // nothing being written: at once
+  for (std::uint32_t shard : {0u, 1u})
+    caf::anon_send(ckpt, snapshot_atom::value, shard, std::uint64_t{8}, snapshot_block(shard_snapshot{shard, {}}));
+  sched.run();
+  REQUIRE(pending->size() == 1);  // both parts in: the file went to the writer
+  ask_flush();
+  sched.run();
+  CHECK(*flushed == 1);  // waits for the file
+  caf::anon_send(writer_actor, caf::ok_atom::value);
+  sched.run();
+  CHECK(*flushed == 2);
+  alive.push_back(writer_actor);
+  alive.push_back(caf::actor_cast<caf::actor>(ckpt));
 }
