@@ -13,6 +13,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <deque>
 #include <random>
 
 #include "libps/codec.hpp"
@@ -23,8 +24,17 @@ struct data_plane::connection {
   int fd = -1;
   std::atomic<std::uint64_t> peer{0};  // its token; 0 until its hello (accepted connections)
   std::string name;        // "data connection to 127.0.0.1:40001" / "from 127.0.0.1:51234"
-  std::mutex write_mtx;    // one frame at a time
   std::atomic<bool> broken{false};
+  // A payload queued for the writer thread; `keep` holds its parts until written.
+  struct outgoing {
+    std::uint64_t ticket;
+    std::uint64_t bytes;
+    std::vector<std::span<const float>> parts;
+    std::shared_ptr<const void> keep;
+  };
+  std::mutex out_mtx;
+  std::condition_variable out_ready;
+  std::deque<outgoing> outbox;  // under out_mtx; written in order
 };
 
 namespace {
@@ -157,7 +167,11 @@ data_plane::~data_plane() {
   std::vector<std::thread> threads;
   {
     std::lock_guard<std::mutex> guard(mtx_);
-    for (auto& c : conns_) ::shutdown(c->fd, SHUT_RDWR);  // wakes the readers
+    for (auto& c : conns_) {
+      ::shutdown(c->fd, SHUT_RDWR);  // wakes the readers
+      std::lock_guard<std::mutex> out_guard(c->out_mtx);
+      c->out_ready.notify_all();  // and the writers (stopping_)
+    }
     threads = std::move(threads_);
   }
   for (auto& t : threads) t.join();
@@ -172,11 +186,17 @@ void data_plane::add(std::shared_ptr<connection> c) {
   std::lock_guard<std::mutex> guard(mtx_);
   conns_.push_back(c);
   threads_.emplace_back([this, c] { read_loop(c); });
+  threads_.emplace_back([this, c] { write_loop(c); });
 }
 
 void data_plane::drop(const std::shared_ptr<connection>& c, const std::string& why) {
   if (c->broken.exchange(true)) return;
   ::shutdown(c->fd, SHUT_RDWR);  // the reader ends; the fd is closed with the plane
+  {
+    std::lock_guard<std::mutex> guard(c->out_mtx);  // the writer ends; what it had queued is let go
+    c->outbox.clear();
+    c->out_ready.notify_all();
+  }
   if (c->peer != 0) store_.close_origin(c->peer, "the " + c->name + " ended (" + why + ")");
   std::lock_guard<std::mutex> guard(mtx_);
   std::erase(conns_, c);
@@ -325,14 +345,14 @@ bool data_plane::connect(std::uint64_t peer, const std::string& host, std::uint1
 }
 
 std::optional<float_block> data_plane::offload(std::uint64_t peer, const float_block& block) {
-  if (block.ticket != 0) return std::nullopt;
+  if (block.ticket != 0 || !block.storage) return std::nullopt;
   std::span<const float> whole(block.data(), block.size);
-  return offload(peer, std::span<const std::span<const float>>(&whole, 1), block.size);
+  return offload(peer, std::span<const std::span<const float>>(&whole, 1), block.size, block.storage);
 }
 
 std::optional<float_block> data_plane::offload(std::uint64_t peer, std::span<const std::span<const float>> parts,
-                                               std::uint64_t count) {
-  return offload(peer, parts, count, next_ticket_.fetch_add(1));
+                                               std::uint64_t count, std::shared_ptr<const void> keep) {
+  return offload(peer, parts, count, next_ticket_.fetch_add(1), std::move(keep));
 }
 
 bool data_plane::in_pieces(std::size_t pieces, std::uint64_t count) {
@@ -355,7 +375,8 @@ void data_plane::forget(std::uint64_t peer, std::uint64_t ticket) {
 }
 
 std::optional<float_block> data_plane::offload(std::uint64_t peer, std::span<const std::span<const float>> parts,
-                                               std::uint64_t count, std::uint64_t ticket) {
+                                               std::uint64_t count, std::uint64_t ticket,
+                                               std::shared_ptr<const void> keep) {
   if (count * sizeof(float) < min_bytes_ || peer == 0 || ticket == 0) return std::nullopt;
   if (!in_pieces(parts.size(), count)) return std::nullopt;
   std::shared_ptr<connection> c;
@@ -365,25 +386,11 @@ std::optional<float_block> data_plane::offload(std::uint64_t peer, std::span<con
       if (x->peer == peer) c = x;
   }
   if (!c) return std::nullopt;
-  auto header = encode_bulk_header({bulk_kind::payload, ticket, count * sizeof(float)});
-  std::vector<iovec> iov;
-  iov.reserve(parts.size() + 1);
-  iov.push_back({header.data(), header.size()});
-  for (auto p : parts) iov.push_back({const_cast<float*>(p.data()), p.size_bytes()});
   {
-    std::lock_guard<std::mutex> guard(c->write_mtx);
-    bool ok = !c->broken;
-    // sendmsg takes at most IOV_MAX pieces at a time.
-    for (std::size_t at = 0; ok && at < iov.size(); at += iov_max)
-      ok = write_all(c->fd, iov.data() + at, static_cast<int>(std::min(iov_max, iov.size() - at)));
-    if (!ok) {
-      auto why = errno == EAGAIN || errno == EWOULDBLOCK
-                   ? "no progress for " + std::to_string(stall_timeout_.count()) + " ms"
-                   : errno_text();
-      if (!c->broken) std::fprintf(stderr, "%s failed: %s; sending blocks through CAF\n", c->name.c_str(), why.c_str());
-      drop(c, why);
-      return std::nullopt;
-    }
+    std::lock_guard<std::mutex> guard(c->out_mtx);
+    if (c->broken) return std::nullopt;
+    c->outbox.push_back({ticket, count * sizeof(float), {parts.begin(), parts.end()}, std::move(keep)});
+    c->out_ready.notify_one();
   }
   bytes_sent_ += count * sizeof(float);
   float_block named;
@@ -391,6 +398,39 @@ std::optional<float_block> data_plane::offload(std::uint64_t peer, std::span<con
   named.ticket = ticket;
   named.origin = token_;
   return named;
+}
+
+// The connection's writer thread: writes the queued payloads in order until the
+// connection ends or the plane stops. A write that fails ends the connection, so every
+// claim of its payloads fails at once at the receiver, naming it.
+void data_plane::write_loop(std::shared_ptr<connection> c) {
+  for (;;) {
+    connection::outgoing frame;
+    {
+      std::unique_lock<std::mutex> lock(c->out_mtx);
+      c->out_ready.wait(lock, [&] { return c->broken || stopping_ || !c->outbox.empty(); });
+      if (c->broken || stopping_) return;
+      frame = std::move(c->outbox.front());
+      c->outbox.pop_front();
+    }
+    auto header = encode_bulk_header({bulk_kind::payload, frame.ticket, frame.bytes});
+    std::vector<iovec> iov;
+    iov.reserve(frame.parts.size() + 1);
+    iov.push_back({header.data(), header.size()});
+    for (auto p : frame.parts) iov.push_back({const_cast<float*>(p.data()), p.size_bytes()});
+    bool ok = true;
+    // sendmsg takes at most IOV_MAX pieces at a time.
+    for (std::size_t at = 0; ok && at < iov.size(); at += iov_max)
+      ok = write_all(c->fd, iov.data() + at, static_cast<int>(std::min(iov_max, iov.size() - at)));
+    if (ok) continue;
+    auto why = errno == EAGAIN || errno == EWOULDBLOCK ? "no progress for " + std::to_string(stall_timeout_.count()) + " ms"
+                                                       : errno_text();
+    if (!c->broken && !stopping_)
+      std::fprintf(stderr, "%s failed: %s; payload %llu and those queued behind it are lost, their claims fail\n",
+                   c->name.c_str(), why.c_str(), static_cast<unsigned long long>(frame.ticket));
+    drop(c, "writing payload " + std::to_string(frame.ticket) + ": " + why);
+    return;
+  }
 }
 
 std::string data_plane::origin_name(std::uint64_t origin) const {

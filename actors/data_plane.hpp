@@ -49,18 +49,21 @@ class data_plane {
   // Opens a connection to the plane at host:port whose token is peer (once; later calls
   // for a connected peer return true at once). False with *why on failure.
   bool connect(std::uint64_t peer, const std::string& host, std::uint16_t port, std::string* why);
-  // Writes the block's floats to peer and returns a block that names them, or nothing
-  // when the block is below min_bytes, there is no connection to peer or the write
-  // failed (the caller then sends the block itself).
+  // Queues the block's floats for peer and returns a block that names them, or nothing
+  // when the block is below min_bytes, holds no storage, there is no connection to peer
+  // or it broke (the caller then sends the block itself). The connection's writer
+  // thread writes them (a handler never waits on a socket); should that write fail, the
+  // connection ends and the receiver's claim fails naming it.
   std::optional<float_block> offload(std::uint64_t peer, const float_block& block);
   // The same for values lying in several places (a shard's segments, the pieces of a
-  // caller's buffer), written straight from there; count is their total. Nothing, too,
-  // when they are not worth it (in_pieces): copy them first.
+  // caller's buffer), written straight from there; count is their total, and `keep`
+  // holds them alive and unchanged until written. Nothing, too, when they are not worth
+  // it (in_pieces): copy them first.
   std::optional<float_block> offload(std::uint64_t peer, std::span<const std::span<const float>> parts,
-                                     std::uint64_t count);
+                                     std::uint64_t count, std::shared_ptr<const void> keep);
   // The same with the ticket the receiver chose (a pull's seq, see expect).
   std::optional<float_block> offload(std::uint64_t peer, std::span<const std::span<const float>> parts,
-                                     std::uint64_t count, std::uint64_t ticket);
+                                     std::uint64_t count, std::uint64_t ticket, std::shared_ptr<const void> keep);
   // Payload `ticket` from peer, when it comes, is read straight into `into` (kept alive
   // by `keep`) instead of a buffer, if its size fits; its claim then gives a block
   // without storage. For answers whose destination is known before they are asked for.
@@ -87,7 +90,7 @@ class data_plane {
   // The name of the connection whose token is origin, for errors.
   std::string origin_name(std::uint64_t origin) const;
 
-  // Payload bytes written to and read from data connections so far.
+  // Payload bytes handed to and read from data connections so far.
   std::uint64_t bytes_sent() const { return bytes_sent_; }
   std::uint64_t bytes_received() const { return bytes_received_; }
 
@@ -95,6 +98,7 @@ class data_plane {
   struct connection;
   void accept_loop();
   void read_loop(std::shared_ptr<connection> c);
+  void write_loop(std::shared_ptr<connection> c);
   void add(std::shared_ptr<connection> c);
   void drop(const std::shared_ptr<connection>& c, const std::string& why);
 

@@ -542,7 +542,7 @@ void send_values(const chunk_send& s, std::uint64_t tag, const request_header& h
   if (peer && !block.storage) {
     std::vector<std::span<const float>> parts;
     for (const auto& p : ch.pieces) parts.emplace_back(req->source->data() + req->base + p.value_offset, p.keys.size());
-    named = st.plane->offload(peer, parts, ch.num_values);
+    named = st.plane->offload(peer, parts, ch.num_values, req->source);  // the source is not changed after the push
   }
   if (!named && !block.storage) {  // gathered after all (kept for resends)
     std::vector<float> gathered(ch.num_values);

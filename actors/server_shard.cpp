@@ -53,17 +53,15 @@ float_block pull_values(self_ptr self, const shard_options& opts, const request_
     const float* values = spans.size() > 1 ? gathered.data() : spans.empty() ? nullptr : spans[0].data();
     return float_block::encode_of(encode(codec{kind}, values, n), n);
   }
+  // Copied out: the store changes under later pushes while the plane's writer sends it.
+  auto out = float_block::own(std::vector<float>(n));
+  store.pull(ranges, out.storage->data(), n);
   // Its ticket is the request's seq, so the reader may have said where it should land.
-  bool over_plane = opts.plane && hdr.reply_plane != 0;
-  if (over_plane)
-    if (auto named = opts.plane->offload(hdr.reply_plane, store.view(ranges, n), n, hdr.seq)) return *named;
-  std::vector<float> out(n);
-  store.pull(ranges, out.data(), n);
-  if (over_plane) {  // too many small pieces to write from where they are: copied first
-    std::span<const float> whole(out);
-    if (auto named = opts.plane->offload(hdr.reply_plane, std::span(&whole, 1), n, hdr.seq)) return *named;
+  if (opts.plane && hdr.reply_plane != 0) {
+    std::span<const float> whole(out.data(), n);
+    if (auto named = opts.plane->offload(hdr.reply_plane, std::span(&whole, 1), n, hdr.seq, out.storage)) return *named;
   }
-  return float_block::own(std::move(out));
+  return out;
 }
 
 // An update's result, delivered into the promise made when it arrived: a value or an

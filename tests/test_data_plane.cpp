@@ -11,6 +11,7 @@
 #include <bit>
 #include <cstring>
 #include <limits>
+#include <thread>
 
 #include "actors/data_plane.hpp"
 
@@ -90,7 +91,7 @@ TEST_CASE("data plane: an expected answer is read straight into the places named
   std::span<const float> parts[] = {{a.data(), a.size}, {b.data(), b.size}};
   auto dest = std::make_shared<std::vector<float>>(10000, 42.0f);
   worker.expect(server.token(), 7, {{dest->data(), 6000}, {dest->data() + 6500, 2000}}, dest);
-  auto named = server.offload(worker.token(), parts, 8000, 7);
+  auto named = server.offload(worker.token(), parts, 8000, 7, nullptr);
   REQUIRE(named);
   CHECK(named->ticket == 7);
   auto got = worker.claim(*named);
@@ -104,13 +105,13 @@ TEST_CASE("data plane: an expected answer is read straight into the places named
   // Withdrawn, or of another size: the payload goes to a buffer of its own.
   worker.expect(server.token(), 8, {{dest->data(), 8000}}, dest);
   worker.forget(server.token(), 8);
-  auto again = server.offload(worker.token(), parts, 8000, 8);
+  auto again = server.offload(worker.token(), parts, 8000, 8, nullptr);
   REQUIRE(again);
   auto own = worker.claim(*again);
   REQUIRE(own.storage);
   CHECK(std::memcmp(own.data(), sent.data(), 8000 * sizeof(float)) == 0);
   worker.expect(server.token(), 9, {{dest->data(), 10}}, dest);
-  auto third = server.offload(worker.token(), parts, 8000, 9);
+  auto third = server.offload(worker.token(), parts, 8000, 9, nullptr);
   REQUIRE(third);
   CHECK(worker.claim(*third).storage);
 }
@@ -144,6 +145,37 @@ TEST_CASE("data plane: a peer that dies in the middle of a payload fails the cla
   auto start = std::chrono::steady_clock::now();
   CHECK_THROWS_WITH_AS(server.claim(named), doctest::Contains("in the middle of payload 1"), bad_request);
   CHECK(std::chrono::steady_clock::now() - start < 20s);  // the end of the connection, not the 30 s limit
+}
+
+TEST_CASE("data plane: a payload is queued for the connection's writer, not written by the caller; a stalled write "
+          "ends the connection") {
+  // A peer that accepts nothing and reads nothing: the kernel takes the connection and a
+  // few MiB of it, no more.
+  int listener = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
+  socklen_t len = sizeof(addr);
+  REQUIRE(::bind(listener, reinterpret_cast<sockaddr*>(&addr), len) == 0);
+  REQUIRE(::listen(listener, 1) == 0);
+  REQUIRE(::getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len) == 0);
+  data_plane worker("127.0.0.1", 1024, 10s, 200ms);
+  std::string why;
+  REQUIRE(worker.connect(99, "127.0.0.1", ntohs(addr.sin_port), &why));
+  // 64 MiB cannot be written to this peer: a caller that wrote it would be held for the
+  // stall timeout and then get nothing. Queued, it is named at once.
+  auto big = float_block::own(std::vector<float>(16u << 20, 1.0f));
+  auto named = worker.offload(99, big);
+  REQUIRE(named);
+  CHECK(named->size == big.size);
+  CHECK(named->origin == worker.token());
+  // The writer's stall ends the connection: later blocks go back to their callers.
+  auto deadline = std::chrono::steady_clock::now() + 10s;
+  auto small = special_values(1000);
+  while (worker.offload(99, small) && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(10ms);  // bounded: the stall timeout is 200 ms
+  CHECK_FALSE(worker.offload(99, small));
+  ::close(listener);
 }
 
 TEST_CASE("data plane: a claim whose payload never comes fails at the claim timeout") {
@@ -188,7 +220,7 @@ TEST_CASE("payload claimer: a claim made before its payload is answered when it 
   auto pending = self->request(claimer, 10s, claim_atom::value, named);
   synced(self, claimer);  // the claim is waiting now: the payload has not been sent
   std::span<const float> whole(push.data(), push.size);
-  REQUIRE(worker->offload(server->token(), std::span(&whole, 1), push.size, 77));
+  REQUIRE(worker->offload(server->token(), std::span(&whole, 1), push.size, 77, push.storage));
   std::move(pending).receive([&](float_block& got) { CHECK(same_bits(got, push)); },
                              [](caf::error& err) { FAIL(describe(err)); });
   caf::anon_send_exit(claimer, caf::exit_reason::user_shutdown);
