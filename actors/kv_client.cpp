@@ -434,11 +434,21 @@ void request_failed(client_ptr self, std::size_t idx, std::uint64_t tag, const c
 
 void pull_landed(const chunk_send& s, float_block& values);
 
+// Before a pull chunk counts as answered or failed, nothing may still land in it. An
+// answer that names its payload needs none once claimed: the claim ends when the payload
+// landed, and a landing takes the expectation. Otherwise this waits for a landing under
+// way, which only a failed or duplicate answer can meet (an answer that came inline has
+// no payload to land).
+void withdraw_landing(const chunk_send& s) {
+  if (!s.req->landing.empty() && s.req->landing[s.c] != 0) s.self->state.plane->forget(s.req->landing[s.c], s.hdr.seq);
+}
+
 // A pull's answer: claimed (it may come over the data plane, and may still be on its way
 // there: then the claimer answers once it landed), then checked and put in place.
 void pull_answered(const chunk_send& s, float_block& values) {
   auto& st = s.self->state;
   auto failed = [s](const std::string& why) {
+    withdraw_landing(s);
     s.req->op->finish("pull of " + describe_keys(s.req->chunks[s.c]) + " failed: " +
                       s.self->state.routes[s.idx].link.name + ": " + why);
   };
@@ -497,15 +507,13 @@ void send_pull(const chunk_send& s, std::uint64_t tag, request_header h) {
       req->landing[c] = peer;
     }
   }
-  // Before the chunk counts as answered (or failed), nothing may still land in it.
-  auto unexpect = [=] {
-    if (!req->landing.empty() && req->landing[c] != 0) self->state.plane->forget(req->landing[c], s.hdr.seq);
-  };
+  auto unexpect = [s] { withdraw_landing(s); };
   self->request(tail, st.timeout, pull_atom::value, h, range_list{ch.ranges()})
     .then(
       [=](float_block& values) {
-        unexpect();  // answered: whichever way it came, the expectation is done
-        if (settle(self, s.idx, tag)) pull_answered(s, values);
+        if (!settle(self, s.idx, tag)) return unexpect();  // answered already
+        if (values.ticket == 0) unexpect();                 // inline: nothing will land in the places named
+        pull_answered(s, values);
       },
       [=](caf::error& err) {
         unexpect();
