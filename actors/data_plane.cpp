@@ -20,21 +20,25 @@
 
 namespace ps {
 
+// A payload on its way out; `keep` holds its parts alive and unchanged until written.
+struct data_plane_frame {
+  std::array<std::byte, bulk_header_bytes> header;
+  std::vector<std::span<const float>> parts;
+  std::shared_ptr<const void> keep;
+  std::uint64_t ticket = 0;
+  std::uint64_t bytes = 0;  // header and parts
+  std::uint64_t done = 0;   // of those, written already
+};
+
 struct data_plane::connection {
   int fd = -1;
   std::atomic<std::uint64_t> peer{0};  // its token; 0 until its hello (accepted connections)
   std::string name;        // "data connection to 127.0.0.1:40001" / "from 127.0.0.1:51234"
   std::atomic<bool> broken{false};
-  // A payload queued for the writer thread; `keep` holds its parts until written.
-  struct outgoing {
-    std::uint64_t ticket;
-    std::uint64_t bytes;
-    std::vector<std::span<const float>> parts;
-    std::shared_ptr<const void> keep;
-  };
   std::mutex out_mtx;
   std::condition_variable out_ready;
-  std::deque<outgoing> outbox;  // under out_mtx; written in order
+  std::deque<data_plane_frame> outbox;  // under out_mtx; written in order
+  bool writing = false;         // under out_mtx: a thread is writing to fd
 };
 
 namespace {
@@ -69,6 +73,24 @@ void consume(iovec*& iov, Count& n, std::size_t k) {
     iov->iov_base = static_cast<char*>(iov->iov_base) + k;
     iov->iov_len -= k;
   }
+}
+
+// Writes what the socket takes now of iov (modified), without waiting: the bytes
+// written, or -1 on an error other than a full socket.
+std::int64_t write_now(int fd, iovec* iov, std::size_t n) {
+  std::int64_t total = 0;
+  while (n > 0) {
+    msghdr msg{};
+    msg.msg_iov = iov;
+    msg.msg_iovlen = std::min(n, iov_max);
+    auto k = ::sendmsg(fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (k < 0 && errno == EINTR) continue;
+    if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return total;
+    if (k <= 0) return -1;
+    total += k;
+    consume(iov, n, static_cast<std::size_t>(k));
+  }
+  return total;
 }
 
 // Writes all of iov (modified); false on error or a stall past SO_SNDTIMEO.
@@ -386,12 +408,9 @@ std::optional<float_block> data_plane::offload(std::uint64_t peer, std::span<con
       if (x->peer == peer) c = x;
   }
   if (!c) return std::nullopt;
-  {
-    std::lock_guard<std::mutex> guard(c->out_mtx);
-    if (c->broken) return std::nullopt;
-    c->outbox.push_back({ticket, count * sizeof(float), {parts.begin(), parts.end()}, std::move(keep)});
-    c->out_ready.notify_one();
-  }
+  data_plane_frame frame{encode_bulk_header({bulk_kind::payload, ticket, count * sizeof(float)}),
+                         {parts.begin(), parts.end()}, std::move(keep), ticket, bulk_header_bytes + count * sizeof(float)};
+  if (!send_or_queue(c, std::move(frame))) return std::nullopt;
   bytes_sent_ += count * sizeof(float);
   float_block named;
   named.size = count;
@@ -400,31 +419,84 @@ std::optional<float_block> data_plane::offload(std::uint64_t peer, std::span<con
   return named;
 }
 
+namespace {
+
+// The frame's header and parts not yet written, as pieces for sendmsg.
+std::vector<iovec> pieces_left(const data_plane_frame& frame) {
+  std::vector<iovec> iov;
+  iov.reserve(frame.parts.size() + 1);
+  iov.push_back({const_cast<std::byte*>(frame.header.data()), frame.header.size()});
+  for (auto p : frame.parts) iov.push_back({const_cast<float*>(p.data()), p.size_bytes()});
+  iovec* at = iov.data();
+  std::size_t n = iov.size();
+  consume(at, n, frame.done);
+  iov.erase(iov.begin(), iov.begin() + (at - iov.data()));
+  return iov;
+}
+
+}  // namespace
+
+// Writes what the socket takes at once when nothing is queued before the frame (most
+// frames fit: no thread hop), and queues the rest for the writer thread. Never waits
+// for the socket. False when the connection is broken (the caller sends the block).
+bool data_plane::send_or_queue(const std::shared_ptr<connection>& c, data_plane_frame frame) {
+  std::unique_lock<std::mutex> lock(c->out_mtx);
+  if (c->broken) return false;
+  if (c->outbox.empty() && !c->writing) {
+    c->writing = true;
+    lock.unlock();
+    auto iov = pieces_left(frame);
+    auto k = write_now(c->fd, iov.data(), iov.size());
+    lock.lock();
+    c->writing = false;
+    if (k < 0) {
+      auto why = errno_text();
+      lock.unlock();
+      c->out_ready.notify_all();
+      drop(c, "writing payload " + std::to_string(frame.ticket) + ": " + why);
+      return false;
+    }
+    frame.done += static_cast<std::uint64_t>(k);
+    if (frame.done == frame.bytes) {
+      c->out_ready.notify_all();  // frames queued meanwhile
+      return true;
+    }
+    c->outbox.push_front(std::move(frame));  // ahead of those queued meanwhile
+  } else {
+    c->outbox.push_back(std::move(frame));
+  }
+  c->out_ready.notify_all();
+  return true;
+}
+
 // The connection's writer thread: writes the queued payloads in order until the
 // connection ends or the plane stops. A write that fails ends the connection, so every
 // claim of its payloads fails at once at the receiver, naming it.
 void data_plane::write_loop(std::shared_ptr<connection> c) {
   for (;;) {
-    connection::outgoing frame;
+    data_plane_frame frame;
     {
       std::unique_lock<std::mutex> lock(c->out_mtx);
-      c->out_ready.wait(lock, [&] { return c->broken || stopping_ || !c->outbox.empty(); });
+      c->out_ready.wait(lock, [&] { return c->broken || stopping_ || (!c->outbox.empty() && !c->writing); });
       if (c->broken || stopping_) return;
       frame = std::move(c->outbox.front());
       c->outbox.pop_front();
+      c->writing = true;
     }
-    auto header = encode_bulk_header({bulk_kind::payload, frame.ticket, frame.bytes});
-    std::vector<iovec> iov;
-    iov.reserve(frame.parts.size() + 1);
-    iov.push_back({header.data(), header.size()});
-    for (auto p : frame.parts) iov.push_back({const_cast<float*>(p.data()), p.size_bytes()});
+    auto iov = pieces_left(frame);
     bool ok = true;
     // sendmsg takes at most IOV_MAX pieces at a time.
     for (std::size_t at = 0; ok && at < iov.size(); at += iov_max)
       ok = write_all(c->fd, iov.data() + at, static_cast<int>(std::min(iov_max, iov.size() - at)));
+    auto why = ok ? std::string()
+                  : errno == EAGAIN || errno == EWOULDBLOCK ? "no progress for " + std::to_string(stall_timeout_.count()) + " ms"
+                                                            : errno_text();
+    {
+      std::lock_guard<std::mutex> guard(c->out_mtx);
+      c->writing = false;
+    }
+    c->out_ready.notify_all();
     if (ok) continue;
-    auto why = errno == EAGAIN || errno == EWOULDBLOCK ? "no progress for " + std::to_string(stall_timeout_.count()) + " ms"
-                                                       : errno_text();
     if (!c->broken && !stopping_)
       std::fprintf(stderr, "%s failed: %s; payload %llu and those queued behind it are lost, their claims fail\n",
                    c->name.c_str(), why.c_str(), static_cast<unsigned long long>(frame.ticket));
@@ -542,6 +614,33 @@ payload_claimer_actor::behavior_type payload_claimer(claimer_ptr self, std::shar
       }
     },
   };
+}
+
+write_tracker_actor::behavior_type write_tracker(write_tracker_actor::stateful_pointer<write_tracker_state> self) {
+  self->set_exit_handler([self](caf::exit_msg& msg) { self->quit(msg.reason); });  // ends with its owner, also normally
+  return {
+    [=](written_atom) {
+      auto& st = self->state;
+      ++st.written;
+      auto last = st.waiting.upper_bound(st.written);
+      for (auto it = st.waiting.begin(); it != last; ++it) it->second.deliver(caf::ok_atom::value);
+      st.waiting.erase(st.waiting.begin(), last);
+    },
+    [=](drained_atom, std::uint64_t issued) -> caf::result<caf::ok_atom> {
+      if (self->state.written >= issued) return caf::ok_atom::value;
+      auto rp = self->make_response_promise<caf::ok_atom>();
+      self->state.waiting.emplace(issued, rp);
+      return rp;
+    },
+  };
+}
+
+std::shared_ptr<const void> written_signal(const write_tracker_actor& tracker,
+                                           std::shared_ptr<std::atomic<std::uint64_t>> done) {
+  return std::shared_ptr<const void>(nullptr, [tracker, done](const void*) {
+    ++*done;
+    caf::anon_send(tracker, written_atom::value);
+  });
 }
 
 }  // namespace ps

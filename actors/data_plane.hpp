@@ -28,6 +28,8 @@
 
 namespace ps {
 
+struct data_plane_frame;  // a payload on its way out (data_plane.cpp)
+
 class data_plane {
  public:
   // Listens on host (any port). Blocks of at least min_bytes go over data connections;
@@ -64,6 +66,9 @@ class data_plane {
   // The same with the ticket the receiver chose (a pull's seq, see expect).
   std::optional<float_block> offload(std::uint64_t peer, std::span<const std::span<const float>> parts,
                                      std::uint64_t count, std::uint64_t ticket, std::shared_ptr<const void> keep);
+  // A buffer of n floats from the plane's pool (contents unspecified: no zero-fill, and
+  // warm pages once reused), for values copied out to be offloaded.
+  std::shared_ptr<std::vector<float>> buffer(std::size_t n) { return buffers_->get(n); }
   // Payload `ticket` from peer, when it comes, is read straight into `into` (kept alive
   // by `keep`) instead of a buffer, if its size fits; its claim then gives a block
   // without storage. For answers whose destination is known before they are asked for.
@@ -99,6 +104,7 @@ class data_plane {
   void accept_loop();
   void read_loop(std::shared_ptr<connection> c);
   void write_loop(std::shared_ptr<connection> c);
+  bool send_or_queue(const std::shared_ptr<connection>& c, data_plane_frame frame);
   void add(std::shared_ptr<connection> c);
   void drop(const std::shared_ptr<connection>& c, const std::string& why);
 
@@ -157,6 +163,32 @@ using payload_claimer_actor = caf::typed_actor<
   caf::reacts_to<landed_atom, std::uint64_t, std::uint64_t>,
   // Internal: the claim timeout of a waiting claim of (origin, ticket) passed.
   caf::reacts_to<expire_atom, std::uint64_t, std::uint64_t>>;
+
+using written_atom = caf::atom_constant<caf::atom("written")>;
+using drained_atom = caf::atom_constant<caf::atom("drained")>;
+
+// Tells an actor when the payloads it offloaded straight from memory it will change
+// (a shard's store) have been written, so it can wait for them with `await` before it
+// changes that memory: no copy, and no thread blocked. One per shard, linked to it.
+using write_tracker_actor = caf::typed_actor<
+  // One payload handed to the plane with written_signal(this) was written or dropped.
+  caf::reacts_to<written_atom>,
+  // Answered once `issued` payloads in all were written or dropped.
+  caf::replies_to<drained_atom, std::uint64_t>::with<caf::ok_atom>>;
+
+struct write_tracker_state {
+  std::uint64_t written = 0;
+  std::multimap<std::uint64_t, caf::typed_response_promise<caf::ok_atom>> waiting;  // by issued
+  static inline const char* name = "write_tracker";
+};
+
+write_tracker_actor::behavior_type write_tracker(write_tracker_actor::stateful_pointer<write_tracker_state> self);
+
+// The `keep` to pass to data_plane::offload for values that the tracker should count:
+// its release (the payload written or dropped) adds one to `done` and tells the tracker.
+// `done` lets the owner skip the wait when every payload went out at once.
+std::shared_ptr<const void> written_signal(const write_tracker_actor& tracker,
+                                           std::shared_ptr<std::atomic<std::uint64_t>> done);
 
 struct payload_claimer_state {
   struct waiting_claim {

@@ -53,15 +53,27 @@ float_block pull_values(self_ptr self, const shard_options& opts, const request_
     const float* values = spans.size() > 1 ? gathered.data() : spans.empty() ? nullptr : spans[0].data();
     return float_block::encode_of(encode(codec{kind}, values, n), n);
   }
-  // Copied out: the store changes under later pushes while the plane's writer sends it.
-  auto out = float_block::own(std::vector<float>(n));
-  store.pull(ranges, out.storage->data(), n);
   // Its ticket is the request's seq, so the reader may have said where it should land.
-  if (opts.plane && hdr.reply_plane != 0) {
-    std::span<const float> whole(out.data(), n);
-    if (auto named = opts.plane->offload(hdr.reply_plane, std::span(&whole, 1), n, hdr.seq, out.storage)) return *named;
+  // Written straight from the store by the plane's writer: the shard awaits the write
+  // before it handles another message (await_store_writes), so nothing changes the store
+  // under it, no thread waits and nothing is copied.
+  auto& st = self->state;
+  bool over_plane = opts.plane && hdr.reply_plane != 0;
+  if (over_plane) {
+    ++st.writes_issued;  // the signal fires once, also when the plane does not take it
+    if (auto named = opts.plane->offload(hdr.reply_plane, store.view(ranges, n), n, hdr.seq, written_signal(st.writes, st.writes_done)))
+      return *named;
   }
-  return out;
+  std::vector<float> out(n);
+  store.pull(ranges, out.data(), n);
+  if (over_plane) {  // too many small pieces to write from where they are: copied first
+    auto copied = float_block::own(std::move(out));
+    std::span<const float> whole(copied.data(), n);
+    if (auto named = opts.plane->offload(hdr.reply_plane, std::span(&whole, 1), n, hdr.seq, copied.storage))
+      return *named;
+    return copied;
+  }
+  return float_block::own(std::move(out));
 }
 
 // An update's result, delivered into the promise made when it arrived: a value or an
@@ -101,6 +113,16 @@ void answer_pull(self_ptr self, const shard_options& opts, std::uint64_t token) 
   st.core->forget_pull(token);
 }
 
+// Payloads written from the store are on their way: no other message is handled
+// (await) until they are written, since it might change the store under them.
+void await_store_writes(self_ptr self) {
+  auto& st = self->state;
+  if (st.writes_awaited == st.writes_issued || *st.writes_done == st.writes_issued) return;  // all out already
+  st.writes_awaited = st.writes_issued;
+  self->request(st.writes, caf::infinite, drained_atom::value, st.writes_issued)
+    .await([](caf::ok_atom) {}, [](caf::error&) {});  // the tracker ends only with the shard
+}
+
 // Carries out what the core left to do.
 void carry_out(self_ptr self, const shard_options& opts, const coordinator_actor& coordinator, shard_effects& fx) {
   auto& st = self->state;
@@ -111,6 +133,7 @@ void carry_out(self_ptr self, const shard_options& opts, const coordinator_actor
   for (const auto& loss : fx.losses) caf::anon_send(coordinator, loss_atom::value, loss);
   if (fx.die) die_abruptly(*fx.die);
   for (auto token : fx.answer) answer_pull(self, opts, token);
+  await_store_writes(self);
   for (auto& [token, why] : fx.fail) {
     if (auto it = st.pulls.find(token); it != st.pulls.end()) {
       it->second.promise.deliver(make_ps_error(why));
@@ -438,7 +461,10 @@ shard_actor::behavior_type server_shard(self_ptr self, coordinator_actor coordin
     if (dm.source == coordinator.address()) self->quit(dm.reason);
     if (dm.source == self->state.successor.address()) self->state.successor_down = true;  // new chain coming
   });
-  if (opts.plane) self->state.claimer = self->spawn<caf::linked>(payload_claimer, opts.plane);
+  if (opts.plane) {
+    self->state.claimer = self->spawn<caf::linked>(payload_claimer, opts.plane);
+    self->state.writes = self->spawn<caf::linked>(write_tracker);
+  }
   if (opts.replica) start_replica(self, opts, coordinator);
   if (opts.replaces) start_replacement(self, opts, coordinator);
   return {

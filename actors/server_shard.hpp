@@ -70,6 +70,10 @@ struct shard_state {
   bool sweep_scheduled = false;
   checkpointer_actor checkpointer;
   payload_claimer_actor claimer;  // with a data plane: claims pushed payloads without blocking
+  write_tracker_actor writes;     // with a data plane: says when answers written from the store are out
+  std::uint64_t writes_issued = 0;
+  std::uint64_t writes_awaited = 0;
+  std::shared_ptr<std::atomic<std::uint64_t>> writes_done = std::make_shared<std::atomic<std::uint64_t>>(0);
   int trace_fd = -1;
   // Chain replication: this copy's successor (none: it is the tail, it acknowledges) and
   // the updates passed to it and not yet acknowledged, in order, with the reply owed.

@@ -384,3 +384,31 @@ TEST_CASE_FIXTURE(fixture, "checkpointer: a flush is answered once the complete 
   alive.push_back(writer_actor);
   alive.push_back(caf::actor_cast<caf::actor>(ckpt));
 }
+
+TEST_CASE_FIXTURE(fixture, "write tracker: drained is answered once as many payloads as issued are written or dropped") {
+  auto tracker = sys.spawn(write_tracker);
+  auto done = std::make_shared<std::atomic<std::uint64_t>>(0);
+  auto first = written_signal(tracker, done);
+  auto second = written_signal(tracker, done);
+  auto drained = std::make_shared<int>(0);
+  auto ask = [&](std::uint64_t issued) {
+    alive.push_back(sys.spawn([=](caf::event_based_actor* self) {
+      self->request(tracker, caf::infinite, drained_atom::value, issued).then([=](caf::ok_atom) { ++*drained; });
+    }));
+  };
+  ask(0);
+  sched.run();
+  CHECK(*drained == 1);  // nothing issued: at once
+  ask(2);
+  sched.run();
+  CHECK(*drained == 1);  // two on their way
+  first.reset();         // written
+  sched.run();
+  CHECK(*done == 1);
+  CHECK(*drained == 1);
+  second.reset();  // dropped with its connection: counts the same
+  sched.run();
+  CHECK(*done == 2);
+  CHECK(*drained == 2);
+  alive.push_back(caf::actor_cast<caf::actor>(tracker));
+}
