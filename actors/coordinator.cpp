@@ -20,6 +20,7 @@ cluster_view make_view(self_ptr self, const coordinator_options& opts) {
   v.vnodes = opts.vnodes;
   v.bucket_bits = opts.bucket_bits;
   v.dense.ranges = dense_ranges(opts.spec);
+  for (const auto& t : opts.tables) v.tables.push_back(table_msg::from(t));
   v.num_workers = static_cast<std::uint32_t>(self->state.worker_done.size());
   v.job_workers = opts.workers;
   v.staleness = opts.staleness;

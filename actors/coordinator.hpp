@@ -22,6 +22,7 @@ struct coordinator_options {
   std::uint32_t vnodes = 128;
   std::uint32_t bucket_bits = 12;
   update_rule rule;
+  std::vector<sparse_table_spec> tables;  // the job's sparse tables (rows by id), by index
   // 0: BSP, k: SSP, infinite_staleness: ASP (the plain key-value store: no clocks needed).
   std::uint64_t staleness = UINT64_MAX;
   // Hears progress, news, losses, results and the job's failure (observer_actor).

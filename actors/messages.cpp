@@ -95,6 +95,31 @@ caf::error inspect(caf::deserializer& f, range_list& x) {
   return read_raw(f, x.ranges);
 }
 
+caf::error inspect(caf::serializer& f, row_ids& x) {
+  if (auto e = f(x.table)) return e;
+  return write_raw(f, x.ids.data(), x.ids.size());
+}
+
+caf::error inspect(caf::deserializer& f, row_ids& x) {
+  if (auto e = f(x.table)) return e;
+  return read_raw(f, x.ids);
+}
+
+table_msg table_msg::from(const sparse_table_spec& t) {
+  return {t.name, t.dim, std::bit_cast<std::uint32_t>(t.init_scale), rule_msg::from(t.rule), t.seed};
+}
+
+sparse_table_spec table_msg::to_spec() const {
+  sparse_table_spec t;
+  t.name = name;
+  t.dim = dim;
+  t.init_scale = std::bit_cast<float>(init_scale);
+  t.rule = rule.to_rule();
+  t.seed = seed;
+  t.validate();
+  return t;
+}
+
 rule_msg rule_msg::from(const update_rule& r) {
   return {static_cast<std::uint8_t>(r.kind), std::bit_cast<std::uint32_t>(r.lr),
           std::bit_cast<std::uint32_t>(r.momentum), std::bit_cast<std::uint32_t>(r.beta1),
@@ -130,6 +155,7 @@ void register_types(caf::actor_system_config& cfg) {
   cfg.add_message_type<float_block>("ps::float_block");
   cfg.add_message_type<encoded_block>("ps::encoded_block");
   cfg.add_message_type<range_list>("ps::range_list");
+  cfg.add_message_type<row_ids>("ps::row_ids");
   cfg.add_message_type<request_header>("ps::request_header");
   cfg.add_message_type<node_info>("ps::node_info");
   cfg.add_message_type<registration>("ps::registration");

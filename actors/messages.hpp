@@ -21,6 +21,8 @@ namespace ps {
 
 using push_atom = caf::atom_constant<caf::atom("push")>;
 using data_atom = caf::atom_constant<caf::atom("data")>;
+using push_rows_atom = caf::atom_constant<caf::atom("pushrows")>;
+using pull_rows_atom = caf::atom_constant<caf::atom("pullrows")>;
 using pull_atom = caf::atom_constant<caf::atom("pull")>;
 using init_atom = caf::atom_constant<caf::atom("init")>;
 using register_atom = caf::atom_constant<caf::atom("register")>;
@@ -128,6 +130,21 @@ inspect(Inspector& f, range_list& x) {
   return f(caf::meta::type_name("range_list"), n);
 }
 
+// Row ids of one sparse table in a request (duplicates merged by the client), as one
+// raw block.
+struct row_ids {
+  std::uint32_t table = 0;
+  std::vector<std::uint64_t> ids;
+};
+caf::error inspect(caf::serializer& f, row_ids& x);
+caf::error inspect(caf::deserializer& f, row_ids& x);
+template <class Inspector>
+std::enable_if_t<!is_raw_io_v<Inspector>, typename Inspector::result_type>
+inspect(Inspector& f, row_ids& x) {
+  auto n = x.ids.size();
+  return f(caf::meta::type_name("row_ids"), x.table, n);
+}
+
 // Carried by every state-changing request, so later stages (consistency, failover,
 // duplicate suppression) can order and deduplicate them.
 struct request_header {
@@ -160,6 +177,22 @@ struct rule_msg {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, rule_msg& x) {
   return f(caf::meta::type_name("rule_msg"), x.kind, x.lr, x.momentum, x.beta1, x.beta2, x.eps);
+}
+
+// A sparse table as the job declares it (libps/sparse_table.hpp's spec on the wire;
+// floats as bits, CAF-NOTES §1).
+struct table_msg {
+  std::string name;
+  std::uint32_t dim = 0;
+  std::uint32_t init_scale = 0;
+  rule_msg rule;
+  std::uint64_t seed = 0;
+  static table_msg from(const sparse_table_spec& t);
+  sparse_table_spec to_spec() const;  // throws bad_request for a bad spec
+};
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, table_msg& x) {
+  return f(caf::meta::type_name("table_msg"), x.name, x.dim, x.init_scale, x.rule, x.seed);
 }
 
 struct shard_entry {
@@ -205,12 +238,13 @@ struct cluster_view {
   std::uint32_t replication = 1;       // copies of each shard (chain length)
   std::uint32_t job_workers = 0;       // workers the job started with (num_workers grows with joins)
   range_list dense;                    // the job's dense tensors: their buckets are placed with bounded loads
+  std::vector<table_msg> tables;       // the job's sparse tables, by index
 };
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, cluster_view& x) {
   return f(caf::meta::type_name("cluster_view"), x.epoch, x.vnodes, x.bucket_bits, x.num_workers,
            x.staleness, x.shards, x.rule, x.checkpoint_every, x.checkpointer, x.replication,
-           x.job_workers, x.dense);
+           x.job_workers, x.dense, x.tables);
 }
 
 template <class Inspector>
@@ -302,6 +336,11 @@ using shard_actor = caf::typed_actor<
   caf::replies_to<push_atom, request_header, range_list, encoded_block>::with<std::uint64_t>,
   // Answered when the staleness controller allows a read at hdr.clock (parked till then).
   caf::replies_to<pull_atom, request_header, range_list>::with<float_block>,
+  // Rows of a sparse table: gradients folded in with the table's rule (ids.size() * dim
+  // values; deduplicated, deferred and ticking as a push is), and rows read (gated as a
+  // pull is). Rows never touched are created from (seed, table, id).
+  caf::replies_to<push_rows_atom, request_header, row_ids, float_block>::with<std::uint64_t>,
+  caf::replies_to<pull_rows_atom, request_header, row_ids>::with<float_block>,
   // Where this shard's process takes data connections: host, port (0: it has no data
   // plane) and the plane's token.
   caf::replies_to<data_atom>::with<std::string, std::uint16_t, std::uint64_t>,

@@ -99,6 +99,13 @@ void deliver_late(self_ptr self, const shard_options& opts, caf::typed_response_
   });
 }
 
+// The rows of an answerable row pull, inside the message (a batch's rows are small).
+float_block row_values(shard_core& core, std::uint64_t token) {
+  std::vector<float> out(core.row_pull_values(token));
+  core.read_rows(token, out.data());
+  return float_block::own(std::move(out));
+}
+
 void answer_pull(self_ptr self, const shard_options& opts, std::uint64_t token) {
   auto& st = self->state;
   auto it = st.pulls.find(token);
@@ -106,7 +113,9 @@ void answer_pull(self_ptr self, const shard_options& opts, std::uint64_t token) 
   auto waiting = std::move(it->second);
   st.pulls.erase(it);
   try {
-    deliver_late(self, opts, waiting.promise, pull_values(self, opts, waiting.hdr, st.core->pull_ranges(token)));
+    deliver_late(self, opts, waiting.promise,
+                 st.core->is_row_pull(token) ? row_values(*st.core, token)
+                                             : pull_values(self, opts, waiting.hdr, st.core->pull_ranges(token)));
   } catch (const bad_request& e) {
     waiting.promise.deliver(make_ps_error(st.name + ": " + e.what()));
   }
@@ -217,13 +226,15 @@ caf::result<std::uint64_t> apply_write(self_ptr self, const shard_options& opts,
 // are still on their way there. Then the shard waits for them without blocking a thread
 // (await: later messages stay queued behind this one, so a worker's pushes and ticks
 // keep their order) and answers through a promise.
-caf::result<std::uint64_t> write(self_ptr self, const shard_options& opts, const coordinator_actor& coordinator,
-                                 bool is_push, const request_header& hdr, const range_list& ranges,
-                                 const float_block& sent) {
+// Applies an update's values (with the promise made for it, when it waited for them).
+using apply_values = std::function<caf::result<std::uint64_t>(const float_block&, std::optional<ack_promise>)>;
+
+caf::result<std::uint64_t> claim_then(self_ptr self, const shard_options& opts, const char* what,
+                                      const request_header& hdr, const float_block& sent, apply_values apply) {
   auto& st = self->state;
   if (!st.core) return make_ps_error(st.name + ": not configured yet");
-  auto refused = [name = st.name, is_push, worker = hdr.worker](const std::string& why) {
-    return make_ps_error(name + ": " + (is_push ? "push" : "init") + " from worker " + std::to_string(worker) + ": " + why);
+  auto refused = [name = st.name, what, worker = hdr.worker](const std::string& why) {
+    return make_ps_error(name + ": " + what + " from worker " + std::to_string(worker) + ": " + why);
   };
   std::optional<float_block> values;
   try {
@@ -231,15 +242,37 @@ caf::result<std::uint64_t> write(self_ptr self, const shard_options& opts, const
   } catch (const bad_request& e) {
     return refused(e.what());
   }
-  if (values) return apply_write(self, opts, coordinator, is_push, hdr, ranges, *values);
+  if (values) return apply(*values, std::nullopt);
   auto rp = self->make_response_promise<std::uint64_t>();
   self->request(st.claimer, caf::infinite, claim_atom::value, sent)
-    .await(
-      [=](const float_block& landed) {
-        settle(rp, apply_write(self, opts, coordinator, is_push, hdr, ranges, landed, rp));
-      },
-      [=](caf::error& e) mutable { rp.deliver(refused(describe(e))); });
+    .await([=](const float_block& landed) { settle(rp, apply(landed, rp)); },
+           [=](caf::error& e) mutable { rp.deliver(refused(describe(e))); });
   return rp;
+}
+
+caf::result<std::uint64_t> write(self_ptr self, const shard_options& opts, const coordinator_actor& coordinator,
+                                 bool is_push, const request_header& hdr, const range_list& ranges,
+                                 const float_block& sent) {
+  return claim_then(self, opts, is_push ? "push" : "init", hdr, sent,
+                    [=](const float_block& values, std::optional<ack_promise> made) {
+                      return apply_write(self, opts, coordinator, is_push, hdr, ranges, values, made);
+                    });
+}
+
+// A push of rows: applied as a push is (acknowledged once every copy has it).
+caf::result<std::uint64_t> write_rows(self_ptr self, const shard_options& opts, const coordinator_actor& coordinator,
+                                      const request_header& hdr, const row_ids& rows, const float_block& sent) {
+  return claim_then(self, opts, "push of rows", hdr, sent, [=](const float_block& values, std::optional<ack_promise> made)
+                                                              -> caf::result<std::uint64_t> {
+    auto& st = self->state;
+    auto fx = st.core->push_rows(request_of(hdr), rows.table, rows.ids, values.data(), values.size);
+    if (!fx.ok()) return make_ps_error(fx.error);
+    carry_out(self, opts, coordinator, fx);
+    return acknowledge(self, opts, hdr.seq, [=](shard_actor next, std::uint64_t tag) {
+      self->request(next, opts.forward_timeout, push_rows_atom::value, hdr, rows, values)
+        .then([=](std::uint64_t) { forwarded(self, tag, {}); }, [=](caf::error& e) { forwarded(self, tag, e); });
+    }, made);
+  });
 }
 
 caf::result<std::uint64_t> write_encoded(self_ptr self, const shard_options& opts,
@@ -259,14 +292,17 @@ caf::result<std::uint64_t> write_encoded(self_ptr self, const shard_options& opt
   return write(self, opts, coordinator, true, hdr, ranges, values);
 }
 
-caf::result<float_block> pull(self_ptr self, const shard_options& opts, const coordinator_actor& coordinator,
-                              const request_header& hdr, range_list& ranges) {
+// A pull of keys or rows under a new token: answered through the promise once the core
+// lets it through (start_pull asks the core).
+template <class StartPull>
+caf::result<float_block> gated_pull(self_ptr self, const shard_options& opts, const coordinator_actor& coordinator,
+                                    const request_header& hdr, StartPull start_pull) {
   auto& st = self->state;
   if (!st.core) return make_ps_error(st.name + ": not configured yet");
   auto token = ++st.next_pull;
   auto rp = self->make_response_promise<float_block>();
   st.pulls.emplace(token, shard_state::waiting_pull{hdr, rp});
-  auto fx = st.core->pull(request_of(hdr), std::move(ranges.ranges), token, self->clock().now());
+  auto fx = start_pull(token);
   if (!fx.ok()) {
     st.pulls.erase(token);
     return make_ps_error(fx.error);
@@ -338,6 +374,7 @@ shard_config config_of(const registration& reg, const shard_options& opts, const
   c.vnodes = reg.view.vnodes;
   c.bucket_bits = reg.view.bucket_bits;
   c.dense = reg.view.dense.ranges;
+  for (const auto& t : reg.view.tables) c.tables.push_back(t.to_spec());
   c.rule = reg.view.rule.to_rule();
   c.num_workers = reg.view.num_workers;
   c.staleness = reg.view.staleness;
@@ -482,7 +519,18 @@ shard_actor::behavior_type server_shard(self_ptr self, coordinator_actor coordin
       return {opts.plane->host(), opts.plane->port(), opts.plane->token()};
     },
     [=](pull_atom, const request_header& hdr, range_list& ranges) {
-      return pull(self, opts, coordinator, hdr, ranges);
+      return gated_pull(self, opts, coordinator, hdr, [&](std::uint64_t token) {
+        return self->state.core->pull(request_of(hdr), std::move(ranges.ranges), token, self->clock().now());
+      });
+    },
+    [=](push_rows_atom, const request_header& hdr, const row_ids& rows, const float_block& grads) {
+      return write_rows(self, opts, coordinator, hdr, rows, grads);
+    },
+    [=](pull_rows_atom, const request_header& hdr, row_ids& rows) {
+      return gated_pull(self, opts, coordinator, hdr, [&](std::uint64_t token) {
+        return self->state.core->pull_rows(request_of(hdr), rows.table, std::move(rows.ids), token,
+                                           self->clock().now());
+      });
     },
     [=](clock_atom, const request_header& hdr) { return tick(self, opts, coordinator, hdr); },
     [=](leave_atom, std::uint32_t worker) {

@@ -46,9 +46,15 @@ void for_each_bucket(key_range r, std::uint32_t bits, F f) {
 
 }  // namespace
 
-std::uint32_t partitioner::ring_owner(std::uint64_t bucket) const {
-  auto it = std::lower_bound(ring_.begin(), ring_.end(), std::make_pair(bucket_hash(bucket), std::uint32_t{0}));
+std::uint32_t partitioner::owner_of_point(std::uint64_t point) const {
+  auto it = std::lower_bound(ring_.begin(), ring_.end(), std::make_pair(point, std::uint32_t{0}));
   return it == ring_.end() ? ring_.front().second : it->second;
+}
+
+std::uint32_t partitioner::ring_owner(std::uint64_t bucket) const { return owner_of_point(bucket_hash(bucket)); }
+
+std::uint32_t partitioner::row_owner(std::uint32_t table, std::uint64_t id) const {
+  return owner_of_point(mix64(id ^ mix64(0x726f7773ULL + table)));  // "rows" + table: tables hash apart
 }
 
 std::uint32_t partitioner::owner_of_bucket(std::uint64_t bucket) const {

@@ -47,6 +47,11 @@ class partitioner {
   std::uint32_t owner_of_bucket(std::uint64_t bucket) const;
   std::uint32_t owner(key_type key) const { return owner_of_bucket(key >> bucket_bits_); }
 
+  // The owner of row `id` of sparse table `table`: the ring's owner of the row's own hash
+  // (rows are not in buckets: a hot row lands wherever it hashes, and a shard joining or
+  // leaving moves about 1/n of every table's rows).
+  std::uint32_t row_owner(std::uint32_t table, std::uint64_t id) const;
+
   // Cuts a key set at bucket boundaries and tags each piece with its owner; adjacent
   // pieces with the same owner are merged.
   std::vector<piece> split(const key_set& keys) const;
@@ -67,6 +72,7 @@ class partitioner {
 
  private:
   std::uint32_t ring_owner(std::uint64_t bucket) const;
+  std::uint32_t owner_of_point(std::uint64_t point) const;  // the first virtual node clockwise
   void place_balanced();
 
   std::uint64_t epoch_;

@@ -26,6 +26,7 @@ shard_core::shard_core(shard_config cfg, std::unique_ptr<param_store> store)
       kill_at_(cfg.kill_at),
       head_(cfg.head) {
   if (!cfg.restored.empty()) store_->restore(cfg.restored);
+  for (auto& t : cfg.tables) tables_.emplace_back(std::move(t));
 }
 
 void shard_core::start_as_replacement(std::uint64_t clock, const std::vector<std::uint32_t>& departed) {
@@ -117,11 +118,83 @@ shard_effects shard_core::pull(const shard_request& r, std::vector<key_range> ra
   fx.error = check(r, ranges);
   if (!fx.ok()) return fx;
   pulls_[token] = {r, std::move(ranges)};  // kept until answered: the actor reads the store through them
-  if (!consistency_.may_read(r.clock))
-    parked_.park(r.clock, parked{token, now});
+  gate_pull(token, now, fx);
+  return fx;
+}
+
+void shard_core::gate_pull(std::uint64_t token, time_point now, shard_effects& fx) {
+  const auto clock = pulls_.at(token).req.clock;
+  if (!consistency_.may_read(clock))
+    parked_.park(clock, parked{token, now});
   else
     answer_pull(token, fx);
+}
+
+std::string shard_core::check_rows(const shard_request& r, std::uint32_t table,
+                                   const std::vector<std::uint64_t>& ids) const {
+  if (auto why = check(r, {}); !why.empty()) return why;
+  if (table >= tables_.size())
+    return name_ + ": no sparse table " + std::to_string(table) + " (the job has " + std::to_string(tables_.size()) + ")";
+  for (auto id : ids)
+    if (auto owner = map_.row_owner(table, id); owner != id_)
+      return name_ + ": row " + std::to_string(id) + " of table '" + tables_[table].spec().name + "' belongs to shard " +
+             std::to_string(owner) + " (epoch " + std::to_string(map_.epoch()) + ")";
+  return {};
+}
+
+shard_effects shard_core::push_rows(const shard_request& r, std::uint32_t table, const std::vector<std::uint64_t>& ids,
+                                    const float* grads, std::uint64_t n) {
+  shard_effects fx;
+  fx.error = check_rows(r, table, ids);
+  if (!fx.ok()) return fx;
+  const auto& spec = tables_[table].spec();
+  if (n != ids.size() * spec.dim) {
+    fx.error = name_ + ": push of " + std::to_string(ids.size()) + " rows of table '" + spec.name + "' (dim " +
+               std::to_string(spec.dim) + ") carries " + std::to_string(n) + " values, not " +
+               std::to_string(ids.size() * spec.dim);
+    return fx;
+  }
+  take_row_push(r, table, ids, grads, n, fx);
+  if (r.tick != 0) advance({r.epoch, r.worker, r.tick, 0, 0}, fx);  // ticks are idempotent
   return fx;
+}
+
+void shard_core::take_row_push(const shard_request& r, std::uint32_t table, const std::vector<std::uint64_t>& ids,
+                               const float* grads, std::uint64_t n, shard_effects& fx) {
+  if (!applied_.first_time(r.worker, r.seq)) return;  // a resend: acknowledged, not applied again
+  report_loss(r, fx);
+  if (consistency_.defers_push(r.clock)) {  // kept (copied) until the clock completes
+    deferred_.push_back({r, {}, std::vector<float>(grads, grads + n), table, ids});
+    return;
+  }
+  tables_[table].push(ids, grads);
+  if (head_) fx.traces.push_back({trace_event::push, r.worker, r.clock, id_, 0, 0});
+}
+
+shard_effects shard_core::pull_rows(const shard_request& r, std::uint32_t table, std::vector<std::uint64_t> ids,
+                                    std::uint64_t token, time_point now) {
+  shard_effects fx;
+  fx.error = check_rows(r, table, ids);
+  if (!fx.ok()) return fx;
+  pulls_[token] = {r, {}, table, std::move(ids)};
+  gate_pull(token, now, fx);
+  return fx;
+}
+
+std::uint64_t shard_core::row_pull_values(std::uint64_t token) const {
+  const auto& p = pulls_.at(token);
+  return p.ids.size() * tables_.at(*p.table).spec().dim;
+}
+
+void shard_core::read_rows(std::uint64_t token, float* out) {
+  const auto& p = pulls_.at(token);
+  tables_.at(*p.table).pull(p.ids, out);
+}
+
+std::uint64_t shard_core::table_bytes() const {
+  std::uint64_t bytes = 0;
+  for (const auto& t : tables_) bytes += t.bytes();
+  return bytes;
 }
 
 void shard_core::answer_pull(std::uint64_t token, shard_effects& fx) {
@@ -187,7 +260,10 @@ void shard_core::release(shard_effects& fx) {
       keep.push_back(std::move(d));
       continue;
     }
-    store_->push(d.ranges, d.values.data(), d.values.size());  // checked on arrival
+    if (d.table)
+      tables_[*d.table].push(d.ids, d.values.data());
+    else
+      store_->push(d.ranges, d.values.data(), d.values.size());  // checked on arrival
     if (head_) fx.traces.push_back({trace_event::push, d.req.worker, d.req.clock, id_, 0, 0});
   }
   deferred_ = std::move(keep);

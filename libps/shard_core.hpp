@@ -19,6 +19,7 @@
 #include "libps/duplicate_filter.hpp"
 #include "libps/param_store.hpp"
 #include "libps/partitioner.hpp"
+#include "libps/sparse_table.hpp"
 #include "libps/trace.hpp"
 #include "libps/update_rule.hpp"
 
@@ -50,6 +51,7 @@ struct shard_config {
   std::optional<std::uint64_t> kill_at;    // fault injector
   bool head = true;                        // traces pushes and sends checkpoint parts
   std::vector<stored_segment> restored;    // --restore or a checkpoint section
+  std::vector<sparse_table_spec> tables;   // the job's sparse tables, by index
 };
 
 // A replacement shard's account, per worker, of the updates that died with the shard it
@@ -96,6 +98,23 @@ class shard_core {
   // the minimum clock allows it.
   shard_effects pull(const shard_request& r, std::vector<key_range> ranges, std::uint64_t token,
                      time_point now);
+  // Rows of sparse table `table` by id (created on first touch), owned by this shard
+  // under the map's row_owner. A push of rows folds grads (ids.size() * dim values) into
+  // them with the table's rule, deduplicated, deferred and ticking as a dense push is; a
+  // pull of rows is gated and parked as a dense pull is, then read with read_rows.
+  shard_effects push_rows(const shard_request& r, std::uint32_t table, const std::vector<std::uint64_t>& ids,
+                          const float* grads, std::uint64_t n);
+  shard_effects pull_rows(const shard_request& r, std::uint32_t table, std::vector<std::uint64_t> ids,
+                          std::uint64_t token, time_point now);
+  // Whether pull `token` is of rows, how many floats its answer holds, and the rows
+  // themselves (creating those never touched), for an answerable pull.
+  bool is_row_pull(std::uint64_t token) const { return pulls_.at(token).table.has_value(); }
+  std::uint64_t row_pull_values(std::uint64_t token) const;
+  void read_rows(std::uint64_t token, float* out);
+  std::size_t num_tables() const { return tables_.size(); }
+  std::size_t table_rows(std::uint32_t table) const { return tables_.at(table).rows(); }
+  std::uint64_t table_bytes() const;
+
   // The worker completed r.clock iterations (left_clock: it is done).
   shard_effects tick(const shard_request& r);
   shard_effects leave(std::uint32_t worker);
@@ -131,10 +150,14 @@ class shard_core {
     shard_request req;
     std::vector<key_range> ranges;
     std::vector<float> values;
+    std::optional<std::uint32_t> table;  // set: a push of rows `ids` of that table
+    std::vector<std::uint64_t> ids;
   };
   struct pending_pull {
     shard_request req;
     std::vector<key_range> ranges;
+    std::optional<std::uint32_t> table;  // set: a pull of rows `ids` of that table
+    std::vector<std::uint64_t> ids;
   };
 
   std::string check(const shard_request& r, const std::vector<key_range>& ranges) const;
@@ -143,6 +166,13 @@ class shard_core {
   shard_effects checked(const shard_request& r, const std::vector<key_range>& ranges, Body body);
   void take_push(const shard_request& r, const std::vector<key_range>& ranges, const float* values, std::uint64_t n,
                  shard_effects& fx);
+  // Why a request for these rows is refused (unknown table, a row of another shard);
+  // empty when it is fine.
+  std::string check_rows(const shard_request& r, std::uint32_t table, const std::vector<std::uint64_t>& ids) const;
+  void take_row_push(const shard_request& r, std::uint32_t table, const std::vector<std::uint64_t>& ids,
+                     const float* grads, std::uint64_t n, shard_effects& fx);
+  // Parks a pull under token or answers it now.
+  void gate_pull(std::uint64_t token, time_point now, shard_effects& fx);
   void advance(const shard_request& r, shard_effects& fx);
   void report_loss(const shard_request& r, shard_effects& fx);
   void release(shard_effects& fx);        // after the minimum clock may have moved
@@ -157,6 +187,7 @@ class shard_core {
   parked_reads<parked> parked_;
   std::map<std::uint64_t, pending_pull> pulls_;  // token -> the pull, until answered or failed
   std::vector<deferred_push> deferred_;
+  std::vector<sparse_table> tables_;
   std::uint64_t view_epoch_;
   std::uint64_t last_min_ = 0;
   std::uint64_t checkpoint_every_;

@@ -116,6 +116,14 @@ shard_actor::behavior_type silent_shard(shard_actor::stateful_pointer<silent_sta
       hold();
       return caf::delegated<float_block>();
     },
+    [=](push_rows_atom, const request_header&, const row_ids&, const float_block&) -> caf::result<std::uint64_t> {
+      hold();
+      return caf::delegated<std::uint64_t>();
+    },
+    [=](pull_rows_atom, const request_header&, const row_ids&) -> caf::result<float_block> {
+      hold();
+      return caf::delegated<float_block>();
+    },
     [=](data_atom) -> caf::result<std::string, std::uint16_t, std::uint64_t> {
       hold();
       return caf::delegated<std::string, std::uint16_t, std::uint64_t>();

@@ -1,0 +1,113 @@
+// The shard's decisions for sparse tables (libps/shard_core.hpp): rows pushed and pulled
+// by id, with the same dedupe, SSP gate and deferral as dense keys.
+#include <doctest/doctest.h>
+
+#include <vector>
+
+#include "libps/shard_core.hpp"
+
+using namespace ps;
+
+namespace {
+
+using time_point = shard_core::time_point;
+const time_point t0{};
+
+sparse_table_spec table_spec(std::string name, std::uint32_t dim) {
+  sparse_table_spec t;
+  t.name = std::move(name);
+  t.dim = dim;
+  t.rule = update_rule{};  // sum: values are first-touch values plus the gradients
+  t.seed = 7;
+  return t;
+}
+
+// One shard of one, 2 workers, one table of dim 2.
+shard_config rows_shard(std::uint64_t staleness) {
+  shard_config c;
+  c.id = 0;
+  c.shard_ids = {0};
+  c.num_workers = 2;
+  c.staleness = staleness;
+  c.tables = {table_spec("emb", 2)};
+  return c;
+}
+
+std::vector<float> first_touch(std::uint64_t id, std::uint32_t dim = 2) {
+  std::vector<float> v(dim);
+  initial_row(7, "emb", id, 0.01f, v.data(), dim);
+  return v;
+}
+
+std::vector<float> read(shard_core& core, std::uint64_t token) {
+  std::vector<float> out(core.row_pull_values(token));
+  core.read_rows(token, out.data());
+  core.forget_pull(token);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("shard_core rows: a pulled row is its first-touch value; a push adds once; a resend is only acknowledged") {
+  shard_core core(rows_shard(infinite_staleness));
+  auto pull = core.pull_rows({1, 0, 0, 0}, 0, {5, 9}, 1, t0);
+  REQUIRE(pull.ok());
+  REQUIRE(pull.answer == std::vector<std::uint64_t>{1});
+  auto before = read(core, 1);
+  auto five = first_touch(5), nine = first_touch(9);
+  CHECK(before == std::vector<float>{five[0], five[1], nine[0], nine[1]});
+  std::vector<float> grads{1, 2, 3, 4};
+  auto push = core.push_rows({1, 0, 0, 11}, 0, {9, 5}, grads.data(), grads.size());
+  CHECK(push.ok());
+  REQUIRE(push.traces.size() == 1);
+  CHECK(push.traces[0].kind == trace_event::push);
+  CHECK(core.push_rows({1, 0, 0, 11}, 0, {9, 5}, grads.data(), grads.size()).traces.empty());  // resent
+  core.pull_rows({1, 0, 0, 0}, 0, {5, 9}, 2, t0);
+  CHECK(read(core, 2) == std::vector<float>{five[0] + 3, five[1] + 4, nine[0] + 1, nine[1] + 2});
+  CHECK(core.table_rows(0) == 2);
+}
+
+TEST_CASE("shard_core rows: an unknown table, a wrong gradient count or another shard's row is refused by name") {
+  auto cfg = rows_shard(infinite_staleness);
+  std::vector<float> grads{1, 2};
+  shard_core core(cfg);
+  CHECK(core.push_rows({1, 0, 0, 1}, 3, {1}, grads.data(), 2).error ==
+        "shard 0: no sparse table 3 (the job has 1)");
+  CHECK(core.push_rows({1, 0, 0, 2}, 0, {1, 2}, grads.data(), 2).error ==
+        "shard 0: push of 2 rows of table 'emb' (dim 2) carries 2 values, not 4");
+  CHECK(core.pull_rows({1, 0, 0, 0}, 7, {1}, 1, t0).error == "shard 0: no sparse table 7 (the job has 1)");
+  cfg.shard_ids = {0, 1};
+  shard_core half(cfg);
+  partitioner map(1, {0, 1});
+  std::uint64_t foreign = 0;
+  while (map.row_owner(0, foreign) == 0) ++foreign;
+  auto refused = half.pull_rows({1, 0, 0, 0}, 0, {foreign}, 1, t0);
+  CHECK(refused.error == "shard 0: row " + std::to_string(foreign) + " of table 'emb' belongs to shard 1 (epoch 1)");
+}
+
+TEST_CASE("shard_core rows: under BSP a row read waits for every worker's clock and a row push for its clock's end") {
+  shard_core core(rows_shard(0));
+  CHECK(core.tick({1, 0, 1, 0}).ok());
+  auto parked = core.pull_rows({1, 0, 1, 0}, 0, {4}, 21, t0);
+  CHECK(parked.answer.empty());
+  std::vector<float> grads{1, 1};
+  auto push = core.push_rows({1, 1, 0, 5}, 0, {4}, grads.data(), 2);  // worker 1, clock 0: deferred
+  CHECK(push.ok());
+  CHECK(push.traces.empty());
+  auto fx = core.tick({1, 1, 1, 0});
+  REQUIRE(fx.answer == std::vector<std::uint64_t>{21});
+  REQUIRE(fx.traces.size() == 2);
+  CHECK(fx.traces[0].kind == trace_event::push);  // applied before the read is answered
+  CHECK(fx.traces[1].kind == trace_event::pull);
+  auto four = first_touch(4);
+  CHECK(read(core, 21) == std::vector<float>{four[0] + 1, four[1] + 1});
+}
+
+TEST_CASE("shard_core rows: a row is the same on every copy: it depends on (seed, table, id) only") {
+  shard_core a(rows_shard(infinite_staleness)), b(rows_shard(infinite_staleness));
+  a.pull_rows({1, 0, 0, 0}, 0, {1, 2, 3}, 1, t0);
+  b.pull_rows({1, 0, 0, 0}, 0, {3}, 1, t0);  // another order of first touches
+  b.forget_pull(1);
+  b.pull_rows({1, 0, 0, 0}, 0, {1, 2, 3}, 2, t0);
+  CHECK(read(a, 1) == read(b, 2));
+}
