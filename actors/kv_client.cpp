@@ -94,15 +94,35 @@ struct op_request {
   std::uint64_t then_tick = 0;
 };
 
+// One push or pull of rows of a table, planned by the caller's thread: per owning shard
+// its distinct ids (and for a push their summed gradients), and for a pull where each
+// answered row goes in the result (every position its id had in the request).
+struct rows_request {
+  op_kind kind;
+  request_header hdr;
+  std::uint32_t table = 0;
+  std::uint32_t dim = 0;
+  struct shard_rows {
+    std::uint32_t shard = 0;
+    row_ids rows;
+    float_block grads;                                   // a push's
+    std::vector<std::vector<std::uint32_t>> positions;  // a pull's, per row
+  };
+  std::vector<shard_rows> groups;
+  std::shared_ptr<kv_op_state> op;
+};
+
 }  // namespace detail
 }  // namespace ps
 
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(std::shared_ptr<ps::detail::op_request>)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(std::shared_ptr<ps::detail::rows_request>)
 
 namespace ps {
 namespace {
 
 using detail::op_request;
+using detail::rows_request;
 
 const char* names_of(op_kind k) {
   static const char* names[] = {"push", "init", "pull", "clock"};
@@ -184,7 +204,9 @@ using client_impl = client_actor::extend<
   caf::reacts_to<resend_atom, std::uint64_t, std::uint64_t>,
   // From the caller's thread: a clock tick to every shard, and a planned push/init/pull.
   caf::reacts_to<clock_atom, std::shared_ptr<op_request>>,
-  caf::reacts_to<dispatch_atom, std::shared_ptr<op_request>>>;
+  caf::reacts_to<dispatch_atom, std::shared_ptr<op_request>>,
+  // From the caller's thread: a planned push or pull of rows.
+  caf::reacts_to<dispatch_atom, std::shared_ptr<rows_request>>>;
 using client_ptr = client_impl::stateful_pointer<client_state>;
 
 void launch(client_ptr self, std::size_t idx, pending_request r);
@@ -615,6 +637,58 @@ void dispatch(client_ptr self, const std::shared_ptr<op_request>& req) {
     submit(self, idx, clock_request(self, idx, request_header{0, req->hdr.worker, req->then_tick, 0}, op));
 }
 
+// A pull of rows answered by one shard: each row goes to every position its id had.
+void rows_landed(const std::shared_ptr<rows_request>& req, std::size_t g, const std::string& from,
+                 const float_block& values) {
+  const auto& grp = req->groups[g];
+  auto expected = grp.rows.ids.size() * req->dim;
+  if (values.size != expected || !values.data()) {
+    req->op->finish(req->op->what + " failed: " + from + " sent " + std::to_string(values.size) + " values for " +
+                    std::to_string(grp.rows.ids.size()) + " rows of dimension " + std::to_string(req->dim));
+    return;
+  }
+  for (std::size_t k = 0; k < grp.positions.size(); ++k)
+    for (auto p : grp.positions[k])
+      std::copy_n(values.data() + k * req->dim, req->dim, req->op->values.data() + std::size_t{p} * req->dim);
+  chunk_answered(req->op.get());
+}
+
+void send_rows(client_ptr self, const std::shared_ptr<rows_request>& req, std::size_t g, std::size_t idx,
+               request_header h, std::uint64_t tag) {
+  auto& st = self->state;
+  h.epoch = st.epoch;
+  auto on_error = [=](caf::error& err) { request_failed(self, idx, tag, err, req->op->what); };
+  const auto& grp = req->groups[g];
+  if (req->kind == op_kind::push) {
+    self->request(st.routes[idx].link.handle, st.timeout, push_rows_atom::value, h, grp.rows, grp.grads)
+      .then([=](std::uint64_t) { if (settle(self, idx, tag)) chunk_answered(req->op.get()); }, on_error);
+    return;
+  }
+  self->request(st.routes[idx].tail, st.timeout, pull_rows_atom::value, h, grp.rows)
+    .then([=](float_block& values) {
+            if (settle(self, idx, tag)) rows_landed(req, g, self->state.routes[idx].link.name, values);
+          },
+          on_error);
+}
+
+// A push or pull of rows: one request per owning shard, queued behind the earlier
+// requests to it (a worker's pushes and ticks keep their order).
+void dispatch_rows(client_ptr self, const std::shared_ptr<rows_request>& req) {
+  auto& st = self->state;
+  req->op->pending = req->groups.size();
+  if (req->op->pending == 0) return req->op->finish({});
+  for (std::size_t g = 0; g < req->groups.size(); ++g) {
+    auto idx = st.index.at(req->groups[g].shard);
+    auto h = req->hdr;
+    h.seq = next_sequence();
+    pending_request r;
+    r.op = req->op;
+    r.bytes = req->groups[g].rows.ids.size() * (sizeof(std::uint64_t) + req->dim * sizeof(float));
+    r.send = [=](std::uint64_t tag) { send_rows(self, req, g, idx, h, tag); };
+    submit(self, idx, std::move(r));
+  }
+}
+
 // The client's state from its options; every shard copy is monitored, and the data
 // connections are asked for early (blocks go inline until then).
 void init_client(client_ptr self, std::vector<shard_link> shards, std::vector<shard_entry> entries,
@@ -716,6 +790,7 @@ client_impl::behavior_type kv_client_actor(client_ptr self, std::vector<shard_li
         submit(self, idx, clock_request(self, idx, req->hdr, op));
     },
     [=](dispatch_atom, std::shared_ptr<op_request>& req) { dispatch(self, req); },
+    [=](dispatch_atom, std::shared_ptr<rows_request>& req) { dispatch_rows(self, req); },
   };
 }
 
@@ -732,6 +807,7 @@ partitioner map_of(const cluster_view& view) {
 kv_client::kv_client(caf::actor_system& sys, const cluster_view& view,
                      std::vector<shard_link> shards, kv_client_options opts)
     : map_(map_of(view)), opts_(opts) {
+  for (const auto& t : view.tables) tables_.push_back(t.to_spec());
   for (std::uint32_t w = 0; w < view.num_workers; ++w) stats_->live_workers.push_back(w);
   if (shards.size() != view.shards.size())
     throw bad_request("kv_client: " + std::to_string(shards.size()) + " shard links for " +
@@ -824,6 +900,73 @@ kv_future kv_client::init(const key_set& keys, std::vector<float> values) {
 
 kv_future kv_client::pull(const key_set& keys) {
   return send(op_kind::pull, keys, nullptr);
+}
+
+std::uint32_t kv_client::table_dim(std::uint32_t table) const {
+  if (table >= tables_.size())
+    throw bad_request("no sparse table " + std::to_string(table) + " (the job has " + std::to_string(tables_.size()) +
+                      ")");
+  return tables_[table].dim;
+}
+
+kv_future kv_client::pull_rows(std::uint32_t table, const std::vector<std::uint64_t>& ids) {
+  return send_rows(op_kind::pull, table, ids, nullptr);
+}
+
+kv_future kv_client::push_rows(std::uint32_t table, const std::vector<std::uint64_t>& ids,
+                               const std::vector<float>& grads) {
+  auto dim = table_dim(table);
+  if (grads.size() != ids.size() * dim)
+    throw bad_request("push of " + std::to_string(ids.size()) + " rows of table '" + tables_[table].name + "' (dim " +
+                      std::to_string(dim) + "): " + std::to_string(grads.size()) + " gradient values, not " +
+                      std::to_string(ids.size() * dim));
+  return send_rows(op_kind::push, table, ids, grads.data());
+}
+
+// Duplicates merged, then the distinct rows grouped by the shard that owns them.
+kv_future kv_client::send_rows(op_kind kind, std::uint32_t table, const std::vector<std::uint64_t>& ids,
+                               const float* grads) {
+  auto dim = table_dim(table);
+  auto op = std::make_shared<kv_op_state>();
+  op->what = std::string(names_of(kind)) + " of " + std::to_string(ids.size()) + " rows of table '" +
+             tables_[table].name + "'";
+  auto merged = merge_rows(ids, grads, dim);
+  auto req = std::make_shared<rows_request>();
+  req->kind = kind;
+  req->hdr = request_header{map_.epoch(), opts_.worker, clock_, 0};
+  req->table = table;
+  req->dim = dim;
+  req->op = op;
+  std::map<std::uint32_t, std::size_t> group_of;  // shard -> index in groups
+  std::vector<std::pair<std::size_t, std::uint32_t>> place(merged.ids.size());  // distinct row -> (group, row)
+  std::vector<std::vector<float>> group_grads;
+  for (std::size_t j = 0; j < merged.ids.size(); ++j) {
+    auto shard = map_.row_owner(table, merged.ids[j]);
+    auto [it, fresh] = group_of.emplace(shard, req->groups.size());
+    if (fresh) {
+      req->groups.push_back({shard, row_ids{table, {}}, {}, {}});
+      group_grads.emplace_back();
+    }
+    auto& grp = req->groups[it->second];
+    place[j] = {it->second, static_cast<std::uint32_t>(grp.rows.ids.size())};
+    grp.rows.ids.push_back(merged.ids[j]);
+    if (grads) group_grads[it->second].insert(group_grads[it->second].end(), merged.grads.begin() + j * dim,
+                                              merged.grads.begin() + (j + 1) * dim);
+  }
+  for (std::size_t g = 0; g < req->groups.size(); ++g) {
+    if (grads) req->groups[g].grads = float_block::own(std::move(group_grads[g]));
+    req->groups[g].positions.resize(req->groups[g].rows.ids.size());
+  }
+  if (kind == op_kind::pull) {
+    op->values.resize(ids.size() * dim);
+    for (std::size_t p = 0; p < ids.size(); ++p) {
+      auto [g, k] = place[merged.slot[p]];
+      req->groups[g].positions[k].push_back(static_cast<std::uint32_t>(p));
+    }
+  }
+  kv_future f(op);
+  caf::anon_send(caf::actor_cast<client_impl>(actor_), dispatch_atom::value, std::move(req));
+  return f;
 }
 
 kv_future kv_client::send(op_kind kind, const key_set& keys, std::shared_ptr<std::vector<float>> whole,

@@ -140,6 +140,17 @@ class kv_client {
   // The current values of the keys, in key order.
   kv_future pull(const key_set& keys);
 
+  // Rows `ids` of sparse table `table` (the job's tables, by index): ids.size() * dim
+  // floats, in the order asked (an id may repeat). Rows never touched are created on
+  // their shard from (seed, table, id). Throws bad_request for an unknown table.
+  kv_future pull_rows(std::uint32_t table, const std::vector<std::uint64_t>& ids);
+  // Folds grads (ids.size() * dim floats) into the rows with the table's rule; repeated
+  // ids are summed here first, so each row gets one update per push. Throws bad_request
+  // for an unknown table or a wrong gradient count.
+  kv_future push_rows(std::uint32_t table, const std::vector<std::uint64_t>& ids, const std::vector<float>& grads);
+  // The dimension of table `table` (throws bad_request for an unknown one).
+  std::uint32_t table_dim(std::uint32_t table) const;
+
   // This worker has completed c iterations: tags later requests with clock c and tells
   // every shard, after this worker's earlier requests to it (the staleness controller
   // counts on that order). Completes when every shard has acknowledged.
@@ -163,7 +174,10 @@ class kv_client {
   // The fault injector's kill of this worker at clock c (its pushes so far count).
   void die_if_killed_at(std::uint64_t c);
 
+  kv_future send_rows(op_kind kind, std::uint32_t table, const std::vector<std::uint64_t>& ids, const float* grads);
+
   partitioner map_;
+  std::vector<sparse_table_spec> tables_;  // the job's sparse tables, by index
   kv_client_options opts_;
   // Top-k error feedback: the residual of each chunk of each tensor pushed, by (first
   // key, chunk index). Chunks of a key set are the same every time, so each residual

@@ -1,4 +1,5 @@
 #include "apps/apps.hpp"
+#include "apps/rowcheck.hpp"
 
 #include <sys/wait.h>
 
@@ -514,6 +515,7 @@ void register_builtin_apps() {
                   clocksum_flags()});
     register_app({"bench", "push/pull throughput per size and window (bench_kv)", bench_app, "sum", "asp",
                   bench_tensors, bench_flags()});
+    register_app(rowcheck_definition());
   });
 }
 

@@ -79,6 +79,8 @@ job_settings settings_for_app(const node_config& cfg, const std::string& name) {
   // Buckets small enough that the tensors spread evenly (libps/partitioner.hpp), unless set.
   if (!cfg.given.count("ps.bucket-bits") && keys > 0) s.bucket_bits = partitioner::bucket_bits_for(keys, cfg.servers);
   s.spec = spec_of(cfg, name, s, std::move(tensors));
+  if (app.tables) s.tables = app.tables(cfg);
+  for (const auto& t : s.tables) t.validate();
   return s;
 }
 

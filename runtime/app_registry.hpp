@@ -21,6 +21,7 @@ struct app_definition {
   std::string default_consistency = "asp";    // when neither --consistency nor --staleness is
   std::function<std::vector<tensor_spec>(const node_config&)> tensors;  // may be empty
   std::vector<app_flag> flags;      // its own flags (runtime/node.hpp), read with cfg.app_count(...)
+  std::function<std::vector<sparse_table_spec>(const node_config&)> tables = {};  // sparse tables; may be empty
 };
 
 // Throws bad_request for an empty name, a missing run function, a name taken already, or

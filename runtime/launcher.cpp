@@ -344,6 +344,7 @@ job_result run_job(caf::actor_system& sys, const node_config& cfg, const app_fn&
     started = start_coordinator(sys, cfg, settings, app_name, caf::actor_cast<observer_actor>(observer));
   } catch (const bad_request& e) {
     res.failures.push_back(e.what());
+    conclude(res, std::nullopt);  // the last line names why
     return res;
   }
   auto coord = started.coord;
@@ -353,6 +354,7 @@ job_result run_job(caf::actor_system& sys, const node_config& cfg, const app_fn&
   } else if (auto port = sys.middleman().publish(coord, 0, "127.0.0.1"); !port) {
     res.failures.push_back("cannot publish the coordinator: " + describe(port.error()));
     caf::anon_send_exit(coord, caf::exit_reason::user_shutdown);
+    conclude(res, std::nullopt);
     return res;
   } else {
     try {

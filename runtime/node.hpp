@@ -179,6 +179,7 @@ struct job_settings {
   std::uint64_t staleness = 0;
   job_spec spec;  // the job contract (runtime/job_contract.hpp builds it)
   std::uint32_t bucket_bits = 12;  // --ps.bucket-bits, else sized to the spec's tensors
+  std::vector<sparse_table_spec> tables = {};  // the app's sparse tables (rows by id), by index
 };
 // From --ps.rule/--lr/--ps.momentum and --consistency/--staleness, with an app's defaults.
 job_settings settings_from(const node_config& cfg, const std::string& default_rule,
