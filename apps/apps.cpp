@@ -1,4 +1,5 @@
 #include "apps/apps.hpp"
+#include "apps/ctr_app.hpp"
 #include "apps/rowcheck.hpp"
 
 #include <sys/wait.h>
@@ -516,6 +517,7 @@ void register_builtin_apps() {
     register_app({"bench", "push/pull throughput per size and window (bench_kv)", bench_app, "sum", "asp",
                   bench_tensors, bench_flags()});
     register_app(rowcheck_definition());
+    register_app(ctr_definition());
   });
 }
 

@@ -177,8 +177,7 @@ bool node_config::parse_args(int argc, char** argv) {
 }
 
 void node_config::declare(const app_flag& flag) {
-  if (app_count_values_.count(flag.name) || app_number_values_.count(flag.name) || app_counts_values_.count(flag.name))
-    return;  // declared by an earlier parse_args
+  if (declared(flag.name)) return;  // declared by an earlier parse_args
   if (custom_options_.qualified_name_lookup("global", flag.name))
     throw bad_request("an app declares flag --" + flag.name + ", which is a built-in option");
   opt_group global{custom_options_, "global"};
@@ -186,6 +185,7 @@ void node_config::declare(const app_flag& flag) {
     case app_flag_kind::count: global.add(app_count_values_[flag.name], flag.name, flag.help); break;
     case app_flag_kind::number: global.add(app_number_values_[flag.name], flag.name, flag.help); break;
     case app_flag_kind::counts: global.add(app_counts_values_[flag.name], flag.name, flag.help); break;
+    case app_flag_kind::text: global.add(app_text_values_[flag.name], flag.name, flag.help); break;
   }
   set_app_flag(flag.name, flag.fallback);
 }
@@ -208,10 +208,19 @@ double node_config::app_number(const std::string& name) const { return app_value
 const std::vector<std::int64_t>& node_config::app_counts(const std::string& name) const {
   return app_value(app_counts_values_, name, "a list");
 }
+const std::string& node_config::app_text(const std::string& name) const {
+  return app_value(app_text_values_, name, "a text");
+}
+
+bool node_config::declared(const std::string& name) const {
+  return app_count_values_.count(name) + app_number_values_.count(name) + app_counts_values_.count(name) +
+           app_text_values_.count(name) > 0;
+}
 
 std::string node_config::app_flag_text(const std::string& name) const {
   if (auto it = app_count_values_.find(name); it != app_count_values_.end()) return setting_text(std::uint64_t{it->second});
   if (auto it = app_number_values_.find(name); it != app_number_values_.end()) return setting_text(it->second);
+  if (auto it = app_text_values_.find(name); it != app_text_values_.end()) return it->second;
   return setting_text(app_value(app_counts_values_, name, "a"));
 }
 
@@ -225,6 +234,8 @@ void node_config::set_app_flag(const std::string& name, const std::string& text)
     auto v = parse_number(text);
     if (!v) throw bad();
     it->second = *v;
+  } else if (auto it = app_text_values_.find(name); it != app_text_values_.end()) {
+    it->second = text;
   } else {
     auto v = parse_counts(text);
     if (!v) throw bad();
@@ -256,8 +267,7 @@ void node_config::validate() const {
   if (bucket_bits > 40) throw bad_request("--ps.bucket-bits must be <= 40");
   if (vnodes < 1 || vnodes > 65536) throw bad_request("--ps.vnodes must be in [1, 65536]");
   for (const auto& flag : registered_app_flags())
-    if (flag.check && app_count_values_.count(flag.name) + app_number_values_.count(flag.name) +
-                          app_counts_values_.count(flag.name) > 0)
+    if (flag.check && declared(flag.name))
       if (auto wrong = flag.check(*this); !wrong.empty()) throw bad_request("--" + flag.name + ": " + wrong);
   if (!coordinator.empty()) parse_host_port(coordinator);
   staleness_bound("bsp");

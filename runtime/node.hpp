@@ -25,7 +25,7 @@ struct node_config;
 // A flag an app declares itself (app_definition::flags, runtime/app_registry.hpp): every
 // program that can run the app takes --NAME=VALUE, and it is a job setting like any
 // other (in the spec, compared with what a member was given, adopted when not given).
-enum class app_flag_kind { count, number, counts };  // size_t, double, list of int64
+enum class app_flag_kind { count, number, counts, text };  // size_t, double, list of int64, string
 struct app_flag {
   std::string name;      // without dashes: "clocks"
   app_flag_kind kind = app_flag_kind::count;
@@ -95,10 +95,12 @@ struct node_config : caf::actor_system_config {
   std::size_t app_count(const std::string& name) const;
   double app_number(const std::string& name) const;
   const std::vector<std::int64_t>& app_counts(const std::string& name) const;
+  const std::string& app_text(const std::string& name) const;
   // The text of app flag `name`'s value, as the job spec holds it, and setting it from
   // such a text (bad_request when it does not parse).
   std::string app_flag_text(const std::string& name) const;
   void set_app_flag(const std::string& name, const std::string& text);
+  bool declared(const std::string& name) const;  // an app flag of that name is declared
   // Parses flags and the INI file; unlike plain CAF, an unknown key or a value of the
   // wrong type in the INI file is an error. Prints the error and returns false.
   bool parse_args(int argc, char** argv);
@@ -124,6 +126,7 @@ struct node_config : caf::actor_system_config {
   std::map<std::string, std::size_t> app_count_values_;
   std::map<std::string, double> app_number_values_;
   std::map<std::string, std::vector<std::int64_t>> app_counts_values_;
+  std::map<std::string, std::string> app_text_values_;
 };
 
 // Sets CAF defaults that suit this machine kind unless the user set them

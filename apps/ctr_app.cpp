@@ -1,0 +1,264 @@
+// ctr: click prediction on Criteo-format logs (train_ctr). Each categorical field has an
+// embedding table on the shards (rows by hashed id, Adagrad); the embeddings and the
+// log-transformed integers feed an MLP tower (one dense tensor, the job's rule) with a
+// logistic loss. Each batch: pull the batch's rows (one request per table, all in flight)
+// and the tower, compute, push the tower's gradient with the clock tick and each field's
+// input gradient to its rows. After each epoch worker 0 scores the test file (AUC, log loss).
+#include "apps/ctr_app.hpp"
+
+#include <array>
+#include <chrono>
+#include <cmath>
+
+#include "libps/criteo.hpp"
+#include "libps/ctr_data.hpp"
+#include "libps/ctr_tower.hpp"
+
+namespace ps {
+
+namespace {
+
+constexpr std::size_t fields = criteo_cat_fields;  // one embedding table per categorical field
+constexpr std::size_t eval_batch = 1024;
+
+struct ctr_settings {
+  std::string train, test;
+  std::uint32_t dim = 16;
+  std::vector<std::size_t> hidden;
+  std::size_t batch = 256;
+  std::size_t epochs = 1;
+  criteo_reader::on_bad_line policy = criteo_reader::on_bad_line::stop;
+};
+
+ctr_settings settings_of(const node_config& cfg) {
+  ctr_settings s;
+  s.train = cfg.app_text("train");
+  s.test = cfg.app_text("test");
+  s.dim = static_cast<std::uint32_t>(cfg.app_count("embedding-dim"));
+  for (auto h : cfg.app_counts("hidden")) s.hidden.push_back(static_cast<std::size_t>(h));
+  s.batch = cfg.batch;
+  s.epochs = cfg.epochs;
+  if (cfg.app_text("on-bad-line") == "skip") s.policy = criteo_reader::on_bad_line::skip;
+  return s;
+}
+
+std::size_t tower_inputs(const ctr_settings& s) { return fields * s.dim + criteo_int_fields; }
+
+// A field's id for a missing value: one row per field, apart from every hashed value.
+std::uint64_t missing_id(std::size_t field) { return ~std::uint64_t{0} - field; }
+
+// One batch: per field the row ids of its samples, the integer features as
+// log(1 + max(v, 0)) (missing: 0), and the labels.
+struct ctr_batch {
+  std::array<std::vector<std::uint64_t>, fields> ids;
+  std::vector<float> ints;
+  std::vector<float> labels;
+  std::size_t size() const { return labels.size(); }
+  void add(const criteo_row& r) {
+    for (std::size_t f = 0; f < fields; ++f) ids[f].push_back(r.cats[f] ? criteo_feature_id(f, *r.cats[f]) : missing_id(f));
+    for (const auto& v : r.ints)
+      ints.push_back(v ? static_cast<float>(std::log1p(std::max<double>(0, static_cast<double>(*v)))) : 0.0f);
+    labels.push_back(r.label);
+  }
+  void clear() {
+    for (auto& f : ids) f.clear();
+    ints.clear();
+    labels.clear();
+  }
+};
+
+// Batches of one worker's rows of a file: row i belongs to worker i % workers.
+class batch_source {
+ public:
+  batch_source(const ctr_settings& s, const std::string& path, std::uint32_t worker, std::uint32_t workers,
+               std::size_t batch)
+      : in_(path, s.policy), worker_(worker), workers_(workers), batch_(batch) {}
+  bool next(ctr_batch& b) {
+    b.clear();
+    while (b.size() < batch_) {
+      auto row = in_.next();
+      if (!row) break;
+      if (index_++ % workers_ == worker_) b.add(*row);
+    }
+    return b.size() > 0;
+  }
+
+ private:
+  criteo_reader in_;
+  std::uint32_t worker_, workers_;
+  std::size_t batch_;
+  std::uint64_t index_ = 0;
+};
+
+// The tower's input for the batch: each sample's fields' rows (pulled, one request per
+// table, all in flight), then its integers.
+std::vector<float> inputs_of(kv_client& kv, const ctr_batch& b, std::uint32_t dim) {
+  std::vector<kv_future> rows;
+  for (std::uint32_t f = 0; f < fields; ++f) rows.push_back(kv.pull_rows(f, b.ids[f]));
+  const auto width = fields * dim + criteo_int_fields;
+  std::vector<float> x(b.size() * width);
+  for (std::size_t f = 0; f < fields; ++f) {
+    auto got = rows[f].get();
+    for (std::size_t s = 0; s < b.size(); ++s) std::copy_n(got.data() + s * dim, dim, x.data() + s * width + f * dim);
+  }
+  for (std::size_t s = 0; s < b.size(); ++s)
+    std::copy_n(b.ints.data() + s * criteo_int_fields, criteo_int_fields, x.data() + s * width + fields * dim);
+  return x;
+}
+
+// Each field's part of the input gradient, to that field's rows.
+void push_row_grads(kv_client& kv, const ctr_batch& b, const std::vector<float>& dx, std::uint32_t dim,
+                    std::vector<kv_future>& pending) {
+  const auto width = fields * dim + criteo_int_fields;
+  std::vector<float> grads(b.size() * dim);
+  for (std::uint32_t f = 0; f < fields; ++f) {
+    for (std::size_t s = 0; s < b.size(); ++s) std::copy_n(dx.data() + s * width + f * dim, dim, grads.data() + s * dim);
+    pending.push_back(kv.push_rows(f, b.ids[f], grads));
+  }
+}
+
+// What a worker counts while it trains.
+struct ctr_counts {
+  std::uint64_t samples = 0, batches = 0, embedding_bytes = 0, dense_bytes = 0;
+  double loss_sum = 0, train_seconds = 0;
+  nlohmann::json per_epoch = nlohmann::json::array();
+};
+
+// Scores the test file with the current parameters: (AUC, log loss).
+std::pair<double, double> evaluate(worker_context& ctx, const ctr_settings& s, const ctr_tower& tower,
+                                   const key_set& keys) {
+  auto params = ctx.kv.pull(keys).get();
+  batch_source test(s, s.test, 0, 1, eval_batch);
+  ctr_batch b;
+  std::vector<double> scores;
+  std::vector<float> labels;
+  while (test.next(b)) {
+    auto x = inputs_of(ctx.kv, b, s.dim);
+    scores.resize(scores.size() + b.size());
+    tower.predict(params.data(), x.data(), b.size(), scores.data() + scores.size() - b.size());
+    labels.insert(labels.end(), b.labels.begin(), b.labels.end());
+  }
+  return {auc(scores, labels), logloss(scores, labels)};
+}
+
+// One pass over this worker's training rows; each batch is one clock.
+void train_epoch(worker_context& ctx, const ctr_settings& s, const ctr_tower& tower, const key_set& keys,
+                 std::uint64_t& clock, ctr_counts& counts) {
+  batch_source train(s, s.train, ctx.id, ctx.num_workers, s.batch);
+  ctr_batch b;
+  auto grad = std::make_shared<std::vector<float>>(tower.num_params());
+  std::vector<float> dx;
+  std::vector<kv_future> pending;  // the last batch's pushes
+  while (train.next(b)) {
+    auto params_f = ctx.kv.pull(keys);
+    auto x = inputs_of(ctx.kv, b, s.dim);
+    auto params = params_f.get();
+    for (auto& f : pending) f.get();  // the tower's gradient buffer is free again
+    pending.clear();
+    dx.resize(x.size());
+    counts.loss_sum += tower.loss_and_grad(params.data(), x.data(), b.labels.data(), b.size(), grad->data(), dx.data());
+    push_row_grads(ctx.kv, b, dx, s.dim, pending);
+    pending.push_back(ctx.kv.push_and_advance(keys, grad, 0, ++clock));
+    counts.samples += b.size();
+    ++counts.batches;
+    counts.embedding_bytes += 2 * fields * b.size() * (sizeof(std::uint64_t) + s.dim * sizeof(float));
+    counts.dense_bytes += 2 * tower.num_params() * sizeof(float);
+  }
+  for (auto& f : pending) f.get();
+}
+
+std::string ctr_app(worker_context& ctx) {
+  const auto s = settings_of(ctx.cfg);
+  ctr_tower tower(tower_inputs(s), s.hidden);
+  auto keys = key_set::single({0, tower.num_params()});
+  if (ctx.id == 0) {  // the first writer wins: one worker is enough
+    std::vector<float> init(tower.num_params());
+    tower.init(init.data(), ctx.cfg.seed);
+    ctx.kv.init(keys, std::move(init)).get();
+  }
+  ctx.barrier();
+  ctr_counts counts;
+  std::uint64_t clock = ctx.start_clock;
+  for (std::size_t epoch = 1; epoch <= s.epochs; ++epoch) {
+    auto start = std::chrono::steady_clock::now();
+    train_epoch(ctx, s, tower, keys, clock, counts);
+    counts.train_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    ctx.barrier();
+    if (ctx.id == 0) {
+      auto [test_auc, test_logloss] = evaluate(ctx, s, tower, keys);
+      counts.per_epoch.push_back({{"epoch", epoch}, {"test_auc", test_auc}, {"test_logloss", test_logloss}});
+      ctx.report("epoch " + std::to_string(epoch) + "/" + std::to_string(s.epochs) + ": test AUC " +
+                 std::to_string(test_auc) + ", log loss " + std::to_string(test_logloss));
+    }
+    ctx.barrier();
+  }
+  nlohmann::json out{{"worker", ctx.id},
+                     {"samples", counts.samples},
+                     {"batches", counts.batches},
+                     {"train_seconds", counts.train_seconds},
+                     {"train_loss", counts.batches ? counts.loss_sum / counts.batches : 0.0},
+                     {"embedding_bytes", counts.embedding_bytes},
+                     {"dense_bytes", counts.dense_bytes}};
+  if (ctx.id == 0) {
+    out["per_epoch"] = counts.per_epoch;
+    out["test_auc"] = counts.per_epoch.back()["test_auc"];
+    out["test_logloss"] = counts.per_epoch.back()["test_logloss"];
+  }
+  return out.dump();
+}
+
+// The job's tensors; first the data files are checked, so a job that cannot read them
+// is refused before it starts, naming the file.
+std::vector<tensor_spec> ctr_tensors(const node_config& cfg) {
+  auto s = settings_of(cfg);
+  for (const auto& [flag, path] : {std::pair{"train", s.train}, std::pair{"test", s.test}}) {
+    if (path.empty()) throw bad_request(std::string("the ctr app needs --") + flag + "=FILE (Criteo's TSV format)");
+    criteo_reader probe(path, s.policy);  // throws naming the file when it cannot be opened
+  }
+  ctr_tower tower(tower_inputs(s), s.hidden);
+  return {{"tower", {0, tower.num_params()}, {tower.num_params()}}};
+}
+
+std::vector<sparse_table_spec> ctr_tables(const node_config& cfg) {
+  update_rule adagrad;
+  adagrad.kind = rule_kind::adagrad;
+  adagrad.lr = static_cast<float>(cfg.app_number("embedding-lr"));
+  std::vector<sparse_table_spec> tables;
+  for (std::size_t f = 0; f < fields; ++f) {
+    std::string name = "C";  // Criteo's names of the categorical fields: C1..C26
+    name += std::to_string(f + 1);
+    tables.push_back({name, static_cast<std::uint32_t>(cfg.app_count("embedding-dim")), 0.01f, adagrad, cfg.seed});
+  }
+  return tables;
+}
+
+std::vector<app_flag> ctr_flags() {
+  return {{"train", app_flag_kind::text, "", "ctr: training rows in Criteo's TSV format (plain or .gz)", {}},
+          {"test", app_flag_kind::text, "", "ctr: test rows in Criteo's TSV format (plain or .gz)", {}},
+          {"embedding-dim", app_flag_kind::count, "16", "ctr: floats per embedding row",
+           [](const node_config& c) { return c.app_count("embedding-dim") >= 1 ? "" : "must be >= 1"; }},
+          {"embedding-lr", app_flag_kind::number, "0.05", "ctr: Adagrad's learning rate for the embedding rows",
+           [](const node_config& c) { return c.app_number("embedding-lr") > 0 ? "" : "must be > 0"; }},
+          {"hidden", app_flag_kind::counts, "[256,128]", "ctr: the tower's hidden layer widths, e.g. [256,128]",
+           [](const node_config& c) {
+             for (auto h : c.app_counts("hidden"))
+               if (h < 1 || h > 65536) return std::string("widths must be in [1, 65536]");
+             return std::string();
+           }},
+          {"on-bad-line", app_flag_kind::text, "stop", "ctr: stop|skip at a malformed input line",
+           [](const node_config& c) {
+             auto v = c.app_text("on-bad-line");
+             return v == "stop" || v == "skip" ? "" : "must be stop or skip";
+           }}};
+}
+
+}  // namespace
+
+app_definition ctr_definition() {
+  app_definition app{"ctr", "click prediction on Criteo-format logs (train_ctr)", ctr_app, "adam", "bsp",
+                     ctr_tensors, ctr_flags()};
+  app.tables = ctr_tables;
+  return app;
+}
+
+}  // namespace ps

@@ -1,0 +1,83 @@
+// train_ctr: click prediction on Criteo-format logs (label, 13 integers, 26 hex ids per
+// tab-separated line; plain or gzipped) with the embedding tables and the tower on ActorPS
+// server shards. gen_ctr writes such files from a known truth. Per-epoch test AUC and log
+// loss on stderr; the last stdout line is one JSON object whose "status" says how the job
+// ended (README: exit codes).
+#include <algorithm>
+#include <cstdio>
+
+#include <nlohmann/json.hpp>
+
+#include "apps/apps.hpp"
+#include "libps/consistency.hpp"
+#include "runtime/job_contract.hpp"
+#include "runtime/signals.hpp"
+
+namespace {
+
+// The job's figures from the workers' results: samples, time and bytes from every
+// worker, test metrics from worker 0 (the one that evaluates).
+void add_worker_figures(const ps::job_result& res, ps::json_line& out) {
+  std::uint64_t samples = 0, embedding_bytes = 0, dense_bytes = 0;
+  double train_seconds = 0;
+  for (const auto& [w, text] : res.results) {
+    auto r = nlohmann::json::parse(text, nullptr, false);
+    if (r.is_discarded()) throw ps::bad_request("worker " + std::to_string(w) + " sent a result that is not JSON");
+    samples += r.value("samples", std::uint64_t{0});
+    embedding_bytes += r.value("embedding_bytes", std::uint64_t{0});
+    dense_bytes += r.value("dense_bytes", std::uint64_t{0});
+    train_seconds = std::max(train_seconds, r.value("train_seconds", 0.0));
+    for (const char* field : {"test_auc", "test_logloss", "per_epoch"})
+      if (r.contains(field)) out[field] = r[field];
+  }
+  out["samples"] = samples;
+  out["train_seconds"] = train_seconds;
+  out["samples_per_s"] = train_seconds > 0 ? samples / train_seconds : 0;
+  out["embedding_bytes"] = embedding_bytes;
+  out["dense_bytes"] = dense_bytes;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  ps::register_builtin_apps();
+  ps::node_config cfg;
+  cfg.cluster = "processes";  // defaults of train_ctr: 2 servers, 2 workers, BSP, as processes
+  cfg.servers = 2;
+  cfg.workers = 2;
+  cfg.lr = 0.001;  // the tower's Adam
+  cfg.batch = 256;
+  if (!cfg.parse_args(argc, argv)) return cfg.cli_helptext_printed ? 0 : 2;
+  ps::apply_runtime_defaults(cfg);
+  try {
+    auto settings = ps::settings_for_app(cfg, "ctr");
+    caf::actor_system sys{cfg};
+    ps::catch_stop_signals();
+    std::fprintf(stderr, "train_ctr: train=%s test=%s cluster=%s servers=%zu workers=%zu epochs=%zu batch=%zu "
+                         "consistency=%s staleness=%s\n",
+                 cfg.app_text("train").c_str(), cfg.app_text("test").c_str(), cfg.cluster.c_str(), cfg.servers,
+                 cfg.workers, cfg.epochs, cfg.batch, ps::consistency_name(settings.staleness),
+                 ps::staleness_to_string(settings.staleness).c_str());
+    ps::job_listener listener{
+      [](std::uint32_t w, const std::string& text) { std::fprintf(stderr, "[worker %u] %s\n", w, text.c_str()); },
+      [](const std::string& text) { std::fprintf(stderr, "%s\n", text.c_str()); }};
+    auto res = ps::run_job(sys, cfg, ps::find_app("ctr"), "ctr", settings, listener);
+    ps::json_line out{{"app", "ctr"},
+                       {"cluster", cfg.cluster},
+                       {"servers", cfg.servers},
+                       {"workers", cfg.workers},
+                       {"epochs", cfg.epochs},
+                       {"batch", cfg.batch},
+                       {"consistency", ps::consistency_name(settings.staleness)},
+                       {"seconds", res.seconds}};
+    if (!res.ok) {
+      for (const auto& f : res.failures) std::fprintf(stderr, "error: %s\n", f.c_str());
+      return ps::print_status(out, false, res.code, res.reason);
+    }
+    add_worker_figures(res, out);
+    return ps::print_status(out, true, res.code, "");
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 2;
+  }
+}
