@@ -74,12 +74,7 @@ int main(int argc, char** argv) {
       out["staleness"] = "inf";
     else
       out["staleness"] = staleness;
-    if (!res.ok) {
-      for (const auto& f : res.failures) std::fprintf(stderr, "error: %s\n", f.c_str());
-      return ps::print_status(out, false, res.code, res.reason);
-    }
-    add_worker_figures(res, out);
-    return ps::print_status(out, true, res.code, "");
+    return ps::print_job_end(out, res, [&](ps::json_line& line) { add_worker_figures(res, line); });
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 2;

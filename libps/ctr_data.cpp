@@ -18,9 +18,16 @@ double weight_of(std::uint64_t seed, std::size_t field, std::uint64_t id) {
   return static_cast<double>(bits) * 0x1.0p-53 * 2.0 - 1.0;
 }
 
-// The categorical value written for rank `id` of field `field` (a 32-bit hex id).
-std::uint32_t value_of(std::uint64_t seed, std::size_t field, std::uint64_t id) {
-  return static_cast<std::uint32_t>(mix64(seed * 31 + field * 1000003 + id));
+// The categorical value written for rank `rank` of field `field`: a 32-bit hex id that
+// looks arbitrary but gives its rank back (rank_of), so the truth can tell head from tail.
+std::uint32_t field_mask(std::uint64_t seed, std::size_t field) {
+  return static_cast<std::uint32_t>(mix64(seed * 31 + field * 1000003));
+}
+std::uint32_t value_of(std::uint64_t seed, std::size_t field, std::uint64_t rank) {
+  return static_cast<std::uint32_t>(rank) ^ field_mask(seed, field);
+}
+std::uint64_t rank_of(std::uint64_t seed, std::size_t field, std::uint32_t value) {
+  return value ^ field_mask(seed, field);
 }
 
 }  // namespace
@@ -76,11 +83,16 @@ std::uint64_t zipf_sampler::operator()(std::mt19937_64& rng) const {
 
 double ctr_truth::logit(const criteo_row& row) const {
   double z = -1.5;  // a click rate of roughly one in five
-  for (std::size_t f = 0; f < criteo_cat_fields; ++f)
-    if (row.cats[f]) z += 0.6 * weight_of(seed, f, *row.cats[f]);
-  // Two interactions: fields 0 x 1 and 2 x 3.
-  for (std::size_t f : {0u, 2u})
-    if (row.cats[f] && row.cats[f + 1]) z += weight_of(seed + 7, f, (static_cast<std::uint64_t>(*row.cats[f]) << 32) | *row.cats[f + 1]);
+  for (std::size_t f = 0; f < criteo_cat_fields; ++f) {
+    if (!row.cats[f]) continue;
+    if (auto rank = rank_of(seed, f, *row.cats[f]); rank <= head) z += 0.6 * weight_of(seed, f, rank);
+  }
+  // Two interactions, fields 0 x 1 and 2 x 3, between ids of their heads.
+  for (std::size_t f : {0u, 2u}) {
+    if (!row.cats[f] || !row.cats[f + 1]) continue;
+    auto a = rank_of(seed, f, *row.cats[f]), b = rank_of(seed, f + 1, *row.cats[f + 1]);
+    if (a <= interaction_head && b <= interaction_head) z += weight_of(seed + 7, f, a << 32 | b);
+  }
   for (std::size_t i = 0; i < 3; ++i)
     if (row.ints[i]) z += 0.2 * weight_of(seed + 13, i, 0) * std::log1p(static_cast<double>(*row.ints[i]));
   return z;

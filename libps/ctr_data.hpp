@@ -28,10 +28,17 @@ class zipf_sampler {
   std::vector<double> cdf_;
 };
 
+// The truth is learnable by design: each field's `head` most frequent ids carry a weight
+// of their own and the long tail none (an id seen a handful of times in a million rows
+// could not be learned by any model, and the Bayes AUC would then be out of every
+// model's reach), and the two interactions act between ids among the top
+// `interaction_head` of their fields (others: none).
 struct ctr_truth {
   std::uint64_t vocabulary = 100000;
   double zipf = 1.1;
   std::uint64_t seed = 1;
+  std::uint64_t head = 200;
+  std::uint64_t interaction_head = 10;
   // A row of Criteo's format and its true click probability.
   struct sample {
     criteo_row row;

@@ -211,6 +211,9 @@ using json_line = nlohmann::ordered_json;
 // Prints a program's last stdout line: `line` with "status" (ok, failed, stopped) and, when
 // not ok, "reason". Returns the exit status for that end (README: exit codes).
 int print_status(json_line line, bool ok, errc code, const std::string& reason);
+// The end of a training program's job: its failures on stderr and the last line, with
+// the workers' figures (add_figures) when the job completed.
+int print_job_end(json_line line, const job_result& res, const std::function<void(json_line&)>& add_figures);
 
 // psnode roles. Return the process exit code; throw bad_request for settings they cannot
 // use (--host the data plane cannot listen on), which psnode reports.

@@ -54,6 +54,15 @@ int print_status(json_line line, bool ok, errc code, const std::string& reason) 
   return ok ? 0 : exit_status_of(code);
 }
 
+int print_job_end(json_line line, const job_result& res, const std::function<void(json_line&)>& add_figures) {
+  if (!res.ok) {
+    for (const auto& f : res.failures) std::fprintf(stderr, "error: %s\n", f.c_str());
+    return print_status(line, false, res.code, res.reason);
+  }
+  add_figures(line);
+  return print_status(line, true, res.code, "");
+}
+
 int run_coordinator_role(caf::actor_system& sys, const node_config& cfg, const job_settings& settings) {
   json_line line{{"role", "coordinator"}, {"app", cfg.app}, {"job_fingerprint", fingerprint_text(settings.spec)}};
   caf::scoped_actor observer{sys};

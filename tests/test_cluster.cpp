@@ -60,17 +60,24 @@ std::pair<int, std::string> shell(const std::string& cmd) {
   return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
 }
 
+// Runs app `app` as a job of cfg's shape; its workers' results, once it completed with
+// `workers` of them.
+std::map<std::uint32_t, std::string> completed_job(node_config& cfg, const std::string& app,
+                                                   std::size_t workers) {
+  caf::actor_system sys{cfg};
+  auto res = run_job(sys, cfg, find_app(app), app, settings_for_app(cfg, app));
+  for (const auto& f : res.failures) FAIL_CHECK(f);
+  REQUIRE(res.ok);
+  REQUIRE(res.results.size() == workers);
+  return res.results;
+}
+
 // data_plane: whether blocks of at least 256 KiB go over data connections (processes).
 void check_kvcheck(const char* cluster, bool data_plane) {
   parsed_config pc({std::string("--cluster=") + cluster, "--servers=2", "--workers=2",
                     data_plane ? "--ps.data-plane-bytes=262144" : "--ps.data-plane-bytes=0"});
   REQUIRE(pc.ok);
-  caf::actor_system sys{pc.cfg};
-  auto res = run_job(sys, pc.cfg, find_app("kvcheck"), "kvcheck", settings_for_app(pc.cfg, "kvcheck"));
-  for (const auto& f : res.failures) FAIL_CHECK(f);
-  REQUIRE(res.ok);
-  REQUIRE(res.results.size() == 2);
-  for (const auto& [w, text] : res.results) {
+  for (const auto& [w, text] : completed_job(pc.cfg, "kvcheck", 2)) {
     INFO("worker " << w << ": " << text);
     auto result = json::parse(text);
     CHECK(result["mismatches"] == 0);
@@ -104,12 +111,7 @@ void check_rowcheck(std::vector<std::string> flags) {
   flags.insert(flags.end(), {"--servers=2", "--workers=2", "--rows=2000"});
   parsed_config pc(flags);
   REQUIRE(pc.ok);
-  caf::actor_system sys{pc.cfg};
-  auto res = run_job(sys, pc.cfg, find_app("rowcheck"), "rowcheck", settings_for_app(pc.cfg, "rowcheck"));
-  for (const auto& f : res.failures) FAIL_CHECK(f);
-  REQUIRE(res.ok);
-  REQUIRE(res.results.size() == 2);
-  for (const auto& [w, text] : res.results) {
+  for (const auto& [w, text] : completed_job(pc.cfg, "rowcheck", 2)) {
     INFO("worker " << w << ": " << text);
     auto result = json::parse(text);
     CHECK(result["mismatches"] == 0);
@@ -866,4 +868,28 @@ TEST_CASE("gen_ctr writes Criteo-format files a reader takes, and a truth whose 
   CHECK(bad_rc == 2);
   CHECK(bad_out.find("--out=DIR is required") != std::string::npos);
   std::filesystem::remove_all("ctr-gen");
+}
+
+TEST_CASE("train_ctr learns clicks from gen_ctr's data across processes, and names a missing file") {
+  std::filesystem::remove_all("ctr-train");
+  REQUIRE(shell("bin/gen_ctr --out=ctr-train --train-rows=20000 --test-rows=4000 --vocabulary=300 --seed=2").first == 0);
+  std::ifstream truth_file("ctr-train/truth.json");
+  auto truth = nlohmann::json::parse(truth_file);
+  auto [rc, out] = shell("bin/train_ctr --train=ctr-train/train.tsv --test=ctr-train/test.tsv --epochs=2 "
+                         "--hidden=[16] --embedding-dim=4");
+  INFO(out);
+  REQUIRE(rc == 0);
+  auto result = last_json(out);
+  CHECK(result["status"] == "ok");
+  CHECK(result["samples"] == 2 * 20000);
+  REQUIRE(result["per_epoch"].size() == 2);
+  // Far above chance, and no better than the truth allows.
+  CHECK(result["test_auc"] > 0.65);
+  CHECK(result["test_auc"] <= truth["bayes_auc"].get<double>() + 0.01);
+  CHECK(result["embedding_bytes"] > 0);
+  CHECK(result["dense_bytes"] > 0);
+  auto [bad_rc, bad_out] = shell("bin/train_ctr --train=ctr-train/no-such.tsv --test=ctr-train/test.tsv");
+  CHECK(bad_rc != 0);
+  CHECK(bad_out.find("ctr-train/no-such.tsv") != std::string::npos);
+  std::filesystem::remove_all("ctr-train");
 }
