@@ -9,10 +9,12 @@
 #include <array>
 #include <chrono>
 #include <cmath>
+#include <unordered_set>
 
 #include "libps/criteo.hpp"
 #include "libps/ctr_data.hpp"
 #include "libps/ctr_tower.hpp"
+#include "libps/row_cache.hpp"
 
 namespace ps {
 
@@ -27,6 +29,8 @@ struct ctr_settings {
   std::vector<std::size_t> hidden;
   std::size_t batch = 256;
   std::size_t epochs = 1;
+  std::size_t cache_rows = 0;  // 0: no worker cache
+  std::uint64_t cache_staleness = 0;
   criteo_reader::on_bad_line policy = criteo_reader::on_bad_line::stop;
 };
 
@@ -38,6 +42,8 @@ ctr_settings settings_of(const node_config& cfg) {
   for (auto h : cfg.app_counts("hidden")) s.hidden.push_back(static_cast<std::size_t>(h));
   s.batch = cfg.batch;
   s.epochs = cfg.epochs;
+  s.cache_rows = cfg.app_count("embedding-cache");
+  s.cache_staleness = cfg.app_count("embedding-staleness");
   if (cfg.app_text("on-bad-line") == "skip") s.policy = criteo_reader::on_bad_line::skip;
   return s;
 }
@@ -106,21 +112,112 @@ std::vector<float> inputs_of(kv_client& kv, const ctr_batch& b, std::uint32_t di
   return x;
 }
 
-// Each field's part of the input gradient, to that field's rows.
-void push_row_grads(kv_client& kv, const ctr_batch& b, const std::vector<float>& dx, std::uint32_t dim,
-                    std::vector<kv_future>& pending) {
+// Field f's part of the input gradient, row by row of the batch.
+std::vector<float> field_grads(const std::vector<float>& dx, std::size_t batch, std::size_t f, std::uint32_t dim) {
   const auto width = fields * dim + criteo_int_fields;
-  std::vector<float> grads(b.size() * dim);
-  for (std::uint32_t f = 0; f < fields; ++f) {
-    for (std::size_t s = 0; s < b.size(); ++s) std::copy_n(dx.data() + s * width + f * dim, dim, grads.data() + s * dim);
-    pending.push_back(kv.push_rows(f, b.ids[f], grads));
-  }
+  std::vector<float> grads(batch * dim);
+  for (std::size_t s = 0; s < batch; ++s) std::copy_n(dx.data() + s * width + f * dim, dim, grads.data() + s * dim);
+  return grads;
 }
 
-// What a worker counts while it trains.
+std::size_t distinct(const std::vector<std::uint64_t>& ids) {
+  return std::unordered_set<std::uint64_t>(ids.begin(), ids.end()).size();
+}
+
+// How a training worker reads and updates its rows: straight from the shards, or through
+// its bounded-staleness cache, one per table (libps/row_cache.hpp, after HET): a cached
+// row is used while at most S clocks old and its gradients are summed locally until a
+// refresh, an eviction, the bound or a flush sends them. Rows moved (pulled or pushed,
+// each once however often a batch names it) are counted either way.
+class row_access {
+ public:
+  row_access(kv_client& kv, const ctr_settings& s) : kv_(kv), dim_(s.dim) {
+    if (s.cache_rows > 0)
+      for (std::size_t f = 0; f < fields; ++f)
+        caches_.emplace_back(s.dim, std::max<std::size_t>(1, s.cache_rows / fields), s.cache_staleness);
+  }
+
+  // The batch's rows of every field, as the tower's input (with the integers).
+  std::vector<float> inputs(const ctr_batch& b, std::uint64_t clock, std::vector<kv_future>& pending) {
+    if (caches_.empty()) {
+      for (const auto& ids : b.ids) rows_moved_ += distinct(ids);
+      return inputs_of(kv_, b, dim_);
+    }
+    std::array<std::vector<std::uint64_t>, fields> missing;
+    std::vector<kv_future> pulls;
+    for (std::uint32_t f = 0; f < fields; ++f) {
+      send(f, caches_[f].due(clock), pending);  // before the reads of clock c0 + S + 1 need them
+      missing[f] = caches_[f].misses(b.ids[f], clock);
+      rows_moved_ += missing[f].size();
+      pulls.push_back(kv_.pull_rows(f, missing[f]));
+    }
+    const auto width = fields * dim_ + criteo_int_fields;
+    std::vector<float> x(b.size() * width), rows(b.size() * dim_);
+    for (std::uint32_t f = 0; f < fields; ++f) {
+      auto got = pulls[f].get();
+      send(f, caches_[f].fill(missing[f], got.data(), clock), pending);
+      caches_[f].read(b.ids[f], rows.data());
+      for (std::size_t s = 0; s < b.size(); ++s) std::copy_n(rows.data() + s * dim_, dim_, x.data() + s * width + f * dim_);
+    }
+    for (std::size_t s = 0; s < b.size(); ++s)
+      std::copy_n(b.ints.data() + s * criteo_int_fields, criteo_int_fields, x.data() + s * width + fields * dim_);
+    return x;
+  }
+
+  // The input gradient's rows: pushed, or summed in the cache.
+  void update(const ctr_batch& b, const std::vector<float>& dx, std::uint64_t clock, std::vector<kv_future>& pending) {
+    for (std::uint32_t f = 0; f < fields; ++f) {
+      auto grads = field_grads(dx, b.size(), f, dim_);
+      if (caches_.empty()) {
+        rows_moved_ += distinct(b.ids[f]);
+        pending.push_back(kv_.push_rows(f, b.ids[f], grads));
+      } else {
+        caches_[f].accumulate(b.ids[f], grads.data(), clock);
+      }
+    }
+  }
+
+  // Every gradient summed in the caches goes to the shards (before an evaluation, at the end).
+  void flush(std::vector<kv_future>& pending) {
+    for (std::uint32_t f = 0; f < caches_.size(); ++f) send(f, caches_[f].drain(), pending);
+  }
+
+  std::uint64_t rows_moved() const { return rows_moved_; }
+  std::pair<std::uint64_t, std::uint64_t> hits_and_misses() const {
+    std::uint64_t hits = 0, missed = 0;
+    for (const auto& c : caches_) {
+      hits += c.hits();
+      missed += c.missed();
+    }
+    return {hits, missed};
+  }
+
+ private:
+  void send(std::uint32_t f, std::vector<row_flush> rows, std::vector<kv_future>& pending) {
+    if (rows.empty()) return;
+    std::vector<std::uint64_t> ids;
+    std::vector<float> grads;
+    for (auto& r : rows) {
+      ids.push_back(r.id);
+      grads.insert(grads.end(), r.grad.begin(), r.grad.end());
+    }
+    rows_moved_ += ids.size();
+    pending.push_back(kv_.push_rows(f, ids, grads));
+  }
+
+  kv_client& kv_;
+  std::uint32_t dim_;
+  std::vector<row_cache> caches_;  // per table; empty: no cache
+  std::uint64_t rows_moved_ = 0;
+};
+
+// What a worker counts while it trains. `bound` counts the rows an unbounded cache at
+// the same staleness would move (the embedding_bytes_bound of issue 14).
 struct ctr_counts {
-  std::uint64_t samples = 0, batches = 0, embedding_bytes = 0, dense_bytes = 0;
+  explicit ctr_counts(std::uint64_t staleness) : bound(staleness) {}
+  std::uint64_t samples = 0, batches = 0, dense_bytes = 0;
   double loss_sum = 0, train_seconds = 0;
+  cache_traffic_counter bound;
   nlohmann::json per_epoch = nlohmann::json::array();
 };
 
@@ -143,7 +240,7 @@ std::pair<double, double> evaluate(worker_context& ctx, const ctr_settings& s, c
 
 // One pass over this worker's training rows; each batch is one clock.
 void train_epoch(worker_context& ctx, const ctr_settings& s, const ctr_tower& tower, const key_set& keys,
-                 std::uint64_t& clock, ctr_counts& counts) {
+                 row_access& rows, std::uint64_t& clock, ctr_counts& counts) {
   batch_source train(s, s.train, ctx.id, ctx.num_workers, s.batch);
   ctr_batch b;
   auto grad = std::make_shared<std::vector<float>>(tower.num_params());
@@ -151,20 +248,44 @@ void train_epoch(worker_context& ctx, const ctr_settings& s, const ctr_tower& to
   std::vector<kv_future> pending;  // the last batch's pushes
   while (train.next(b)) {
     auto params_f = ctx.kv.pull(keys);
-    auto x = inputs_of(ctx.kv, b, s.dim);
-    auto params = params_f.get();
     for (auto& f : pending) f.get();  // the tower's gradient buffer is free again
     pending.clear();
+    auto x = rows.inputs(b, clock, pending);
+    auto params = params_f.get();
     dx.resize(x.size());
     counts.loss_sum += tower.loss_and_grad(params.data(), x.data(), b.labels.data(), b.size(), grad->data(), dx.data());
-    push_row_grads(ctx.kv, b, dx, s.dim, pending);
+    rows.update(b, dx, clock, pending);
+    for (const auto& ids : b.ids) counts.bound.batch(ids, clock);
     pending.push_back(ctx.kv.push_and_advance(keys, grad, 0, ++clock));
     counts.samples += b.size();
     ++counts.batches;
-    counts.embedding_bytes += 2 * fields * b.size() * (sizeof(std::uint64_t) + s.dim * sizeof(float));
     counts.dense_bytes += 2 * tower.num_params() * sizeof(float);
   }
+  rows.flush(pending);  // the shards have every update before anyone evaluates
   for (auto& f : pending) f.get();
+}
+
+nlohmann::json result_of(const worker_context& ctx, const ctr_settings& s, const ctr_counts& counts,
+                         const row_access& rows) {
+  const std::uint64_t row_bytes = sizeof(std::uint64_t) + s.dim * sizeof(float);
+  auto [hits, misses] = rows.hits_and_misses();
+  nlohmann::json out{{"worker", ctx.id},
+                     {"samples", counts.samples},
+                     {"batches", counts.batches},
+                     {"train_seconds", counts.train_seconds},
+                     {"train_loss", counts.batches ? counts.loss_sum / counts.batches : 0.0},
+                     {"embedding_bytes", rows.rows_moved() * row_bytes},
+                     {"embedding_bytes_uncached", counts.bound.total().without_cache * row_bytes},
+                     {"embedding_bytes_bound", counts.bound.total().with_cache * row_bytes},
+                     {"worker_cache_hits", hits},
+                     {"worker_cache_misses", misses},
+                     {"dense_bytes", counts.dense_bytes}};
+  if (ctx.id == 0) {
+    out["per_epoch"] = counts.per_epoch;
+    out["test_auc"] = counts.per_epoch.back()["test_auc"];
+    out["test_logloss"] = counts.per_epoch.back()["test_logloss"];
+  }
+  return out;
 }
 
 std::string ctr_app(worker_context& ctx) {
@@ -177,11 +298,12 @@ std::string ctr_app(worker_context& ctx) {
     ctx.kv.init(keys, std::move(init)).get();
   }
   ctx.barrier();
-  ctr_counts counts;
+  ctr_counts counts(s.cache_staleness);
+  row_access rows(ctx.kv, s);
   std::uint64_t clock = ctx.start_clock;
   for (std::size_t epoch = 1; epoch <= s.epochs; ++epoch) {
     auto start = std::chrono::steady_clock::now();
-    train_epoch(ctx, s, tower, keys, clock, counts);
+    train_epoch(ctx, s, tower, keys, rows, clock, counts);
     counts.train_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     ctx.barrier();
     if (ctx.id == 0) {
@@ -192,19 +314,7 @@ std::string ctr_app(worker_context& ctx) {
     }
     ctx.barrier();
   }
-  nlohmann::json out{{"worker", ctx.id},
-                     {"samples", counts.samples},
-                     {"batches", counts.batches},
-                     {"train_seconds", counts.train_seconds},
-                     {"train_loss", counts.batches ? counts.loss_sum / counts.batches : 0.0},
-                     {"embedding_bytes", counts.embedding_bytes},
-                     {"dense_bytes", counts.dense_bytes}};
-  if (ctx.id == 0) {
-    out["per_epoch"] = counts.per_epoch;
-    out["test_auc"] = counts.per_epoch.back()["test_auc"];
-    out["test_logloss"] = counts.per_epoch.back()["test_logloss"];
-  }
-  return out.dump();
+  return result_of(ctx, s, counts, rows).dump();
 }
 
 // The job's tensors; first the data files are checked, so a job that cannot read them
@@ -245,6 +355,12 @@ std::vector<app_flag> ctr_flags() {
                if (h < 1 || h > 65536) return std::string("widths must be in [1, 65536]");
              return std::string();
            }},
+          {"embedding-cache", app_flag_kind::count, "0",
+           "ctr: rows a worker caches over all tables (0: none); a cached row is used while at most "
+           "--embedding-staleness clocks old",
+           {}},
+          {"embedding-staleness", app_flag_kind::count, "0",
+           "ctr: clocks (batches) a cached row may be old; its gradients are summed until then", {}},
           {"on-bad-line", app_flag_kind::text, "stop", "ctr: stop|skip at a malformed input line",
            [](const node_config& c) {
              auto v = c.app_text("on-bad-line");

@@ -5,6 +5,7 @@
 // ended (README: exit codes).
 #include <algorithm>
 #include <cstdio>
+#include <map>
 
 #include <nlohmann/json.hpp>
 
@@ -18,23 +19,25 @@ namespace {
 // The job's figures from the workers' results: samples, time and bytes from every
 // worker, test metrics from worker 0 (the one that evaluates).
 void add_worker_figures(const ps::job_result& res, ps::json_line& out) {
-  std::uint64_t samples = 0, embedding_bytes = 0, dense_bytes = 0;
+  const char* summed[] = {"samples", "embedding_bytes", "embedding_bytes_bound", "embedding_bytes_uncached",
+                          "dense_bytes", "worker_cache_hits", "worker_cache_misses"};
+  std::map<std::string, std::uint64_t> sums;
   double train_seconds = 0;
   for (const auto& [w, text] : res.results) {
     auto r = nlohmann::json::parse(text, nullptr, false);
     if (r.is_discarded()) throw ps::bad_request("worker " + std::to_string(w) + " sent a result that is not JSON");
-    samples += r.value("samples", std::uint64_t{0});
-    embedding_bytes += r.value("embedding_bytes", std::uint64_t{0});
-    dense_bytes += r.value("dense_bytes", std::uint64_t{0});
+    for (const char* field : summed) sums[field] += r.value(field, std::uint64_t{0});
     train_seconds = std::max(train_seconds, r.value("train_seconds", 0.0));
     for (const char* field : {"test_auc", "test_logloss", "per_epoch"})
       if (r.contains(field)) out[field] = r[field];
   }
-  out["samples"] = samples;
+  out["samples"] = sums["samples"];
   out["train_seconds"] = train_seconds;
-  out["samples_per_s"] = train_seconds > 0 ? samples / train_seconds : 0;
-  out["embedding_bytes"] = embedding_bytes;
-  out["dense_bytes"] = dense_bytes;
+  out["samples_per_s"] = train_seconds > 0 ? sums["samples"] / train_seconds : 0;
+  for (const char* field : summed)
+    if (std::string(field) != "samples" && std::string(field).rfind("worker_cache", 0) != 0) out[field] = sums[field];
+  auto lookups = sums["worker_cache_hits"] + sums["worker_cache_misses"];
+  out["worker_cache_hit_rate"] = lookups > 0 ? static_cast<double>(sums["worker_cache_hits"]) / lookups : 0.0;
 }
 
 }  // namespace

@@ -81,6 +81,7 @@ void row_cache::accumulate(std::span<const std::uint64_t> ids, const float* grad
     if (e.pending.empty()) {
       e.pending.assign(dim_, 0.0f);
       e.pending_since = clock;
+      pending_order_.emplace_back(clock, ids[i]);
     }
     for (std::uint32_t k = 0; k < dim_; ++k) e.pending[k] += grads[i * dim_ + k];
   }
@@ -88,8 +89,13 @@ void row_cache::accumulate(std::span<const std::uint64_t> ids, const float* grad
 
 std::vector<row_flush> row_cache::due(std::uint64_t clock) {
   std::vector<row_flush> out;
-  for (auto& [id, e] : rows_)
-    if (!e.pending.empty() && e.pending_since + staleness_ < clock) out.push_back(take_pending(id, e));
+  while (!pending_order_.empty() && pending_order_.front().first + staleness_ < clock) {
+    auto [since, id] = pending_order_.front();
+    pending_order_.pop_front();
+    auto it = rows_.find(id);
+    if (it != rows_.end() && !it->second.pending.empty() && it->second.pending_since == since)
+      out.push_back(take_pending(id, it->second));
+  }
   return out;
 }
 
@@ -97,28 +103,28 @@ std::vector<row_flush> row_cache::drain() {
   std::vector<row_flush> out;
   for (auto& [id, e] : rows_)
     if (!e.pending.empty()) out.push_back(take_pending(id, e));
+  pending_order_.clear();
   return out;
 }
 
-cache_bound unbounded_cache_traffic(const std::vector<std::vector<std::uint64_t>>& batches, std::uint64_t staleness) {
-  cache_bound b;
-  std::unordered_map<std::uint64_t, std::uint64_t> pulled_at;  // id -> clock of its cached version
-  std::unordered_set<std::uint64_t> dirty;
-  for (std::uint64_t clock = 0; clock < batches.size(); ++clock) {
-    std::unordered_set<std::uint64_t> distinct(batches[clock].begin(), batches[clock].end());
-    b.without_cache += 2 * distinct.size();
-    for (auto id : distinct) {
-      auto it = pulled_at.find(id);
-      if (it == pulled_at.end() || it->second + staleness < clock) {
-        ++b.with_cache;                     // a pull
-        b.with_cache += dirty.erase(id);    // a refresh flushes what it had
-        pulled_at[id] = clock;
-      }
-      dirty.insert(id);
+void cache_traffic_counter::batch(std::span<const std::uint64_t> ids, std::uint64_t clock) {
+  std::unordered_set<std::uint64_t> distinct(ids.begin(), ids.end());
+  bound_.without_cache += 2 * distinct.size();
+  for (auto id : distinct) {
+    auto it = pulled_at_.find(id);
+    if (it == pulled_at_.end() || it->second + staleness_ < clock) {
+      ++bound_.with_cache;                   // a pull
+      bound_.with_cache += dirty_.erase(id);  // a refresh flushes what it had
+      pulled_at_[id] = clock;
     }
+    dirty_.insert(id);
   }
-  b.with_cache += dirty.size();  // the end
-  return b;
+}
+
+cache_bound unbounded_cache_traffic(const std::vector<std::vector<std::uint64_t>>& batches, std::uint64_t staleness) {
+  cache_traffic_counter counter(staleness);
+  for (std::uint64_t clock = 0; clock < batches.size(); ++clock) counter.batch(batches[clock], clock);
+  return counter.total();
 }
 
 }  // namespace ps

@@ -8,9 +8,11 @@
 // and at the end. Least recently used rows are evicted beyond the capacity. Plain class:
 // the worker's client asks it what to pull and what to push (issue 14, point 5).
 #include <cstdint>
+#include <deque>
 #include <list>
 #include <span>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 namespace ps {
@@ -63,6 +65,9 @@ class row_cache {
   std::uint64_t staleness_;
   std::unordered_map<std::uint64_t, entry> rows_;
   std::list<std::uint64_t> lru_;  // front: most recently used
+  // (pending_since, id) as rows gained pending sums, so due() looks at what is due only;
+  // entries of rows flushed or evicted since are skipped there.
+  std::deque<std::pair<std::uint64_t, std::uint64_t>> pending_order_;
   std::uint64_t hits_ = 0, missed_ = 0;
 };
 
@@ -76,5 +81,21 @@ struct cache_bound {
   std::uint64_t with_cache = 0;
 };
 cache_bound unbounded_cache_traffic(const std::vector<std::vector<std::uint64_t>>& batches, std::uint64_t staleness);
+
+// The same, batch by batch, for a worker that cannot hold all its batches (train_ctr).
+class cache_traffic_counter {
+ public:
+  explicit cache_traffic_counter(std::uint64_t staleness) : staleness_(staleness) {}
+  // One batch's ids (repeats allowed) at `clock`; clocks ascend.
+  void batch(std::span<const std::uint64_t> ids, std::uint64_t clock);
+  // So far, counting the flush at the end of what is still pending.
+  cache_bound total() const { return {bound_.without_cache, bound_.with_cache + dirty_.size()}; }
+
+ private:
+  std::uint64_t staleness_;
+  cache_bound bound_;
+  std::unordered_map<std::uint64_t, std::uint64_t> pulled_at_;  // id -> clock of its cached version
+  std::unordered_set<std::uint64_t> dirty_;
+};
 
 }  // namespace ps

@@ -150,14 +150,14 @@ class shard_core {
     shard_request req;
     std::vector<key_range> ranges;
     std::vector<float> values;
-    std::optional<std::uint32_t> table;  // set: a push of rows `ids` of that table
-    std::vector<std::uint64_t> ids;
+    std::optional<std::uint32_t> table = {};  // set: a push of rows `ids` of that table
+    std::vector<std::uint64_t> ids = {};
   };
   struct pending_pull {
     shard_request req;
     std::vector<key_range> ranges;
-    std::optional<std::uint32_t> table;  // set: a pull of rows `ids` of that table
-    std::vector<std::uint64_t> ids;
+    std::optional<std::uint32_t> table = {};  // set: a pull of rows `ids` of that table
+    std::vector<std::uint64_t> ids = {};
   };
 
   std::string check(const shard_request& r, const std::vector<key_range>& ranges) const;

@@ -886,8 +886,22 @@ TEST_CASE("train_ctr learns clicks from gen_ctr's data across processes, and nam
   // Far above chance, and no better than the truth allows.
   CHECK(result["test_auc"] > 0.65);
   CHECK(result["test_auc"] <= truth["bayes_auc"].get<double>() + 0.01);
-  CHECK(result["embedding_bytes"] > 0);
   CHECK(result["dense_bytes"] > 0);
+  // Without a cache every batch moves its distinct rows both ways, which is what a cache
+  // of staleness 0 would move too.
+  CHECK(result["embedding_bytes"] == result["embedding_bytes_uncached"]);
+  CHECK(result["embedding_bytes_bound"] == result["embedding_bytes_uncached"]);
+  // With one (staleness 8), far fewer; never fewer than an unbounded cache would move.
+  // (Summed gradients are fewer Adagrad steps: on 78 clocks it learns more slowly.)
+  auto [cached_rc, cached_out] = shell("bin/train_ctr --train=ctr-train/train.tsv --test=ctr-train/test.tsv --epochs=2 "
+                                       "--hidden=[16] --embedding-dim=4 --embedding-cache=100000 --embedding-staleness=8");
+  INFO(cached_out);
+  REQUIRE(cached_rc == 0);
+  auto cached = last_json(cached_out);
+  CHECK(cached["embedding_bytes"] < 0.5 * result["embedding_bytes"].get<double>());
+  CHECK(cached["embedding_bytes"] >= cached["embedding_bytes_bound"]);
+  CHECK(cached["worker_cache_hit_rate"] > 0.5);
+  CHECK(cached["test_auc"] > 0.58);
   auto [bad_rc, bad_out] = shell("bin/train_ctr --train=ctr-train/no-such.tsv --test=ctr-train/test.tsv");
   CHECK(bad_rc != 0);
   CHECK(bad_out.find("ctr-train/no-such.tsv") != std::string::npos);
