@@ -175,6 +175,32 @@ TEST_CASE_FIXTURE(fixture, "a silent shard fails the request at its timeout, nam
   sched.run();
 }
 
+TEST_CASE_FIXTURE(fixture, "rows: bad requests are refused on the caller's thread; a silent shard fails them at the "
+                           "timeout, naming the table") {
+  auto s = sys.spawn(silent_shard);
+  auto view = one_shard_view(s);
+  sparse_table_spec emb{"emb", 4, 0.01f, update_rule{}, 1};
+  view.tables.push_back(table_msg::from(emb));
+  kv_client kv(sys, view, {{0, "shard 0 (test)", s}}, {0, default_chunk_bytes, milliseconds(2500)});
+  CHECK(kv.table_dim(0) == 4);
+  CHECK_THROWS_WITH_AS(kv.pull_rows(1, {5}), "no sparse table 1 (the job has 1)", bad_request);
+  CHECK_THROWS_WITH_AS(kv.push_rows(0, {5, 6}, std::vector<float>(4, 1.0f)),
+                       "push of 2 rows of table 'emb' (dim 4): 4 gradient values, not 8", bad_request);
+  auto none = kv.pull_rows(0, {});
+  sched.run();
+  REQUIRE(none.ready());  // nothing to ask: done at once
+  CHECK(none.error().empty());
+  auto f = kv.pull_rows(0, {5, 9, 5});
+  sched.run();
+  CHECK_FALSE(f.ready());
+  sched.clock().advance_time(milliseconds(2501));
+  sched.run();
+  REQUIRE(f.ready());
+  CHECK(f.error() == "pull of 3 rows of table 'emb' failed: no reply from shard 0 (test) within 2500 ms");
+  caf::anon_send_exit(s, caf::exit_reason::kill);
+  sched.run();
+}
+
 TEST_CASE_FIXTURE(fixture, "a shard dying with requests in flight fails them at once; later ones too") {
   auto s = sys.spawn(silent_shard);
   auto view = one_shard_view(s);
