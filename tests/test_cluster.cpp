@@ -907,3 +907,26 @@ TEST_CASE("train_ctr learns clicks from gen_ctr's data across processes, and nam
   CHECK(bad_out.find("ctr-train/no-such.tsv") != std::string::npos);
   std::filesystem::remove_all("ctr-train");
 }
+
+TEST_CASE("consistency: train_ctr's row and tower reads keep SSP's guarantee in the shards' trace") {
+  std::filesystem::remove_all("ctr-ssp");
+  REQUIRE(shell("bin/gen_ctr --out=ctr-ssp --train-rows=6000 --test-rows=1000 --vocabulary=200 --seed=3").first == 0);
+  for (const auto& [flags, staleness] : {std::pair<std::string, std::uint64_t>{"--consistency=bsp", 0},
+                                         {"--consistency=ssp --staleness=2", 2}}) {
+    INFO(flags);
+    auto [rc, out] = shell("bin/train_ctr --train=ctr-ssp/train.tsv --test=ctr-ssp/test.tsv --hidden=[8] "
+                           "--embedding-dim=4 --batch=64 --workers=3 --trace=ctr-ssp/trace.jsonl " + flags);
+    INFO(out);
+    REQUIRE(rc == 0);
+    auto rep = check_trace(read_trace("ctr-ssp/trace.jsonl"));
+    CHECK(rep.violations.empty());
+    if (!rep.violations.empty()) MESSAGE(rep.violations.front());
+    // Each of about 6000 / 3 / 64 batches per worker pulls and pushes 26 tables and the tower.
+    const std::uint64_t batches = 3 * (6000 / 3 / 64);
+    CHECK(rep.pulls >= 27 * batches);
+    CHECK(rep.pushes >= 27 * batches);
+    CHECK(rep.max_lag <= staleness);
+    std::filesystem::remove("ctr-ssp/trace.jsonl");
+  }
+  std::filesystem::remove_all("ctr-ssp");
+}
