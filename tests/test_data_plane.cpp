@@ -11,7 +11,6 @@
 #include <bit>
 #include <cstring>
 #include <limits>
-#include <thread>
 
 #include "actors/data_plane.hpp"
 
@@ -169,12 +168,15 @@ TEST_CASE("data plane: a payload is queued for the connection's writer, not writ
   REQUIRE(named);
   CHECK(named->size == big.size);
   CHECK(named->origin == worker.token());
-  // The writer's stall ends the connection: later blocks go back to their callers.
-  auto deadline = std::chrono::steady_clock::now() + 10s;
-  auto small = special_values(1000);
-  while (worker.offload(99, small) && std::chrono::steady_clock::now() < deadline)
-    std::this_thread::sleep_for(10ms);  // bounded: the stall timeout is 200 ms
-  CHECK_FALSE(worker.offload(99, small));
+  // The writer's stall ends the connection. Waiting on it: a claim of anything from that
+  // peer fails once its connection ends (within the 10 s claim timeout otherwise),
+  // naming the connection and why; later blocks then go back to their callers.
+  float_block from_peer;
+  from_peer.size = 1;
+  from_peer.ticket = 1;
+  from_peer.origin = 99;
+  CHECK_THROWS_WITH_AS(worker.claim(from_peer), doctest::Contains("no progress for 200 ms"), bad_request);
+  CHECK_FALSE(worker.offload(99, special_values(1000)));
   ::close(listener);
 }
 
