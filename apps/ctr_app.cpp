@@ -96,20 +96,30 @@ class batch_source {
   std::uint64_t index_ = 0;
 };
 
-// The tower's input for the batch: each sample's fields' rows (pulled, one request per
-// table, all in flight), then its integers.
+// The tower's input: per sample its fields' rows side by side, then its integers.
+struct tower_input {
+  tower_input(const ctr_batch& b, std::uint32_t dim)
+      : dim(dim), width(fields * dim + criteo_int_fields), x(b.size() * width) {
+    for (std::size_t s = 0; s < b.size(); ++s)
+      std::copy_n(b.ints.data() + s * criteo_int_fields, criteo_int_fields, x.data() + s * width + fields * dim);
+  }
+  // Field f's rows, one per sample (batch * dim floats).
+  void place(std::size_t f, const float* rows) {
+    for (std::size_t s = 0; s * width < x.size(); ++s) std::copy_n(rows + s * dim, dim, x.data() + s * width + f * dim);
+  }
+  std::uint32_t dim;
+  std::size_t width;
+  std::vector<float> x;
+};
+
+// The tower's input for the batch, its rows pulled from the shards (one request per
+// table, all in flight).
 std::vector<float> inputs_of(kv_client& kv, const ctr_batch& b, std::uint32_t dim) {
   std::vector<kv_future> rows;
   for (std::uint32_t f = 0; f < fields; ++f) rows.push_back(kv.pull_rows(f, b.ids[f]));
-  const auto width = fields * dim + criteo_int_fields;
-  std::vector<float> x(b.size() * width);
-  for (std::size_t f = 0; f < fields; ++f) {
-    auto got = rows[f].get();
-    for (std::size_t s = 0; s < b.size(); ++s) std::copy_n(got.data() + s * dim, dim, x.data() + s * width + f * dim);
-  }
-  for (std::size_t s = 0; s < b.size(); ++s)
-    std::copy_n(b.ints.data() + s * criteo_int_fields, criteo_int_fields, x.data() + s * width + fields * dim);
-  return x;
+  tower_input in(b, dim);
+  for (std::size_t f = 0; f < fields; ++f) in.place(f, rows[f].get().data());
+  return std::move(in.x);
 }
 
 // Field f's part of the input gradient, row by row of the batch.
@@ -140,7 +150,7 @@ class row_access {
   // The batch's rows of every field, as the tower's input (with the integers).
   std::vector<float> inputs(const ctr_batch& b, std::uint64_t clock, std::vector<kv_future>& pending) {
     if (caches_.empty()) {
-      for (const auto& ids : b.ids) rows_moved_ += distinct(ids);
+      for (const auto& ids : b.ids) rows_moved_ += 2 * distinct(ids);  // pulled now, pushed by update()
       return inputs_of(kv_, b, dim_);
     }
     std::array<std::vector<std::uint64_t>, fields> missing;
@@ -151,17 +161,15 @@ class row_access {
       rows_moved_ += missing[f].size();
       pulls.push_back(kv_.pull_rows(f, missing[f]));
     }
-    const auto width = fields * dim_ + criteo_int_fields;
-    std::vector<float> x(b.size() * width), rows(b.size() * dim_);
+    tower_input in(b, dim_);
+    std::vector<float> rows(b.size() * dim_);
     for (std::uint32_t f = 0; f < fields; ++f) {
       auto got = pulls[f].get();
       send(f, caches_[f].fill(missing[f], got.data(), clock), pending);
       caches_[f].read(b.ids[f], rows.data());
-      for (std::size_t s = 0; s < b.size(); ++s) std::copy_n(rows.data() + s * dim_, dim_, x.data() + s * width + f * dim_);
+      in.place(f, rows.data());
     }
-    for (std::size_t s = 0; s < b.size(); ++s)
-      std::copy_n(b.ints.data() + s * criteo_int_fields, criteo_int_fields, x.data() + s * width + fields * dim_);
-    return x;
+    return std::move(in.x);
   }
 
   // The input gradient's rows: pushed, or summed in the cache.
@@ -169,7 +177,6 @@ class row_access {
     for (std::uint32_t f = 0; f < fields; ++f) {
       auto grads = field_grads(dx, b.size(), f, dim_);
       if (caches_.empty()) {
-        rows_moved_ += distinct(b.ids[f]);
         pending.push_back(kv_.push_rows(f, b.ids[f], grads));
       } else {
         caches_[f].accumulate(b.ids[f], grads.data(), clock);
