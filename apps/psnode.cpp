@@ -23,10 +23,12 @@ int main(int argc, char** argv) {
     auto settings = cfg.app.empty() ? ps::job_settings{} : ps::settings_for_app(cfg, cfg.app);
     caf::actor_system sys{cfg};
     ps::catch_stop_signals();
-    if (cfg.role == "local") return ps::run_local_role(sys, cfg, app, settings);
-    if (cfg.role == "coordinator") return ps::run_coordinator_role(sys, cfg, settings);
-    if (cfg.role == "server") return ps::run_server_role(sys, cfg);
-    return ps::run_worker_role(sys, cfg, app);
+    int status = cfg.role == "local"         ? ps::run_local_role(sys, cfg, app, settings)
+                 : cfg.role == "coordinator" ? ps::run_coordinator_role(sys, cfg, settings)
+                 : cfg.role == "server"      ? ps::run_server_role(sys, cfg)
+                                             : ps::run_worker_role(sys, cfg, app);
+    ps::bound_teardown(status, 10);  // the last line is out: the actor system's teardown follows
+    return status;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 2;

@@ -8,4 +8,10 @@ void catch_stop_signals();
 // The signal caught (SIGINT or SIGTERM), 0 when none.
 int stop_signal();
 
+// Once a program has printed its last line, tearing down its actor system may still wait
+// on a peer it cannot reach (seen once in CI: a worker of the netns test, its job done,
+// still alive 80 s after a link cut). From now on the process exits with `status` within
+// `limit` at the latest, saying so on stderr.
+void bound_teardown(int status, int limit_seconds);
+
 }  // namespace ps

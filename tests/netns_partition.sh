@@ -42,6 +42,7 @@ common=(--app=clocksum --servers=2 --workers=2 --replication=2 --ps.heartbeat-ms
         --ps.failure-timeout-ms=$detect_ms)
 run_in() {  # node, log, args...
   local node=$1 log=$2; shift 2
+  : >"$work/$log"  # exists before anyone waits on it (wait_for's tail would find none)
   ip netns exec "${tag}_$node" "$bin/psnode" "$@" >"$work/$log" 2>&1 &
   pids+=($!)
 }
