@@ -24,9 +24,9 @@ shard_core::shard_core(shard_config cfg, std::unique_ptr<param_store> store)
       checkpoint_every_(cfg.checkpoint_every),
       sends_checkpoints_(cfg.sends_checkpoints),
       kill_at_(cfg.kill_at),
+      rows_(std::move(cfg.tables), cfg.shard_memory, cfg.eviction),
       head_(cfg.head) {
   if (!cfg.restored.empty()) store_->restore(cfg.restored);
-  for (auto& t : cfg.tables) tables_.emplace_back(std::move(t));
 }
 
 void shard_core::start_as_replacement(std::uint64_t clock, const std::vector<std::uint32_t>& departed) {
@@ -133,11 +133,12 @@ void shard_core::gate_pull(std::uint64_t token, time_point now, shard_effects& f
 std::string shard_core::check_rows(const shard_request& r, std::uint32_t table,
                                    const std::vector<std::uint64_t>& ids) const {
   if (auto why = check(r, {}); !why.empty()) return why;
-  if (table >= tables_.size())
-    return name_ + ": no sparse table " + std::to_string(table) + " (the job has " + std::to_string(tables_.size()) + ")";
+  if (table >= rows_.num_tables())
+    return name_ + ": no sparse table " + std::to_string(table) + " (the job has " +
+           std::to_string(rows_.num_tables()) + ")";
   for (auto id : ids)
     if (auto owner = map_.row_owner(table, id); owner != id_)
-      return name_ + ": row " + std::to_string(id) + " of table '" + tables_[table].spec().name + "' belongs to shard " +
+      return name_ + ": row " + std::to_string(id) + " of table '" + rows_.table(table).spec().name + "' belongs to shard " +
              std::to_string(owner) + " (epoch " + std::to_string(map_.epoch()) + ")";
   return {};
 }
@@ -147,7 +148,7 @@ shard_effects shard_core::push_rows(const shard_request& r, std::uint32_t table,
   shard_effects fx;
   fx.error = check_rows(r, table, ids);
   if (!fx.ok()) return fx;
-  const auto& spec = tables_[table].spec();
+  const auto& spec = rows_.table(table).spec();
   if (n != ids.size() * spec.dim) {
     fx.error = name_ + ": push of " + std::to_string(ids.size()) + " rows of table '" + spec.name + "' (dim " +
                std::to_string(spec.dim) + ") carries " + std::to_string(n) + " values, not " +
@@ -167,8 +168,86 @@ void shard_core::take_row_push(const shard_request& r, std::uint32_t table, cons
     deferred_.push_back({r, {}, std::vector<float>(grads, grads + n), table, ids});
     return;
   }
-  tables_[table].push(ids, grads);
-  if (head_) fx.traces.push_back({trace_event::push, r.worker, r.clock, id_, 0, 0});
+  push_rows_now(r, table, ids, grads, fx);
+}
+
+void shard_core::push_rows_now(const shard_request& r, std::uint32_t table, const std::vector<std::uint64_t>& ids,
+                               const float* grads, shard_effects& fx) {
+  bool held = rows_.want(table, ids, true, fx.reads);
+  row_op op{row_op::kind::push, r, table, ids, {}, 0};
+  if (held && row_queue_.empty()) {
+    rows_.table(table).push(ids, grads);
+    if (head_) fx.traces.push_back({trace_event::push, r.worker, r.clock, id_, 0, 0});
+  } else {  // kept (copied): the sender may reuse its buffer once acknowledged
+    op.grads.assign(grads, grads + ids.size() * rows_.table(table).spec().dim);
+    row_queue_.push_back(std::move(op));
+  }
+  drain_rows(fx);
+}
+
+void shard_core::pull_rows_now(std::uint64_t token, shard_effects& fx) {
+  auto& p = pulls_.at(token);
+  bool held = rows_.want(*p.table, p.ids, true, fx.reads);
+  row_op op{row_op::kind::pull, p.req, *p.table, {}, {}, token};
+  if (held && row_queue_.empty())
+    run(op, fx);
+  else
+    row_queue_.push_back(std::move(op));
+  drain_rows(fx);
+}
+
+void shard_core::run(const row_op& op, shard_effects& fx) {
+  switch (op.what) {
+    case row_op::kind::push:
+      rows_.table(op.table).push(op.ids, op.grads.data());
+      if (head_) fx.traces.push_back({trace_event::push, op.req.worker, op.req.clock, id_, 0, 0});
+      return;
+    case row_op::kind::pull: {
+      auto& p = pulls_.at(op.token);
+      p.values.resize(p.ids.size() * rows_.table(op.table).spec().dim);
+      rows_.table(op.table).pull(p.ids, p.values.data());
+      trace_pull(p, fx);
+      fx.answer.push_back(op.token);
+      return;
+    }
+    case row_op::kind::key_pull:
+      trace_pull(pulls_.at(op.token), fx);
+      fx.answer.push_back(op.token);
+      return;
+  }
+}
+
+void shard_core::drain_rows(shard_effects& fx) {
+  auto keep_from = UINT64_MAX;
+  while (!row_queue_.empty()) {
+    const auto& op = row_queue_.front();
+    if (op.what != row_op::kind::key_pull) {
+      const auto& ids = op.what == row_op::kind::push ? op.ids : pulls_.at(op.token).ids;
+      if (!rows_.want(op.table, ids, false, fx.reads)) {  // read from disk first, keeping the rest in RAM
+        keep_from = rows_.keep(op.table, ids);
+        break;
+      }
+    }
+    run(op, fx);
+    row_queue_.pop_front();
+  }
+  if (auto w = rows_.trim(keep_from)) fx.writes.push_back(std::move(*w));
+}
+
+shard_effects shard_core::prefetch_rows(const shard_request& r, std::uint32_t table,
+                                        const std::vector<std::uint64_t>& ids) {
+  shard_effects fx;
+  fx.error = check_rows(r, table, ids);
+  if (fx.ok() && rows_.tiered()) rows_.want(table, ids, false, fx.reads);
+  return fx;
+}
+
+shard_effects shard_core::rows_loaded(const std::vector<row_key>& keys, const std::vector<std::uint8_t>& found,
+                                      const std::vector<float>& rows) {
+  shard_effects fx;
+  rows_.loaded(keys, found, rows);
+  drain_rows(fx);
+  return fx;
 }
 
 shard_effects shard_core::pull_rows(const shard_request& r, std::uint32_t table, std::vector<std::uint64_t> ids,
@@ -181,27 +260,21 @@ shard_effects shard_core::pull_rows(const shard_request& r, std::uint32_t table,
   return fx;
 }
 
-std::uint64_t shard_core::row_pull_values(std::uint64_t token) const {
-  const auto& p = pulls_.at(token);
-  return p.ids.size() * tables_.at(*p.table).spec().dim;
-}
-
-void shard_core::read_rows(std::uint64_t token, float* out) {
-  const auto& p = pulls_.at(token);
-  tables_.at(*p.table).pull(p.ids, out);
-}
-
-std::uint64_t shard_core::table_bytes() const {
-  std::uint64_t bytes = 0;
-  for (const auto& t : tables_) bytes += t.bytes();
-  return bytes;
-}
-
 void shard_core::answer_pull(std::uint64_t token, shard_effects& fx) {
   const auto& p = pulls_.at(token);
+  if (p.table) {
+    pull_rows_now(token, fx);
+  } else if (!row_queue_.empty()) {
+    row_queue_.push_back({row_op::kind::key_pull, p.req, 0, {}, {}, token});
+  } else {
+    trace_pull(p, fx);
+    fx.answer.push_back(token);
+  }
+}
+
+void shard_core::trace_pull(const pending_pull& p, shard_effects& fx) {
   fx.traces.push_back({trace_event::pull, p.req.worker, p.req.clock, id_, consistency_.clocks().min_clock(),
                        consistency_.staleness()});
-  fx.answer.push_back(token);
 }
 
 shard_effects shard_core::tick(const shard_request& r) {
@@ -260,10 +333,11 @@ void shard_core::release(shard_effects& fx) {
       keep.push_back(std::move(d));
       continue;
     }
-    if (d.table)
-      tables_[*d.table].push(d.ids, d.values.data());
-    else
-      store_->push(d.ranges, d.values.data(), d.values.size());  // checked on arrival
+    if (d.table) {
+      push_rows_now(d.req, *d.table, d.ids, d.values.data(), fx);  // traced when applied
+      continue;
+    }
+    store_->push(d.ranges, d.values.data(), d.values.size());  // checked on arrival
     if (head_) fx.traces.push_back({trace_event::push, d.req.worker, d.req.clock, id_, 0, 0});
   }
   deferred_ = std::move(keep);

@@ -8,6 +8,7 @@
 // and the server_shard actor only moves messages in and effects out.
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <memory>
 #include <optional>
@@ -19,6 +20,7 @@
 #include "libps/duplicate_filter.hpp"
 #include "libps/param_store.hpp"
 #include "libps/partitioner.hpp"
+#include "libps/row_tier.hpp"
 #include "libps/sparse_table.hpp"
 #include "libps/trace.hpp"
 #include "libps/update_rule.hpp"
@@ -52,6 +54,9 @@ struct shard_config {
   bool head = true;                        // traces pushes and sends checkpoint parts
   std::vector<stored_segment> restored;    // --restore or a checkpoint section
   std::vector<sparse_table_spec> tables;   // the job's sparse tables, by index
+  // Bytes for the tables' rows in RAM (--shard-memory); 0: unlimited, no disk tier.
+  std::uint64_t shard_memory = 0;
+  eviction_policy eviction = eviction_policy::slru;
 };
 
 // A replacement shard's account, per worker, of the updates that died with the shard it
@@ -75,6 +80,10 @@ struct shard_effects {
   std::optional<std::uint64_t> checkpoint_at;  // send this shard's part for this clock
   std::vector<update_loss> losses;       // for the coordinator (after a restore)
   std::optional<std::string> die;        // the fault injector's kill: end the process
+  // The disk tier's work, in this order: evicted rows to write (then rows_written), rows
+  // to read (then rows_loaded).
+  std::vector<row_write> writes;
+  std::vector<row_key> reads;
   bool ok() const { return error.empty(); }
 };
 
@@ -101,19 +110,25 @@ class shard_core {
   // Rows of sparse table `table` by id (created on first touch), owned by this shard
   // under the map's row_owner. A push of rows folds grads (ids.size() * dim values) into
   // them with the table's rule, deduplicated, deferred and ticking as a dense push is; a
-  // pull of rows is gated and parked as a dense pull is, then read with read_rows.
+  // pull of rows is gated and parked as a dense pull is, then answered with take_row_values.
   shard_effects push_rows(const shard_request& r, std::uint32_t table, const std::vector<std::uint64_t>& ids,
                           const float* grads, std::uint64_t n);
   shard_effects pull_rows(const shard_request& r, std::uint32_t table, std::vector<std::uint64_t> ids,
                           std::uint64_t token, time_point now);
-  // Whether pull `token` is of rows, how many floats its answer holds, and the rows
-  // themselves (creating those never touched), for an answerable pull.
+  // Whether pull `token` is of rows, and an answered row pull's rows (read when the core
+  // answered it, since the rows may leave RAM right after).
   bool is_row_pull(std::uint64_t token) const { return pulls_.at(token).table.has_value(); }
-  std::uint64_t row_pull_values(std::uint64_t token) const;
-  void read_rows(std::uint64_t token, float* out);
-  std::size_t num_tables() const { return tables_.size(); }
-  std::size_t table_rows(std::uint32_t table) const { return tables_.at(table).rows(); }
-  std::uint64_t table_bytes() const;
+  std::vector<float> take_row_values(std::uint64_t token) { return std::move(pulls_.at(token).values); }
+  // A worker says which rows it will ask for next: those on disk are read now.
+  shard_effects prefetch_rows(const shard_request& r, std::uint32_t table, const std::vector<std::uint64_t>& ids);
+  // The disk tier's answers to effects.reads and effects.writes. Throws bad_request for
+  // an answer that does not fit what was asked.
+  shard_effects rows_loaded(const std::vector<row_key>& keys, const std::vector<std::uint8_t>& found,
+                            const std::vector<float>& rows);
+  void rows_written(std::uint64_t seq) { rows_.written(seq); }
+  std::size_t num_tables() const { return rows_.num_tables(); }
+  // The tables' rows (RAM tier) and what the tiers did.
+  const row_tier& rows() const { return rows_; }
 
   // The worker completed r.clock iterations (left_clock: it is done).
   shard_effects tick(const shard_request& r);
@@ -158,6 +173,17 @@ class shard_core {
     std::vector<key_range> ranges;
     std::optional<std::uint32_t> table = {};  // set: a pull of rows `ids` of that table
     std::vector<std::uint64_t> ids = {};
+    std::vector<float> values = {};           // a row pull's answer, once read
+  };
+  // Work on rows in arrival order, each run once its rows are in RAM; a pull of keys
+  // answerable while row work is queued waits its turn, so answers leave in order.
+  struct row_op {
+    enum class kind : std::uint8_t { push, pull, key_pull } what;
+    shard_request req;
+    std::uint32_t table = 0;
+    std::vector<std::uint64_t> ids = {};  // a push's (a pull's are in pulls_)
+    std::vector<float> grads = {};
+    std::uint64_t token = 0;              // a pull's
   };
 
   std::string check(const shard_request& r, const std::vector<key_range>& ranges) const;
@@ -177,6 +203,16 @@ class shard_core {
   void report_loss(const shard_request& r, shard_effects& fx);
   void release(shard_effects& fx);        // after the minimum clock may have moved
   void answer_pull(std::uint64_t token, shard_effects& fx);
+  void trace_pull(const pending_pull& p, shard_effects& fx);
+  // Rows pushed or pulled: done now when their rows are in RAM and nothing is queued
+  // before them, else queued (their rows read from disk meanwhile).
+  void push_rows_now(const shard_request& r, std::uint32_t table, const std::vector<std::uint64_t>& ids,
+                     const float* grads, shard_effects& fx);
+  void pull_rows_now(std::uint64_t token, shard_effects& fx);
+  void run(const row_op& op, shard_effects& fx);
+  // Runs the queued work whose rows are in RAM, in order, then keeps the RAM tier within
+  // its budget.
+  void drain_rows(shard_effects& fx);
 
   std::uint32_t id_;
   std::string name_;
@@ -187,7 +223,8 @@ class shard_core {
   parked_reads<parked> parked_;
   std::map<std::uint64_t, pending_pull> pulls_;  // token -> the pull, until answered or failed
   std::vector<deferred_push> deferred_;
-  std::vector<sparse_table> tables_;
+  row_tier rows_;
+  std::deque<row_op> row_queue_;
   std::uint64_t view_epoch_;
   std::uint64_t last_min_ = 0;
   std::uint64_t checkpoint_every_;

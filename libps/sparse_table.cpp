@@ -1,5 +1,6 @@
 #include "libps/sparse_table.hpp"
 
+#include <algorithm>
 #include <cmath>
 
 #include "libps/hash.hpp"
@@ -25,18 +26,114 @@ void initial_row(std::uint64_t seed, const std::string& table, std::uint64_t id,
   }
 }
 
-sparse_table::sparse_table(sparse_table_spec spec) : spec_(std::move(spec)) {
+const char* to_string(eviction_policy p) { return p == eviction_policy::lru ? "lru" : "slru"; }
+
+eviction_policy eviction_policy_of(const std::string& name) {
+  if (name == "lru") return eviction_policy::lru;
+  if (name == "slru") return eviction_policy::slru;
+  throw bad_request("eviction policy '" + name + "' is not lru or slru");
+}
+
+sparse_table::sparse_table(sparse_table_spec spec, eviction_policy policy, std::shared_ptr<std::uint64_t> clock)
+    : spec_(std::move(spec)), policy_(policy), clock_(clock ? std::move(clock) : std::make_shared<std::uint64_t>(0)) {
   spec_.validate();
   stride_ = spec_.dim * (1 + spec_.rule.state_slots());
 }
 
-float* sparse_table::row(std::uint64_t id) {
-  auto [it, fresh] = index_.emplace(id, arena_.size());
-  if (fresh) {
-    arena_.resize(arena_.size() + stride_, 0.0f);  // optimizer state starts at zero
-    initial_row(spec_.seed, spec_.name, id, spec_.init_scale, arena_.data() + it->second, spec_.dim);
+float* sparse_table::add(std::uint64_t id) {
+  std::uint32_t slot;
+  if (!free_.empty()) {
+    slot = free_.back();
+    free_.pop_back();
+  } else {
+    slot = static_cast<std::uint32_t>(meta_.size());
+    meta_.emplace_back();
+    arena_.resize(arena_.size() + stride_);
   }
-  return arena_.data() + it->second;
+  index_.emplace(id, slot);
+  meta_[slot] = slot_meta{id, ++*clock_};
+  link(probation_, segment::probation, slot);
+  return arena_.data() + static_cast<std::size_t>(slot) * stride_;
+}
+
+float* sparse_table::row(std::uint64_t id) {
+  if (auto it = index_.find(id); it != index_.end()) {
+    used(it->second);
+    return arena_.data() + static_cast<std::size_t>(it->second) * stride_;
+  }
+  install(id, nullptr);
+  return arena_.data() + static_cast<std::size_t>(index_.at(id)) * stride_;
+}
+
+void sparse_table::install(std::uint64_t id, const float* stored) {
+  if (holds(id)) return;
+  float* r = add(id);
+  if (stored) {
+    std::copy(stored, stored + stride_, r);
+    return;
+  }
+  std::fill(r, r + stride_, 0.0f);  // optimizer state starts at zero
+  initial_row(spec_.seed, spec_.name, id, spec_.init_scale, r, spec_.dim);
+  meta_[index_.at(id)].dirty = true;
+}
+
+void sparse_table::touch(std::uint64_t id) {
+  if (auto it = index_.find(id); it != index_.end()) used(it->second);
+}
+
+void sparse_table::used(std::uint32_t slot) {
+  auto& m = meta_[slot];
+  m.stamp = ++*clock_;
+  auto to = policy_ == eviction_policy::slru ? segment::protected_ : segment::probation;
+  unlink(slot);
+  link(list_of(to), to, slot);
+  if (to == segment::protected_ && protected_.size > protected_limit_) {  // its oldest back on probation
+    auto oldest = protected_.tail;
+    unlink(oldest);
+    link(probation_, segment::probation, oldest);
+  }
+}
+
+void sparse_table::link(order& o, segment s, std::uint32_t slot) {
+  auto& m = meta_[slot];
+  m.seg = s;
+  m.prev = none;
+  m.next = o.head;
+  if (o.head != none) meta_[o.head].prev = slot;
+  o.head = slot;
+  if (o.tail == none) o.tail = slot;
+  ++o.size;
+}
+
+void sparse_table::unlink(std::uint32_t slot) {
+  auto& m = meta_[slot];
+  auto& o = list_of(m.seg);
+  (m.prev != none ? meta_[m.prev].next : o.head) = m.next;
+  (m.next != none ? meta_[m.next].prev : o.tail) = m.prev;
+  m.prev = m.next = none;
+  --o.size;
+}
+
+std::optional<std::uint64_t> sparse_table::next_victim_stamp() const {
+  auto tail = probation_.tail != none ? probation_.tail : protected_.tail;
+  if (tail == none) return std::nullopt;
+  return meta_[tail].stamp;
+}
+
+sparse_table::evicted sparse_table::evict(std::vector<float>& dirty_rows) {
+  auto slot = probation_.tail != none ? probation_.tail : protected_.tail;
+  if (slot == none) throw bad_request("sparse table " + spec_.name + ": nothing to evict");
+  auto& m = meta_[slot];
+  evicted out{m.id, m.dirty};
+  if (m.dirty) {
+    const float* r = arena_.data() + static_cast<std::size_t>(slot) * stride_;
+    dirty_rows.insert(dirty_rows.end(), r, r + stride_);
+  }
+  unlink(slot);
+  m.seg = segment::free;
+  index_.erase(m.id);
+  free_.push_back(slot);
+  return out;
 }
 
 void sparse_table::pull(std::span<const std::uint64_t> ids, float* out) {
@@ -51,12 +148,11 @@ void sparse_table::push(std::span<const std::uint64_t> ids, const float* grads) 
   std::vector<float*> state(slots);
   for (std::size_t i = 0; i < ids.size(); ++i) {
     float* r = row(ids[i]);
+    meta_[static_cast<std::size_t>(r - arena_.data()) / stride_].dirty = true;
     for (std::size_t k = 0; k < slots; ++k) state[k] = r + (k + 1) * spec_.dim;
     spec_.rule.apply(r, state.data(), grads + i * spec_.dim, spec_.dim);
   }
 }
-
-std::uint64_t sparse_table::bytes() const { return arena_.size() * sizeof(float) + index_.size() * 32; }
 
 merged_rows merge_rows(std::span<const std::uint64_t> ids, const float* grads, std::uint32_t dim) {
   merged_rows m;

@@ -3,8 +3,12 @@
 // in number), created on first touch, each with its update rule's optimizer state beside
 // it. The first-touch value depends only on (seed, table name, id), so every copy of a
 // shard, a restart and a migration create the same row. Plain class: a shard holds one
-// per table and decides nothing else here (issue 14's RAM tier starts from it).
+// per table. The rows it holds are the RAM tier of a tiered store (libps/row_tier.hpp):
+// each knows whether it changed since it was read from disk (dirty) and the table keeps
+// them in eviction order (LRU, or segmented LRU that a scan cannot flush).
 #include <cstdint>
+#include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <unordered_map>
@@ -29,30 +33,89 @@ struct sparse_table_spec {
 void initial_row(std::uint64_t seed, const std::string& table, std::uint64_t id, float scale, float* out,
                  std::uint32_t dim);
 
+// lru: evicts the row used longest ago. slru (segmented LRU): a row used again while
+// held moves to a protected segment (at most 80% of what the RAM tier holds), so one
+// pass over many rows used once (a scan, the long tail of a Zipf law) evicts only others
+// like it.
+enum class eviction_policy { lru, slru };
+const char* to_string(eviction_policy p);
+eviction_policy eviction_policy_of(const std::string& name);  // throws bad_request
+
 class sparse_table {
  public:
-  explicit sparse_table(sparse_table_spec spec);  // throws bad_request for a bad spec
+  // clock: the access counter shared by the tables of one shard, so their eviction
+  // orders compare (none: the table's own).
+  explicit sparse_table(sparse_table_spec spec, eviction_policy policy = eviction_policy::lru,
+                        std::shared_ptr<std::uint64_t> clock = nullptr);  // throws bad_request for a bad spec
 
   const sparse_table_spec& spec() const { return spec_; }
-  // Rows `ids` into out (ids.size() * dim floats, in order; an id may repeat). Rows never
-  // touched are created.
+  // Floats a row takes: its value and each optimizer state slot.
+  std::size_t stride() const { return stride_; }
+  // Rows `ids` into out (ids.size() * dim floats, in order; an id may repeat). Rows not
+  // held are created (first touch).
   void pull(std::span<const std::uint64_t> ids, float* out);
   // Folds grads (ids.size() * dim floats) into the rows with the table's rule, creating
-  // rows never touched first. A repeated id is updated once per occurrence; clients merge
+  // rows not held first. A repeated id is updated once per occurrence; clients merge
   // duplicates first (merge_rows) so a request carries each id once.
   void push(std::span<const std::uint64_t> ids, const float* grads);
 
+  bool holds(std::uint64_t id) const { return index_.count(id) != 0; }
+  // The most rows slru keeps protected (the tier sets 80% of the rows its budget holds);
+  // beyond it the oldest go back on probation.
+  void set_protected_limit(std::size_t rows) { protected_limit_ = rows; }
+  // Takes a row read from the disk tier (stride() floats: value, then state), clean; or,
+  // stored == nullptr, creates it (first touch), dirty: the disk has never seen it.
+  void install(std::uint64_t id, const float* stored);
+  // Counts as a use for the eviction order (a request found the row held).
+  void touch(std::uint64_t id);
+  // The access stamp of the row evict() would take (none held: nullopt).
+  std::optional<std::uint64_t> next_victim_stamp() const;
+  // Removes that row. Dirty: its stride() floats are appended to `dirty_rows` and true
+  // is returned with its id.
+  struct evicted {
+    std::uint64_t id;
+    bool dirty;
+  };
+  evicted evict(std::vector<float>& dirty_rows);
+
   std::size_t rows() const { return index_.size(); }
-  // Bytes the rows and their state take (values and optimizer state; the index's own
-  // memory is counted at 32 bytes per row).
-  std::uint64_t bytes() const;
+  // Bytes the rows and their state take (values and optimizer state, plus the index and
+  // eviction order at row_overhead bytes per row).
+  std::uint64_t bytes() const { return rows() * row_bytes(); }
+  std::uint64_t row_bytes() const { return stride_ * sizeof(float) + row_overhead; }
+  static constexpr std::uint64_t row_overhead = 64;
 
  private:
-  float* row(std::uint64_t id);  // creates it on first touch
+  static constexpr std::uint32_t none = UINT32_MAX;
+  enum class segment : std::uint8_t { free, probation, protected_ };
+  struct slot_meta {
+    std::uint64_t id = 0;
+    std::uint64_t stamp = 0;
+    std::uint32_t prev = none, next = none;
+    segment seg = segment::free;
+    bool dirty = false;
+  };
+  struct order {  // a doubly linked list of slots, most recent at the head
+    std::uint32_t head = none, tail = none;
+    std::size_t size = 0;
+  };
+  float* row(std::uint64_t id);         // creates it on first touch
+  float* add(std::uint64_t id);         // a slot for a new row, at the head of probation
+  void used(std::uint32_t slot);        // a use: stamp, and move per the policy
+  void link(order& o, segment s, std::uint32_t slot);
+  void unlink(std::uint32_t slot);
+  order& list_of(segment s) { return s == segment::protected_ ? protected_ : probation_; }
+
   sparse_table_spec spec_;
+  eviction_policy policy_;
+  std::shared_ptr<std::uint64_t> clock_;
   std::size_t stride_;  // floats per row: the value and each state slot
-  std::unordered_map<std::uint64_t, std::size_t> index_;  // id -> offset in arena_
-  std::vector<float> arena_;
+  std::unordered_map<std::uint64_t, std::uint32_t> index_;  // id -> slot
+  std::vector<float> arena_;                                // slot * stride_
+  std::vector<slot_meta> meta_;
+  std::vector<std::uint32_t> free_;
+  order probation_, protected_;
+  std::size_t protected_limit_ = SIZE_MAX;
 };
 
 // One request's rows with duplicates merged: the distinct ids in first-seen order, the

@@ -40,8 +40,7 @@ std::vector<float> first_touch(std::uint64_t id, std::uint32_t dim = 2) {
 }
 
 std::vector<float> read(shard_core& core, std::uint64_t token) {
-  std::vector<float> out(core.row_pull_values(token));
-  core.read_rows(token, out.data());
+  auto out = core.take_row_values(token);
   core.forget_pull(token);
   return out;
 }
@@ -64,7 +63,8 @@ TEST_CASE("shard_core rows: a pulled row is its first-touch value; a push adds o
   CHECK(core.push_rows({1, 0, 0, 11}, 0, {9, 5}, grads.data(), grads.size()).traces.empty());  // resent
   core.pull_rows({1, 0, 0, 0}, 0, {5, 9}, 2, t0);
   CHECK(read(core, 2) == std::vector<float>{five[0] + 3, five[1] + 4, nine[0] + 1, nine[1] + 2});
-  CHECK(core.table_rows(0) == 2);
+  CHECK(core.rows().table(0).rows() == 2);
+  CHECK(core.rows().rows_created() == 2);
 }
 
 TEST_CASE("shard_core rows: an unknown table, a wrong gradient count or another shard's row is refused by name") {

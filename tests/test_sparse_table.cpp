@@ -81,7 +81,7 @@ TEST_CASE("sparse table: Adagrad keeps its accumulator beside each row") {
   CHECK(w1 == doctest::Approx(w0 - 0.1f * 2.0f / (2.0f + 1e-8f)));  // h = 4
   t.push(std::vector<std::uint64_t>{3}, g.data());
   CHECK(pulled(t, {3})[0] == doctest::Approx(w1 - 0.1f * 2.0f / (std::sqrt(8.0f) + 1e-8f)));  // h = 8: state kept
-  CHECK(t.bytes() == 2 * sizeof(float) + 32);  // value and accumulator, plus the index entry
+  CHECK(t.bytes() == 2 * sizeof(float) + sparse_table::row_overhead);  // value and accumulator, plus the index entry
 }
 
 TEST_CASE("sparse table: a bad spec is refused, naming the table") {
@@ -103,4 +103,53 @@ TEST_CASE("merge_rows: duplicates merged in first-seen order, gradients summed, 
   CHECK(pull_only.ids == m.ids);
   CHECK(pull_only.grads.empty());
   CHECK(merge_rows({}, nullptr, 2).ids.empty());
+}
+
+TEST_CASE("sparse table eviction: LRU takes the row used longest ago; segmented LRU keeps rows used twice through a scan") {
+  auto touch_all = [](sparse_table& t, std::vector<std::uint64_t> ids) { pulled(t, ids); };
+  auto evict_ids = [](sparse_table& t, int n) {
+    std::vector<std::uint64_t> out;
+    std::vector<float> dirty;
+    for (int i = 0; i < n; ++i) out.push_back(t.evict(dirty).id);
+    return out;
+  };
+  sparse_table lru(spec_of("t", 2), eviction_policy::lru), slru(spec_of("t", 2), eviction_policy::slru);
+  for (auto* t : {&lru, &slru}) {
+    touch_all(*t, {1, 2});
+    touch_all(*t, {1, 2});              // used twice: hot
+    touch_all(*t, {10, 11, 12, 13});    // a scan of rows used once
+  }
+  CHECK(evict_ids(lru, 2) == std::vector<std::uint64_t>{1, 2});
+  CHECK(evict_ids(slru, 4) == std::vector<std::uint64_t>{10, 11, 12, 13});
+  CHECK(slru.holds(1));
+  CHECK(slru.holds(2));
+  CHECK(eviction_policy_of("slru") == eviction_policy::slru);
+  CHECK_THROWS_WITH_AS(eviction_policy_of("fifo"), "eviction policy 'fifo' is not lru or slru", bad_request);
+}
+
+TEST_CASE("sparse table eviction: a row read from disk is clean until pushed; a new row is dirty; dirty rows come out whole") {
+  auto spec = spec_of("emb", 2, rule_kind::adagrad);
+  sparse_table t(spec);
+  std::vector<float> stored{0.5f, -0.5f, 1.0f, 2.0f};  // value, then the Adagrad accumulator
+  t.install(7, stored.data());
+  std::vector<float> dirty;
+  auto out = t.evict(dirty);
+  CHECK(out.id == 7);
+  CHECK_FALSE(out.dirty);
+  CHECK(dirty.empty());
+  t.install(7, stored.data());
+  std::vector<float> grad{1.0f, 1.0f};
+  t.push(std::vector<std::uint64_t>{7}, grad.data());
+  out = t.evict(dirty);
+  CHECK(out.dirty);
+  REQUIRE(dirty.size() == 4);
+  CHECK(dirty[2] == doctest::Approx(2.0f));  // accumulator 1 + 1^2
+  CHECK(dirty[0] < 0.5f);
+  t.install(8, nullptr);  // first touch: the disk has never seen it
+  dirty.clear();
+  CHECK(t.evict(dirty).dirty);
+  std::vector<float> first(2);
+  initial_row(spec.seed, "emb", 8, spec.init_scale, first.data(), 2);
+  CHECK(dirty == std::vector<float>{first[0], first[1], 0.0f, 0.0f});
+  CHECK(t.rows() == 0);
 }

@@ -1,0 +1,212 @@
+#include "libps/row_disk.hpp"
+
+#include <fcntl.h>
+#include <linux/magic.h>
+#include <sys/statfs.h>
+#include <unistd.h>
+
+#include <rocksdb/cache.h>
+#include <rocksdb/db.h>
+#include <rocksdb/filter_policy.h>
+#include <rocksdb/options.h>
+#include <rocksdb/sst_file_writer.h>
+#include <rocksdb/table.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "libps/keys.hpp"
+
+namespace ps {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr std::size_t key_size = 12;  // table (4 bytes) then id (8), big-endian: sorted by table, then id
+
+void encode_key(const row_key& k, char* out) {
+  for (int i = 0; i < 4; ++i) out[i] = static_cast<char>(k.table >> (24 - 8 * i));
+  for (int i = 0; i < 8; ++i) out[4 + i] = static_cast<char>(k.id >> (56 - 8 * i));
+}
+
+rocksdb::Options store_options() {
+  rocksdb::Options o;
+  o.create_if_missing = true;
+  o.error_if_exists = true;
+  o.use_direct_reads = true;  // misses of the RAM tier go to the device, not the page cache
+  o.use_direct_io_for_flush_and_compaction = true;
+  o.compression = rocksdb::kNoCompression;  // float rows barely compress; the CPU is better spent training
+  o.write_buffer_size = 32 << 20;
+  o.max_write_buffer_number = 2;
+  o.max_background_jobs = 2;
+  o.max_open_files = 512;
+  rocksdb::BlockBasedTableOptions t;
+  t.block_size = 4096;
+  t.block_cache = rocksdb::NewLRUCache(32 << 20);  // small: the RAM tier above is the cache
+  // Index and filter blocks live in that cache, partitioned, so a table of 10^8 rows
+  // does not pin hundreds of MiB of them outside the shard's budget.
+  t.cache_index_and_filter_blocks = true;
+  t.cache_index_and_filter_blocks_with_high_priority = true;
+  t.pin_top_level_index_and_filter = true;
+  t.index_type = rocksdb::BlockBasedTableOptions::kTwoLevelIndexSearch;
+  t.partition_filters = true;
+  t.filter_policy.reset(rocksdb::NewBloomFilterPolicy(10));  // a row never written costs no read
+  o.table_factory.reset(rocksdb::NewBlockBasedTableFactory(t));
+  return o;
+}
+
+std::string problem(const std::string& path, const rocksdb::Status& s) {
+  return "disk tier at " + path + ": " + s.ToString();
+}
+
+}  // namespace
+
+std::string direct_io_problem(const std::string& dir) {
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return dir + " is not a directory";
+  auto probe = (fs::path(dir) / (".actorps-direct-io-probe-" + std::to_string(getpid()))).string();
+  struct statfs fsinfo {};
+  if (::statfs(dir.c_str(), &fsinfo) == 0 && fsinfo.f_type == TMPFS_MAGIC)
+    return dir + " is in memory (tmpfs): a disk tier there would take RAM, not disk; choose a directory on a disk";
+  int fd = ::open(probe.c_str(), O_CREAT | O_RDWR | O_DIRECT | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    auto err = errno;
+    ::unlink(probe.c_str());
+    if (err == EINVAL) return dir + " is on a file system without direct I/O (O_DIRECT), e.g. tmpfs; choose a directory on a disk";
+    return "cannot create files in " + dir + ": " + std::strerror(err);
+  }
+  ::close(fd);
+  ::unlink(probe.c_str());
+  return {};
+}
+
+row_disk::row_disk(const std::string& dir, const std::string& name, std::vector<std::size_t> strides)
+    : strides_(std::move(strides)) {
+  if (auto why = direct_io_problem(dir); !why.empty()) throw bad_request("disk tier: " + why);
+  std::string safe = name;
+  for (auto& c : safe)
+    if (!std::isalnum(static_cast<unsigned char>(c))) c = '-';
+  path_ = (fs::path(dir) / ("actorps-rows-" + safe + "-" + std::to_string(getpid()))).string();
+  std::error_code ec;
+  fs::remove_all(path_, ec);  // a leftover of an earlier process with this pid
+  rocksdb::DB* db = nullptr;
+  auto s = rocksdb::DB::Open(store_options(), path_, &db);
+  if (!s.ok()) throw bad_request(problem(path_, s));
+  db_.reset(db);
+}
+
+row_disk::~row_disk() {
+  if (db_) {
+    auto s = db_->Close();
+    (void)s;
+    db_.reset();
+  }
+  std::error_code ec;
+  fs::remove_all(path_, ec);
+}
+
+void row_disk::read(const std::vector<row_key>& keys, std::vector<std::uint8_t>& found, std::vector<float>& rows) {
+  const auto n = keys.size();
+  std::vector<char> key_bytes(n * key_size);
+  std::vector<rocksdb::Slice> slices(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    encode_key(keys[i], key_bytes.data() + i * key_size);
+    slices[i] = rocksdb::Slice(key_bytes.data() + i * key_size, key_size);
+  }
+  std::vector<rocksdb::PinnableSlice> values(n);
+  std::vector<rocksdb::Status> status(n);
+  db_->MultiGet(rocksdb::ReadOptions(), db_->DefaultColumnFamily(), n, slices.data(), values.data(), status.data());
+  found.assign(n, 0);
+  for (std::size_t i = 0; i < n; ++i) {
+    if (status[i].IsNotFound()) continue;
+    if (!status[i].ok()) throw bad_request(problem(path_, status[i]));
+    auto stride = strides_.at(keys[i].table);
+    if (values[i].size() != stride * sizeof(float))
+      throw bad_request("disk tier at " + path_ + ": row " + std::to_string(keys[i].id) + " of table " +
+                        std::to_string(keys[i].table) + " has " + std::to_string(values[i].size()) + " bytes, not " +
+                        std::to_string(stride * sizeof(float)) + " (a corrupt store)");
+    found[i] = 1;
+    auto at = rows.size();
+    rows.resize(at + stride);
+    std::memcpy(rows.data() + at, values[i].data(), values[i].size());
+  }
+}
+
+void row_disk::write(const row_write& w) {
+  rocksdb::WriteBatch batch;
+  std::size_t at = 0;
+  char key[key_size];
+  for (const auto& k : w.keys) {
+    auto stride = strides_.at(k.table);
+    if (at + stride > w.rows.size()) throw bad_request("disk tier at " + path_ + ": a write carries too few values");
+    encode_key(k, key);
+    batch.Put(rocksdb::Slice(key, key_size),
+              rocksdb::Slice(reinterpret_cast<const char*>(w.rows.data() + at), stride * sizeof(float)));
+    at += stride;
+  }
+  if (at != w.rows.size())
+    throw bad_request("disk tier at " + path_ + ": a write carries " + std::to_string(w.rows.size()) + " values, not " +
+                      std::to_string(at));
+  rocksdb::WriteOptions o;
+  o.disableWAL = true;  // scratch: the RAM tier holds a row until its write completes
+  auto s = db_->Write(o, &batch);
+  if (!s.ok()) throw bad_request(problem(path_, s));
+}
+
+void row_disk::fill(std::uint32_t table, std::uint64_t first_id, std::uint64_t count, const sparse_table_spec& spec) {
+  const auto stride = strides_.at(table);
+  constexpr std::uint64_t rows_per_file = 4u << 20;
+  std::vector<float> row(stride, 0.0f);
+  char key[key_size];
+  for (std::uint64_t start = 0; start < count; start += rows_per_file) {
+    auto file = path_ + "/fill-" + std::to_string(start) + ".sst";
+    rocksdb::SstFileWriter writer(rocksdb::EnvOptions(), store_options());
+    auto s = writer.Open(file);
+    for (auto id = first_id + start, end = first_id + std::min(count, start + rows_per_file); s.ok() && id < end; ++id) {
+      initial_row(spec.seed, spec.name, id, spec.init_scale, row.data(), spec.dim);
+      encode_key({table, id}, key);
+      s = writer.Put(rocksdb::Slice(key, key_size),
+                     rocksdb::Slice(reinterpret_cast<const char*>(row.data()), stride * sizeof(float)));
+    }
+    if (s.ok()) s = writer.Finish();
+    rocksdb::IngestExternalFileOptions io;
+    io.move_files = true;
+    if (s.ok()) s = db_->IngestExternalFile({file}, io);
+    if (!s.ok()) throw bad_request(problem(path_, s));
+  }
+}
+
+std::uint64_t row_disk::bytes_on_disk() const {
+  std::uint64_t bytes = 0;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(path_, ec))
+    if (e.is_regular_file(ec)) bytes += e.file_size(ec);
+  return bytes;
+}
+
+namespace {
+
+// The number after `field` in a /proc file of "field value" lines (0: not found).
+std::uint64_t proc_field(const char* file, const std::string& field) {
+  std::ifstream in(file);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind(field, 0) != 0) continue;
+    std::istringstream rest(line.substr(field.size()));
+    std::uint64_t v = 0;
+    rest >> v;
+    return v;
+  }
+  return 0;
+}
+
+}  // namespace
+
+std::uint64_t process_disk_read_bytes() { return proc_field("/proc/self/io", "read_bytes:"); }
+std::uint64_t process_peak_rss() { return proc_field("/proc/self/status", "VmHWM:") * 1024; }
+
+}  // namespace ps

@@ -1,0 +1,60 @@
+#pragma once
+// The disk tier of a shard's sparse tables: RocksDB (Debian's librocksdb-dev, the store
+// HugeCTR's and Paddle's SSD tiers use), opened so that reads go to the device, not to
+// the page cache (use_direct_reads; flushes and compactions direct too), with a small
+// block cache: the RAM tier above it (libps/row_tier.hpp) is the cache. Blocking calls:
+// only an I/O actor's own thread makes them. The store is scratch: made fresh in its own
+// directory under the one given and removed when closed (durability is the job of
+// checkpoints and replicas).
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "libps/row_tier.hpp"
+
+namespace rocksdb {
+class DB;
+}
+
+namespace ps {
+
+// Why `dir` cannot hold a disk tier (not a writable directory, or its file system does
+// not do O_DIRECT, e.g. tmpfs); empty when it can.
+std::string direct_io_problem(const std::string& dir);
+
+class row_disk {
+ public:
+  // strides: floats per row of each table, by index. name: made part of the directory's
+  // name (a shard's name). Throws bad_request naming the path when it cannot be opened.
+  row_disk(const std::string& dir, const std::string& name, std::vector<std::size_t> strides);
+  ~row_disk();
+  row_disk(const row_disk&) = delete;
+  row_disk& operator=(const row_disk&) = delete;
+
+  // Reads rows: found[i] says whether keys[i] was there; the found rows' floats are
+  // appended to rows in order. Throws bad_request naming the path on an I/O error or a
+  // stored row of the wrong size.
+  void read(const std::vector<row_key>& keys, std::vector<std::uint8_t>& found, std::vector<float>& rows);
+  // Writes rows (one batch, no write-ahead log); throws bad_request naming the path
+  // (a full disk among them).
+  void write(const row_write& w);
+  // Writes rows that are not in the store yet in bulk (sorted, as SST files ingested
+  // whole): how a benchmark fills a large table quickly. Throws bad_request.
+  void fill(std::uint32_t table, std::uint64_t first_id, std::uint64_t count, const sparse_table_spec& spec);
+  // Bytes of the store's files on disk.
+  std::uint64_t bytes_on_disk() const;
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+  std::vector<std::size_t> strides_;
+  std::unique_ptr<rocksdb::DB> db_;
+};
+
+// This process's bytes read from storage devices (/proc/self/io read_bytes) and its
+// peak resident memory (VmHWM in /proc/self/status), in bytes; 0 where unreadable.
+std::uint64_t process_disk_read_bytes();
+std::uint64_t process_peak_rss();
+
+}  // namespace ps

@@ -1,0 +1,129 @@
+#include "libps/row_tier.hpp"
+
+#include <algorithm>
+
+#include "libps/keys.hpp"
+
+namespace ps {
+
+row_tier::row_tier(std::vector<sparse_table_spec> specs, std::uint64_t budget, eviction_policy policy)
+    : budget_(budget) {
+  for (auto& s : specs) {
+    tables_.emplace_back(std::move(s), policy, clock_);
+    if (budget > 0) tables_.back().set_protected_limit(budget / tables_.back().row_bytes() * 4 / 5);
+  }
+}
+
+std::uint64_t row_tier::keep(std::uint32_t table, std::span<const std::uint64_t> ids) {
+  auto from = *clock_ + 1;
+  for (auto id : ids) tables_.at(table).touch(id);
+  return from;
+}
+
+void row_tier::created(std::uint32_t table) {
+  ++stats_.created;
+  table_bytes_ += tables_[table].stride() * sizeof(float);
+}
+
+bool row_tier::want(std::uint32_t table, std::span<const std::uint64_t> ids, bool count,
+                    std::vector<row_key>& to_read) {
+  auto& t = tables_.at(table);
+  bool all_held = true;
+  for (auto id : ids) {
+    if (t.holds(id)) {
+      if (count) ++stats_.hits;
+      continue;
+    }
+    if (count) ++stats_.misses;
+    row_key key{table, id};
+    if (!tiered()) {  // no disk tier: a row not held was never touched
+      t.install(id, nullptr);
+      created(table);
+      continue;
+    }
+    if (auto it = write_back_.find(key); it != write_back_.end()) {  // evicted, not written yet
+      t.install(id, it->second.row.data());
+      t.touch(id);
+      buffered_bytes_ -= it->second.row.size() * sizeof(float);
+      write_back_.erase(it);
+      continue;
+    }
+    all_held = false;
+    if (reading_.insert(key).second) to_read.push_back(key);
+  }
+  return all_held;
+}
+
+void row_tier::loaded(const std::vector<row_key>& keys, const std::vector<std::uint8_t>& found,
+                      const std::vector<float>& rows) {
+  if (found.size() != keys.size()) throw bad_request("a disk read answered " + std::to_string(found.size()) +
+                                                     " of " + std::to_string(keys.size()) + " rows");
+  std::size_t at = 0;
+  for (std::size_t i = 0; i < keys.size(); ++i) {
+    const auto& k = keys[i];
+    auto& t = tables_.at(k.table);
+    reading_.erase(k);
+    const float* stored = nullptr;
+    if (found[i]) {
+      if (at + t.stride() > rows.size()) throw bad_request("a disk read answered too few values");
+      stored = rows.data() + at;
+      at += t.stride();
+    }
+    if (t.holds(k.id)) continue;  // cannot happen while reads are tracked; the RAM copy is newer
+    t.install(k.id, stored);
+    if (stored) ++stats_.read;
+    else created(k.table);
+  }
+}
+
+std::uint64_t row_tier::held_bytes() const {
+  std::uint64_t bytes = 0;
+  for (const auto& t : tables_) bytes += t.bytes();
+  return bytes;
+}
+
+std::optional<row_write> row_tier::trim(std::uint64_t keep_from) {
+  if (!tiered()) return std::nullopt;
+  auto held = held_bytes();
+  row_write w;
+  while (held > budget_) {
+    sparse_table* oldest = nullptr;
+    std::uint32_t index = 0;
+    std::optional<std::uint64_t> stamp;
+    for (std::uint32_t i = 0; i < tables_.size(); ++i) {
+      auto s = tables_[i].next_victim_stamp();
+      if (s && (!stamp || *s < *stamp)) stamp = s, oldest = &tables_[i], index = i;
+    }
+    if (!oldest || *stamp >= keep_from) break;
+    auto before = w.rows.size();
+    auto out = oldest->evict(w.rows);
+    held -= oldest->row_bytes();
+    if (!out.dirty) continue;
+    w.keys.push_back({index, out.id});
+    std::vector<float> copy(w.rows.begin() + static_cast<std::ptrdiff_t>(before), w.rows.end());
+    buffered_bytes_ += copy.size() * sizeof(float);
+    auto& slot = write_back_[{index, out.id}];
+    if (!slot.row.empty()) buffered_bytes_ -= slot.row.size() * sizeof(float);
+    slot = {0, std::move(copy)};
+  }
+  if (w.keys.empty()) return std::nullopt;
+  w.seq = ++next_write_;
+  for (const auto& k : w.keys) write_back_[k].seq = w.seq;
+  in_flight_.emplace_back(w.seq, w.keys);
+  stats_.written += w.keys.size();
+  return w;
+}
+
+void row_tier::written(std::uint64_t seq) {
+  while (!in_flight_.empty() && in_flight_.front().first <= seq) {
+    for (const auto& k : in_flight_.front().second) {
+      auto it = write_back_.find(k);
+      if (it == write_back_.end() || it->second.seq != in_flight_.front().first) continue;  // taken back, or evicted again
+      buffered_bytes_ -= it->second.row.size() * sizeof(float);
+      write_back_.erase(it);
+    }
+    in_flight_.pop_front();
+  }
+}
+
+}  // namespace ps

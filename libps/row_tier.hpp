@@ -1,0 +1,102 @@
+#pragma once
+// The rows of a shard's sparse tables as a tiered store: a RAM tier within a byte
+// budget (the tables' rows) over a disk tier (libps/row_disk.hpp) that this class never
+// touches: it says which rows to read (want) and which evicted rows to write (trim), and
+// takes what was read (loaded) and the writes' completion (written) as events, so the
+// actor that uses it never waits on the disk. An evicted dirty row stays in a
+// write-back buffer until its write completes, so a request for it meanwhile takes it
+// from there instead of reading an older copy from disk.
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <optional>
+#include <span>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "libps/sparse_table.hpp"
+
+namespace ps {
+
+struct row_key {
+  std::uint32_t table = 0;
+  std::uint64_t id = 0;
+  bool operator==(const row_key& o) const { return table == o.table && id == o.id; }
+};
+struct row_key_hash {
+  std::size_t operator()(const row_key& k) const { return std::hash<std::uint64_t>{}(k.id * 0x9E3779B97F4A7C15ull ^ k.table); }
+};
+
+// Evicted rows to write to the disk tier: each row's stride floats back to back.
+struct row_write {
+  std::uint64_t seq = 0;
+  std::vector<row_key> keys;
+  std::vector<float> rows;
+};
+
+struct row_tier_stats {
+  std::uint64_t hits = 0;     // rows a request found in RAM when it arrived
+  std::uint64_t misses = 0;   // rows it did not (read from disk or created)
+  std::uint64_t created = 0;  // rows created (first touch)
+  std::uint64_t read = 0;     // rows read from the disk tier (found there)
+  std::uint64_t written = 0;  // rows written to the disk tier
+  double hit_rate() const { return hits + misses == 0 ? 1.0 : static_cast<double>(hits) / static_cast<double>(hits + misses); }
+};
+
+class row_tier {
+ public:
+  // budget: bytes for the RAM tier's rows (sparse_table::bytes); 0: unlimited, no disk
+  // tier (every row stays in RAM). Throws bad_request for a bad spec.
+  row_tier(std::vector<sparse_table_spec> specs, std::uint64_t budget, eviction_policy policy);
+
+  bool tiered() const { return budget_ > 0; }
+  std::size_t num_tables() const { return tables_.size(); }
+  sparse_table& table(std::uint32_t t) { return tables_.at(t); }
+  const sparse_table& table(std::uint32_t t) const { return tables_.at(t); }
+
+  // A request for these rows: takes back rows waiting in the write-back buffer and adds
+  // those neither held nor being read to `to_read`. True when all are held now. count:
+  // the request just arrived (its rows count as hits or misses).
+  bool want(std::uint32_t table, std::span<const std::uint64_t> ids, bool count, std::vector<row_key>& to_read);
+  // The disk tier's answer to a read: per key found or not (then the row is created,
+  // first touch); the found rows' stride floats back to back in `rows`. Throws
+  // bad_request when the sizes do not match.
+  void loaded(const std::vector<row_key>& keys, const std::vector<std::uint8_t>& found, const std::vector<float>& rows);
+  // Marks these rows (those held) as just used and returns the stamp from which they are
+  // kept by trim, so a request waiting for some of its rows keeps the others.
+  std::uint64_t keep(std::uint32_t table, std::span<const std::uint64_t> ids);
+  // Evicts rows until the RAM tier is within budget, except rows used at or after
+  // keep_from (then the budget is exceeded for now); the dirty ones come back to be
+  // written (none dirty: nullopt). They stay readable here until written(seq).
+  std::optional<row_write> trim(std::uint64_t keep_from = UINT64_MAX);
+  void written(std::uint64_t seq);
+
+  const row_tier_stats& stats() const { return stats_; }
+  std::uint64_t held_bytes() const;
+  std::uint64_t buffered_bytes() const { return buffered_bytes_; }
+  std::uint64_t budget() const { return budget_; }
+  // Rows created so far (each table's first touches) and what they take in values and
+  // optimizer state, wherever they are.
+  std::uint64_t rows_created() const { return stats_.created; }
+  std::uint64_t table_bytes() const { return table_bytes_; }
+
+ private:
+  struct buffered {
+    std::uint64_t seq;
+    std::vector<float> row;
+  };
+  void created(std::uint32_t table);
+  std::shared_ptr<std::uint64_t> clock_ = std::make_shared<std::uint64_t>(0);  // one eviction order across tables
+  std::vector<sparse_table> tables_;
+  std::uint64_t budget_;
+  std::unordered_map<row_key, buffered, row_key_hash> write_back_;
+  std::uint64_t buffered_bytes_ = 0;
+  std::unordered_set<row_key, row_key_hash> reading_;  // keys asked of the disk, not answered yet
+  std::deque<std::pair<std::uint64_t, std::vector<row_key>>> in_flight_;  // writes not completed, in order
+  std::uint64_t next_write_ = 0;
+  std::uint64_t table_bytes_ = 0;
+  row_tier_stats stats_;
+};
+
+}  // namespace ps

@@ -1,0 +1,237 @@
+// The tiered store's bookkeeping (libps/row_tier.hpp) and the shard core over it, with
+// the disk tier played by a map answered in FIFO order as the I/O actor answers; and the
+// RocksDB disk tier itself (libps/row_disk.hpp).
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <deque>
+#include <filesystem>
+#include <map>
+#include <random>
+
+#include "libps/keys.hpp"
+#include "libps/row_disk.hpp"
+#include "libps/row_tier.hpp"
+#include "libps/shard_core.hpp"
+
+using namespace ps;
+
+namespace {
+
+sparse_table_spec emb(std::uint32_t dim = 2, rule_kind kind = rule_kind::sum) {
+  sparse_table_spec s;
+  s.name = "emb";
+  s.dim = dim;
+  s.rule.kind = kind;
+  s.rule.lr = 0.1f;
+  s.seed = 3;
+  return s;
+}
+
+std::vector<std::uint64_t> ids(std::initializer_list<std::uint64_t> l) { return l; }
+
+// The disk tier as the I/O actor serves it: requests answered in the order sent.
+struct fake_disk {
+  std::map<std::pair<std::uint32_t, std::uint64_t>, std::vector<float>> rows;
+  std::size_t reads = 0;
+  void write(const row_write& w, std::size_t stride) {
+    for (std::size_t i = 0; i < w.keys.size(); ++i)
+      rows[{w.keys[i].table, w.keys[i].id}].assign(w.rows.begin() + i * stride, w.rows.begin() + (i + 1) * stride);
+  }
+  void read(const std::vector<row_key>& keys, std::vector<std::uint8_t>& found, std::vector<float>& out) {
+    ++reads;
+    for (const auto& k : keys) {
+      auto it = rows.find({k.table, k.id});
+      found.push_back(it != rows.end());
+      if (it != rows.end()) out.insert(out.end(), it->second.begin(), it->second.end());
+    }
+  }
+};
+
+}  // namespace
+
+TEST_CASE("row tier without a budget: every row is in RAM, created on first touch; hits and misses counted") {
+  row_tier tier({emb()}, 0, eviction_policy::lru);
+  std::vector<row_key> reads;
+  CHECK(tier.want(0, ids({1, 2}), true, reads));
+  CHECK(tier.want(0, ids({2, 3}), true, reads));
+  CHECK(reads.empty());
+  CHECK(tier.rows_created() == 3);
+  CHECK(tier.stats().hits == 1);
+  CHECK(tier.stats().misses == 3);
+  CHECK_FALSE(tier.trim());
+}
+
+TEST_CASE("row tier with a budget: misses are read, evicted dirty rows written, and served from the buffer until written") {
+  const auto row = sparse_table(emb()).row_bytes();
+  row_tier tier({emb()}, 2 * row, eviction_policy::lru);
+  std::vector<row_key> reads;
+  CHECK_FALSE(tier.want(0, ids({1, 2, 3}), true, reads));
+  REQUIRE(reads.size() == 3);
+  std::vector<row_key> again;
+  CHECK_FALSE(tier.want(0, ids({3}), false, again));  // already being read: not asked twice
+  CHECK(again.empty());
+  tier.loaded(reads, {0, 0, 0}, {});  // none on disk: first touch
+  CHECK(tier.rows_created() == 3);
+  CHECK(tier.held_bytes() == 3 * row);
+  auto w = tier.trim();  // over budget by one row: the oldest goes, dirty (never on disk)
+  REQUIRE(w);
+  REQUIRE(w->keys.size() == 1);
+  CHECK(w->keys[0].id == 1);
+  CHECK(tier.held_bytes() == 2 * row);
+  reads.clear();
+  CHECK(tier.want(0, ids({1}), true, reads));  // taken back from the write-back buffer
+  CHECK(reads.empty());
+  tier.written(w->seq);
+  CHECK(tier.buffered_bytes() == 0);
+  auto w2 = tier.trim();
+  REQUIRE(w2);
+  CHECK(w2->keys[0].id == 2);
+  tier.written(w2->seq);
+  CHECK_FALSE(tier.want(0, ids({2}), true, reads));  // written: read from disk
+  REQUIRE(reads.size() == 1);
+  std::vector<float> stored{5, 6};
+  tier.loaded(reads, {1}, stored);
+  std::vector<float> out(2);
+  tier.table(0).pull(ids({2}), out.data());
+  CHECK(out == stored);
+  CHECK(tier.stats().read == 1);
+  CHECK_THROWS_AS(tier.loaded(reads, {1, 1}, stored), bad_request);
+}
+
+namespace {
+
+shard_config tiered_shard(std::uint64_t budget, std::uint64_t staleness) {
+  shard_config c;
+  c.shard_ids = {0};
+  c.num_workers = 2;
+  c.staleness = staleness;
+  c.tables = {emb(4, rule_kind::adagrad), emb(3)};
+  c.tables[1].name = "other";
+  c.shard_memory = budget;
+  return c;
+}
+
+// Carries out a core's disk work now or later (FIFO), as the shard actor and its I/O
+// actor do, and collects answered pulls.
+struct disk_driver {
+  shard_core& core;
+  fake_disk disk;
+  std::deque<shard_effects> pending;  // disk work not done yet, in order
+  std::map<std::uint64_t, std::vector<float>> answers;
+  void take(shard_effects fx) {
+    REQUIRE(fx.ok());
+    for (auto t : fx.answer) answers[t] = core.take_row_values(t);
+    if (!fx.writes.empty() || !fx.reads.empty()) pending.push_back(std::move(fx));
+  }
+  void step() {
+    auto fx = std::move(pending.front());
+    pending.pop_front();
+    for (const auto& w : fx.writes) {
+      // rows of different tables differ in stride: written one by one
+      std::size_t at = 0;
+      for (const auto& k : w.keys) {
+        auto s = core.rows().table(k.table).stride();
+        row_write one{w.seq, {k}, std::vector<float>(w.rows.begin() + at, w.rows.begin() + at + s)};
+        disk.write(one, s);
+        at += s;
+      }
+      core.rows_written(w.seq);
+    }
+    if (!fx.reads.empty()) {
+      std::vector<std::uint8_t> found;
+      std::vector<float> rows;
+      disk.read(fx.reads, found, rows);
+      take(core.rows_loaded(fx.reads, found, rows));
+    }
+  }
+};
+
+}  // namespace
+
+TEST_CASE("shard core over a tiny RAM tier: pushes from 2 workers, shared and own rows, end exactly as all in RAM") {
+  const std::uint64_t budget = 6 * sparse_table(emb(4, rule_kind::adagrad)).row_bytes();
+  shard_core tiered(tiered_shard(budget, infinite_staleness)), in_ram(tiered_shard(0, infinite_staleness));
+  disk_driver drive{tiered};
+  std::mt19937_64 rng(11);
+  std::uint64_t seq = 0;
+  for (int step = 0; step < 400; ++step) {
+    std::uint32_t worker = step % 2, table = rng() % 2;
+    std::uint32_t dim = table == 0 ? 4 : 3;
+    std::vector<std::uint64_t> rows;
+    for (int i = 0; i < 3; ++i) {
+      auto id = rng() % 2 ? rng() % 8 : 100 + worker * 50 + rng() % 20;  // shared, then own
+      if (std::find(rows.begin(), rows.end(), id) == rows.end()) rows.push_back(id);
+    }
+    std::vector<float> grads(rows.size() * dim);
+    for (auto& g : grads) g = static_cast<float>(rng() % 7) - 3.0f;
+    shard_request r{1, worker, 0, ++seq, 0};
+    REQUIRE(in_ram.push_rows(r, table, rows, grads.data(), grads.size()).ok());
+    drive.take(tiered.push_rows(r, table, rows, grads.data(), grads.size()));
+    while (drive.pending.size() > 3 || (!drive.pending.empty() && rng() % 3 == 0)) drive.step();
+  }
+  while (!drive.pending.empty()) drive.step();
+  CHECK(drive.disk.reads > 0);
+  CHECK(tiered.rows().stats().written > 0);
+  for (std::uint32_t table = 0; table < 2; ++table) {
+    std::vector<std::uint64_t> all;
+    for (std::uint64_t id = 0; id < 8; ++id) all.push_back(id);
+    for (std::uint64_t id = 100; id < 220; ++id) all.push_back(id);
+    auto token = 1000 + table;
+    auto fx = in_ram.pull_rows({1, 0, 0, 0}, table, all, token, {});
+    REQUIRE(fx.answer.size() == 1);
+    auto expected = in_ram.take_row_values(token);
+    drive.take(tiered.pull_rows({1, 0, 0, 0}, table, all, token, {}));
+    while (!drive.pending.empty()) drive.step();
+    REQUIRE(drive.answers.count(token) == 1);
+    CHECK(drive.answers[token] == expected);
+  }
+  CHECK(tiered.rows().rows_created() == in_ram.rows().rows_created());
+}
+
+TEST_CASE("shard core over a tiered store: a pull of keys answerable while row work waits on the disk waits its turn") {
+  shard_config c = tiered_shard(1, infinite_staleness);
+  c.dense = {{0, 4}};
+  shard_core core(c);
+  std::vector<float> init(4, 1.0f);
+  REQUIRE(core.init({1, 0, 0, 1}, {{0, 4}}, init.data(), 4).ok());
+  auto rows = core.pull_rows({1, 0, 0, 0}, 0, {5}, 1, {});
+  CHECK(rows.answer.empty());
+  REQUIRE(rows.reads.size() == 1);
+  auto keys = core.pull({1, 1, 0, 0}, {{0, 4}}, 2, {});
+  CHECK(keys.answer.empty());
+  auto loaded = core.rows_loaded(rows.reads, {0}, {});
+  CHECK(loaded.answer == std::vector<std::uint64_t>{1, 2});
+}
+
+TEST_CASE("row disk: rows written are read back; missing rows are not found; a write of the wrong size is refused") {
+  auto dir = std::filesystem::temp_directory_path() / "actorps-test-row-disk";
+  std::filesystem::create_directories(dir);
+  if (auto why = direct_io_problem(dir.string()); !why.empty()) {
+    MESSAGE("skipped: " << why);
+    return;
+  }
+  std::string path;
+  {
+    row_disk disk(dir.string(), "shard 0", {2, 3});
+    path = disk.path();
+    CHECK(std::filesystem::exists(path));
+    disk.write({1, {{0, 5}, {1, 5}}, {1, 2, 3, 4, 5}});
+    std::vector<std::uint8_t> found;
+    std::vector<float> rows;
+    disk.read({{1, 5}, {0, 6}, {0, 5}}, found, rows);
+    CHECK(found == std::vector<std::uint8_t>{1, 0, 1});
+    CHECK(rows == std::vector<float>{3, 4, 5, 1, 2});
+    CHECK_THROWS_WITH_AS(disk.write({2, {{0, 9}}, {1, 2, 3}}), doctest::Contains("a write carries 3 values, not 2"),
+                         bad_request);
+    CHECK(disk.bytes_on_disk() > 0);
+  }
+  CHECK_FALSE(std::filesystem::exists(path));  // scratch: removed when closed
+}
+
+TEST_CASE("row disk: a directory that cannot hold it is named, with why") {
+  CHECK(direct_io_problem("/nonexistent-actorps") == "/nonexistent-actorps is not a directory");
+  if (std::filesystem::is_directory("/dev/shm"))
+    CHECK_THROWS_WITH_AS(row_disk("/dev/shm", "s", {2}), doctest::Contains("/dev/shm is in memory (tmpfs)"),
+                         bad_request);
+}
