@@ -806,7 +806,7 @@ partitioner map_of(const cluster_view& view) {
 
 kv_client::kv_client(caf::actor_system& sys, const cluster_view& view,
                      std::vector<shard_link> shards, kv_client_options opts)
-    : map_(map_of(view)), opts_(opts) {
+    : map_(map_of(view)), opts_(opts), sys_(sys), shards_(shards) {
   for (const auto& t : view.tables) tables_.push_back(t.to_spec());
   for (std::uint32_t w = 0; w < view.num_workers; ++w) stats_->live_workers.push_back(w);
   if (shards.size() != view.shards.size())
@@ -821,6 +821,16 @@ kv_client::kv_client(caf::actor_system& sys, const cluster_view& view,
   if (opts_.faults.touches_messages()) opts_.plane.reset();
   actor_ = caf::actor_cast<client_actor>(
     sys.spawn(kv_client_actor, std::move(shards), view.shards, opts_, view.epoch, stats_));
+}
+
+std::vector<std::string> kv_client::shard_stats() const {
+  caf::scoped_actor self{sys_};
+  std::vector<std::string> out;
+  for (const auto& s : shards_)
+    self->request(s.handle, opts_.timeout, stats_atom::value)
+      .receive([&](std::string& json) { out.push_back(std::move(json)); },
+               [&](caf::error& e) { throw bad_request(s.name + ": no figures: " + describe(e)); });
+  return out;
 }
 
 kv_client::~kv_client() {

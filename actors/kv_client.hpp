@@ -166,6 +166,10 @@ class kv_client {
   std::vector<double> recovery_times_ms() const;
   // The running workers as last heard from the coordinator (initially 0..num_workers-1).
   std::vector<std::uint32_t> live_workers() const;
+  // Each shard's figures (server_shard's stats: rows, tiers, its process's peak memory
+  // and disk reads), one JSON object per shard, as first connected. Blocks; throws
+  // bad_request naming a shard that does not answer.
+  std::vector<std::string> shard_stats() const;
 
  private:
   kv_future send(op_kind kind, const key_set& keys, std::shared_ptr<std::vector<float>> values,
@@ -185,6 +189,8 @@ class kv_client {
   std::map<std::pair<key_type, std::size_t>, topk_residual> residuals_;
   std::shared_ptr<kv_cluster_events> stats_ = std::make_shared<kv_cluster_events>();
   client_actor actor_;
+  caf::actor_system& sys_;
+  std::vector<shard_link> shards_;
   std::uint64_t clock_ = 0;
 };
 

@@ -53,6 +53,7 @@ using members_atom = caf::atom_constant<caf::atom("members")>;
 using restore_atom = caf::atom_constant<caf::atom("restore")>;
 using stop_atom = caf::atom_constant<caf::atom("stop")>;
 using end_atom = caf::atom_constant<caf::atom("end")>;
+using stats_atom = caf::atom_constant<caf::atom("stats")>;
 
 template <class Inspector>
 constexpr bool is_raw_io_v =
@@ -359,6 +360,9 @@ using shard_actor = caf::typed_actor<
   caf::replies_to<restore_atom, registration, std::uint64_t, std::vector<std::uint32_t>, std::string>::with<caf::actor>,
   // From the coordinator, for time-based checkpoints: this copy's minimum clock now ...
   caf::replies_to<min_clock_atom>::with<std::uint64_t>,
+  // What the shard's tables hold and its tiers did, with its process's peak memory and
+  // disk reads: one JSON object (issue 14's figures).
+  caf::replies_to<stats_atom>::with<std::string>,
   // ... and the clock boundary (above every shard's minimum) at which to send its part.
   caf::reacts_to<cut_atom, std::uint64_t>,
   // Internal: fails pulls parked for longer than the limit, naming whom they wait for.

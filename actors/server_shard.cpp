@@ -10,6 +10,9 @@
 
 #include "libps/checkpoint.hpp"
 #include "libps/codec.hpp"
+#include "libps/row_disk.hpp"
+
+#include <nlohmann/json.hpp>
 
 namespace ps {
 
@@ -99,12 +102,8 @@ void deliver_late(self_ptr self, const shard_options& opts, caf::typed_response_
   });
 }
 
-// The rows of an answerable row pull, inside the message (a batch's rows are small).
-float_block row_values(shard_core& core, std::uint64_t token) {
-  std::vector<float> out(core.row_pull_values(token));
-  core.read_rows(token, out.data());
-  return float_block::own(std::move(out));
-}
+// The rows of an answered row pull, inside the message (a batch's rows are small).
+float_block row_values(shard_core& core, std::uint64_t token) { return float_block::own(core.take_row_values(token)); }
 
 void answer_pull(self_ptr self, const shard_options& opts, std::uint64_t token) {
   auto& st = self->state;
@@ -132,10 +131,42 @@ void await_store_writes(self_ptr self) {
     .await([](caf::ok_atom) {}, [](caf::error&) {});  // the tracker ends only with the shard
 }
 
+void carry_out(self_ptr self, const shard_options& opts, const coordinator_actor& coordinator, shard_effects& fx);
+
+void disk_failed(self_ptr self, const caf::error& e) {
+  std::fprintf(stderr, "%s: the disk tier failed: %s\n", self->state.name.c_str(), describe(e).c_str());
+  self->quit(e);
+}
+
+// The disk tier's work: writes first, then reads; the I/O actor keeps that order, so a
+// read of a row evicted before sees its write.
+void send_disk_work(self_ptr self, const shard_options& opts, const coordinator_actor& coordinator, shard_effects& fx) {
+  auto& st = self->state;
+  for (auto& w : fx.writes)
+    self->request(st.disk, caf::infinite, write_rows_atom::value, std::make_shared<const row_write>(std::move(w)))
+      .then([=](std::uint64_t seq) { self->state.core->rows_written(seq); }, [=](caf::error& e) { disk_failed(self, e); });
+  if (fx.reads.empty()) return;
+  auto keys = std::make_shared<const std::vector<row_key>>(std::move(fx.reads));
+  self->request(st.disk, caf::infinite, read_rows_atom::value, keys)
+    .then(
+      [=](std::shared_ptr<const disk_rows>& got) {
+        shard_effects next;
+        try {
+          next = self->state.core->rows_loaded(got->keys, got->found, got->rows);
+        } catch (const bad_request& e) {
+          disk_failed(self, make_ps_error(e.what()));
+          return;
+        }
+        carry_out(self, opts, coordinator, next);
+      },
+      [=](caf::error& e) { disk_failed(self, e); });
+}
+
 // Carries out what the core left to do.
 void carry_out(self_ptr self, const shard_options& opts, const coordinator_actor& coordinator, shard_effects& fx) {
   auto& st = self->state;
   for (const auto& e : fx.traces) st.trace(e);
+  if (!fx.writes.empty() || !fx.reads.empty()) send_disk_work(self, opts, coordinator, fx);
   if (fx.checkpoint_at && st.checkpointer)
     caf::anon_send(st.checkpointer, snapshot_atom::value, st.core->id(), *fx.checkpoint_at,
                    snapshot_block(shard_snapshot{st.core->id(), st.core->store().snapshot()}));
@@ -383,6 +414,8 @@ shard_config config_of(const registration& reg, const shard_options& opts, const
   if (!opts.replaces && !opts.replica) c.kill_at = opts.faults.kill_clock(fault_plan::role::server, reg.id);
   c.head = !opts.replica;
   c.restored = restored_segments(reg);
+  c.shard_memory = opts.shard_memory;
+  c.eviction = opts.eviction;
   return c;
 }
 
@@ -424,8 +457,32 @@ bool configure(self_ptr self, const shard_options& opts, const coordinator_actor
     self->quit(make_ps_error(e.what()));
     return false;
   }
+  if (opts.shard_memory > 0 && st.core->num_tables() > 0) {
+    std::vector<std::size_t> strides;
+    for (std::uint32_t t = 0; t < st.core->num_tables(); ++t) strides.push_back(st.core->rows().table(t).stride());
+    st.disk = self->spawn<caf::detached + caf::linked>(row_io, opts.shard_dir, st.name, std::move(strides));
+  }
   spawn_replicas(self, opts, coordinator, reg);
   return true;
+}
+
+// The shard's figures as one JSON object.
+std::string stats_json(const shard_state& st) {
+  const auto& rows = st.core->rows();
+  const auto& s = rows.stats();
+  nlohmann::json j{{"shard", st.core->id()},
+                   {"pid", getpid()},
+                   {"rows", rows.rows_created()},
+                   {"table_bytes", rows.table_bytes()},
+                   {"ram_bytes", rows.held_bytes()},
+                   {"ram_budget", rows.budget()},
+                   {"ram_hits", s.hits},
+                   {"ram_misses", s.misses},
+                   {"rows_read", s.read},
+                   {"rows_written", s.written},
+                   {"disk_bytes_read", process_disk_read_bytes()},
+                   {"peak_rss", process_peak_rss()}};
+  return j.dump();
 }
 
 // A copy further down a chain: configured from its successor's registration, then it
@@ -553,6 +610,10 @@ shard_actor::behavior_type server_shard(self_ptr self, coordinator_actor coordin
       return spawn_replacement(self, opts, coordinator, {std::move(reg), clock, std::move(departed), std::move(source)});
     },
     [=](min_clock_atom) -> std::uint64_t { return self->state.core ? self->state.core->min_clock() : 0; },
+    [=](stats_atom) -> caf::result<std::string> {
+      if (!self->state.core) return make_ps_error(self->state.name + ": not configured yet");
+      return stats_json(self->state);
+    },
     [=](cut_atom, std::uint64_t boundary) {
       if (self->state.core) self->state.core->checkpoint_at(boundary);
     },

@@ -14,6 +14,7 @@
 
 #include "actors/data_plane.hpp"
 #include "actors/messages.hpp"
+#include "actors/row_io.hpp"
 #include "libps/checkpoint.hpp"
 #include "libps/faults.hpp"
 #include "libps/shard_core.hpp"
@@ -55,6 +56,11 @@ struct shard_options {
   // This process's data plane (large pushes arrive and large pulls leave through it);
   // none: every block travels inside CAF's messages.
   std::shared_ptr<data_plane> plane;
+  // The sparse tables' RAM budget (--shard-memory; 0: all in RAM, no disk tier), where
+  // the disk tier lives (--shard-dir) and what leaves RAM first (--eviction).
+  std::uint64_t shard_memory = 0;
+  std::string shard_dir = "/var/tmp";
+  eviction_policy eviction = eviction_policy::slru;
 };
 
 struct shard_state {
@@ -71,6 +77,7 @@ struct shard_state {
   checkpointer_actor checkpointer;
   payload_claimer_actor claimer;  // with a data plane: claims pushed payloads without blocking
   write_tracker_actor writes;     // with a data plane: says when answers written from the store are out
+  row_io_actor disk;              // with --shard-memory: the tables' disk tier
   std::uint64_t writes_issued = 0;
   std::uint64_t writes_awaited = 0;
   std::shared_ptr<std::atomic<std::uint64_t>> writes_done = std::make_shared<std::atomic<std::uint64_t>>(0);

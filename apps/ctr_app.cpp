@@ -321,7 +321,12 @@ std::string ctr_app(worker_context& ctx) {
     }
     ctx.barrier();
   }
-  return result_of(ctx, s, counts, rows).dump();
+  auto out = result_of(ctx, s, counts, rows);
+  if (ctx.id == 0) {  // the shards' figures, once every worker is done
+    out["shards"] = nlohmann::json::array();
+    for (const auto& text : ctx.kv.shard_stats()) out["shards"].push_back(nlohmann::json::parse(text));
+  }
+  return out.dump();
 }
 
 // The job's tensors; first the data files are checked, so a job that cannot read them

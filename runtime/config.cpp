@@ -10,6 +10,7 @@
 #include <filesystem>
 
 #include "actors/server_shard.hpp"
+#include "libps/row_disk.hpp"
 #include "libps/text.hpp"
 #include "runtime/app_registry.hpp"
 #include "runtime/job_contract.hpp"
@@ -57,6 +58,10 @@ node_config::node_config() {
     .add(replication, "replication", "R: copies of each shard in a chain over consecutive servers (pushes to the head, "
                                      "pulls from the tail); a dead copy is spliced out, nothing lost")
     .add(restore, "restore", "DIR: the shards start from the newest intact checkpoint in DIR")
+    .add(shard_memory, "shard-memory", "BYTES: a shard's sparse-table rows in RAM; the rest on disk (0: all in RAM)")
+    .add(shard_dir, "shard-dir", "DIR: where shards keep their disk tier (a disk; direct I/O; removed at exit)")
+    .add(eviction, "eviction", "lru|slru: which rows leave a shard's RAM first (slru: rows used twice are kept "
+                               "through a scan)")
     .add(faults, "faults", "fault injector, ';'-separated: kill server=I at=C; kill worker=I at=C; "
                            "slow worker=I factor=F (see README)");
   opt_group{custom_options_, "ps"}
@@ -269,6 +274,10 @@ void node_config::validate() const {
   for (const auto& flag : registered_app_flags())
     if (flag.check && declared(flag.name))
       if (auto wrong = flag.check(*this); !wrong.empty()) throw bad_request("--" + flag.name + ": " + wrong);
+  eviction_policy_of(eviction);
+  if (shard_memory > 0 && shard_memory < (1u << 20)) throw bad_request("--shard-memory must be 0 or at least 1 MiB");
+  if (shard_memory > 0 && (role.empty() || role == "server" || role == "local"))
+    if (auto why = direct_io_problem(shard_dir); !why.empty()) throw bad_request("--shard-dir: " + why);
   if (!coordinator.empty()) parse_host_port(coordinator);
   staleness_bound("bsp");
   push_codec();
@@ -459,6 +468,9 @@ shard_options shard_options_from(const node_config& cfg, std::string host) {
   // A parked pull must fail with its reason before the client gives up on it.
   o.park_limit = milliseconds(std::max<std::size_t>(1, cfg.timeout_ms * 9 / 10));
   o.trace_path = cfg.trace;
+  o.shard_memory = cfg.shard_memory;
+  o.shard_dir = cfg.shard_dir;
+  o.eviction = eviction_policy_of(cfg.eviction);
   o.faults = cfg.fault_spec();
   o.forward_timeout = milliseconds(cfg.timeout_ms);
   o.given = given_settings(cfg);

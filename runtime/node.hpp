@@ -72,6 +72,10 @@ struct node_config : caf::actor_system_config {
   double checkpoint_seconds = 0;       // or every T seconds
   std::string restore;                 // DIR: start from its newest intact checkpoint
   std::size_t replication = 1;         // copies of each shard (chain replication)
+  // sparse tables' tiered store (servers)
+  std::size_t shard_memory = 0;        // bytes of rows in RAM per shard (0: unlimited, no disk tier)
+  std::string shard_dir = "/var/tmp";  // where the disk tier lives (a disk, not tmpfs)
+  std::string eviction = "slru";       // lru | slru
   // fault injector (libps/faults.hpp)
   std::string faults;
   // [ps]: tuning.

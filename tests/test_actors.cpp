@@ -138,6 +138,7 @@ shard_actor::behavior_type silent_shard(shard_actor::stateful_pointer<silent_sta
       return caf::actor{};
     },
     [=](min_clock_atom) { return std::uint64_t{0}; },
+    [=](stats_atom) { return std::string{"{}"}; },
     [=](cut_atom, std::uint64_t) {},
     [=](view_atom, const cluster_view& v) { return v.epoch; },
     [=](sweep_atom) {},

@@ -1,0 +1,49 @@
+#include "actors/row_io.hpp"
+
+#include <cstdio>
+
+#include "actors/messages.hpp"
+
+namespace ps {
+
+row_io_actor::behavior_type row_io(row_io_actor::stateful_pointer<row_io_state> self, std::string dir,
+                                   std::string name, std::vector<std::size_t> strides) {
+  try {
+    self->state.disk = std::make_unique<row_disk>(dir, name, std::move(strides));
+  } catch (const bad_request& e) {
+    std::fprintf(stderr, "%s: %s\n", name.c_str(), e.what());
+    self->quit(make_ps_error(name + ": " + e.what()));  // the handlers below never run
+  }
+  // An I/O error (a full disk among them) ends this actor and, linked, its shard: the
+  // rows it could not write are still in the shard's RAM, but it cannot go on.
+  auto failed = [self, name](const bad_request& e) {
+    std::fprintf(stderr, "%s: %s\n", name.c_str(), e.what());
+    auto err = make_ps_error(name + ": " + e.what());
+    self->quit(err);
+    return err;
+  };
+  return {
+    [=](read_rows_atom, const std::shared_ptr<const std::vector<row_key>>& keys)
+      -> caf::result<std::shared_ptr<const disk_rows>> {
+      auto out = std::make_shared<disk_rows>();
+      out->keys = *keys;
+      try {
+        self->state.disk->read(*keys, out->found, out->rows);
+      } catch (const bad_request& e) {
+        return failed(e);
+      }
+      return std::shared_ptr<const disk_rows>(std::move(out));
+    },
+    [=](write_rows_atom, const std::shared_ptr<const row_write>& w) -> caf::result<std::uint64_t> {
+      try {
+        self->state.disk->write(*w);
+      } catch (const bad_request& e) {
+        return failed(e);
+      }
+      return w->seq;
+    },
+    [=](disk_bytes_atom) -> std::uint64_t { return self->state.disk->bytes_on_disk(); },
+  };
+}
+
+}  // namespace ps

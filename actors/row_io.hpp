@@ -1,0 +1,52 @@
+#pragma once
+// A shard's disk tier on a thread of its own: reads and writes rows (libps/row_disk.hpp)
+// in the order asked and answers by message, so the shard never waits on the disk.
+// Spawned detached and linked to its shard; it opens the store itself, so a directory
+// that cannot hold it ends the shard with an error naming the path.
+#include <caf/all.hpp>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "libps/row_disk.hpp"
+#include "libps/row_tier.hpp"
+
+namespace ps {
+
+// Rows read: per key found or not; the found rows' floats back to back.
+struct disk_rows {
+  std::vector<row_key> keys;
+  std::vector<std::uint8_t> found;
+  std::vector<float> rows;
+};
+
+}  // namespace ps
+
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(std::shared_ptr<const ps::disk_rows>)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(std::shared_ptr<const ps::row_write>)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(std::shared_ptr<const std::vector<ps::row_key>>)
+
+namespace ps {
+
+using read_rows_atom = caf::atom_constant<caf::atom("readrows")>;
+using write_rows_atom = caf::atom_constant<caf::atom("writerows")>;
+using disk_bytes_atom = caf::atom_constant<caf::atom("diskbytes")>;
+
+using row_io_actor = caf::typed_actor<
+  caf::replies_to<read_rows_atom, std::shared_ptr<const std::vector<row_key>>>::with<std::shared_ptr<const disk_rows>>,
+  // Answers with the write's seq once written.
+  caf::replies_to<write_rows_atom, std::shared_ptr<const row_write>>::with<std::uint64_t>,
+  caf::replies_to<disk_bytes_atom>::with<std::uint64_t>>;
+
+struct row_io_state {
+  std::unique_ptr<row_disk> disk;
+  static inline const char* name = "row_io";
+};
+
+// dir: where the store's directory is made; name: the shard's (in errors and the
+// directory's name); strides: floats per row of each table.
+row_io_actor::behavior_type row_io(row_io_actor::stateful_pointer<row_io_state> self, std::string dir,
+                                   std::string name, std::vector<std::size_t> strides);
+
+}  // namespace ps
