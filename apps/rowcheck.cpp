@@ -102,9 +102,13 @@ std::string rowcheck_app(worker_context& ctx) {
   for (std::uint32_t w = 0; w < ctx.num_workers; ++w) check_sums(ctx, own(w), {w}, tally);
   check_first_touch(ctx, tally);
   ctx.barrier();  // nobody leaves while others still pull
-  return nlohmann::json{{"worker", ctx.id},         {"checked", tally.checked}, {"mismatches", tally.mismatches},
-                        {"rows_per_push", count},   {"first_mismatch", tally.first}}
-    .dump();
+  nlohmann::json out{{"worker", ctx.id},       {"checked", tally.checked}, {"mismatches", tally.mismatches},
+                     {"rows_per_push", count}, {"first_mismatch", tally.first}};
+  if (ctx.id == 0) {  // what the shards' tiers did (rows read back from disk, with --shard-memory)
+    out["shards"] = nlohmann::json::array();
+    for (const auto& text : ctx.kv.shard_stats()) out["shards"].push_back(nlohmann::json::parse(text));
+  }
+  return out.dump();
 }
 
 std::vector<sparse_table_spec> rowcheck_tables(const node_config& cfg) {

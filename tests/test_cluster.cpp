@@ -107,17 +107,21 @@ TEST_CASE("exact sums with every block inside CAF's messages (no data plane)") {
 namespace {
 
 // rowcheck (apps/rowcheck.cpp): exact sums over sparse-table rows, 2 workers, 2 servers.
-void check_rowcheck(std::vector<std::string> flags) {
-  flags.insert(flags.end(), {"--servers=2", "--workers=2", "--rows=2000"});
+// Returns worker 0's result.
+json check_rowcheck(std::vector<std::string> flags, std::uint64_t rows = 2000) {
+  flags.insert(flags.end(), {"--servers=2", "--workers=2", "--rows=" + std::to_string(rows)});
   parsed_config pc(flags);
   REQUIRE(pc.ok);
+  json first;
   for (const auto& [w, text] : completed_job(pc.cfg, "rowcheck", 2)) {
     INFO("worker " << w << ": " << text);
     auto result = json::parse(text);
     CHECK(result["mismatches"] == 0);
     // Shared rows and both workers' own, 8 floats each, and 1000 first-touch rows.
-    CHECK(result["checked"] == (3 * 2000 + 1000) * 8);
+    CHECK(result["checked"] == (3 * rows + 1000) * 8);
+    if (w == 0) first = result;
   }
+  return first;
 }
 
 }  // namespace
@@ -128,6 +132,21 @@ TEST_CASE("sparse rows: exact sums from 2 workers pushing rows asynchronously to
 
 TEST_CASE("sparse rows: exact sums under BSP (pushes deferred to their clock's end) with chains of 2 copies") {
   check_rowcheck({"--cluster=processes", "--consistency=bsp", "--replication=2"});
+}
+
+TEST_CASE("sparse rows: exact sums with rows evicted to the disk tier and read back (a 1 MiB budget per shard)") {
+  // 61,000 rows of 96 bytes in RAM terms: about 2.8 MiB per shard, so most rows go to
+  // disk and come back, many while their writes are still under way.
+  auto result = check_rowcheck({"--cluster=processes", "--shard-memory=1048576"}, 20000);
+  std::uint64_t read = 0, written = 0;
+  REQUIRE(result["shards"].size() == 2);
+  for (const auto& s : result["shards"]) {
+    read += s["rows_read"].get<std::uint64_t>();
+    written += s["rows_written"].get<std::uint64_t>();
+    CHECK(s["ram_bytes"].get<std::uint64_t>() <= 1048576);
+  }
+  CHECK(read > 0);
+  CHECK(written > 0);
 }
 
 TEST_CASE("sparse rows: exact sums in embedded mode under SSP") {
