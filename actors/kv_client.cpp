@@ -833,6 +833,16 @@ std::vector<std::string> kv_client::shard_stats() const {
   return out;
 }
 
+std::uint64_t kv_client::fill_rows(std::uint32_t table, std::uint64_t count) const {
+  caf::scoped_actor self{sys_};
+  std::uint64_t made = 0;
+  for (const auto& s : shards_)
+    self->request(s.handle, caf::infinite, fill_atom::value, table, count)
+      .receive([&](std::uint64_t rows) { made += rows; },
+               [&](caf::error& e) { throw bad_request(s.name + ": filling table " + std::to_string(table) + ": " + describe(e)); });
+  return made;
+}
+
 kv_client::~kv_client() {
   caf::anon_send_exit(actor_, caf::exit_reason::user_shutdown);
 }

@@ -170,6 +170,10 @@ class kv_client {
   // and disk reads), one JSON object per shard, as first connected. Blocks; throws
   // bad_request naming a shard that does not answer.
   std::vector<std::string> shard_stats() const;
+  // Benchmarks: rows 0..count-1 of `table` made on their shards as first touch makes them
+  // (on disk where shards have a disk tier). Blocks; returns the rows made; throws
+  // bad_request naming a shard that fails.
+  std::uint64_t fill_rows(std::uint32_t table, std::uint64_t count) const;
 
  private:
   kv_future send(op_kind kind, const key_set& keys, std::shared_ptr<std::vector<float>> values,

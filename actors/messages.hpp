@@ -54,6 +54,7 @@ using restore_atom = caf::atom_constant<caf::atom("restore")>;
 using stop_atom = caf::atom_constant<caf::atom("stop")>;
 using end_atom = caf::atom_constant<caf::atom("end")>;
 using stats_atom = caf::atom_constant<caf::atom("stats")>;
+using fill_atom = caf::atom_constant<caf::atom("fill")>;
 
 template <class Inspector>
 constexpr bool is_raw_io_v =
@@ -363,6 +364,9 @@ using shard_actor = caf::typed_actor<
   // What the shard's tables hold and its tiers did, with its process's peak memory and
   // disk reads: one JSON object (issue 14's figures).
   caf::replies_to<stats_atom>::with<std::string>,
+  // Benchmarks: rows 0..count-1 of a table that the shard owns, made as first touch makes
+  // them (on disk with a disk tier, else in RAM); answers how many.
+  caf::replies_to<fill_atom, std::uint32_t, std::uint64_t>::with<std::uint64_t>,
   // ... and the clock boundary (above every shard's minimum) at which to send its part.
   caf::reacts_to<cut_atom, std::uint64_t>,
   // Internal: fails pulls parked for longer than the limit, naming whom they wait for.

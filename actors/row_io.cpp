@@ -43,6 +43,13 @@ row_io_actor::behavior_type row_io(row_io_actor::stateful_pointer<row_io_state> 
       return w->seq;
     },
     [=](disk_bytes_atom) -> std::uint64_t { return self->state.disk->bytes_on_disk(); },
+    [=](fill_atom, const std::shared_ptr<const fill_order>& f) -> caf::result<std::uint64_t> {
+      try {
+        return self->state.disk->fill(f->table, f->count, f->spec, f->keep);
+      } catch (const bad_request& e) {
+        return failed(e);
+      }
+    },
   };
 }
 

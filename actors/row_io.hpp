@@ -5,12 +5,14 @@
 // that cannot hold it ends the shard with an error naming the path.
 #include <caf/all.hpp>
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "libps/row_disk.hpp"
 #include "libps/row_tier.hpp"
+#include "actors/messages.hpp"
 
 namespace ps {
 
@@ -21,8 +23,17 @@ struct disk_rows {
   std::vector<float> rows;
 };
 
+// A benchmark's fill (row_disk::fill).
+struct fill_order {
+  std::uint32_t table = 0;
+  std::uint64_t count = 0;
+  sparse_table_spec spec;
+  std::function<bool(std::uint64_t)> keep;
+};
+
 }  // namespace ps
 
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(std::shared_ptr<const ps::fill_order>)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(std::shared_ptr<const ps::disk_rows>)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(std::shared_ptr<const ps::row_write>)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(std::shared_ptr<const std::vector<ps::row_key>>)
@@ -37,7 +48,9 @@ using row_io_actor = caf::typed_actor<
   caf::replies_to<read_rows_atom, std::shared_ptr<const std::vector<row_key>>>::with<std::shared_ptr<const disk_rows>>,
   // Answers with the write's seq once written.
   caf::replies_to<write_rows_atom, std::shared_ptr<const row_write>>::with<std::uint64_t>,
-  caf::replies_to<disk_bytes_atom>::with<std::uint64_t>>;
+  caf::replies_to<disk_bytes_atom>::with<std::uint64_t>,
+  // Answers with the rows written.
+  caf::replies_to<fill_atom, std::shared_ptr<const fill_order>>::with<std::uint64_t>>;
 
 struct row_io_state {
   std::unique_ptr<row_disk> disk;

@@ -466,6 +466,30 @@ bool configure(self_ptr self, const shard_options& opts, const coordinator_actor
   return true;
 }
 
+// A benchmark's table: made on disk by the I/O actor (the shard goes on meanwhile), or in RAM.
+caf::result<std::uint64_t> fill(self_ptr self, std::uint32_t table, std::uint64_t count) {
+  auto& st = self->state;
+  if (!st.core) return make_ps_error(st.name + ": not configured yet");
+  if (table >= st.core->num_tables()) return make_ps_error(st.name + ": no sparse table " + std::to_string(table));
+  if (!st.disk) return st.core->fill_rows_in_ram(table, count);
+  auto order = std::make_shared<fill_order>();
+  order->table = table;
+  order->count = count;
+  order->spec = st.core->rows().table(table).spec();
+  order->keep = [map = st.core->map(), id = st.core->id(), table](std::uint64_t row) {
+    return map.row_owner(table, row) == id;
+  };
+  auto rp = self->make_response_promise<std::uint64_t>();
+  self->request(st.disk, caf::infinite, fill_atom::value, std::shared_ptr<const fill_order>(std::move(order)))
+    .then(
+      [=](std::uint64_t rows) mutable {
+        self->state.core->filled_on_disk(table, rows);
+        rp.deliver(rows);
+      },
+      [=](caf::error& e) mutable { rp.deliver(e); });
+  return rp;
+}
+
 // The shard's figures as one JSON object.
 std::string stats_json(const shard_state& st) {
   const auto& rows = st.core->rows();
@@ -610,6 +634,7 @@ shard_actor::behavior_type server_shard(self_ptr self, coordinator_actor coordin
       return spawn_replacement(self, opts, coordinator, {std::move(reg), clock, std::move(departed), std::move(source)});
     },
     [=](min_clock_atom) -> std::uint64_t { return self->state.core ? self->state.core->min_clock() : 0; },
+    [=](fill_atom, std::uint32_t table, std::uint64_t count) { return fill(self, table, count); },
     [=](stats_atom) -> caf::result<std::string> {
       if (!self->state.core) return make_ps_error(self->state.name + ": not configured yet");
       return stats_json(self->state);

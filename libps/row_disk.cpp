@@ -157,27 +157,35 @@ void row_disk::write(const row_write& w) {
   if (!s.ok()) throw bad_request(problem(path_, s));
 }
 
-void row_disk::fill(std::uint32_t table, std::uint64_t first_id, std::uint64_t count, const sparse_table_spec& spec) {
+std::uint64_t row_disk::fill(std::uint32_t table, std::uint64_t count, const sparse_table_spec& spec,
+                            const std::function<bool(std::uint64_t)>& keep) {
   const auto stride = strides_.at(table);
-  constexpr std::uint64_t rows_per_file = 4u << 20;
+  constexpr std::uint64_t ids_per_file = 4u << 20;
   std::vector<float> row(stride, 0.0f);
   char key[key_size];
-  for (std::uint64_t start = 0; start < count; start += rows_per_file) {
-    auto file = path_ + "/fill-" + std::to_string(start) + ".sst";
+  std::uint64_t written = 0;
+  for (std::uint64_t start = 0; start < count; start += ids_per_file) {
+    auto file = path_ + "/fill-" + std::to_string(table) + "-" + std::to_string(start) + ".sst";
     rocksdb::SstFileWriter writer(rocksdb::EnvOptions(), store_options());
     auto s = writer.Open(file);
-    for (auto id = first_id + start, end = first_id + std::min(count, start + rows_per_file); s.ok() && id < end; ++id) {
+    std::uint64_t in_file = 0;
+    for (auto id = start, end = std::min(count, start + ids_per_file); s.ok() && id < end; ++id) {
+      if (!keep(id)) continue;
       initial_row(spec.seed, spec.name, id, spec.init_scale, row.data(), spec.dim);
       encode_key({table, id}, key);
       s = writer.Put(rocksdb::Slice(key, key_size),
                      rocksdb::Slice(reinterpret_cast<const char*>(row.data()), stride * sizeof(float)));
+      ++in_file;
     }
+    if (in_file == 0) continue;
     if (s.ok()) s = writer.Finish();
     rocksdb::IngestExternalFileOptions io;
     io.move_files = true;
     if (s.ok()) s = db_->IngestExternalFile({file}, io);
     if (!s.ok()) throw bad_request(problem(path_, s));
+    written += in_file;
   }
+  return written;
 }
 
 std::uint64_t row_disk::bytes_on_disk() const {

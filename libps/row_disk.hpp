@@ -7,6 +7,7 @@
 // directory under the one given and removed when closed (durability is the job of
 // checkpoints and replicas).
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -39,9 +40,11 @@ class row_disk {
   // Writes rows (one batch, no write-ahead log); throws bad_request naming the path
   // (a full disk among them).
   void write(const row_write& w);
-  // Writes rows that are not in the store yet in bulk (sorted, as SST files ingested
-  // whole): how a benchmark fills a large table quickly. Throws bad_request.
-  void fill(std::uint32_t table, std::uint64_t first_id, std::uint64_t count, const sparse_table_spec& spec);
+  // Writes rows 0..count-1 of a table that `keep` accepts, as first touch makes them, in
+  // bulk (sorted SST files ingested whole): how a benchmark fills a large table quickly.
+  // Returns the rows written. Throws bad_request.
+  std::uint64_t fill(std::uint32_t table, std::uint64_t count, const sparse_table_spec& spec,
+                     const std::function<bool(std::uint64_t)>& keep);
   // Bytes of the store's files on disk.
   std::uint64_t bytes_on_disk() const;
   const std::string& path() const { return path_; }

@@ -76,6 +76,18 @@ void row_tier::loaded(const std::vector<row_key>& keys, const std::vector<std::u
   }
 }
 
+void row_tier::create(std::uint32_t table, std::uint64_t id) {
+  auto& t = tables_.at(table);
+  if (t.holds(id)) return;
+  t.install(id, nullptr);
+  created(table);
+}
+
+void row_tier::filled_on_disk(std::uint32_t table, std::uint64_t rows) {
+  stats_.created += rows;
+  table_bytes_ += rows * tables_.at(table).stride() * sizeof(float);
+}
+
 std::uint64_t row_tier::held_bytes() const {
   std::uint64_t bytes = 0;
   for (const auto& t : tables_) bytes += t.bytes();

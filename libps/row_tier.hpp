@@ -71,6 +71,10 @@ class row_tier {
   // written (none dirty: nullopt). They stay readable here until written(seq).
   std::optional<row_write> trim(std::uint64_t keep_from = UINT64_MAX);
   void written(std::uint64_t seq);
+  // A benchmark's fill: row `id` created as on first touch, in RAM (no disk tier); or
+  // `rows` rows written straight to the disk tier (row_disk::fill), counted as created.
+  void create(std::uint32_t table, std::uint64_t id);
+  void filled_on_disk(std::uint32_t table, std::uint64_t rows);
 
   const row_tier_stats& stats() const { return stats_; }
   std::uint64_t held_bytes() const;

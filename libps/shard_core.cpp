@@ -242,6 +242,13 @@ shard_effects shard_core::prefetch_rows(const shard_request& r, std::uint32_t ta
   return fx;
 }
 
+std::uint64_t shard_core::fill_rows_in_ram(std::uint32_t table, std::uint64_t count) {
+  std::uint64_t made = 0;
+  for (std::uint64_t id = 0; id < count; ++id)
+    if (owns_row(table, id)) rows_.create(table, id), ++made;
+  return made;
+}
+
 shard_effects shard_core::rows_loaded(const std::vector<row_key>& keys, const std::vector<std::uint8_t>& found,
                                       const std::vector<float>& rows) {
   shard_effects fx;

@@ -126,6 +126,13 @@ class shard_core {
   shard_effects rows_loaded(const std::vector<row_key>& keys, const std::vector<std::uint8_t>& found,
                             const std::vector<float>& rows);
   void rows_written(std::uint64_t seq) { rows_.written(seq); }
+  // Benchmarks: whether this shard owns row `id` of `table`; rows 0..count-1 of it that
+  // this shard owns created as on first touch, in RAM (no disk tier; returns how many),
+  // and the count of those the disk tier was filled with.
+  bool owns_row(std::uint32_t table, std::uint64_t id) const { return map_.row_owner(table, id) == id_; }
+  const partitioner& map() const { return map_; }
+  std::uint64_t fill_rows_in_ram(std::uint32_t table, std::uint64_t count);
+  void filled_on_disk(std::uint32_t table, std::uint64_t rows) { rows_.filled_on_disk(table, rows); }
   std::size_t num_tables() const { return rows_.num_tables(); }
   // The tables' rows (RAM tier) and what the tiers did.
   const row_tier& rows() const { return rows_; }

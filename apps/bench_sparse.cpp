@@ -1,0 +1,149 @@
+// bench_sparse: sparse rows pulled and pushed between processes (a worker and a server
+// shard, psnode processes on loopback) over a table of --table-rows rows (10^7 by
+// default) filled before measuring, for each Zipf exponent (--zipfs), dimension
+// (--dims) and shard memory (--memory-percents of the table; the rest on disk), with the
+// RAM tier's hit rate. Limits measured in the same run: the same load with everything in
+// RAM (no disk tier) and the disk's random 4 KiB reads per second (an O_DIRECT probe in
+// --shard-dir). One JSON object per line.
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <random>
+
+#include "apps/apps.hpp"
+#include "apps/bench_timing.hpp"
+#include "apps/sparse_bench.hpp"
+
+namespace {
+
+double percentile(std::vector<double> v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[std::min(v.size() - 1, static_cast<std::size_t>(p * static_cast<double>(v.size() - 1) + 0.5))];
+}
+
+// Random 4 KiB reads per second from a file of `bytes` written in `dir`, read with
+// O_DIRECT (the page cache bypassed) one at a time, as the disk tier's I/O thread reads.
+double disk_reads_per_s(const std::string& dir, std::uint64_t bytes, double seconds) {
+  auto path = dir + "/actorps-disk-probe-" + std::to_string(getpid());
+  int fd = ::open(path.c_str(), O_CREAT | O_RDWR | O_DIRECT | O_CLOEXEC, 0600);
+  if (fd < 0) throw ps::bad_request("disk probe: cannot create " + path + ": " + std::strerror(errno));
+  ::unlink(path.c_str());  // gone when closed
+  constexpr std::size_t block = 1 << 20;
+  void* buf = nullptr;
+  if (posix_memalign(&buf, 4096, block) != 0) throw ps::bad_request("disk probe: out of memory");
+  std::memset(buf, 0x5a, block);
+  for (std::uint64_t at = 0; at < bytes; at += block)
+    if (::pwrite(fd, buf, block, static_cast<off_t>(at)) != static_cast<ssize_t>(block))
+      throw ps::bad_request("disk probe: writing " + path + ": " + std::strerror(errno));
+  ::fsync(fd);
+  std::mt19937_64 rng(1);
+  std::uint64_t reads = 0;
+  auto start = std::chrono::steady_clock::now();
+  double elapsed = 0;
+  while (elapsed < seconds) {
+    auto at = (rng() % (bytes / 4096)) * 4096;
+    if (::pread(fd, buf, 4096, static_cast<off_t>(at)) != 4096)
+      throw ps::bad_request("disk probe: reading " + path + ": " + std::strerror(errno));
+    if (++reads % 64 == 0) elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  }
+  free(buf);
+  ::close(fd);
+  return static_cast<double>(reads) / elapsed;
+}
+
+// The flags a psnode child gets for one job: `name` set to `value`, earlier ones dropped.
+void set_child_flag(ps::node_config& cfg, const std::string& name, const std::string& value) {
+  auto prefix = "--" + name + "=";
+  std::erase_if(cfg.args, [&](const std::string& a) { return a.rfind(prefix, 0) == 0; });
+  cfg.args.push_back(prefix + value);
+}
+
+struct job_cells {
+  std::map<std::pair<double, std::string>, double> rows_per_s;  // by (zipf, op)
+  std::map<std::pair<double, std::string>, double> hit_rate;
+};
+
+// One job: the table at one dimension with one shard memory (0: all in RAM, the limit).
+job_cells run_cells(caf::actor_system& sys, ps::node_config& cfg, std::uint32_t dim, double fraction) {
+  const auto rows = cfg.app_count("table-rows");
+  const std::uint64_t memory = fraction > 0 ? static_cast<std::uint64_t>(fraction * static_cast<double>(rows * ps::sparse_bench_row_bytes(dim))) : 0;
+  cfg.shard_memory = memory;
+  cfg.set_app_flag("bench-dim", std::to_string(dim));
+  set_child_flag(cfg, "shard-memory", std::to_string(memory));
+  set_child_flag(cfg, "bench-dim", std::to_string(dim));
+  job_cells out;
+  auto on_report = [&](std::uint32_t, const std::string& text) {
+    if (text.find("\"filled\"") != std::string::npos) {
+      std::fprintf(stderr, "bench_sparse: dim %u, memory %.2f: %s\n", dim, fraction, text.c_str());
+      return;
+    }
+    auto c = ps::sparse_cell::decode(text);
+    double rate = static_cast<double>(c.rows) / c.seconds;
+    auto lookups = c.ram_hits + c.ram_misses;
+    double hit = lookups ? static_cast<double>(c.ram_hits) / static_cast<double>(lookups) : 1.0;
+    out.rows_per_s[{c.zipf, c.op}] = rate;
+    out.hit_rate[{c.zipf, c.op}] = hit;
+    if (fraction == 0)
+      ps::bench::print_line({{"limit", "ram_rows_per_s"}, {"zipf", c.zipf}, {"dim", dim}, {"op", c.op},
+                             {"table_rows", rows}, {"value", rate}, {"p50_us", percentile(c.latencies_us, 0.5)},
+                             {"p99_us", percentile(c.latencies_us, 0.99)}});
+    else
+      ps::bench::print_line({{"zipf", c.zipf}, {"dim", dim}, {"memory_fraction", fraction}, {"table_rows", rows},
+                             {"op", c.op}, {"rows_per_s", rate}, {"hit_rate", hit}, {"shard_memory", memory},
+                             {"p50_us", percentile(c.latencies_us, 0.5)}, {"p99_us", percentile(c.latencies_us, 0.99)}});
+  };
+  auto res = ps::run_job(sys, cfg, ps::find_app("sparse_bench"), "sparse_bench",
+                         ps::settings_for_app(cfg, "sparse_bench"), {on_report, {}});
+  if (!res.ok) {
+    for (const auto& f : res.failures) std::fprintf(stderr, "error: %s\n", f.c_str());
+    throw ps::bad_request("the job at dim " + std::to_string(dim) + ", memory " + std::to_string(fraction) +
+                          " failed: " + res.reason);
+  }
+  return out;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  ps::register_builtin_apps();
+  ps::node_config cfg;
+  cfg.servers = 1;
+  cfg.workers = 1;
+  if (!cfg.parse_args(argc, argv)) return cfg.cli_helptext_printed ? 0 : 2;
+  ps::apply_runtime_defaults(cfg);
+  try {
+    auto dims = cfg.app_counts("dims"), percents = cfg.app_counts("memory-percents");
+    if (dims.empty()) dims = {16, 64};
+    if (percents.empty()) percents = {100, 25, 5};
+    const double disk = disk_reads_per_s(cfg.shard_dir, 1ull << 30, 3.0);
+    ps::bench::print_line({{"limit", "disk_reads_per_s"}, {"value", disk}, {"dir", cfg.shard_dir}});
+    caf::actor_system sys{cfg};
+    for (auto dim : dims) {
+      auto ram = run_cells(sys, cfg, static_cast<std::uint32_t>(dim), 0);
+      for (auto pct : percents) {
+        auto fraction = static_cast<double>(pct) / 100.0;
+        auto tiered = run_cells(sys, cfg, static_cast<std::uint32_t>(dim), fraction);
+        if (pct != 25) continue;
+        // The target: at 25% memory, at least half the lower of the all-in-RAM rate and
+        // what the disk can serve at the measured miss rate.
+        for (const auto& [key, rate] : tiered.rows_per_s) {
+          double miss = 1.0 - tiered.hit_rate[key];
+          double bound = std::min(ram.rows_per_s[key], miss > 0 ? disk / miss : ram.rows_per_s[key]);
+          ps::bench::print_line({{"target", "half_of_bound_at_25pct"}, {"zipf", key.first}, {"dim", dim},
+                                 {"op", key.second}, {"rows_per_s", rate}, {"bound_rows_per_s", bound},
+                                 {"ratio", rate / bound}, {"met", rate >= 0.5 * bound}});
+        }
+      }
+    }
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 2;
+  }
+}

@@ -1,0 +1,185 @@
+#include "apps/sparse_bench.hpp"
+
+#include <chrono>
+#include <numeric>
+#include <deque>
+#include <random>
+#include <sstream>
+#include <unordered_set>
+
+#include <nlohmann/json.hpp>
+
+#include "libps/ctr_data.hpp"
+#include "libps/sparse_table.hpp"
+
+namespace ps {
+
+namespace {
+
+using bench_clock = std::chrono::steady_clock;
+double since(bench_clock::time_point t) { return std::chrono::duration<double>(bench_clock::now() - t).count(); }
+
+sparse_table_spec bench_table(const node_config& cfg) {
+  update_rule rule;
+  rule.kind = rule_kind::adagrad;
+  rule.lr = 0.05f;
+  return {"bench", static_cast<std::uint32_t>(cfg.app_count("bench-dim")), 0.01f, rule, cfg.seed};
+}
+
+// Rank k of the Zipf law is row (k * step) mod n: the hot rows are spread over the table
+// (and its disk blocks) as feature hashes are, each row once.
+struct row_picker {
+  zipf_sampler zipf;
+  std::uint64_t n, step;
+  row_picker(std::uint64_t rows, double exponent) : zipf(rows, exponent), n(rows), step(2654435761u % rows) {
+    while (std::gcd(step, n) != 1) ++step;
+  }
+  std::vector<std::uint64_t> batch(std::mt19937_64& rng, std::size_t size) const {
+    std::unordered_set<std::uint64_t> seen;
+    std::vector<std::uint64_t> ids;
+    while (ids.size() < size) {
+      auto id = static_cast<std::uint64_t>((static_cast<unsigned __int128>(zipf(rng) - 1) * step) % n);
+      if (seen.insert(id).second) ids.push_back(id);
+    }
+    return ids;
+  }
+};
+
+std::pair<std::uint64_t, std::uint64_t> ram_counts(worker_context& ctx) {
+  std::uint64_t hits = 0, misses = 0;
+  for (const auto& text : ctx.kv.shard_stats()) {
+    auto j = nlohmann::json::parse(text);
+    hits += j.value("ram_hits", std::uint64_t{0});
+    misses += j.value("ram_misses", std::uint64_t{0});
+  }
+  return {hits, misses};
+}
+
+// Requests of `op` (window in flight) for `seconds`; the cell's rows and latencies.
+sparse_cell run_cell(worker_context& ctx, const row_picker& pick, std::mt19937_64& rng, const std::string& op,
+                     double seconds) {
+  const auto batch = ctx.cfg.app_count("batch-rows");
+  const auto window = ctx.cfg.app_count("sparse-window");
+  const auto dim = ctx.kv.table_dim(0);
+  std::vector<float> grads(batch * dim, 1e-3f);
+  sparse_cell cell{op, 0, 0, 0, 0, 0, {}};
+  std::deque<std::pair<kv_future, bench_clock::time_point>> inflight;
+  auto start = bench_clock::now();
+  while (since(start) < seconds || cell.latencies_us.size() < 4) {
+    while (inflight.size() < window) {
+      auto ids = pick.batch(rng, batch);
+      inflight.emplace_back(op == "pull" ? ctx.kv.pull_rows(0, ids) : ctx.kv.push_rows(0, ids, grads),
+                            bench_clock::now());
+    }
+    auto [f, t0] = std::move(inflight.front());
+    inflight.pop_front();
+    f.get();
+    cell.latencies_us.push_back(since(t0) * 1e6);
+    cell.rows += batch;
+  }
+  cell.seconds = since(start);
+  for (auto& [f, t0] : inflight) f.get();  // drained, not counted
+  return cell;
+}
+
+std::string sparse_bench_app(worker_context& ctx) {
+  const auto rows = ctx.cfg.app_count("table-rows");
+  if (ctx.id == 0) {
+    auto start = bench_clock::now();
+    auto made = ctx.kv.fill_rows(0, rows);
+    ctx.report(nlohmann::json{{"filled", made}, {"seconds", since(start)}}.dump());
+  }
+  ctx.barrier();
+  std::mt19937_64 rng(ctx.cfg.seed * 7919 + ctx.id);
+  for (double z : sparse_bench_zipfs(ctx.cfg)) {
+    row_picker pick(rows, z);
+    for (std::string op : {"pull", "push"}) {
+      run_cell(ctx, pick, rng, op, ctx.cfg.app_number("sparse-warmup"));  // the RAM tier fills up
+      auto [hits0, misses0] = ram_counts(ctx);
+      auto cell = run_cell(ctx, pick, rng, op, ctx.cfg.app_number("sparse-seconds"));
+      auto [hits1, misses1] = ram_counts(ctx);
+      cell.zipf = z;
+      cell.ram_hits = hits1 - hits0;
+      cell.ram_misses = misses1 - misses0;
+      ctx.report(cell.encode());
+    }
+  }
+  return nlohmann::json{{"worker", ctx.id}}.dump();
+}
+
+std::string positive(const node_config& c, const char* name) { return c.app_number(name) > 0 ? "" : "must be > 0"; }
+
+}  // namespace
+
+std::vector<double> sparse_bench_zipfs(const node_config& cfg) {
+  std::vector<double> out;
+  std::istringstream in(cfg.app_text("zipfs"));
+  std::string part;
+  while (std::getline(in, part, ',')) {
+    std::size_t used = 0;
+    double z = 0;
+    try {
+      z = std::stod(part, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used != part.size() || !(z > 0)) throw bad_request("--zipfs: '" + part + "' is not an exponent > 0");
+    out.push_back(z);
+  }
+  if (out.empty()) throw bad_request("--zipfs: no exponent given");
+  return out;
+}
+
+std::uint64_t sparse_bench_row_bytes(std::uint32_t dim) {
+  return 2 * dim * sizeof(float) + sparse_table::row_overhead;  // value and Adagrad accumulator
+}
+
+std::string sparse_cell::encode() const {
+  return nlohmann::json{{"cell", {{"op", op}, {"zipf", zipf}, {"rows", rows}, {"seconds", seconds},
+                                  {"ram_hits", ram_hits}, {"ram_misses", ram_misses}, {"latencies_us", latencies_us}}}}
+    .dump();
+}
+
+sparse_cell sparse_cell::decode(const std::string& text) {
+  try {
+    const auto c = nlohmann::json::parse(text).at("cell");
+    return {c.at("op"), c.at("zipf"), c.at("rows"), c.at("seconds"), c.at("ram_hits"), c.at("ram_misses"),
+            c.at("latencies_us")};
+  } catch (const nlohmann::json::exception& e) {
+    throw bad_request("not a sparse bench cell (" + std::string(e.what()) + "): " + text.substr(0, 80));
+  }
+}
+
+app_definition sparse_bench_definition() {
+  app_definition app{"sparse_bench", "sparse rows pulled and pushed under a Zipf law (bench_sparse)",
+                     sparse_bench_app, "adagrad", "asp", {}, {}};
+  app.tables = [](const node_config& cfg) { return std::vector<sparse_table_spec>{bench_table(cfg)}; };
+  app.flags = {
+    {"table-rows", app_flag_kind::count, "10000000", "bench_sparse: rows in the table",
+     [](const node_config& c) { return c.app_count("table-rows") >= 1000 ? "" : "must be >= 1000"; }},
+    {"bench-dim", app_flag_kind::count, "16", "bench_sparse: the table's dimension (set per job by bench_sparse)",
+     [](const node_config& c) { return c.app_count("bench-dim") >= 1 && c.app_count("bench-dim") <= 4096 ? "" : "must be in [1, 4096]"; }},
+    {"zipfs", app_flag_kind::text, "1.05,1.2", "bench_sparse: Zipf exponents, comma-separated",
+     [](const node_config& c) {
+       try {
+         sparse_bench_zipfs(c);
+       } catch (const bad_request& e) {
+         return std::string(e.what());
+       }
+       return std::string{};
+     }},
+    {"batch-rows", app_flag_kind::count, "1024", "bench_sparse: distinct rows per request",
+     [](const node_config& c) { return c.app_count("batch-rows") >= 1 ? "" : "must be >= 1"; }},
+    {"sparse-window", app_flag_kind::count, "4", "bench_sparse: requests in flight",
+     [](const node_config& c) { return c.app_count("sparse-window") >= 1 ? "" : "must be >= 1"; }},
+    {"sparse-seconds", app_flag_kind::number, "3", "bench_sparse: seconds per measured cell",
+     [](const node_config& c) { return positive(c, "sparse-seconds"); }},
+    {"sparse-warmup", app_flag_kind::number, "3", "bench_sparse: seconds of the same load before each cell",
+     [](const node_config& c) { return positive(c, "sparse-warmup"); }},
+    {"dims", app_flag_kind::counts, "[]", "bench_sparse: table dimensions, one job each (default [16,64])", {}},
+    {"memory-percents", app_flag_kind::counts, "[]",
+     "bench_sparse: shard memory as percents of the table, one job each (default [100,25,5])", {}}};
+  return app;
+}
+
+}  // namespace ps

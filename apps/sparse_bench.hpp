@@ -1,0 +1,31 @@
+#pragma once
+// sparse_bench: the worker side of bench_sparse (apps/bench_sparse.cpp), a built-in app:
+// fills a table of --table-rows rows, then pulls and pushes batches of distinct rows
+// drawn from a Zipf law, per exponent in --zipfs, reporting one cell per (zipf, op).
+#include <string>
+#include <vector>
+
+#include "runtime/app_registry.hpp"
+
+namespace ps {
+
+app_definition sparse_bench_definition();
+
+// One measured cell as the worker reports it.
+struct sparse_cell {
+  std::string op;  // pull | push
+  double zipf = 0;
+  std::uint64_t rows = 0;  // rows moved in the measured time
+  double seconds = 0;
+  std::uint64_t ram_hits = 0, ram_misses = 0;  // the shards' RAM tier during the cell
+  std::vector<double> latencies_us;            // per request
+  std::string encode() const;
+  static sparse_cell decode(const std::string& text);  // throws bad_request
+};
+
+// The bytes a row of that dimension takes in a shard's RAM tier (Adagrad state beside
+// it, plus the index): the unit of --shard-memory.
+std::uint64_t sparse_bench_row_bytes(std::uint32_t dim);
+std::vector<double> sparse_bench_zipfs(const node_config& cfg);  // throws bad_request
+
+}  // namespace ps
