@@ -833,6 +833,16 @@ std::vector<std::string> kv_client::shard_stats() const {
   return out;
 }
 
+void kv_client::prefetch_rows(std::uint32_t table, const std::vector<std::uint64_t>& ids) {
+  table_dim(table);  // an unknown table is refused
+  std::map<std::uint32_t, std::vector<std::uint64_t>> by_shard;
+  for (auto id : merge_rows(ids, nullptr, 1).ids) by_shard[map_.row_owner(table, id)].push_back(id);
+  request_header hdr{map_.epoch(), opts_.worker, clock_, 0};
+  for (auto& [shard, rows] : by_shard)
+    for (const auto& s : shards_)
+      if (s.id == shard) caf::anon_send(s.handle, prefetch_atom::value, hdr, row_ids{table, std::move(rows)});
+}
+
 std::uint64_t kv_client::fill_rows(std::uint32_t table, std::uint64_t count) const {
   caf::scoped_actor self{sys_};
   std::uint64_t made = 0;

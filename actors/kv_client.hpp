@@ -148,6 +148,10 @@ class kv_client {
   // ids are summed here first, so each row gets one update per push. Throws bad_request
   // for an unknown table or a wrong gradient count.
   kv_future push_rows(std::uint32_t table, const std::vector<std::uint64_t>& ids, const std::vector<float>& grads);
+  // Tells the rows' shards that they will be pulled soon, so those with a disk tier read
+  // them into RAM meanwhile (a hint: nothing is answered). Throws bad_request for an
+  // unknown table.
+  void prefetch_rows(std::uint32_t table, const std::vector<std::uint64_t>& ids);
   // The dimension of table `table` (throws bad_request for an unknown one).
   std::uint32_t table_dim(std::uint32_t table) const;
 

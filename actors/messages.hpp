@@ -55,6 +55,7 @@ using stop_atom = caf::atom_constant<caf::atom("stop")>;
 using end_atom = caf::atom_constant<caf::atom("end")>;
 using stats_atom = caf::atom_constant<caf::atom("stats")>;
 using fill_atom = caf::atom_constant<caf::atom("fill")>;
+using prefetch_atom = caf::atom_constant<caf::atom("prefetch")>;
 
 template <class Inspector>
 constexpr bool is_raw_io_v =
@@ -343,6 +344,9 @@ using shard_actor = caf::typed_actor<
   // pull is). Rows never touched are created from (seed, table, id).
   caf::replies_to<push_rows_atom, request_header, row_ids, float_block>::with<std::uint64_t>,
   caf::replies_to<pull_rows_atom, request_header, row_ids>::with<float_block>,
+  // A worker's next rows: those on disk are read into RAM before the pull comes (a hint,
+  // not answered; dropped when it does not fit the shard's map).
+  caf::reacts_to<prefetch_atom, request_header, row_ids>,
   // Where this shard's process takes data connections: host, port (0: it has no data
   // plane) and the plane's token.
   caf::replies_to<data_atom>::with<std::string, std::uint16_t, std::uint64_t>,

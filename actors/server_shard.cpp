@@ -167,6 +167,12 @@ void carry_out(self_ptr self, const shard_options& opts, const coordinator_actor
   auto& st = self->state;
   for (const auto& e : fx.traces) st.trace(e);
   if (!fx.writes.empty() || !fx.reads.empty()) send_disk_work(self, opts, coordinator, fx);
+  for (auto id : fx.applied)
+    if (auto it = st.push_waiters.find(id); it != st.push_waiters.end()) {
+      auto reply = std::move(it->second);
+      st.push_waiters.erase(it);
+      reply();
+    }
   if (fx.checkpoint_at && st.checkpointer)
     caf::anon_send(st.checkpointer, snapshot_atom::value, st.core->id(), *fx.checkpoint_at,
                    snapshot_block(shard_snapshot{st.core->id(), st.core->store().snapshot()}));
@@ -298,6 +304,12 @@ caf::result<std::uint64_t> write_rows(self_ptr self, const shard_options& opts, 
     auto& st = self->state;
     auto fx = st.core->push_rows(request_of(hdr), rows.table, rows.ids, values.data(), values.size);
     if (!fx.ok()) return make_ps_error(fx.error);
+    if (fx.queued_push && !st.successor) {  // the last copy answers once applied: no worker outruns the disk
+      auto rp = made ? *made : self->make_response_promise<std::uint64_t>();
+      st.push_waiters.emplace(*fx.queued_push, [=]() mutable { deliver_late(self, opts, rp, hdr.seq); });
+      carry_out(self, opts, coordinator, fx);
+      return rp;
+    }
     carry_out(self, opts, coordinator, fx);
     return acknowledge(self, opts, hdr.seq, [=](shard_actor next, std::uint64_t tag) {
       self->request(next, opts.forward_timeout, push_rows_atom::value, hdr, rows, values)
@@ -612,6 +624,11 @@ shard_actor::behavior_type server_shard(self_ptr self, coordinator_actor coordin
         return self->state.core->pull_rows(request_of(hdr), rows.table, std::move(rows.ids), token,
                                            self->clock().now());
       });
+    },
+    [=](prefetch_atom, const request_header& hdr, const row_ids& rows) {
+      if (!self->state.core) return;
+      auto fx = self->state.core->prefetch_rows(request_of(hdr), rows.table, rows.ids);
+      if (fx.ok()) carry_out(self, opts, coordinator, fx);
     },
     [=](clock_atom, const request_header& hdr) { return tick(self, opts, coordinator, hdr); },
     [=](leave_atom, std::uint32_t worker) {

@@ -78,6 +78,8 @@ struct shard_state {
   payload_claimer_actor claimer;  // with a data plane: claims pushed payloads without blocking
   write_tracker_actor writes;     // with a data plane: says when answers written from the store are out
   row_io_actor disk;              // with --shard-memory: the tables' disk tier
+  // Pushes of rows waiting for disk reads, by the core's id: their replies, sent once applied.
+  std::map<std::uint64_t, std::function<void()>> push_waiters;
   std::uint64_t writes_issued = 0;
   std::uint64_t writes_awaited = 0;
   std::shared_ptr<std::atomic<std::uint64_t>> writes_done = std::make_shared<std::atomic<std::uint64_t>>(0);

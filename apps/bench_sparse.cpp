@@ -14,10 +14,16 @@
 #include <cstring>
 #include <map>
 #include <random>
+#include <thread>
+#include <atomic>
+#include <memory>
 
 #include "apps/apps.hpp"
 #include "apps/bench_timing.hpp"
 #include "apps/sparse_bench.hpp"
+#include "libps/row_disk.hpp"
+
+#include <nlohmann/json.hpp>
 
 namespace {
 
@@ -28,32 +34,38 @@ double percentile(std::vector<double> v, double p) {
 }
 
 // Random 4 KiB reads per second from a file of `bytes` written in `dir`, read with
-// O_DIRECT (the page cache bypassed) one at a time, as the disk tier's I/O thread reads.
-double disk_reads_per_s(const std::string& dir, std::uint64_t bytes, double seconds) {
+// O_DIRECT (the page cache bypassed) by `threads` threads at once, as the disk tier reads
+// (row_disk::read_threads).
+double disk_reads_per_s(const std::string& dir, std::uint64_t bytes, double seconds, std::size_t threads) {
   auto path = dir + "/actorps-disk-probe-" + std::to_string(getpid());
   int fd = ::open(path.c_str(), O_CREAT | O_RDWR | O_DIRECT | O_CLOEXEC, 0600);
   if (fd < 0) throw ps::bad_request("disk probe: cannot create " + path + ": " + std::strerror(errno));
   ::unlink(path.c_str());  // gone when closed
   constexpr std::size_t block = 1 << 20;
-  void* buf = nullptr;
-  if (posix_memalign(&buf, 4096, block) != 0) throw ps::bad_request("disk probe: out of memory");
-  std::memset(buf, 0x5a, block);
+  std::unique_ptr<void, decltype(&free)> buf(aligned_alloc(4096, block), &free);
+  std::memset(buf.get(), 0x5a, block);
   for (std::uint64_t at = 0; at < bytes; at += block)
-    if (::pwrite(fd, buf, block, static_cast<off_t>(at)) != static_cast<ssize_t>(block))
+    if (::pwrite(fd, buf.get(), block, static_cast<off_t>(at)) != static_cast<ssize_t>(block))
       throw ps::bad_request("disk probe: writing " + path + ": " + std::strerror(errno));
   ::fsync(fd);
-  std::mt19937_64 rng(1);
-  std::uint64_t reads = 0;
+  std::atomic<std::uint64_t> reads{0};
+  std::atomic<bool> failed{false};
   auto start = std::chrono::steady_clock::now();
-  double elapsed = 0;
-  while (elapsed < seconds) {
-    auto at = (rng() % (bytes / 4096)) * 4096;
-    if (::pread(fd, buf, 4096, static_cast<off_t>(at)) != 4096)
-      throw ps::bad_request("disk probe: reading " + path + ": " + std::strerror(errno));
-    if (++reads % 64 == 0) elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  }
-  free(buf);
+  auto reader = [&](std::size_t t) {
+    std::unique_ptr<void, decltype(&free)> page(aligned_alloc(4096, 4096), &free);
+    std::mt19937_64 rng(t + 1);
+    while (std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() < seconds) {
+      auto at = (rng() % (bytes / 4096)) * 4096;
+      if (::pread(fd, page.get(), 4096, static_cast<off_t>(at)) != 4096) failed = true;
+      ++reads;
+    }
+  };
+  std::vector<std::thread> pool;
+  for (std::size_t t = 0; t < threads; ++t) pool.emplace_back(reader, t);
+  for (auto& t : pool) t.join();
+  double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   ::close(fd);
+  if (failed) throw ps::bad_request("disk probe: reading " + path + " failed");
   return static_cast<double>(reads) / elapsed;
 }
 
@@ -62,6 +74,22 @@ void set_child_flag(ps::node_config& cfg, const std::string& name, const std::st
   auto prefix = "--" + name + "=";
   std::erase_if(cfg.args, [&](const std::string& a) { return a.rfind(prefix, 0) == 0; });
   cfg.args.push_back(prefix + value);
+}
+
+// What the job's processes held at most and read from disk.
+void print_job_figures(const nlohmann::json& end, std::uint32_t dim, double fraction, std::uint64_t memory,
+                       std::uint64_t rows) {
+  std::uint64_t peak = 0, read = 0, table_rows = 0, ram = 0;
+  for (const auto& s : end["shards"]) {
+    peak = std::max(peak, s.value("peak_rss", std::uint64_t{0}));
+    read += s.value("disk_bytes_read", std::uint64_t{0});
+    table_rows += s.value("rows", std::uint64_t{0});
+    ram += s.value("ram_bytes", std::uint64_t{0});
+  }
+  ps::bench::print_line({{"job", "end"}, {"dim", dim}, {"memory_fraction", fraction}, {"table_rows", rows},
+                         {"shard_memory", memory}, {"rows_created", table_rows}, {"ram_tier_bytes", ram},
+                         {"shard_peak_rss", peak}, {"worker_peak_rss", end.value("worker_peak_rss", 0ull)},
+                         {"disk_bytes_read", read}});
 }
 
 struct job_cells {
@@ -81,6 +109,10 @@ job_cells run_cells(caf::actor_system& sys, ps::node_config& cfg, std::uint32_t 
   auto on_report = [&](std::uint32_t, const std::string& text) {
     if (text.find("\"filled\"") != std::string::npos) {
       std::fprintf(stderr, "bench_sparse: dim %u, memory %.2f: %s\n", dim, fraction, text.c_str());
+      return;
+    }
+    if (text.find("\"job_end\"") != std::string::npos) {
+      print_job_figures(nlohmann::json::parse(text), dim, fraction, memory, rows);
       return;
     }
     auto c = ps::sparse_cell::decode(text);
@@ -121,15 +153,19 @@ int main(int argc, char** argv) {
     auto dims = cfg.app_counts("dims"), percents = cfg.app_counts("memory-percents");
     if (dims.empty()) dims = {16, 64};
     if (percents.empty()) percents = {100, 25, 5};
-    const double disk = disk_reads_per_s(cfg.shard_dir, 1ull << 30, 3.0);
-    ps::bench::print_line({{"limit", "disk_reads_per_s"}, {"value", disk}, {"dir", cfg.shard_dir}});
+    const auto threads = ps::row_disk::read_threads;
+    const double disk = disk_reads_per_s(cfg.shard_dir, 1ull << 30, 3.0, threads);
+    ps::bench::print_line({{"limit", "disk_reads_per_s"}, {"value", disk}, {"threads", threads},
+                           {"one_at_a_time", disk_reads_per_s(cfg.shard_dir, 1ull << 30, 2.0, 1)},
+                           {"dir", cfg.shard_dir}});
     caf::actor_system sys{cfg};
     for (auto dim : dims) {
-      auto ram = run_cells(sys, cfg, static_cast<std::uint32_t>(dim), 0);
+      job_cells ram;
+      if (cfg.app_count("ram-limit") != 0) ram = run_cells(sys, cfg, static_cast<std::uint32_t>(dim), 0);
       for (auto pct : percents) {
         auto fraction = static_cast<double>(pct) / 100.0;
         auto tiered = run_cells(sys, cfg, static_cast<std::uint32_t>(dim), fraction);
-        if (pct != 25) continue;
+        if (pct != 25 || ram.rows_per_s.empty()) continue;
         // The target: at 25% memory, at least half the lower of the all-in-RAM rate and
         // what the disk can serve at the measured miss rate.
         for (const auto& [key, rate] : tiered.rows_per_s) {

@@ -184,6 +184,12 @@ class row_access {
     }
   }
 
+  // The next batch's rows, announced to shards that keep rows on disk (--shard-memory)
+  // while this batch is computed.
+  void prefetch(const ctr_batch& next) {
+    for (std::uint32_t f = 0; f < fields; ++f) kv_.prefetch_rows(f, next.ids[f]);
+  }
+
   // Every gradient summed in the caches goes to the shards (before an evaluation, at the end).
   void flush(std::vector<kv_future>& pending) {
     for (std::uint32_t f = 0; f < caches_.size(); ++f) send(f, caches_[f].drain(), pending);
@@ -249,11 +255,14 @@ std::pair<double, double> evaluate(worker_context& ctx, const ctr_settings& s, c
 void train_epoch(worker_context& ctx, const ctr_settings& s, const ctr_tower& tower, const key_set& keys,
                  row_access& rows, std::uint64_t& clock, ctr_counts& counts) {
   batch_source train(s, s.train, ctx.id, ctx.num_workers, s.batch);
-  ctr_batch b;
+  ctr_batch b, next;
   auto grad = std::make_shared<std::vector<float>>(tower.num_params());
   std::vector<float> dx;
   std::vector<kv_future> pending;  // the last batch's pushes
-  while (train.next(b)) {
+  const bool announce = ctx.cfg.shard_memory > 0;  // the shards keep rows on disk: say which come next
+  for (bool more = train.next(b); more; std::swap(b, next)) {
+    more = train.next(next);
+    if (more && announce) rows.prefetch(next);
     auto params_f = ctx.kv.pull(keys);
     for (auto& f : pending) f.get();  // the tower's gradient buffer is free again
     pending.clear();

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "libps/ctr_data.hpp"
+#include "libps/row_disk.hpp"
 #include "libps/sparse_table.hpp"
 
 namespace ps {
@@ -104,6 +105,11 @@ std::string sparse_bench_app(worker_context& ctx) {
       ctx.report(cell.encode());
     }
   }
+  if (ctx.id == 0) {  // the job's memory and disk figures
+    nlohmann::json end{{"job_end", true}, {"worker_peak_rss", process_peak_rss()}, {"shards", nlohmann::json::array()}};
+    for (const auto& text : ctx.kv.shard_stats()) end["shards"].push_back(nlohmann::json::parse(text));
+    ctx.report(end.dump());
+  }
   return nlohmann::json{{"worker", ctx.id}}.dump();
 }
 
@@ -176,6 +182,8 @@ app_definition sparse_bench_definition() {
      [](const node_config& c) { return positive(c, "sparse-seconds"); }},
     {"sparse-warmup", app_flag_kind::number, "3", "bench_sparse: seconds of the same load before each cell",
      [](const node_config& c) { return positive(c, "sparse-warmup"); }},
+    {"ram-limit", app_flag_kind::count, "1",
+     "bench_sparse: 1: measure the all-in-RAM limit (a job with the whole table in RAM); 0: skip it", {}},
     {"dims", app_flag_kind::counts, "[]", "bench_sparse: table dimensions, one job each (default [16,64])", {}},
     {"memory-percents", app_flag_kind::counts, "[]",
      "bench_sparse: shard memory as percents of the table, one job each (default [100,25,5])", {}}};

@@ -15,6 +15,7 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <future>
 #include <fstream>
 #include <sstream>
 
@@ -109,31 +110,59 @@ row_disk::~row_disk() {
   fs::remove_all(path_, ec);
 }
 
-void row_disk::read(const std::vector<row_key>& keys, std::vector<std::uint8_t>& found, std::vector<float>& rows) {
-  const auto n = keys.size();
+void row_disk::read_part(const std::vector<row_key>& keys, std::size_t begin, std::size_t end, std::uint8_t* found,
+                         std::vector<std::vector<float>>& rows) {
+  const auto n = end - begin;
   std::vector<char> key_bytes(n * key_size);
   std::vector<rocksdb::Slice> slices(n);
   for (std::size_t i = 0; i < n; ++i) {
-    encode_key(keys[i], key_bytes.data() + i * key_size);
+    encode_key(keys[begin + i], key_bytes.data() + i * key_size);
     slices[i] = rocksdb::Slice(key_bytes.data() + i * key_size, key_size);
   }
   std::vector<rocksdb::PinnableSlice> values(n);
   std::vector<rocksdb::Status> status(n);
   db_->MultiGet(rocksdb::ReadOptions(), db_->DefaultColumnFamily(), n, slices.data(), values.data(), status.data());
-  found.assign(n, 0);
   for (std::size_t i = 0; i < n; ++i) {
+    const auto& k = keys[begin + i];
     if (status[i].IsNotFound()) continue;
     if (!status[i].ok()) throw bad_request(problem(path_, status[i]));
-    auto stride = strides_.at(keys[i].table);
+    auto stride = strides_.at(k.table);
     if (values[i].size() != stride * sizeof(float))
-      throw bad_request("disk tier at " + path_ + ": row " + std::to_string(keys[i].id) + " of table " +
-                        std::to_string(keys[i].table) + " has " + std::to_string(values[i].size()) + " bytes, not " +
+      throw bad_request("disk tier at " + path_ + ": row " + std::to_string(k.id) + " of table " +
+                        std::to_string(k.table) + " has " + std::to_string(values[i].size()) + " bytes, not " +
                         std::to_string(stride * sizeof(float)) + " (a corrupt store)");
-    found[i] = 1;
-    auto at = rows.size();
-    rows.resize(at + stride);
-    std::memcpy(rows.data() + at, values[i].data(), values[i].size());
+    found[begin + i] = 1;
+    rows[begin + i].resize(stride);
+    std::memcpy(rows[begin + i].data(), values[i].data(), values[i].size());
   }
+}
+
+void row_disk::read(const std::vector<row_key>& keys, std::vector<std::uint8_t>& found, std::vector<float>& rows) {
+  const auto n = keys.size();
+  found.assign(n, 0);
+  std::vector<std::vector<float>> each(n);
+  constexpr std::size_t min_part = 16;  // fewer keys are not worth a thread
+  const auto parts = std::max<std::size_t>(1, std::min(read_threads, n / min_part));
+  std::vector<std::future<void>> helpers;
+  for (std::size_t p = 1; p < parts; ++p)
+    helpers.push_back(std::async(std::launch::async, [&, p] {
+      read_part(keys, n * p / parts, n * (p + 1) / parts, found.data(), each);
+    }));
+  std::exception_ptr failure;
+  try {
+    read_part(keys, 0, n / parts, found.data(), each);
+  } catch (...) {
+    failure = std::current_exception();
+  }
+  for (auto& h : helpers) {
+    try {
+      h.get();
+    } catch (...) {
+      if (!failure) failure = std::current_exception();
+    }
+  }
+  if (failure) std::rethrow_exception(failure);
+  for (std::size_t i = 0; i < n; ++i) rows.insert(rows.end(), each[i].begin(), each[i].end());
 }
 
 void row_disk::write(const row_write& w) {

@@ -168,11 +168,11 @@ void shard_core::take_row_push(const shard_request& r, std::uint32_t table, cons
     deferred_.push_back({r, {}, std::vector<float>(grads, grads + n), table, ids});
     return;
   }
-  push_rows_now(r, table, ids, grads, fx);
+  push_rows_now(r, table, ids, grads, false, fx);
 }
 
 void shard_core::push_rows_now(const shard_request& r, std::uint32_t table, const std::vector<std::uint64_t>& ids,
-                               const float* grads, shard_effects& fx) {
+                               const float* grads, bool acked, shard_effects& fx) {
   bool held = rows_.want(table, ids, true, fx.reads);
   row_op op{row_op::kind::push, r, table, ids, {}, 0};
   if (held && row_queue_.empty()) {
@@ -180,6 +180,7 @@ void shard_core::push_rows_now(const shard_request& r, std::uint32_t table, cons
     if (head_) fx.traces.push_back({trace_event::push, r.worker, r.clock, id_, 0, 0});
   } else {  // kept (copied): the sender may reuse its buffer once acknowledged
     op.grads.assign(grads, grads + ids.size() * rows_.table(table).spec().dim);
+    if (!acked) fx.queued_push = op.ack = ++next_ack_;
     row_queue_.push_back(std::move(op));
   }
   drain_rows(fx);
@@ -201,6 +202,7 @@ void shard_core::run(const row_op& op, shard_effects& fx) {
     case row_op::kind::push:
       rows_.table(op.table).push(op.ids, op.grads.data());
       if (head_) fx.traces.push_back({trace_event::push, op.req.worker, op.req.clock, id_, 0, 0});
+      if (op.ack != 0) fx.applied.push_back(op.ack);
       return;
     case row_op::kind::pull: {
       auto& p = pulls_.at(op.token);
@@ -341,7 +343,7 @@ void shard_core::release(shard_effects& fx) {
       continue;
     }
     if (d.table) {
-      push_rows_now(d.req, *d.table, d.ids, d.values.data(), fx);  // traced when applied
+      push_rows_now(d.req, *d.table, d.ids, d.values.data(), true, fx);  // traced when applied
       continue;
     }
     store_->push(d.ranges, d.values.data(), d.values.size());  // checked on arrival

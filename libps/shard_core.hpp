@@ -84,6 +84,10 @@ struct shard_effects {
   // to read (then rows_loaded).
   std::vector<row_write> writes;
   std::vector<row_key> reads;
+  // A push of rows waiting for disk reads: its acknowledgment waits until it is applied
+  // (applied lists it then), so a worker cannot run ahead of the disk.
+  std::optional<std::uint64_t> queued_push;
+  std::vector<std::uint64_t> applied;
   bool ok() const { return error.empty(); }
 };
 
@@ -191,6 +195,7 @@ class shard_core {
     std::vector<std::uint64_t> ids = {};  // a push's (a pull's are in pulls_)
     std::vector<float> grads = {};
     std::uint64_t token = 0;              // a pull's
+    std::uint64_t ack = 0;                // a push whose acknowledgment waits for it (0: none)
   };
 
   std::string check(const shard_request& r, const std::vector<key_range>& ranges) const;
@@ -213,8 +218,10 @@ class shard_core {
   void trace_pull(const pending_pull& p, shard_effects& fx);
   // Rows pushed or pulled: done now when their rows are in RAM and nothing is queued
   // before them, else queued (their rows read from disk meanwhile).
+  // acked: the push was acknowledged already (deferred under BSP), else its
+  // acknowledgment waits when it is queued (fx.queued_push).
   void push_rows_now(const shard_request& r, std::uint32_t table, const std::vector<std::uint64_t>& ids,
-                     const float* grads, shard_effects& fx);
+                     const float* grads, bool acked, shard_effects& fx);
   void pull_rows_now(std::uint64_t token, shard_effects& fx);
   void run(const row_op& op, shard_effects& fx);
   // Runs the queued work whose rows are in RAM, in order, then keeps the RAM tier within
@@ -232,6 +239,7 @@ class shard_core {
   std::vector<deferred_push> deferred_;
   row_tier rows_;
   std::deque<row_op> row_queue_;
+  std::uint64_t next_ack_ = 0;
   std::uint64_t view_epoch_;
   std::uint64_t last_min_ = 0;
   std::uint64_t checkpoint_every_;

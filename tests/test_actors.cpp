@@ -139,6 +139,7 @@ shard_actor::behavior_type silent_shard(shard_actor::stateful_pointer<silent_sta
     },
     [=](min_clock_atom) { return std::uint64_t{0}; },
     [=](stats_atom) { return std::string{"{}"}; },
+    [=](prefetch_atom, const request_header&, const row_ids&) {},
     [=](fill_atom, std::uint32_t, std::uint64_t) { return std::uint64_t{0}; },
     [=](cut_atom, std::uint64_t) {},
     [=](view_atom, const cluster_view& v) { return v.epoch; },

@@ -235,3 +235,34 @@ TEST_CASE("row disk: a directory that cannot hold it is named, with why") {
     CHECK_THROWS_WITH_AS(row_disk("/dev/shm", "s", {2}), doctest::Contains("/dev/shm is in memory (tmpfs)"),
                          bad_request);
 }
+
+TEST_CASE("shard core over a tiered store: a push waiting for disk reads is acknowledged once applied, not before") {
+  shard_core core(tiered_shard(1 << 20, infinite_staleness));
+  std::vector<float> grads(4, 1.0f);
+  auto push = core.push_rows({1, 0, 0, 1}, 0, {42}, grads.data(), 4);
+  REQUIRE(push.ok());
+  REQUIRE(push.queued_push);
+  CHECK(push.applied.empty());
+  CHECK(push.traces.empty());  // not applied yet
+  auto loaded = core.rows_loaded(push.reads, {0}, {});
+  CHECK(loaded.applied == std::vector<std::uint64_t>{*push.queued_push});
+  REQUIRE(loaded.traces.size() == 1);
+  CHECK(loaded.traces[0].kind == trace_event::push);
+  auto held = core.push_rows({1, 0, 0, 2}, 0, {42}, grads.data(), 4);  // in RAM now: applied at once
+  CHECK_FALSE(held.queued_push);
+  CHECK(held.traces.size() == 1);
+}
+
+TEST_CASE("shard core over a tiered store: under BSP a deferred push is acknowledged on arrival and applied later") {
+  shard_core core(tiered_shard(1 << 20, 0));
+  std::vector<float> grads(4, 1.0f);
+  auto push = core.push_rows({1, 0, 0, 1, 1}, 0, {42}, grads.data(), 4);  // clock 0, ticks to 1
+  REQUIRE(push.ok());
+  CHECK_FALSE(push.queued_push);
+  auto other = core.push_rows({1, 1, 0, 1, 1}, 0, {43}, grads.data(), 4);  // completes clock 0: both applied
+  CHECK_FALSE(other.queued_push);
+  CHECK(other.reads.size() == 2);
+  auto loaded = core.rows_loaded(other.reads, {0, 0}, {});
+  CHECK(loaded.applied.empty());
+  CHECK(loaded.traces.size() == 2);
+}
