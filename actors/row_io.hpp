@@ -1,8 +1,10 @@
 #pragma once
-// A shard's disk tier on a thread of its own: reads and writes rows (libps/row_disk.hpp)
-// in the order asked and answers by message, so the shard never waits on the disk.
-// Spawned detached and linked to its shard; it opens the store itself, so a directory
-// that cannot hold it ends the shard with an error naming the path.
+// A shard's disk tier on threads of its own, answering by message, so the shard never
+// waits on the disk: row_io (spawned detached, linked to its shard) opens the store (a
+// directory that cannot hold it ends the shard with an error naming the path), writes
+// rows in the order asked and hands each read to one of row_disk::read_threads readers
+// (detached too), so many reads are in flight at once. Reads need no order with writes:
+// the shard reads a row only when no write of it is under way (libps/row_tier.hpp).
 #include <caf/all.hpp>
 
 #include <functional>
@@ -52,8 +54,13 @@ using row_io_actor = caf::typed_actor<
   // Answers with the rows written.
   caf::replies_to<fill_atom, std::shared_ptr<const fill_order>>::with<std::uint64_t>>;
 
+using row_reader_actor = caf::typed_actor<
+  caf::replies_to<read_rows_atom, std::shared_ptr<const std::vector<row_key>>>::with<std::shared_ptr<const disk_rows>>>;
+
 struct row_io_state {
-  std::unique_ptr<row_disk> disk;
+  std::shared_ptr<row_disk> disk;
+  std::vector<row_reader_actor> readers;
+  std::size_t next_reader = 0;
   static inline const char* name = "row_io";
 };
 

@@ -138,16 +138,30 @@ void disk_failed(self_ptr self, const caf::error& e) {
   self->quit(e);
 }
 
-// The disk tier's work: writes first, then reads; the I/O actor keeps that order, so a
-// read of a row evicted before sees its write.
+void read_from_disk(self_ptr self, const shard_options& opts, const coordinator_actor& coordinator,
+                    std::shared_ptr<const std::vector<row_key>> keys);
+
+// The disk tier's work: evicted rows to write, rows to read (no order needed between
+// them: a row is read only when no write of it is under way).
 void send_disk_work(self_ptr self, const shard_options& opts, const coordinator_actor& coordinator, shard_effects& fx) {
   auto& st = self->state;
   for (auto& w : fx.writes)
     self->request(st.disk, caf::infinite, write_rows_atom::value, std::make_shared<const row_write>(std::move(w)))
       .then([=](std::uint64_t seq) { self->state.core->rows_written(seq); }, [=](caf::error& e) { disk_failed(self, e); });
   if (fx.reads.empty()) return;
-  auto keys = std::make_shared<const std::vector<row_key>>(std::move(fx.reads));
-  self->request(st.disk, caf::infinite, read_rows_atom::value, keys)
+  // A large read is split among the readers, so its parts are in flight at once.
+  const auto n = fx.reads.size();
+  const auto parts = std::max<std::size_t>(1, std::min(row_disk::read_threads, n / 16));
+  for (std::size_t p = 0; p < parts; ++p) {
+    auto keys = std::make_shared<const std::vector<row_key>>(fx.reads.begin() + static_cast<std::ptrdiff_t>(n * p / parts),
+                                                              fx.reads.begin() + static_cast<std::ptrdiff_t>(n * (p + 1) / parts));
+    read_from_disk(self, opts, coordinator, std::move(keys));
+  }
+}
+
+void read_from_disk(self_ptr self, const shard_options& opts, const coordinator_actor& coordinator,
+                    std::shared_ptr<const std::vector<row_key>> keys) {
+  self->request(self->state.disk, caf::infinite, read_rows_atom::value, std::move(keys))
     .then(
       [=](std::shared_ptr<const disk_rows>& got) {
         shard_effects next;
@@ -515,6 +529,7 @@ std::string stats_json(const shard_state& st) {
                    {"ram_hits", s.hits},
                    {"ram_misses", s.misses},
                    {"rows_read", s.read},
+                   {"rows_from_buffer", s.taken_back},
                    {"rows_written", s.written},
                    {"disk_bytes_read", process_disk_read_bytes()},
                    {"peak_rss", process_peak_rss()}};

@@ -98,8 +98,11 @@ std::string rowcheck_app(worker_context& ctx) {
   row_tally tally;
   std::vector<std::uint32_t> all;
   for (std::uint32_t w = 0; w < ctx.num_workers; ++w) all.push_back(w);
-  check_sums(ctx, shared, all, tally);
-  for (std::uint32_t w = 0; w < ctx.num_workers; ++w) check_sums(ctx, own(w), {w}, tally);
+  // With a disk tier, twice: the second pass reads back rows written to disk meanwhile.
+  for (int pass = 0; pass < (ctx.cfg.shard_memory > 0 ? 2 : 1); ++pass) {
+    check_sums(ctx, shared, all, tally);
+    for (std::uint32_t w = 0; w < ctx.num_workers; ++w) check_sums(ctx, own(w), {w}, tally);
+  }
   check_first_touch(ctx, tally);
   ctx.barrier();  // nobody leaves while others still pull
   nlohmann::json out{{"worker", ctx.id},       {"checked", tally.checked}, {"mismatches", tally.mismatches},

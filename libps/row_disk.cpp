@@ -15,7 +15,6 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
-#include <future>
 #include <fstream>
 #include <sstream>
 
@@ -141,27 +140,7 @@ void row_disk::read(const std::vector<row_key>& keys, std::vector<std::uint8_t>&
   const auto n = keys.size();
   found.assign(n, 0);
   std::vector<std::vector<float>> each(n);
-  constexpr std::size_t min_part = 16;  // fewer keys are not worth a thread
-  const auto parts = std::max<std::size_t>(1, std::min(read_threads, n / min_part));
-  std::vector<std::future<void>> helpers;
-  for (std::size_t p = 1; p < parts; ++p)
-    helpers.push_back(std::async(std::launch::async, [&, p] {
-      read_part(keys, n * p / parts, n * (p + 1) / parts, found.data(), each);
-    }));
-  std::exception_ptr failure;
-  try {
-    read_part(keys, 0, n / parts, found.data(), each);
-  } catch (...) {
-    failure = std::current_exception();
-  }
-  for (auto& h : helpers) {
-    try {
-      h.get();
-    } catch (...) {
-      if (!failure) failure = std::current_exception();
-    }
-  }
-  if (failure) std::rethrow_exception(failure);
+  read_part(keys, 0, n, found.data(), each);
   for (std::size_t i = 0; i < n; ++i) rows.insert(rows.end(), each[i].begin(), each[i].end());
 }
 

@@ -35,8 +35,9 @@ class row_disk {
 
   // Reads rows: found[i] says whether keys[i] was there; the found rows' floats are
   // appended to rows in order. Throws bad_request naming the path on an I/O error or a
-  // stored row of the wrong size. A large read runs on read_threads threads at once: a
-  // device serves many random reads in flight far faster than one at a time.
+  // stored row of the wrong size. Safe to call from several threads at once (RocksDB's
+  // reads are): a device serves many random reads in flight far faster than one at a
+  // time, so the shard's I/O runs read_threads readers.
   void read(const std::vector<row_key>& keys, std::vector<std::uint8_t>& found, std::vector<float>& rows);
   // Writes rows (one batch, no write-ahead log); throws bad_request naming the path
   // (a full disk among them).

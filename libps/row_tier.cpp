@@ -41,8 +41,9 @@ bool row_tier::want(std::uint32_t table, std::span<const std::uint64_t> ids, boo
       created(table);
       continue;
     }
-    if (auto it = write_back_.find(key); it != write_back_.end()) {  // evicted, not written yet
-      t.install(id, it->second.row.data());
+    if (auto it = write_back_.find(key); it != write_back_.end()) {
+      t.install(id, it->second.row.data());  // evicted, its write still under way
+      ++stats_.taken_back;
       t.touch(id);
       buffered_bytes_ -= it->second.row.size() * sizeof(float);
       write_back_.erase(it);
@@ -94,33 +95,47 @@ std::uint64_t row_tier::held_bytes() const {
   return bytes;
 }
 
+std::optional<std::uint32_t> row_tier::oldest_table(std::uint64_t keep_from) const {
+  std::optional<std::uint32_t> oldest;
+  std::optional<std::uint64_t> stamp;
+  for (std::uint32_t i = 0; i < tables_.size(); ++i) {
+    auto s = tables_[i].next_victim_stamp();
+    if (s && *s < keep_from && (!stamp || *s < *stamp)) stamp = s, oldest = i;
+  }
+  return oldest;
+}
+
+void row_tier::buffer(const row_key& key, std::uint64_t seq, std::vector<float> row) {
+  auto& slot = write_back_[key];
+  buffered_bytes_ -= slot.row.size() * sizeof(float);
+  buffered_bytes_ += row.size() * sizeof(float);
+  slot = {seq, std::move(row)};
+}
+
 std::optional<row_write> row_tier::trim(std::uint64_t keep_from) {
   if (!tiered()) return std::nullopt;
   auto held = held_bytes();
   row_write w;
+  const auto seq = next_write_ + 1;  // this trim's write, if it makes one
   while (held > budget_) {
-    sparse_table* oldest = nullptr;
-    std::uint32_t index = 0;
-    std::optional<std::uint64_t> stamp;
-    for (std::uint32_t i = 0; i < tables_.size(); ++i) {
-      auto s = tables_[i].next_victim_stamp();
-      if (s && (!stamp || *s < *stamp)) stamp = s, oldest = &tables_[i], index = i;
+    auto victim = oldest_table(keep_from);
+    if (!victim) break;
+    auto& t = tables_[*victim];
+    std::vector<float> row;
+    auto out = t.evict(row);
+    held -= t.row_bytes();
+    row_key key{*victim, out.id};
+    if (out.dirty) {
+      w.keys.push_back(key);
+      w.rows.insert(w.rows.end(), row.begin(), row.end());
+      writing_[key] = seq;
+      buffer(key, seq, std::move(row));
+    } else if (auto it = writing_.find(key); it != writing_.end()) {
+      buffer(key, it->second, std::move(row));  // unchanged, but its last write has not landed yet
     }
-    if (!oldest || *stamp >= keep_from) break;
-    auto before = w.rows.size();
-    auto out = oldest->evict(w.rows);
-    held -= oldest->row_bytes();
-    if (!out.dirty) continue;
-    w.keys.push_back({index, out.id});
-    std::vector<float> copy(w.rows.begin() + static_cast<std::ptrdiff_t>(before), w.rows.end());
-    buffered_bytes_ += copy.size() * sizeof(float);
-    auto& slot = write_back_[{index, out.id}];
-    if (!slot.row.empty()) buffered_bytes_ -= slot.row.size() * sizeof(float);
-    slot = {0, std::move(copy)};
   }
   if (w.keys.empty()) return std::nullopt;
   w.seq = ++next_write_;
-  for (const auto& k : w.keys) write_back_[k].seq = w.seq;
   in_flight_.emplace_back(w.seq, w.keys);
   stats_.written += w.keys.size();
   return w;
@@ -128,9 +143,11 @@ std::optional<row_write> row_tier::trim(std::uint64_t keep_from) {
 
 void row_tier::written(std::uint64_t seq) {
   while (!in_flight_.empty() && in_flight_.front().first <= seq) {
+    const auto done = in_flight_.front().first;
     for (const auto& k : in_flight_.front().second) {
+      if (auto w = writing_.find(k); w != writing_.end() && w->second == done) writing_.erase(w);
       auto it = write_back_.find(k);
-      if (it == write_back_.end() || it->second.seq != in_flight_.front().first) continue;  // taken back, or evicted again
+      if (it == write_back_.end() || it->second.seq != done) continue;  // taken back, or written again since
       buffered_bytes_ -= it->second.row.size() * sizeof(float);
       write_back_.erase(it);
     }

@@ -3,9 +3,10 @@
 // budget (the tables' rows) over a disk tier (libps/row_disk.hpp) that this class never
 // touches: it says which rows to read (want) and which evicted rows to write (trim), and
 // takes what was read (loaded) and the writes' completion (written) as events, so the
-// actor that uses it never waits on the disk. An evicted dirty row stays in a
-// write-back buffer until its write completes, so a request for it meanwhile takes it
-// from there instead of reading an older copy from disk.
+// actor that uses it never waits on the disk. A row leaving RAM while a write of it is
+// under way stays in a write-back buffer until that write completes, so a request for it
+// meanwhile takes it from there: a row is read from disk only when no write of it is
+// under way, and reads need no order with writes.
 #include <cstdint>
 #include <deque>
 #include <memory>
@@ -40,6 +41,7 @@ struct row_tier_stats {
   std::uint64_t misses = 0;   // rows it did not (read from disk or created)
   std::uint64_t created = 0;  // rows created (first touch)
   std::uint64_t read = 0;     // rows read from the disk tier (found there)
+  std::uint64_t taken_back = 0;  // rows back in RAM from the write-back buffer (no read)
   std::uint64_t written = 0;  // rows written to the disk tier
   double hit_rate() const { return hits + misses == 0 ? 1.0 : static_cast<double>(hits) / static_cast<double>(hits + misses); }
 };
@@ -91,6 +93,9 @@ class row_tier {
     std::vector<float> row;
   };
   void created(std::uint32_t table);
+  // The table whose next victim was used longest ago, if used before keep_from.
+  std::optional<std::uint32_t> oldest_table(std::uint64_t keep_from) const;
+  void buffer(const row_key& key, std::uint64_t seq, std::vector<float> row);
   std::shared_ptr<std::uint64_t> clock_ = std::make_shared<std::uint64_t>(0);  // one eviction order across tables
   std::vector<sparse_table> tables_;
   std::uint64_t budget_;
@@ -98,6 +103,9 @@ class row_tier {
   std::uint64_t buffered_bytes_ = 0;
   std::unordered_set<row_key, row_key_hash> reading_;  // keys asked of the disk, not answered yet
   std::deque<std::pair<std::uint64_t, std::vector<row_key>>> in_flight_;  // writes not completed, in order
+  // Rows with a write under way: the seq of the latest. A row taken back from the buffer
+  // keeps its entry, so leaving RAM again (unchanged, no new write) buffers it until then.
+  std::unordered_map<row_key, std::uint64_t, row_key_hash> writing_;
   std::uint64_t next_write_ = 0;
   std::uint64_t table_bytes_ = 0;
   row_tier_stats stats_;

@@ -65,11 +65,12 @@ float* sparse_table::row(std::uint64_t id) {
   return arena_.data() + static_cast<std::size_t>(index_.at(id)) * stride_;
 }
 
-void sparse_table::install(std::uint64_t id, const float* stored) {
+void sparse_table::install(std::uint64_t id, const float* stored, bool dirty) {
   if (holds(id)) return;
   float* r = add(id);
   if (stored) {
     std::copy(stored, stored + stride_, r);
+    meta_[index_.at(id)].dirty = dirty;
     return;
   }
   std::fill(r, r + stride_, 0.0f);  // optimizer state starts at zero
@@ -120,15 +121,13 @@ std::optional<std::uint64_t> sparse_table::next_victim_stamp() const {
   return meta_[tail].stamp;
 }
 
-sparse_table::evicted sparse_table::evict(std::vector<float>& dirty_rows) {
+sparse_table::evicted sparse_table::evict(std::vector<float>& row_out) {
   auto slot = probation_.tail != none ? probation_.tail : protected_.tail;
   if (slot == none) throw bad_request("sparse table " + spec_.name + ": nothing to evict");
   auto& m = meta_[slot];
   evicted out{m.id, m.dirty};
-  if (m.dirty) {
-    const float* r = arena_.data() + static_cast<std::size_t>(slot) * stride_;
-    dirty_rows.insert(dirty_rows.end(), r, r + stride_);
-  }
+  const float* r = arena_.data() + static_cast<std::size_t>(slot) * stride_;
+  row_out.insert(row_out.end(), r, r + stride_);
   unlink(slot);
   m.seg = segment::free;
   index_.erase(m.id);

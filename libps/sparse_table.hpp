@@ -63,20 +63,21 @@ class sparse_table {
   // The most rows slru keeps protected (the tier sets 80% of the rows its budget holds);
   // beyond it the oldest go back on probation.
   void set_protected_limit(std::size_t rows) { protected_limit_ = rows; }
-  // Takes a row read from the disk tier (stride() floats: value, then state), clean; or,
-  // stored == nullptr, creates it (first touch), dirty: the disk has never seen it.
-  void install(std::uint64_t id, const float* stored);
+  // Takes a row read from the disk tier (stride() floats: value, then state), clean
+  // unless `dirty`; or, stored == nullptr, creates it (first touch), dirty: the disk has
+  // never seen it.
+  void install(std::uint64_t id, const float* stored, bool dirty = false);
   // Counts as a use for the eviction order (a request found the row held).
   void touch(std::uint64_t id);
   // The access stamp of the row evict() would take (none held: nullopt).
   std::optional<std::uint64_t> next_victim_stamp() const;
-  // Removes that row. Dirty: its stride() floats are appended to `dirty_rows` and true
-  // is returned with its id.
+  // Removes that row: its id, whether it changed since read from disk, and its stride()
+  // floats appended to `row_out`.
   struct evicted {
     std::uint64_t id;
     bool dirty;
   };
-  evicted evict(std::vector<float>& dirty_rows);
+  evicted evict(std::vector<float>& row_out);
 
   std::size_t rows() const { return index_.size(); }
   // Bytes the rows and their state take (values and optimizer state, plus the index and

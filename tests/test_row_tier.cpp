@@ -266,3 +266,28 @@ TEST_CASE("shard core over a tiered store: under BSP a deferred push is acknowle
   CHECK(loaded.applied.empty());
   CHECK(loaded.traces.size() == 2);
 }
+
+TEST_CASE("row tier: a row taken back while its write is under way and evicted unchanged stays buffered until it lands") {
+  const auto row = sparse_table(emb()).row_bytes();
+  row_tier tier({emb()}, row, eviction_policy::lru);
+  std::vector<row_key> reads;
+  tier.want(0, ids({1, 2}), true, reads);
+  tier.loaded(reads, {0, 0}, {});
+  auto first = tier.trim();  // row 1 leaves, dirty (new): written
+  REQUIRE(first);
+  reads.clear();
+  CHECK(tier.want(0, ids({1}), true, reads));  // back from the buffer; its write is still under way
+  auto second = tier.trim();                     // row 2 leaves, dirty: written
+  REQUIRE(second);
+  CHECK(second->keys[0].id == 2);
+  CHECK(tier.want(0, ids({2}), true, reads));    // back too
+  CHECK_FALSE(tier.trim());                      // row 1 leaves unchanged: no new write...
+  CHECK(tier.want(0, ids({1}), true, reads));    // ...but buffered, not read, while its write is under way
+  CHECK(reads.empty());
+  tier.trim();                                   // row 2 leaves unchanged, buffered under its write
+  tier.written(first->seq);
+  tier.written(second->seq);
+  CHECK(tier.buffered_bytes() == 0);             // both writes landed: nothing buffered
+  CHECK_FALSE(tier.want(0, ids({2}), true, reads));  // now read from disk
+  CHECK(reads.size() == 1);
+}
