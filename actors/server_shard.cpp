@@ -597,9 +597,9 @@ void start_server(self_ptr self, const shard_options& opts, const coordinator_ac
            });
 }
 
-}  // namespace
-
-shard_actor::behavior_type server_shard(self_ptr self, coordinator_actor coordinator, shard_options opts) {
+// Watches the coordinator and the successor, starts the helpers, and a copy or a
+// replacement configures itself at once.
+void start_shard(self_ptr self, const shard_options& opts, const coordinator_actor& coordinator) {
   self->monitor(coordinator);
   // The job ends when the coordinator goes: nothing else will talk to this shard.
   self->set_down_handler([=](caf::down_msg& dm) {
@@ -612,6 +612,35 @@ shard_actor::behavior_type server_shard(self_ptr self, coordinator_actor coordin
   }
   if (opts.replica) start_replica(self, opts, coordinator);
   if (opts.replaces) start_replacement(self, opts, coordinator);
+}
+
+// Hands an event to the core, once configured, and carries out its effects.
+template <class Event>
+void feed(self_ptr self, const shard_options& opts, const coordinator_actor& coordinator, Event event) {
+  if (!self->state.core) return;
+  auto fx = event(*self->state.core);
+  if (fx.ok()) carry_out(self, opts, coordinator, fx);
+}
+
+caf::result<std::uint64_t> join(self_ptr self, std::uint32_t worker) {
+  auto& st = self->state;
+  if (!st.core) return make_ps_error(st.name + ": not configured yet");
+  try {
+    return st.core->join(worker);
+  } catch (const bad_request& e) {
+    return make_ps_error(e.what());
+  }
+}
+
+caf::result<std::string> stats(self_ptr self) {
+  if (!self->state.core) return make_ps_error(self->state.name + ": not configured yet");
+  return stats_json(self->state);
+}
+
+}  // namespace
+
+shard_actor::behavior_type server_shard(self_ptr self, coordinator_actor coordinator, shard_options opts) {
+  start_shard(self, opts, coordinator);
   return {
     [=](push_atom, const request_header& hdr, const range_list& ranges, const float_block& values) {
       return write(self, opts, coordinator, true, hdr, ranges, values);
@@ -641,25 +670,13 @@ shard_actor::behavior_type server_shard(self_ptr self, coordinator_actor coordin
       });
     },
     [=](prefetch_atom, const request_header& hdr, const row_ids& rows) {
-      if (!self->state.core) return;
-      auto fx = self->state.core->prefetch_rows(request_of(hdr), rows.table, rows.ids);
-      if (fx.ok()) carry_out(self, opts, coordinator, fx);
+      feed(self, opts, coordinator, [&](shard_core& c) { return c.prefetch_rows(request_of(hdr), rows.table, rows.ids); });
     },
     [=](clock_atom, const request_header& hdr) { return tick(self, opts, coordinator, hdr); },
     [=](leave_atom, std::uint32_t worker) {
-      if (!self->state.core) return;
-      auto fx = self->state.core->leave(worker);
-      carry_out(self, opts, coordinator, fx);
+      feed(self, opts, coordinator, [&](shard_core& c) { return c.leave(worker); });
     },
-    [=](join_atom, std::uint32_t worker) -> caf::result<std::uint64_t> {
-      auto& st = self->state;
-      if (!st.core) return make_ps_error(st.name + ": not configured yet");
-      try {
-        return st.core->join(worker);
-      } catch (const bad_request& e) {
-        return make_ps_error(e.what());
-      }
-    },
+    [=](join_atom, std::uint32_t worker) { return join(self, worker); },
     // From the coordinator: host a replacement for a dead shard in this process.
     [=](restore_atom, registration& reg, std::uint64_t clock, std::vector<std::uint32_t>& departed,
         std::string& source) -> caf::actor {
@@ -667,19 +684,14 @@ shard_actor::behavior_type server_shard(self_ptr self, coordinator_actor coordin
     },
     [=](min_clock_atom) -> std::uint64_t { return self->state.core ? self->state.core->min_clock() : 0; },
     [=](fill_atom, std::uint32_t table, std::uint64_t count) { return fill(self, table, count); },
-    [=](stats_atom) -> caf::result<std::string> {
-      if (!self->state.core) return make_ps_error(self->state.name + ": not configured yet");
-      return stats_json(self->state);
-    },
+    [=](stats_atom) { return stats(self); },
     [=](cut_atom, std::uint64_t boundary) {
       if (self->state.core) self->state.core->checkpoint_at(boundary);
     },
     [=](view_atom, const cluster_view& view) -> std::uint64_t { return take_view(self, view); },
     [=](sweep_atom) {
       self->state.sweep_scheduled = false;
-      if (!self->state.core) return;
-      auto fx = self->state.core->expire(self->clock().now(), opts.park_limit);
-      carry_out(self, opts, coordinator, fx);
+      feed(self, opts, coordinator, [&](shard_core& c) { return c.expire(self->clock().now(), opts.park_limit); });
       schedule_sweep(self, opts);
     },
     [=](stop_atom, std::uint8_t code, std::string& why) -> caf::ok_atom {

@@ -46,14 +46,20 @@ struct row_picker {
   }
 };
 
-std::pair<std::uint64_t, std::uint64_t> ram_counts(worker_context& ctx) {
-  std::uint64_t hits = 0, misses = 0;
+// The shards' RAM tiers: hits and misses so far, bytes held and budget, summed.
+struct tier_counts {
+  std::uint64_t hits = 0, misses = 0, bytes = 0, budget = 0;
+};
+tier_counts ram_counts(worker_context& ctx) {
+  tier_counts t;
   for (const auto& text : ctx.kv.shard_stats()) {
     auto j = nlohmann::json::parse(text);
-    hits += j.value("ram_hits", std::uint64_t{0});
-    misses += j.value("ram_misses", std::uint64_t{0});
+    t.hits += j.value("ram_hits", std::uint64_t{0});
+    t.misses += j.value("ram_misses", std::uint64_t{0});
+    t.bytes += j.value("ram_bytes", std::uint64_t{0});
+    t.budget += j.value("ram_budget", std::uint64_t{0});
   }
-  return {hits, misses};
+  return t;
 }
 
 // Requests of `op` (window in flight) for `seconds`; the cell's rows and latencies.
@@ -83,6 +89,24 @@ sparse_cell run_cell(worker_context& ctx, const row_picker& pick, std::mt19937_6
   return cell;
 }
 
+// The same load, one second at a time, until the RAM tiers are full or their hit rate
+// stops rising (at most --sparse-warmup seconds): cells measure the steady state, not a
+// table coming in from disk.
+void warm_up(worker_context& ctx, const row_picker& pick, std::mt19937_64& rng, const std::string& op) {
+  auto start = bench_clock::now();
+  double last = -1;
+  while (since(start) < ctx.cfg.app_number("sparse-warmup")) {
+    auto before = ram_counts(ctx);
+    run_cell(ctx, pick, rng, op, 1.0);
+    auto after = ram_counts(ctx);
+    auto lookups = (after.hits - before.hits) + (after.misses - before.misses);
+    double rate = lookups ? static_cast<double>(after.hits - before.hits) / static_cast<double>(lookups) : 1.0;
+    bool full = after.budget > 0 && after.bytes * 20 >= after.budget * 19;
+    if (full || rate - last < 0.005) return;
+    last = rate;
+  }
+}
+
 std::string sparse_bench_app(worker_context& ctx) {
   const auto rows = ctx.cfg.app_count("table-rows");
   if (ctx.id == 0) {
@@ -95,13 +119,13 @@ std::string sparse_bench_app(worker_context& ctx) {
   for (double z : sparse_bench_zipfs(ctx.cfg)) {
     row_picker pick(rows, z);
     for (std::string op : {"pull", "push"}) {
-      run_cell(ctx, pick, rng, op, ctx.cfg.app_number("sparse-warmup"));  // the RAM tier fills up
-      auto [hits0, misses0] = ram_counts(ctx);
+      warm_up(ctx, pick, rng, op);
+      auto before = ram_counts(ctx);
       auto cell = run_cell(ctx, pick, rng, op, ctx.cfg.app_number("sparse-seconds"));
-      auto [hits1, misses1] = ram_counts(ctx);
+      auto after = ram_counts(ctx);
       cell.zipf = z;
-      cell.ram_hits = hits1 - hits0;
-      cell.ram_misses = misses1 - misses0;
+      cell.ram_hits = after.hits - before.hits;
+      cell.ram_misses = after.misses - before.misses;
       ctx.report(cell.encode());
     }
   }
@@ -180,7 +204,9 @@ app_definition sparse_bench_definition() {
      [](const node_config& c) { return c.app_count("sparse-window") >= 1 ? "" : "must be >= 1"; }},
     {"sparse-seconds", app_flag_kind::number, "3", "bench_sparse: seconds per measured cell",
      [](const node_config& c) { return positive(c, "sparse-seconds"); }},
-    {"sparse-warmup", app_flag_kind::number, "3", "bench_sparse: seconds of the same load before each cell",
+    {"sparse-warmup", app_flag_kind::number, "60",
+     "bench_sparse: at most this many seconds of the same load before each cell (until the RAM tier is full or "
+     "its hit rate stops rising)",
      [](const node_config& c) { return positive(c, "sparse-warmup"); }},
     {"ram-limit", app_flag_kind::count, "1",
      "bench_sparse: 1: measure the all-in-RAM limit (a job with the whole table in RAM); 0: skip it", {}},

@@ -44,9 +44,12 @@ rocksdb::Options store_options() {
   o.max_write_buffer_number = 2;
   o.max_background_jobs = 2;
   o.max_open_files = 512;
+  o.optimize_filters_for_hits = true;  // rows read were written first: no filter for the last level
   rocksdb::BlockBasedTableOptions t;
   t.block_size = 4096;
-  t.block_cache = rocksdb::NewLRUCache(32 << 20);  // small: the RAM tier above is the cache
+  // Small (the RAM tier above is the cache of rows), mostly for index blocks: they are
+  // in the high-priority pool, so data blocks read once do not push them out.
+  t.block_cache = rocksdb::NewLRUCache(64 << 20, -1, false, 0.75);
   // Index and filter blocks live in that cache, partitioned, so a table of 10^8 rows
   // does not pin hundreds of MiB of them outside the shard's budget.
   t.cache_index_and_filter_blocks = true;
@@ -54,7 +57,7 @@ rocksdb::Options store_options() {
   t.pin_top_level_index_and_filter = true;
   t.index_type = rocksdb::BlockBasedTableOptions::kTwoLevelIndexSearch;
   t.partition_filters = true;
-  t.filter_policy.reset(rocksdb::NewBloomFilterPolicy(10));  // a row never written costs no read
+  t.filter_policy.reset(rocksdb::NewBloomFilterPolicy(10));  // upper levels: a row never written costs no read
   o.table_factory.reset(rocksdb::NewBlockBasedTableFactory(t));
   return o;
 }
