@@ -418,6 +418,10 @@ void apply_view(client_ptr self, const cluster_view& view) {
     // learning of it: recovery time runs from here then.
     if (!st.routes[idx].down_since) st.routes[idx].down_since = std::chrono::steady_clock::now();
     st.routes[idx].link.handle = caf::actor_cast<shard_actor>(head);
+    {
+      std::lock_guard<std::mutex> lock(st.stats->mtx);
+      st.stats->new_heads[e.id] = st.routes[idx].link.handle;
+    }
     st.routes[idx].tail = caf::actor_cast<shard_actor>(tail);
     st.routes[idx].link.name = "shard " + std::to_string(e.id) + " (epoch " + std::to_string(view.epoch) + ")";
     self->monitor(head);
@@ -823,10 +827,18 @@ kv_client::kv_client(caf::actor_system& sys, const cluster_view& view,
     sys.spawn(kv_client_actor, std::move(shards), view.shards, opts_, view.epoch, stats_));
 }
 
+std::vector<shard_link> kv_client::current_shards() const {
+  auto links = shards_;
+  std::lock_guard<std::mutex> lock(stats_->mtx);
+  for (auto& l : links)
+    if (auto it = stats_->new_heads.find(l.id); it != stats_->new_heads.end()) l.handle = it->second;
+  return links;
+}
+
 std::vector<std::string> kv_client::shard_stats() const {
   caf::scoped_actor self{sys_};
   std::vector<std::string> out;
-  for (const auto& s : shards_)
+  for (const auto& s : current_shards())
     self->request(s.handle, opts_.timeout, stats_atom::value)
       .receive([&](std::string& json) { out.push_back(std::move(json)); },
                [&](caf::error& e) { throw bad_request(s.name + ": no figures: " + describe(e)); });
@@ -838,15 +850,16 @@ void kv_client::prefetch_rows(std::uint32_t table, const std::vector<std::uint64
   std::map<std::uint32_t, std::vector<std::uint64_t>> by_shard;
   for (auto id : merge_rows(ids, nullptr, 1).ids) by_shard[map_.row_owner(table, id)].push_back(id);
   request_header hdr{map_.epoch(), opts_.worker, clock_, 0};
+  const auto links = current_shards();
   for (auto& [shard, rows] : by_shard)
-    for (const auto& s : shards_)
+    for (const auto& s : links)
       if (s.id == shard) caf::anon_send(s.handle, prefetch_atom::value, hdr, row_ids{table, std::move(rows)});
 }
 
 std::uint64_t kv_client::fill_rows(std::uint32_t table, std::uint64_t count) const {
   caf::scoped_actor self{sys_};
   std::uint64_t made = 0;
-  for (const auto& s : shards_)
+  for (const auto& s : current_shards())
     self->request(s.handle, caf::infinite, fill_atom::value, table, count)
       .receive([&](std::uint64_t rows) { made += rows; },
                [&](caf::error& e) { throw bad_request(s.name + ": filling table " + std::to_string(table) + ": " + describe(e)); });

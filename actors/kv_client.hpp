@@ -100,6 +100,8 @@ struct kv_cluster_events {
   std::vector<double> recoveries_ms;
   // The workers still running (joins and departures), empty until the coordinator says.
   std::vector<std::uint32_t> live_workers;
+  // Shards whose chain has a new head since connecting (a failover), by id.
+  std::map<std::uint32_t, shard_actor> new_heads;
 };
 
 // One connected shard: its id, a name for errors, and its handle.
@@ -174,6 +176,8 @@ class kv_client {
   // and disk reads), one JSON object per shard, as first connected. Blocks; throws
   // bad_request naming a shard that does not answer.
   std::vector<std::string> shard_stats() const;
+  // The shards as first connected, with the heads of chains that failed over since.
+  std::vector<shard_link> current_shards() const;
   // Benchmarks: rows 0..count-1 of `table` made on their shards as first touch makes them
   // (on disk where shards have a disk tier). Blocks; returns the rows made; throws
   // bad_request naming a shard that fails.

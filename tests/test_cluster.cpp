@@ -481,6 +481,22 @@ TEST_CASE("faults: r=2, a server killed at clock 20 of 40 under BSP: final param
   }
 }
 
+TEST_CASE("faults: sparse rows on a tiered store (1 MiB of RAM, the rest on disk), r=2, a server killed after every push: exact sums from its copy") {
+  // Killed once both workers ticked clock 1, after every push was acknowledged: the
+  // pulls that follow are answered by the dead shard's copy, with its own disk tier.
+  auto [rc, out] = shell("bin/psnode --role=local --app=rowcheck --servers=2 --workers=2 --rows=10000 --replication=2 "
+                         "--consistency=bsp --shard-memory=1048576 --faults='kill server=1 at=1'");
+  INFO(out);
+  REQUIRE(rc == 0);
+  CHECK(out.find("fault injector: shard 1 reached clock 1") != std::string::npos);
+  CHECK(killed_a_server(out));
+  for (std::uint32_t w = 0; w < 2; ++w) {
+    auto line = worker_line(out, w, "mismatches");
+    CHECK(line["mismatches"] == 0);
+    CHECK(line["checked"] == (6 * 10000 + 1000) * 8);
+  }
+}
+
 TEST_CASE("faults: r=1, a server killed at clock 20 of 40 comes back from the last checkpoint; the loss is reported exactly") {
   std::filesystem::remove_all("ckpt-faults");
   std::filesystem::create_directory("ckpt-faults");
