@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <linux/magic.h>
 #include <sys/statfs.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <rocksdb/cache.h>
@@ -13,6 +14,7 @@
 #include <rocksdb/table.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -87,9 +89,25 @@ std::string direct_io_problem(const std::string& dir) {
   return {};
 }
 
+// Removes disk tiers that processes no longer running left in `dir` (a shard killed
+// with SIGKILL cannot remove its own): actorps-rows-<name>-<pid> with no such pid.
+static void remove_orphans(const std::string& dir) {
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    auto file = e.path().filename().string();
+    auto dash = file.rfind('-');
+    if (file.rfind("actorps-rows-", 0) != 0 || dash == std::string::npos) continue;
+    char* end = nullptr;
+    auto pid = std::strtol(file.c_str() + dash + 1, &end, 10);
+    if (*end != '\0' || pid <= 0) continue;
+    if (::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) fs::remove_all(e.path(), ec);
+  }
+}
+
 row_disk::row_disk(const std::string& dir, const std::string& name, std::vector<std::size_t> strides)
     : strides_(std::move(strides)) {
   if (auto why = direct_io_problem(dir); !why.empty()) throw bad_request("disk tier: " + why);
+  remove_orphans(dir);
   std::string safe = name;
   for (auto& c : safe)
     if (!std::isalnum(static_cast<unsigned char>(c))) c = '-';

@@ -5,7 +5,8 @@
 // block cache: the RAM tier above it (libps/row_tier.hpp) is the cache. Blocking calls:
 // only an I/O actor's own thread makes them. The store is scratch: made fresh in its own
 // directory under the one given and removed when closed (durability is the job of
-// checkpoints and replicas).
+// checkpoints and replicas); opening one also removes those that processes no longer
+// running left behind.
 #include <cstdint>
 #include <functional>
 #include <memory>

@@ -211,9 +211,12 @@ TEST_CASE("row disk: rows written are read back; missing rows are not found; a w
     MESSAGE("skipped: " << why);
     return;
   }
+  auto orphan = dir / "actorps-rows-shard-9-2147483647";  // no process has that pid
+  std::filesystem::create_directories(orphan);
   std::string path;
   {
     row_disk disk(dir.string(), "shard 0", {2, 3});
+    CHECK_FALSE(std::filesystem::exists(orphan));  // left by a killed shard: removed
     path = disk.path();
     CHECK(std::filesystem::exists(path));
     disk.write({1, {{0, 5}, {1, 5}}, {1, 2, 3, 4, 5}});
