@@ -146,7 +146,7 @@ void read_from_disk(self_ptr self, const shard_options& opts, const coordinator_
 void send_disk_work(self_ptr self, const shard_options& opts, const coordinator_actor& coordinator, shard_effects& fx) {
   auto& st = self->state;
   for (auto& w : fx.writes)
-    self->request(st.disk, caf::infinite, write_rows_atom::value, std::make_shared<const row_write>(std::move(w)))
+    self->request(st.disk, caf::infinite, write_rows_atom::value, std::move(w))
       .then([=](std::uint64_t seq) { self->state.core->rows_written(seq); }, [=](caf::error& e) { disk_failed(self, e); });
   if (fx.reads.empty()) return;
   // A large read is split among the readers, so its parts are in flight at once.

@@ -37,16 +37,12 @@ bool row_tier::want(std::uint32_t table, std::span<const std::uint64_t> ids, boo
     if (count) ++stats_.misses;
     row_key key{table, id};
     if (!tiered()) {  // no disk tier: a row not held was never touched
-      t.install(id, nullptr);
-      created(table);
+      create(table, id);
       continue;
     }
-    if (auto it = write_back_.find(key); it != write_back_.end()) {
-      t.install(id, it->second.row.data());  // evicted, its write still under way
+    if (const float* row = row_in_write(key)) {  // evicted, its write still under way
+      t.install(id, row);
       ++stats_.taken_back;
-      t.touch(id);
-      buffered_bytes_ -= it->second.row.size() * sizeof(float);
-      write_back_.erase(it);
       continue;
     }
     all_held = false;
@@ -105,52 +101,46 @@ std::optional<std::uint32_t> row_tier::oldest_table(std::uint64_t keep_from) con
   return oldest;
 }
 
-void row_tier::buffer(const row_key& key, std::uint64_t seq, std::vector<float> row) {
-  auto& slot = write_back_[key];
-  buffered_bytes_ -= slot.row.size() * sizeof(float);
-  buffered_bytes_ += row.size() * sizeof(float);
-  slot = {seq, std::move(row)};
+const float* row_tier::row_in_write(const row_key& key) const {
+  auto it = writing_.find(key);
+  if (it == writing_.end()) return nullptr;
+  const auto& batch = *in_flight_.at(it->second.seq - in_flight_.front()->seq);
+  return batch.rows.data() + it->second.offset;
 }
 
-std::optional<row_write> row_tier::trim(std::uint64_t keep_from) {
-  if (!tiered()) return std::nullopt;
+std::shared_ptr<const row_write> row_tier::trim(std::uint64_t keep_from) {
+  if (!tiered()) return nullptr;
   auto held = held_bytes();
-  row_write w;
-  const auto seq = next_write_ + 1;  // this trim's write, if it makes one
+  auto w = std::make_shared<row_write>();
+  w->seq = next_write_ + 1;
   while (held > budget_) {
     auto victim = oldest_table(keep_from);
     if (!victim) break;
     auto& t = tables_[*victim];
-    std::vector<float> row;
-    auto out = t.evict(row);
+    const auto at = w->rows.size();
+    auto out = t.evict(w->rows);
     held -= t.row_bytes();
-    row_key key{*victim, out.id};
-    if (out.dirty) {
-      w.keys.push_back(key);
-      w.rows.insert(w.rows.end(), row.begin(), row.end());
-      writing_[key] = seq;
-      buffer(key, seq, std::move(row));
-    } else if (auto it = writing_.find(key); it != writing_.end()) {
-      buffer(key, it->second, std::move(row));  // unchanged, but its last write has not landed yet
+    if (!out.dirty) {  // on disk already, or in a write under way
+      w->rows.resize(at);
+      continue;
     }
+    w->keys.push_back({*victim, out.id});
+    writing_[w->keys.back()] = {w->seq, at};
   }
-  if (w.keys.empty()) return std::nullopt;
-  w.seq = ++next_write_;
-  in_flight_.emplace_back(w.seq, w.keys);
-  stats_.written += w.keys.size();
+  if (w->keys.empty()) return nullptr;
+  ++next_write_;
+  buffered_bytes_ += w->rows.size() * sizeof(float);
+  stats_.written += w->keys.size();
+  in_flight_.push_back(w);
   return w;
 }
 
 void row_tier::written(std::uint64_t seq) {
-  while (!in_flight_.empty() && in_flight_.front().first <= seq) {
-    const auto done = in_flight_.front().first;
-    for (const auto& k : in_flight_.front().second) {
-      if (auto w = writing_.find(k); w != writing_.end() && w->second == done) writing_.erase(w);
-      auto it = write_back_.find(k);
-      if (it == write_back_.end() || it->second.seq != done) continue;  // taken back, or written again since
-      buffered_bytes_ -= it->second.row.size() * sizeof(float);
-      write_back_.erase(it);
-    }
+  while (!in_flight_.empty() && in_flight_.front()->seq <= seq) {
+    const auto& done = *in_flight_.front();
+    for (const auto& k : done.keys)
+      if (auto it = writing_.find(k); it != writing_.end() && it->second.seq == done.seq) writing_.erase(it);
+    buffered_bytes_ -= done.rows.size() * sizeof(float);
     in_flight_.pop_front();
   }
 }

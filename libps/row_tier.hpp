@@ -3,9 +3,9 @@
 // budget (the tables' rows) over a disk tier (libps/row_disk.hpp) that this class never
 // touches: it says which rows to read (want) and which evicted rows to write (trim), and
 // takes what was read (loaded) and the writes' completion (written) as events, so the
-// actor that uses it never waits on the disk. A row leaving RAM while a write of it is
-// under way stays in a write-back buffer until that write completes, so a request for it
-// meanwhile takes it from there: a row is read from disk only when no write of it is
+// actor that uses it never waits on the disk. A write batch stays here until it has
+// landed (the I/O actor shares it), and a row that left RAM while a write of it is under
+// way is taken back from that batch: a row is read from disk only when no write of it is
 // under way, and reads need no order with writes.
 #include <cstdint>
 #include <deque>
@@ -41,9 +41,8 @@ struct row_tier_stats {
   std::uint64_t misses = 0;   // rows it did not (read from disk or created)
   std::uint64_t created = 0;  // rows created (first touch)
   std::uint64_t read = 0;     // rows read from the disk tier (found there)
-  std::uint64_t taken_back = 0;  // rows back in RAM from the write-back buffer (no read)
+  std::uint64_t taken_back = 0;  // rows back in RAM from a write under way (no read)
   std::uint64_t written = 0;  // rows written to the disk tier
-  double hit_rate() const { return hits + misses == 0 ? 1.0 : static_cast<double>(hits) / static_cast<double>(hits + misses); }
 };
 
 class row_tier {
@@ -57,7 +56,7 @@ class row_tier {
   sparse_table& table(std::uint32_t t) { return tables_.at(t); }
   const sparse_table& table(std::uint32_t t) const { return tables_.at(t); }
 
-  // A request for these rows: takes back rows waiting in the write-back buffer and adds
+  // A request for these rows: takes back rows from writes under way and adds
   // those neither held nor being read to `to_read`. True when all are held now. count:
   // the request just arrived (its rows count as hits or misses).
   bool want(std::uint32_t table, std::span<const std::uint64_t> ids, bool count, std::vector<row_key>& to_read);
@@ -69,9 +68,9 @@ class row_tier {
   // kept by trim, so a request waiting for some of its rows keeps the others.
   std::uint64_t keep(std::uint32_t table, std::span<const std::uint64_t> ids);
   // Evicts rows until the RAM tier is within budget, except rows used at or after
-  // keep_from (then the budget is exceeded for now); the dirty ones come back to be
-  // written (none dirty: nullopt). They stay readable here until written(seq).
-  std::optional<row_write> trim(std::uint64_t keep_from = UINT64_MAX);
+  // keep_from (then the budget is exceeded for now); the dirty ones come back as one
+  // batch to write (none dirty: null), shared with this tier until written(seq).
+  std::shared_ptr<const row_write> trim(std::uint64_t keep_from = UINT64_MAX);
   void written(std::uint64_t seq);
   // A benchmark's fill: row `id` created as on first touch, in RAM (no disk tier); or
   // `rows` rows written straight to the disk tier (row_disk::fill), counted as created.
@@ -80,6 +79,7 @@ class row_tier {
 
   const row_tier_stats& stats() const { return stats_; }
   std::uint64_t held_bytes() const;
+  // Bytes of rows in writes under way (kept until they land).
   std::uint64_t buffered_bytes() const { return buffered_bytes_; }
   std::uint64_t budget() const { return budget_; }
   // Rows created so far (each table's first touches) and what they take in values and
@@ -88,24 +88,25 @@ class row_tier {
   std::uint64_t table_bytes() const { return table_bytes_; }
 
  private:
-  struct buffered {
-    std::uint64_t seq;
-    std::vector<float> row;
+  struct in_write {
+    std::uint64_t seq;     // the latest write of the row under way
+    std::size_t offset;    // where the row lies in that batch's rows
   };
   void created(std::uint32_t table);
   // The table whose next victim was used longest ago, if used before keep_from.
   std::optional<std::uint32_t> oldest_table(std::uint64_t keep_from) const;
-  void buffer(const row_key& key, std::uint64_t seq, std::vector<float> row);
+  // The row's floats in its latest write under way (none: nullptr).
+  const float* row_in_write(const row_key& key) const;
   std::shared_ptr<std::uint64_t> clock_ = std::make_shared<std::uint64_t>(0);  // one eviction order across tables
   std::vector<sparse_table> tables_;
   std::uint64_t budget_;
-  std::unordered_map<row_key, buffered, row_key_hash> write_back_;
-  std::uint64_t buffered_bytes_ = 0;
   std::unordered_set<row_key, row_key_hash> reading_;  // keys asked of the disk, not answered yet
-  std::deque<std::pair<std::uint64_t, std::vector<row_key>>> in_flight_;  // writes not completed, in order
-  // Rows with a write under way: the seq of the latest. A row taken back from the buffer
-  // keeps its entry, so leaving RAM again (unchanged, no new write) buffers it until then.
-  std::unordered_map<row_key, std::uint64_t, row_key_hash> writing_;
+  // Writes under way, in order (their seqs are consecutive), and where each row with one
+  // lies in the latest. A row taken back and evicted unchanged needs no new write: it
+  // stays readable from the one under way.
+  std::deque<std::shared_ptr<const row_write>> in_flight_;
+  std::unordered_map<row_key, in_write, row_key_hash> writing_;
+  std::uint64_t buffered_bytes_ = 0;
   std::uint64_t next_write_ = 0;
   std::uint64_t table_bytes_ = 0;
   row_tier_stats stats_;

@@ -174,11 +174,11 @@ void shard_core::take_row_push(const shard_request& r, std::uint32_t table, cons
 void shard_core::push_rows_now(const shard_request& r, std::uint32_t table, const std::vector<std::uint64_t>& ids,
                                const float* grads, bool acked, shard_effects& fx) {
   bool held = rows_.want(table, ids, true, fx.reads);
-  row_op op{row_op::kind::push, r, table, ids, {}, 0};
   if (held && row_queue_.empty()) {
     rows_.table(table).push(ids, grads);
     if (head_) fx.traces.push_back({trace_event::push, r.worker, r.clock, id_, 0, 0});
   } else {  // kept (copied): the sender may reuse its buffer once acknowledged
+    row_op op{row_op::kind::push, r, table, ids, {}, 0};
     op.grads.assign(grads, grads + ids.size() * rows_.table(table).spec().dim);
     if (!acked) fx.queued_push = op.ack = ++next_ack_;
     row_queue_.push_back(std::move(op));
@@ -233,7 +233,7 @@ void shard_core::drain_rows(shard_effects& fx) {
     run(op, fx);
     row_queue_.pop_front();
   }
-  if (auto w = rows_.trim(keep_from)) fx.writes.push_back(std::move(*w));
+  if (auto w = rows_.trim(keep_from)) fx.writes.push_back(std::move(w));
 }
 
 shard_effects shard_core::prefetch_rows(const shard_request& r, std::uint32_t table,

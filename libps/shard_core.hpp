@@ -82,7 +82,7 @@ struct shard_effects {
   std::optional<std::string> die;        // the fault injector's kill: end the process
   // The disk tier's work, in this order: evicted rows to write (then rows_written), rows
   // to read (then rows_loaded).
-  std::vector<row_write> writes;
+  std::vector<std::shared_ptr<const row_write>> writes;
   std::vector<row_key> reads;
   // A push of rows waiting for disk reads: its acknowledgment waits until it is applied
   // (applied lists it then), so a worker cannot run ahead of the disk.

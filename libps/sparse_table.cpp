@@ -26,8 +26,6 @@ void initial_row(std::uint64_t seed, const std::string& table, std::uint64_t id,
   }
 }
 
-const char* to_string(eviction_policy p) { return p == eviction_policy::lru ? "lru" : "slru"; }
-
 eviction_policy eviction_policy_of(const std::string& name) {
   if (name == "lru") return eviction_policy::lru;
   if (name == "slru") return eviction_policy::slru;
@@ -40,7 +38,7 @@ sparse_table::sparse_table(sparse_table_spec spec, eviction_policy policy, std::
   stride_ = spec_.dim * (1 + spec_.rule.state_slots());
 }
 
-float* sparse_table::add(std::uint64_t id) {
+std::uint32_t sparse_table::add(std::uint64_t id) {
   std::uint32_t slot;
   if (!free_.empty()) {
     slot = free_.back();
@@ -53,7 +51,7 @@ float* sparse_table::add(std::uint64_t id) {
   index_.emplace(id, slot);
   meta_[slot] = slot_meta{id, ++*clock_};
   link(probation_, segment::probation, slot);
-  return arena_.data() + static_cast<std::size_t>(slot) * stride_;
+  return slot;
 }
 
 float* sparse_table::row(std::uint64_t id) {
@@ -65,17 +63,17 @@ float* sparse_table::row(std::uint64_t id) {
   return arena_.data() + static_cast<std::size_t>(index_.at(id)) * stride_;
 }
 
-void sparse_table::install(std::uint64_t id, const float* stored, bool dirty) {
+void sparse_table::install(std::uint64_t id, const float* stored) {
   if (holds(id)) return;
-  float* r = add(id);
+  auto slot = add(id);
+  float* r = arena_.data() + static_cast<std::size_t>(slot) * stride_;
+  meta_[slot].dirty = !stored;
   if (stored) {
     std::copy(stored, stored + stride_, r);
-    meta_[index_.at(id)].dirty = dirty;
     return;
   }
   std::fill(r, r + stride_, 0.0f);  // optimizer state starts at zero
   initial_row(spec_.seed, spec_.name, id, spec_.init_scale, r, spec_.dim);
-  meta_[index_.at(id)].dirty = true;
 }
 
 void sparse_table::touch(std::uint64_t id) {

@@ -38,7 +38,6 @@ void initial_row(std::uint64_t seed, const std::string& table, std::uint64_t id,
 // pass over many rows used once (a scan, the long tail of a Zipf law) evicts only others
 // like it.
 enum class eviction_policy { lru, slru };
-const char* to_string(eviction_policy p);
 eviction_policy eviction_policy_of(const std::string& name);  // throws bad_request
 
 class sparse_table {
@@ -63,10 +62,9 @@ class sparse_table {
   // The most rows slru keeps protected (the tier sets 80% of the rows its budget holds);
   // beyond it the oldest go back on probation.
   void set_protected_limit(std::size_t rows) { protected_limit_ = rows; }
-  // Takes a row read from the disk tier (stride() floats: value, then state), clean
-  // unless `dirty`; or, stored == nullptr, creates it (first touch), dirty: the disk has
-  // never seen it.
-  void install(std::uint64_t id, const float* stored, bool dirty = false);
+  // Takes a row read from the disk tier (stride() floats: value, then state), clean; or,
+  // stored == nullptr, creates it (first touch), dirty: the disk has never seen it.
+  void install(std::uint64_t id, const float* stored);
   // Counts as a use for the eviction order (a request found the row held).
   void touch(std::uint64_t id);
   // The access stamp of the row evict() would take (none held: nullopt).
@@ -101,7 +99,7 @@ class sparse_table {
     std::size_t size = 0;
   };
   float* row(std::uint64_t id);         // creates it on first touch
-  float* add(std::uint64_t id);         // a slot for a new row, at the head of probation
+  std::uint32_t add(std::uint64_t id);  // a slot for a new row, at the head of probation
   void used(std::uint32_t slot);        // a use: stamp, and move per the policy
   void link(order& o, segment s, std::uint32_t slot);
   void unlink(std::uint32_t slot);

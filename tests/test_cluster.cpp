@@ -142,7 +142,7 @@ TEST_CASE("sparse rows: exact sums with rows evicted from RAM to the disk tier a
   std::uint64_t read = 0, written = 0;
   REQUIRE(result["shards"].size() == 2);
   for (const auto& s : result["shards"]) {
-    // Back from disk, or from the write-back buffer when their write had not landed yet
+    // Back from disk, or from their write when it had not landed yet
     // (which of the two depends on timing; both paths are unit tested on their own).
     read += s["rows_read"].get<std::uint64_t>() + s["rows_from_buffer"].get<std::uint64_t>();
     written += s["rows_written"].get<std::uint64_t>();

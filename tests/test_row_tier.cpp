@@ -34,9 +34,15 @@ std::vector<std::uint64_t> ids(std::initializer_list<std::uint64_t> l) { return 
 struct fake_disk {
   std::map<std::pair<std::uint32_t, std::uint64_t>, std::vector<float>> rows;
   std::size_t reads = 0;
-  void write(const row_write& w, std::size_t stride) {
-    for (std::size_t i = 0; i < w.keys.size(); ++i)
-      rows[{w.keys[i].table, w.keys[i].id}].assign(w.rows.begin() + i * stride, w.rows.begin() + (i + 1) * stride);
+  // Rows of different tables differ in stride: stride(table) says each one's.
+  template <class Stride>
+  void write(const row_write& w, Stride stride) {
+    std::size_t at = 0;
+    for (const auto& k : w.keys) {
+      auto n = stride(k.table);
+      rows[{k.table, k.id}].assign(w.rows.begin() + at, w.rows.begin() + at + n);
+      at += n;
+    }
   }
   void read(const std::vector<row_key>& keys, std::vector<std::uint8_t>& found, std::vector<float>& out) {
     ++reads;
@@ -62,7 +68,7 @@ TEST_CASE("row tier without a budget: every row is in RAM, created on first touc
   CHECK_FALSE(tier.trim());
 }
 
-TEST_CASE("row tier with a budget: misses are read, evicted dirty rows written, and served from the buffer until written") {
+TEST_CASE("row tier with a budget: misses are read, evicted dirty rows written, and taken back from the write until it lands") {
   const auto row = sparse_table(emb()).row_bytes();
   row_tier tier({emb()}, 2 * row, eviction_policy::lru);
   std::vector<row_key> reads;
@@ -80,7 +86,7 @@ TEST_CASE("row tier with a budget: misses are read, evicted dirty rows written, 
   CHECK(w->keys[0].id == 1);
   CHECK(tier.held_bytes() == 2 * row);
   reads.clear();
-  CHECK(tier.want(0, ids({1}), true, reads));  // taken back from the write-back buffer
+  CHECK(tier.want(0, ids({1}), true, reads));  // taken back from the write under way
   CHECK(reads.empty());
   tier.written(w->seq);
   CHECK(tier.buffered_bytes() == 0);
@@ -128,15 +134,8 @@ struct disk_driver {
     auto fx = std::move(pending.front());
     pending.pop_front();
     for (const auto& w : fx.writes) {
-      // rows of different tables differ in stride: written one by one
-      std::size_t at = 0;
-      for (const auto& k : w.keys) {
-        auto s = core.rows().table(k.table).stride();
-        row_write one{w.seq, {k}, std::vector<float>(w.rows.begin() + at, w.rows.begin() + at + s)};
-        disk.write(one, s);
-        at += s;
-      }
-      core.rows_written(w.seq);
+      disk.write(*w, [&](std::uint32_t table) { return core.rows().table(table).stride(); });
+      core.rows_written(w->seq);
     }
     if (!fx.reads.empty()) {
       std::vector<std::uint8_t> found;
@@ -270,7 +269,7 @@ TEST_CASE("shard core over a tiered store: under BSP a deferred push is acknowle
   CHECK(loaded.traces.size() == 2);
 }
 
-TEST_CASE("row tier: a row taken back while its write is under way and evicted unchanged stays buffered until it lands") {
+TEST_CASE("row tier: a row taken back while its write is under way and evicted unchanged stays readable from that write until it lands") {
   const auto row = sparse_table(emb()).row_bytes();
   row_tier tier({emb()}, row, eviction_policy::lru);
   std::vector<row_key> reads;
@@ -279,18 +278,18 @@ TEST_CASE("row tier: a row taken back while its write is under way and evicted u
   auto first = tier.trim();  // row 1 leaves, dirty (new): written
   REQUIRE(first);
   reads.clear();
-  CHECK(tier.want(0, ids({1}), true, reads));  // back from the buffer; its write is still under way
+  CHECK(tier.want(0, ids({1}), true, reads));  // back from its write, still under way
   auto second = tier.trim();                     // row 2 leaves, dirty: written
   REQUIRE(second);
   CHECK(second->keys[0].id == 2);
   CHECK(tier.want(0, ids({2}), true, reads));    // back too
   CHECK_FALSE(tier.trim());                      // row 1 leaves unchanged: no new write...
-  CHECK(tier.want(0, ids({1}), true, reads));    // ...but buffered, not read, while its write is under way
+  CHECK(tier.want(0, ids({1}), true, reads));    // ...but taken back from that write, not read
   CHECK(reads.empty());
-  tier.trim();                                   // row 2 leaves unchanged, buffered under its write
+  tier.trim();                                   // row 2 leaves unchanged, readable from its write
   tier.written(first->seq);
   tier.written(second->seq);
-  CHECK(tier.buffered_bytes() == 0);             // both writes landed: nothing buffered
+  CHECK(tier.buffered_bytes() == 0);             // both writes landed: nothing kept
   CHECK_FALSE(tier.want(0, ids({2}), true, reads));  // now read from disk
   CHECK(reads.size() == 1);
 }
