@@ -8,21 +8,27 @@ namespace ps {
 
 namespace {
 
-// Reads rows on its own thread; an I/O error ends it and, linked, the shard.
+// An I/O error (a full disk among them) ends the actor and, linked, its shard: the rows
+// it could not write are still in the shard's RAM, but the shard cannot go on.
+caf::error failed(caf::scheduled_actor* self, const std::string& name, const bad_request& e) {
+  std::fprintf(stderr, "%s: %s\n", name.c_str(), e.what());
+  auto err = make_ps_error(name + ": " + e.what());
+  self->quit(err);
+  return err;
+}
+
+// Reads rows on its own thread.
 row_reader_actor::behavior_type row_reader(row_reader_actor::pointer self, std::shared_ptr<row_disk> disk,
                                            std::string name) {
   return {
     [=](read_rows_atom, const std::shared_ptr<const std::vector<row_key>>& keys)
       -> caf::result<std::shared_ptr<const disk_rows>> {
       auto out = std::make_shared<disk_rows>();
-      out->keys = *keys;
+      out->keys = keys;
       try {
         disk->read(*keys, out->found, out->rows);
       } catch (const bad_request& e) {
-        std::fprintf(stderr, "%s: %s\n", name.c_str(), e.what());
-        auto err = make_ps_error(name + ": " + e.what());
-        self->quit(err);
-        return err;
+        return failed(self, name, e);
       }
       return std::shared_ptr<const disk_rows>(std::move(out));
     },
@@ -39,17 +45,8 @@ row_io_actor::behavior_type row_io(row_io_actor::stateful_pointer<row_io_state> 
       self->state.readers.push_back(
         self->spawn<caf::detached + caf::linked>(row_reader, self->state.disk, name));
   } catch (const bad_request& e) {
-    std::fprintf(stderr, "%s: %s\n", name.c_str(), e.what());
-    self->quit(make_ps_error(name + ": " + e.what()));  // the handlers below never run
+    failed(self, name, e);  // the handlers below never run
   }
-  // An I/O error (a full disk among them) ends this actor and, linked, its shard: the
-  // rows it could not write are still in the shard's RAM, but it cannot go on.
-  auto failed = [self, name](const bad_request& e) {
-    std::fprintf(stderr, "%s: %s\n", name.c_str(), e.what());
-    auto err = make_ps_error(name + ": " + e.what());
-    self->quit(err);
-    return err;
-  };
   return {
     [=](read_rows_atom, const std::shared_ptr<const std::vector<row_key>>& keys) {
       auto& st = self->state;
@@ -60,16 +57,15 @@ row_io_actor::behavior_type row_io(row_io_actor::stateful_pointer<row_io_state> 
       try {
         self->state.disk->write(*w);
       } catch (const bad_request& e) {
-        return failed(e);
+        return failed(self, name, e);
       }
       return w->seq;
     },
-    [=](disk_bytes_atom) -> std::uint64_t { return self->state.disk->bytes_on_disk(); },
     [=](fill_atom, const std::shared_ptr<const fill_order>& f) -> caf::result<std::uint64_t> {
       try {
         return self->state.disk->fill(f->table, f->count, f->spec, f->keep);
       } catch (const bad_request& e) {
-        return failed(e);
+        return failed(self, name, e);
       }
     },
   };

@@ -20,7 +20,7 @@ namespace ps {
 
 // Rows read: per key found or not; the found rows' floats back to back.
 struct disk_rows {
-  std::vector<row_key> keys;
+  std::shared_ptr<const std::vector<row_key>> keys;  // as asked
   std::vector<std::uint8_t> found;
   std::vector<float> rows;
 };
@@ -44,13 +44,11 @@ namespace ps {
 
 using read_rows_atom = caf::atom_constant<caf::atom("readrows")>;
 using write_rows_atom = caf::atom_constant<caf::atom("writerows")>;
-using disk_bytes_atom = caf::atom_constant<caf::atom("diskbytes")>;
 
 using row_io_actor = caf::typed_actor<
   caf::replies_to<read_rows_atom, std::shared_ptr<const std::vector<row_key>>>::with<std::shared_ptr<const disk_rows>>,
   // Answers with the write's seq once written.
   caf::replies_to<write_rows_atom, std::shared_ptr<const row_write>>::with<std::uint64_t>,
-  caf::replies_to<disk_bytes_atom>::with<std::uint64_t>,
   // Answers with the rows written.
   caf::replies_to<fill_atom, std::shared_ptr<const fill_order>>::with<std::uint64_t>>;
 

@@ -166,7 +166,7 @@ void read_from_disk(self_ptr self, const shard_options& opts, const coordinator_
       [=](std::shared_ptr<const disk_rows>& got) {
         shard_effects next;
         try {
-          next = self->state.core->rows_loaded(got->keys, got->found, got->rows);
+          next = self->state.core->rows_loaded(*got->keys, got->found, got->rows);
         } catch (const bad_request& e) {
           disk_failed(self, make_ps_error(e.what()));
           return;

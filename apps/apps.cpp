@@ -417,6 +417,35 @@ bench_cell bench_cell::decode(const std::string& text) {
   }
 }
 
+nlohmann::json shard_figures(const kv_client& kv) {
+  auto all = nlohmann::json::array();
+  for (const auto& text : kv.shard_stats()) all.push_back(nlohmann::json::parse(text));
+  return all;
+}
+
+double shard_totals::ram_hit_rate() const {
+  auto lookups = ram_hits + ram_misses;
+  return lookups ? static_cast<double>(ram_hits) / static_cast<double>(lookups) : 1.0;
+}
+
+shard_totals total_of(const nlohmann::json& shards) {
+  shard_totals t;
+  std::map<std::uint64_t, std::uint64_t> read_by_pid;
+  auto count = [](const nlohmann::json& s, const char* field) { return s.value(field, std::uint64_t{0}); };
+  for (const auto& s : shards) {
+    t.rows += count(s, "rows");
+    t.table_bytes += count(s, "table_bytes");
+    t.ram_bytes += count(s, "ram_bytes");
+    t.ram_budget += count(s, "ram_budget");
+    t.ram_hits += count(s, "ram_hits");
+    t.ram_misses += count(s, "ram_misses");
+    t.peak_rss = std::max(t.peak_rss, count(s, "peak_rss"));
+    read_by_pid[count(s, "pid")] = count(s, "disk_bytes_read");
+  }
+  for (const auto& [pid, bytes] : read_by_pid) t.disk_bytes_read += bytes;
+  return t;
+}
+
 std::vector<nlohmann::json> json_lines_of(const std::string& out) {
   std::vector<nlohmann::json> lines;
   std::istringstream in(out);

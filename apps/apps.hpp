@@ -18,6 +18,18 @@ std::optional<std::string> output_of(const std::string& cmd);
 // bench's --sizes and --windows, or their defaults when empty.
 std::vector<std::int64_t> bench_sizes(const node_config& cfg);
 std::vector<std::int64_t> bench_windows(const node_config& cfg);
+// Every shard's figures (its (stats) answer), parsed: a JSON array. Blocks; throws
+// bad_request naming a shard that does not answer.
+nlohmann::json shard_figures(const kv_client& kv);
+// Such figures summed over shards: rows and bytes, the RAM tiers' hits and misses, disk
+// reads once per process (shards may share one), the largest peak memory of a process.
+struct shard_totals {
+  std::uint64_t rows = 0, table_bytes = 0, ram_bytes = 0, ram_budget = 0, ram_hits = 0, ram_misses = 0;
+  std::uint64_t disk_bytes_read = 0, peak_rss = 0;
+  double ram_hit_rate() const;  // 1 when nothing was looked up
+};
+shard_totals total_of(const nlohmann::json& shards);
+
 // Every line of a program's output that is a JSON object, parsed, in order.
 std::vector<nlohmann::json> json_lines_of(const std::string& out);
 

@@ -79,17 +79,11 @@ void set_child_flag(ps::node_config& cfg, const std::string& name, const std::st
 // What the job's processes held at most and read from disk.
 void print_job_figures(const nlohmann::json& end, std::uint32_t dim, double fraction, std::uint64_t memory,
                        std::uint64_t rows) {
-  std::uint64_t peak = 0, read = 0, table_rows = 0, ram = 0;
-  for (const auto& s : end["shards"]) {
-    peak = std::max(peak, s.value("peak_rss", std::uint64_t{0}));
-    read += s.value("disk_bytes_read", std::uint64_t{0});
-    table_rows += s.value("rows", std::uint64_t{0});
-    ram += s.value("ram_bytes", std::uint64_t{0});
-  }
+  auto t = ps::total_of(end["shards"]);
   ps::bench::print_line({{"job", "end"}, {"dim", dim}, {"memory_fraction", fraction}, {"table_rows", rows},
-                         {"shard_memory", memory}, {"rows_created", table_rows}, {"ram_tier_bytes", ram},
-                         {"shard_peak_rss", peak}, {"worker_peak_rss", end.value("worker_peak_rss", 0ull)},
-                         {"disk_bytes_read", read}});
+                         {"shard_memory", memory}, {"rows_created", t.rows}, {"ram_tier_bytes", t.ram_bytes},
+                         {"shard_peak_rss", t.peak_rss}, {"worker_peak_rss", end.value("worker_peak_rss", 0ull)},
+                         {"disk_bytes_read", t.disk_bytes_read}});
 }
 
 struct job_cells {

@@ -5,6 +5,7 @@
 // and the tower, compute, push the tower's gradient with the clock tick and each field's
 // input gradient to its rows. After each epoch worker 0 scores the test file (AUC, log loss).
 #include "apps/ctr_app.hpp"
+#include "apps/apps.hpp"
 
 #include <array>
 #include <chrono>
@@ -332,8 +333,7 @@ std::string ctr_app(worker_context& ctx) {
   }
   auto out = result_of(ctx, s, counts, rows);
   if (ctx.id == 0) {  // the shards' figures, once every worker is done
-    out["shards"] = nlohmann::json::array();
-    for (const auto& text : ctx.kv.shard_stats()) out["shards"].push_back(nlohmann::json::parse(text));
+    out["shards"] = shard_figures(ctx.kv);
   }
   return out.dump();
 }

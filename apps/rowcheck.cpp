@@ -4,6 +4,7 @@
 // client merges them); then each pulls every row and compares with the exact sum. A
 // second table is only read: rows never touched come back as their first-touch values.
 #include "apps/rowcheck.hpp"
+#include "apps/apps.hpp"
 
 #include "libps/sparse_table.hpp"
 
@@ -108,8 +109,7 @@ std::string rowcheck_app(worker_context& ctx) {
   nlohmann::json out{{"worker", ctx.id},       {"checked", tally.checked}, {"mismatches", tally.mismatches},
                      {"rows_per_push", count}, {"first_mismatch", tally.first}};
   if (ctx.id == 0) {  // what the shards' tiers did (rows read back from disk, with --shard-memory)
-    out["shards"] = nlohmann::json::array();
-    for (const auto& text : ctx.kv.shard_stats()) out["shards"].push_back(nlohmann::json::parse(text));
+    out["shards"] = shard_figures(ctx.kv);
   }
   return out.dump();
 }

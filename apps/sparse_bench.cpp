@@ -1,4 +1,5 @@
 #include "apps/sparse_bench.hpp"
+#include "apps/apps.hpp"
 
 #include <chrono>
 #include <numeric>
@@ -46,21 +47,7 @@ struct row_picker {
   }
 };
 
-// The shards' RAM tiers: hits and misses so far, bytes held and budget, summed.
-struct tier_counts {
-  std::uint64_t hits = 0, misses = 0, bytes = 0, budget = 0;
-};
-tier_counts ram_counts(worker_context& ctx) {
-  tier_counts t;
-  for (const auto& text : ctx.kv.shard_stats()) {
-    auto j = nlohmann::json::parse(text);
-    t.hits += j.value("ram_hits", std::uint64_t{0});
-    t.misses += j.value("ram_misses", std::uint64_t{0});
-    t.bytes += j.value("ram_bytes", std::uint64_t{0});
-    t.budget += j.value("ram_budget", std::uint64_t{0});
-  }
-  return t;
-}
+shard_totals ram_counts(worker_context& ctx) { return total_of(shard_figures(ctx.kv)); }
 
 // Requests of `op` (window in flight) for `seconds`; the cell's rows and latencies.
 sparse_cell run_cell(worker_context& ctx, const row_picker& pick, std::mt19937_64& rng, const std::string& op,
@@ -99,9 +86,11 @@ void warm_up(worker_context& ctx, const row_picker& pick, std::mt19937_64& rng, 
     auto before = ram_counts(ctx);
     run_cell(ctx, pick, rng, op, 1.0);
     auto after = ram_counts(ctx);
-    auto lookups = (after.hits - before.hits) + (after.misses - before.misses);
-    double rate = lookups ? static_cast<double>(after.hits - before.hits) / static_cast<double>(lookups) : 1.0;
-    bool full = after.budget > 0 && after.bytes * 20 >= after.budget * 19;
+    shard_totals slice;  // this second's lookups
+    slice.ram_hits = after.ram_hits - before.ram_hits;
+    slice.ram_misses = after.ram_misses - before.ram_misses;
+    double rate = slice.ram_hit_rate();
+    bool full = after.ram_budget > 0 && after.ram_bytes * 20 >= after.ram_budget * 19;
     if (full || rate - last < 0.005) return;
     last = rate;
   }
@@ -124,14 +113,14 @@ std::string sparse_bench_app(worker_context& ctx) {
       auto cell = run_cell(ctx, pick, rng, op, ctx.cfg.app_number("sparse-seconds"));
       auto after = ram_counts(ctx);
       cell.zipf = z;
-      cell.ram_hits = after.hits - before.hits;
-      cell.ram_misses = after.misses - before.misses;
+      cell.ram_hits = after.ram_hits - before.ram_hits;
+      cell.ram_misses = after.ram_misses - before.ram_misses;
       ctx.report(cell.encode());
     }
   }
   if (ctx.id == 0) {  // the job's memory and disk figures
     nlohmann::json end{{"job_end", true}, {"worker_peak_rss", process_peak_rss()}, {"shards", nlohmann::json::array()}};
-    for (const auto& text : ctx.kv.shard_stats()) end["shards"].push_back(nlohmann::json::parse(text));
+    end["shards"] = shard_figures(ctx.kv);
     ctx.report(end.dump());
   }
   return nlohmann::json{{"worker", ctx.id}}.dump();

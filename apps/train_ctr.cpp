@@ -44,27 +44,17 @@ void add_worker_figures(const ps::job_result& res, ps::json_line& out) {
 // the RAM tier's hit rate over all shards, disk reads summed per process, peak memory
 // the largest of any shard process.
 void add_shard_figures(const ps::job_result& res, ps::json_line& out) {
-  std::uint64_t rows = 0, table_bytes = 0, hits = 0, misses = 0, peak = 0;
-  std::map<std::uint64_t, std::uint64_t> read_by_pid;
+  auto shards = nlohmann::json::array();
   for (const auto& [w, text] : res.results) {
     auto r = nlohmann::json::parse(text, nullptr, false);
-    if (r.is_discarded() || !r.contains("shards")) continue;
-    for (const auto& s : r["shards"]) {
-      rows += s.value("rows", std::uint64_t{0});
-      table_bytes += s.value("table_bytes", std::uint64_t{0});
-      hits += s.value("ram_hits", std::uint64_t{0});
-      misses += s.value("ram_misses", std::uint64_t{0});
-      peak = std::max(peak, s.value("peak_rss", std::uint64_t{0}));
-      read_by_pid[s.value("pid", std::uint64_t{0})] = s.value("disk_bytes_read", std::uint64_t{0});
-    }
+    if (!r.is_discarded() && r.contains("shards")) shards = r["shards"];
   }
-  std::uint64_t read = 0;
-  for (const auto& [pid, bytes] : read_by_pid) read += bytes;
-  out["rows"] = rows;
-  out["table_bytes"] = table_bytes;
-  out["cache_hit_rate"] = hits + misses > 0 ? static_cast<double>(hits) / static_cast<double>(hits + misses) : 1.0;
-  out["disk_bytes_read"] = read;
-  out["shard_peak_rss"] = peak;
+  auto t = ps::total_of(shards);
+  out["rows"] = t.rows;
+  out["table_bytes"] = t.table_bytes;
+  out["cache_hit_rate"] = t.ram_hit_rate();
+  out["disk_bytes_read"] = t.disk_bytes_read;
+  out["shard_peak_rss"] = t.peak_rss;
 }
 
 }  // namespace
