@@ -106,7 +106,8 @@ caf::error inspect(caf::deserializer& f, row_ids& x) {
 }
 
 table_msg table_msg::from(const sparse_table_spec& t) {
-  return {t.name, t.dim, std::bit_cast<std::uint32_t>(t.init_scale), rule_msg::from(t.rule), t.seed};
+  return {t.name, t.dim, std::bit_cast<std::uint32_t>(t.init_scale), rule_msg::from(t.rule), t.seed, t.admit_after,
+          t.expire_after};
 }
 
 sparse_table_spec table_msg::to_spec() const {
@@ -116,6 +117,8 @@ sparse_table_spec table_msg::to_spec() const {
   t.init_scale = std::bit_cast<float>(init_scale);
   t.rule = rule.to_rule();
   t.seed = seed;
+  t.admit_after = admit_after;
+  t.expire_after = expire_after;
   t.validate();
   return t;
 }

@@ -190,12 +190,15 @@ struct table_msg {
   std::uint32_t init_scale = 0;
   rule_msg rule;
   std::uint64_t seed = 0;
+  std::uint32_t admit_after = 1;
+  std::uint64_t expire_after = 0;
   static table_msg from(const sparse_table_spec& t);
   sparse_table_spec to_spec() const;  // throws bad_request for a bad spec
 };
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, table_msg& x) {
-  return f(caf::meta::type_name("table_msg"), x.name, x.dim, x.init_scale, x.rule, x.seed);
+  return f(caf::meta::type_name("table_msg"), x.name, x.dim, x.init_scale, x.rule, x.seed, x.admit_after,
+           x.expire_after);
 }
 
 struct shard_entry {

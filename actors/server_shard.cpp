@@ -523,6 +523,8 @@ std::string stats_json(const shard_state& st) {
   nlohmann::json j{{"shard", st.core->id()},
                    {"pid", getpid()},
                    {"rows", rows.rows_created()},
+                   {"rows_expired", s.expired},
+                   {"row_pushes_refused", s.refused},
                    {"table_bytes", rows.table_bytes()},
                    {"ram_bytes", rows.held_bytes()},
                    {"ram_budget", rows.budget()},

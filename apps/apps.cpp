@@ -434,6 +434,8 @@ shard_totals total_of(const nlohmann::json& shards) {
   auto count = [](const nlohmann::json& s, const char* field) { return s.value(field, std::uint64_t{0}); };
   for (const auto& s : shards) {
     t.rows += count(s, "rows");
+    t.rows_expired += count(s, "rows_expired");
+    t.row_pushes_refused += count(s, "row_pushes_refused");
     t.table_bytes += count(s, "table_bytes");
     t.ram_bytes += count(s, "ram_bytes");
     t.ram_budget += count(s, "ram_budget");

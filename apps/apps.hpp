@@ -21,11 +21,12 @@ std::vector<std::int64_t> bench_windows(const node_config& cfg);
 // Every shard's figures (its (stats) answer), parsed: a JSON array. Blocks; throws
 // bad_request naming a shard that does not answer.
 nlohmann::json shard_figures(const kv_client& kv);
-// Such figures summed over shards: rows and bytes, the RAM tiers' hits and misses, disk
+// Such figures summed over shards: rows (created, expired) and bytes, pushed rows refused admission, the RAM tiers' hits and misses, disk
 // reads once per process (shards may share one), the largest peak memory of a process.
 struct shard_totals {
   std::uint64_t rows = 0, table_bytes = 0, ram_bytes = 0, ram_budget = 0, ram_hits = 0, ram_misses = 0;
   std::uint64_t disk_bytes_read = 0, peak_rss = 0;
+  std::uint64_t rows_expired = 0, row_pushes_refused = 0;
   double ram_hit_rate() const;  // 1 when nothing was looked up
 };
 shard_totals total_of(const nlohmann::json& shards);

@@ -358,7 +358,8 @@ std::vector<sparse_table_spec> ctr_tables(const node_config& cfg) {
   for (std::size_t f = 0; f < fields; ++f) {
     std::string name = "C";  // Criteo's names of the categorical fields: C1..C26
     name += std::to_string(f + 1);
-    tables.push_back({name, static_cast<std::uint32_t>(cfg.app_count("embedding-dim")), 0.01f, adagrad, cfg.seed});
+    tables.push_back({name, static_cast<std::uint32_t>(cfg.app_count("embedding-dim")), 0.01f, adagrad, cfg.seed,
+                      static_cast<std::uint32_t>(cfg.app_count("admit-after")), cfg.app_count("row-expiry")});
   }
   return tables;
 }
@@ -376,6 +377,16 @@ std::vector<app_flag> ctr_flags() {
                if (h < 1 || h > 65536) return std::string("widths must be in [1, 65536]");
              return std::string();
            }},
+          {"admit-after", app_flag_kind::count, "1",
+           "ctr: a row is created once its id was pushed this many times (1: on first touch); until then its "
+           "gradients are dropped and pulls get its first-touch value",
+           [](const node_config& c) {
+             auto n = c.app_count("admit-after");
+             return n >= 1 && n <= 65535 ? "" : "must be in [1, 65535]";
+           }},
+          {"row-expiry", app_flag_kind::count, "0",
+           "ctr: clocks (batches) after which a row not pushed to is dropped (0: never); not with --shard-memory",
+           {}},
           {"embedding-cache", app_flag_kind::count, "0",
            "ctr: rows a worker caches over all tables (0: none); a cached row is used while at most "
            "--embedding-staleness clocks old",

@@ -40,7 +40,8 @@ void add_worker_figures(const ps::job_result& res, ps::json_line& out) {
   out["worker_cache_hit_rate"] = lookups > 0 ? static_cast<double>(sums["worker_cache_hits"]) / lookups : 0.0;
 }
 
-// The shards' figures (worker 0 asked every shard at the end): rows and bytes summed,
+// The shards' figures (worker 0 asked every shard at the end): rows (created, live,
+// expired), pushed rows refused admission and bytes summed,
 // the RAM tier's hit rate over all shards, disk reads summed per process, peak memory
 // the largest of any shard process.
 void add_shard_figures(const ps::job_result& res, ps::json_line& out) {
@@ -51,6 +52,9 @@ void add_shard_figures(const ps::job_result& res, ps::json_line& out) {
   }
   auto t = ps::total_of(shards);
   out["rows"] = t.rows;
+  out["rows_live"] = t.rows - t.rows_expired;
+  out["rows_expired"] = t.rows_expired;
+  out["row_pushes_refused"] = t.row_pushes_refused;
   out["table_bytes"] = t.table_bytes;
   out["cache_hit_rate"] = t.ram_hit_rate();
   out["disk_bytes_read"] = t.disk_bytes_read;

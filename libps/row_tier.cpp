@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "libps/hash.hpp"
 #include "libps/keys.hpp"
 
 namespace ps {
@@ -9,8 +10,54 @@ namespace ps {
 row_tier::row_tier(std::vector<sparse_table_spec> specs, std::uint64_t budget, eviction_policy policy)
     : budget_(budget) {
   for (auto& s : specs) {
+    if (budget > 0 && s.expire_after > 0)
+      throw bad_request("sparse table " + s.name + ": row expiry does not work with a disk tier (--shard-memory) yet");
+    if (s.admit_after > 1 && !sightings_) sightings_ = std::make_unique<count_min_sketch>();
     tables_.emplace_back(std::move(s), policy, clock_);
     if (budget > 0) tables_.back().set_protected_limit(budget / tables_.back().row_bytes() * 4 / 5);
+  }
+}
+
+namespace {
+std::uint64_t sighting_key(std::uint32_t table, std::uint64_t id) { return mix64(id ^ mix64(table)); }
+}  // namespace
+
+void row_tier::admit(std::uint32_t table, std::vector<std::uint64_t>& ids, std::vector<float>& grads) {
+  if (admits_all(table)) return;
+  const auto need = tables_.at(table).spec().admit_after;
+  const auto dim = tables_[table].spec().dim;
+  std::size_t kept = 0;
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    if (sightings_->add(sighting_key(table, ids[i])) < need && !tables_[table].holds(ids[i])) {
+      ++stats_.refused;
+      continue;
+    }
+    if (kept != i) {
+      ids[kept] = ids[i];
+      std::copy_n(grads.begin() + i * dim, dim, grads.begin() + kept * dim);
+    }
+    ++kept;
+  }
+  ids.resize(kept);
+  grads.resize(kept * dim);
+}
+
+bool row_tier::admitted(std::uint32_t table, std::uint64_t id) const {
+  return admits_all(table) || tables_.at(table).holds(id) ||
+         sightings_->estimate(sighting_key(table, id)) >= tables_[table].spec().admit_after;
+}
+
+void row_tier::expire(std::uint64_t clock) {
+  now_ = clock;
+  swept_at_.resize(tables_.size(), 0);
+  for (std::size_t i = 0; i < tables_.size(); ++i) {
+    auto& t = tables_[i];
+    auto after = t.spec().expire_after;
+    if (after == 0 || clock <= after || clock < swept_at_[i] + std::max<std::uint64_t>(1, after / 4)) continue;
+    swept_at_[i] = clock;
+    auto dropped = t.expire_before(clock - after);
+    stats_.expired += dropped;
+    table_bytes_ -= dropped * t.stride() * sizeof(float);
   }
 }
 
@@ -76,7 +123,7 @@ void row_tier::loaded(const std::vector<row_key>& keys, const std::vector<std::u
 void row_tier::create(std::uint32_t table, std::uint64_t id) {
   auto& t = tables_.at(table);
   if (t.holds(id)) return;
-  t.install(id, nullptr);
+  t.install(id, nullptr, now_);
   created(table);
 }
 

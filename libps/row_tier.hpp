@@ -16,6 +16,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "libps/count_min.hpp"
 #include "libps/sparse_table.hpp"
 
 namespace ps {
@@ -43,18 +44,33 @@ struct row_tier_stats {
   std::uint64_t read = 0;     // rows read from the disk tier (found there)
   std::uint64_t taken_back = 0;  // rows back in RAM from a write under way (no read)
   std::uint64_t written = 0;  // rows written to the disk tier
+  std::uint64_t refused = 0;  // pushed rows dropped, not admitted yet (their gradients discarded)
+  std::uint64_t expired = 0;  // rows dropped, not pushed to for their table's expire_after clocks
 };
 
 class row_tier {
  public:
   // budget: bytes for the RAM tier's rows (sparse_table::bytes); 0: unlimited, no disk
-  // tier (every row stays in RAM). Throws bad_request for a bad spec.
+  // tier (every row stays in RAM). Throws bad_request for a bad spec, or for row expiry
+  // with a disk tier (rows on disk do not expire yet).
   row_tier(std::vector<sparse_table_spec> specs, std::uint64_t budget, eviction_policy policy);
 
   bool tiered() const { return budget_ > 0; }
   std::size_t num_tables() const { return tables_.size(); }
   sparse_table& table(std::uint32_t t) { return tables_.at(t); }
   const sparse_table& table(std::uint32_t t) const { return tables_.at(t); }
+
+  // Admission (a table's admit_after > 1): counts a push's rows as sightings and drops
+  // from it, in place, those seen fewer times than admit_after (stats.refused). Rows
+  // below it are never created; admitted() says which a pull may read, the others are
+  // answered with their first-touch value. One sketch (libps/count_min.hpp) over all
+  // tables; none without admission.
+  void admit(std::uint32_t table, std::vector<std::uint64_t>& ids, std::vector<float>& grads);
+  bool admits_all(std::uint32_t table) const { return tables_.at(table).spec().admit_after <= 1; }
+  bool admitted(std::uint32_t table, std::uint64_t id) const;
+  // The shard's minimum clock is now `clock`: drops the rows of tables with expiry that
+  // were not pushed to for expire_after clocks (swept every expire_after/4 clocks).
+  void expire(std::uint64_t clock);
 
   // A request for these rows: takes back rows from writes under way and adds
   // those neither held nor being read to `to_read`. True when all are held now. count:
@@ -85,6 +101,7 @@ class row_tier {
   // Rows created so far (each table's first touches) and what they take in values and
   // optimizer state, wherever they are.
   std::uint64_t rows_created() const { return stats_.created; }
+  std::uint64_t rows_live() const { return stats_.created - stats_.expired; }
   std::uint64_t table_bytes() const { return table_bytes_; }
 
  private:
@@ -109,6 +126,9 @@ class row_tier {
   std::uint64_t buffered_bytes_ = 0;
   std::uint64_t next_write_ = 0;
   std::uint64_t table_bytes_ = 0;
+  std::unique_ptr<count_min_sketch> sightings_;  // admission's counts (some table admits after > 1)
+  std::vector<std::uint64_t> swept_at_;          // per table, the clock of expiry's last sweep
+  std::uint64_t now_ = 0;                        // the shard's minimum clock, as expire() was told
   row_tier_stats stats_;
 };
 

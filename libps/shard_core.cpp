@@ -173,9 +173,18 @@ void shard_core::take_row_push(const shard_request& r, std::uint32_t table, cons
 
 void shard_core::push_rows_now(const shard_request& r, std::uint32_t table, const std::vector<std::uint64_t>& ids,
                                const float* grads, bool acked, shard_effects& fx) {
+  if (rows_.admits_all(table)) return push_admitted_rows(r, table, ids, grads, acked, fx);
+  std::vector<std::uint64_t> kept(ids);
+  std::vector<float> kept_grads(grads, grads + ids.size() * rows_.table(table).spec().dim);
+  rows_.admit(table, kept, kept_grads);  // in arrival order on every copy: they agree on what is admitted
+  push_admitted_rows(r, table, kept, kept_grads.data(), acked, fx);
+}
+
+void shard_core::push_admitted_rows(const shard_request& r, std::uint32_t table, const std::vector<std::uint64_t>& ids,
+                                    const float* grads, bool acked, shard_effects& fx) {
   bool held = rows_.want(table, ids, true, fx.reads);
   if (held && row_queue_.empty()) {
-    rows_.table(table).push(ids, grads);
+    rows_.table(table).push(ids, grads, r.clock);
     if (head_) fx.traces.push_back({trace_event::push, r.worker, r.clock, id_, 0, 0});
   } else {  // kept (copied): the sender may reuse its buffer once acknowledged
     row_op op{row_op::kind::push, r, table, ids, {}, 0};
@@ -186,9 +195,39 @@ void shard_core::push_rows_now(const shard_request& r, std::uint32_t table, cons
   drain_rows(fx);
 }
 
+void shard_core::sort_admitted(pending_pull& p) const {
+  p.fresh.assign(p.ids.size(), 0);
+  p.admitted.clear();
+  for (std::size_t i = 0; i < p.ids.size(); ++i) {
+    if (rows_.admitted(*p.table, p.ids[i])) p.admitted.push_back(p.ids[i]);
+    else p.fresh[i] = 1;
+  }
+  if (p.admitted.size() == p.ids.size()) p.fresh.clear();
+}
+
+void shard_core::read_rows(pending_pull& p) {
+  auto& t = rows_.table(*p.table);
+  const auto& spec = t.spec();
+  p.values.resize(p.ids.size() * spec.dim);
+  if (p.fresh.empty()) return t.pull(p.ids, p.values.data(), p.req.clock);
+  std::vector<float> held(p.admitted.size() * spec.dim);
+  t.pull(p.admitted, held.data(), p.req.clock);
+  const float* next = held.data();
+  for (std::size_t i = 0; i < p.ids.size(); ++i) {
+    float* out = p.values.data() + i * spec.dim;
+    if (p.fresh[i]) {
+      initial_row(spec.seed, spec.name, p.ids[i], spec.init_scale, out, spec.dim);
+    } else {
+      std::copy_n(next, spec.dim, out);
+      next += spec.dim;
+    }
+  }
+}
+
 void shard_core::pull_rows_now(std::uint64_t token, shard_effects& fx) {
   auto& p = pulls_.at(token);
-  bool held = rows_.want(*p.table, p.ids, true, fx.reads);
+  if (!rows_.admits_all(*p.table)) sort_admitted(p);  // as the pushes queued before it left the counts
+  bool held = rows_.want(*p.table, p.stored_ids(), true, fx.reads);
   row_op op{row_op::kind::pull, p.req, *p.table, {}, {}, token};
   if (held && row_queue_.empty())
     run(op, fx);
@@ -200,14 +239,13 @@ void shard_core::pull_rows_now(std::uint64_t token, shard_effects& fx) {
 void shard_core::run(const row_op& op, shard_effects& fx) {
   switch (op.what) {
     case row_op::kind::push:
-      rows_.table(op.table).push(op.ids, op.grads.data());
+      rows_.table(op.table).push(op.ids, op.grads.data(), op.req.clock);
       if (head_) fx.traces.push_back({trace_event::push, op.req.worker, op.req.clock, id_, 0, 0});
       if (op.ack != 0) fx.applied.push_back(op.ack);
       return;
     case row_op::kind::pull: {
       auto& p = pulls_.at(op.token);
-      p.values.resize(p.ids.size() * rows_.table(op.table).spec().dim);
-      rows_.table(op.table).pull(p.ids, p.values.data());
+      read_rows(p);
       trace_pull(p, fx);
       fx.answer.push_back(op.token);
       return;
@@ -224,7 +262,7 @@ void shard_core::drain_rows(shard_effects& fx) {
   while (!row_queue_.empty()) {
     const auto& op = row_queue_.front();
     if (op.what != row_op::kind::key_pull) {
-      const auto& ids = op.what == row_op::kind::push ? op.ids : pulls_.at(op.token).ids;
+      const auto& ids = op.what == row_op::kind::push ? op.ids : pulls_.at(op.token).stored_ids();
       if (!rows_.want(op.table, ids, false, fx.reads)) {  // read from disk first, keeping the rest in RAM
         keep_from = rows_.keep(op.table, ids);
         break;
@@ -359,6 +397,7 @@ void shard_core::release(shard_effects& fx) {
   if (min != left_clock) checkpoint_at_.erase(checkpoint_at_.begin(), checkpoint_at_.upper_bound(min));
   if (head_ && sends_checkpoints_ && boundary) fx.checkpoint_at = min;
   if (min != left_clock) last_min_ = min;
+  if (min != left_clock) rows_.expire(min);
   if (kill_at_ && min != left_clock && min >= *kill_at_) {  // the process ends: no read is answered
     fx.die = name_ + " reached clock " + std::to_string(min) + " (--faults: kill server=" + std::to_string(id_) +
              " at=" + std::to_string(*kill_at_) + ")";

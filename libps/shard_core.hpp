@@ -185,6 +185,11 @@ class shard_core {
     std::optional<std::uint32_t> table = {};  // set: a pull of rows `ids` of that table
     std::vector<std::uint64_t> ids = {};
     std::vector<float> values = {};           // a row pull's answer, once read
+    // Admission: per id, 1 when not admitted (answered with its first-touch value), and
+    // the admitted ids, read from the tables; both empty when every id is admitted.
+    std::vector<std::uint8_t> fresh = {};
+    std::vector<std::uint64_t> admitted = {};
+    const std::vector<std::uint64_t>& stored_ids() const { return fresh.empty() ? ids : admitted; }
   };
   // Work on rows in arrival order, each run once its rows are in RAM; a pull of keys
   // answerable while row work is queued waits its turn, so answers leave in order.
@@ -222,6 +227,11 @@ class shard_core {
   // acknowledgment waits when it is queued (fx.queued_push).
   void push_rows_now(const shard_request& r, std::uint32_t table, const std::vector<std::uint64_t>& ids,
                      const float* grads, bool acked, shard_effects& fx);
+  void push_admitted_rows(const shard_request& r, std::uint32_t table, const std::vector<std::uint64_t>& ids,
+                          const float* grads, bool acked, shard_effects& fx);
+  // A pull's ids split into admitted ones and the rest (row admission).
+  void sort_admitted(pending_pull& p) const;
+  void read_rows(pending_pull& p);  // p.values from the tables (first-touch values for ids not admitted)
   void pull_rows_now(std::uint64_t token, shard_effects& fx);
   void run(const row_op& op, shard_effects& fx);
   // Runs the queued work whose rows are in RAM, in order, then keeps the RAM tier within

@@ -14,6 +14,8 @@ void sparse_table_spec::validate() const {
   if (!(init_scale >= 0) || !std::isfinite(init_scale))
     throw bad_request("sparse table " + name + ": init scale must be finite and >= 0");
   rule.validate();
+  if (admit_after < 1 || admit_after > 65535)
+    throw bad_request("sparse table " + name + ": admit_after " + std::to_string(admit_after) + " is not in [1, 65535]");
 }
 
 void initial_row(std::uint64_t seed, const std::string& table, std::uint64_t id, float scale, float* out,
@@ -54,20 +56,21 @@ std::uint32_t sparse_table::add(std::uint64_t id) {
   return slot;
 }
 
-float* sparse_table::row(std::uint64_t id) {
+float* sparse_table::row(std::uint64_t id, std::uint64_t clock) {
   if (auto it = index_.find(id); it != index_.end()) {
     used(it->second);
     return arena_.data() + static_cast<std::size_t>(it->second) * stride_;
   }
-  install(id, nullptr);
+  install(id, nullptr, clock);
   return arena_.data() + static_cast<std::size_t>(index_.at(id)) * stride_;
 }
 
-void sparse_table::install(std::uint64_t id, const float* stored) {
+void sparse_table::install(std::uint64_t id, const float* stored, std::uint64_t clock) {
   if (holds(id)) return;
   auto slot = add(id);
   float* r = arena_.data() + static_cast<std::size_t>(slot) * stride_;
   meta_[slot].dirty = !stored;
+  meta_[slot].pushed = clock;
   if (stored) {
     std::copy(stored, stored + stride_, r);
     return;
@@ -126,26 +129,40 @@ sparse_table::evicted sparse_table::evict(std::vector<float>& row_out) {
   evicted out{m.id, m.dirty};
   const float* r = arena_.data() + static_cast<std::size_t>(slot) * stride_;
   row_out.insert(row_out.end(), r, r + stride_);
+  remove(slot);
+  return out;
+}
+
+void sparse_table::remove(std::uint32_t slot) {
+  auto& m = meta_[slot];
   unlink(slot);
   m.seg = segment::free;
   index_.erase(m.id);
   free_.push_back(slot);
-  return out;
 }
 
-void sparse_table::pull(std::span<const std::uint64_t> ids, float* out) {
+std::size_t sparse_table::expire_before(std::uint64_t clock) {
+  std::size_t dropped = 0;
+  for (std::uint32_t slot = 0; slot < meta_.size(); ++slot)
+    if (meta_[slot].seg != segment::free && meta_[slot].pushed < clock) remove(slot), ++dropped;
+  return dropped;
+}
+
+void sparse_table::pull(std::span<const std::uint64_t> ids, float* out, std::uint64_t clock) {
   for (std::size_t i = 0; i < ids.size(); ++i) {
-    const float* r = row(ids[i]);
+    const float* r = row(ids[i], clock);
     std::copy(r, r + spec_.dim, out + i * spec_.dim);
   }
 }
 
-void sparse_table::push(std::span<const std::uint64_t> ids, const float* grads) {
+void sparse_table::push(std::span<const std::uint64_t> ids, const float* grads, std::uint64_t clock) {
   const auto slots = spec_.rule.state_slots();
   std::vector<float*> state(slots);
   for (std::size_t i = 0; i < ids.size(); ++i) {
-    float* r = row(ids[i]);
-    meta_[static_cast<std::size_t>(r - arena_.data()) / stride_].dirty = true;
+    float* r = row(ids[i], clock);
+    auto& m = meta_[static_cast<std::size_t>(r - arena_.data()) / stride_];
+    m.dirty = true;
+    m.pushed = std::max(m.pushed, clock);
     for (std::size_t k = 0; k < slots; ++k) state[k] = r + (k + 1) * spec_.dim;
     spec_.rule.apply(r, state.data(), grads + i * spec_.dim, spec_.dim);
   }

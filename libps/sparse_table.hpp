@@ -24,7 +24,14 @@ struct sparse_table_spec {
   float init_scale = 0.01f;  // first-touch values are uniform in [-init_scale, init_scale)
   update_rule rule;          // Adagrad is the usual choice for embeddings
   std::uint64_t seed = 1;
-  // Throws bad_request naming what is wrong (no name, dim 0 or above 4096, bad scale or rule).
+  // Admission: a row is created once its id was pushed this many times (1: on first
+  // touch); until then pushes to it are dropped and pulls get its first-touch value.
+  std::uint32_t admit_after = 1;
+  // Expiry: a row not pushed to for this many clocks (the shard's minimum clock) is
+  // dropped, and created afresh if touched again (0: never).
+  std::uint64_t expire_after = 0;
+  // Throws bad_request naming what is wrong (no name, dim 0 or above 4096, bad scale or
+  // rule, admit_after outside 1..65535).
   void validate() const;
 };
 
@@ -51,20 +58,24 @@ class sparse_table {
   // Floats a row takes: its value and each optimizer state slot.
   std::size_t stride() const { return stride_; }
   // Rows `ids` into out (ids.size() * dim floats, in order; an id may repeat). Rows not
-  // held are created (first touch).
-  void pull(std::span<const std::uint64_t> ids, float* out);
+  // held are created (first touch) as used at `clock`.
+  void pull(std::span<const std::uint64_t> ids, float* out, std::uint64_t clock = 0);
   // Folds grads (ids.size() * dim floats) into the rows with the table's rule, creating
-  // rows not held first. A repeated id is updated once per occurrence; clients merge
-  // duplicates first (merge_rows) so a request carries each id once.
-  void push(std::span<const std::uint64_t> ids, const float* grads);
+  // rows not held first, and marks them pushed at `clock` (for expiry). A repeated id is
+  // updated once per occurrence; clients merge duplicates first (merge_rows) so a
+  // request carries each id once.
+  void push(std::span<const std::uint64_t> ids, const float* grads, std::uint64_t clock = 0);
+  // Drops the rows last pushed (or created) before `clock`; returns how many.
+  std::size_t expire_before(std::uint64_t clock);
 
   bool holds(std::uint64_t id) const { return index_.count(id) != 0; }
   // The most rows slru keeps protected (the tier sets 80% of the rows its budget holds);
   // beyond it the oldest go back on probation.
   void set_protected_limit(std::size_t rows) { protected_limit_ = rows; }
   // Takes a row read from the disk tier (stride() floats: value, then state), clean; or,
-  // stored == nullptr, creates it (first touch), dirty: the disk has never seen it.
-  void install(std::uint64_t id, const float* stored);
+  // stored == nullptr, creates it (first touch), dirty: the disk has never seen it; as
+  // pushed at `clock` (for expiry).
+  void install(std::uint64_t id, const float* stored, std::uint64_t clock = 0);
   // Counts as a use for the eviction order (a request found the row held).
   void touch(std::uint64_t id);
   // The access stamp of the row evict() would take (none held: nullopt).
@@ -90,6 +101,7 @@ class sparse_table {
   struct slot_meta {
     std::uint64_t id = 0;
     std::uint64_t stamp = 0;
+    std::uint64_t pushed = 0;  // the clock of its last push (or creation), for expiry
     std::uint32_t prev = none, next = none;
     segment seg = segment::free;
     bool dirty = false;
@@ -98,8 +110,9 @@ class sparse_table {
     std::uint32_t head = none, tail = none;
     std::size_t size = 0;
   };
-  float* row(std::uint64_t id);         // creates it on first touch
+  float* row(std::uint64_t id, std::uint64_t clock);  // creates it on first touch
   std::uint32_t add(std::uint64_t id);  // a slot for a new row, at the head of probation
+  void remove(std::uint32_t slot);      // out of the order and the index, slot freed
   void used(std::uint32_t slot);        // a use: stamp, and move per the policy
   void link(order& o, segment s, std::uint32_t slot);
   void unlink(std::uint32_t slot);

@@ -4,6 +4,8 @@
 
 #include <vector>
 
+#include "libps/count_min.hpp"
+#include "libps/keys.hpp"
 #include "libps/shard_core.hpp"
 
 using namespace ps;
@@ -110,4 +112,99 @@ TEST_CASE("shard_core rows: a row is the same on every copy: it depends on (seed
   b.forget_pull(1);
   b.pull_rows({1, 0, 0, 0}, 0, {1, 2, 3}, 2, t0);
   CHECK(read(a, 1) == read(b, 2));
+}
+
+TEST_CASE("count-min sketch: never under a key's count, exact for keys that share no counter") {
+  count_min_sketch sketch(16, 4);
+  std::vector<std::uint32_t> truth(20000);
+  for (std::uint64_t k = 0; k < truth.size(); ++k) {
+    truth[k] = 1 + k % 7;
+    for (std::uint32_t i = 0; i < truth[k]; ++i) sketch.add(k);
+  }
+  std::size_t exact = 0;
+  for (std::uint64_t k = 0; k < truth.size(); ++k) {
+    auto e = sketch.estimate(k);
+    CHECK(e >= truth[k]);
+    exact += e == truth[k];
+  }
+  CHECK(exact > truth.size() * 95 / 100);  // 80,000 sightings over 4 x 65,536 counters
+  CHECK(sketch.estimate(1u << 30) <= 7);
+  CHECK_THROWS_AS(count_min_sketch(2, 4), bad_request);
+}
+
+TEST_CASE("shard_core rows: admission after 3 pushes: earlier gradients are dropped, pulls get the first-touch value, no row is made") {
+  auto cfg = rows_shard(infinite_staleness);
+  cfg.tables[0].admit_after = 3;
+  shard_core core(cfg);
+  std::vector<float> grads{1, 2};
+  for (std::uint64_t seq = 1; seq <= 2; ++seq) {
+    CHECK(core.push_rows({1, 0, seq, seq}, 0, {5}, grads.data(), 2).ok());
+    core.pull_rows({1, 0, 0, 0}, 0, {5}, seq, t0);
+    CHECK(read(core, seq) == first_touch(5));
+  }
+  CHECK(core.rows().table(0).rows() == 0);
+  CHECK(core.rows().stats().refused == 2);
+  CHECK(core.push_rows({1, 0, 3, 3}, 0, {5}, grads.data(), 2).ok());  // the third: admitted, applied
+  CHECK(core.rows().table(0).rows() == 1);
+  auto five = first_touch(5);
+  core.pull_rows({1, 0, 0, 0}, 0, {9, 5}, 7, t0);  // 9 never pushed: first touch, not created
+  auto nine = first_touch(9);
+  CHECK(read(core, 7) == std::vector<float>{nine[0], nine[1], five[0] + 1, five[1] + 2});
+  CHECK(core.rows().rows_created() == 1);
+  sparse_table_spec bad = table_spec("emb", 2);
+  bad.admit_after = 0;
+  CHECK_THROWS_AS(bad.validate(), bad_request);
+}
+
+TEST_CASE("shard_core rows: a copy that sees only the pushes admits and holds the same rows as the head") {
+  auto cfg = rows_shard(infinite_staleness);
+  cfg.tables[0].admit_after = 2;
+  shard_core head(cfg);
+  cfg.head = false;
+  shard_core replica(cfg);
+  std::vector<float> grads{0.5f, -1};
+  std::uint64_t token = 0;
+  for (std::uint64_t seq = 1; seq <= 40; ++seq) {
+    std::vector<std::uint64_t> rows{seq % 3, seq % 11, 100 + seq};  // often, now and then, once
+    std::vector<float> g;
+    for (std::size_t i = 0; i < rows.size(); ++i) g.insert(g.end(), grads.begin(), grads.end());
+    head.pull_rows({1, 0, 0, 0}, 0, rows, ++token, t0);
+    head.forget_pull(token);
+    CHECK(head.push_rows({1, 0, seq, seq}, 0, rows, g.data(), g.size()).ok());
+    CHECK(replica.push_rows({1, 0, seq, seq}, 0, rows, g.data(), g.size()).ok());
+  }
+  CHECK(head.rows().table(0).rows() == 11);  // 0..10; the ids pushed once never
+  CHECK(replica.rows().table(0).rows() == 11);
+  std::vector<std::uint64_t> all;
+  for (std::uint64_t id = 0; id < 141; ++id) all.push_back(id);
+  head.pull_rows({1, 0, 0, 0}, 0, all, ++token, t0);
+  replica.pull_rows({1, 0, 0, 0}, 0, all, token, t0);
+  CHECK(read(head, token) == read(replica, token));
+}
+
+TEST_CASE("shard_core rows: a row not pushed to for expire_after clocks is dropped, and made afresh when touched") {
+  auto cfg = rows_shard(0);
+  cfg.num_workers = 1;
+  cfg.tables[0].expire_after = 8;
+  shard_core core(cfg);
+  std::vector<float> grads{1, 1};
+  std::uint64_t seq = 0;
+  for (std::uint64_t clock = 0; clock < 30; ++clock) {
+    std::vector<std::uint64_t> rows{1};
+    if (clock < 2) rows.push_back(2);  // row 2: pushed at clocks 0 and 1 only
+    std::vector<float> g(rows.size() * 2, 1.0f);
+    CHECK(core.push_rows({1, 0, clock, ++seq, clock + 1}, 0, rows, g.data(), g.size()).ok());
+    bool two_held = core.rows().table(0).holds(2);
+    // Last pushed at clock 1: expired once the minimum clock passes 1 + 8, swept every 2.
+    if (clock + 1 <= 9) CHECK(two_held);
+    if (clock + 1 >= 12) CHECK_FALSE(two_held);
+  }
+  CHECK(core.rows().table(0).holds(1));
+  CHECK(core.rows().stats().expired == 1);
+  CHECK(core.rows().rows_live() == 1);
+  core.pull_rows({1, 0, 30, 0}, 0, {2}, 1, t0);
+  CHECK(read(core, 1) == first_touch(2));  // made afresh
+  CHECK(core.rows().rows_live() == 2);
+  cfg.shard_memory = 1 << 20;  // rows on disk do not expire yet: refused, naming the table
+  CHECK_THROWS_WITH_AS(shard_core{cfg}, doctest::Contains("sparse table emb: row expiry"), bad_request);
 }

@@ -1,0 +1,28 @@
+#pragma once
+// A count-min sketch (Cormode and Muthukrishnan, 2005) with conservative update: how
+// often each 64-bit key was seen, in fixed memory, never under the true count and rarely
+// far above it. A table's row admission uses it (libps/sparse_table.hpp): a row is
+// created only once its id was pushed `admit_after` times, without holding anything per
+// id before then (ids are unbounded; most of a click log's ids are seen once).
+#include <cstdint>
+#include <vector>
+
+namespace ps {
+
+class count_min_sketch {
+ public:
+  // depth rows of 2^width_bits saturating 16-bit counters (depth * 2^(width_bits+1) bytes).
+  explicit count_min_sketch(unsigned width_bits = 20, unsigned depth = 4);
+  // Counts one more sighting of key; returns its estimate after it.
+  std::uint32_t add(std::uint64_t key);
+  std::uint32_t estimate(std::uint64_t key) const;
+  std::uint64_t bytes() const { return counters_.size() * sizeof(std::uint16_t); }
+
+ private:
+  std::size_t cell(unsigned row, std::uint64_t key) const;
+  unsigned width_bits_;
+  unsigned depth_;
+  std::vector<std::uint16_t> counters_;  // row-major, depth_ rows
+};
+
+}  // namespace ps
