@@ -189,7 +189,7 @@ void carry_out(self_ptr self, const shard_options& opts, const coordinator_actor
     }
   if (fx.checkpoint_at && st.checkpointer)
     caf::anon_send(st.checkpointer, snapshot_atom::value, st.core->id(), *fx.checkpoint_at,
-                   snapshot_block(shard_snapshot{st.core->id(), st.core->store().snapshot()}));
+                   snapshot_block(shard_snapshot{st.core->id(), st.core->store().snapshot(), st.core->table_snapshot()}));
   for (const auto& loss : fx.losses) caf::anon_send(coordinator, loss_atom::value, loss);
   if (fx.die) die_abruptly(*fx.die);
   for (auto token : fx.answer) answer_pull(self, opts, token);
@@ -414,12 +414,13 @@ std::uint64_t take_view(self_ptr self, const cluster_view& view) {
   return st.core->epoch();
 }
 
-// The parameters a registration carries (--restore, a replacement); throws bad_request.
-std::vector<stored_segment> restored_segments(const registration& reg) {
-  if (!reg.state.bytes || reg.state.bytes->empty()) return {};
+// The parameters and rows a registration carries (--restore, a replacement); throws
+// bad_request.
+shard_snapshot restored_state(const registration& reg) {
+  if (!reg.state.bytes || reg.state.bytes->empty()) return {reg.id, {}, {}};
   auto snap = snapshot_of(reg.state);
   if (snap.shard != reg.id) throw bad_request("restored state belongs to shard " + std::to_string(snap.shard));
-  return std::move(snap.segments);
+  return snap;
 }
 
 shard_config config_of(const registration& reg, const shard_options& opts, const std::string& name) {
@@ -439,7 +440,9 @@ shard_config config_of(const registration& reg, const shard_options& opts, const
   c.sends_checkpoints = static_cast<bool>(reg.view.checkpointer);
   if (!opts.replaces && !opts.replica) c.kill_at = opts.faults.kill_clock(fault_plan::role::server, reg.id);
   c.head = !opts.replica;
-  c.restored = restored_segments(reg);
+  auto state = restored_state(reg);
+  c.restored = std::move(state.segments);
+  c.restored_rows = std::move(state.tables);
   c.shard_memory = opts.shard_memory;
   c.eviction = opts.eviction;
   return c;
@@ -550,7 +553,8 @@ void start_replica(self_ptr self, const shard_options& opts, const coordinator_a
       [=](registration& reg) {
         auto& st = self->state;
         try {
-          st.core->restore(restored_segments(reg));
+          auto state = restored_state(reg);
+          st.core->restore(state.segments, state.tables);
         } catch (const bad_request& e) {
           std::fprintf(stderr, "%s: cannot restore: %s\n", st.name.c_str(), e.what());
           self->quit(make_ps_error(st.name + ": cannot restore: " + e.what()));

@@ -49,12 +49,14 @@ struct row_tally {
 };
 
 // Pulls the rows and compares them with the sums of what `pushers` pushed: each row got
-// its gradient twice per round when it was among the first tenth (pushed twice).
+// its gradient twice per round when it was among the first tenth (pushed twice), in this
+// run and in each earlier one whose rows were restored (--prior-runs).
 void check_sums(worker_context& ctx, const std::vector<std::uint64_t>& rows, const std::vector<std::uint32_t>& pushers,
                 row_tally& tally) {
   auto got = ctx.kv.pull_rows(summed_table, rows).get();
+  const double runs = 1.0 + static_cast<double>(ctx.cfg.app_count("prior-runs"));
   for (std::size_t i = 0; i < rows.size(); ++i) {
-    double times = i < rows.size() / 10 ? 2 : 1;
+    double times = (i < rows.size() / 10 ? 2 : 1) * runs;
     for (std::uint32_t d = 0; d < row_dim; ++d) {
       double expect = 0;
       for (auto w : pushers)
@@ -127,7 +129,9 @@ app_definition rowcheck_definition() {
                      "asp", {}, {}};
   app.tables = rowcheck_tables;
   app.flags = {{"rows", app_flag_kind::count, "5000", "rowcheck: rows per push (shared and own, each)",
-                [](const node_config& c) { return c.app_count("rows") >= 10 ? "" : "must be >= 10"; }}};
+                [](const node_config& c) { return c.app_count("rows") >= 10 ? "" : "must be >= 10"; }},
+               {"prior-runs", app_flag_kind::count, "0",
+                "rowcheck: earlier runs whose sums the rows already hold (restored with --restore)", {}}};
   return app;
 }
 

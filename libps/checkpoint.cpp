@@ -21,9 +21,26 @@ void serialize(Archive& ar, stored_segment& s) {
   ar(s.begin, s.end, s.values, s.state);
 }
 template <class Archive>
-void serialize(Archive& ar, shard_snapshot& s) {
-  ar(s.shard, s.segments);
+void serialize(Archive& ar, table_rows& t) {
+  ar(t.table, t.stride, t.ids, t.rows);
 }
+
+template <class Archive>
+void serialize(Archive& ar, shard_snapshot& s) {
+  ar(s.shard, s.segments, s.tables);
+}
+
+namespace {
+// A shard's section in a file of format version 1: dense tensors only.
+struct shard_snapshot_v1 {
+  std::uint32_t shard = 0;
+  std::vector<stored_segment> segments;
+  template <class Archive>
+  void serialize(Archive& ar) {
+    ar(shard, segments);
+  }
+};
+}  // namespace
 template <class Archive>
 void serialize(Archive& ar, checkpoint_header& h) {
   ar(h.version, h.model, h.epoch, h.clock, h.shard_ids, h.vnodes, h.bucket_bits, h.rule, h.state_slots);
@@ -164,13 +181,24 @@ checkpoint read_checkpoint(const std::string& path) {
   if (std::memcmp(data.data(), magic, sizeof(magic)) != 0) r.fail("not an ActorPS checkpoint (bad magic)");
   r.at = sizeof(magic);
   auto version = r.pod<std::uint32_t>("the format version");
-  if (version != checkpoint_format_version)
-    r.fail("format version " + std::to_string(version) + ", this build reads " +
+  if (version != 1 && version != checkpoint_format_version)
+    r.fail("format version " + std::to_string(version) + ", this build reads 1 to " +
            std::to_string(checkpoint_format_version));
   checkpoint c;
   c.header = r.section<checkpoint_header>("the header");
   for (auto id : c.header.shard_ids) {
-    auto s = r.section<shard_snapshot>("shard " + std::to_string(id));
+    auto what = "shard " + std::to_string(id);
+    shard_snapshot s;
+    if (version == 1) {
+      auto old = r.section<shard_snapshot_v1>(what);
+      s = {old.shard, std::move(old.segments), {}};
+    } else {
+      s = r.section<shard_snapshot>(what);
+    }
+    for (const auto& t : s.tables)
+      if (t.stride == 0 || t.rows.size() != t.ids.size() * t.stride)
+        r.fail(what + ": table " + std::to_string(t.table) + " holds " + std::to_string(t.rows.size()) +
+               " values for " + std::to_string(t.ids.size()) + " rows of " + std::to_string(t.stride));
     if (s.shard != id) r.fail("shard " + std::to_string(id) + " holds the data of shard " + std::to_string(s.shard));
     c.shards.push_back(std::move(s));
   }

@@ -17,7 +17,9 @@
 
 namespace ps {
 
-inline constexpr std::uint32_t checkpoint_format_version = 1;
+// 2: a shard's section also holds its sparse tables' rows. Files of version 1 (dense
+// tensors only) still read.
+inline constexpr std::uint32_t checkpoint_format_version = 2;
 
 struct checkpoint_header {
   std::uint32_t version = checkpoint_format_version;
@@ -30,9 +32,19 @@ struct checkpoint_header {
   std::uint32_t state_slots = 0;
 };
 
+// A sparse table's rows in a shard's snapshot: ids and each row's `stride` floats (its
+// value, then its optimizer state), back to back.
+struct table_rows {
+  std::uint32_t table = 0;  // index among the job's tables
+  std::uint32_t stride = 0;
+  std::vector<std::uint64_t> ids;
+  std::vector<float> rows;
+};
+
 struct shard_snapshot {
   std::uint32_t shard = 0;
   std::vector<stored_segment> segments;
+  std::vector<table_rows> tables;  // none: the job has no tables (or the file is of version 1)
 };
 
 struct checkpoint {

@@ -48,8 +48,11 @@ bool row_tier::admitted(std::uint32_t table, std::uint64_t id) const {
 }
 
 void row_tier::expire(std::uint64_t clock) {
+  if (swept_at_.empty())  // the first clock this tier hears of: restored rows live from it
+    for (auto& t : tables_)
+      if (t.spec().expire_after > 0) t.restamp(clock);
   now_ = clock;
-  swept_at_.resize(tables_.size(), 0);
+  swept_at_.resize(tables_.size(), clock);
   for (std::size_t i = 0; i < tables_.size(); ++i) {
     auto& t = tables_[i];
     auto after = t.spec().expire_after;
@@ -130,6 +133,23 @@ void row_tier::create(std::uint32_t table, std::uint64_t id) {
 void row_tier::filled_on_disk(std::uint32_t table, std::uint64_t rows) {
   stats_.created += rows;
   table_bytes_ += rows * tables_.at(table).stride() * sizeof(float);
+}
+
+void row_tier::restore(std::uint32_t table, std::uint32_t stride, const std::vector<std::uint64_t>& ids,
+                       const std::vector<float>& rows) {
+  if (tiered()) throw bad_request("sparse tables on a disk tier (--shard-memory) are not restored from checkpoints yet");
+  if (table >= tables_.size())
+    throw bad_request("the checkpoint has rows of sparse table " + std::to_string(table) + ", the job has " +
+                      std::to_string(tables_.size()) + " tables");
+  auto& t = tables_[table];
+  if (stride != t.stride() || rows.size() != ids.size() * stride)
+    throw bad_request("the checkpoint's rows of sparse table " + t.spec().name + " have " + std::to_string(stride) +
+                      " floats each, the job's " + std::to_string(t.stride()) + " (another model?)");
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    if (t.holds(ids[i])) continue;
+    t.install(ids[i], rows.data() + i * stride, now_);
+    created(table);
+  }
 }
 
 std::uint64_t row_tier::held_bytes() const {

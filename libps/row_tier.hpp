@@ -92,6 +92,11 @@ class row_tier {
   // `rows` rows written straight to the disk tier (row_disk::fill), counted as created.
   void create(std::uint32_t table, std::uint64_t id);
   void filled_on_disk(std::uint32_t table, std::uint64_t rows);
+  // A checkpoint's rows of a table (stride floats each), in RAM; counted as created.
+  // Throws bad_request when the table is unknown or its rows are not of this stride
+  // (a checkpoint of another model), or with a disk tier (not checkpointed yet).
+  void restore(std::uint32_t table, std::uint32_t stride, const std::vector<std::uint64_t>& ids,
+               const std::vector<float>& rows);
 
   const row_tier_stats& stats() const { return stats_; }
   std::uint64_t held_bytes() const;

@@ -26,7 +26,31 @@ shard_core::shard_core(shard_config cfg, std::unique_ptr<param_store> store)
       kill_at_(cfg.kill_at),
       rows_(std::move(cfg.tables), cfg.shard_memory, cfg.eviction),
       head_(cfg.head) {
-  if (!cfg.restored.empty()) store_->restore(cfg.restored);
+  restore(cfg.restored, cfg.restored_rows);
+}
+
+void shard_core::restore(const std::vector<stored_segment>& segments, const std::vector<table_rows>& rows) {
+  if (!segments.empty()) store_->restore(segments);
+  for (const auto& t : rows) rows_.restore(t.table, t.stride, t.ids, t.rows);
+}
+
+std::vector<table_rows> shard_core::table_snapshot() const {
+  std::vector<table_rows> out;
+  for (std::uint32_t i = 0; i < rows_.num_tables(); ++i) {
+    const auto& table = rows_.table(i);
+    std::vector<std::pair<std::uint64_t, const float*>> held;
+    table.for_each_row([&](std::uint64_t id, const float* row) { held.emplace_back(id, row); });
+    std::sort(held.begin(), held.end());
+    table_rows t{i, static_cast<std::uint32_t>(table.stride()), {}, {}};
+    t.ids.reserve(held.size());
+    t.rows.reserve(held.size() * table.stride());
+    for (const auto& [id, row] : held) {
+      t.ids.push_back(id);
+      t.rows.insert(t.rows.end(), row, row + table.stride());
+    }
+    out.push_back(std::move(t));
+  }
+  return out;
 }
 
 void shard_core::start_as_replacement(std::uint64_t clock, const std::vector<std::uint32_t>& departed) {

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "libps/checkpoint.hpp"
 #include "libps/consistency.hpp"
 #include "libps/duplicate_filter.hpp"
 #include "libps/param_store.hpp"
@@ -53,6 +54,7 @@ struct shard_config {
   std::optional<std::uint64_t> kill_at;    // fault injector
   bool head = true;                        // traces pushes and sends checkpoint parts
   std::vector<stored_segment> restored;    // --restore or a checkpoint section
+  std::vector<table_rows> restored_rows;   // its sparse tables' rows
   std::vector<sparse_table_spec> tables;   // the job's sparse tables, by index
   // Bytes for the tables' rows in RAM (--shard-memory); 0: unlimited, no disk tier.
   std::uint64_t shard_memory = 0;
@@ -154,8 +156,12 @@ class shard_core {
   std::optional<time_point> next_expiry(std::chrono::milliseconds limit) const;
 
   void saw_epoch(std::uint64_t epoch) { view_epoch_ = std::max(view_epoch_, epoch); }
-  // Replaces the parameters (a replica's state from --restore); throws bad_request.
-  void restore(const std::vector<stored_segment>& segments) { store_->restore(segments); }
+  // Replaces the parameters and adds the rows (a replica's state from --restore); throws
+  // bad_request.
+  void restore(const std::vector<stored_segment>& segments, const std::vector<table_rows>& rows = {});
+  // The tables' rows for a checkpoint, by table and then id (a shard with a disk tier
+  // holds most rows on disk: it is refused checkpoints at start).
+  std::vector<table_rows> table_snapshot() const;
   void set_head(bool head) { head_ = head; }
 
   // The ranges and token of a parked or just-answerable pull (valid until answered).

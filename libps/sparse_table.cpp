@@ -141,6 +141,11 @@ void sparse_table::remove(std::uint32_t slot) {
   free_.push_back(slot);
 }
 
+void sparse_table::restamp(std::uint64_t clock) {
+  for (auto& m : meta_)
+    if (m.seg != segment::free) m.pushed = std::max(m.pushed, clock);
+}
+
 std::size_t sparse_table::expire_before(std::uint64_t clock) {
   std::size_t dropped = 0;
   for (std::uint32_t slot = 0; slot < meta_.size(); ++slot)

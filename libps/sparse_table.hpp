@@ -67,8 +67,17 @@ class sparse_table {
   void push(std::span<const std::uint64_t> ids, const float* grads, std::uint64_t clock = 0);
   // Drops the rows last pushed (or created) before `clock`; returns how many.
   std::size_t expire_before(std::uint64_t clock);
+  // Counts every row as pushed at `clock` at the latest (rows restored from a checkpoint
+  // live from the clock the shard resumes at).
+  void restamp(std::uint64_t clock);
 
   bool holds(std::uint64_t id) const { return index_.count(id) != 0; }
+  // f(id, row) for every row held (stride() floats each), in no particular order.
+  template <class F>
+  void for_each_row(F f) const {
+    for (std::size_t slot = 0; slot < meta_.size(); ++slot)
+      if (meta_[slot].seg != segment::free) f(meta_[slot].id, arena_.data() + slot * stride_);
+  }
   // The most rows slru keeps protected (the tier sets 80% of the rows its budget holds);
   // beyond it the oldest go back on probation.
   void set_protected_limit(std::size_t rows) { protected_limit_ = rows; }

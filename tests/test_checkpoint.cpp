@@ -3,8 +3,14 @@
 
 #include <unistd.h>
 
+#include <zlib.h>
+
+#include <cereal/archives/binary.hpp>
+#include <cereal/types/string.hpp>
+#include <cereal/types/vector.hpp>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 
 #include "libps/checkpoint.hpp"
 
@@ -120,4 +126,70 @@ TEST_CASE("restore refuses segments that do not fit the rule or overlap") {
   CHECK_THROWS_WITH_AS(s.restore({{0, 2, {1, 2}, {}}}), doctest::Contains("has 0 optimizer state values, the rule needs 2"), bad_request);
   CHECK_THROWS_WITH_AS(s.restore({{0, 2, {1, 2}, {0, 0}}, {1, 3, {1, 2}, {0, 0}}}), doctest::Contains("overlaps"), bad_request);
   CHECK_THROWS_WITH_AS(s.restore({{0, 2, {1}, {0, 0}}}), doctest::Contains("has 1 values"), bad_request);
+}
+
+namespace {
+
+// A file as a build of format version 1 wrote it (dense tensors only): the header and
+// each shard's section (shard, segments) as cereal binary, each with its CRC-32.
+void write_v1_file(const std::string& path, const checkpoint& c) {
+  auto section = [](std::string& out, const std::string& bytes) {
+    std::uint64_t n = bytes.size();
+    out.append(reinterpret_cast<const char*>(&n), sizeof(n));
+    out += bytes;
+    auto crc = static_cast<std::uint32_t>(crc32(0L, reinterpret_cast<const Bytef*>(bytes.data()), static_cast<uInt>(bytes.size())));
+    out.append(reinterpret_cast<const char*>(&crc), sizeof(crc));
+  };
+  auto bytes_of = [](auto&&... fields) {
+    std::ostringstream s;
+    {
+      cereal::BinaryOutputArchive ar(s);
+      ar(fields...);
+    }
+    return s.str();
+  };
+  std::string data("APSCKPT\0", 8);
+  std::uint32_t version = 1;
+  data.append(reinterpret_cast<const char*>(&version), sizeof(version));
+  const auto& h = c.header;
+  section(data, bytes_of(version, h.model, h.epoch, h.clock, h.shard_ids, h.vnodes, h.bucket_bits, h.rule, h.state_slots));
+  for (const auto& s : c.shards) {
+    std::ostringstream seg;
+    {
+      cereal::BinaryOutputArchive ar(seg);
+      ar(s.shard, cereal::make_size_tag(static_cast<cereal::size_type>(s.segments.size())));
+      for (const auto& g : s.segments) ar(g.begin, g.end, g.values, g.state);
+    }
+    section(data, seg.str());
+  }
+  data.append("END\0", 4);
+  std::ofstream(path, std::ios::binary) << data;
+}
+
+}  // namespace
+
+TEST_CASE("a checkpoint holds each shard's sparse table rows; files of format version 1 still read") {
+  temp_dir dir;
+  auto c = sample(40);
+  c.shards[1].tables = {{0, 3, {7, 1u << 40}, {1, 2, 3, 4, 5, 6}}, {2, 2, {}, {}}};
+  auto back = read_checkpoint(write_checkpoint(dir.str(), c));
+  REQUIRE(back.shards[1].tables.size() == 2);
+  CHECK(back.shards[1].tables[0].ids == c.shards[1].tables[0].ids);
+  CHECK(back.shards[1].tables[0].rows == c.shards[1].tables[0].rows);
+  CHECK(back.shards[1].tables[1].table == 2);
+  CHECK(back.shards[0].tables.empty());
+
+  auto old = (dir.path / "checkpoint-5.apsckpt").string();
+  auto dense = sample(5);
+  write_v1_file(old, dense);
+  auto v1 = read_checkpoint(old);
+  CHECK(v1.header.clock == 5);
+  REQUIRE(v1.shards.size() == 2);
+  CHECK(v1.shards[0].segments.size() == dense.shards[0].segments.size());
+  CHECK(v1.shards[0].segments[0].values == dense.shards[0].segments[0].values);
+  CHECK(v1.shards[1].tables.empty());
+
+  c.shards[1].tables[0].rows.pop_back();  // 5 values for 2 rows of 3
+  auto wrong = write_checkpoint(dir.str(), c);
+  CHECK_THROWS_WITH_AS(read_checkpoint(wrong), doctest::Contains("shard 1: table 0 holds 5 values for 2 rows of 3"), bad_request);
 }

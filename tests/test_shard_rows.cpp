@@ -208,3 +208,26 @@ TEST_CASE("shard_core rows: a row not pushed to for expire_after clocks is dropp
   cfg.shard_memory = 1 << 20;  // rows on disk do not expire yet: refused, naming the table
   CHECK_THROWS_WITH_AS(shard_core{cfg}, doctest::Contains("sparse table emb: row expiry"), bad_request);
 }
+
+TEST_CASE("shard_core rows: a checkpoint's rows restore the same values; rows of another model are refused") {
+  shard_core core(rows_shard(infinite_staleness));
+  std::vector<float> grads{1, 2, 3, 4};
+  CHECK(core.push_rows({1, 0, 0, 1}, 0, {8, 3}, grads.data(), 4).ok());
+  auto snap = core.table_snapshot();
+  REQUIRE(snap.size() == 1);
+  CHECK(snap[0].ids == std::vector<std::uint64_t>{3, 8});  // by id
+  auto cfg = rows_shard(infinite_staleness);
+  cfg.restored_rows = snap;
+  shard_core back(cfg);
+  CHECK(back.rows().rows_created() == 2);
+  core.pull_rows({1, 0, 0, 0}, 0, {8, 3, 5}, 1, t0);
+  back.pull_rows({1, 0, 0, 0}, 0, {8, 3, 5}, 1, t0);
+  CHECK(read(core, 1) == read(back, 1));
+  cfg.tables[0].dim = 3;  // another model's table
+  CHECK_THROWS_WITH_AS(shard_core{cfg}, doctest::Contains("rows of sparse table emb have 2 floats each, the job's 3"),
+                       bad_request);
+  cfg = rows_shard(infinite_staleness);
+  cfg.restored_rows = snap;
+  cfg.shard_memory = 1 << 20;
+  CHECK_THROWS_WITH_AS(shard_core{cfg}, doctest::Contains("not restored from checkpoints yet"), bad_request);
+}
