@@ -104,7 +104,8 @@ static void remove_orphans(const std::string& dir) {
   }
 }
 
-row_disk::row_disk(const std::string& dir, const std::string& name, std::vector<std::size_t> strides)
+row_disk::row_disk(const std::string& dir, const std::string& name, std::vector<std::size_t> strides,
+                   rocksdb::Env* env)
     : strides_(std::move(strides)) {
   if (auto why = direct_io_problem(dir); !why.empty()) throw bad_request("disk tier: " + why);
   remove_orphans(dir);
@@ -115,7 +116,9 @@ row_disk::row_disk(const std::string& dir, const std::string& name, std::vector<
   std::error_code ec;
   fs::remove_all(path_, ec);  // a leftover of an earlier process with this pid
   rocksdb::DB* db = nullptr;
-  auto s = rocksdb::DB::Open(store_options(), path_, &db);
+  auto options = store_options();
+  if (env) options.env = env;
+  auto s = rocksdb::DB::Open(options, path_, &db);
   if (!s.ok()) throw bad_request(problem(path_, s));
   db_.reset(db);
 }
@@ -183,6 +186,11 @@ void row_disk::write(const row_write& w) {
   rocksdb::WriteOptions o;
   o.disableWAL = true;  // scratch: the RAM tier holds a row until its write completes
   auto s = db_->Write(o, &batch);
+  if (!s.ok()) throw bad_request(problem(path_, s));
+}
+
+void row_disk::flush() {
+  auto s = db_->Flush(rocksdb::FlushOptions());
   if (!s.ok()) throw bad_request(problem(path_, s));
 }
 

@@ -17,6 +17,7 @@
 
 namespace rocksdb {
 class DB;
+class Env;
 }
 
 namespace ps {
@@ -28,8 +29,10 @@ std::string direct_io_problem(const std::string& dir);
 class row_disk {
  public:
   // strides: floats per row of each table, by index. name: made part of the directory's
-  // name (a shard's name). Throws bad_request naming the path when it cannot be opened.
-  row_disk(const std::string& dir, const std::string& name, std::vector<std::size_t> strides);
+  // name (a shard's name). env: RocksDB's access to files (none: the default; tests give
+  // one whose disk fills up). Throws bad_request naming the path when it cannot be opened.
+  row_disk(const std::string& dir, const std::string& name, std::vector<std::size_t> strides,
+           rocksdb::Env* env = nullptr);
   ~row_disk();
   row_disk(const row_disk&) = delete;
   row_disk& operator=(const row_disk&) = delete;
@@ -48,6 +51,9 @@ class row_disk {
   // Returns the rows written. Throws bad_request.
   std::uint64_t fill(std::uint32_t table, std::uint64_t count, const sparse_table_spec& spec,
                      const std::function<bool(std::uint64_t)>& keep);
+  // Writes what is buffered in memory to files and waits for it (tests: a store whose
+  // rows are all in files). Throws bad_request naming the path.
+  void flush();
   // Bytes of the store's files on disk.
   std::uint64_t bytes_on_disk() const;
   const std::string& path() const { return path_; }

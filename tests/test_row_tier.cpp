@@ -3,9 +3,14 @@
 // RocksDB disk tier itself (libps/row_disk.hpp).
 #include <doctest/doctest.h>
 
+#include <rocksdb/env.h>
+#include <rocksdb/file_system.h>
+
 #include <algorithm>
+#include <atomic>
 #include <deque>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <random>
 
@@ -292,4 +297,124 @@ TEST_CASE("row tier: a row taken back while its write is under way and evicted u
   CHECK(tier.buffered_bytes() == 0);             // both writes landed: nothing kept
   CHECK_FALSE(tier.want(0, ids({2}), true, reads));  // now read from disk
   CHECK(reads.size() == 1);
+}
+
+namespace {
+
+// A file system whose disk is full after `room` bytes: appends beyond it fail with
+// ENOSPC as RocksDB's own file system reports it.
+class filling_fs : public rocksdb::FileSystemWrapper {
+ public:
+  explicit filling_fs(std::uint64_t room) : FileSystemWrapper(rocksdb::FileSystem::Default()), room_(room) {}
+  const char* Name() const override { return "filling_fs"; }
+  rocksdb::IOStatus NewWritableFile(const std::string& name, const rocksdb::FileOptions& options,
+                                    std::unique_ptr<rocksdb::FSWritableFile>* out,
+                                    rocksdb::IODebugContext* dbg) override {
+    std::unique_ptr<rocksdb::FSWritableFile> file;
+    auto s = target()->NewWritableFile(name, options, &file, dbg);
+    if (s.ok()) out->reset(new filling_file(std::move(file), *this));
+    return s;
+  }
+
+ private:
+  struct filling_file : rocksdb::FSWritableFileOwnerWrapper {
+    filling_file(std::unique_ptr<rocksdb::FSWritableFile>&& f, filling_fs& fs)
+        : FSWritableFileOwnerWrapper(std::move(f)), fs(fs) {}
+    rocksdb::IOStatus Append(const rocksdb::Slice& data, const rocksdb::IOOptions& o,
+                             rocksdb::IODebugContext* dbg) override {
+      if (!fs.take(data.size())) return rocksdb::IOStatus::NoSpace("No space left on device (test)");
+      return FSWritableFileOwnerWrapper::Append(data, o, dbg);
+    }
+    rocksdb::IOStatus PositionedAppend(const rocksdb::Slice& data, uint64_t offset, const rocksdb::IOOptions& o,
+                                       rocksdb::IODebugContext* dbg) override {
+      if (!fs.take(data.size())) return rocksdb::IOStatus::NoSpace("No space left on device (test)");
+      return FSWritableFileOwnerWrapper::PositionedAppend(data, offset, o, dbg);
+    }
+    filling_fs& fs;
+  };
+  bool take(std::uint64_t n) {
+    auto left = room_.load();
+    do {
+      if (left < n) return false;
+    } while (!room_.compare_exchange_weak(left, left - n));
+    return true;
+  }
+  std::atomic<std::uint64_t> room_;
+};
+
+// Rows of 32 floats, ids from..from+count-1 of table 0, each row's floats its id.
+row_write rows_of(std::uint64_t seq, std::uint64_t from, std::uint64_t count) {
+  row_write w{seq, {}, {}};
+  for (std::uint64_t id = from; id < from + count; ++id) {
+    w.keys.push_back({0, id});
+    w.rows.insert(w.rows.end(), 32, static_cast<float>(id));
+  }
+  return w;
+}
+
+std::filesystem::path direct_io_dir() {
+  auto dir = std::filesystem::temp_directory_path() / "actorps-test-row-disk";
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
+}  // namespace
+
+TEST_CASE("row disk: a full disk is an error naming the store's path; rows written before it still read back") {
+  auto dir = direct_io_dir();
+  if (auto why = direct_io_problem(dir.string()); !why.empty()) {
+    MESSAGE("skipped: " << why);
+    return;
+  }
+  auto fs = std::make_shared<filling_fs>(std::uint64_t{8} << 20);  // 8 MiB of room
+  auto env = rocksdb::NewCompositeEnv(fs);
+  row_disk disk(dir.string(), "full", {32}, env.get());
+  std::string error;
+  std::uint64_t written = 0;
+  for (std::uint64_t seq = 1; seq <= 40 && error.empty(); ++seq) {  // 40 x 4 MiB: far more than fits
+    try {
+      disk.write(rows_of(seq, written, 32768));
+      written += 32768;
+      if (seq % 4 == 0) disk.flush();
+    } catch (const bad_request& e) {
+      error = e.what();
+    }
+  }
+  INFO(error);
+  CHECK(error.find("disk tier at " + disk.path()) == 0);
+  CHECK(error.find("No space left on device") != std::string::npos);
+  REQUIRE(written > 0);
+  std::vector<std::uint8_t> found;
+  std::vector<float> rows;
+  disk.read({{0, 0}, {0, written - 1}}, found, rows);
+  CHECK(found == std::vector<std::uint8_t>{1, 1});
+  CHECK(rows.at(32) == static_cast<float>(written - 1));
+}
+
+TEST_CASE("row disk: a corrupt store file is an error naming the store's path, not a wrong row") {
+  auto dir = direct_io_dir();
+  if (auto why = direct_io_problem(dir.string()); !why.empty()) {
+    MESSAGE("skipped: " << why);
+    return;
+  }
+  row_disk disk(dir.string(), "corrupt", {32});
+  disk.write(rows_of(1, 0, 65536));
+  disk.flush();
+  std::size_t damaged = 0;
+  for (const auto& e : std::filesystem::directory_iterator(disk.path())) {
+    if (e.path().extension() != ".sst") continue;
+    std::fstream f(e.path(), std::ios::in | std::ios::out | std::ios::binary);
+    for (std::uint64_t at = 4096; at + 64 < e.file_size() / 2; at += 4096) {  // one byte in each early block
+      f.seekp(static_cast<std::streamoff>(at + 100));
+      f.put('\x5a');
+    }
+    ++damaged;
+  }
+  REQUIRE(damaged > 0);
+  std::vector<row_key> keys;
+  for (std::uint64_t id = 0; id < 65536; ++id) keys.push_back({0, id});
+  std::vector<std::uint8_t> found;
+  std::vector<float> rows;
+  CHECK_THROWS_WITH_AS(disk.read(keys, found, rows), doctest::Contains(("disk tier at " + disk.path()).c_str()),
+                       bad_request);
 }
