@@ -26,6 +26,7 @@ cluster_view make_view(self_ptr self, const coordinator_options& opts) {
   v.staleness = opts.staleness;
   v.checkpoint_every = opts.checkpoint_every;
   v.checkpointer = opts.checkpointer;
+  if (opts.checkpointer) v.checkpoint_dir = opts.checkpoint_dir;
   v.replication = opts.replication;
   v.shards = self->state.shards;
   v.rule = rule_msg::from(opts.rule);

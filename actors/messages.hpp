@@ -241,6 +241,7 @@ struct cluster_view {
   rule_msg rule;
   std::uint64_t checkpoint_every = 0;  // clocks; 0: no checkpoints
   checkpointer_actor checkpointer;     // where shards send their parts (none: no checkpoints)
+  std::string checkpoint_dir;          // where shards with a disk tier save their rows (as the shard's host sees it)
   std::uint32_t replication = 1;       // copies of each shard (chain length)
   std::uint32_t job_workers = 0;       // workers the job started with (num_workers grows with joins)
   range_list dense;                    // the job's dense tensors: their buckets are placed with bounded loads
@@ -249,8 +250,8 @@ struct cluster_view {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, cluster_view& x) {
   return f(caf::meta::type_name("cluster_view"), x.epoch, x.vnodes, x.bucket_bits, x.num_workers,
-           x.staleness, x.shards, x.rule, x.checkpoint_every, x.checkpointer, x.replication,
-           x.job_workers, x.dense, x.tables);
+           x.staleness, x.shards, x.rule, x.checkpoint_every, x.checkpointer, x.checkpoint_dir,
+           x.replication, x.job_workers, x.dense, x.tables);
 }
 
 template <class Inspector>

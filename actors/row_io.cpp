@@ -38,9 +38,9 @@ row_reader_actor::behavior_type row_reader(row_reader_actor::pointer self, std::
 }  // namespace
 
 row_io_actor::behavior_type row_io(row_io_actor::stateful_pointer<row_io_state> self, std::string dir,
-                                   std::string name, std::vector<std::size_t> strides) {
+                                   std::string name, std::vector<std::size_t> strides, std::string seed) {
   try {
-    self->state.disk = std::make_shared<row_disk>(dir, name, std::move(strides));
+    self->state.disk = std::make_shared<row_disk>(dir, name, std::move(strides), nullptr, seed);
     for (std::size_t i = 0; i < row_disk::read_threads; ++i)
       self->state.readers.push_back(
         self->spawn<caf::detached + caf::linked>(row_reader, self->state.disk, name));
@@ -60,6 +60,15 @@ row_io_actor::behavior_type row_io(row_io_actor::stateful_pointer<row_io_state> 
         return failed(self, name, e);
       }
       return w->seq;
+    },
+    [=](save_rows_atom, const std::shared_ptr<const row_write>& rows, const std::string& into)
+      -> caf::result<caf::ok_atom> {
+      try {
+        self->state.disk->save(*rows, into);
+      } catch (const bad_request& e) {
+        return failed(self, name, e);
+      }
+      return caf::ok_atom::value;
     },
     [=](fill_atom, const std::shared_ptr<const fill_order>& f) -> caf::result<std::uint64_t> {
       try {

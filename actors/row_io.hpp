@@ -44,13 +44,17 @@ namespace ps {
 
 using read_rows_atom = caf::atom_constant<caf::atom("readrows")>;
 using write_rows_atom = caf::atom_constant<caf::atom("writerows")>;
+using save_rows_atom = caf::atom_constant<caf::atom("saverows")>;
 
 using row_io_actor = caf::typed_actor<
   caf::replies_to<read_rows_atom, std::shared_ptr<const std::vector<row_key>>>::with<std::shared_ptr<const disk_rows>>,
   // Answers with the write's seq once written.
   caf::replies_to<write_rows_atom, std::shared_ptr<const row_write>>::with<std::uint64_t>,
   // Answers with the rows written.
-  caf::replies_to<fill_atom, std::shared_ptr<const fill_order>>::with<std::uint64_t>>;
+  caf::replies_to<fill_atom, std::shared_ptr<const fill_order>>::with<std::uint64_t>,
+  // A checkpoint (row_disk::save): after every write asked before it, the RAM tier's
+  // changed rows, then the store's checkpoint into the directory; answers once done.
+  caf::replies_to<save_rows_atom, std::shared_ptr<const row_write>, std::string>::with<caf::ok_atom>>;
 
 using row_reader_actor = caf::typed_actor<
   caf::replies_to<read_rows_atom, std::shared_ptr<const std::vector<row_key>>>::with<std::shared_ptr<const disk_rows>>>;
@@ -63,8 +67,9 @@ struct row_io_state {
 };
 
 // dir: where the store's directory is made; name: the shard's (in errors and the
-// directory's name); strides: floats per row of each table.
+// directory's name); strides: floats per row of each table; seed: a checkpoint's rows to
+// start from (empty: none).
 row_io_actor::behavior_type row_io(row_io_actor::stateful_pointer<row_io_state> self, std::string dir,
-                                   std::string name, std::vector<std::size_t> strides);
+                                   std::string name, std::vector<std::size_t> strides, std::string seed);
 
 }  // namespace ps

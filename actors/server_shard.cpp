@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <span>
 
 #include "libps/checkpoint.hpp"
@@ -176,6 +177,27 @@ void read_from_disk(self_ptr self, const shard_options& opts, const coordinator_
       [=](caf::error& e) { disk_failed(self, e); });
 }
 
+// This shard's part of the checkpoint at `clock`: its parameters and its rows. Rows on a
+// disk tier are saved by the I/O actor (after the writes before them) into the
+// checkpoint's directory, and the part, naming that directory, follows.
+void send_checkpoint_part(self_ptr self, std::uint64_t clock) {
+  auto& st = self->state;
+  shard_snapshot part{st.core->id(), st.core->store().snapshot(), {}};
+  if (!st.disk) {
+    part.tables = st.core->table_snapshot();
+    caf::anon_send(st.checkpointer, snapshot_atom::value, part.shard, clock, snapshot_block(part));
+    return;
+  }
+  part.disk_rows = disk_rows_name(clock, part.shard);
+  part.disk_row_count = st.core->rows().rows_live();
+  auto into = (std::filesystem::path(st.checkpoint_dir) / part.disk_rows).string();
+  auto changed = std::make_shared<const row_write>(st.core->rows().dirty_rows());
+  self->request(st.disk, caf::infinite, save_rows_atom::value, changed, into)
+    .then([=](caf::ok_atom) { caf::anon_send(self->state.checkpointer, snapshot_atom::value, part.shard, clock,
+                                             snapshot_block(part)); },
+          [=](caf::error& e) { disk_failed(self, e); });
+}
+
 // Carries out what the core left to do.
 void carry_out(self_ptr self, const shard_options& opts, const coordinator_actor& coordinator, shard_effects& fx) {
   auto& st = self->state;
@@ -187,9 +209,7 @@ void carry_out(self_ptr self, const shard_options& opts, const coordinator_actor
       st.push_waiters.erase(it);
       reply();
     }
-  if (fx.checkpoint_at && st.checkpointer)
-    caf::anon_send(st.checkpointer, snapshot_atom::value, st.core->id(), *fx.checkpoint_at,
-                   snapshot_block(shard_snapshot{st.core->id(), st.core->store().snapshot(), st.core->table_snapshot()}));
+  if (fx.checkpoint_at && st.checkpointer) send_checkpoint_part(self, *fx.checkpoint_at);
   for (const auto& loss : fx.losses) caf::anon_send(coordinator, loss_atom::value, loss);
   if (fx.die) die_abruptly(*fx.die);
   for (auto token : fx.answer) answer_pull(self, opts, token);
@@ -423,7 +443,8 @@ shard_snapshot restored_state(const registration& reg) {
   return snap;
 }
 
-shard_config config_of(const registration& reg, const shard_options& opts, const std::string& name) {
+shard_config config_of(const registration& reg, const shard_options& opts, const std::string& name,
+                       shard_snapshot state) {
   shard_config c;
   c.id = reg.id;
   c.name = name;
@@ -440,9 +461,9 @@ shard_config config_of(const registration& reg, const shard_options& opts, const
   c.sends_checkpoints = static_cast<bool>(reg.view.checkpointer);
   if (!opts.replaces && !opts.replica) c.kill_at = opts.faults.kill_clock(fault_plan::role::server, reg.id);
   c.head = !opts.replica;
-  auto state = restored_state(reg);
   c.restored = std::move(state.segments);
   c.restored_rows = std::move(state.tables);
+  c.restored_disk_rows = state.disk_row_count;
   c.shard_memory = opts.shard_memory;
   c.eviction = opts.eviction;
   return c;
@@ -474,9 +495,15 @@ bool configure(self_ptr self, const shard_options& opts, const coordinator_actor
   auto& st = self->state;
   st.name = opts.replica ? "shard " + std::to_string(reg.id) + " copy " + std::to_string(opts.replica->position)
                          : "shard " + std::to_string(reg.id);
+  std::string seed;  // a checkpoint's rows on disk to start the disk tier from
   try {
-    st.core.emplace(config_of(reg, opts, st.name));
+    auto state = restored_state(reg);
+    seed = state.disk_rows;
+    if (!seed.empty() && opts.shard_memory == 0)
+      throw bad_request("the checkpoint holds this shard's rows on a disk tier (" + seed + "): restore it with --shard-memory");
+    st.core.emplace(config_of(reg, opts, st.name, std::move(state)));
     st.checkpointer = reg.view.checkpointer;
+    st.checkpoint_dir = reg.view.checkpoint_dir;
     if (!opts.trace_path.empty()) {
       st.trace_fd = ::open(opts.trace_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
       if (st.trace_fd < 0) throw bad_request("cannot open trace file " + opts.trace_path + ": " + std::strerror(errno));
@@ -489,7 +516,7 @@ bool configure(self_ptr self, const shard_options& opts, const coordinator_actor
   if (opts.shard_memory > 0 && st.core->num_tables() > 0) {
     std::vector<std::size_t> strides;
     for (std::uint32_t t = 0; t < st.core->num_tables(); ++t) strides.push_back(st.core->rows().table(t).stride());
-    st.disk = self->spawn<caf::detached + caf::linked>(row_io, opts.shard_dir, st.name, std::move(strides));
+    st.disk = self->spawn<caf::detached + caf::linked>(row_io, opts.shard_dir, st.name, std::move(strides), seed);
   }
   spawn_replicas(self, opts, coordinator, reg);
   return true;
@@ -554,6 +581,8 @@ void start_replica(self_ptr self, const shard_options& opts, const coordinator_a
         auto& st = self->state;
         try {
           auto state = restored_state(reg);
+          if (!state.disk_rows.empty())
+            throw bad_request("a chain's copy does not take a checkpoint's rows on a disk tier yet (" + state.disk_rows + ")");
           st.core->restore(state.segments, state.tables);
         } catch (const bad_request& e) {
           std::fprintf(stderr, "%s: cannot restore: %s\n", st.name.c_str(), e.what());

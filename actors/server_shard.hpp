@@ -75,6 +75,7 @@ struct shard_state {
   std::uint64_t next_pull = 0;
   bool sweep_scheduled = false;
   checkpointer_actor checkpointer;
+  std::string checkpoint_dir;     // where rows on a disk tier are saved for a checkpoint
   payload_claimer_actor claimer;  // with a data plane: claims pushed payloads without blocking
   write_tracker_actor writes;     // with a data plane: says when answers written from the store are out
   row_io_actor disk;              // with --shard-memory: the tables' disk tier

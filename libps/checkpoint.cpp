@@ -27,7 +27,7 @@ void serialize(Archive& ar, table_rows& t) {
 
 template <class Archive>
 void serialize(Archive& ar, shard_snapshot& s) {
-  ar(s.shard, s.segments, s.tables);
+  ar(s.shard, s.segments, s.tables, s.disk_rows, s.disk_row_count);
 }
 
 namespace {
@@ -133,6 +133,10 @@ void check_io(bool ok, const std::string& what) {
 
 }  // namespace
 
+std::string disk_rows_name(std::uint64_t clock, std::uint32_t shard) {
+  return "checkpoint-" + std::to_string(clock) + ".rows/shard-" + std::to_string(shard);
+}
+
 std::string encode_shard(const shard_snapshot& s) { return to_bytes(s); }
 
 shard_snapshot decode_shard(const std::string& bytes) { return from_bytes<shard_snapshot>(bytes, "shard snapshot"); }
@@ -199,6 +203,11 @@ checkpoint read_checkpoint(const std::string& path) {
       if (t.stride == 0 || t.rows.size() != t.ids.size() * t.stride)
         r.fail(what + ": table " + std::to_string(t.table) + " holds " + std::to_string(t.rows.size()) +
                " values for " + std::to_string(t.ids.size()) + " rows of " + std::to_string(t.stride));
+    if (!s.disk_rows.empty()) {
+      s.disk_rows = (std::filesystem::path(path).parent_path() / s.disk_rows).string();
+      if (!std::filesystem::is_directory(s.disk_rows))
+        r.fail(what + ": its rows on disk, " + s.disk_rows + ", are missing");
+    }
     if (s.shard != id) r.fail("shard " + std::to_string(id) + " holds the data of shard " + std::to_string(s.shard));
     c.shards.push_back(std::move(s));
   }

@@ -45,7 +45,15 @@ struct shard_snapshot {
   std::uint32_t shard = 0;
   std::vector<stored_segment> segments;
   std::vector<table_rows> tables;  // none: the job has no tables (or the file is of version 1)
+  // A shard with a disk tier: its rows are a RocksDB checkpoint in this directory (in the
+  // file, relative to the checkpoint's directory; read_checkpoint makes it absolute), with
+  // this many rows; `tables` is then empty.
+  std::string disk_rows;
+  std::uint64_t disk_row_count = 0;
 };
+// Where a shard's disk-tier rows go for the checkpoint at `clock`, relative to its
+// directory: "checkpoint-<clock>.rows/shard-<id>".
+std::string disk_rows_name(std::uint64_t clock, std::uint32_t shard);
 
 struct checkpoint {
   checkpoint_header header;
@@ -60,7 +68,8 @@ shard_snapshot decode_shard(const std::string& bytes);
 // Writes atomically (see above); returns the final path. Throws bad_request naming the
 // directory or file on an I/O error, or when shards do not match header.shard_ids.
 std::string write_checkpoint(const std::string& dir, const checkpoint& c);
-// Throws bad_request "<path>: <what is wrong>" for a missing, truncated or corrupt file.
+// Throws bad_request "<path>: <what is wrong>" for a missing, truncated or corrupt file,
+// or one whose shards' disk-tier rows are missing.
 checkpoint read_checkpoint(const std::string& path);
 
 struct latest_checkpoint {

@@ -6,6 +6,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <rocksdb/utilities/checkpoint.h>
 #include <rocksdb/cache.h>
 #include <rocksdb/db.h>
 #include <rocksdb/filter_policy.h>
@@ -68,6 +69,22 @@ std::string problem(const std::string& path, const rocksdb::Status& s) {
   return "disk tier at " + path + ": " + s.ToString();
 }
 
+// A store's files from a checkpoint: table files (never changed once written) hard-linked
+// where possible, the rest (the manifest is appended to) copied. Throws bad_request.
+void seed_from(const std::string& seed, const std::string& path) {
+  std::error_code ec;
+  fs::create_directories(path, ec);
+  if (ec) throw bad_request("disk tier at " + path + ": cannot make it: " + ec.message());
+  for (const auto& e : fs::directory_iterator(seed, ec)) {
+    auto to = fs::path(path) / e.path().filename();
+    std::error_code link_ec;
+    if (e.path().extension() == ".sst") fs::create_hard_link(e.path(), to, link_ec);
+    if (e.path().extension() != ".sst" || link_ec) fs::copy_file(e.path(), to, ec);
+    if (ec) throw bad_request("disk tier at " + path + ": cannot take " + e.path().string() + ": " + ec.message());
+  }
+  if (ec) throw bad_request("disk tier at " + path + ": cannot read the checkpoint's rows at " + seed + ": " + ec.message());
+}
+
 }  // namespace
 
 std::string direct_io_problem(const std::string& dir) {
@@ -105,7 +122,7 @@ static void remove_orphans(const std::string& dir) {
 }
 
 row_disk::row_disk(const std::string& dir, const std::string& name, std::vector<std::size_t> strides,
-                   rocksdb::Env* env)
+                   rocksdb::Env* env, const std::string& seed)
     : strides_(std::move(strides)) {
   if (auto why = direct_io_problem(dir); !why.empty()) throw bad_request("disk tier: " + why);
   remove_orphans(dir);
@@ -118,6 +135,10 @@ row_disk::row_disk(const std::string& dir, const std::string& name, std::vector<
   rocksdb::DB* db = nullptr;
   auto options = store_options();
   if (env) options.env = env;
+  if (!seed.empty()) {
+    seed_from(seed, path_);
+    options.error_if_exists = false;
+  }
   auto s = rocksdb::DB::Open(options, path_, &db);
   if (!s.ok()) throw bad_request(problem(path_, s));
   db_.reset(db);
@@ -187,6 +208,19 @@ void row_disk::write(const row_write& w) {
   o.disableWAL = true;  // scratch: the RAM tier holds a row until its write completes
   auto s = db_->Write(o, &batch);
   if (!s.ok()) throw bad_request(problem(path_, s));
+}
+
+void row_disk::save(const row_write& rows, const std::string& dir) {
+  if (!rows.keys.empty()) write(rows);
+  std::error_code ec;
+  fs::remove_all(dir, ec);  // an earlier job's at the same clock: replaced, as its file is
+  fs::create_directories(fs::path(dir).parent_path(), ec);
+  if (ec) throw bad_request("checkpoint of disk tier " + path_ + ": cannot make " + dir + ": " + ec.message());
+  rocksdb::Checkpoint* made = nullptr;
+  auto s = rocksdb::Checkpoint::Create(db_.get(), &made);
+  std::unique_ptr<rocksdb::Checkpoint> checkpoint(made);
+  if (s.ok()) s = checkpoint->CreateCheckpoint(dir, 0);  // 0: flush first, so every row is in a table file
+  if (!s.ok()) throw bad_request("checkpoint of disk tier " + path_ + " into " + dir + ": " + s.ToString());
 }
 
 void row_disk::flush() {

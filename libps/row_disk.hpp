@@ -30,9 +30,11 @@ class row_disk {
  public:
   // strides: floats per row of each table, by index. name: made part of the directory's
   // name (a shard's name). env: RocksDB's access to files (none: the default; tests give
-  // one whose disk fills up). Throws bad_request naming the path when it cannot be opened.
+  // one whose disk fills up). seed: a checkpoint of a store (save) to start from (empty:
+  // none); its table files are hard-linked where the file system allows, not copied.
+  // Throws bad_request naming the path when it cannot be opened.
   row_disk(const std::string& dir, const std::string& name, std::vector<std::size_t> strides,
-           rocksdb::Env* env = nullptr);
+           rocksdb::Env* env = nullptr, const std::string& seed = {});
   ~row_disk();
   row_disk(const row_disk&) = delete;
   row_disk& operator=(const row_disk&) = delete;
@@ -51,6 +53,11 @@ class row_disk {
   // Returns the rows written. Throws bad_request.
   std::uint64_t fill(std::uint32_t table, std::uint64_t count, const sparse_table_spec& spec,
                      const std::function<bool(std::uint64_t)>& keep);
+  // Writes rows (the RAM tier's changed ones), then makes a checkpoint of the whole store
+  // in `dir` (which must not exist; its parent is made): RocksDB's checkpoint hard-links
+  // the table files, so checkpoints share the files that did not change (incremental).
+  // Throws bad_request naming the paths.
+  void save(const row_write& rows, const std::string& dir);
   // Writes what is buffered in memory to files and waits for it (tests: a store whose
   // rows are all in files). Throws bad_request naming the path.
   void flush();

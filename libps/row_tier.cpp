@@ -137,7 +137,9 @@ void row_tier::filled_on_disk(std::uint32_t table, std::uint64_t rows) {
 
 void row_tier::restore(std::uint32_t table, std::uint32_t stride, const std::vector<std::uint64_t>& ids,
                        const std::vector<float>& rows) {
-  if (tiered()) throw bad_request("sparse tables on a disk tier (--shard-memory) are not restored from checkpoints yet");
+  if (tiered())
+    throw bad_request("a checkpoint of rows held in RAM is not restored into a disk tier (--shard-memory) yet; "
+                      "restore it without --shard-memory");
   if (table >= tables_.size())
     throw bad_request("the checkpoint has rows of sparse table " + std::to_string(table) + ", the job has " +
                       std::to_string(tables_.size()) + " tables");
@@ -150,6 +152,17 @@ void row_tier::restore(std::uint32_t table, std::uint32_t stride, const std::vec
     t.install(ids[i], rows.data() + i * stride, now_);
     created(table);
   }
+}
+
+row_write row_tier::dirty_rows() const {
+  row_write w;
+  for (std::uint32_t i = 0; i < tables_.size(); ++i)
+    tables_[i].for_each_row([&](std::uint64_t id, const float* row, bool dirty) {
+      if (!dirty) return;
+      w.keys.push_back({i, id});
+      w.rows.insert(w.rows.end(), row, row + tables_[i].stride());
+    });
+  return w;
 }
 
 std::uint64_t row_tier::held_bytes() const {

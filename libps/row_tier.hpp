@@ -92,9 +92,16 @@ class row_tier {
   // `rows` rows written straight to the disk tier (row_disk::fill), counted as created.
   void create(std::uint32_t table, std::uint64_t id);
   void filled_on_disk(std::uint32_t table, std::uint64_t rows);
+  // For a checkpoint of a tiered store: a copy of every row in RAM that the disk tier
+  // lacks (changed since read), to write before the store's own checkpoint. The rows
+  // stay dirty: they are written again when evicted, so no read ever needs this write.
+  row_write dirty_rows() const;
+  // A restored disk tier holds `rows` rows (counted as created).
+  void restored_on_disk(std::uint64_t rows) { stats_.created += rows; }
   // A checkpoint's rows of a table (stride floats each), in RAM; counted as created.
   // Throws bad_request when the table is unknown or its rows are not of this stride
-  // (a checkpoint of another model), or with a disk tier (not checkpointed yet).
+  // (a checkpoint of another model), or with a disk tier (a tiered shard restores its
+  // rows from its own kind of checkpoint: row_disk's seed).
   void restore(std::uint32_t table, std::uint32_t stride, const std::vector<std::uint64_t>& ids,
                const std::vector<float>& rows);
 

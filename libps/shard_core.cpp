@@ -27,6 +27,7 @@ shard_core::shard_core(shard_config cfg, std::unique_ptr<param_store> store)
       rows_(std::move(cfg.tables), cfg.shard_memory, cfg.eviction),
       head_(cfg.head) {
   restore(cfg.restored, cfg.restored_rows);
+  rows_.restored_on_disk(cfg.restored_disk_rows);
 }
 
 void shard_core::restore(const std::vector<stored_segment>& segments, const std::vector<table_rows>& rows) {
@@ -39,7 +40,7 @@ std::vector<table_rows> shard_core::table_snapshot() const {
   for (std::uint32_t i = 0; i < rows_.num_tables(); ++i) {
     const auto& table = rows_.table(i);
     std::vector<std::pair<std::uint64_t, const float*>> held;
-    table.for_each_row([&](std::uint64_t id, const float* row) { held.emplace_back(id, row); });
+    table.for_each_row([&](std::uint64_t id, const float* row, bool) { held.emplace_back(id, row); });
     std::sort(held.begin(), held.end());
     table_rows t{i, static_cast<std::uint32_t>(table.stride()), {}, {}};
     t.ids.reserve(held.size());
@@ -278,6 +279,9 @@ void shard_core::run(const row_op& op, shard_effects& fx) {
       trace_pull(pulls_.at(op.token), fx);
       fx.answer.push_back(op.token);
       return;
+    case row_op::kind::checkpoint:
+      fx.checkpoint_at = op.req.clock;
+      return;
   }
 }
 
@@ -285,7 +289,7 @@ void shard_core::drain_rows(shard_effects& fx) {
   auto keep_from = UINT64_MAX;
   while (!row_queue_.empty()) {
     const auto& op = row_queue_.front();
-    if (op.what != row_op::kind::key_pull) {
+    if (op.what == row_op::kind::push || op.what == row_op::kind::pull) {
       const auto& ids = op.what == row_op::kind::push ? op.ids : pulls_.at(op.token).stored_ids();
       if (!rows_.want(op.table, ids, false, fx.reads)) {  // read from disk first, keeping the rest in RAM
         keep_from = rows_.keep(op.table, ids);
@@ -419,7 +423,11 @@ void shard_core::release(shard_effects& fx) {
                   ((checkpoint_every_ > 0 && min / checkpoint_every_ > last_min_ / checkpoint_every_) ||
                    (!checkpoint_at_.empty() && *checkpoint_at_.begin() <= min));
   if (min != left_clock) checkpoint_at_.erase(checkpoint_at_.begin(), checkpoint_at_.upper_bound(min));
-  if (head_ && sends_checkpoints_ && boundary) fx.checkpoint_at = min;
+  if (head_ && sends_checkpoints_ && boundary) {
+    if (row_queue_.empty()) fx.checkpoint_at = min;
+    else  // pushes of clocks below it still wait for disk reads: the part follows them
+      row_queue_.push_back({row_op::kind::checkpoint, {0, 0, min, 0, 0}});
+  }
   if (min != left_clock) last_min_ = min;
   if (min != left_clock) rows_.expire(min);
   if (kill_at_ && min != left_clock && min >= *kill_at_) {  // the process ends: no read is answered

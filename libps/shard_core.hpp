@@ -55,6 +55,7 @@ struct shard_config {
   bool head = true;                        // traces pushes and sends checkpoint parts
   std::vector<stored_segment> restored;    // --restore or a checkpoint section
   std::vector<table_rows> restored_rows;   // its sparse tables' rows
+  std::uint64_t restored_disk_rows = 0;    // rows its disk tier starts with (a checkpoint's)
   std::vector<sparse_table_spec> tables;   // the job's sparse tables, by index
   // Bytes for the tables' rows in RAM (--shard-memory); 0: unlimited, no disk tier.
   std::uint64_t shard_memory = 0;
@@ -79,7 +80,7 @@ struct shard_effects {
   std::vector<trace_event> traces;       // in order
   std::vector<std::uint64_t> answer;     // pull tokens to answer from the store now, in order
   std::vector<std::pair<std::uint64_t, std::string>> fail;  // pull tokens to fail, with why
-  std::optional<std::uint64_t> checkpoint_at;  // send this shard's part for this clock
+  std::optional<std::uint64_t> checkpoint_at;  // send this shard's part for this clock (now)
   std::vector<update_loss> losses;       // for the coordinator (after a restore)
   std::optional<std::string> die;        // the fault injector's kill: end the process
   // The disk tier's work, in this order: evicted rows to write (then rows_written), rows
@@ -200,7 +201,8 @@ class shard_core {
   // Work on rows in arrival order, each run once its rows are in RAM; a pull of keys
   // answerable while row work is queued waits its turn, so answers leave in order.
   struct row_op {
-    enum class kind : std::uint8_t { push, pull, key_pull } what;
+    // checkpoint: the boundary req.clock, sent once every push before it is applied
+    enum class kind : std::uint8_t { push, pull, key_pull, checkpoint } what;
     shard_request req;
     std::uint32_t table = 0;
     std::vector<std::uint64_t> ids = {};  // a push's (a pull's are in pulls_)

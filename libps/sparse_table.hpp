@@ -72,11 +72,12 @@ class sparse_table {
   void restamp(std::uint64_t clock);
 
   bool holds(std::uint64_t id) const { return index_.count(id) != 0; }
-  // f(id, row) for every row held (stride() floats each), in no particular order.
+  // f(id, row, dirty) for every row held (stride() floats each; dirty: changed since read
+  // from disk), in no particular order.
   template <class F>
   void for_each_row(F f) const {
     for (std::size_t slot = 0; slot < meta_.size(); ++slot)
-      if (meta_[slot].seg != segment::free) f(meta_[slot].id, arena_.data() + slot * stride_);
+      if (meta_[slot].seg != segment::free) f(meta_[slot].id, arena_.data() + slot * stride_, meta_[slot].dirty);
   }
   // The most rows slru keeps protected (the tier sets 80% of the rows its budget holds);
   // beyond it the oldest go back on probation.

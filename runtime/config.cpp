@@ -450,11 +450,6 @@ coordinator_options coordinator_options_from(const node_config& cfg, const job_s
   o.replication = static_cast<std::uint32_t>(cfg.replication);
   o.spec = settings.spec;
   o.tables = settings.tables;
-  // Checkpoints hold the rows a shard has in RAM; with a disk tier most are on disk, and
-  // a shard restored from one would come back without them. Replication keeps them safe.
-  if (!o.tables.empty() && cfg.shard_memory > 0 && (!cfg.checkpoint_dir.empty() || !cfg.restore.empty()))
-    throw bad_request("--checkpoint-dir and --restore do not cover sparse tables on a disk tier (--shard-memory) "
-                      "yet; use --replication to survive a dead server");
   o.replacement = shard_options_from(cfg, "");
   o.replacement.faults = {};  // a kill names the original shard's process, not its replacement
   return o;

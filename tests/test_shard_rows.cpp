@@ -229,5 +229,5 @@ TEST_CASE("shard_core rows: a checkpoint's rows restore the same values; rows of
   cfg = rows_shard(infinite_staleness);
   cfg.restored_rows = snap;
   cfg.shard_memory = 1 << 20;
-  CHECK_THROWS_WITH_AS(shard_core{cfg}, doctest::Contains("not restored from checkpoints yet"), bad_request);
+  CHECK_THROWS_WITH_AS(shard_core{cfg}, doctest::Contains("is not restored into a disk tier"), bad_request);
 }
