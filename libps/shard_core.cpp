@@ -20,11 +20,11 @@ shard_core::shard_core(shard_config cfg, std::unique_ptr<param_store> store)
       map_(map_of(cfg)),
       store_(store ? std::move(store) : std::make_unique<shard_store>(cfg.rule)),
       consistency_(cfg.num_workers, cfg.staleness),
+      rows_(std::move(cfg.tables), cfg.shard_memory, cfg.eviction),
       view_epoch_(cfg.epoch),
       checkpoint_every_(cfg.checkpoint_every),
       sends_checkpoints_(cfg.sends_checkpoints),
       kill_at_(cfg.kill_at),
-      rows_(std::move(cfg.tables), cfg.shard_memory, cfg.eviction),
       head_(cfg.head) {
   restore(cfg.restored, cfg.restored_rows);
   rows_.restored_on_disk(cfg.restored_disk_rows);
