@@ -16,7 +16,6 @@ class count_min_sketch {
   // Counts one more sighting of key; returns its estimate after it.
   std::uint32_t add(std::uint64_t key);
   std::uint32_t estimate(std::uint64_t key) const;
-  std::uint64_t bytes() const { return counters_.size() * sizeof(std::uint16_t); }
 
  private:
   std::size_t cell(unsigned row, std::uint64_t key) const;

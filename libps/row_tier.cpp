@@ -22,24 +22,14 @@ namespace {
 std::uint64_t sighting_key(std::uint32_t table, std::uint64_t id) { return mix64(id ^ mix64(table)); }
 }  // namespace
 
-void row_tier::admit(std::uint32_t table, std::vector<std::uint64_t>& ids, std::vector<float>& grads) {
-  if (admits_all(table)) return;
-  const auto need = tables_.at(table).spec().admit_after;
-  const auto dim = tables_[table].spec().dim;
-  std::size_t kept = 0;
-  for (std::size_t i = 0; i < ids.size(); ++i) {
-    if (sightings_->add(sighting_key(table, ids[i])) < need && !tables_[table].holds(ids[i])) {
-      ++stats_.refused;
-      continue;
-    }
-    if (kept != i) {
-      ids[kept] = ids[i];
-      std::copy_n(grads.begin() + i * dim, dim, grads.begin() + kept * dim);
-    }
-    ++kept;
-  }
-  ids.resize(kept);
-  grads.resize(kept * dim);
+std::vector<std::size_t> row_tier::refuse(std::uint32_t table, std::span<const std::uint64_t> ids) {
+  std::vector<std::size_t> refused;
+  if (admits_all(table)) return refused;
+  const auto& t = tables_.at(table);
+  for (std::size_t i = 0; i < ids.size(); ++i)
+    if (sightings_->add(sighting_key(table, ids[i])) < t.spec().admit_after && !t.holds(ids[i])) refused.push_back(i);
+  stats_.refused += refused.size();
+  return refused;
 }
 
 bool row_tier::admitted(std::uint32_t table, std::uint64_t id) const {

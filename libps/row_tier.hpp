@@ -60,12 +60,12 @@ class row_tier {
   sparse_table& table(std::uint32_t t) { return tables_.at(t); }
   const sparse_table& table(std::uint32_t t) const { return tables_.at(t); }
 
-  // Admission (a table's admit_after > 1): counts a push's rows as sightings and drops
-  // from it, in place, those seen fewer times than admit_after (stats.refused). Rows
-  // below it are never created; admitted() says which a pull may read, the others are
-  // answered with their first-touch value. One sketch (libps/count_min.hpp) over all
-  // tables; none without admission.
-  void admit(std::uint32_t table, std::vector<std::uint64_t>& ids, std::vector<float>& grads);
+  // Admission (a table's admit_after > 1): counts a push's rows as sightings and returns
+  // the positions of those seen fewer times than admit_after, whose gradients are dropped
+  // (stats.refused). Rows below it are never created; admitted() says which a pull may
+  // read, the others are answered with their first-touch value. One sketch
+  // (libps/count_min.hpp) over all tables; none without admission.
+  std::vector<std::size_t> refuse(std::uint32_t table, std::span<const std::uint64_t> ids);
   bool admits_all(std::uint32_t table) const { return tables_.at(table).spec().admit_after <= 1; }
   bool admitted(std::uint32_t table, std::uint64_t id) const;
   // The shard's minimum clock is now `clock`: drops the rows of tables with expiry that

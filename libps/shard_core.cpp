@@ -198,10 +198,20 @@ void shard_core::take_row_push(const shard_request& r, std::uint32_t table, cons
 
 void shard_core::push_rows_now(const shard_request& r, std::uint32_t table, const std::vector<std::uint64_t>& ids,
                                const float* grads, bool acked, shard_effects& fx) {
-  if (rows_.admits_all(table)) return push_admitted_rows(r, table, ids, grads, acked, fx);
-  std::vector<std::uint64_t> kept(ids);
-  std::vector<float> kept_grads(grads, grads + ids.size() * rows_.table(table).spec().dim);
-  rows_.admit(table, kept, kept_grads);  // in arrival order on every copy: they agree on what is admitted
+  // Counted in arrival order on every copy: they agree on what is admitted.
+  const auto refused = rows_.refuse(table, ids);
+  if (refused.empty()) return push_admitted_rows(r, table, ids, grads, acked, fx);
+  const auto dim = rows_.table(table).spec().dim;
+  std::vector<std::uint64_t> kept;
+  std::vector<float> kept_grads;
+  for (std::size_t i = 0, next = 0; i < ids.size(); ++i) {
+    if (next < refused.size() && refused[next] == i) {
+      ++next;
+      continue;
+    }
+    kept.push_back(ids[i]);
+    kept_grads.insert(kept_grads.end(), grads + i * dim, grads + (i + 1) * dim);
+  }
   push_admitted_rows(r, table, kept, kept_grads.data(), acked, fx);
 }
 
@@ -428,8 +438,10 @@ void shard_core::release(shard_effects& fx) {
     else  // pushes of clocks below it still wait for disk reads: the part follows them
       row_queue_.push_back({row_op::kind::checkpoint, {0, 0, min, 0, 0}});
   }
-  if (min != left_clock) last_min_ = min;
-  if (min != left_clock) rows_.expire(min);
+  if (min != left_clock) {
+    last_min_ = min;
+    rows_.expire(min);
+  }
   if (kill_at_ && min != left_clock && min >= *kill_at_) {  // the process ends: no read is answered
     fx.die = name_ + " reached clock " + std::to_string(min) + " (--faults: kill server=" + std::to_string(id_) +
              " at=" + std::to_string(*kill_at_) + ")";
