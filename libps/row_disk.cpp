@@ -75,14 +75,16 @@ void seed_from(const std::string& seed, const std::string& path) {
   std::error_code ec;
   fs::create_directories(path, ec);
   if (ec) throw bad_request("disk tier at " + path + ": cannot make it: " + ec.message());
-  for (const auto& e : fs::directory_iterator(seed, ec)) {
+  std::error_code list_ec;
+  for (const auto& e : fs::directory_iterator(seed, list_ec)) {
     auto to = fs::path(path) / e.path().filename();
-    std::error_code link_ec;
-    if (e.path().extension() == ".sst") fs::create_hard_link(e.path(), to, link_ec);
-    if (e.path().extension() != ".sst" || link_ec) fs::copy_file(e.path(), to, ec);
+    const bool table_file = e.path().extension() == ".sst";
+    if (table_file) fs::create_hard_link(e.path(), to, ec);
+    if (!table_file || ec) fs::copy_file(e.path(), to, ec);  // not linkable (another file system): copied
     if (ec) throw bad_request("disk tier at " + path + ": cannot take " + e.path().string() + ": " + ec.message());
   }
-  if (ec) throw bad_request("disk tier at " + path + ": cannot read the checkpoint's rows at " + seed + ": " + ec.message());
+  if (list_ec)
+    throw bad_request("disk tier at " + path + ": cannot read the checkpoint's rows at " + seed + ": " + list_ec.message());
 }
 
 }  // namespace

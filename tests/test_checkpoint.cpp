@@ -193,3 +193,18 @@ TEST_CASE("a checkpoint holds each shard's sparse table rows; files of format ve
   auto wrong = write_checkpoint(dir.str(), c);
   CHECK_THROWS_WITH_AS(read_checkpoint(wrong), doctest::Contains("shard 1: table 0 holds 5 values for 2 rows of 3"), bad_request);
 }
+
+TEST_CASE("a shard's rows on a disk tier are named relative to the checkpoint; a file whose rows directory is missing is refused") {
+  temp_dir dir;
+  auto c = sample(50);
+  c.shards[0].disk_rows = disk_rows_name(50, 0);
+  c.shards[0].disk_row_count = 12;
+  auto path = write_checkpoint(dir.str(), c);
+  const auto missing = "shard 0: its rows on disk, " + (dir.path / "checkpoint-50.rows/shard-0").string() + ", are missing";
+  CHECK_THROWS_WITH_AS(read_checkpoint(path), doctest::Contains(missing.c_str()), bad_request);
+  fs::create_directories(dir.path / "checkpoint-50.rows/shard-0");
+  auto back = read_checkpoint(path);
+  CHECK(back.shards[0].disk_rows == (dir.path / "checkpoint-50.rows/shard-0").string());
+  CHECK(back.shards[0].disk_row_count == 12);
+  CHECK(back.shards[1].disk_rows.empty());
+}
