@@ -401,21 +401,10 @@ std::string bench_app(worker_context& ctx) {
 
 }  // namespace
 
-std::string bench_cell::encode() const {
-  return json_line{{"cell", {{"op", op}, {"bytes", bytes}, {"window", window}, {"worker", worker}, {"ops", ops},
-                             {"seconds", seconds}, {"latencies_us", latencies_us}}}}
-    .dump();
-}
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(bench_cell, op, bytes, window, worker, ops, seconds, latencies_us)
 
-bench_cell bench_cell::decode(const std::string& text) {
-  try {
-    const auto cell = nlohmann::json::parse(text).at("cell");
-    return {cell.at("op"), cell.at("bytes"), cell.at("window"), cell.at("worker"), cell.at("ops"), cell.at("seconds"),
-            cell.at("latencies_us")};
-  } catch (const nlohmann::json::exception& e) {
-    throw bad_request("not a bench cell report (" + std::string(e.what()) + "): " + text.substr(0, 80));
-  }
-}
+std::string bench_cell::encode() const { return encode_cell(*this); }
+bench_cell bench_cell::decode(const std::string& text) { return decode_cell<bench_cell>(text, "a bench cell report"); }
 
 nlohmann::json shard_figures(const kv_client& kv) {
   auto all = nlohmann::json::array();

@@ -34,6 +34,22 @@ shard_totals total_of(const nlohmann::json& shards);
 // Every line of a program's output that is a JSON object, parsed, in order.
 std::vector<nlohmann::json> json_lines_of(const std::string& out);
 
+// A worker's measured cell as the one line it reports, {"cell": {...}}, and back. Cell
+// has nlohmann's to_json and from_json (NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE). decode_cell
+// throws bad_request naming `what` and the line.
+template <class Cell>
+std::string encode_cell(const Cell& c) {
+  return nlohmann::json{{"cell", c}}.dump();
+}
+template <class Cell>
+Cell decode_cell(const std::string& text, const std::string& what) {
+  try {
+    return nlohmann::json::parse(text).at("cell").get<Cell>();
+  } catch (const nlohmann::json::exception& e) {
+    throw bad_request("not " + what + " (" + e.what() + "): " + text.substr(0, 80));
+  }
+}
+
 // bench app: one measured cell, reported by each worker and merged by bench_kv.
 struct bench_cell {
   std::string op;  // push | pull

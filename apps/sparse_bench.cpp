@@ -153,21 +153,10 @@ std::uint64_t sparse_bench_row_bytes(std::uint32_t dim) {
   return 2 * dim * sizeof(float) + sparse_table::row_overhead;  // value and Adagrad accumulator
 }
 
-std::string sparse_cell::encode() const {
-  return nlohmann::json{{"cell", {{"op", op}, {"zipf", zipf}, {"rows", rows}, {"seconds", seconds},
-                                  {"ram_hits", ram_hits}, {"ram_misses", ram_misses}, {"latencies_us", latencies_us}}}}
-    .dump();
-}
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(sparse_cell, op, zipf, rows, seconds, ram_hits, ram_misses, latencies_us)
 
-sparse_cell sparse_cell::decode(const std::string& text) {
-  try {
-    const auto c = nlohmann::json::parse(text).at("cell");
-    return {c.at("op"), c.at("zipf"), c.at("rows"), c.at("seconds"), c.at("ram_hits"), c.at("ram_misses"),
-            c.at("latencies_us")};
-  } catch (const nlohmann::json::exception& e) {
-    throw bad_request("not a sparse bench cell (" + std::string(e.what()) + "): " + text.substr(0, 80));
-  }
-}
+std::string sparse_cell::encode() const { return encode_cell(*this); }
+sparse_cell sparse_cell::decode(const std::string& text) { return decode_cell<sparse_cell>(text, "a sparse bench cell"); }
 
 app_definition sparse_bench_definition() {
   app_definition app{"sparse_bench", "sparse rows pulled and pushed under a Zipf law (bench_sparse)",
