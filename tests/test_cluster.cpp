@@ -49,6 +49,16 @@ json worker_line(const std::string& out, std::uint32_t worker, const std::string
   return {};
 }
 
+// rowcheck's result lines of both workers in a job's output: no mismatch, and `checked`
+// values compared by each.
+void check_rowcheck_lines(const std::string& out, std::uint64_t checked) {
+  for (std::uint32_t w = 0; w < 2; ++w) {
+    auto line = worker_line(out, w, "mismatches");
+    CHECK(line["mismatches"] == 0);
+    CHECK(line["checked"] == checked);
+  }
+}
+
 // Runs a command, returns (exit code, stdout+stderr).
 std::pair<int, std::string> shell(const std::string& cmd) {
   std::string out;
@@ -176,11 +186,7 @@ TEST_CASE("sparse rows: a checkpoint holds every row; a job restored from it con
   INFO(out2);
   REQUIRE(rc2 == 0);
   CHECK(out2.find("restore: parameters from ckpt-rows/checkpoint-") != std::string::npos);
-  for (std::uint32_t w = 0; w < 2; ++w) {
-    auto line = worker_line(out2, w, "mismatches");
-    CHECK(line["mismatches"] == 0);
-    CHECK(line["checked"] == (3 * 2000 + 1000) * 8);
-  }
+  check_rowcheck_lines(out2, (3 * 2000 + 1000) * 8);
   std::filesystem::remove_all("ckpt-rows");
 }
 
@@ -202,11 +208,7 @@ TEST_CASE("sparse rows: a checkpoint of tables on a disk tier (1 MiB of RAM per 
   auto [rc2, out2] = shell(job + "--restore=ckpt-tiered --prior-runs=1");
   INFO(out2);
   REQUIRE(rc2 == 0);
-  for (std::uint32_t w = 0; w < 2; ++w) {
-    auto line = worker_line(out2, w, "mismatches");
-    CHECK(line["mismatches"] == 0);
-    CHECK(line["checked"] == (6 * 10000 + 1000) * 8);
-  }
+  check_rowcheck_lines(out2, (6 * 10000 + 1000) * 8);
   // Without a disk tier the rows cannot be taken: refused, naming why.
   auto [rc3, out3] = shell("bin/psnode --role=local --app=rowcheck --servers=2 --workers=2 --rows=10000 "
                            "--consistency=bsp --restore=ckpt-tiered");
@@ -542,11 +544,7 @@ TEST_CASE("faults: sparse rows on a tiered store (1 MiB of RAM, the rest on disk
   REQUIRE(rc == 0);
   CHECK(out.find("fault injector: shard 1 reached clock 1") != std::string::npos);
   CHECK(killed_a_server(out));
-  for (std::uint32_t w = 0; w < 2; ++w) {
-    auto line = worker_line(out, w, "mismatches");
-    CHECK(line["mismatches"] == 0);
-    CHECK(line["checked"] == (6 * 10000 + 1000) * 8);
-  }
+  check_rowcheck_lines(out, (6 * 10000 + 1000) * 8);
 }
 
 TEST_CASE("faults: r=1, a server killed at clock 20 of 40 comes back from the last checkpoint; the loss is reported exactly") {
