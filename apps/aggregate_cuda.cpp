@@ -3,13 +3,13 @@
 #include "libps/keys.hpp"
 
 #ifdef PS_HAVE_CUDA
-#include <cuda_runtime.h>
 
 #include <cstdio>
 #include <memory>
 #include <stdexcept>
 
 #include "apps/bench_timing.hpp"
+#include "kernels/cuda_memory.hpp"
 #include "kernels/kernels_cuda.hpp"
 #include "libps/reduction_plan.hpp"
 #endif
@@ -26,24 +26,7 @@ void bench_aggregate_cuda(const cuda_aggregate_options&) {
 
 namespace {
 
-void check_cuda(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) throw std::runtime_error(std::string("CUDA: ") + what + ": " + cudaGetErrorString(e));
-}
-
-class device_buffer {
- public:
-  explicit device_buffer(std::size_t floats) {
-    check_cuda(cudaMalloc(reinterpret_cast<void**>(&p_), floats * sizeof(float)), "cudaMalloc");
-    check_cuda(cudaMemset(p_, 0, floats * sizeof(float)), "cudaMemset");
-  }
-  ~device_buffer() { cudaFree(p_); }
-  device_buffer(const device_buffer&) = delete;
-  device_buffer& operator=(const device_buffer&) = delete;
-  float* get() const { return p_; }
-
- private:
-  float* p_ = nullptr;
-};
+using device_buffer = device_vector<float>;
 
 // f, then wait for the device: a rep's time includes its kernels.
 template <class F>
@@ -57,13 +40,9 @@ auto synced(F f) {
 }  // namespace
 
 void bench_aggregate_cuda(const cuda_aggregate_options& o) {
-  int count = 0;
-  const cudaError_t found = cudaGetDeviceCount(&count);
-  if (found != cudaSuccess || count == 0)
-    throw bad_request(std::string("--backend=cuda: no CUDA device (") +
-                      (found != cudaSuccess ? cudaGetErrorString(found) : "the driver reports none") + ")");
   cudaDeviceProp prop{};
-  check_cuda(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
+  std::string why_none;
+  if (!first_cuda_device(&prop, &why_none)) throw bad_request("--backend=cuda: no CUDA device (" + why_none + ")");
   const std::size_t n = o.values, bytes = n * sizeof(float);
   const double b = static_cast<double>(bytes);
 

@@ -6,6 +6,7 @@
 // input gradient to its rows. After each epoch worker 0 scores the test file (AUC, log loss).
 #include "apps/ctr_app.hpp"
 #include "apps/apps.hpp"
+#include "apps/ctr_backend.hpp"
 
 #include <array>
 #include <chrono>
@@ -32,6 +33,7 @@ struct ctr_settings {
   std::size_t epochs = 1;
   std::size_t cache_rows = 0;  // 0: no worker cache
   std::uint64_t cache_staleness = 0;
+  std::vector<std::string> backends;  // --backend: one for every worker, or worker i's at i
   criteo_reader::on_bad_line policy = criteo_reader::on_bad_line::stop;
 };
 
@@ -46,7 +48,33 @@ ctr_settings settings_of(const node_config& cfg) {
   s.cache_rows = cfg.app_count("embedding-cache");
   s.cache_staleness = cfg.app_count("embedding-staleness");
   if (cfg.app_text("on-bad-line") == "skip") s.policy = criteo_reader::on_bad_line::skip;
+  const auto& backends = cfg.app_text("backend");
+  for (std::size_t b = 0, e; b <= backends.size(); b = e + 1) {
+    e = std::min(backends.find(',', b), backends.size());
+    s.backends.push_back(backends.substr(b, e - b));
+  }
   return s;
+}
+
+// What is wrong with --backend ("": nothing): each entry host or cuda, one for every
+// worker or one per worker.
+std::string check_backends(const node_config& cfg) {
+  auto s = settings_of(cfg);
+  for (const auto& b : s.backends)
+    if (b != "host" && b != "cuda") return "\"" + b + "\" is not host or cuda";
+  if (s.backends.size() != 1 && s.backends.size() != cfg.workers)
+    return std::to_string(s.backends.size()) + " backends for " + std::to_string(cfg.workers) +
+           " workers (give one for all, or one per worker)";
+  return "";
+}
+
+// This worker's tower on its --backend.
+std::unique_ptr<tower_compute> worker_tower(const worker_context& ctx, const ctr_settings& s, const ctr_tower& shape) {
+  if (s.backends.size() == 1) return tower_on_backend(s.backends[0], shape);
+  if (ctx.id >= s.backends.size())
+    throw bad_request("--backend names " + std::to_string(s.backends.size()) + " workers' backends; this is worker " +
+                      std::to_string(ctx.id));
+  return tower_on_backend(s.backends[ctx.id], shape);
 }
 
 std::size_t tower_inputs(const ctr_settings& s) { return fields * s.dim + criteo_int_fields; }
@@ -236,7 +264,7 @@ struct ctr_counts {
 };
 
 // Scores the test file with the current parameters: (AUC, log loss).
-std::pair<double, double> evaluate(worker_context& ctx, const ctr_settings& s, const ctr_tower& tower,
+std::pair<double, double> evaluate(worker_context& ctx, const ctr_settings& s, tower_compute& tower,
                                    const key_set& keys) {
   auto params = ctx.kv.pull(keys).get();
   batch_source test(s, s.test, 0, 1, eval_batch);
@@ -253,11 +281,12 @@ std::pair<double, double> evaluate(worker_context& ctx, const ctr_settings& s, c
 }
 
 // One pass over this worker's training rows; each batch is one clock.
-void train_epoch(worker_context& ctx, const ctr_settings& s, const ctr_tower& tower, const key_set& keys,
+void train_epoch(worker_context& ctx, const ctr_settings& s, tower_compute& tower, const key_set& keys,
                  row_access& rows, std::uint64_t& clock, ctr_counts& counts) {
   batch_source train(s, s.train, ctx.id, ctx.num_workers, s.batch);
   ctr_batch b, next;
-  auto grad = std::make_shared<std::vector<float>>(tower.num_params());
+  const auto num_params = keys.num_keys();
+  auto grad = std::make_shared<std::vector<float>>(num_params);
   std::vector<float> dx;
   std::vector<kv_future> pending;  // the last batch's pushes
   const bool announce = ctx.cfg.shard_memory > 0;  // the shards keep rows on disk: say which come next
@@ -276,17 +305,18 @@ void train_epoch(worker_context& ctx, const ctr_settings& s, const ctr_tower& to
     pending.push_back(ctx.kv.push_and_advance(keys, grad, 0, ++clock));
     counts.samples += b.size();
     ++counts.batches;
-    counts.dense_bytes += 2 * tower.num_params() * sizeof(float);
+    counts.dense_bytes += 2 * num_params * sizeof(float);
   }
   rows.flush(pending);  // the shards have every update before anyone evaluates
   for (auto& f : pending) f.get();
 }
 
 nlohmann::json result_of(const worker_context& ctx, const ctr_settings& s, const ctr_counts& counts,
-                         const row_access& rows) {
+                         const row_access& rows, const tower_compute& tower) {
   const std::uint64_t row_bytes = sizeof(std::uint64_t) + s.dim * sizeof(float);
   auto [hits, misses] = rows.hits_and_misses();
   nlohmann::json out{{"worker", ctx.id},
+                     {"backend", tower.backend()},
                      {"samples", counts.samples},
                      {"batches", counts.batches},
                      {"train_seconds", counts.train_seconds},
@@ -307,11 +337,12 @@ nlohmann::json result_of(const worker_context& ctx, const ctr_settings& s, const
 
 std::string ctr_app(worker_context& ctx) {
   const auto s = settings_of(ctx.cfg);
-  ctr_tower tower(tower_inputs(s), s.hidden);
-  auto keys = key_set::single({0, tower.num_params()});
+  ctr_tower shape(tower_inputs(s), s.hidden);
+  auto tower = worker_tower(ctx, s, shape);
+  auto keys = key_set::single({0, shape.num_params()});
   if (ctx.id == 0) {  // the first writer wins: one worker is enough
-    std::vector<float> init(tower.num_params());
-    tower.init(init.data(), ctx.cfg.seed);
+    std::vector<float> init(shape.num_params());
+    shape.init(init.data(), ctx.cfg.seed);
     ctx.kv.init(keys, std::move(init)).get();
   }
   ctx.barrier();
@@ -320,18 +351,18 @@ std::string ctr_app(worker_context& ctx) {
   std::uint64_t clock = ctx.start_clock;
   for (std::size_t epoch = 1; epoch <= s.epochs; ++epoch) {
     auto start = std::chrono::steady_clock::now();
-    train_epoch(ctx, s, tower, keys, rows, clock, counts);
+    train_epoch(ctx, s, *tower, keys, rows, clock, counts);
     counts.train_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     ctx.barrier();
     if (ctx.id == 0) {
-      auto [test_auc, test_logloss] = evaluate(ctx, s, tower, keys);
+      auto [test_auc, test_logloss] = evaluate(ctx, s, *tower, keys);
       counts.per_epoch.push_back({{"epoch", epoch}, {"test_auc", test_auc}, {"test_logloss", test_logloss}});
       ctx.report("epoch " + std::to_string(epoch) + "/" + std::to_string(s.epochs) + ": test AUC " +
                  std::to_string(test_auc) + ", log loss " + std::to_string(test_logloss));
     }
     ctx.barrier();
   }
-  auto out = result_of(ctx, s, counts, rows);
+  auto out = result_of(ctx, s, counts, rows, *tower);
   if (ctx.id == 0) {  // the shards' figures, once every worker is done
     out["shards"] = shard_figures(ctx.kv);
   }
@@ -393,6 +424,9 @@ std::vector<app_flag> ctr_flags() {
            {}},
           {"embedding-staleness", app_flag_kind::count, "0",
            "ctr: clocks (batches) a cached row may be old; its gradients are summed until then", {}},
+          {"backend", app_flag_kind::text, "host",
+           "ctr: where workers run the dense tower: host|cuda for all, or one per worker, e.g. host,cuda",
+           check_backends},
           {"on-bad-line", app_flag_kind::text, "stop", "ctr: stop|skip at a malformed input line",
            [](const node_config& c) {
              auto v = c.app_text("on-bad-line");

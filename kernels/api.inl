@@ -61,3 +61,19 @@ std::size_t topk_select(const float* x, std::size_t n, std::size_t k, std::uint3
 void scatter_zero(float* x, const std::uint32_t* idx, std::size_t k);
 // x[idx[j]] = val[j] (set) or x[idx[j]] += val[j] (add), for j < k (indices distinct).
 void scatter(float* x, const std::uint32_t* idx, const float* val, std::size_t k, bool add);
+
+// ---- dense.cu: a fully connected layer and the logistic loss (train_ctr's tower) ----------------
+// Row-major: x and dx are batch x in, y and dy batch x out, w out x in, b out.
+// y[s][o] = b[o] + sum_i w[o][i] x[s][i], then max(0, y) when relu.
+void dense_forward(const float* w, const float* b, const float* x, float* y, std::size_t batch, std::size_t in,
+                   std::size_t out, bool relu);
+// gw[o][i] = sum_s dy[s][o] x[s][i]; gb[o] = sum_s dy[s][o] (overwritten, summed over s in order).
+void dense_weight_grad(const float* dy, const float* x, float* gw, float* gb, std::size_t batch, std::size_t in,
+                       std::size_t out);
+// dx[s][i] = sum_o dy[s][o] w[o][i] (o in order), then 0 where mask[s][i] <= 0 when mask is
+// not null (mask: the ReLU output that x was, so the gradient passes through it).
+void dense_input_grad(const float* dy, const float* w, const float* mask, float* dx, std::size_t batch,
+                      std::size_t in, std::size_t out);
+// delta[s] = (sigmoid(logits[s]) - labels[s]) / n, the mean loss's gradient; returns the mean
+// of log(1 + e^z) - y z (labels 0 or 1), computed in double without overflow. n == 0 gives 0.
+double logistic_loss(const float* logits, const float* labels, float* delta, std::size_t n);

@@ -5,7 +5,9 @@
 #include <random>
 #include <string>
 
+#include "kernels/kernels.hpp"
 #include "libps/keys.hpp"
+#include "libps/tower_on.hpp"
 
 namespace ps {
 
@@ -25,8 +27,8 @@ ctr_tower::ctr_tower(std::size_t inputs, std::vector<std::size_t> hidden) {
 std::vector<ctr_tower::layer> ctr_tower::layers() const {
   std::vector<layer> out;
   for (std::size_t l = 0; l + 1 < widths_.size(); ++l) {
-    auto w_size = widths_[l] * widths_[l + 1];
-    out.push_back({offsets_[l], w_size, offsets_[l] + w_size, widths_[l + 1]});
+    const auto in = widths_[l], width = widths_[l + 1];
+    out.push_back({in, width, offsets_[l], offsets_[l] + in * width});
   }
   return out;
 }
@@ -36,81 +38,31 @@ void ctr_tower::init(float* params, std::uint64_t seed) const {
   auto ls = layers();
   for (std::size_t l = 0; l < ls.size(); ++l) {
     const double bound = std::sqrt(6.0 / static_cast<double>(widths_[l]));
-    for (std::size_t i = 0; i < ls[l].w_size; ++i)  // raw 53 bits: the same on every platform
+    for (std::size_t i = 0; i < ls[l].in * ls[l].out; ++i)  // raw 53 bits: the same on every platform
       params[ls[l].w_offset + i] = static_cast<float>((static_cast<double>(rng() >> 11) * 0x1.0p-53 * 2 - 1) * bound);
-    std::fill_n(params + ls[l].b_offset, ls[l].b_size, 0.0f);
+    std::fill_n(params + ls[l].b_offset, ls[l].out, 0.0f);
   }
 }
 
-std::vector<std::vector<float>> ctr_tower::forward(const float* params, const float* x, std::size_t batch) const {
-  std::vector<std::vector<float>> acts(widths_.size());
-  acts[0].assign(x, x + batch * widths_[0]);
-  for (std::size_t l = 0; l + 1 < widths_.size(); ++l) {
-    const auto in = widths_[l], out = widths_[l + 1];
-    const float* w = params + offsets_[l];
-    const float* b = w + in * out;
-    bool last = l + 2 == widths_.size();
-    acts[l + 1].resize(batch * out);
-    for (std::size_t s = 0; s < batch; ++s) {
-      const float* a = acts[l].data() + s * in;
-      for (std::size_t o = 0; o < out; ++o) {
-        float z = b[o];
-        const float* row = w + o * in;
-        for (std::size_t i = 0; i < in; ++i) z += row[i] * a[i];
-        acts[l + 1][s * out + o] = last ? z : std::max(z, 0.0f);  // ReLU, the logit as it is
-      }
-    }
-  }
-  return acts;
-}
+namespace {
 
-double ctr_tower::loss_and_grad(const float* params, const float* x, const float* labels, std::size_t batch,
-                                float* grad, float* dx) const {
-  std::fill_n(grad, num_params(), 0.0f);
-  if (batch == 0) return 0;
-  auto acts = forward(params, x, batch);
-  double loss = 0;
-  std::vector<float> delta(batch);  // d(mean loss)/d(logit)
-  for (std::size_t s = 0; s < batch; ++s) {
-    double z = acts.back()[s];
-    double p = 1 / (1 + std::exp(-z));
-    // log(1 + e^z) - y z, computed without overflow
-    loss += std::max(z, 0.0) + std::log1p(std::exp(-std::abs(z))) - labels[s] * z;
-    delta[s] = static_cast<float>((p - labels[s]) / static_cast<double>(batch));
-  }
-  for (std::size_t l = widths_.size() - 1; l-- > 0;) {
-    const auto in = widths_[l], out = widths_[l + 1];
-    const float* w = params + offsets_[l];
-    float* gw = grad + offsets_[l];
-    float* gb = gw + in * out;
-    std::vector<float> below(batch * in, 0.0f);
-    for (std::size_t s = 0; s < batch; ++s) {
-      const float* a = acts[l].data() + s * in;
-      float* d_in = below.data() + s * in;
-      for (std::size_t o = 0; o < out; ++o) {
-        float d = delta[s * out + o];
-        if (d == 0) continue;
-        gb[o] += d;
-        float* grow = gw + o * in;
-        const float* row = w + o * in;
-        for (std::size_t i = 0; i < in; ++i) {
-          grow[i] += d * a[i];
-          d_in[i] += d * row[i];
-        }
-      }
-      if (l > 0)  // through the ReLU below
-        for (std::size_t i = 0; i < in; ++i)
-          if (a[i] <= 0) d_in[i] = 0;
-    }
-    delta = std::move(below);
-  }
-  std::copy(delta.begin(), delta.end(), dx);
-  return loss / static_cast<double>(batch);
-}
+struct host_device {
+  static constexpr const char* name = "host";
+  using floats = std::vector<float>;
+  static float* ptr(floats& v) { return v.data(); }
+  static void resize(floats& v, std::size_t n) { v.resize(n); }
+  static void upload(floats& v, const float* src, std::size_t n) { v.assign(src, src + n); }
+  static void download(float* dst, const floats& v, std::size_t n) { std::copy_n(v.data(), n, dst); }
+  static constexpr auto dense_forward = &kernels::dense_forward;
+  static constexpr auto dense_weight_grad = &kernels::dense_weight_grad;
+  static constexpr auto dense_input_grad = &kernels::dense_input_grad;
+  static constexpr auto logistic_loss = &kernels::logistic_loss;
+};
 
-void ctr_tower::predict(const float* params, const float* x, std::size_t batch, double* probabilities) const {
-  auto acts = forward(params, x, batch);
-  for (std::size_t s = 0; s < batch; ++s) probabilities[s] = 1 / (1 + std::exp(-static_cast<double>(acts.back()[s])));
+}  // namespace
+
+std::unique_ptr<tower_compute> host_tower(const ctr_tower& shape) {
+  return std::make_unique<tower_on<host_device>>(shape);
 }
 
 }  // namespace ps

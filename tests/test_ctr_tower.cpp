@@ -26,10 +26,11 @@ TEST_CASE("ctr_tower: parameter and input gradients match finite differences of 
   tower.init(params.data(), 5);
   for (std::size_t i = 0; i < params.size(); ++i) params[i] += 0.05f * static_cast<float>(i % 3);  // biases off 0
   tiny_batch b;
+  auto host = host_tower(tower);
   std::vector<float> grad(tower.num_params()), dx(b.x.size()), scratch_g(grad.size()), scratch_x(dx.size());
-  tower.loss_and_grad(params.data(), b.x.data(), b.labels.data(), 3, grad.data(), dx.data());
+  host->loss_and_grad(params.data(), b.x.data(), b.labels.data(), 3, grad.data(), dx.data());
   auto loss_at = [&](const std::vector<float>& p, const std::vector<float>& x) {
-    return tower.loss_and_grad(p.data(), x.data(), b.labels.data(), 3, scratch_g.data(), scratch_x.data());
+    return host->loss_and_grad(p.data(), x.data(), b.labels.data(), 3, scratch_g.data(), scratch_x.data());
   };
   const float h = 1e-3f;
   for (std::size_t i = 0; i < params.size(); ++i) {
@@ -55,12 +56,14 @@ TEST_CASE("ctr_tower: without hidden layers it is logistic regression; predictio
   REQUIRE(lr.num_params() == 3);
   std::vector<float> params{1.0f, -2.0f, 0.5f};  // w, b
   std::vector<float> x{1.0f, 1.0f};
+  auto host = host_tower(lr);
+  CHECK(host->backend() == "host");
   double p = 0;
-  lr.predict(params.data(), x.data(), 1, &p);
+  host->predict(params.data(), x.data(), 1, &p);
   CHECK(p == doctest::Approx(1 / (1 + std::exp(0.5))));
   std::vector<float> grad(3), dx(2);
   float label = 1;
-  double loss = lr.loss_and_grad(params.data(), x.data(), &label, 1, grad.data(), dx.data());
+  double loss = host->loss_and_grad(params.data(), x.data(), &label, 1, grad.data(), dx.data());
   CHECK(loss == doctest::Approx(std::log(1 + std::exp(0.5))));
   CHECK(grad[2] == doctest::Approx(p - 1));         // d/db
   CHECK(dx[1] == doctest::Approx((p - 1) * -2.0));  // d/dx = (p - y) w

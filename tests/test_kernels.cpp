@@ -2,6 +2,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <array>
 #include <cfloat>
 #include <cmath>
 #include <cstring>
@@ -88,6 +89,94 @@ TEST_CASE("kernels: large calls (OpenMP threads) equal small calls (calling thre
   }
   CHECK(std::memcmp(w1.data(), w2.data(), n * 4) == 0);
   CHECK(std::memcmp(v1.data(), v2.data(), n * 4) == 0);
+}
+
+namespace {
+
+// A fully connected layer written the plain way, each sum in the order api.inl promises.
+struct dense_reference {
+  std::size_t batch, in, out;
+  std::vector<float> forward(const std::vector<float>& w, const std::vector<float>& b, const std::vector<float>& x,
+                             bool relu) const {
+    std::vector<float> y(batch * out);
+    for (std::size_t s = 0; s < batch; ++s)
+      for (std::size_t o = 0; o < out; ++o) {
+        float z = b[o];
+        for (std::size_t i = 0; i < in; ++i) z += w[o * in + i] * x[s * in + i];
+        y[s * out + o] = relu && z < 0 ? 0.0f : z;
+      }
+    return y;
+  }
+  std::vector<float> weight_grad(const std::vector<float>& dy, const std::vector<float>& x) const {
+    std::vector<float> g(out * in + out, 0.0f);  // gw, then gb
+    for (std::size_t s = 0; s < batch; ++s)
+      for (std::size_t o = 0; o < out; ++o) {
+        for (std::size_t i = 0; i < in; ++i) g[o * in + i] += dy[s * out + o] * x[s * in + i];
+        g[out * in + o] += dy[s * out + o];
+      }
+    return g;
+  }
+  std::vector<float> input_grad(const std::vector<float>& dy, const std::vector<float>& w,
+                                const std::vector<float>* mask) const {
+    std::vector<float> dx(batch * in, 0.0f);
+    for (std::size_t s = 0; s < batch; ++s)
+      for (std::size_t o = 0; o < out; ++o)
+        for (std::size_t i = 0; i < in; ++i) dx[s * in + i] += dy[s * out + o] * w[o * in + i];
+    if (mask)
+      for (std::size_t k = 0; k < dx.size(); ++k)
+        if ((*mask)[k] <= 0) dx[k] = 0;
+    return dx;
+  }
+};
+
+}  // namespace
+
+TEST_CASE("kernels: a dense layer's passes equal plain loops bit for bit, on the calling thread and on OpenMP") {
+  // 3x5x2 stays below the serial grain; 300x429x64 (train_ctr's first layer) goes above it.
+  for (auto [batch, in, out] : {std::array<std::size_t, 3>{3, 5, 2}, std::array<std::size_t, 3>{300, 429, 64}}) {
+    INFO("batch " << batch << ", in " << in << ", out " << out);
+    dense_reference ref{batch, in, out};
+    const auto w = random_floats(out * in, 0.3f, 1), b = random_floats(out, 0.1f, 2);
+    const auto x = random_floats(batch * in, 1.0f, 3), dy = random_floats(batch * out, 0.01f, 4);
+    for (bool relu : {false, true}) {
+      std::vector<float> y(batch * out);
+      kernels::dense_forward(w.data(), b.data(), x.data(), y.data(), batch, in, out, relu);
+      CHECK(y == ref.forward(w, b, x, relu));
+    }
+    std::vector<float> g(out * in + out, 7.0f);  // overwritten, not added to
+    kernels::dense_weight_grad(dy.data(), x.data(), g.data(), g.data() + out * in, batch, in, out);
+    CHECK(g == ref.weight_grad(dy, x));
+    std::vector<float> dx(batch * in, 7.0f);
+    kernels::dense_input_grad(dy.data(), w.data(), nullptr, dx.data(), batch, in, out);
+    CHECK(dx == ref.input_grad(dy, w, nullptr));
+    kernels::dense_input_grad(dy.data(), w.data(), x.data(), dx.data(), batch, in, out);  // x as a ReLU's output
+    const auto masked = ref.input_grad(dy, w, &x);
+    CHECK(dx == masked);
+    CHECK(std::count(masked.begin(), masked.end(), 0.0f) > 0);
+  }
+}
+
+TEST_CASE("kernels: the logistic loss and its gradient, without overflow at large logits") {
+  std::vector<float> z{0.0f, 2.0f, -3.0f, 200.0f, -200.0f}, y{1, 0, 1, 0, 1}, delta(5);
+  double loss = kernels::logistic_loss(z.data(), y.data(), delta.data(), 5);
+  double expected = 0;
+  for (std::size_t s = 0; s < 5; ++s) {
+    double p = 1 / (1 + std::exp(-double(z[s])));
+    CHECK(delta[s] == doctest::Approx((p - y[s]) / 5));
+    expected += z[s] > 100 || z[s] < -100 ? std::fabs(double(z[s])) : std::log(1 + std::exp(double(z[s]))) - y[s] * z[s];
+  }
+  CHECK(std::isfinite(loss));
+  CHECK(loss == doctest::Approx(expected / 5));
+  CHECK(kernels::logistic_loss(nullptr, nullptr, nullptr, 0) == 0);
+  // Above the serial grain the sum runs on OpenMP threads; its order changes only rounding.
+  const std::size_t n = 1 << 16;
+  auto big = random_floats(n, 2.0f, 5);
+  std::vector<float> labels(n), d1(n), d2(n);
+  for (std::size_t s = 0; s < n; ++s) labels[s] = static_cast<float>(s % 2);
+  double whole = kernels::logistic_loss(big.data(), labels.data(), d1.data(), n);
+  double halves = (kernels::logistic_loss(big.data(), labels.data(), d2.data(), n / 2) +
+                   kernels::logistic_loss(big.data() + n / 2, labels.data() + n / 2, d2.data() + n / 2, n / 2)) / 2;
+  CHECK(whole == doctest::Approx(halves).epsilon(1e-12));
 }
 
 TEST_CASE("kernels: update rules match hand-computed values") {

@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cuda_memory.hpp"
 #include "kernels/kernels.hpp"
 #include "kernels/kernels_cuda.hpp"
 #include "tests/kernel_inputs.hpp"
@@ -30,36 +31,7 @@ namespace cuda = ps::kernels_cuda;
 using ps::test::grad_value;
 using ps::test::random_floats;
 
-void check_cuda(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(e));
-}
-
-// A buffer in device memory, filled from and read back into host vectors.
-template <class T>
-class device_vector {
- public:
-  explicit device_vector(std::size_t n) : n_(n) {
-    check_cuda(cudaMalloc(reinterpret_cast<void**>(&p_), std::max<std::size_t>(n, 1) * sizeof(T)), "cudaMalloc");
-    check_cuda(cudaMemset(p_, 0, std::max<std::size_t>(n, 1) * sizeof(T)), "cudaMemset");
-  }
-  explicit device_vector(const std::vector<T>& h) : device_vector(h.size()) {
-    if (n_ > 0) check_cuda(cudaMemcpy(p_, h.data(), n_ * sizeof(T), cudaMemcpyHostToDevice), "cudaMemcpy to the device");
-  }
-  ~device_vector() { cudaFree(p_); }
-  device_vector(const device_vector&) = delete;
-  device_vector& operator=(const device_vector&) = delete;
-  T* get() { return p_; }
-  std::vector<T> read() const {
-    std::vector<T> h(n_);
-    if (n_ > 0) check_cuda(cudaMemcpy(h.data(), p_, n_ * sizeof(T), cudaMemcpyDeviceToHost), "cudaMemcpy to the host");
-    return h;
-  }
-
- private:
-  T* p_ = nullptr;
-  std::size_t n_;
-};
-
+using ps::device_vector;
 
 bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
@@ -253,16 +225,37 @@ TEST_CASE("cuda: top-k selects what the host build selects; scatters match") {
   }
 }
 
+TEST_CASE("cuda: a dense layer's passes and the logistic loss follow the host build") {
+  const std::size_t batch = 256, in = 429, out = 64;  // train_ctr's first layer
+  const auto w = random_floats(out * in, 0.3f, 1), b = random_floats(out, 0.1f, 2);
+  const auto x = random_floats(batch * in, 1.0f, 3), dy = random_floats(batch * out, 0.01f, 4);
+  device_vector<float> dw(w), db(b), dxs(x), ddy(dy), dy_out(batch * out), dg(out * in + out), ddx(batch * in);
+  std::vector<float> y(batch * out), g(out * in + out), dx(batch * in);
+  host::dense_forward(w.data(), b.data(), x.data(), y.data(), batch, in, out, true);
+  cuda::dense_forward(dw.get(), db.get(), dxs.get(), dy_out.get(), batch, in, out, true);
+  check_close(dy_out.read(), y, 1e-5f, 1e-5f, "dense_forward");  // sums of 429 terms, FMA or not
+  host::dense_weight_grad(dy.data(), x.data(), g.data(), g.data() + out * in, batch, in, out);
+  cuda::dense_weight_grad(ddy.get(), dxs.get(), dg.get(), dg.get() + out * in, batch, in, out);
+  check_close(dg.read(), g, 1e-5f, 1e-6f, "dense_weight_grad");
+  host::dense_input_grad(dy.data(), w.data(), x.data(), dx.data(), batch, in, out);
+  cuda::dense_input_grad(ddy.get(), dw.get(), dxs.get(), ddx.get(), batch, in, out);
+  check_close(ddx.read(), dx, 1e-5f, 1e-6f, "dense_input_grad");
+  std::vector<float> labels(batch), delta(batch);
+  for (std::size_t s = 0; s < batch; ++s) labels[s] = static_cast<float>(s % 3 == 0);
+  device_vector<float> dlabels(labels), ddelta(batch);
+  const double host_loss = host::logistic_loss(y.data(), labels.data(), delta.data(), batch);
+  const double cuda_loss = cuda::logistic_loss(dy_out.get(), dlabels.get(), ddelta.get(), batch);
+  CHECK(cuda_loss == doctest::Approx(host_loss).epsilon(1e-6));
+  check_close(ddelta.read(), delta, 1e-5f, 1e-9f, "logistic_loss delta");
+}
+
 int main(int argc, char** argv) {
-  int devices = 0;
-  const cudaError_t e = cudaGetDeviceCount(&devices);
-  if (e != cudaSuccess || devices == 0) {
-    std::printf("test_kernels_cuda: skipped: no CUDA device (%s)\n",
-                e != cudaSuccess ? cudaGetErrorString(e) : "the driver reports none");
+  cudaDeviceProp prop{};
+  std::string why_none;
+  if (!ps::first_cuda_device(&prop, &why_none)) {
+    std::printf("test_kernels_cuda: skipped: no CUDA device (%s)\n", why_none.c_str());
     return 77;
   }
-  cudaDeviceProp prop{};
-  check_cuda(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
   std::printf("test_kernels_cuda: on %s (sm_%d%d)\n", prop.name, prop.major, prop.minor);
   doctest::Context context(argc, argv);
   return context.run();
