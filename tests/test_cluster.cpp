@@ -22,6 +22,7 @@
 #include "libps/trace.hpp"
 #include "runtime/job_contract.hpp"
 #include "tests/parsed_config.hpp"
+#include "tests/program_output.hpp"
 
 using namespace ps;
 using std::chrono::milliseconds;
@@ -30,24 +31,12 @@ namespace {
 
 [[maybe_unused]] const bool apps_registered = (register_builtin_apps(), true);
 
+using test::last_json;
 using test::parsed_config;
+using test::shell;
+using test::worker_line;
 
 using json = nlohmann::json;
-
-// The last JSON line of a program's output: the result or status line every program ends with.
-json last_json(const std::string& out) {
-  auto lines = json_lines_of(out);
-  REQUIRE_MESSAGE(!lines.empty(), "no JSON line in the output");
-  return lines.back();
-}
-
-// A worker's result line: the JSON line with this "worker" id and field `has`.
-json worker_line(const std::string& out, std::uint32_t worker, const std::string& has) {
-  for (auto& j : json_lines_of(out))
-    if (j.contains(has) && j.value("worker", UINT32_MAX) == worker) return j;
-  FAIL("no result line of worker " << worker << " with \"" << has << "\"");
-  return {};
-}
 
 // rowcheck's result lines of both workers in a job's output: no mismatch, and `checked`
 // values compared by each.
@@ -57,17 +46,6 @@ void check_rowcheck_lines(const std::string& out, std::uint64_t checked) {
     CHECK(line["mismatches"] == 0);
     CHECK(line["checked"] == checked);
   }
-}
-
-// Runs a command, returns (exit code, stdout+stderr).
-std::pair<int, std::string> shell(const std::string& cmd) {
-  std::string out;
-  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
-  REQUIRE(p != nullptr);
-  char buf[4096];
-  while (auto n = fread(buf, 1, sizeof(buf), p)) out.append(buf, n);
-  int status = pclose(p);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
 }
 
 // Runs app `app` as a job of cfg's shape; its workers' results, once it completed with
@@ -990,6 +968,19 @@ TEST_CASE("train_ctr learns clicks from gen_ctr's data across processes, and nam
   CHECK(cached["embedding_bytes"] >= cached["embedding_bytes_bound"]);
   CHECK(cached["worker_cache_hit_rate"] > 0.5);
   CHECK(cached["test_auc"] > 0.58);
+  // --backend: each worker's, named when wrong; cuda works or says why not (no nvcc at build
+  // time, no device: test_ctr_backends runs it where there is one).
+  for (auto [flag, says] : {std::pair{"--backend=gpu", "\"gpu\" is not host or cuda"},
+                            std::pair{"--backend=host,host,cuda", "3 backends for 2 workers"}}) {
+    auto [rc, out] = shell(std::string("bin/train_ctr --train=ctr-train/train.tsv --test=ctr-train/test.tsv ") + flag);
+    INFO(out);
+    CHECK(rc != 0);
+    CHECK(out.find(says) != std::string::npos);
+  }
+  auto [cuda_rc, cuda_out] = shell("bin/train_ctr --train=ctr-train/train.tsv --test=ctr-train/test.tsv --hidden=[16] "
+                                   "--embedding-dim=4 --backend=host,cuda");
+  INFO(cuda_out);
+  CHECK((cuda_rc == 0 || cuda_out.find("--backend=cuda: ") != std::string::npos));
   auto [bad_rc, bad_out] = shell("bin/train_ctr --train=ctr-train/no-such.tsv --test=ctr-train/test.tsv");
   CHECK(bad_rc != 0);
   CHECK(bad_out.find("ctr-train/no-such.tsv") != std::string::npos);
