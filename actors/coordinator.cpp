@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <functional>
 
+#include "libps/cluster_status.hpp"
 #include "libps/consistency.hpp"
 
 namespace ps {
@@ -358,24 +359,88 @@ void member_down(self_ptr self, const coordinator_options& opts, const caf::down
   worker_finished(self, opts, w->second);
 }
 
-// Time-based checkpoint: one clock boundary above every head's minimum, so each shard's
-// part holds the same clocks (exactly, under BSP).
-void checkpoint_round(self_ptr self, const coordinator_options& opts) {
-  auto& st = self->state;
-  self->delayed_send(self, checkpoint_period(opts), checkpoint_atom::value);
-  if (!st.view_ready) return;
-  auto heads = st.shard_handles;
+// A checkpoint one clock boundary above every head's minimum, so each shard's part holds
+// the same clocks (exactly, under BSP): cut(boundary) once every head was told, or
+// failed(why) when a head did not answer (that round's file could not complete).
+void cut_checkpoint(self_ptr self, std::function<void(std::uint64_t)> cut, std::function<void(std::string)> failed) {
+  auto heads = self->state.shard_handles;
   auto highest = std::make_shared<std::uint64_t>(0);
   auto remaining = std::make_shared<std::size_t>(heads.size());
-  for (auto& head : heads)
-    self->request(head, std::chrono::seconds(5), min_clock_atom::value)
+  auto silent = std::make_shared<std::string>();
+  auto answered = [=] {
+    if (--*remaining > 0) return;
+    if (!silent->empty()) return failed("coordinator: no checkpoint: " + *silent);
+    for (auto& h : heads) caf::anon_send(h, cut_atom::value, *highest + 1);
+    cut(*highest + 1);
+  };
+  for (std::size_t i = 0; i < heads.size(); ++i)
+    self->request(heads[i], std::chrono::seconds(5), min_clock_atom::value)
       .then(
         [=](std::uint64_t min) {
           if (min != left_clock) *highest = std::max(*highest, min);
-          if (--*remaining > 0) return;
-          for (auto& h : heads) caf::anon_send(h, cut_atom::value, *highest + 1);
+          answered();
         },
-        [=](caf::error&) { --*remaining; });  // a dead head: this round's file will not complete
+        [=](caf::error& e) {
+          *silent = "shard " + std::to_string(i) + " did not say its clock (" + describe(e) + ")";
+          answered();
+        });
+}
+
+// Time-based checkpoints (--checkpoint-seconds).
+void checkpoint_round(self_ptr self, const coordinator_options& opts) {
+  self->delayed_send(self, checkpoint_period(opts), checkpoint_atom::value);
+  if (!self->state.view_ready) return;
+  cut_checkpoint(self, [](std::uint64_t) {}, [=](std::string why) { tell_news(opts, why); });
+}
+
+// psctl checkpoint: one now, at the next boundary.
+caf::result<std::uint64_t> checkpoint_now(self_ptr self, const coordinator_options& opts) {
+  if (!opts.checkpointer)
+    return make_ps_error("coordinator: this job writes no checkpoints (start it with --checkpoint-dir=DIR)");
+  if (!self->state.view_ready || self->state.ending)
+    return make_ps_error(std::string("coordinator: no checkpoint: the job ") +
+                         (self->state.ending ? "is ending" : "has not formed yet"));
+  auto rp = self->make_response_promise<std::uint64_t>();
+  cut_checkpoint(self, [=](std::uint64_t boundary) mutable { rp.deliver(boundary); },
+                 [=](std::string why) mutable { rp.deliver(make_ps_error(why)); });
+  return rp;
+}
+
+// psctl status: what the coordinator knows of its members, and each shard's own figures.
+caf::result<std::string> cluster_status(self_ptr self) {
+  auto& st = self->state;
+  auto shards = std::make_shared<std::vector<status_shard>>();
+  for (const auto& e : st.shards)
+    shards->push_back({e.id, e.host.empty() ? "in the coordinator's process" : e.host + ":" + std::to_string(e.port),
+                       e.pid, "", ""});
+  std::vector<status_worker> workers;
+  for (std::uint32_t w = 0; w < st.worker_done.size(); ++w) workers.push_back({w, "", st.worker_done[w]});
+  for (const auto& [addr, id] : st.worker_ids)
+    if (auto m = st.members.find(addr); m != st.members.end()) workers[id].member = m->second;
+  const std::string job = st.ending ? "ending" : st.view_ready ? "running" : "forming";
+  const auto epoch = st.epoch;
+  auto rp = self->make_response_promise<std::string>();
+  auto remaining = std::make_shared<std::size_t>(st.shard_handles.size());
+  auto finish = [=]() mutable {
+    try {
+      rp.deliver(status_json(epoch, job, *shards, workers));
+    } catch (const bad_request& e) {
+      rp.deliver(make_ps_error(e.what()));
+    }
+  };
+  if (*remaining == 0) finish();
+  for (std::size_t i = 0; i < st.shard_handles.size(); ++i)
+    self->request(st.shard_handles[i], std::chrono::seconds(5), stats_atom::value)
+      .then(
+        [=](std::string& text) mutable {
+          (*shards)[i].stats = std::move(text);
+          if (--*remaining == 0) finish();
+        },
+        [=](caf::error& e) mutable {
+          (*shards)[i].error = describe(e);
+          if (--*remaining == 0) finish();
+        });
+  return rp;
 }
 
 // A copy of a shard further down its chain; once every chain is complete the map is
@@ -502,6 +567,8 @@ coordinator_actor::behavior_type coordinator(self_ptr self, coordinator_options 
       tell(opts, describe(loss, "shard " + std::to_string(loss.shard)), loss_atom::value, loss);
     },
     [=](checkpoint_atom) { checkpoint_round(self, opts); },
+    [=](checkpoint_now_atom) { return checkpoint_now(self, opts); },
+    [=](status_atom) { return cluster_status(self); },
     [=](view_atom, std::uint32_t) {
       auto& st = self->state;
       auto sub = caf::actor_cast<client_actor>(self->current_sender());

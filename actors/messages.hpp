@@ -56,6 +56,8 @@ using end_atom = caf::atom_constant<caf::atom("end")>;
 using stats_atom = caf::atom_constant<caf::atom("stats")>;
 using fill_atom = caf::atom_constant<caf::atom("fill")>;
 using prefetch_atom = caf::atom_constant<caf::atom("prefetch")>;
+using status_atom = caf::atom_constant<caf::atom("status")>;
+using checkpoint_now_atom = caf::atom_constant<caf::atom("ckptnow")>;
 
 template <class Inspector>
 constexpr bool is_raw_io_v =
@@ -414,6 +416,12 @@ using coordinator_actor = caf::typed_actor<
   caf::reacts_to<view_atom, std::uint32_t>,
   // Internal: time for a time-based checkpoint (--checkpoint-seconds).
   caf::reacts_to<checkpoint_atom>,
+  // From an operator (psctl status): members, map epoch, each shard's figures and each
+  // worker's clock, as libps/cluster_status.hpp's JSON.
+  caf::replies_to<status_atom>::with<std::string>,
+  // From an operator (psctl checkpoint): a checkpoint at the next clock boundary; the
+  // reply is that boundary. An error when the job writes no checkpoints.
+  caf::replies_to<checkpoint_now_atom>::with<std::uint64_t>,
   // Ends the job with this errc (stopped, interrupted, terminated; job_failed from a
   // launcher that saw a member die) and reason: every member gets the reason and ends;
   // the reply comes before the coordinator quits.

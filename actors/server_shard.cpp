@@ -550,8 +550,19 @@ caf::result<std::uint64_t> fill(self_ptr self, std::uint32_t table, std::uint64_
 std::string stats_json(const shard_state& st) {
   const auto& rows = st.core->rows();
   const auto& s = rows.stats();
+  const auto& clocks = st.core->clocks();
+  nlohmann::json worker_clocks = nlohmann::json::array();  // null: the worker left
+  for (std::uint32_t w = 0; w < clocks.size(); ++w)
+    worker_clocks.push_back(clocks.live(w) ? nlohmann::json(clocks.clock(w)) : nlohmann::json());
+  const auto keys = st.core->store().num_keys();
   nlohmann::json j{{"shard", st.core->id()},
                    {"pid", getpid()},
+                   {"epoch", st.core->epoch()},
+                   {"keys", keys},
+                   {"clocks", std::move(worker_clocks)},
+                   {"pushes", st.pushes_received},
+                   {"pulls", st.pulls_received},
+                   {"uptime_s", std::chrono::duration<double>(std::chrono::steady_clock::now() - st.started).count()},
                    {"rows", rows.rows_created()},
                    {"rows_expired", s.expired},
                    {"row_pushes_refused", s.refused},
@@ -678,9 +689,11 @@ shard_actor::behavior_type server_shard(self_ptr self, coordinator_actor coordin
   start_shard(self, opts, coordinator);
   return {
     [=](push_atom, const request_header& hdr, const range_list& ranges, const float_block& values) {
+      ++self->state.pushes_received;
       return write(self, opts, coordinator, true, hdr, ranges, values);
     },
     [=](push_atom, const request_header& hdr, const range_list& ranges, const encoded_block& data) {
+      ++self->state.pushes_received;
       return write_encoded(self, opts, coordinator, hdr, ranges, data);
     },
     [=](init_atom, const request_header& hdr, const range_list& ranges, const float_block& values) {
@@ -691,14 +704,17 @@ shard_actor::behavior_type server_shard(self_ptr self, coordinator_actor coordin
       return {opts.plane->host(), opts.plane->port(), opts.plane->token()};
     },
     [=](pull_atom, const request_header& hdr, range_list& ranges) {
+      ++self->state.pulls_received;
       return gated_pull(self, opts, coordinator, hdr, [&](std::uint64_t token) {
         return self->state.core->pull(request_of(hdr), std::move(ranges.ranges), token, self->clock().now());
       });
     },
     [=](push_rows_atom, const request_header& hdr, const row_ids& rows, const float_block& grads) {
+      ++self->state.pushes_received;
       return write_rows(self, opts, coordinator, hdr, rows, grads);
     },
     [=](pull_rows_atom, const request_header& hdr, row_ids& rows) {
+      ++self->state.pulls_received;
       return gated_pull(self, opts, coordinator, hdr, [&](std::uint64_t token) {
         return self->state.core->pull_rows(request_of(hdr), rows.table, std::move(rows.ids), token,
                                            self->clock().now());

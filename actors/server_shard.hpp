@@ -85,6 +85,10 @@ struct shard_state {
   std::uint64_t writes_awaited = 0;
   std::shared_ptr<std::atomic<std::uint64_t>> writes_done = std::make_shared<std::atomic<std::uint64_t>>(0);
   int trace_fd = -1;
+  // Requests received, for the operator's status (psctl status): pushes (dense and rows)
+  // and pulls (dense and rows) since the shard started.
+  std::uint64_t pushes_received = 0, pulls_received = 0;
+  std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
   // Chain replication: this copy's successor (none: it is the tail, it acknowledges) and
   // the updates passed to it and not yet acknowledged, in order, with the reply owed.
   shard_actor successor;

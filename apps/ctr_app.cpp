@@ -385,6 +385,7 @@ std::vector<sparse_table_spec> ctr_tables(const node_config& cfg) {
   update_rule adagrad;
   adagrad.kind = rule_kind::adagrad;
   adagrad.lr = static_cast<float>(cfg.app_number("embedding-lr"));
+  adagrad.eps = static_cast<float>(cfg.app_number("embedding-eps"));
   std::vector<sparse_table_spec> tables;
   for (std::size_t f = 0; f < fields; ++f) {
     std::string name = "C";  // Criteo's names of the categorical fields: C1..C26
@@ -402,6 +403,10 @@ std::vector<app_flag> ctr_flags() {
            [](const node_config& c) { return c.app_count("embedding-dim") >= 1 ? "" : "must be >= 1"; }},
           {"embedding-lr", app_flag_kind::number, "0.05", "ctr: Adagrad's learning rate for the embedding rows",
            [](const node_config& c) { return c.app_number("embedding-lr") > 0 ? "" : "must be > 0"; }},
+          {"embedding-eps", app_flag_kind::number, "1e-8",
+           "ctr: Adagrad's epsilon for the embedding rows (w -= lr*g/(sqrt(h)+eps)): a row's first steps are at most "
+           "lr/eps times its gradient",
+           [](const node_config& c) { return c.app_number("embedding-eps") > 0 ? "" : "must be > 0"; }},
           {"hidden", app_flag_kind::counts, "[256,128]", "ctr: the tower's hidden layer widths, e.g. [256,128]",
            [](const node_config& c) {
              for (auto h : c.app_counts("hidden"))

@@ -1,34 +1,113 @@
 // psctl: an operator's commands to a running job's coordinator.
-//   psctl stop HOST:PORT [REASON]   end the job: every member ends with "status":"stopped"
-//                                   and the coordinator exits 0
-// Prints one JSON line; exit 0 when the coordinator took the command, 1 when it could not
-// be reached or refused, 2 for a bad command line.
+//   psctl --coordinator=HOST:PORT status [--json]   members, map epoch, each shard's keys,
+//                                                   rows, bytes, memory, disk reads and
+//                                                   request rates, each worker's clock
+//   psctl --coordinator=HOST:PORT checkpoint        a checkpoint at the next clock boundary
+//   psctl --coordinator=HOST:PORT stop [REASON]     end the job: every member ends with
+//                                                   "status":"stopped", the coordinator exits 0
+//   psctl stop HOST:PORT [REASON]                   the same stop, as first written
+// status prints a table, or with --json one JSON object; the others one JSON line. Exit 0
+// when the coordinator took the command, 1 when it could not be reached or refused, 2 for
+// a bad command line.
 #include <cstdio>
+#include <optional>
 #include <string>
 
 #include <caf/io/all.hpp>
 
+#include "libps/cluster_status.hpp"
 #include "runtime/node.hpp"
 
 namespace {
 
-int usage(const char* why) {
-  std::fprintf(stderr, "psctl: %s\nusage: psctl stop HOST:PORT [REASON]\n", why);
+constexpr const char* usage_text =
+  "usage: psctl --coordinator=HOST:PORT status [--json]\n"
+  "       psctl --coordinator=HOST:PORT checkpoint\n"
+  "       psctl --coordinator=HOST:PORT stop [REASON]\n"
+  "       psctl stop HOST:PORT [REASON]\n";
+
+int usage(const std::string& why) {
+  std::fprintf(stderr, "psctl: %s\n%s", why.c_str(), usage_text);
   return 2;
 }
 
-int stop(caf::actor_system& sys, const std::string& address, const std::string& reason) {
-  ps::json_line line{{"command", "stop"}, {"coordinator", address}};
-  auto [host, port] = ps::parse_host_port(address);
-  auto coord = sys.middleman().remote_actor<ps::coordinator_actor>(host, port);
-  if (!coord) return ps::print_status(line, false, ps::errc::failed, "cannot reach the coordinator at " + address +
-                                                                         ": " + ps::describe(coord.error()));
+struct command {
+  std::string name, address;
+  std::vector<std::string> rest;  // after the command's name
+};
+
+// The command line as a command; nullopt (after printing why) when it is not one.
+std::optional<command> parse(std::vector<std::string> args) {
+  command c;
+  if (!args.empty() && args[0].rfind("--coordinator=", 0) == 0) {
+    c.address = args[0].substr(14);
+    args.erase(args.begin());
+  }
+  if (args.empty()) {
+    usage("a command is needed");
+    return std::nullopt;
+  }
+  c.name = args[0];
+  c.rest.assign(args.begin() + 1, args.end());
+  if (c.address.empty() && c.name == "stop" && !c.rest.empty()) {  // psctl stop HOST:PORT [REASON]
+    c.address = c.rest[0];
+    c.rest.erase(c.rest.begin());
+  }
+  std::string wrong;
+  if (c.name != "status" && c.name != "checkpoint" && c.name != "stop")
+    wrong = "unknown command \"" + c.name + "\"";
+  else if (c.address.empty())
+    wrong = c.name + " needs --coordinator=HOST:PORT";
+  else if (c.name == "status" && !(c.rest.empty() || (c.rest.size() == 1 && c.rest[0] == "--json")))
+    wrong = "status takes only --json";
+  else if (c.name == "checkpoint" && !c.rest.empty())
+    wrong = "checkpoint takes no arguments";
+  else if (c.name == "stop" && c.rest.size() > 1)
+    wrong = "stop takes one reason (quote it)";
+  if (!wrong.empty()) {
+    usage(wrong);
+    return std::nullopt;
+  }
+  return c;
+}
+
+// Sends the request and waits for its answer; the error text, or "" with the answer in *out.
+template <class Answer, class... Ts>
+std::string ask(caf::actor_system& sys, const ps::coordinator_actor& coord, Answer* out, Ts... xs) {
   std::string err;
   caf::scoped_actor self{sys};
-  self->request(*coord, std::chrono::seconds(10), ps::stop_atom::value, static_cast<std::uint8_t>(ps::errc::stopped),
-                reason)
-    .receive([](caf::ok_atom) {}, [&](caf::error& e) { err = ps::describe(e); });
-  if (!err.empty()) return ps::print_status(line, false, ps::errc::failed, "the coordinator at " + address + ": " + err);
+  self->request(coord, std::chrono::seconds(15), xs...)
+    .receive([&](Answer& a) { *out = std::move(a); }, [&](caf::error& e) { err = ps::describe(e); });
+  return err;
+}
+
+int run(caf::actor_system& sys, const command& c) {
+  ps::json_line line{{"command", c.name}, {"coordinator", c.address}};
+  auto [host, port] = ps::parse_host_port(c.address);
+  auto coord = sys.middleman().remote_actor<ps::coordinator_actor>(host, port);
+  if (!coord)
+    return ps::print_status(line, false, ps::errc::failed,
+                            "cannot reach the coordinator at " + c.address + ": " + ps::describe(coord.error()));
+  auto refused = [&](const std::string& err) {
+    return ps::print_status(line, false, ps::errc::failed, "the coordinator at " + c.address + ": " + err);
+  };
+  if (c.name == "status") {
+    std::string status;
+    if (auto err = ask(sys, *coord, &status, ps::status_atom::value); !err.empty()) return refused(err);
+    std::printf("%s\n", c.rest.empty() ? ps::status_table(status).c_str() : status.c_str());
+    return 0;
+  }
+  if (c.name == "checkpoint") {
+    std::uint64_t boundary = 0;
+    if (auto err = ask(sys, *coord, &boundary, ps::checkpoint_now_atom::value); !err.empty()) return refused(err);
+    line["clock"] = boundary;
+    return ps::print_status(line, true, ps::errc::stopped, "");
+  }
+  caf::ok_atom ok;
+  const std::string reason = c.rest.empty() ? "stopped by the operator (psctl stop)" : c.rest[0];
+  if (auto err = ask(sys, *coord, &ok, ps::stop_atom::value, static_cast<std::uint8_t>(ps::errc::stopped), reason);
+      !err.empty())
+    return refused(err);
   return ps::print_status(line, true, ps::errc::stopped, "");
 }
 
@@ -36,14 +115,17 @@ int stop(caf::actor_system& sys, const std::string& address, const std::string& 
 
 int main(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
-  if (args.empty() || args[0] == "--help" || args[0] == "-h") return usage("a command is needed");
-  if (args[0] != "stop") return usage(("unknown command \"" + args[0] + "\"").c_str());
-  if (args.size() < 2 || args.size() > 3) return usage("stop takes HOST:PORT and an optional reason");
+  if (!args.empty() && (args[0] == "--help" || args[0] == "-h")) {
+    std::printf("%s", usage_text);
+    return 0;
+  }
+  auto c = parse(args);
+  if (!c) return 2;
   try {
-    ps::parse_host_port(args[1]);
+    ps::parse_host_port(c->address);
     ps::node_config cfg;  // registers the message types and loads the network layer
     caf::actor_system sys{cfg};
-    return stop(sys, args[1], args.size() == 3 ? args[2] : "stopped by the operator (psctl stop)");
+    return run(sys, *c);
   } catch (const ps::bad_request& e) {
     return usage(e.what());
   }

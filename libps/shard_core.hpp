@@ -172,6 +172,7 @@ class shard_core {
   std::uint32_t id() const { return id_; }
   std::uint64_t epoch() const { return view_epoch_; }
   std::uint64_t min_clock() const { return consistency_.clocks().min_clock(); }
+  const vector_clock& clocks() const { return consistency_.clocks(); }
   const param_store& store() const { return *store_; }
 
  private:

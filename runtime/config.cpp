@@ -52,7 +52,7 @@ node_config::node_config() {
     .add(compression, "compression", "none|fp16|int8|topk: codec of pushes on the wire")
     .add(topk_ratio, "topk-ratio", "fraction of values a topk push sends (error feedback keeps the rest)")
     .add(pull_compression, "pull-compression", "none|fp16|int8: codec of pull answers on the wire")
-    .add(checkpoint_dir, "checkpoint-dir", "DIR: the coordinator writes checkpoints here")
+    .add(checkpoint_dir, "checkpoint-dir", "DIR: the coordinator writes checkpoints here (periodic with --checkpoint-every or --checkpoint-seconds; psctl checkpoint asks for one)")
     .add(checkpoint_every, "checkpoint-every", "K: a checkpoint whenever the minimum clock crosses a multiple of K")
     .add(checkpoint_seconds, "checkpoint-seconds", "T: a checkpoint every T seconds, at the next clock boundary")
     .add(replication, "replication", "R: copies of each shard in a chain over consecutive servers (pushes to the head, "
@@ -284,8 +284,6 @@ void node_config::validate() const {
   pull_codec();
   if (!(checkpoint_seconds >= 0) || checkpoint_seconds > 1e6)
     throw bad_request("--checkpoint-seconds must be in [0, 1e6]");
-  if (!checkpoint_dir.empty() && checkpoint_every == 0 && checkpoint_seconds == 0)
-    throw bad_request("--checkpoint-dir needs --checkpoint-every=K (K >= 1 clocks) or --checkpoint-seconds=T");
   if ((checkpoint_every > 0 || checkpoint_seconds > 0) && checkpoint_dir.empty())
     throw bad_request(std::string(checkpoint_every > 0 ? "--checkpoint-every" : "--checkpoint-seconds") +
                       " needs --checkpoint-dir=DIR");

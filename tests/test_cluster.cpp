@@ -376,7 +376,6 @@ TEST_CASE("bad flags and bad config files are errors that name the problem") {
     {"bin/train_fmnist --pull-compression=zip", 2, "--pull-compression=zip: unknown codec"},
     {"bin/train_fmnist --aggregation=tree", 2, "--aggregation=tree is not one of central|block|ring"},
     {"bin/train_fmnist --devices=0", 2, "--devices must be in [1, 64]"},
-    {"bin/train_fmnist --checkpoint-dir=x", 2, "--checkpoint-dir needs --checkpoint-every=K"},
     {"bin/train_fmnist --checkpoint-every=5", 2, "--checkpoint-every needs --checkpoint-dir=DIR"},
     {"bin/train_fmnist --trace=/no/such/dir/t.jsonl --epochs=1", 1, "cannot create trace file /no/such/dir/t.jsonl"},
     {"bin/train_fmnist --faults='kill server=5 at=3'", 2, "--faults: kill server=5: the job has only 2 servers"},
@@ -912,6 +911,65 @@ TEST_CASE("contract: psctl stop ends the job: status stopped everywhere, the coo
   CHECK(bad_rc == 1);
   CHECK(bad_out.find("cannot reach the coordinator at 127.0.0.1:1") != std::string::npos);
   CHECK(shell("bin/psctl pause 127.0.0.1:1").first == 2);
+}
+
+TEST_CASE("contract: psctl status shows shards and workers' clocks, checkpoint cuts one, stop ends the job") {
+  std::filesystem::remove_all("psctl-ckpt");
+  small_job job("--clocks=2000 --clock-ms=5 --checkpoint-dir=psctl-ckpt");
+  REQUIRE(job.coord.wait_for("clock "));
+  const std::string at = "bin/psctl --coordinator=127.0.0.1:" + job.port;
+  auto [rc, out] = shell(at + " status --json");
+  INFO(out);
+  REQUIRE(rc == 0);
+  auto st = last_json(out);
+  CHECK(st["epoch"] == 1);
+  CHECK(st["job"] == "running");
+  REQUIRE(st["shards"].size() == 1);
+  const auto& shard = st["shards"][0];
+  CHECK(shard["id"] == 0);
+  CHECK(shard["state"] == "serving");
+  CHECK(shard["address"].get<std::string>().rfind("127.0.0.1:", 0) == 0);
+  CHECK(shard["keys"] > 0);
+  CHECK(shard["rows"] == 0);
+  CHECK(shard["bytes"] == shard["keys"].get<std::uint64_t>() * 4);
+  CHECK(shard["pushes"] > 0);
+  REQUIRE(st["workers"].size() == 1);
+  CHECK(st["workers"][0]["id"] == 0);
+  CHECK(st["workers"][0]["clock"] >= 1);
+  CHECK(st["slowest_worker"] == 0);
+  auto [table_rc, table] = shell(at + " status");
+  CHECK(table_rc == 0);
+  CHECK(table.find("slowest worker 0") != std::string::npos);
+  auto [ck_rc, ck_out] = shell(at + " checkpoint");
+  INFO(ck_out);
+  REQUIRE(ck_rc == 0);
+  auto ck = last_json(ck_out);
+  CHECK(ck["status"] == "ok");
+  const auto clock = ck["clock"].get<std::uint64_t>();
+  CHECK(clock > st["workers"][0]["clock"].get<std::uint64_t>());
+  REQUIRE(job.coord.wait_for("checkpoint written: "));
+  CHECK(job.coord.out.find("(clock " + std::to_string(clock) + ")") != std::string::npos);
+  auto [stop_rc, stop_out] = shell(at + " stop 'after the checkpoint'");
+  CHECK(stop_rc == 0);
+  job.check_ends(0, "stopped", "after the checkpoint");
+  // Without --checkpoint-dir, or a command psctl does not have: named.
+  auto [none_rc, none_out] = shell("bin/psctl --coordinator=127.0.0.1:1 checkpoint");
+  CHECK(none_rc == 1);
+  CHECK(none_out.find("cannot reach the coordinator at 127.0.0.1:1") != std::string::npos);
+  auto [bad_rc, bad_out] = shell("bin/psctl --coordinator=127.0.0.1:1 status --yaml");
+  CHECK(bad_rc == 2);
+  CHECK(bad_out.find("status takes only --json") != std::string::npos);
+  std::filesystem::remove_all("psctl-ckpt");
+}
+
+TEST_CASE("contract: psctl checkpoint on a job without --checkpoint-dir says how to get one") {
+  small_job job("--clocks=2000 --clock-ms=5");
+  REQUIRE(job.coord.wait_for("clock "));
+  auto [rc, out] = shell("bin/psctl --coordinator=127.0.0.1:" + job.port + " checkpoint");
+  CHECK(rc == 1);
+  CHECK(out.find("this job writes no checkpoints (start it with --checkpoint-dir=DIR)") != std::string::npos);
+  CHECK(shell("bin/psctl --coordinator=127.0.0.1:" + job.port + " stop").first == 0);
+  job.check_ends(0, "stopped", "psctl stop");
 }
 
 TEST_CASE("gen_ctr writes Criteo-format files a reader takes, and a truth whose bayes_auc is a real AUC") {
