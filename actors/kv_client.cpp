@@ -174,6 +174,11 @@ struct client_state {
   std::uint64_t epoch = 1;
   std::uint32_t worker = 0;
   coordinator_actor coordinator;  // none: no failover, a dead shard fails its requests at once
+  std::string coordinator_down;   // non-empty: the coordinator is gone (why); no failover can come
+  // Barriers under way at the coordinator: failed at once if it goes down (a request to a
+  // dead remote actor would wait for its whole timeout).
+  std::map<std::uint64_t, caf::typed_response_promise<std::uint64_t>> barriers;
+  std::uint64_t next_barrier = 0;
   std::chrono::milliseconds timeout;
   // Flow control per shard: CAF's broker buffers every queued message in one growing
   // buffer and shifts it after each partial write, so hundreds of MB queued on one
@@ -206,7 +211,9 @@ using client_impl = client_actor::extend<
   caf::reacts_to<clock_atom, std::shared_ptr<op_request>>,
   caf::reacts_to<dispatch_atom, std::shared_ptr<op_request>>,
   // From the caller's thread: a planned push or pull of rows.
-  caf::reacts_to<dispatch_atom, std::shared_ptr<rows_request>>>;
+  caf::reacts_to<dispatch_atom, std::shared_ptr<rows_request>>,
+  // From the caller's thread: worker w's barrier at the coordinator (timeout in ms).
+  caf::replies_to<barrier_atom, std::uint32_t, std::uint64_t>::with<std::uint64_t>>;
 using client_ptr = client_impl::stateful_pointer<client_state>;
 
 void launch(client_ptr self, std::size_t idx, pending_request r);
@@ -358,7 +365,11 @@ void fail_all(client_ptr self, std::size_t idx, const std::string& reason) {
 void shard_down(client_ptr self, std::size_t i, const std::string& reason) {
   auto& st = self->state;
   st.routes[i].down = reason;
-  if (!st.coordinator) {
+  if (!st.coordinator_down.empty()) {  // no new map can come: later requests fail at once too
+    st.routes[i].down += "; " + st.coordinator_down + ": no replacement can come";
+    st.routes[i].abandoned = true;
+  }
+  if (!st.coordinator || !st.coordinator_down.empty()) {
     fail_all(self, i, st.routes[i].down);
     return;
   }
@@ -729,7 +740,45 @@ void init_client(client_ptr self, std::vector<shard_link> shards, std::vector<sh
     plane_peer(self, st.routes[i].link.handle);
     plane_peer(self, st.routes[i].tail);
   }
-  if (st.coordinator) self->send(st.coordinator, view_atom::value, st.worker);
+  if (st.coordinator) {
+    self->monitor(st.coordinator);
+    self->send(st.coordinator, view_atom::value, st.worker);
+  }
+}
+
+// The coordinator is gone without ending the job: barriers fail now, and so do the
+// requests waiting for a shard's replacement (only the coordinator could send one).
+void coordinator_gone(client_ptr self, const caf::error& reason) {
+  auto& st = self->state;
+  st.coordinator_down = "the coordinator went down (" + describe(reason) + ")";
+  for (auto& [tag, rp] : st.barriers) rp.deliver(make_ps_error(st.coordinator_down));
+  st.barriers.clear();
+  for (std::size_t i = 0; i < st.routes.size(); ++i) {
+    auto& route = st.routes[i];
+    if (route.down.empty() || route.abandoned) continue;
+    route.abandoned = true;
+    route.down += "; " + st.coordinator_down + ": no replacement can come";
+    fail_all(self, i, route.down);
+  }
+}
+
+// A barrier at the coordinator, answered here (so that a dead coordinator fails it).
+caf::result<std::uint64_t> barrier(client_ptr self, std::uint32_t worker, std::chrono::milliseconds timeout) {
+  auto& st = self->state;
+  if (!st.coordinator) return make_ps_error("this client has no coordinator");
+  if (!st.coordinator_down.empty()) return make_ps_error(st.coordinator_down);
+  auto tag = st.next_barrier++;
+  auto rp = self->make_response_promise<std::uint64_t>();
+  st.barriers.emplace(tag, rp);
+  auto settle = [=](auto answer) {
+    auto it = self->state.barriers.find(tag);
+    if (it == self->state.barriers.end()) return;  // failed already: the coordinator went down
+    it->second.deliver(std::move(answer));
+    self->state.barriers.erase(it);
+  };
+  self->request(st.coordinator, timeout, barrier_atom::value, worker)
+    .then([=](std::uint64_t generation) { settle(generation); }, [=](caf::error& e) { settle(std::move(e)); });
+  return rp;
 }
 
 client_impl::behavior_type kv_client_actor(client_ptr self, std::vector<shard_link> shards, std::vector<shard_entry> entries,
@@ -737,6 +786,10 @@ client_impl::behavior_type kv_client_actor(client_ptr self, std::vector<shard_li
   init_client(self, std::move(shards), std::move(entries), opts, epoch, std::move(stats));
   self->set_down_handler([=](caf::down_msg& dm) {
     auto& st = self->state;
+    if (st.coordinator && dm.source == st.coordinator.address()) {
+      if (dm.reason && dm.reason != caf::exit_reason::normal) coordinator_gone(self, dm.reason);
+      return;
+    }
     for (std::size_t i = 0; i < st.routes.size(); ++i) {
       if (st.routes[i].link.handle.address() != dm.source && st.routes[i].tail.address() != dm.source) continue;
       if (!st.routes[i].down.empty()) continue;  // head and tail of one chain: once is enough
@@ -792,6 +845,9 @@ client_impl::behavior_type kv_client_actor(client_ptr self, std::vector<shard_li
       op->pending = st.routes.size();
       for (std::size_t idx = 0; idx < st.routes.size(); ++idx)
         submit(self, idx, clock_request(self, idx, req->hdr, op));
+    },
+    [=](barrier_atom, std::uint32_t worker, std::uint64_t timeout_ms) {
+      return barrier(self, worker, std::chrono::milliseconds(timeout_ms));
     },
     [=](dispatch_atom, std::shared_ptr<op_request>& req) { dispatch(self, req); },
     [=](dispatch_atom, std::shared_ptr<rows_request>& req) { dispatch_rows(self, req); },
@@ -883,6 +939,16 @@ kv_future kv_client::push(const key_set& keys, std::shared_ptr<std::vector<float
                           std::size_t offset) {
   if (!values) throw bad_request("push: no values (null buffer)");
   return send(op_kind::push, keys, std::move(values), offset);
+}
+
+void kv_client::barrier(std::chrono::milliseconds timeout) {
+  caf::scoped_actor self{sys_};
+  std::string err;
+  // The client answers: with the coordinator's reply, its timeout, or its death.
+  self->request(caf::actor_cast<client_impl>(actor_), caf::infinite, barrier_atom::value, opts_.worker,
+                static_cast<std::uint64_t>(timeout.count()))
+    .receive([](std::uint64_t) {}, [&](caf::error& e) { err = describe(e); });
+  if (!err.empty()) throw kv_error("barrier failed: " + err);
 }
 
 std::vector<double> kv_client::recovery_times_ms() const {

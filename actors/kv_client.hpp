@@ -164,6 +164,10 @@ class kv_client {
   // This worker has finished its iterations: it leaves every shard's clock vector, behind
   // its earlier requests, so BSP and SSP reads stop waiting for it.
   kv_future leave_clock_vector();
+  // Waits until every running worker has reached this barrier (the coordinator's). Throws
+  // kv_error when it fails: its timeout passed, the job ended, or the coordinator went down
+  // (known at once: the client watches it).
+  void barrier(std::chrono::milliseconds timeout);
   // Tags later requests with this clock without telling the shards (tests).
   void set_clock(std::uint64_t c) { clock_ = c; }
   std::uint64_t clock() const { return clock_; }

@@ -649,7 +649,11 @@ void start_shard(self_ptr self, const shard_options& opts, const coordinator_act
   self->monitor(coordinator);
   // The job ends when the coordinator goes: nothing else will talk to this shard.
   self->set_down_handler([=](caf::down_msg& dm) {
-    if (dm.source == coordinator.address()) self->quit(dm.reason);
+    if (dm.source == coordinator.address()) {  // gone without ending the job: say so
+      const bool quiet = !dm.reason || dm.reason == caf::exit_reason::normal;
+      self->quit(quiet ? dm.reason
+                       : make_ps_error(self->state.name + ": the coordinator went down (" + describe(dm.reason) + ")"));
+    }
     if (dm.source == self->state.successor.address()) self->state.successor_down = true;  // new chain coming
   });
   if (opts.plane) {

@@ -110,13 +110,7 @@ bool run_worker(caf::actor_system& sys, const node_config& cfg, coordinator_acto
     // A joiner entered each shard's clock vector at that shard's minimum; one tick puts it
     // at the start clock everywhere (else its first read would wait for itself).
     if (reg.start_clock > 0) kv.advance_clock(reg.start_clock).get();
-    ctx.barrier = [&] {
-      std::string berr;
-      self->request(coord, milliseconds(cfg.barrier_timeout_ms), barrier_atom::value, id)
-        .receive([](std::uint64_t) {}, [&](caf::error& e) { berr = describe(e); });
-      if (!berr.empty())
-        throw kv_error("worker " + std::to_string(id) + ": barrier failed: " + berr);
-    };
+    ctx.barrier = [&] { kv.barrier(milliseconds(cfg.barrier_timeout_ms)); };
     ctx.report = [&](std::string text) { self->send(coord, report_atom::value, id, std::move(text)); };
     auto result = app(ctx);
     return finish(result, true);
