@@ -403,7 +403,7 @@ std::vector<app_flag> ctr_flags() {
            [](const node_config& c) { return c.app_count("embedding-dim") >= 1 ? "" : "must be >= 1"; }},
           {"embedding-lr", app_flag_kind::number, "0.05", "ctr: Adagrad's learning rate for the embedding rows",
            [](const node_config& c) { return c.app_number("embedding-lr") > 0 ? "" : "must be > 0"; }},
-          {"embedding-eps", app_flag_kind::number, "1e-8",
+          {"embedding-eps", app_flag_kind::number, "0.01",
            "ctr: Adagrad's epsilon for the embedding rows (w -= lr*g/(sqrt(h)+eps)): a row's first steps are at most "
            "lr/eps times its gradient",
            [](const node_config& c) { return c.app_number("embedding-eps") > 0 ? "" : "must be > 0"; }},
