@@ -182,7 +182,7 @@ void read_from_disk(self_ptr self, const shard_options& opts, const coordinator_
 // checkpoint's directory, and the part, naming that directory, follows.
 void send_checkpoint_part(self_ptr self, std::uint64_t clock) {
   auto& st = self->state;
-  shard_snapshot part{st.core->id(), st.core->store().snapshot(), {}};
+  shard_snapshot part{st.core->id(), st.core->store().snapshot(), {}, {}, 0};
   if (!st.disk) {
     part.tables = st.core->table_snapshot();
     caf::anon_send(st.checkpointer, snapshot_atom::value, part.shard, clock, snapshot_block(part));
@@ -437,7 +437,7 @@ std::uint64_t take_view(self_ptr self, const cluster_view& view) {
 // The parameters and rows a registration carries (--restore, a replacement); throws
 // bad_request.
 shard_snapshot restored_state(const registration& reg) {
-  if (!reg.state.bytes || reg.state.bytes->empty()) return {reg.id, {}, {}};
+  if (!reg.state.bytes || reg.state.bytes->empty()) return {reg.id, {}, {}, {}, 0};
   auto snap = snapshot_of(reg.state);
   if (snap.shard != reg.id) throw bad_request("restored state belongs to shard " + std::to_string(snap.shard));
   return snap;

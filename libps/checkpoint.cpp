@@ -195,7 +195,7 @@ checkpoint read_checkpoint(const std::string& path) {
     shard_snapshot s;
     if (version == 1) {
       auto old = r.section<shard_snapshot_v1>(what);
-      s = {old.shard, std::move(old.segments), {}};
+      s = {old.shard, std::move(old.segments), {}, {}, 0};
     } else {
       s = r.section<shard_snapshot>(what);
     }

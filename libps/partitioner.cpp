@@ -63,21 +63,28 @@ std::uint32_t partitioner::owner_of_bucket(std::uint64_t bucket) const {
   return ring_owner(bucket);
 }
 
-void partitioner::place_balanced() {
-  // Each bucket's weight: how many of its keys lie in the balanced ranges (std::map: in
-  // key order).
+std::map<std::uint64_t, std::uint64_t> partitioner::balanced_weights() const {
   std::map<std::uint64_t, std::uint64_t> weight;
-  std::uint64_t total = 0;
   for (const auto& r : balanced_)
-    for_each_bucket(r, bucket_bits_, [&](std::uint64_t bucket, key_type begin, key_type end) {
-      weight[bucket] += end - begin;
-      total += end - begin;
-    });
+    for_each_bucket(r, bucket_bits_, [&](std::uint64_t bucket, key_type begin, key_type end) { weight[bucket] += end - begin; });
+  return weight;
+}
+
+std::map<std::uint32_t, std::uint64_t> partitioner::balanced_loads(const std::map<std::uint64_t, std::uint64_t>& weights) const {
+  std::map<std::uint32_t, std::uint64_t> load;
+  for (auto id : shard_ids_) load[id] = 0;
+  for (const auto& [bucket, w] : weights) load[placed_.at(bucket)] += w;
+  return load;
+}
+
+void partitioner::place_balanced() {
+  const auto weight = balanced_weights();
+  std::uint64_t total = 0;
+  for (const auto& [bucket, w] : weight) total += w;
   if (weight.empty()) return;
   // Contiguous runs: the buckets in key order are cut into n runs of equal weight, run j
   // for the j-th smallest shard id; a bucket goes to the run its middle key falls in.
-  auto ids = shard_ids_;
-  std::sort(ids.begin(), ids.end());
+  const auto& ids = shard_ids_;  // sorted
   const auto n = ids.size();
   std::uint64_t before = 0;  // weight of the buckets before this one
   for (const auto& [bucket, w] : weight) {
@@ -111,9 +118,28 @@ std::vector<piece> partitioner::split(const key_set& keys) const {
 }
 
 partitioner partitioner::with_shard(std::uint32_t id) const {
+  if (std::binary_search(shard_ids_.begin(), shard_ids_.end(), id))
+    throw bad_request("partitioner: shard " + std::to_string(id) + " is in the map already");
   auto ids = shard_ids_;
   ids.push_back(id);
-  return partitioner(epoch_ + 1, std::move(ids), vnodes_, bucket_bits_, balanced_);
+  partitioner grown(epoch_ + 1, std::move(ids), vnodes_, bucket_bits_, balanced_);
+  const auto weight = balanced_weights();
+  if (weight.empty()) return grown;
+  grown.placed_ = placed_;
+  auto load = balanced_loads(weight);
+  std::uint64_t total = 0;
+  for (const auto& [shard, keys] : load) total += keys;
+  const double mean = static_cast<double>(total) / static_cast<double>(shard_ids_.size() + 1);
+  // Each shard gives the newcomer buckets from the end of its keys while it stays above
+  // the new mean by at least half of the bucket it gives.
+  for (auto it = weight.rbegin(); it != weight.rend(); ++it) {
+    auto& owner = grown.placed_[it->first];
+    auto& keys = load[owner];
+    if (owner == id || static_cast<double>(keys) - mean < static_cast<double>(it->second) / 2) continue;
+    keys -= it->second;
+    owner = id;
+  }
+  return grown;
 }
 
 partitioner partitioner::without_shard(std::uint32_t id) const {
@@ -122,7 +148,55 @@ partitioner partitioner::without_shard(std::uint32_t id) const {
   if (it == ids.end())
     throw bad_request("partitioner: no shard " + std::to_string(id) + " to remove");
   ids.erase(it);
-  return partitioner(epoch_ + 1, std::move(ids), vnodes_, bucket_bits_, balanced_);
+  partitioner shrunk(epoch_ + 1, std::move(ids), vnodes_, bucket_bits_, balanced_);
+  const auto weight = balanced_weights();
+  if (weight.empty()) return shrunk;
+  shrunk.placed_ = placed_;
+  auto load = balanced_loads(weight);
+  std::uint64_t total = 0;
+  for (const auto& [shard, keys] : load) total += keys;
+  load.erase(id);
+  const double mean = static_cast<double>(total) / static_cast<double>(shrunk.shard_ids_.size());
+  // The leaver's buckets in key order, each to the first shard (by id) still below the new
+  // mean by half the bucket, so consecutive buckets stay together; else the lightest.
+  for (const auto& [bucket, w] : weight) {
+    auto& owner = shrunk.placed_[bucket];
+    if (owner != id) continue;
+    auto to = std::find_if(load.begin(), load.end(), [&, w = w](const auto& l) {
+      return static_cast<double>(l.second) + static_cast<double>(w) / 2 <= mean;
+    });
+    if (to == load.end())
+      to = std::min_element(load.begin(), load.end(), [](const auto& a, const auto& b) { return a.second < b.second; });
+    owner = to->first;
+    to->second += w;
+  }
+  return shrunk;
+}
+
+partitioner::placement_list partitioner::placement() const {
+  placement_list out(placed_.begin(), placed_.end());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+partitioner partitioner::with_placement(const placement_list& placement) const {
+  partitioner out = *this;
+  std::unordered_map<std::uint64_t, std::uint32_t> placed;
+  const auto weight = balanced_weights();
+  if (placement.size() != weight.size())
+    throw bad_request("partitioner: a placement of " + std::to_string(placement.size()) + " buckets for " +
+                      std::to_string(weight.size()) + " balanced buckets");
+  for (const auto& [bucket, shard] : placement) {
+    if (!weight.count(bucket))
+      throw bad_request("partitioner: placement names bucket " + std::to_string(bucket) + ", which is not balanced");
+    if (!std::binary_search(shard_ids_.begin(), shard_ids_.end(), shard))
+      throw bad_request("partitioner: placement puts bucket " + std::to_string(bucket) + " on shard " +
+                        std::to_string(shard) + ", which is not in the map");
+    if (!placed.emplace(bucket, shard).second)
+      throw bad_request("partitioner: placement names bucket " + std::to_string(bucket) + " twice");
+  }
+  out.placed_ = std::move(placed);
+  return out;
 }
 
 }  // namespace ps

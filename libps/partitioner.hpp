@@ -11,10 +11,14 @@
 // placed in contiguous runs: in key order, cut into one run of equal weight per shard (at
 // bucket boundaries, so within one bucket of the mean), run j on the j-th smallest shard
 // id. A tensor then lies in at most one piece per shard, as ps-lite's range partitioning
-// has it. The placement depends only on the shards and the ranges, so every member
-// computes the same one; a join re-cuts the runs (moving about half the dense keys from
-// 2 to 3 shards), which an explicit range map will avoid when shards join while training.
+// has it. A fresh map's placement depends only on the shards and the ranges, so every
+// member computes the same one. A join or a departure (with_shard, without_shard) moves
+// as little as it can instead: the newcomer takes each shard's excess over the new mean
+// from the end of its run (about 1/(n+1) of the keys, in n pieces); a leaver's buckets go,
+// in key order, to the shards below the new mean. Such a placement is history, not a
+// function of the shard ids: maps that follow a join carry it (placement()).
 #include <cstdint>
+#include <map>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -56,9 +60,19 @@ class partitioner {
   // pieces with the same owner are merged.
   std::vector<piece> split(const key_set& keys) const;
 
-  // A new map (epoch + 1) with one shard more or less.
+  // A new map (epoch + 1) with one shard more or less: the ring's buckets and rows move
+  // only to the newcomer (or only from the leaver), the balanced buckets as above.
+  // Throws bad_request for an id already there, or not there.
   partitioner with_shard(std::uint32_t id) const;
   partitioner without_shard(std::uint32_t id) const;
+
+  // The balanced buckets' owners, in bucket order.
+  using placement_list = std::vector<std::pair<std::uint64_t, std::uint32_t>>;
+  placement_list placement() const;
+  // This map with the balanced buckets placed so (a placement() of a map with the same
+  // shards and ranges). Throws bad_request naming a bucket that is not balanced, missing or
+  // placed on a shard that is not in the map.
+  partitioner with_placement(const placement_list& placement) const;
 
   std::uint64_t epoch() const { return epoch_; }
   const std::vector<std::uint32_t>& shard_ids() const { return shard_ids_; }
@@ -74,6 +88,10 @@ class partitioner {
   std::uint32_t ring_owner(std::uint64_t bucket) const;
   std::uint32_t owner_of_point(std::uint64_t point) const;  // the first virtual node clockwise
   void place_balanced();
+  // Each balanced bucket's weight (its keys in the balanced ranges), in key order.
+  std::map<std::uint64_t, std::uint64_t> balanced_weights() const;
+  // Keys of the balanced ranges each shard holds.
+  std::map<std::uint32_t, std::uint64_t> balanced_loads(const std::map<std::uint64_t, std::uint64_t>& weights) const;
 
   std::uint64_t epoch_;
   std::vector<std::uint32_t> shard_ids_;

@@ -115,14 +115,35 @@ TEST_CASE("balanced ranges: one contiguous run per shard, the same for every mem
     auto grown = a.with_shard(n);
     CHECK(grown.balanced() == model);
     std::uint64_t moved = 0;
+    std::vector<std::uint64_t> held(n + 1);
     for (key_type k = 0; k < 203530; ++k) {
       REQUIRE(a.owner(k) == b.owner(k));
-      moved += a.owner(k) != grown.owner(k);
+      if (a.owner(k) != grown.owner(k)) {
+        ++moved;
+        REQUIRE(grown.owner(k) == n);  // nothing moves between the shards already there
+      }
+      ++held[grown.owner(k)];
     }
     // The figures README "Every shard holds its share" quotes (test_libps -tc='balanced*').
-    MESSAGE(n << " -> " << n + 1 << " shards: a join moved " << double(moved) / 203530 << " of the keys (a re-cut "
-              << "of the runs; the least possible is " << 1.0 / (n + 1) << ")");
-    CHECK(moved < 203530);
+    const double fraction = double(moved) / 203530, least = 1.0 / (n + 1);
+    MESSAGE(n << " -> " << n + 1 << " shards: a join moved " << fraction << " of the keys (the least possible is "
+              << least << ")");
+    CHECK(fraction <= 1.05 * least);  // half a bucket per shard over the least; the target is 1.25x
+    for (auto h : held) CHECK(std::abs(double(h) / (203530.0 / (n + 1)) - 1) <= 0.02);
+    // The newcomer leaves again: only its keys move, and the shards stay even.
+    auto shrunk = grown.without_shard(n);
+    std::uint64_t moved_back = 0;
+    std::vector<std::uint64_t> after(n);
+    for (key_type k = 0; k < 203530; ++k) {
+      moved_back += grown.owner(k) != shrunk.owner(k);
+      if (grown.owner(k) != n) REQUIRE(shrunk.owner(k) == grown.owner(k));
+      ++after[shrunk.owner(k)];
+    }
+    CHECK(moved_back == held[n]);
+    for (auto h : after) CHECK(std::abs(double(h) / (203530.0 / n) - 1) <= 0.02);
+    // A member told the placement computes the same owners.
+    auto told = partitioner(grown.epoch(), grown.shard_ids(), 128, bits, model).with_placement(grown.placement());
+    for (key_type k = 0; k < 203530; k += 97) REQUIRE(told.owner(k) == grown.owner(k));
     // Keys outside the balanced ranges keep the plain ring's owner.
     partitioner plain(1, ids, 128, bits);
     CHECK(a.owner(key_type{1} << 40) == plain.owner(key_type{1} << 40));
@@ -135,6 +156,21 @@ TEST_CASE("partitioner rejects bad configurations") {
   CHECK_THROWS_AS(partitioner(1, {1, 1}), bad_request);
   CHECK_THROWS_AS(partitioner(1, {1}, 0), bad_request);
   CHECK_THROWS_AS(partitioner(1, {0, 1}).without_shard(5), bad_request);
+  CHECK_THROWS_AS(partitioner(1, {0, 1}).with_shard(1), bad_request);
+  partitioner p(1, {0, 1}, 128, 4, {{0, 64}});  // 4 balanced buckets
+  auto placement = p.placement();
+  REQUIRE(placement.size() == 4);
+  auto on_stranger = placement;
+  on_stranger[0].second = 7;
+  CHECK_THROWS_WITH_AS(p.with_placement(on_stranger), doctest::Contains("shard 7, which is not in the map"), bad_request);
+  auto twice = placement;
+  twice[1].first = twice[0].first;
+  CHECK_THROWS_WITH_AS(p.with_placement(twice), doctest::Contains("twice"), bad_request);
+  auto foreign = placement;
+  foreign[3].first = 99;
+  CHECK_THROWS_WITH_AS(p.with_placement(foreign), doctest::Contains("bucket 99, which is not balanced"), bad_request);
+  placement.pop_back();
+  CHECK_THROWS_WITH_AS(p.with_placement(placement), doctest::Contains("3 buckets for 4"), bad_request);
 }
 
 TEST_CASE("split cuts at bucket boundaries, tags owners and keeps value offsets") {

@@ -156,7 +156,7 @@ struct disk_driver {
 TEST_CASE("shard core over a tiny RAM tier: pushes from 2 workers, shared and own rows, end exactly as all in RAM") {
   const std::uint64_t budget = 6 * sparse_table(emb(4, rule_kind::adagrad)).row_bytes();
   shard_core tiered(tiered_shard(budget, infinite_staleness)), in_ram(tiered_shard(0, infinite_staleness));
-  disk_driver drive{tiered};
+  disk_driver drive{tiered, {}, {}, {}};
   std::mt19937_64 rng(11);
   std::uint64_t seq = 0;
   for (int step = 0; step < 400; ++step) {
