@@ -243,3 +243,21 @@ latest_checkpoint load_latest(const std::string& dir) {
 }
 
 }  // namespace ps
+
+namespace ps {
+
+std::string unwritable_directory(const std::string& dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return "cannot create directory " + dir + ": " + ec.message();
+  if (!std::filesystem::is_directory(dir, ec)) return dir + " is not a directory";
+  auto probe = std::filesystem::path(dir) / (".write-probe-" + std::to_string(::getpid()));
+  {
+    std::ofstream out(probe);
+    if (!(out << "probe") || !out.flush()) return "cannot write in " + dir + ": " + std::strerror(errno);
+  }
+  std::filesystem::remove(probe, ec);
+  return "";
+}
+
+}  // namespace ps

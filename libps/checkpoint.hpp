@@ -82,3 +82,11 @@ struct latest_checkpoint {
 latest_checkpoint load_latest(const std::string& dir);
 
 }  // namespace ps
+
+namespace ps {
+
+// Why checkpoints cannot be written to dir ("" when they can): it is made if missing,
+// and a file is created and removed in it. The text names the directory.
+std::string unwritable_directory(const std::string& dir);
+
+}  // namespace ps

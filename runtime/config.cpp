@@ -167,7 +167,7 @@ bool node_config::parse_args(int argc, char** argv) {
     add_ini_options(ini, given);
   }
   if (auto err = parse(argc, argv)) {
-    std::fprintf(stderr, "error: %s\n", render(err).c_str());
+    std::fprintf(stderr, "error: %s\n", explain_parse_error(err).c_str());
     return false;
   }
   if (cli_helptext_printed)
@@ -248,6 +248,32 @@ void node_config::set_app_flag(const std::string& name, const std::string& text)
   }
 }
 
+std::string node_config::explain_parse_error(const caf::error& err) const {
+  // CAF renders a bad value as parser_error(<code>, ({"argument" = "--lr=nan"})).
+  auto text = render(err);
+  const std::string mark = "\"argument\" = \"";
+  auto at = text.find(mark);
+  if (at == std::string::npos) return text;
+  auto argument = text.substr(at + mark.size(), text.find('"', at + mark.size()) - at - mark.size());
+  auto eq = argument.find('=');
+  if (argument.rfind("--", 0) != 0 || eq == std::string::npos) return "cannot read argument " + argument;
+  auto name = argument.substr(2, eq - 2);
+  auto dot = name.find('.');
+  auto* option = custom_options_.qualified_name_lookup(dot == std::string::npos ? "global" : name.substr(0, dot),
+                                                       dot == std::string::npos ? name : name.substr(dot + 1));
+  if (!option) return "unknown option --" + name;
+  const auto type_view = option->type_name(), help_view = option->description();
+  const std::string type(type_view.begin(), type_view.end()), help(help_view.begin(), help_view.end());
+  std::string wanted = type == "real64"                       ? "a finite number"
+                       : type == "int64"                      ? "a whole number"
+                       : type.rfind("uint", 0) == 0           ? "a whole number >= 0"
+                       : type.rfind("list of", 0) == 0        ? "a list such as [1,2]"
+                       : type == "string"                     ? "a text"
+                                                              : type;
+  return argument + ": \"" + argument.substr(eq + 1) + "\" is not " + wanted + " (--" + name + ": " +
+         help + ")";
+}
+
 void node_config::validate() const {
   auto one_of = [](const std::string& name, const std::string& v, std::vector<std::string> ok) {
     for (const auto& o : ok)
@@ -279,11 +305,16 @@ void node_config::validate() const {
   if (shard_memory > 0 && (role.empty() || role == "server" || role == "local"))
     if (auto why = direct_io_problem(shard_dir); !why.empty()) throw bad_request("--shard-dir: " + why);
   if (!coordinator.empty()) parse_host_port(coordinator);
+  if (given.count("staleness") && staleness < 0)
+    throw bad_request("--staleness=" + std::to_string(staleness) + " must be >= 0 (0: BSP; K: a read waits for "
+                      "every worker to be within K clocks)");
   staleness_bound("bsp");
   push_codec();
   pull_codec();
   if (!(checkpoint_seconds >= 0) || checkpoint_seconds > 1e6)
     throw bad_request("--checkpoint-seconds must be in [0, 1e6]");
+  if (!checkpoint_dir.empty() && (role.empty() || role == "coordinator" || role == "local"))
+    if (auto why = unwritable_directory(checkpoint_dir); !why.empty()) throw bad_request("--checkpoint-dir: " + why);
   if ((checkpoint_every > 0 || checkpoint_seconds > 0) && checkpoint_dir.empty())
     throw bad_request(std::string(checkpoint_every > 0 ? "--checkpoint-every" : "--checkpoint-seconds") +
                       " needs --checkpoint-dir=DIR");

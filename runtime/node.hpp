@@ -126,6 +126,8 @@ struct node_config : caf::actor_system_config {
   std::set<std::string> given;
 
  private:
+  // CAF's parser error for a bad value, in plain words naming the flag and what it takes.
+  std::string explain_parse_error(const caf::error& err) const;
   void declare(const app_flag& flag);
   std::map<std::string, std::size_t> app_count_values_;
   std::map<std::string, double> app_number_values_;

@@ -354,8 +354,8 @@ TEST_CASE("bad flags and bad config files are errors that name the problem") {
   };
   std::vector<bad_call> calls = {
     {"bin/psnode --role=gardener", 2, "--role=gardener is not one of coordinator|server|worker"},
-    {"bin/psnode --role=server --servers=abc", 2, "\"--servers=abc\""},
-    {"bin/psnode --role=server --no-such-flag=1", 2, "not_an_option"},
+    {"bin/psnode --role=server --servers=abc", 2, "--servers=abc: \"abc\" is not a whole number >= 0"},
+    {"bin/psnode --role=server --no-such-flag=1", 2, "unknown option --no-such-flag"},
     {"bin/psnode --role=server --coordinator=localhost", 2, "\"localhost\" is not HOST:PORT"},
     {"bin/psnode --role=server --config-file=bad_type.ini", 2, "global.servers"},
     {"bin/psnode --role=server --config-file=bad_key.ini", 2, "unknown option ps.chunk-byte"},
@@ -377,6 +377,11 @@ TEST_CASE("bad flags and bad config files are errors that name the problem") {
     {"bin/train_fmnist --aggregation=tree", 2, "--aggregation=tree is not one of central|block|ring"},
     {"bin/train_fmnist --devices=0", 2, "--devices must be in [1, 64]"},
     {"bin/train_fmnist --checkpoint-every=5", 2, "--checkpoint-every needs --checkpoint-dir=DIR"},
+    {"bin/train_fmnist --checkpoint-dir=/dev/null/ck --checkpoint-every=5", 2,
+     "--checkpoint-dir: cannot create directory /dev/null/ck"},
+    {"bin/train_fmnist --staleness=-3", 2, "--staleness=-3 must be >= 0"},
+    {"bin/train_fmnist --lr=nan", 2, "--lr=nan: \"nan\" is not a finite number (--lr: learning rate"},
+    {"bin/train_fmnist --servers=x", 2, "--servers=x: \"x\" is not a whole number >= 0 (--servers: number of server shards)"},
     {"bin/train_fmnist --trace=/no/such/dir/t.jsonl --epochs=1", 1, "cannot create trace file /no/such/dir/t.jsonl"},
     {"bin/train_fmnist --faults='kill server=5 at=3'", 2, "--faults: kill server=5: the job has only 2 servers"},
     {"bin/train_fmnist --faults='kill server=1'", 2, "--faults: \"kill server=1\": missing at="},
