@@ -338,6 +338,17 @@ TEST_CASE("a hung server (SIGSTOP): the request fails at its timeout, naming the
   });
 }
 
+TEST_CASE("every program's --help exits 0 without running anything") {
+  for (std::string program : {"psnode", "psctl", "train_fmnist", "train_ctr", "gen_ctr", "bench_kv", "bench_sparse",
+                              "bench_consistency", "bench_recovery", "bench_aggregate"}) {
+    auto [rc, out] = shell("bin/" + program + " --help");
+    INFO(program << " printed: " << out);
+    CHECK(rc == 0);
+    CHECK(out.find("--") != std::string::npos);  // it describes flags
+    CHECK(out.find("\"status\"") == std::string::npos);  // no job ran
+  }
+}
+
 TEST_CASE("bad flags and bad config files are errors that name the problem") {
   {
     std::ofstream ini("bad_type.ini");
