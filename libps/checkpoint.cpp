@@ -1,4 +1,5 @@
 #include "libps/checkpoint.hpp"
+#include "libps/text.hpp"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -9,6 +10,7 @@
 #include <cereal/types/string.hpp>
 #include <cereal/types/vector.hpp>
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -219,17 +221,20 @@ checkpoint read_checkpoint(const std::string& path) {
 
 latest_checkpoint load_latest(const std::string& dir) {
   std::vector<std::pair<std::uint64_t, std::string>> files;
+  latest_checkpoint out;
   std::error_code ec;
   for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
     auto name = e.path().filename().string();
     if (name.rfind("checkpoint-", 0) != 0 || !name.ends_with(suffix)) continue;  // .tmp files too
     auto digits = name.substr(11, name.size() - 11 - std::strlen(suffix));
     if (digits.empty() || digits.find_first_not_of("0123456789") != std::string::npos) continue;
-    files.emplace_back(std::stoull(digits), e.path().string());
+    if (auto clock = parse_count(digits))
+      files.emplace_back(*clock, e.path().string());
+    else
+      out.refused.push_back(e.path().string() + ": the clock in its name, " + digits + ", is beyond 2^64");
   }
   if (ec) throw bad_request("cannot read checkpoint directory " + dir + ": " + ec.message());
   std::sort(files.rbegin(), files.rend());
-  latest_checkpoint out;
   for (const auto& [clock, path] : files) {
     try {
       out.found = read_checkpoint(path);
@@ -245,6 +250,32 @@ latest_checkpoint load_latest(const std::string& dir) {
 }  // namespace ps
 
 namespace ps {
+
+std::string non_finite_values(const checkpoint& c) {
+  std::uint64_t count = 0;
+  std::string first;
+  auto scan = [&](const std::vector<float>& v, const std::string& where, auto index_name) {
+    for (std::size_t i = 0; i < v.size(); ++i) {
+      if (std::isfinite(v[i])) continue;
+      if (count++ == 0) first = where + " " + index_name(i) + " is " + std::to_string(v[i]);
+    }
+  };
+  for (const auto& s : c.shards) {
+    const std::string shard = "shard " + std::to_string(s.shard);
+    for (const auto& seg : s.segments) {
+      scan(seg.values, shard + ":", [&](std::size_t i) { return "key " + std::to_string(seg.begin + i); });
+      scan(seg.state, shard + ": optimizer state of", [&](std::size_t i) {
+        return "key " + std::to_string(seg.begin + i % std::max<std::size_t>(1, seg.values.size()));
+      });
+    }
+    for (const auto& t : s.tables)
+      scan(t.rows, shard + ": table " + std::to_string(t.table), [&](std::size_t i) {
+        return "row " + std::to_string(t.ids.at(i / std::max<std::uint32_t>(1, t.stride)));
+      });
+  }
+  if (count == 0) return "";
+  return std::to_string(count) + " values are not finite (the first: " + first + ")";
+}
 
 std::string unwritable_directory(const std::string& dir) {
   std::error_code ec;

@@ -85,6 +85,10 @@ latest_checkpoint load_latest(const std::string& dir);
 
 namespace ps {
 
+// The checkpoint's values that are not finite (NaN or +-Inf), parameters and optimizer
+// state alike: "" when there are none, else how many and where the first is.
+std::string non_finite_values(const checkpoint& c);
+
 // Why checkpoints cannot be written to dir ("" when they can): it is made if missing,
 // and a file is created and removed in it. The text names the directory.
 std::string unwritable_directory(const std::string& dir);

@@ -58,6 +58,7 @@ node_config::node_config() {
     .add(replication, "replication", "R: copies of each shard in a chain over consecutive servers (pushes to the head, "
                                      "pulls from the tail); a dead copy is spliced out, nothing lost")
     .add(restore, "restore", "DIR: the shards start from the newest intact checkpoint in DIR")
+    .add(restore_non_finite, "restore-non-finite", "restore a checkpoint even if some of its values are NaN or Inf (refused otherwise)")
     .add(shard_memory, "shard-memory", "BYTES: a shard's sparse-table rows in RAM; the rest on disk (0: all in RAM)")
     .add(shard_dir, "shard-dir", "DIR: where shards keep their disk tier (a disk; direct I/O; removed at exit)")
     .add(eviction, "eviction", "lru|slru: which rows leave a shard's RAM first (slru: rows used twice are kept "

@@ -140,6 +140,11 @@ std::shared_ptr<const checkpoint> load_restore(const node_config& cfg, const job
     mismatch("bucket bits", std::to_string(got.bucket_bits), std::to_string(want.bucket_bits));
   if (got.rule != want.rule || got.state_slots != want.state_slots)
     mismatch("update rule", update_rule::name(static_cast<rule_kind>(got.rule)), update_rule::name(settings.rule.kind));
+  if (auto bad = non_finite_values(*latest.found); !bad.empty()) {
+    if (!cfg.restore_non_finite)
+      throw bad_request(latest.path + ": cannot restore: " + bad + "; --restore-non-finite restores it anyway");
+    std::fprintf(stderr, "restore: %s: %s (restored anyway: --restore-non-finite)\n", latest.path.c_str(), bad.c_str());
+  }
   std::fprintf(stderr, "restore: parameters from %s (clock %llu)\n", latest.path.c_str(),
                static_cast<unsigned long long>(got.clock));
   return std::make_shared<const checkpoint>(std::move(*latest.found));

@@ -71,6 +71,7 @@ struct node_config : caf::actor_system_config {
   std::size_t checkpoint_every = 0;    // clocks
   double checkpoint_seconds = 0;       // or every T seconds
   std::string restore;                 // DIR: start from its newest intact checkpoint
+  bool restore_non_finite = false;     // restore one whose values hold NaN or Inf
   std::size_t replication = 1;         // copies of each shard (chain replication)
   // sparse tables' tiered store (servers)
   std::size_t shard_memory = 0;        // bytes of rows in RAM per shard (0: unlimited, no disk tier)

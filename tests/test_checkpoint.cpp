@@ -1,6 +1,8 @@
 // The checkpoint format: round trip, atomic writes, and refusal of damaged files.
 #include <doctest/doctest.h>
 
+#include <limits>
+
 #include <unistd.h>
 
 #include <zlib.h>
@@ -115,7 +117,25 @@ TEST_CASE("damaged checkpoints are refused with the file and the problem, and th
   latest = load_latest(dir.str());
   CHECK(latest.path == good);
   CHECK(latest.refused.size() == 3);
+  // A clock in the name beyond 2^64: refused naming the file (it was an uncaught stoull).
+  const auto huge = (dir.path / "checkpoint-99999999999999999999999.apsckpt").string();
+  std::ofstream(huge) << "x";
+  latest = load_latest(dir.str());
+  CHECK(latest.path == good);
+  REQUIRE(latest.refused.size() == 4);
+  CHECK(latest.refused[0] == huge + ": the clock in its name, 99999999999999999999999, is beyond 2^64");
   CHECK_THROWS_WITH_AS(read_checkpoint((dir.path / "missing").string()), doctest::Contains("cannot open"), bad_request);
+}
+
+TEST_CASE("non-finite values in a checkpoint are counted and the first is named") {
+  auto c = sample(10);
+  CHECK(non_finite_values(c) == "");
+  c.shards[0].segments[0].values[1] = std::numeric_limits<float>::quiet_NaN();
+  c.shards[0].segments[0].values[2] = std::numeric_limits<float>::infinity();
+  auto says = non_finite_values(c);
+  CHECK(says.find("2 values are not finite") == 0);
+  CHECK(says.find("shard " + std::to_string(c.shards[0].shard) + ": key " +
+                  std::to_string(c.shards[0].segments[0].begin + 1) + " is nan") != std::string::npos);
 }
 
 TEST_CASE("restore refuses segments that do not fit the rule or overlap") {

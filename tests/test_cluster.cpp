@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <map>
 
 #include <nlohmann/json.hpp>
@@ -632,6 +633,19 @@ TEST_CASE("faults: --restore starts from the newest intact checkpoint and refuse
   auto [rc4, out4] = shell("bin/psnode --role=local --app=clocksum --restore=no-such-dir");
   CHECK(rc4 == 2);
   CHECK(out4.find("--restore=no-such-dir: no such directory") != std::string::npos);
+  // A NaN among the parameters: refused naming the file and the value, unless told.
+  auto nan_ckpt = read_checkpoint("ckpt-restore/checkpoint-16.apsckpt");
+  nan_ckpt.header.clock = 32;
+  nan_ckpt.shards[1].segments[0].values[3] = std::numeric_limits<float>::quiet_NaN();
+  auto nan_path = write_checkpoint("ckpt-restore", nan_ckpt);
+  auto [rc5, out5] = shell("bin/psnode --role=local --app=clocksum --clocks=33 --restore=ckpt-restore");
+  CHECK(rc5 == 1);
+  CHECK(out5.find(nan_path + ": cannot restore: 1 values are not finite (the first: shard 1: key ") != std::string::npos);
+  CHECK(out5.find("--restore-non-finite restores it anyway") != std::string::npos);
+  auto [rc6, out6] = shell("bin/psnode --role=local --app=clocksum --clocks=33 --restore=ckpt-restore --restore-non-finite");
+  INFO(out6);
+  CHECK(rc6 == 0);
+  CHECK(out6.find("(restored anyway: --restore-non-finite)") != std::string::npos);
   std::filesystem::remove_all("ckpt-restore");
 }
 
