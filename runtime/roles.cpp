@@ -73,7 +73,9 @@ int run_coordinator_role(caf::actor_system& sys, const node_config& cfg, const j
     return print_status(line, false, errc::failed, e.what());
   }
   auto coord = started.coord;
-  auto port = sys.middleman().publish(coord, cfg.port, cfg.host.c_str());
+  // SO_REUSEADDR: a coordinator started again on its port right after a stop binds at once
+  // (the old connections' TIME_WAIT would refuse it otherwise).
+  auto port = sys.middleman().publish(coord, cfg.port, cfg.host.c_str(), true);
   if (!port) {
     caf::anon_send_exit(coord, caf::exit_reason::user_shutdown);
     return print_status(line, false, errc::failed, "cannot listen on " + cfg.host + ":" + std::to_string(cfg.port) +

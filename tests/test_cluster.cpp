@@ -992,6 +992,20 @@ TEST_CASE("contract: psctl status shows shards and workers' clocks, checkpoint c
   std::filesystem::remove_all("psctl-ckpt");
 }
 
+TEST_CASE("contract: a coordinator started again on its port right after a job binds at once (SO_REUSEADDR)") {
+  std::string port;
+  {
+    small_job job("--clocks=5");
+    port = job.port;
+    job.check_ends(0, "ok", "");
+  }
+  // The finished job's connections to that port are in TIME_WAIT now.
+  node_process again("--role=coordinator --app=clocksum --servers=1 --workers=1 --clocks=5 --port=" + port);
+  REQUIRE(again.wait_for("listening on 127.0.0.1:" + port));
+  CHECK(shell("bin/psctl --coordinator=127.0.0.1:" + port + " stop").first == 0);
+  check_end(again, "coordinator", 0, "stopped", "psctl stop");
+}
+
 TEST_CASE("contract: psctl checkpoint on a job without --checkpoint-dir says how to get one") {
   small_job job("--clocks=2000 --clock-ms=5");
   REQUIRE(job.coord.wait_for("clock "));
