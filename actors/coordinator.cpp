@@ -393,6 +393,21 @@ void checkpoint_round(self_ptr self, const coordinator_options& opts) {
   cut_checkpoint(self, [](std::uint64_t) {}, [=](std::string why) { tell_news(opts, why); });
 }
 
+// While the job has not every member it was started for: who is there, who is awaited.
+void report_waiting(self_ptr self, const coordinator_options& opts) {
+  auto& st = self->state;
+  const std::size_t servers = st.shards.size(), workers = st.next_worker;
+  if (st.ending || (servers >= opts.servers && workers >= opts.workers)) return;  // formed: no more reports
+  std::string have;
+  for (const auto& [addr, who] : st.members) have += (have.empty() ? "" : ", ") + who;
+  auto missing = [](std::size_t want, std::size_t got, const char* what) {
+    return std::to_string(want - std::min(want, got)) + " of " + std::to_string(want) + " " + what;
+  };
+  tell_news(opts, "coordinator: still waiting for " + missing(opts.servers, servers, "servers") + " and " +
+                    missing(opts.workers, workers, "workers") + "; registered: " + (have.empty() ? "none" : have));
+  self->delayed_send(self, opts.wait_report, wait_report_atom::value);
+}
+
 // psctl checkpoint: one now, at the next boundary.
 caf::result<std::uint64_t> checkpoint_now(self_ptr self, const coordinator_options& opts) {
   if (!opts.checkpointer)
@@ -549,6 +564,7 @@ coordinator_actor::behavior_type coordinator(self_ptr self, coordinator_options 
   self->state.worker_done.assign(opts.workers, false);
   if (opts.checkpoint_seconds > 0 && opts.checkpointer)
     self->delayed_send(self, checkpoint_period(opts), checkpoint_atom::value);
+  if (opts.wait_report.count() > 0) self->delayed_send(self, opts.wait_report, wait_report_atom::value);
   self->set_down_handler([=](caf::down_msg& dm) { member_down(self, opts, dm); });
   return {
     [=](register_atom, node_info& info) { return register_member(self, opts, info); },
@@ -567,6 +583,7 @@ coordinator_actor::behavior_type coordinator(self_ptr self, coordinator_options 
       tell(opts, describe(loss, "shard " + std::to_string(loss.shard)), loss_atom::value, loss);
     },
     [=](checkpoint_atom) { checkpoint_round(self, opts); },
+    [=](wait_report_atom) { report_waiting(self, opts); },
     [=](checkpoint_now_atom) { return checkpoint_now(self, opts); },
     [=](status_atom) { return cluster_status(self); },
     [=](view_atom, std::uint32_t) {

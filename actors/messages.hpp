@@ -58,6 +58,7 @@ using fill_atom = caf::atom_constant<caf::atom("fill")>;
 using prefetch_atom = caf::atom_constant<caf::atom("prefetch")>;
 using status_atom = caf::atom_constant<caf::atom("status")>;
 using checkpoint_now_atom = caf::atom_constant<caf::atom("ckptnow")>;
+using wait_report_atom = caf::atom_constant<caf::atom("waitrep")>;
 
 template <class Inspector>
 constexpr bool is_raw_io_v =
@@ -416,6 +417,8 @@ using coordinator_actor = caf::typed_actor<
   caf::reacts_to<view_atom, std::uint32_t>,
   // Internal: time for a time-based checkpoint (--checkpoint-seconds).
   caf::reacts_to<checkpoint_atom>,
+  // Internal: time to say which members are still missing (--ps.wait-report-ms).
+  caf::reacts_to<wait_report_atom>,
   // From an operator (psctl status): members, map epoch, each shard's figures and each
   // worker's clock, as libps/cluster_status.hpp's JSON.
   caf::replies_to<status_atom>::with<std::string>,

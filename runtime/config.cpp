@@ -80,6 +80,8 @@ node_config::node_config() {
                                "drop/duplicate/delay, else never)")
     .add(register_timeout_ms, "register-timeout-ms", "how long members wait for the cluster to form")
     .add(barrier_timeout_ms, "barrier-timeout-ms", "how long a worker waits at a barrier")
+    .add(wait_report_ms, "wait-report-ms", "while members are missing, the coordinator says every this many ms "
+                                           "which it has and which it waits for (0: never)")
     .add(vnodes, "vnodes", "virtual nodes per shard on the hash ring")
     .add(bucket_bits, "bucket-bits", "log2 of keys per partitioning bucket")
     .add(reply_delay_ms, "reply-delay-ms", "test hook: servers answer this late");
@@ -477,6 +479,7 @@ coordinator_options coordinator_options_from(const node_config& cfg, const job_s
   o.checkpoint_every = cfg.checkpoint_every;
   o.checkpoint_seconds = cfg.checkpoint_seconds;
   o.checkpoint_dir = cfg.checkpoint_dir;
+  o.wait_report = milliseconds(cfg.wait_report_ms);
   o.replication = static_cast<std::uint32_t>(cfg.replication);
   o.spec = settings.spec;
   o.tables = settings.tables;

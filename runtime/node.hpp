@@ -90,6 +90,7 @@ struct node_config : caf::actor_system_config {
   std::size_t heartbeat_ms = 1000;        // 0: no heartbeats (a hung peer is found by request timeouts only)
   std::size_t failure_timeout_ms = 10000;  // a peer silent this long is declared dead
   std::size_t register_timeout_ms = 60000;
+  std::size_t wait_report_ms = 5000;  // while members are missing, the coordinator says who
   std::size_t barrier_timeout_ms = 600000;
   std::size_t vnodes = 128;
   std::size_t bucket_bits = 12;

@@ -1006,6 +1006,18 @@ TEST_CASE("contract: a coordinator started again on its port right after a job b
   check_end(again, "coordinator", 0, "stopped", "psctl stop");
 }
 
+TEST_CASE("contract: while members are missing the coordinator says which it has and which it waits for") {
+  node_process coord("--role=coordinator --app=clocksum --servers=1 --workers=1 --clocks=5 --ps.wait-report-ms=50");
+  const auto port = coord.port();
+  REQUIRE(coord.wait_for("still waiting for 1 of 1 servers and 1 of 1 workers; registered: none"));
+  node_process server("--role=server --coordinator=127.0.0.1:" + port);
+  REQUIRE(coord.wait_for("still waiting for 0 of 1 servers and 1 of 1 workers; registered: server shard 0 (127.0.0.1:"));
+  node_process worker("--role=worker --app=clocksum --coordinator=127.0.0.1:" + port);
+  check_end(coord, "coordinator", 0, "ok", "");
+  check_end(server, "server", 0, "ok", "");
+  check_end(worker, "worker", 0, "ok", "");
+}
+
 TEST_CASE("contract: psctl checkpoint on a job without --checkpoint-dir says how to get one") {
   small_job job("--clocks=2000 --clock-ms=5");
   REQUIRE(job.coord.wait_for("clock "));
