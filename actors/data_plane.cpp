@@ -39,6 +39,8 @@ struct data_plane::connection {
   std::condition_variable out_ready;
   std::deque<data_plane_frame> outbox;  // under out_mtx; written in order
   bool writing = false;         // under out_mtx: a thread is writing to fd
+  std::thread reader, writer;
+  std::atomic<int> loops_ended{0};  // 2: both threads are done, so they join at once
 };
 
 namespace {
@@ -186,7 +188,7 @@ data_plane::~data_plane() {
   ::shutdown(listen_fd_, SHUT_RDWR);  // wakes accept
   acceptor_.join();
   ::close(listen_fd_);
-  std::vector<std::thread> threads;
+  std::vector<std::shared_ptr<connection>> all;
   {
     std::lock_guard<std::mutex> guard(mtx_);
     for (auto& c : conns_) {
@@ -194,21 +196,46 @@ data_plane::~data_plane() {
       std::lock_guard<std::mutex> out_guard(c->out_mtx);
       c->out_ready.notify_all();  // and the writers (stopping_)
     }
-    threads = std::move(threads_);
+    all = conns_;
+    all.insert(all.end(), dead_.begin(), dead_.end());
   }
-  for (auto& t : threads) t.join();
+  for (auto& c : all) {  // without mtx_: an ending thread takes it in drop()
+    if (c->reader.joinable()) c->reader.join();
+    if (c->writer.joinable()) c->writer.join();
+  }
   std::lock_guard<std::mutex> guard(mtx_);
-  for (auto& c : conns_) ::close(c->fd);
-  for (auto& c : dead_) ::close(c->fd);
+  for (auto& c : all) ::close(c->fd);
   conns_.clear();
   dead_.clear();
 }
 
 void data_plane::add(std::shared_ptr<connection> c) {
+  reap();
   std::lock_guard<std::mutex> guard(mtx_);
   conns_.push_back(c);
-  threads_.emplace_back([this, c] { read_loop(c); });
-  threads_.emplace_back([this, c] { write_loop(c); });
+  c->reader = std::thread([this, c] {
+    read_loop(c);
+    ++c->loops_ended;
+  });
+  c->writer = std::thread([this, c] {
+    write_loop(c);
+    ++c->loops_ended;
+  });
+}
+
+void data_plane::reap() {
+  std::vector<std::shared_ptr<connection>> done;
+  {
+    std::lock_guard<std::mutex> guard(mtx_);
+    auto ended = std::partition(dead_.begin(), dead_.end(), [](const auto& c) { return c->loops_ended < 2; });
+    done.assign(ended, dead_.end());
+    dead_.erase(ended, dead_.end());
+  }
+  for (auto& c : done) {
+    c->reader.join();
+    c->writer.join();
+    ::close(c->fd);
+  }
 }
 
 void data_plane::drop(const std::shared_ptr<connection>& c, const std::string& why) {
@@ -232,8 +259,14 @@ void data_plane::accept_loop() {
     socklen_t len = sizeof(from);
     int fd = ::accept4(listen_fd_, reinterpret_cast<sockaddr*>(&from), &len, SOCK_CLOEXEC);
     if (fd < 0) {
+      if (stopping_) return;  // shut down
       if (errno == EINTR || errno == ECONNABORTED) continue;
-      return;  // shut down
+      // Out of descriptors or memory: say so, let ended connections go, and go on.
+      std::fprintf(stderr, "data plane on %s:%u: accept failed: %s; accepting again\n", host_.c_str(), port_,
+                   errno_text().c_str());
+      reap();
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));  // no event says descriptors are free again
+      continue;
     }
     tune(fd, stall_timeout_);
     auto c = std::make_shared<connection>();

@@ -107,6 +107,8 @@ class data_plane {
   bool send_or_queue(const std::shared_ptr<connection>& c, data_plane_frame frame);
   void add(std::shared_ptr<connection> c);
   void drop(const std::shared_ptr<connection>& c, const std::string& why);
+  // Joins the threads of ended connections and closes their descriptors.
+  void reap();
 
   std::string host_;
   std::uint16_t port_ = 0;
@@ -130,8 +132,7 @@ class data_plane {
   std::shared_ptr<buffer_pool> buffers_;  // payloads are read into these
   mutable std::mutex mtx_;
   std::vector<std::shared_ptr<connection>> conns_;  // by peer token (0 until its hello)
-  std::vector<std::shared_ptr<connection>> dead_;   // ended; their fds close with the plane
-  std::vector<std::thread> threads_;
+  std::vector<std::shared_ptr<connection>> dead_;   // ended; reap() closes them once their threads are done
   std::thread acceptor_;
 };
 
