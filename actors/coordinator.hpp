@@ -37,8 +37,9 @@ struct coordinator_options {
   // onto a replacement shard in this process. Empty: a dead shard ends the job.
   std::string checkpoint_dir;
   shard_options replacement;  // options of replacement shards
-  // While members are missing: how often to say which are there and which are awaited (0: never).
-  std::chrono::milliseconds wait_report{5000};
+  // While members are missing: how often to say which are there and which are awaited (0:
+  // never; psnode's --ps.wait-report-ms gives 5 s). The timer holds the coordinator alive.
+  std::chrono::milliseconds wait_report{0};
   // Copies of each shard (chain replication; 1: none).
   std::uint32_t replication = 1;
   // --restore: the shards start from this checkpoint's parameters.

@@ -135,15 +135,16 @@ TEST_CASE("data plane: connections that come and go leave no descriptors or thre
   };
   data_plane server("127.0.0.1", 1024, 10s, 10s);
   const auto before = open_fds();
-  for (int i = 0; i < 300; ++i) ::close(raw_connection(server));
-  // One more, cut off for garbage: the plane has read from its connections up to here.
-  int fd = raw_connection(server);
   char garbage[bulk_header_bytes];
   std::memset(garbage, 'x', sizeof(garbage));
-  write_bytes(fd, garbage, sizeof(garbage));
-  char byte;
-  CHECK(::recv(fd, &byte, 1, 0) == 0);
-  ::close(fd);
+  for (int i = 0; i < 300; ++i) {
+    // Each is cut off for garbage, so the plane has ended it before the next comes.
+    int fd = raw_connection(server);
+    write_bytes(fd, garbage, sizeof(garbage));
+    char byte;
+    REQUIRE(::recv(fd, &byte, 1, 0) == 0);
+    ::close(fd);
+  }
   const auto after = open_fds();
   INFO(before << " descriptors before 300 connections came and went, " << after << " after");
   CHECK(after <= before + 20);  // the last few may not be reaped yet; each accept reaps the ended ones
