@@ -70,11 +70,15 @@ std::map<std::uint64_t, std::uint64_t> partitioner::balanced_weights() const {
   return weight;
 }
 
-std::map<std::uint32_t, std::uint64_t> partitioner::balanced_loads(const std::map<std::uint64_t, std::uint64_t>& weights) const {
-  std::map<std::uint32_t, std::uint64_t> load;
-  for (auto id : shard_ids_) load[id] = 0;
-  for (const auto& [bucket, w] : weights) load[placed_.at(bucket)] += w;
-  return load;
+partitioner::balance partitioner::balance_now() const {
+  balance b;
+  b.weight = balanced_weights();
+  for (auto id : shard_ids_) b.load[id] = 0;
+  for (const auto& [bucket, w] : b.weight) {
+    b.load[placed_.at(bucket)] += w;
+    b.total += w;
+  }
+  return b;
 }
 
 void partitioner::place_balanced() {
@@ -123,12 +127,9 @@ partitioner partitioner::with_shard(std::uint32_t id) const {
   auto ids = shard_ids_;
   ids.push_back(id);
   partitioner grown(epoch_ + 1, std::move(ids), vnodes_, bucket_bits_, balanced_);
-  const auto weight = balanced_weights();
+  auto [weight, load, total] = balance_now();
   if (weight.empty()) return grown;
   grown.placed_ = placed_;
-  auto load = balanced_loads(weight);
-  std::uint64_t total = 0;
-  for (const auto& [shard, keys] : load) total += keys;
   const double mean = static_cast<double>(total) / static_cast<double>(shard_ids_.size() + 1);
   // Each shard gives the newcomer buckets from the end of its keys while it stays above
   // the new mean by at least half of the bucket it gives.
@@ -149,12 +150,9 @@ partitioner partitioner::without_shard(std::uint32_t id) const {
     throw bad_request("partitioner: no shard " + std::to_string(id) + " to remove");
   ids.erase(it);
   partitioner shrunk(epoch_ + 1, std::move(ids), vnodes_, bucket_bits_, balanced_);
-  const auto weight = balanced_weights();
+  auto [weight, load, total] = balance_now();
   if (weight.empty()) return shrunk;
   shrunk.placed_ = placed_;
-  auto load = balanced_loads(weight);
-  std::uint64_t total = 0;
-  for (const auto& [shard, keys] : load) total += keys;
   load.erase(id);
   const double mean = static_cast<double>(total) / static_cast<double>(shrunk.shard_ids_.size());
   // The leaver's buckets in key order, each to the first shard (by id) still below the new

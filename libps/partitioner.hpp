@@ -90,8 +90,13 @@ class partitioner {
   void place_balanced();
   // Each balanced bucket's weight (its keys in the balanced ranges), in key order.
   std::map<std::uint64_t, std::uint64_t> balanced_weights() const;
-  // Keys of the balanced ranges each shard holds.
-  std::map<std::uint32_t, std::uint64_t> balanced_loads(const std::map<std::uint64_t, std::uint64_t>& weights) const;
+  // The balanced buckets' weights, the keys of them each shard holds, and their total.
+  struct balance {
+    std::map<std::uint64_t, std::uint64_t> weight;
+    std::map<std::uint32_t, std::uint64_t> load;
+    std::uint64_t total = 0;
+  };
+  balance balance_now() const;
 
   std::uint64_t epoch_;
   std::vector<std::uint32_t> shard_ids_;
