@@ -19,8 +19,15 @@ struct cuda_device {
   using floats = device_vector<float>;
   static float* ptr(floats& v) { return v.get(); }
   static void resize(floats& v, std::size_t n) { v.resize(n); }
-  static void upload(floats& v, const float* src, std::size_t n) { v.assign(src, n); }
-  static void download(float* dst, const floats& v, std::size_t n) { v.read_into(dst, n); }
+  static const float* input(floats& staging, const float* src, std::size_t n) {
+    staging.assign(src, n);
+    return staging.get();
+  }
+  static float* output(floats& staging, float*, std::size_t n) {
+    staging.resize(n);
+    return staging.get();
+  }
+  static void done(float* dst, const floats& staging, std::size_t n) { staging.read_into(dst, n); }
   static constexpr auto dense_forward = &kernels_cuda::dense_forward;
   static constexpr auto dense_weight_grad = &kernels_cuda::dense_weight_grad;
   static constexpr auto dense_input_grad = &kernels_cuda::dense_input_grad;

@@ -51,8 +51,13 @@ struct host_device {
   using floats = std::vector<float>;
   static float* ptr(floats& v) { return v.data(); }
   static void resize(floats& v, std::size_t n) { v.resize(n); }
-  static void upload(floats& v, const float* src, std::size_t n) { v.assign(src, src + n); }
-  static void download(float* dst, const floats& v, std::size_t n) { std::copy_n(v.data(), n, dst); }
+  // The kernels read and write the caller's memory: no copies on the host.
+  static const float* input(floats&, const float* src, std::size_t) { return src; }
+  static float* output(floats&, float* dst, std::size_t) { return dst; }
+  // An empty buffer: the kernels wrote to dst itself. A layer's output (predict's logits) is copied.
+  static void done(float* dst, const floats& v, std::size_t n) {
+    if (!v.empty()) std::copy_n(v.data(), n, dst);
+  }
   static constexpr auto dense_forward = &kernels::dense_forward;
   static constexpr auto dense_weight_grad = &kernels::dense_weight_grad;
   static constexpr auto dense_input_grad = &kernels::dense_input_grad;

@@ -1,8 +1,11 @@
 #pragma once
 // The tower's passes written once over a compute device's memory and kernels. A Device
-// gives `floats` (a buffer in its memory), ptr, resize, upload and download (host <->
-// device), and the kernels of kernels/dense.cu. host_device is in libps/ctr_tower.cpp,
-// cuda_device in apps/ctr_backend.cpp.
+// gives `floats` (a buffer in its memory), ptr and resize; input(staging, host, n), the
+// host floats as the kernels read them; output(staging, host, n), where the kernels write
+// what ends at `host`, and done(host, staging, n) once they have (the host device reads and
+// writes the caller's memory in place, CUDA stages it in device memory); and the kernels
+// of kernels/dense.cu. host_device is in libps/ctr_tower.cpp, cuda_device in
+// apps/ctr_backend.cpp.
 #include <algorithm>
 #include <cmath>
 #include <utility>
@@ -16,7 +19,8 @@ template <class Device>
 class tower_on final : public tower_compute {
  public:
   explicit tower_on(const ctr_tower& shape)
-      : layers_(shape.layers()), params_count_(shape.num_params()), acts_(layers_.size() + 1) {}
+      : layers_(shape.layers()), params_count_(shape.num_params()), acts_(layers_.size() + 1),
+        act_(layers_.size() + 1) {}
 
   double loss_and_grad(const float* params, const float* x, const float* labels, std::size_t batch, float* grad,
                        float* dx) override {
@@ -24,23 +28,26 @@ class tower_on final : public tower_compute {
       std::fill_n(grad, params_count_, 0.0f);
       return 0;
     }
-    forward(params, x, batch);
-    Device::upload(labels_, labels, batch);
+    const float* w = forward(params, x, batch);
     Device::resize(delta_, batch);
-    const double loss = Device::logistic_loss(Device::ptr(acts_.back()), Device::ptr(labels_), Device::ptr(delta_), batch);
-    Device::resize(grad_, params_count_);
+    const double loss =
+      Device::logistic_loss(act_.back(), Device::input(labels_, labels, batch), Device::ptr(delta_), batch);
+    float* g = Device::output(grad_, grad, params_count_);
+    float* dx_out = Device::output(dx_, dx, batch * layers_.front().in);
     for (std::size_t l = layers_.size(); l-- > 0;) {  // delta_: d(loss)/d(layer l's output)
       const auto& ly = layers_[l];
-      Device::dense_weight_grad(Device::ptr(delta_), Device::ptr(acts_[l]), Device::ptr(grad_) + ly.w_offset,
-                                Device::ptr(grad_) + ly.b_offset, batch, ly.in, ly.out);
+      Device::dense_weight_grad(Device::ptr(delta_), act_[l], g + ly.w_offset, g + ly.b_offset, batch, ly.in, ly.out);
+      if (l == 0) {  // the inputs pass as they are: no ReLU to go through
+        Device::dense_input_grad(Device::ptr(delta_), w + ly.w_offset, nullptr, dx_out, batch, ly.in, ly.out);
+        break;
+      }
       Device::resize(below_, batch * ly.in);
-      const float* relu_output = l > 0 ? Device::ptr(acts_[l]) : nullptr;  // the inputs pass as they are
-      Device::dense_input_grad(Device::ptr(delta_), Device::ptr(params_) + ly.w_offset, relu_output,
-                               Device::ptr(below_), batch, ly.in, ly.out);
+      Device::dense_input_grad(Device::ptr(delta_), w + ly.w_offset, act_[l], Device::ptr(below_), batch, ly.in,
+                               ly.out);
       std::swap(delta_, below_);
     }
-    Device::download(grad, grad_, params_count_);
-    Device::download(dx, delta_, batch * layers_.front().in);
+    Device::done(grad, grad_, params_count_);
+    Device::done(dx, dx_, batch * layers_.front().in);
     return loss;
   }
 
@@ -48,30 +55,33 @@ class tower_on final : public tower_compute {
     if (batch == 0) return;
     forward(params, x, batch);
     std::vector<float> logits(batch);
-    Device::download(logits.data(), acts_.back(), batch);
+    Device::done(logits.data(), acts_.back(), batch);
     for (std::size_t s = 0; s < batch; ++s) probabilities[s] = 1 / (1 + std::exp(-static_cast<double>(logits[s])));
   }
 
   std::string backend() const override { return Device::name; }
 
  private:
-  // acts_[l + 1] = layer l of acts_[l] (ReLU but for the logits), acts_[0] = x.
-  void forward(const float* params, const float* x, std::size_t batch) {
-    Device::upload(params_, params, params_count_);
-    Device::upload(acts_[0], x, batch * layers_.front().in);
+  // act_[l + 1] = layer l of act_[l] (ReLU but for the logits), act_[0] = x; returns the
+  // parameters as the kernels read them.
+  const float* forward(const float* params, const float* x, std::size_t batch) {
+    const float* w = Device::input(params_, params, params_count_);
+    act_[0] = Device::input(acts_[0], x, batch * layers_.front().in);
     for (std::size_t l = 0; l < layers_.size(); ++l) {
       const auto& ly = layers_[l];
       Device::resize(acts_[l + 1], batch * ly.out);
-      Device::dense_forward(Device::ptr(params_) + ly.w_offset, Device::ptr(params_) + ly.b_offset,
-                            Device::ptr(acts_[l]), Device::ptr(acts_[l + 1]), batch, ly.in, ly.out,
-                            l + 1 < layers_.size());
+      Device::dense_forward(w + ly.w_offset, w + ly.b_offset, act_[l], Device::ptr(acts_[l + 1]), batch, ly.in,
+                            ly.out, l + 1 < layers_.size());
+      act_[l + 1] = Device::ptr(acts_[l + 1]);
     }
+    return w;
   }
 
   std::vector<ctr_tower::layer> layers_;
   std::size_t params_count_;
-  typename Device::floats params_, grad_, labels_, delta_, below_;
-  std::vector<typename Device::floats> acts_;
+  typename Device::floats params_, grad_, dx_, labels_, delta_, below_;
+  std::vector<typename Device::floats> acts_;  // acts_[0]: staging for x; 1..: the layers' outputs
+  std::vector<const float*> act_;              // each layer's input as the kernels read it
 };
 
 }  // namespace ps
