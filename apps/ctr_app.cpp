@@ -17,6 +17,7 @@
 #include "libps/ctr_data.hpp"
 #include "libps/ctr_tower.hpp"
 #include "libps/row_cache.hpp"
+#include "libps/text.hpp"
 
 namespace ps {
 
@@ -48,11 +49,7 @@ ctr_settings settings_of(const node_config& cfg) {
   s.cache_rows = cfg.app_count("embedding-cache");
   s.cache_staleness = cfg.app_count("embedding-staleness");
   if (cfg.app_text("on-bad-line") == "skip") s.policy = criteo_reader::on_bad_line::skip;
-  const auto& backends = cfg.app_text("backend");
-  for (std::size_t b = 0, e; b <= backends.size(); b = e + 1) {
-    e = std::min(backends.find(',', b), backends.size());
-    s.backends.push_back(backends.substr(b, e - b));
-  }
+  s.backends = split(cfg.app_text("backend"), ',');
   return s;
 }
 
@@ -62,6 +59,7 @@ std::string check_backends(const node_config& cfg) {
   auto s = settings_of(cfg);
   for (const auto& b : s.backends)
     if (b != "host" && b != "cuda") return "\"" + b + "\" is not host or cuda";
+  if (s.backends.empty()) return "name host or cuda";
   if (s.backends.size() != 1 && s.backends.size() != cfg.workers)
     return std::to_string(s.backends.size()) + " backends for " + std::to_string(cfg.workers) +
            " workers (give one for all, or one per worker)";

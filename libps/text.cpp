@@ -56,4 +56,15 @@ std::string setting_text(const std::vector<std::int64_t>& v) {
   return out + "]";
 }
 
+std::vector<std::string> split(const std::string& s, char sep) {
+  std::vector<std::string> out;
+  if (s.empty()) return out;
+  for (std::size_t b = 0;;) {
+    auto e = s.find(sep, b);
+    out.push_back(s.substr(b, e == std::string::npos ? std::string::npos : e - b));
+    if (e == std::string::npos) return out;
+    b = e + 1;
+  }
+}
+
 }  // namespace ps

@@ -13,6 +13,9 @@ std::optional<double> parse_number(const std::string& text);
 // A list of counts as flags write it: "[4096,65536]" ("[]": none).
 std::optional<std::vector<std::int64_t>> parse_counts(const std::string& text);
 
+// The pieces of s between the separators, empty ones included ("a,,b": a, "", b; "": none).
+std::vector<std::string> split(const std::string& s, char sep);
+
 // A setting's value as the job spec holds it: the shortest text that parses back to the
 // same double ("0.1", not "0.10000000000000001"), counts in decimal, lists as "[a,b]".
 std::string setting_text(double v);

@@ -135,6 +135,13 @@ TEST_CASE("duplicate filter: each (worker, seq) passes once, out of order too; m
   CHECK(f.first_time(0, 20));
 }
 
+TEST_CASE("split keeps empty pieces, and the empty text has none") {
+  CHECK(ps::split("host,cuda", ',') == std::vector<std::string>{"host", "cuda"});
+  CHECK(ps::split("a,,b,", ',') == std::vector<std::string>{"a", "", "b", ""});
+  CHECK(ps::split("", ',').empty());
+  CHECK(ps::split("one", ';') == std::vector<std::string>{"one"});
+}
+
 TEST_CASE("numbers in flags: the whole text, no sign on counts, finite") {
   CHECK(ps::parse_count("42") == 42u);
   CHECK(ps::parse_count("18446744073709551615") == UINT64_MAX);
