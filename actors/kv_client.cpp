@@ -362,14 +362,20 @@ void fail_all(client_ptr self, std::size_t idx, const std::string& reason) {
 // Shard i is gone. Without a coordinator its requests fail now. Otherwise they wait for
 // the new map (requests to a dead shard never fail on their own, CAF-NOTES §4), at most
 // the request timeout.
+// Route i's shard is down and the coordinator too: no new map can come, so its requests,
+// and later ones, fail now.
+void abandon_for_coordinator(client_ptr self, std::size_t i) {
+  auto& route = self->state.routes[i];
+  route.abandoned = true;
+  route.down += "; " + self->state.coordinator_down + ": no replacement can come";
+  fail_all(self, i, route.down);
+}
+
 void shard_down(client_ptr self, std::size_t i, const std::string& reason) {
   auto& st = self->state;
   st.routes[i].down = reason;
-  if (!st.coordinator_down.empty()) {  // no new map can come: later requests fail at once too
-    st.routes[i].down += "; " + st.coordinator_down + ": no replacement can come";
-    st.routes[i].abandoned = true;
-  }
-  if (!st.coordinator || !st.coordinator_down.empty()) {
+  if (!st.coordinator_down.empty()) return abandon_for_coordinator(self, i);
+  if (!st.coordinator) {
     fail_all(self, i, st.routes[i].down);
     return;
   }
@@ -753,13 +759,8 @@ void coordinator_gone(client_ptr self, const caf::error& reason) {
   st.coordinator_down = "the coordinator went down (" + describe(reason) + ")";
   for (auto& [tag, rp] : st.barriers) rp.deliver(make_ps_error(st.coordinator_down));
   st.barriers.clear();
-  for (std::size_t i = 0; i < st.routes.size(); ++i) {
-    auto& route = st.routes[i];
-    if (route.down.empty() || route.abandoned) continue;
-    route.abandoned = true;
-    route.down += "; " + st.coordinator_down + ": no replacement can come";
-    fail_all(self, i, route.down);
-  }
+  for (std::size_t i = 0; i < st.routes.size(); ++i)
+    if (!st.routes[i].down.empty() && !st.routes[i].abandoned) abandon_for_coordinator(self, i);
 }
 
 // A barrier at the coordinator, answered here (so that a dead coordinator fails it).

@@ -36,7 +36,7 @@ json shard_part(const status_shard& s) {
   return out;
 }
 
-// The lowest clock any answering shard has for worker w; nullopt when none has it live.
+// The lowest clock any answering shard has for worker w; null when none has it live.
 json worker_clock(const json& shards, std::uint32_t w) {
   std::uint64_t low = std::numeric_limits<std::uint64_t>::max();
   bool seen = false;
