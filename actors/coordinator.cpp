@@ -489,13 +489,18 @@ caf::result<registration> register_replica(self_ptr self, const coordinator_opti
 
 // A server or worker of the job's start waits for the map (and chains); once every
 // server is in, the map goes out.
+// `who` names the member in later news; `where` adds its address to the registration's.
 caf::result<registration> park_registration(self_ptr self, const coordinator_options& opts, const caf::actor& sender,
-                                            std::uint32_t id, const std::string& who, bool server) {
+                                            std::uint32_t id, const std::string& who, bool server,
+                                            const std::string& where = "") {
   auto& st = self->state;
   if (sender) {
     self->monitor(sender);
     st.members[sender.address()] = who;
   }
+  tell_news(opts, "coordinator: " + who + where + " registered (" + std::to_string(st.shards.size()) + " of " +
+                    std::to_string(opts.servers) + " servers, " + std::to_string(st.next_worker) + " of " +
+                    std::to_string(opts.workers) + " workers)");
   auto rp = self->make_response_promise<registration>();
   st.waiting.push_back({rp, id, server});
   if (st.shards.size() == opts.servers) {  // the map is complete: hand it out
@@ -536,7 +541,8 @@ caf::result<registration> register_worker(self_ptr self, const coordinator_optio
   auto id = st.next_worker++;
   st.worker_ids[sender.address()] = id;
   if (sender) st.worker_handles.push_back(caf::actor_cast<worker_actor>(sender));
-  return park_registration(self, opts, sender, id, "worker " + std::to_string(id), false);
+  auto where = info.host.empty() ? "" : " (" + info.host + ", pid " + std::to_string(info.pid) + ")";
+  return park_registration(self, opts, sender, id, "worker " + std::to_string(id), false, where);
 }
 
 // A member registers: refused when its version or given settings differ from the job's

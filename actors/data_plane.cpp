@@ -152,14 +152,18 @@ std::uint64_t random_token() {
 
 }  // namespace
 
-data_plane::data_plane(const std::string& host, std::uint64_t min_bytes, std::chrono::milliseconds claim_timeout,
+data_plane::data_plane(const data_plane_address& at, std::uint64_t min_bytes, std::chrono::milliseconds claim_timeout,
                        std::chrono::milliseconds stall_timeout)
-    : host_(host), token_(random_token()), min_bytes_(min_bytes), claim_timeout_(claim_timeout),
+    : host_(at.advertised_host), token_(random_token()), min_bytes_(min_bytes), claim_timeout_(claim_timeout),
       stall_timeout_(stall_timeout), store_(claim_timeout * 2), buffers_(buffer_pool::make(512ull << 20)) {
   listen_fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (listen_fd_ < 0) throw bad_request("data plane: socket: " + errno_text());
+  const auto& host = at.bind_host;
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
+  addr.sin_port = htons(at.port);
+  int one = 1;  // a fixed port binds again at once after a restart
+  ::setsockopt(listen_fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
   if (inet_pton(AF_INET, host.c_str(), &addr.sin_addr) != 1) {  // a name: resolve it
     addrinfo hints{};
     hints.ai_family = AF_INET;
@@ -177,7 +181,7 @@ data_plane::data_plane(const std::string& host, std::uint64_t min_bytes, std::ch
       getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&addr), &len) < 0) {
     auto why = errno_text();
     ::close(listen_fd_);
-    throw bad_request("data plane: cannot listen on " + host + ": " + why);
+    throw bad_request("data plane: cannot listen on " + host + ":" + std::to_string(at.port) + ": " + why);
   }
   port_ = ntohs(addr.sin_port);
   acceptor_ = std::thread([this] { accept_loop(); });

@@ -30,13 +30,24 @@ namespace ps {
 
 struct data_plane_frame;  // a payload on its way out (data_plane.cpp)
 
+// Where a data plane listens and what it announces (the same host on one machine; across
+// hosts the bind address may be every interface and the announced one the route's).
+struct data_plane_address {
+  data_plane_address(const char* host) : bind_host(host), advertised_host(host) {}
+  data_plane_address(const std::string& host) : bind_host(host), advertised_host(host) {}
+  data_plane_address(std::string bind, std::string advertised, std::uint16_t port_wanted)
+      : bind_host(std::move(bind)), advertised_host(std::move(advertised)), port(port_wanted) {}
+  std::string bind_host, advertised_host;
+  std::uint16_t port = 0;  // 0: any free port
+};
+
 class data_plane {
  public:
-  // Listens on host (any port). Blocks of at least min_bytes go over data connections;
+  // Listens at `at`. Blocks of at least min_bytes go over data connections;
   // claims wait at most claim_timeout for their payload; a write that makes no progress
   // for stall_timeout fails (the block then goes inline through CAF). Throws
   // bad_request when it cannot listen.
-  data_plane(const std::string& host, std::uint64_t min_bytes, std::chrono::milliseconds claim_timeout,
+  data_plane(const data_plane_address& at, std::uint64_t min_bytes, std::chrono::milliseconds claim_timeout,
              std::chrono::milliseconds stall_timeout);
   ~data_plane();
   data_plane(const data_plane&) = delete;
@@ -44,7 +55,7 @@ class data_plane {
 
   // This process's identity on data connections (random, nonzero).
   std::uint64_t token() const { return token_; }
-  const std::string& host() const { return host_; }
+  const std::string& host() const { return host_; }  // the announced host
   std::uint16_t port() const { return port_; }
   std::uint64_t min_bytes() const { return min_bytes_; }
 

@@ -21,6 +21,7 @@
 #include <sstream>
 
 #include "actors/gpu_aggregator.hpp"
+#include "libps/progress.hpp"
 #include "actors/training.hpp"
 #include "apps/fmnist_data.hpp"
 #include "runtime/job_contract.hpp"
@@ -143,6 +144,16 @@ straggler_model fmnist_stragglers(const worker_context& ctx) {
                          straggle.probability, straggle.factor);
 }
 
+// A worker's result line, with "data_plane_sent" and "data_plane_received" when it has a
+// data plane: the bytes of its blocks that went beside CAF.
+std::string with_data_plane(json_line line, worker_context& ctx) {
+  if (const auto& plane = ctx.kv.options().plane) {
+    line["data_plane_sent"] = plane->bytes_sent();
+    line["data_plane_received"] = plane->bytes_received();
+  }
+  return line.dump();
+}
+
 std::string fmnist_app(worker_context& ctx) {
   auto data = fmnist::load_default(ctx.cfg.data);
   std::shared_ptr<const fmnist::model> model = fmnist::make_model(ctx.cfg.model);
@@ -159,7 +170,6 @@ std::string fmnist_app(worker_context& ctx) {
   auto stragglers = fmnist_stragglers(ctx);
   std::vector<snapshot> snaps;
   auto start = clock_type::now();
-  auto last_report = start;
   double next_snapshot = 0;
   training_plan plan;
   plan.num_params = n;
@@ -167,20 +177,27 @@ std::string fmnist_app(worker_context& ctx) {
   plan.first_clock = std::min(ctx.start_clock, plan.iterations);  // a worker that joined a running job
   plan.pipelined = ctx.cfg.pipeline == "on";
   plan.compute = fmnist_compute(ctx, model, plan.iterations);
+  progress_tracker progress(ctx.id, ctx.cfg.epochs, iters_per_epoch, 0.5);
+  // Each worker scores its part of the test set at every epoch's end; the observer
+  // weighs the parts into the epoch's accuracy.
+  const auto workers = std::max<std::uint32_t>(1, ctx.view.job_workers);
+  const auto test_first = data.test.count * ctx.id / workers;
+  const auto test_count = data.test.count * (ctx.id + 1) / workers - test_first;
+  std::uint64_t samples_done = 0;
   plan.after_iteration = [&](std::uint64_t clock, const std::vector<float>& p, float loss) {
     auto now = seconds_since(start);
     if (ctx.id == 0 && now >= next_snapshot) {
       snaps.push_back({now, p});
       next_snapshot = now + ctx.cfg.eval_every;
     }
-    if (std::chrono::duration<double>(clock_type::now() - last_report).count() > 0.5) {
-      last_report = clock_type::now();
-      std::ostringstream s;
-      s << "epoch " << clock / iters_per_epoch + 1 << "/" << ctx.cfg.epochs << " iter " << clock % iters_per_epoch + 1
-        << "/" << iters_per_epoch << " loss " << loss << " " << static_cast<long>((clock + 1) * batch / now)
-        << " samples/s";
-      ctx.report(s.str());
-    }
+    samples_done += batch;
+    const auto epoch = clock / iters_per_epoch + 1;
+    if (auto r = progress.step(epoch, clock + 1, samples_done, loss, now)) ctx.report(r->to_json());
+    if ((clock + 1) % iters_per_epoch == 0)
+      ctx.report(progress
+                   .close_epoch(epoch, clock + 1, samples_done, "accuracy",
+                                fmnist::accuracy(*model, p, data.test, test_first, test_count), test_count)
+                   .to_json());
   };
   auto stats = run_training(ctx.kv, loader, stragglers, plan);
   // Done: out of the clock vector (behind the last pushes), so nobody waits for this
@@ -200,17 +217,7 @@ std::string fmnist_app(worker_context& ctx) {
     out["test_accuracy"] = fmnist::accuracy(*model, final_params, data.test);
     out["seconds_to_target"] = to_target < 0 ? nlohmann::json(nullptr) : nlohmann::json(to_target);
   }
-  return out.dump();
-}
-
-// A worker's result line, with "data_plane_sent" and "data_plane_received" when it has a
-// data plane: the bytes of its blocks that went beside CAF.
-std::string with_data_plane(json_line line, worker_context& ctx) {
-  if (const auto& plane = ctx.kv.options().plane) {
-    line["data_plane_sent"] = plane->bytes_sent();
-    line["data_plane_received"] = plane->bytes_received();
-  }
-  return line.dump();
+  return with_data_plane(std::move(out), ctx);
 }
 
 // ---- kvcheck: exact sums under asynchronous pushes (ps-lite's test_kv_app) ----------

@@ -16,6 +16,7 @@
 #include "libps/criteo.hpp"
 #include "libps/ctr_data.hpp"
 #include "libps/ctr_tower.hpp"
+#include "libps/progress.hpp"
 #include "libps/row_cache.hpp"
 #include "libps/text.hpp"
 
@@ -254,11 +255,14 @@ class row_access {
 // What a worker counts while it trains. `bound` counts the rows an unbounded cache at
 // the same staleness would move (the embedding_bytes_bound of issue 14).
 struct ctr_counts {
-  explicit ctr_counts(std::uint64_t staleness) : bound(staleness) {}
+  ctr_counts(std::uint64_t staleness, std::uint32_t worker, std::uint64_t epochs)
+      : bound(staleness), progress(worker, epochs, 0, 0.5) {}
   std::uint64_t samples = 0, batches = 0, dense_bytes = 0;
   double loss_sum = 0, train_seconds = 0;
   cache_traffic_counter bound;
   nlohmann::json per_epoch = nlohmann::json::array();
+  progress_tracker progress;  // the reports to the job's observer
+  std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
 };
 
 // Scores the test file with the current parameters: (AUC, log loss).
@@ -280,7 +284,7 @@ std::pair<double, double> evaluate(worker_context& ctx, const ctr_settings& s, t
 
 // One pass over this worker's training rows; each batch is one clock.
 void train_epoch(worker_context& ctx, const ctr_settings& s, tower_compute& tower, const key_set& keys,
-                 row_access& rows, std::uint64_t& clock, ctr_counts& counts) {
+                 row_access& rows, std::uint64_t epoch, std::uint64_t& clock, ctr_counts& counts) {
   batch_source train(s, s.train, ctx.id, ctx.num_workers, s.batch);
   ctr_batch b, next;
   const auto num_params = keys.num_keys();
@@ -297,13 +301,16 @@ void train_epoch(worker_context& ctx, const ctr_settings& s, tower_compute& towe
     auto x = rows.inputs(b, clock, pending);
     auto params = params_f.get();
     dx.resize(x.size());
-    counts.loss_sum += tower.loss_and_grad(params.data(), x.data(), b.labels.data(), b.size(), grad->data(), dx.data());
+    const double loss = tower.loss_and_grad(params.data(), x.data(), b.labels.data(), b.size(), grad->data(), dx.data());
+    counts.loss_sum += loss;
     rows.update(b, dx, clock, pending);
     for (const auto& ids : b.ids) counts.bound.batch(ids, clock);
     pending.push_back(ctx.kv.push_and_advance(keys, grad, 0, ++clock));
     counts.samples += b.size();
     ++counts.batches;
     counts.dense_bytes += 2 * num_params * sizeof(float);
+    auto now = std::chrono::duration<double>(std::chrono::steady_clock::now() - counts.started).count();
+    if (auto r = counts.progress.step(epoch, clock, counts.samples, loss, now)) ctx.report(r->to_json());
   }
   rows.flush(pending);  // the shards have every update before anyone evaluates
   for (auto& f : pending) f.get();
@@ -344,19 +351,20 @@ std::string ctr_app(worker_context& ctx) {
     ctx.kv.init(keys, std::move(init)).get();
   }
   ctx.barrier();
-  ctr_counts counts(s.cache_staleness);
+  ctr_counts counts(s.cache_staleness, ctx.id, s.epochs);
   row_access rows(ctx.kv, s);
   std::uint64_t clock = ctx.start_clock;
   for (std::size_t epoch = 1; epoch <= s.epochs; ++epoch) {
     auto start = std::chrono::steady_clock::now();
-    train_epoch(ctx, s, *tower, keys, rows, clock, counts);
+    train_epoch(ctx, s, *tower, keys, rows, epoch, clock, counts);
     counts.train_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     ctx.barrier();
-    if (ctx.id == 0) {
+    if (ctx.id == 0) {  // one worker scores the whole test file: an AUC does not add up from parts
       auto [test_auc, test_logloss] = evaluate(ctx, s, *tower, keys);
       counts.per_epoch.push_back({{"epoch", epoch}, {"test_auc", test_auc}, {"test_logloss", test_logloss}});
-      ctx.report("epoch " + std::to_string(epoch) + "/" + std::to_string(s.epochs) + ": test AUC " +
-                 std::to_string(test_auc) + ", log loss " + std::to_string(test_logloss));
+      ctx.report(counts.progress.close_epoch(epoch, clock, counts.samples, "auc", test_auc, 1).to_json());
+    } else {
+      ctx.report(counts.progress.close_epoch(epoch, clock, counts.samples).to_json());
     }
     ctx.barrier();
   }

@@ -553,18 +553,26 @@ std::unique_ptr<model> make_model(const std::string& name, std::size_t hidden) {
 }
 
 double accuracy(const model& m, const std::vector<float>& params, const dataset& ds) {
+  return accuracy(m, params, ds, 0, ds.count);
+}
+
+double accuracy(const model& m, const std::vector<float>& params, const dataset& ds, std::size_t first,
+                std::size_t count) {
   if (ds.features != kFeatures)
     throw std::invalid_argument("accuracy: dataset has " + std::to_string(ds.features) +
                                 " features, expected 784");
   if (ds.images.size() != ds.count * kFeatures || ds.labels.size() != ds.count)
     throw std::invalid_argument("accuracy: dataset sizes inconsistent with count " +
                                 std::to_string(ds.count));
-  if (ds.count == 0) return 0.0;
-  std::vector<uint8_t> pred(ds.count);
-  m.predict(params, ds.images.data(), ds.count, pred.data());
+  if (first > ds.count || count > ds.count - first)
+    throw std::invalid_argument("accuracy: samples [" + std::to_string(first) + ", +" + std::to_string(count) +
+                                ") are not within the " + std::to_string(ds.count) + " samples");
+  if (count == 0) return 0.0;
+  std::vector<uint8_t> pred(count);
+  m.predict(params, ds.images.data() + first * kFeatures, count, pred.data());
   std::size_t correct = 0;
-  for (std::size_t i = 0; i < ds.count; ++i) correct += pred[i] == ds.labels[i];
-  return static_cast<double>(correct) / static_cast<double>(ds.count);
+  for (std::size_t i = 0; i < count; ++i) correct += pred[i] == ds.labels[first + i];
+  return static_cast<double>(correct) / static_cast<double>(count);
 }
 
 }  // namespace ps::fmnist

@@ -100,5 +100,8 @@ std::unique_ptr<model> make_model(const std::string& name, std::size_t hidden = 
 // Fraction of samples of ds that the model classifies correctly (0 for an
 // empty dataset).  Throws std::invalid_argument if ds.features != 784.
 double accuracy(const model& m, const std::vector<float>& params, const dataset& ds);
+// The accuracy on samples [first, first + count) of ds (a worker's part of the test set).
+double accuracy(const model& m, const std::vector<float>& params, const dataset& ds, std::size_t first,
+                std::size_t count);
 
 }  // namespace ps::fmnist

@@ -83,10 +83,7 @@ int main(int argc, char** argv) {
                  cfg.app_text("train").c_str(), cfg.app_text("test").c_str(), cfg.cluster.c_str(), cfg.servers,
                  cfg.workers, cfg.epochs, cfg.batch, ps::consistency_name(settings.staleness),
                  ps::staleness_to_string(settings.staleness).c_str());
-    ps::job_listener listener{
-      [](std::uint32_t w, const std::string& text) { std::fprintf(stderr, "[worker %u] %s\n", w, text.c_str()); },
-      [](const std::string& text) { std::fprintf(stderr, "%s\n", text.c_str()); }};
-    auto res = ps::run_job(sys, cfg, ps::find_app("ctr"), "ctr", settings, listener);
+    auto res = ps::run_job(sys, cfg, ps::find_app("ctr"), "ctr", settings);
     ps::json_line out{{"app", "ctr"},
                        {"cluster", cfg.cluster},
                        {"servers", cfg.servers},

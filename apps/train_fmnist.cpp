@@ -52,12 +52,7 @@ int main(int argc, char** argv) {
                  cfg.model.c_str(), cfg.cluster.c_str(), cfg.servers, cfg.workers, cfg.epochs, cfg.lr,
                  ps::update_rule::name(rule.kind), ps::consistency_name(settings.staleness),
                  ps::staleness_to_string(settings.staleness).c_str(), cfg.pipeline.c_str());
-    // Progress overwrites one status line; the cluster's news (checkpoints) keeps its line.
-    ps::job_listener listener{
-      [](std::uint32_t w, const std::string& text) { std::fprintf(stderr, "\r[worker %u] %s\033[K", w, text.c_str()); },
-      [](const std::string& text) { std::fprintf(stderr, "\r%s\033[K\n", text.c_str()); }};
-    auto res = ps::run_job(sys, cfg, ps::find_app("fmnist"), "fmnist", settings, listener);
-    std::fprintf(stderr, "\n");
+    auto res = ps::run_job(sys, cfg, ps::find_app("fmnist"), "fmnist", settings);
     auto staleness = settings.staleness;
     ps::json_line out{{"model", cfg.model},
                        {"cluster", cfg.cluster},

@@ -3,10 +3,18 @@
 
 #include <caf/io/all.hpp>
 
+#include <arpa/inet.h>
 #include <malloc.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <cmath>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
+#include <memory>
 #include <filesystem>
 
 #include "actors/server_shard.hpp"
@@ -27,8 +35,11 @@ node_config::node_config() {
   opt_group{custom_options_, "global"}
     .add(role, "role", "psnode role: coordinator|server|worker|local (local: the whole job of --app here)")
     .add(coordinator, "coordinator", "coordinator address HOST:PORT")
-    .add(host, "host", "address this node listens on and announces")
-    .add(port, "port", "coordinator: port to listen on (0: any free port)")
+    .add(host, "host", "HOST: listen on it and announce it (both; --listen and --advertise win)")
+    .add(port, "port", "the port of --listen (0: any free port)")
+    .add(listen, "listen", "ADDR:PORT this process listens on (default every interface; :PORT for every interface)")
+    .add(advertise, "advertise", "HOST[:PORT] other members dial (default: this host's address on its route to "
+                                 "--coordinator)")
     .add(app, "app", "worker app: fmnist|kvcheck|bench")
     .add(cluster, "cluster", "embedded (one process) | processes (local cluster on loopback)")
     .add(servers, "servers", "number of server shards")
@@ -63,6 +74,9 @@ node_config::node_config() {
     .add(shard_dir, "shard-dir", "DIR: where shards keep their disk tier (a disk; direct I/O; removed at exit)")
     .add(eviction, "eviction", "lru|slru: which rows leave a shard's RAM first (slru: rows used twice are kept "
                                "through a scan)")
+    .add(metrics, "metrics", "FILE: JSON lines of the job's progress (per epoch and every --ps.metrics-ms: loss, accuracy or "
+                             "AUC, samples/s, workers' clocks, per-shard keys, bytes and request rates; ./run plot FILE draws them); "
+                             "written by the launcher or psnode's coordinator")
     .add(faults, "faults", "fault injector, ';'-separated: kill server=I at=C; kill worker=I at=C; "
                            "slow worker=I factor=F (see README)");
   opt_group{custom_options_, "ps"}
@@ -70,6 +84,8 @@ node_config::node_config() {
     .add(momentum, "momentum", "sgd momentum")
     .add(chunk_bytes, "chunk-bytes", "largest value payload per message")
     .add(inflight_bytes, "inflight-bytes", "bytes in flight per shard before chunks queue in the client")
+    .add(metrics_ms, "metrics-ms", "interval of --metrics' progress lines")
+    .add(data_plane_port, "data-plane-port", "port of the data connections' listener (0: any free port)")
     .add(data_plane_bytes, "data-plane-bytes", "value blocks of at least this many bytes travel over a plain TCP "
                                                "data connection beside CAF (0: all inside CAF messages)")
     .add(timeout_ms, "timeout-ms", "timeout of every push/pull request")
@@ -308,6 +324,15 @@ void node_config::validate() const {
   if (shard_memory > 0 && (role.empty() || role == "server" || role == "local"))
     if (auto why = direct_io_problem(shard_dir); !why.empty()) throw bad_request("--shard-dir: " + why);
   if (!coordinator.empty()) parse_host_port(coordinator);
+  if (metrics_ms < 100) throw bad_request("--ps.metrics-ms must be >= 100");
+  if (!metrics.empty()) {
+    auto dir = std::filesystem::path(metrics).parent_path();
+    if (::access(dir.empty() ? "." : dir.c_str(), W_OK) != 0)
+      throw bad_request("--metrics=" + metrics + ": cannot write there: " + std::strerror(errno));
+  }
+  if (!metrics.empty() && (role == "server" || role == "worker"))
+    throw bad_request("--metrics: the job's metrics are written by its coordinator (give --metrics=FILE there)");
+  resolve_endpoint({host, port, listen, advertise});
   if (given.count("staleness") && staleness < 0)
     throw bad_request("--staleness=" + std::to_string(staleness) + " must be >= 0 (0: BSP; K: a read waits for "
                       "every worker to be within K clocks)");
@@ -442,17 +467,6 @@ void apply_runtime_defaults(node_config& cfg) {
   mallopt(M_TRIM_THRESHOLD, 1 << 30);
 }
 
-std::pair<std::string, std::uint16_t> parse_host_port(const std::string& s) {
-  auto colon = s.rfind(':');
-  if (colon == std::string::npos || colon == 0 || colon + 1 == s.size())
-    throw bad_request("address \"" + s + "\" is not HOST:PORT");
-  auto port_str = s.substr(colon + 1);
-  auto port = parse_count(port_str).value_or(0);
-  if (port == 0 || port > 65535)
-    throw bad_request("address \"" + s + "\": port \"" + port_str + "\" is not in [1, 65535]");
-  return {s.substr(0, colon), static_cast<std::uint16_t>(port)};
-}
-
 update_rule rule_from(const node_config& cfg, const std::string& default_rule) {
   update_rule r;
   r.kind = update_rule::parse_kind(cfg.rule.empty() ? default_rule : cfg.rule);
@@ -503,6 +517,50 @@ shard_options shard_options_from(const node_config& cfg, std::string host) {
   o.forward_timeout = milliseconds(cfg.timeout_ms);
   o.given = given_settings(cfg);
   return o;
+}
+
+}  // namespace ps
+
+namespace ps {
+
+namespace {
+
+// The local address of this host's route to host:port: a UDP socket "connected" there
+// (nothing is sent) is bound by the kernel to the interface that reaches it.
+std::string local_address_toward(const std::string& host, std::uint16_t port) {
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_DGRAM;
+  addrinfo* res = nullptr;
+  if (int rc = getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &res); rc != 0)
+    throw bad_request("--coordinator: cannot resolve \"" + host + "\": " + gai_strerror(rc));
+  std::unique_ptr<addrinfo, void (*)(addrinfo*)> guard(res, freeaddrinfo);
+  int fd = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) throw bad_request(std::string("socket: ") + std::strerror(errno));
+  sockaddr_in local{};
+  socklen_t len = sizeof local;
+  bool ok = ::connect(fd, res->ai_addr, res->ai_addrlen) == 0 &&
+            getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) == 0;
+  auto err = errno;
+  ::close(fd);
+  if (!ok)
+    throw bad_request("no route to the coordinator at " + host + ":" + std::to_string(port) + ": " +
+                      std::strerror(err) + " (give --advertise=HOST)");
+  char text[INET_ADDRSTRLEN] = {};
+  inet_ntop(AF_INET, &local.sin_addr, text, sizeof text);
+  return text;
+}
+
+}  // namespace
+
+endpoint node_config::endpoint_of() const {
+  auto e = resolve_endpoint({host, port, listen, advertise});
+  if (e.advertise_host.empty() && !coordinator.empty()) {
+    auto [coord_host, coord_port] = parse_host_port(coordinator);
+    e.advertise_host = local_address_toward(coord_host, coord_port);
+  }
+  if (e.advertise_host.empty()) e.advertise_host = e.every_interface() ? "127.0.0.1" : e.bind_host;
+  return e;
 }
 
 }  // namespace ps

@@ -1,12 +1,14 @@
 // The job launcher: a whole job on this machine, embedded (one process) or as psnode
 // processes on loopback, watched until it ends.
 #include "runtime/node_parts.hpp"
+#include "runtime/job_progress.hpp"
 
 #include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -77,13 +79,17 @@ std::string psnode_path() {
 }
 
 // Arguments for a psnode child: this process's own flags (they share one option set),
-// minus the ones that say what this process is, plus the child's role.
+// minus the ones that say what this process is or where it listens, plus the child's role.
+// A local cluster lives on loopback: its children listen and announce 127.0.0.1.
 std::vector<std::string> child_args(const node_config& cfg, std::vector<std::string> extra) {
+  static const char* const own[] = {"--role=",   "--coordinator=", "--app=",  "--port=",
+                                     "--host=",  "--listen=",      "--advertise=", "--ps.data-plane-port=",
+                                     "--metrics="};
   std::vector<std::string> out;
   for (const auto& a : cfg.args)
-    if (a.rfind("--role=", 0) != 0 && a.rfind("--coordinator=", 0) != 0 &&
-        a.rfind("--app=", 0) != 0 && a.rfind("--port=", 0) != 0)
+    if (std::none_of(std::begin(own), std::end(own), [&](const char* p) { return a.rfind(p, 0) == 0; }))
       out.push_back(a);
+  out.push_back("--host=127.0.0.1");
   out.insert(out.end(), extra.begin(), extra.end());
   return out;
 }
@@ -169,17 +175,23 @@ bool job_result::stopped() const {
 
 namespace {
 
-void print_progress(std::uint32_t worker, const std::string& text) {
-  std::fprintf(stderr, "[worker %u] %s\n", worker, text.c_str());
+// A periodic metrics line with the coordinator's status (shards, workers' clocks); without
+// it when the coordinator does not answer within a second (the line still goes out).
+void write_metrics(caf::scoped_actor& observer, const coordinator_actor& coord, job_progress& view) {
+  std::string status;
+  observer->request(coord, std::chrono::seconds(1), status_atom::value)
+    .receive([&](std::string& s) { status = std::move(s); }, [&](caf::error&) {});
+  view.write_metrics(status);
 }
-void print_news(const std::string& text) { std::fprintf(stderr, "%s\n", text.c_str()); }
 
 }  // namespace
 
 bool watch_coordinator(caf::scoped_actor& observer, const coordinator_actor& coord, job_result& res,
-                       const job_listener& listener, const std::function<void()>& tick) {
-  auto progress = listener.progress ? listener.progress : print_progress;
-  auto news = listener.news ? listener.news : print_news;
+                       const job_listener& listener, const node_config& cfg, const std::function<void()>& tick) {
+  job_progress view(static_cast<std::uint32_t>(cfg.workers), cfg.metrics, milliseconds(cfg.metrics_ms));
+  auto progress = listener.progress ? listener.progress
+                                    : [&](std::uint32_t w, const std::string& text) { view.report(w, text); };
+  auto news = listener.news ? listener.news : [&](const std::string& text) { view.news(text); };
   using clock = std::chrono::steady_clock;
   // Once the job was asked to end (or ended itself), it has this long to tell its members.
   constexpr auto grace = std::chrono::seconds(10);
@@ -201,6 +213,7 @@ bool watch_coordinator(caf::scoped_actor& observer, const coordinator_actor& coo
         res.losses.push_back(loss);
       },
       [&](done_atom, worker_result& r) {
+        view.worker_left(r.worker);
         if (!r.ok) res.failures.push_back("worker " + std::to_string(r.worker) + ": " + r.json);
         res.results[r.worker] = std::move(r.json);
       },
@@ -219,6 +232,7 @@ bool watch_coordinator(caf::scoped_actor& observer, const coordinator_actor& coo
         if (int sig = stop_signal(); sig != 0)
           ask_stop(sig == SIGINT ? errc::interrupted : errc::terminated,
                    std::string("stopped by ") + (sig == SIGINT ? "SIGINT" : "SIGTERM") + " on the coordinator");
+        if (view.metrics_due()) write_metrics(observer, coord, view);
         auto seen = res.failures.size();
         if (tick) tick();
         if (res.failures.size() > seen) ask_stop(errc::job_failed, res.failures[seen]);  // e.g. a member died
@@ -369,7 +383,7 @@ job_result run_job(caf::actor_system& sys, const node_config& cfg, const app_fn&
     }
   }
   // Collect reports until the coordinator ends (all workers done) or the job failed.
-  if (!watch_coordinator(observer, coord, res, listener, [&] { cluster.check_children(res); }))
+  if (!watch_coordinator(observer, coord, res, listener, cfg, [&] { cluster.check_children(res); }))
     caf::anon_send_exit(coord, caf::exit_reason::user_shutdown);
   started.end_checkpointer();
   cluster.reap(res);

@@ -15,6 +15,7 @@
 
 #include "actors/coordinator.hpp"
 #include "actors/kv_client.hpp"
+#include "libps/endpoint.hpp"
 #include "libps/faults.hpp"
 #include "libps/job_spec.hpp"
 
@@ -38,8 +39,10 @@ struct node_config : caf::actor_system_config {
   // [global]: roles and the job.
   std::string role;             // coordinator | server | worker (psnode)
   std::string coordinator;      // HOST:PORT
-  std::string host = "127.0.0.1";
-  std::uint16_t port = 0;       // coordinator port (0: any)
+  std::string host;             // --host: bind and advertised host at once ("": see endpoint_of)
+  std::uint16_t port = 0;       // the port of --listen (0: any)
+  std::string listen;           // ADDR:PORT this process binds ("": every interface, --port)
+  std::string advertise;        // HOST[:PORT] others dial ("": the route to the coordinator)
   std::string app;              // worker app: fmnist | kvcheck | bench
   std::string cluster = "processes";  // embedded | processes
   std::size_t servers = 2;
@@ -85,11 +88,14 @@ struct node_config : caf::actor_system_config {
   std::size_t chunk_bytes = 4u << 20;
   std::size_t inflight_bytes = 8u << 20;
   std::size_t data_plane_bytes = 256u << 10;
+  std::uint16_t data_plane_port = 0;  // 0: any free port
   std::size_t timeout_ms = 30000;
   std::int64_t retry_ms = -1;  // -1: 200 with message faults, else never
   std::size_t heartbeat_ms = 1000;        // 0: no heartbeats (a hung peer is found by request timeouts only)
   std::size_t failure_timeout_ms = 10000;  // a peer silent this long is declared dead
   std::size_t register_timeout_ms = 60000;
+  std::string metrics;          // FILE: the observer's JSON lines (per epoch, every metrics_ms)
+  std::size_t metrics_ms = 2000;
   std::size_t wait_report_ms = 5000;  // while members are missing, the coordinator says who
   std::size_t barrier_timeout_ms = 600000;
   std::size_t vnodes = 128;
@@ -107,6 +113,10 @@ struct node_config : caf::actor_system_config {
   std::string app_flag_text(const std::string& name) const;
   void set_app_flag(const std::string& name, const std::string& text);
   bool declared(const std::string& name) const;  // an app flag of that name is declared
+  // Where this process listens and what members are told to dial (--listen, --advertise,
+  // --host, --port). A member whose flags leave the advertised host open gets the local
+  // address of its route to --coordinator, right on any routed network.
+  endpoint endpoint_of() const;
   // Parses flags and the INI file; unlike plain CAF, an unknown key or a value of the
   // wrong type in the INI file is an error. Prints the error and returns false.
   bool parse_args(int argc, char** argv);
@@ -177,9 +187,11 @@ struct job_listener {
 
 // Collects a coordinator's events (from its observer) into res until it ends or a failure
 // arrives; asks it to stop on SIGINT/SIGTERM (runtime/signals); runs tick every 100 ms.
+// Without listener.progress, progress is shown per runtime/job_progress (cfg.workers,
+// cfg.metrics).
 // True when the coordinator ended (res.code: its reason).
 bool watch_coordinator(caf::scoped_actor& observer, const coordinator_actor& coord, job_result& res,
-                       const job_listener& listener, const std::function<void()>& tick = {});
+                       const job_listener& listener, const node_config& cfg, const std::function<void()>& tick = {});
 
 // Runs app `app_name` on cfg.workers workers and cfg.servers shards, embedded or as
 // psnode processes (cfg.cluster). Never hangs on a dead member: it fails with a reason.
@@ -252,7 +264,5 @@ struct straggle_spec {
 };
 straggle_spec parse_straggle(const std::string& s);
 
-// "host:port" -> pair; throws bad_request.
-std::pair<std::string, std::uint16_t> parse_host_port(const std::string& s);
 
 }  // namespace ps

@@ -24,6 +24,17 @@ caf::expected<coordinator_actor> connect_coordinator(caf::actor_system& sys, con
   return *h;
 }
 
+// Publishes `who` where `at` says, with SO_REUSEADDR: a node started again on its port
+// right after a stop binds at once (the old connections' TIME_WAIT would refuse it).
+template <class Handle>
+caf::expected<std::uint16_t> publish_at(caf::actor_system& sys, const Handle& who, const endpoint& at) {
+  auto port = sys.middleman().publish(who, at.bind_port, at.every_interface() ? nullptr : at.bind_host.c_str(), true);
+  if (!port)
+    return make_ps_error("cannot listen on " + at.bind_host + ":" + std::to_string(at.bind_port) + ": " +
+                         describe(port.error()));
+  return port;
+}
+
 }  // namespace
 
 
@@ -73,19 +84,18 @@ int run_coordinator_role(caf::actor_system& sys, const node_config& cfg, const j
     return print_status(line, false, errc::failed, e.what());
   }
   auto coord = started.coord;
-  // SO_REUSEADDR: a coordinator started again on its port right after a stop binds at once
-  // (the old connections' TIME_WAIT would refuse it otherwise).
-  auto port = sys.middleman().publish(coord, cfg.port, cfg.host.c_str(), true);
+  auto at = cfg.endpoint_of();
+  auto port = publish_at(sys, coord, at);
   if (!port) {
     caf::anon_send_exit(coord, caf::exit_reason::user_shutdown);
-    return print_status(line, false, errc::failed, "cannot listen on " + cfg.host + ":" + std::to_string(cfg.port) +
-                                                     ": " + describe(port.error()));
+    return print_status(line, false, errc::failed, describe(port.error()));
   }
-  std::fprintf(stderr, "coordinator listening on %s:%u, waiting for %zu servers and %zu workers (job %s)\n",
-               cfg.host.c_str(), *port, cfg.servers, cfg.workers, fingerprint_text(settings.spec).c_str());
+  std::fprintf(stderr, "coordinator listening on %s:%u, waiting for %zu servers and %zu workers (job %s); members "
+               "need only --coordinator=HOST:%u\n",
+               at.bind_host.c_str(), *port, cfg.servers, cfg.workers, fingerprint_text(settings.spec).c_str(), *port);
   auto start = std::chrono::steady_clock::now();
   job_result res;
-  if (!watch_coordinator(observer, coord, res, {})) caf::anon_send_exit(coord, caf::exit_reason::user_shutdown);
+  if (!watch_coordinator(observer, coord, res, {}, cfg)) caf::anon_send_exit(coord, caf::exit_reason::user_shutdown);
   started.end_checkpointer();
   print_results(res);
   // A worker that died while the others finished is no failure of the job here: its data
@@ -102,15 +112,16 @@ int run_server_role(caf::actor_system& sys, const node_config& cfg) {
   json_line line{{"role", "server"}};
   auto coord = connect_coordinator(sys, cfg);
   if (!coord) return print_status(line, false, errc::failed, describe(coord.error()));
-  auto sopts = shard_options_from(cfg, cfg.host);
+  auto at = cfg.endpoint_of();
+  auto sopts = shard_options_from(cfg, at.advertise_host);
   sopts.plane = data_plane_from(cfg);  // cannot listen: bad_request, reported by psnode
   auto shard = sys.spawn(server_shard, *coord, sopts);
-  auto port = sys.middleman().publish(shard, 0, cfg.host.c_str());
+  auto port = publish_at(sys, shard, at);
   if (!port) {
     caf::anon_send_exit(shard, caf::exit_reason::user_shutdown);
-    return print_status(line, false, errc::failed, "server cannot listen on " + cfg.host + ": " + describe(port.error()));
+    return print_status(line, false, errc::failed, "server " + describe(port.error()));
   }
-  caf::anon_send(shard, start_atom::value, *port);
+  caf::anon_send(shard, start_atom::value, at.advertise_port ? at.advertise_port : *port);
   caf::scoped_actor self{sys};
   self->monitor(shard);
   caf::error reason;

@@ -29,7 +29,9 @@ std::shared_ptr<data_plane> data_plane_from(const node_config& cfg) {
   // A payload is written before its message is sent, so it is late only when its sender
   // is cut off: a claim waits as long as silence from a peer is tolerated, not a request.
   auto patience = milliseconds(std::min(cfg.timeout_ms, cfg.failure_timeout_ms));
-  return std::make_shared<data_plane>(cfg.host, cfg.data_plane_bytes, patience, patience);
+  auto at = cfg.endpoint_of();
+  return std::make_shared<data_plane>(data_plane_address{at.bind_host, at.advertise_host, cfg.data_plane_port},
+                                      cfg.data_plane_bytes, patience, patience);
 }
 
 // The scoped actor that registered stays alive until `done` is sent: the coordinator
@@ -54,7 +56,7 @@ bool run_worker(caf::actor_system& sys, const node_config& cfg, coordinator_acto
   registration reg;
   std::string err;
   errc code = errc::failed;
-  node_info me{"worker", cfg.host, 0, static_cast<std::uint32_t>(getpid()), {}, 0, 0, protocol_version,
+  node_info me{"worker", cfg.endpoint_of().advertise_host, 0, static_cast<std::uint32_t>(getpid()), {}, 0, 0, protocol_version,
                given_settings(cfg)};
   self->request(coord, milliseconds(cfg.register_timeout_ms), register_atom::value, me)
     .receive([&](registration& r) { reg = std::move(r); },

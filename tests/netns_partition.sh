@@ -7,56 +7,23 @@
 # Needs root (as CI has); exits 77 (ctest: skipped) without it.
 set -euo pipefail
 bin=$(cd "$1" && pwd)
-skip() { echo "SKIP: $*"; exit 77; }
-[ "$(id -u)" -eq 0 ] || skip "network namespaces need root"
-command -v ip >/dev/null || skip "needs iproute2 (ip)"
-
-tag=ap$(( $$ % 100000 ))          # interface names must stay under 16 characters
-work=$(mktemp -d)
+source "$(dirname "$0")/netns_lib.sh"
 nodes=(c s0 s1 w0 w1)
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
-  for n in sw "${nodes[@]}"; do ip netns del "${tag}_$n" 2>/dev/null || true; done
-  rm -rf "$work"
-}
-trap cleanup EXIT
-
-ip netns add "${tag}_sw" || skip "cannot create network namespaces here"
-ip -n "${tag}_sw" link add br0 type bridge
-ip -n "${tag}_sw" link set br0 up
-addr() { echo "192.0.2.$((10 + $1))"; }
-for i in "${!nodes[@]}"; do
-  ns="${tag}_${nodes[$i]}"
-  ip netns add "$ns"
-  ip link add "e$i$tag" netns "$ns" type veth peer name "p$i$tag" netns "${tag}_sw"
-  ip -n "$ns" addr add "$(addr "$i")/24" dev "e$i$tag"
-  ip -n "$ns" link set lo up
-  ip -n "$ns" link set "e$i$tag" up
-  ip -n "${tag}_sw" link set "p$i$tag" master br0
-  ip -n "${tag}_sw" link set "p$i$tag" up
-done
+netns_hosts "${nodes[@]}"
+addr() { netns_addr "$1"; }
 
 detect_ms=1500
 common=(--app=clocksum --servers=2 --workers=2 --replication=2 --ps.heartbeat-ms=200 --clocks=150 --clock-ms=20
         --ps.failure-timeout-ms=$detect_ms)
-run_in() {  # node, log, args...
-  local node=$1 log=$2; shift 2
-  : >"$work/$log"  # exists before anyone waits on it (wait_for's tail would find none)
-  ip netns exec "${tag}_$node" "$bin/psnode" "$@" >"$work/$log" 2>&1 &
-  pids+=($!)
-}
-# Blocks until a line matching $2 appears in log $1 (at most $3 s); no polling.
-wait_for() { grep -q -m1 "$2" <(timeout "$3" tail -n +1 -f "$1"); }
 coord="$(addr 0):7000"
-run_in c coord.log --role=coordinator --host="$(addr 0)" --port=7000 "${common[@]}"
+run_in c coord.log "$bin/psnode" --role=coordinator --host="$(addr 0)" --port=7000 "${common[@]}"
 # The coordinator is up once it prints its address.
 wait_for "$work/coord.log" "coordinator listening" 20 || { cat "$work/coord.log"; exit 1; }
-run_in s0 s0.log --role=server --host="$(addr 1)" --coordinator="$coord" "${common[@]}"
-run_in s1 s1.log --role=server --host="$(addr 2)" --coordinator="$coord" "${common[@]}"
-run_in w0 w0.log --role=worker --host="$(addr 3)" --coordinator="$coord" "${common[@]}"
+run_in s0 s0.log "$bin/psnode" --role=server --host="$(addr 1)" --coordinator="$coord" "${common[@]}"
+run_in s1 s1.log "$bin/psnode" --role=server --host="$(addr 2)" --coordinator="$coord" "${common[@]}"
+run_in w0 w0.log "$bin/psnode" --role=worker --host="$(addr 3)" --coordinator="$coord" "${common[@]}"
 w0=$!
-run_in w1 w1.log --role=worker --host="$(addr 4)" --coordinator="$coord" "${common[@]}"
+run_in w1 w1.log "$bin/psnode" --role=worker --host="$(addr 4)" --coordinator="$coord" "${common[@]}"
 w1=$!
 
 # Training is under way once a worker reports progress; then cut server s1's link.

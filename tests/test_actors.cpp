@@ -265,10 +265,14 @@ TEST_CASE_FIXTURE(fixture, "barriers release when all live workers arrive; a dea
   CHECK(*arrivals == 1);  // released: the dead worker no longer counts
   // Reported, not a failure: the job goes on without it.
   CHECK(box->count<job_failed_atom, std::string>() == 0);
-  REQUIRE(box->count<news_atom, std::string>() == 1);
+  // The news: each member's registration (1 server, 2 workers), then the loss.
+  REQUIRE(box->count<news_atom, std::string>() == 4);
+  std::vector<std::string> news;
   for (const auto& m : box->messages)
-    if (m.match_elements<news_atom, std::string>())
-      CHECK(m.get_as<std::string>(1).find("worker 1 went down") != std::string::npos);
+    if (m.match_elements<news_atom, std::string>()) news.push_back(m.get_as<std::string>(1));
+  CHECK(news[0].find("server shard 0 registered (1 of 1 servers, 0 of 2 workers)") != std::string::npos);
+  CHECK(news[2].find("worker 1 registered (1 of 1 servers, 2 of 2 workers)") != std::string::npos);
+  CHECK(news[3].find("worker 1 went down") != std::string::npos);
 }
 
 TEST_CASE_FIXTURE(fixture, "the coordinator refuses unknown roles and extra members") {

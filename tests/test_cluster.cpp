@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <limits>
 #include <map>
 
@@ -796,8 +797,8 @@ struct node_process {
   }
   // The coordinator's port from its "listening on HOST:PORT" line.
   std::string port() {
-    REQUIRE(wait_for("listening on 127.0.0.1:"));
-    auto at = out.rfind("listening on 127.0.0.1:") + 23;
+    REQUIRE(wait_for("listening on "));
+    auto at = out.find(':', out.rfind("listening on ")) + 1;
     return out.substr(at, out.find_first_not_of("0123456789", at) - at);
   }
   // Reads the rest of the output; the exit status (128 + signal when killed).
@@ -929,6 +930,54 @@ TEST_CASE("the demo's two shards each hold about half the softmax keys (shard_ke
   for (const auto& k : j["shard_keys"]) CHECK(std::abs(k.get<double>() / 3925 - 1) <= 0.10);
 }
 
+TEST_CASE("train_fmnist: stdout is JSON lines only; stderr has a summary per epoch; --metrics; the plot") {
+  std::filesystem::remove("fmnist-metrics.jsonl");
+  std::filesystem::remove("fmnist-metrics.png");
+  auto [rc, out] = shell("(bin/train_fmnist --model=softmax --servers=2 --workers=2 --epochs=3 --staleness=1 "
+                         "--metrics=fmnist-metrics.jsonl --ps.metrics-ms=100 2>fmnist-stderr.txt)");
+  INFO(out);
+  REQUIRE(rc == 0);
+  std::istringstream lines(out);
+  std::size_t count = 0;
+  for (std::string line; std::getline(lines, line); ++count)
+    CHECK_MESSAGE(nlohmann::json::accept(line), "not JSON on stdout: " << line);
+  CHECK(count == 1);
+  std::ifstream err_file("fmnist-stderr.txt");
+  std::string err((std::istreambuf_iterator<char>(err_file)), {});
+  for (const char* e : {"epoch 1/3: loss ", "epoch 2/3: loss ", "epoch 3/3: loss "}) CHECK(err.find(e) != std::string::npos);
+  CHECK(err.find(", accuracy 0.") != std::string::npos);
+  CHECK(err.find("ETA") != std::string::npos);
+  std::ifstream metrics("fmnist-metrics.jsonl");
+  std::size_t epochs = 0, with_shards = 0;
+  for (std::string line; std::getline(metrics, line);) {
+    auto j = nlohmann::json::parse(line);
+    if (j["type"] == "epoch") {
+      ++epochs;
+      CHECK(j["epoch"] == epochs);
+      CHECK(j["accuracy"] > 0.7);
+      CHECK(j["samples_per_s"] > 0);
+    }
+    if (j["type"] == "progress" && j.contains("shards") && !j["shards"].empty()) {  // empty before they register
+      ++with_shards;
+      CHECK(j["shards"].size() == 2);
+      // SSP bound 1: a worker with c clocks done reads once the slowest has c - 1, then
+      // ticks to c + 1: at most 2 apart.
+      CHECK(j["clock_spread"] <= 2);
+    }
+  }
+  CHECK(epochs == 3);
+  CHECK(with_shards >= 1);
+  auto [plot_rc, plot_out] = shell(std::string("/usr/bin/python3 ") + TOOLS_DIR +
+                                   "/plot_metrics.py fmnist-metrics.jsonl fmnist-metrics.png");
+  INFO(plot_out);
+  CHECK(plot_rc == 0);
+  CHECK(std::filesystem::file_size("fmnist-metrics.png") > 10000);
+  // A metrics file where one cannot be written: refused before the job starts, named.
+  auto [bad_rc, bad_out] = shell("bin/train_fmnist --epochs=1 --metrics=/nonexistent/dir/m.jsonl");
+  CHECK(bad_rc == 2);
+  CHECK(bad_out.find("--metrics=/nonexistent/dir/m.jsonl: cannot write there") != std::string::npos);
+}
+
 TEST_CASE("contract: psctl stop ends the job: status stopped everywhere, the coordinator exits 0") {
   small_job job("--clocks=400 --clock-ms=5");
   REQUIRE(job.coord.wait_for("clock "));
@@ -977,7 +1026,9 @@ TEST_CASE("contract: psctl status shows shards and workers' clocks, checkpoint c
   CHECK(ck["status"] == "ok");
   const auto clock = ck["clock"].get<std::uint64_t>();
   CHECK(clock > st["workers"][0]["clock"].get<std::uint64_t>());
-  REQUIRE(job.coord.wait_for("checkpoint written: "));
+  bool written = job.coord.wait_for("checkpoint written: ");
+  INFO("the coordinator printed:\n" << job.coord.out);
+  REQUIRE(written);
   CHECK(job.coord.out.find("(clock " + std::to_string(clock) + ")") != std::string::npos);
   auto [stop_rc, stop_out] = shell(at + " stop 'after the checkpoint'");
   CHECK(stop_rc == 0);
@@ -1001,7 +1052,7 @@ TEST_CASE("contract: a coordinator started again on its port right after a job b
   }
   // The finished job's connections to that port are in TIME_WAIT now.
   node_process again("--role=coordinator --app=clocksum --servers=1 --workers=1 --clocks=5 --port=" + port);
-  REQUIRE(again.wait_for("listening on 127.0.0.1:" + port));
+  REQUIRE(again.wait_for("listening on 0.0.0.0:" + port));  // every interface by default
   CHECK(shell("bin/psctl --coordinator=127.0.0.1:" + port + " stop").first == 0);
   check_end(again, "coordinator", 0, "stopped", "psctl stop");
 }
