@@ -30,6 +30,15 @@ std::shared_ptr<const checkpoint> complete(self_ptr self, const checkpointer_opt
   return c;
 }
 
+// Those waiting for the file of `clock`: its path, or why it was not written.
+template <class Answer>
+void answer_awaits(self_ptr self, std::uint64_t clock, const Answer& answer) {
+  auto it = self->state.awaits.find(clock);
+  if (it == self->state.awaits.end()) return;
+  for (auto& rp : it->second) rp.deliver(answer);
+  self->state.awaits.erase(it);
+}
+
 // A file was written or failed: flushes waiting for the last one are answered.
 void written(self_ptr self) {
   auto& st = self->state;
@@ -64,6 +73,15 @@ checkpointer_actor::behavior_type checkpointer(self_ptr self, checkpointer_optio
       self->state.flushes.push_back(rp);
       return rp;
     },
+    [=](final_atom, std::uint64_t clock) -> std::string {
+      auto it = self->state.written.find(clock);
+      return it == self->state.written.end() ? std::string() : it->second;
+    },
+    [=](await_atom, std::uint64_t clock) -> caf::result<std::string> {
+      auto rp = self->make_response_promise<std::string>();
+      self->state.awaits[clock].push_back(rp);
+      return rp;
+    },
     [=](snapshot_atom, std::uint32_t shard, std::uint64_t clock, const encoded_block& data) {
       auto refused = [&](const std::string& why) {
         tell(opts, "checkpoint at clock " + std::to_string(clock) + ": part from shard " + std::to_string(shard) +
@@ -84,10 +102,13 @@ checkpointer_actor::behavior_type checkpointer(self_ptr self, checkpointer_optio
         .then(
           [=](const std::string& path) {
             tell(opts, "checkpoint written: " + path + " (clock " + std::to_string(clock) + ")");
+            self->state.written[clock] = path;
+            answer_awaits(self, clock, path);
             written(self);
           },
           [=](caf::error& err) {
             tell(opts, "checkpoint at clock " + std::to_string(clock) + " not written: " + describe(err));
+            answer_awaits(self, clock, err);
             written(self);
           });
     },

@@ -37,6 +37,8 @@ struct checkpointer_state {
   checkpoint_file_writer_actor file_writer;
   std::size_t writing = 0;  // files handed to the writer, not yet answered
   std::vector<caf::typed_response_promise<caf::ok_atom>> flushes;  // waiting for writing == 0
+  std::map<std::uint64_t, std::vector<caf::typed_response_promise<std::string>>> awaits;  // by clock
+  std::map<std::uint64_t, std::string> written;  // clock -> path of the file written
   static inline const char* name = "checkpointer";
 };
 

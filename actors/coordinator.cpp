@@ -116,6 +116,55 @@ void end_job(self_ptr self, const coordinator_options& opts, errc code, const st
       .then([=](caf::ok_atom) { acked(); }, [=](caf::error&) { acked(); });
 }
 
+// The final checkpoint at `clock`: every head sends its part; the job ends once the file
+// is written, or fails when it cannot be (the trained parameters would be lost).
+void write_final_checkpoint(self_ptr self, const coordinator_options& opts, std::uint64_t clock) {
+  self->request(opts.checkpointer, std::chrono::seconds(120), await_atom::value, clock)
+    .then([=](const std::string& path) {
+            tell_news(opts, "coordinator: final checkpoint " + path + " (clock " + std::to_string(clock) + ")");
+            end_job(self, opts, errc::failed, "", true);
+          },
+          [=](caf::error& err) {
+            end_job(self, opts, errc::job_failed, "the final checkpoint was not written: " + describe(err));
+          });
+  for (auto& head : self->state.shard_handles) caf::anon_send(head, final_atom::value, clock);
+}
+
+// Every worker is done. With --checkpoint-dir the job ends with a final checkpoint,
+// labelled with the highest clock a worker reached; otherwise it ends now.
+void finish_job(self_ptr self, const coordinator_options& opts) {
+  auto heads = self->state.shard_handles;
+  if (!opts.checkpointer || heads.empty()) return end_job(self, opts, errc::failed, "", true);
+  auto highest = std::make_shared<std::uint64_t>(0);
+  auto remaining = std::make_shared<std::size_t>(heads.size());
+  auto silent = std::make_shared<std::string>();
+  auto answered = [=] {
+    if (--*remaining > 0) return;
+    if (!silent->empty()) return end_job(self, opts, errc::job_failed, "the final checkpoint was not written: " + *silent);
+    // A periodic checkpoint at that clock already holds the final state.
+    self->request(opts.checkpointer, std::chrono::seconds(5), final_atom::value, *highest)
+      .then([=](const std::string& path) {
+              if (path.empty()) return write_final_checkpoint(self, opts, *highest);
+              tell_news(opts, "coordinator: final checkpoint " + path + " (clock " + std::to_string(*highest) + ")");
+              end_job(self, opts, errc::failed, "", true);
+            },
+            [=](caf::error& err) {
+              end_job(self, opts, errc::job_failed, "the final checkpoint was not written: " + describe(err));
+            });
+  };
+  for (std::size_t i = 0; i < heads.size(); ++i)
+    self->request(heads[i], std::chrono::seconds(5), final_atom::value)
+      .then(
+        [=](std::uint64_t clock) {
+          *highest = std::max(*highest, clock);
+          answered();
+        },
+        [=](caf::error& e) {
+          *silent = "shard " + std::to_string(i) + " did not say its clock (" + describe(e) + ")";
+          answered();
+        });
+}
+
 void worker_finished(self_ptr self, const coordinator_options& opts, std::uint32_t id) {
   auto& st = self->state;
   if (id >= st.worker_done.size() || st.worker_done[id]) return;
@@ -126,7 +175,7 @@ void worker_finished(self_ptr self, const coordinator_options& opts, std::uint32
   tell_members(self);
   if (st.finished_workers == st.worker_done.size()) {
     if (st.reported_workers == 0) return end_job(self, opts, errc::job_failed, "every worker went down before finishing");
-    return end_job(self, opts, errc::failed, "", true);
+    return finish_job(self, opts);
   }
   release_barrier_if_complete(self);
 }

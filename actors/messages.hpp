@@ -38,6 +38,8 @@ using sweep_atom = caf::atom_constant<caf::atom("sweep")>;
 using checkpoint_atom = caf::atom_constant<caf::atom("ckpt")>;
 using min_clock_atom = caf::atom_constant<caf::atom("minclock")>;
 using cut_atom = caf::atom_constant<caf::atom("cut")>;
+using final_atom = caf::atom_constant<caf::atom("final")>;
+using await_atom = caf::atom_constant<caf::atom("await")>;
 using snapshot_atom = caf::atom_constant<caf::atom("snapshot")>;
 using write_atom = caf::atom_constant<caf::atom("write")>;
 using flush_atom = caf::atom_constant<caf::atom("flush")>;
@@ -231,7 +233,12 @@ using checkpointer_actor = caf::typed_actor<
   caf::reacts_to<view_atom, std::uint64_t>,
   // Answered once every complete checkpoint handed to the file writer so far is written
   // (or failed): the coordinator asks before it recovers a shard from the newest file.
-  caf::replies_to<flush_atom>::with<caf::ok_atom>>;
+  caf::replies_to<flush_atom>::with<caf::ok_atom>,
+  // Answered with the file's path once the checkpoint of this clock is written (an error
+  // when it could not be): the coordinator waits for the final checkpoint so.
+  caf::replies_to<await_atom, std::uint64_t>::with<std::string>,
+  // The path of the checkpoint of this clock when one was written already, else "".
+  caf::replies_to<final_atom, std::uint64_t>::with<std::string>>;
 
 // What every member learns from the coordinator: the shard map and the job settings.
 struct cluster_view {
@@ -380,6 +387,10 @@ using shard_actor = caf::typed_actor<
   caf::replies_to<fill_atom, std::uint32_t, std::uint64_t>::with<std::uint64_t>,
   // ... and the clock boundary (above every shard's minimum) at which to send its part.
   caf::reacts_to<cut_atom, std::uint64_t>,
+  // From the coordinator at the job's end: the highest clock a worker reached here, then
+  // the part of the final checkpoint, labelled with the highest over the shards.
+  caf::replies_to<final_atom>::with<std::uint64_t>,
+  caf::reacts_to<final_atom, std::uint64_t>,
   // Internal: fails pulls parked for longer than the limit, naming whom they wait for.
   caf::reacts_to<sweep_atom>,
   caf::reacts_to<start_atom, std::uint16_t>,

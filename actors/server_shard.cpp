@@ -743,6 +743,10 @@ shard_actor::behavior_type server_shard(self_ptr self, coordinator_actor coordin
     [=](cut_atom, std::uint64_t boundary) {
       if (self->state.core) self->state.core->checkpoint_at(boundary);
     },
+    [=](final_atom) -> std::uint64_t { return self->state.core ? self->state.core->highest_clock() : 0; },
+    [=](final_atom, std::uint64_t clock) {
+      feed(self, opts, coordinator, [&](shard_core& c) { return c.final_checkpoint(clock); });
+    },
     [=](view_atom, const cluster_view& view) -> std::uint64_t { return take_view(self, view); },
     [=](sweep_atom) {
       self->state.sweep_scheduled = false;

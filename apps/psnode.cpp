@@ -13,7 +13,7 @@ int main(int argc, char** argv) {
   if (!cfg.parse_args(argc, argv)) return cfg.cli_helptext_printed ? 0 : 2;
   ps::apply_runtime_defaults(cfg);
   try {
-    if (cfg.role.empty()) throw ps::bad_request("--role=coordinator|server|worker|local is required");
+    if (cfg.role.empty()) throw ps::bad_request("--role=coordinator|server|worker|local|export is required");
     bool runs_app = cfg.role == "worker" || cfg.role == "local";
     // The coordinator holds the job's spec, and the app is part of it.
     if ((runs_app || cfg.role == "coordinator") && cfg.app.empty())
@@ -21,6 +21,7 @@ int main(int argc, char** argv) {
     auto app = runs_app ? ps::find_app(cfg.app) : ps::app_fn{};
     // A server learns the job from the coordinator; it may be started without --app.
     auto settings = cfg.app.empty() ? ps::job_settings{} : ps::settings_for_app(cfg, cfg.app);
+    if (cfg.role == "export") return ps::run_export_role(cfg, settings);  // no actors
     caf::actor_system sys{cfg};
     ps::catch_stop_signals();
     int status = cfg.role == "local"         ? ps::run_local_role(sys, cfg, app, settings)

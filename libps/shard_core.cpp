@@ -112,6 +112,7 @@ shard_effects shard_core::checked(const shard_request& r, const std::vector<key_
 shard_effects shard_core::push(const shard_request& r, const std::vector<key_range>& ranges, const float* values,
                                std::uint64_t n) {
   return checked(r, ranges, [&](shard_effects& fx) {
+    highest_clock_ = std::max(highest_clock_, r.clock + 1);  // an update of clock c: the final file holds c
     take_push(r, ranges, values, n, fx);
     if (r.tick != 0) advance({r.epoch, r.worker, r.tick, 0, 0}, fx);  // a resent push ticks again: ticks are idempotent
   });
@@ -173,6 +174,7 @@ shard_effects shard_core::push_rows(const shard_request& r, std::uint32_t table,
   shard_effects fx;
   fx.error = check_rows(r, table, ids);
   if (!fx.ok()) return fx;
+  highest_clock_ = std::max(highest_clock_, r.clock + 1);
   const auto& spec = rows_.table(table).spec();
   if (n != ids.size() * spec.dim) {
     fx.error = name_ + ": push of " + std::to_string(ids.size()) + " rows of table '" + spec.name + "' (dim " +
@@ -379,6 +381,7 @@ void shard_core::advance(const shard_request& r, shard_effects& fx) {
     clocks.advance(r.worker, r.clock);  // refused, naming the unknown worker
   } else if (clocks.live(r.worker) && r.clock > clocks.clock(r.worker)) {
     clocks.advance(r.worker, r.clock);
+    highest_clock_ = std::max(highest_clock_, r.clock);
   }  // else: a tick seen before (resent after a failover), or from a worker that left
   release(fx);
 }
@@ -407,6 +410,16 @@ std::uint64_t shard_core::join(std::uint32_t worker) {
 
 void shard_core::checkpoint_at(std::uint64_t boundary) {
   if (boundary > last_min_) checkpoint_at_.insert(boundary);
+}
+
+shard_effects shard_core::final_checkpoint(std::uint64_t clock) {
+  shard_effects fx;
+  if (!head_ || !sends_checkpoints_) return fx;
+  if (row_queue_.empty())
+    fx.checkpoint_at = clock;
+  else
+    row_queue_.push_back({row_op::kind::checkpoint, {0, 0, clock, 0, 0}});
+  return fx;
 }
 
 // After the minimum clock may have moved: apply the pushes it completes, send the

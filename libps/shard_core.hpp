@@ -151,6 +151,12 @@ class shard_core {
   std::uint64_t join(std::uint32_t worker);  // throws bad_request
   // The coordinator's time-based checkpoint: a part at this clock boundary.
   void checkpoint_at(std::uint64_t boundary);
+  // Above every clock a worker reached or pushed an update of here: the final checkpoint's
+  // clock (every update below it is in).
+  std::uint64_t highest_clock() const { return highest_clock_; }
+  // Every worker is done: this shard's part of the final checkpoint, labelled `clock`
+  // (behind reads of the disk tier still under way).
+  shard_effects final_checkpoint(std::uint64_t clock);
   // Parked pulls that waited `limit` or longer fail, naming whom they wait for.
   shard_effects expire(time_point now, std::chrono::milliseconds limit);
   // When the oldest parked pull reaches `limit` (none parked: nullopt).
@@ -264,6 +270,7 @@ class shard_core {
   std::uint64_t checkpoint_every_;
   bool sends_checkpoints_;
   std::set<std::uint64_t> checkpoint_at_;
+  std::uint64_t highest_clock_ = 0;
   std::optional<std::uint64_t> kill_at_;
   bool head_;
   std::optional<std::uint64_t> restored_clock_;

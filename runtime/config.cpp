@@ -33,7 +33,9 @@ node_config::node_config() {
   register_types(*this);
   load<caf::io::middleman>();
   opt_group{custom_options_, "global"}
-    .add(role, "role", "psnode role: coordinator|server|worker|local (local: the whole job of --app here)")
+    .add(role, "role", "psnode role: coordinator|server|worker|local|export (local: the whole job of --app here; "
+                       "export: --checkpoint-dir's newest checkpoint as .npy files in --out)")
+    .add(out, "out", "export: DIR the .npy files and manifest.json go to")
     .add(coordinator, "coordinator", "coordinator address HOST:PORT")
     .add(host, "host", "HOST: listen on it and announce it (both; --listen and --advertise win)")
     .add(port, "port", "the port of --listen (0: any free port)")
@@ -301,7 +303,9 @@ void node_config::validate() const {
     for (const auto& o : ok) list += (list.empty() ? "" : "|") + o;
     throw bad_request("--" + name + "=" + v + " is not one of " + list);
   };
-  if (!role.empty()) one_of("role", role, {"coordinator", "server", "worker", "local"});
+  if (!role.empty()) one_of("role", role, {"coordinator", "server", "worker", "local", "export"});
+  if (role == "export" && (checkpoint_dir.empty() || out.empty()))
+    throw bad_request("--role=export needs --checkpoint-dir=DIR (where the checkpoints are) and --out=DIR");
   one_of("cluster", cluster, {"embedded", "processes"});
   one_of("model", model, {"softmax", "mlp"});
   if (!rule.empty()) update_rule::parse_kind(rule);

@@ -94,6 +94,7 @@ struct node_config : caf::actor_system_config {
   std::size_t heartbeat_ms = 1000;        // 0: no heartbeats (a hung peer is found by request timeouts only)
   std::size_t failure_timeout_ms = 10000;  // a peer silent this long is declared dead
   std::size_t register_timeout_ms = 60000;
+  std::string out;              // export: the directory the .npy files go to
   std::string metrics;          // FILE: the observer's JSON lines (per epoch, every metrics_ms)
   std::size_t metrics_ms = 2000;
   std::size_t wait_report_ms = 5000;  // while members are missing, the coordinator says who
@@ -243,6 +244,9 @@ int run_worker_role(caf::actor_system& sys, node_config& cfg, const app_fn& app)
 // The whole job of cfg.app on this machine (cfg.cluster): progress and recovery events on
 // stderr, each worker's JSON result and then a summary line on stdout.
 int run_local_role(caf::actor_system& sys, const node_config& cfg, const app_fn& app, const job_settings& settings);
+// The newest intact checkpoint in --checkpoint-dir as .npy files in --out (names and shapes
+// from the app's spec when --app is given); one JSON line.
+int run_export_role(const node_config& cfg, const job_settings& settings);
 
 // The update rule from the config (--ps.rule, else default_rule; --lr, --ps.momentum).
 update_rule rule_from(const node_config& cfg, const std::string& default_rule);

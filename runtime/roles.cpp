@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "actors/server_shard.hpp"
+#include "libps/checkpoint_export.hpp"
 #include "runtime/job_contract.hpp"
 
 namespace ps {
@@ -157,6 +158,24 @@ int run_local_role(caf::actor_system& sys, const node_config& cfg, const app_fn&
                       {"seconds", res.seconds},
                       {"shard_keys", shard_keys(cfg, settings)}};
   return print_status(line, res.ok, res.code, res.reason);
+}
+
+int run_export_role(const node_config& cfg, const job_settings& settings) {
+  json_line line{{"role", "export"}, {"checkpoint_dir", cfg.checkpoint_dir}, {"out", cfg.out}};
+  try {
+    auto latest = load_latest(cfg.checkpoint_dir);
+    for (const auto& r : latest.refused) std::fprintf(stderr, "export: skipped %s\n", r.c_str());
+    if (!latest.found) return print_status(line, false, errc::failed, "no intact checkpoint in " + cfg.checkpoint_dir);
+    if (auto why = non_finite_values(*latest.found); !why.empty())
+      std::fprintf(stderr, "export: warning: %s: %s\n", latest.path.c_str(), why.c_str());
+    auto files = export_checkpoint(*latest.found, settings.spec.tensors(), settings.tables, cfg.out);
+    line["checkpoint"] = latest.path;
+    line["clock"] = latest.found->header.clock;
+    line["files"] = files.size();
+    return print_status(line, true, errc::failed, "");
+  } catch (const bad_request& e) {
+    return print_status(line, false, errc::failed, e.what());
+  }
 }
 
 }  // namespace ps

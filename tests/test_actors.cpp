@@ -142,6 +142,8 @@ shard_actor::behavior_type silent_shard(shard_actor::stateful_pointer<silent_sta
     [=](prefetch_atom, const request_header&, const row_ids&) {},
     [=](fill_atom, std::uint32_t, std::uint64_t) { return std::uint64_t{0}; },
     [=](cut_atom, std::uint64_t) {},
+    [=](final_atom) { return std::uint64_t{0}; },
+    [=](final_atom, std::uint64_t) {},
     [=](view_atom, const cluster_view& v) { return v.epoch; },
     [=](sweep_atom) {},
     [=](start_atom, std::uint16_t) {},

@@ -978,6 +978,43 @@ TEST_CASE("train_fmnist: stdout is JSON lines only; stderr has a summary per epo
   CHECK(bad_out.find("--metrics=/nonexistent/dir/m.jsonl: cannot write there") != std::string::npos);
 }
 
+TEST_CASE("a job with --checkpoint-dir ends with a final checkpoint; psnode --role=export writes it as .npy") {
+  std::filesystem::remove_all("final-ckpt");
+  std::filesystem::remove_all("final-export");
+  // 2 workers x 30 clocks of (1 + 2) on every key: each parameter ends at exactly 90.
+  auto [rc, out] = shell("bin/psnode --role=local --app=clocksum --clocks=30 --checkpoint-dir=final-ckpt");
+  INFO(out);
+  REQUIRE(rc == 0);
+  CHECK(out.find("coordinator: final checkpoint ") != std::string::npos);
+  CHECK(std::filesystem::exists("final-ckpt/checkpoint-30.apsckpt"));  // labelled with the last clock
+  auto [export_rc, export_out] = shell("bin/psnode --role=export --checkpoint-dir=final-ckpt --out=final-export");
+  INFO(export_out);
+  REQUIRE(export_rc == 0);
+  auto line = last_json(export_out);
+  CHECK(line["clock"] == 30);
+  CHECK(line["files"] == 1);
+  // numpy reads it: every key, each exactly 90.
+  auto [np_rc, np_out] = shell("/usr/bin/python3 -c \"import numpy, json; a = numpy.load('final-export/keys_0_65536.npy'); "
+                               "print(json.dumps({'n': int(a.size), 'min': float(a.min()), 'max': float(a.max())}))\"");
+  INFO(np_out);
+  REQUIRE(np_rc == 0);
+  auto np = last_json(np_out);
+  CHECK(np["n"] == 65536);
+  CHECK(np["min"] == 90.0);
+  CHECK(np["max"] == 90.0);
+  // Without the flags it needs, or with nothing to export: refused, named.
+  auto [bad_rc, bad_out] = shell("bin/psnode --role=export --out=final-export");
+  CHECK(bad_rc == 2);
+  CHECK(bad_out.find("--role=export needs --checkpoint-dir=DIR") != std::string::npos);
+  std::filesystem::create_directories("empty-ckpt");
+  auto [none_rc, none_out] = shell("bin/psnode --role=export --checkpoint-dir=empty-ckpt --out=final-export");
+  CHECK(none_rc == 1);
+  CHECK(none_out.find("no intact checkpoint in empty-ckpt") != std::string::npos);
+  std::filesystem::remove_all("final-ckpt");
+  std::filesystem::remove_all("final-export");
+  std::filesystem::remove_all("empty-ckpt");
+}
+
 TEST_CASE("contract: psctl stop ends the job: status stopped everywhere, the coordinator exits 0") {
   small_job job("--clocks=400 --clock-ms=5");
   REQUIRE(job.coord.wait_for("clock "));

@@ -138,6 +138,22 @@ TEST_CASE("shard_core: the minimum clock crossing a multiple of checkpoint_every
   CHECK(!copy.tick({1, 0, 2, 0}).checkpoint_at);
 }
 
+TEST_CASE("shard_core: at the job's end the highest clock is known and the final part is asked for") {
+  auto cfg = one_shard(infinite_staleness, 2);
+  cfg.sends_checkpoints = true;
+  shard_core core(cfg);
+  core.tick({1, 0, 5, 0});
+  core.tick({1, 1, 7, 0});
+  core.tick({1, 1, 6, 0});  // an old tick again: no lower
+  CHECK(core.highest_clock() == 7);
+  core.leave(0);
+  core.leave(1);
+  CHECK(core.final_checkpoint(7).checkpoint_at == 7);
+  cfg.sends_checkpoints = false;  // a job without checkpoints: no part
+  shard_core quiet(cfg);
+  CHECK(!quiet.final_checkpoint(3).checkpoint_at);
+}
+
 TEST_CASE("shard_core: a replacement reports per worker which clocks were lost, once") {
   shard_core core(one_shard(0));
   core.start_as_replacement(10, {});
