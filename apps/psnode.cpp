@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "apps/apps.hpp"
+#include "apps/prometheus_export.hpp"
 #include "runtime/signals.hpp"
 
 int main(int argc, char** argv) {
@@ -24,8 +25,9 @@ int main(int argc, char** argv) {
     if (cfg.role == "export") return ps::run_export_role(cfg, settings);  // no actors
     caf::actor_system sys{cfg};
     ps::catch_stop_signals();
-    int status = cfg.role == "local"         ? ps::run_local_role(sys, cfg, app, settings)
-                 : cfg.role == "coordinator" ? ps::run_coordinator_role(sys, cfg, settings)
+    std::unique_ptr<ps::prometheus_export> exporter;
+    int status = cfg.role == "local"         ? ps::run_local_role(sys, cfg, app, settings, ps::metrics_listener(cfg, exporter))
+                 : cfg.role == "coordinator" ? ps::run_coordinator_role(sys, cfg, settings, ps::metrics_listener(cfg, exporter))
                  : cfg.role == "server"      ? ps::run_server_role(sys, cfg)
                                              : ps::run_worker_role(sys, cfg, app);
     ps::bound_teardown(status, 10);  // the last line is out: the actor system's teardown follows

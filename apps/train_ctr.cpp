@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "apps/prometheus_export.hpp"
 #include "apps/apps.hpp"
 #include "libps/consistency.hpp"
 #include "runtime/job_contract.hpp"
@@ -83,7 +84,8 @@ int main(int argc, char** argv) {
                  cfg.app_text("train").c_str(), cfg.app_text("test").c_str(), cfg.cluster.c_str(), cfg.servers,
                  cfg.workers, cfg.epochs, cfg.batch, ps::consistency_name(settings.staleness),
                  ps::staleness_to_string(settings.staleness).c_str());
-    auto res = ps::run_job(sys, cfg, ps::find_app("ctr"), "ctr", settings);
+    std::unique_ptr<ps::prometheus_export> exporter;
+    auto res = ps::run_job(sys, cfg, ps::find_app("ctr"), "ctr", settings, ps::metrics_listener(cfg, exporter));
     ps::json_line out{{"app", "ctr"},
                        {"cluster", cfg.cluster},
                        {"servers", cfg.servers},

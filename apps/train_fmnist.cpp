@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "apps/prometheus_export.hpp"
 #include "apps/apps.hpp"
 #include "libps/consistency.hpp"
 #include "runtime/job_contract.hpp"
@@ -52,7 +53,8 @@ int main(int argc, char** argv) {
                  cfg.model.c_str(), cfg.cluster.c_str(), cfg.servers, cfg.workers, cfg.epochs, cfg.lr,
                  ps::update_rule::name(rule.kind), ps::consistency_name(settings.staleness),
                  ps::staleness_to_string(settings.staleness).c_str(), cfg.pipeline.c_str());
-    auto res = ps::run_job(sys, cfg, ps::find_app("fmnist"), "fmnist", settings);
+    std::unique_ptr<ps::prometheus_export> exporter;
+    auto res = ps::run_job(sys, cfg, ps::find_app("fmnist"), "fmnist", settings, ps::metrics_listener(cfg, exporter));
     auto staleness = settings.staleness;
     ps::json_line out{{"model", cfg.model},
                        {"cluster", cfg.cluster},

@@ -79,6 +79,8 @@ node_config::node_config() {
     .add(metrics, "metrics", "FILE: JSON lines of the job's progress (per epoch and every --ps.metrics-ms: loss, accuracy or "
                              "AUC, samples/s, workers' clocks, per-shard keys, bytes and request rates; ./run plot FILE draws them); "
                              "written by the launcher or psnode's coordinator")
+    .add(metrics_port, "metrics-port", "P: serve the --metrics figures in Prometheus' text format at "
+                                       "http://HOST:P/metrics (0: off); by the launcher or psnode's coordinator")
     .add(faults, "faults", "fault injector, ';'-separated: kill server=I at=C; kill worker=I at=C; "
                            "slow worker=I factor=F (see README)");
   opt_group{custom_options_, "ps"}
@@ -336,6 +338,8 @@ void node_config::validate() const {
   }
   if (!metrics.empty() && (role == "server" || role == "worker"))
     throw bad_request("--metrics: the job's metrics are written by its coordinator (give --metrics=FILE there)");
+  if (metrics_port != 0 && (role == "server" || role == "worker"))
+    throw bad_request("--metrics-port: the job's metrics are served by its coordinator (give --metrics-port=P there)");
   resolve_endpoint({host, port, listen, advertise});
   if (given.count("staleness") && staleness < 0)
     throw bad_request("--staleness=" + std::to_string(staleness) + " must be >= 0 (0: BSP; K: a read waits for "

@@ -12,8 +12,9 @@
 namespace ps {
 
 job_progress::job_progress(std::uint32_t workers, const std::string& metrics_path,
-                           std::chrono::milliseconds metrics_every)
-    : board_(workers), metrics_every_(metrics_every), live_(isatty(STDERR_FILENO) == 1) {
+                           std::chrono::milliseconds metrics_every,
+                           std::function<void(const nlohmann::ordered_json&)> sink)
+    : board_(workers), metrics_every_(metrics_every), sink_(std::move(sink)), live_(isatty(STDERR_FILENO) == 1) {
   if (metrics_path.empty()) return;
   metrics_.open(metrics_path, std::ios::out | std::ios::trunc);
   if (!metrics_) throw bad_request("--metrics=" + metrics_path + ": cannot write there: " + std::strerror(errno));
@@ -21,8 +22,10 @@ job_progress::job_progress(std::uint32_t workers, const std::string& metrics_pat
 
 job_progress::~job_progress() {
   if (live_shown_) std::fprintf(stderr, "\n");
-  if (metrics_.is_open()) write_metrics("");
+  if (wants_metrics()) write_metrics("");
 }
+
+bool job_progress::wants_metrics() const { return metrics_.is_open() || sink_; }
 
 double job_progress::elapsed() const {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
@@ -34,6 +37,7 @@ void job_progress::print_above_live_line(const std::string& line) {
 }
 
 void job_progress::write_line(const nlohmann::ordered_json& j) {
+  if (sink_) sink_(j);
   if (!metrics_.is_open()) return;
   metrics_ << j.dump() << '\n';
   metrics_.flush();  // a reader (./run plot, tail -f) sees each line as it comes
@@ -63,7 +67,7 @@ void job_progress::worker_left(std::uint32_t worker) {
 void job_progress::news(const std::string& text) { print_above_live_line(text); }
 
 bool job_progress::metrics_due() const {
-  return metrics_.is_open() && std::chrono::steady_clock::now() - last_metrics_ >= metrics_every_;
+  return wants_metrics() && std::chrono::steady_clock::now() - last_metrics_ >= metrics_every_;
 }
 
 void job_progress::write_metrics(const std::string& status_json) {

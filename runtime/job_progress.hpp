@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdint>
 #include <fstream>
+#include <functional>
 #include <string>
 
 #include "libps/progress.hpp"
@@ -15,8 +16,10 @@ namespace ps {
 class job_progress {
  public:
   // metrics_path "": no metrics file. Throws bad_request when the file cannot be written.
+  // sink: each metrics line goes there too (none: only to the file).
   job_progress(std::uint32_t workers, const std::string& metrics_path,
-               std::chrono::milliseconds metrics_every = std::chrono::seconds(2));
+               std::chrono::milliseconds metrics_every = std::chrono::seconds(2),
+               std::function<void(const nlohmann::ordered_json&)> sink = {});
   ~job_progress();
   // A worker's report: a progress report (libps/progress) or an app's own line.
   void report(std::uint32_t worker, const std::string& text);
@@ -31,12 +34,14 @@ class job_progress {
 
  private:
   double elapsed() const;
+  bool wants_metrics() const;
   void print_above_live_line(const std::string& line);
   void write_line(const nlohmann::ordered_json& j);
 
   progress_board board_;
   std::ofstream metrics_;
   std::chrono::milliseconds metrics_every_;
+  std::function<void(const nlohmann::ordered_json&)> sink_;
   std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now(), last_metrics_ = start_;
   double last_line_s_ = 0, last_line_samples_ = 0;  // of the last periodic line
   bool live_ = false;        // stderr is a terminal

@@ -84,7 +84,7 @@ std::string psnode_path() {
 std::vector<std::string> child_args(const node_config& cfg, std::vector<std::string> extra) {
   static const char* const own[] = {"--role=",   "--coordinator=", "--app=",  "--port=",
                                      "--host=",  "--listen=",      "--advertise=", "--ps.data-plane-port=",
-                                     "--metrics="};
+                                     "--metrics=", "--metrics-port="};
   std::vector<std::string> out;
   for (const auto& a : cfg.args)
     if (std::none_of(std::begin(own), std::end(own), [&](const char* p) { return a.rfind(p, 0) == 0; }))
@@ -188,7 +188,8 @@ void write_metrics(caf::scoped_actor& observer, const coordinator_actor& coord, 
 
 bool watch_coordinator(caf::scoped_actor& observer, const coordinator_actor& coord, job_result& res,
                        const job_listener& listener, const node_config& cfg, const std::function<void()>& tick) {
-  job_progress view(static_cast<std::uint32_t>(cfg.workers), cfg.metrics, milliseconds(cfg.metrics_ms));
+  job_progress view(static_cast<std::uint32_t>(cfg.workers), cfg.metrics, milliseconds(cfg.metrics_ms),
+                    listener.metrics_line);
   auto progress = listener.progress ? listener.progress
                                     : [&](std::uint32_t w, const std::string& text) { view.report(w, text); };
   auto news = listener.news ? listener.news : [&](const std::string& text) { view.news(text); };

@@ -97,6 +97,7 @@ struct node_config : caf::actor_system_config {
   std::string out;              // export: the directory the .npy files go to
   std::string metrics;          // FILE: the observer's JSON lines (per epoch, every metrics_ms)
   std::size_t metrics_ms = 2000;
+  std::uint16_t metrics_port = 0;  // Prometheus' text format on this port (0: off)
   std::size_t wait_report_ms = 5000;  // while members are missing, the coordinator says who
   std::size_t barrier_timeout_ms = 600000;
   std::size_t vnodes = 128;
@@ -184,6 +185,8 @@ struct job_result {
 struct job_listener {
   std::function<void(std::uint32_t worker, const std::string& text)> progress;  // a worker's progress line
   std::function<void(const std::string& text)> news;  // failovers, joins, departures, checkpoints, losses
+  // Each --metrics line also goes here (--metrics-port's exporter); unset: none.
+  std::function<void(const nlohmann::ordered_json& line)> metrics_line = {};
 };
 
 // Collects a coordinator's events (from its observer) into res until it ends or a failure
@@ -238,12 +241,14 @@ int print_job_end(json_line line, const job_result& res, const std::function<voi
 
 // psnode roles. Return the process exit code; throw bad_request for settings they cannot
 // use (--host the data plane cannot listen on), which psnode reports.
-int run_coordinator_role(caf::actor_system& sys, const node_config& cfg, const job_settings& settings);
+int run_coordinator_role(caf::actor_system& sys, const node_config& cfg, const job_settings& settings,
+                         const job_listener& listener = {});
 int run_server_role(caf::actor_system& sys, const node_config& cfg);
 int run_worker_role(caf::actor_system& sys, node_config& cfg, const app_fn& app);
 // The whole job of cfg.app on this machine (cfg.cluster): progress and recovery events on
 // stderr, each worker's JSON result and then a summary line on stdout.
-int run_local_role(caf::actor_system& sys, const node_config& cfg, const app_fn& app, const job_settings& settings);
+int run_local_role(caf::actor_system& sys, const node_config& cfg, const app_fn& app, const job_settings& settings,
+                   const job_listener& listener = {});
 // The newest intact checkpoint in --checkpoint-dir as .npy files in --out (names and shapes
 // from the app's spec when --app is given); one JSON line.
 int run_export_role(const node_config& cfg, const job_settings& settings);

@@ -75,7 +75,8 @@ int print_job_end(json_line line, const job_result& res, const std::function<voi
   return print_status(line, true, res.code, "");
 }
 
-int run_coordinator_role(caf::actor_system& sys, const node_config& cfg, const job_settings& settings) {
+int run_coordinator_role(caf::actor_system& sys, const node_config& cfg, const job_settings& settings,
+                         const job_listener& listener) {
   json_line line{{"role", "coordinator"}, {"app", cfg.app}, {"job_fingerprint", fingerprint_text(settings.spec)}};
   caf::scoped_actor observer{sys};
   running_coordinator started;
@@ -96,7 +97,7 @@ int run_coordinator_role(caf::actor_system& sys, const node_config& cfg, const j
                at.bind_host.c_str(), *port, cfg.servers, cfg.workers, fingerprint_text(settings.spec).c_str(), *port);
   auto start = std::chrono::steady_clock::now();
   job_result res;
-  if (!watch_coordinator(observer, coord, res, {}, cfg)) caf::anon_send_exit(coord, caf::exit_reason::user_shutdown);
+  if (!watch_coordinator(observer, coord, res, listener, cfg)) caf::anon_send_exit(coord, caf::exit_reason::user_shutdown);
   started.end_checkpointer();
   print_results(res);
   // A worker that died while the others finished is no failure of the job here: its data
@@ -146,8 +147,9 @@ int run_worker_role(caf::actor_system& sys, node_config& cfg, const app_fn& app)
   return print_status(line, ok, code, err);
 }
 
-int run_local_role(caf::actor_system& sys, const node_config& cfg, const app_fn& app, const job_settings& settings) {
-  auto res = run_job(sys, cfg, app, cfg.app, settings);
+int run_local_role(caf::actor_system& sys, const node_config& cfg, const app_fn& app, const job_settings& settings,
+                   const job_listener& listener) {
+  auto res = run_job(sys, cfg, app, cfg.app, settings, listener);
   print_results(res);
   for (const auto& f : res.failures) std::fprintf(stderr, "error: %s\n", f.c_str());
   json_line line{{"app", cfg.app},

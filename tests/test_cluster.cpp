@@ -10,6 +10,11 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <fstream>
 #include <sstream>
 #include <limits>
@@ -1013,6 +1018,44 @@ TEST_CASE("a job with --checkpoint-dir ends with a final checkpoint; psnode --ro
   std::filesystem::remove_all("final-ckpt");
   std::filesystem::remove_all("final-export");
   std::filesystem::remove_all("empty-ckpt");
+}
+
+namespace {
+
+// A port nobody listens on now (the kernel's pick for a socket bound to port 0).
+std::uint16_t free_port() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&a), len) == 0);
+  REQUIRE(getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0);
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
+
+}  // namespace
+
+TEST_CASE("--metrics-port serves the job's figures in Prometheus' text format while it runs") {
+  const auto port = std::to_string(free_port());
+  node_process job("--role=local --app=clocksum --servers=2 --workers=2 --clocks=400 --clock-ms=5 --ps.metrics-ms=100 "
+                   "--metrics-port=" + port);
+  REQUIRE(job.wait_for("[worker 0] clock "));  // training runs
+  // The first periodic line comes within --ps.metrics-ms of the first report.
+  REQUIRE(job.wait_for("[worker 0] clock "));
+  auto [rc, page] = shell("curl -sf http://127.0.0.1:" + port + "/metrics");
+  INFO(page);
+  REQUIRE(rc == 0);
+  CHECK(page.find("actorps_shard_keys{shard=\"0\"} 32768") != std::string::npos);
+  CHECK(page.find("actorps_shard_keys{shard=\"1\"} 32768") != std::string::npos);
+  CHECK(page.find("actorps_worker_clock{worker=\"1\"} ") != std::string::npos);
+  CHECK(page.find("actorps_clock_spread ") != std::string::npos);
+  // A second job cannot take that port: refused, named.
+  auto [busy_rc, busy] = shell("bin/psnode --role=local --app=clocksum --clocks=1 --metrics-port=" + port);
+  CHECK(busy_rc != 0);
+  CHECK(busy.find("--metrics-port=" + port + ": cannot listen") != std::string::npos);
+  CHECK(job.finish() == 0);
 }
 
 TEST_CASE("contract: psctl stop ends the job: status stopped everywhere, the coordinator exits 0") {
