@@ -15,6 +15,13 @@ void tell(const checkpointer_options& opts, const std::string& text) {
     std::fprintf(stderr, "%s\n", text.c_str());
 }
 
+void fail_job(const checkpointer_options& opts, const std::string& text) {
+  if (opts.observer)
+    caf::anon_send(opts.observer, job_failed_atom::value, text);
+  else
+    std::fprintf(stderr, "%s\n", text.c_str());
+}
+
 // The file for `clock` once every shard's part is in; nullptr while parts are missing.
 std::shared_ptr<const checkpoint> complete(self_ptr self, const checkpointer_options& opts, std::uint64_t clock) {
   auto& st = self->state;
@@ -107,7 +114,10 @@ checkpointer_actor::behavior_type checkpointer(self_ptr self, checkpointer_optio
             written(self);
           },
           [=](caf::error& err) {
-            tell(opts, "checkpoint at clock " + std::to_string(clock) + " not written: " + describe(err));
+            // A job that runs on without the checkpoints it was told to write would lose
+            // what a failure costs: it fails, naming why.
+            fail_job(opts, "checkpoint at clock " + std::to_string(clock) + " not written: " + describe(err) +
+                             "; the job stops rather than run on without checkpoints");
             answer_awaits(self, clock, err);
             written(self);
           });

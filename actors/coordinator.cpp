@@ -130,6 +130,31 @@ void write_final_checkpoint(self_ptr self, const coordinator_options& opts, std:
   for (auto& head : self->state.shard_handles) caf::anon_send(head, final_atom::value, clock);
 }
 
+void cut_checkpoint(self_ptr self, std::function<void(std::uint64_t)> cut, std::function<void(std::string)> failed);
+
+// An operator's stop (psctl stop, SIGINT, SIGTERM): with --checkpoint-dir the job first
+// cuts a checkpoint at the next clock boundary and waits for its file, at most 1.5 s (a
+// stop must end the job within 2 s); a failure for any other reason ends it at once.
+void stop_job(self_ptr self, const coordinator_options& opts, errc kind, const std::string& why) {
+  auto& st = self->state;
+  if (kind == errc::job_failed || !opts.checkpointer || !st.view_ready || st.ending)
+    return end_job(self, opts, kind, why);
+  if (st.stopping) return;  // its checkpoint is on the way; the job ends after it
+  st.stopping = true;
+  auto end = [=](const std::string& news) {
+    tell_news(opts, news);
+    end_job(self, opts, kind, why);
+  };
+  cut_checkpoint(
+    self,
+    [=](std::uint64_t boundary) {
+      self->request(opts.checkpointer, std::chrono::milliseconds(1500), await_atom::value, boundary)
+        .then([=](const std::string& path) { end("coordinator: last checkpoint before the stop: " + path); },
+              [=](caf::error& e) { end("coordinator: no checkpoint before the stop (" + describe(e) + ")"); });
+    },
+    [=](std::string failed) { end(failed); });
+}
+
 // Every worker is done. With --checkpoint-dir the job ends with a final checkpoint,
 // labelled with the highest clock a worker reached; otherwise it ends now.
 void finish_job(self_ptr self, const coordinator_options& opts) {
@@ -408,6 +433,40 @@ void member_down(self_ptr self, const coordinator_options& opts, const caf::down
   worker_finished(self, opts, w->second);
 }
 
+// Every head takes `boundary` unless its minimum clock passed it while it was picked (the
+// workers run on): then a boundary above the highest such minimum is proposed again, at
+// most `attempts` times. The parts of a boundary some head refused never complete: the
+// checkpointer drops them once a later file completes.
+void propose_cut(self_ptr self, std::vector<shard_actor> heads, std::uint64_t boundary, int attempts,
+                 std::function<void(std::uint64_t)> cut, std::function<void(std::string)> failed) {
+  auto passed = std::make_shared<std::uint64_t>(0);  // the highest minimum at or past the boundary
+  auto remaining = std::make_shared<std::size_t>(heads.size());
+  auto silent = std::make_shared<std::string>();
+  auto answered = [=] {
+    if (--*remaining > 0) return;
+    if (!silent->empty()) return failed("coordinator: no checkpoint: " + *silent);
+    if (*passed == 0) return cut(boundary);
+    if (attempts <= 1)
+      return failed("coordinator: no checkpoint: the workers kept passing the boundary (last proposed: clock " +
+                    std::to_string(boundary) + ")");
+    propose_cut(self, heads, *passed + 2, attempts - 1, cut, failed);
+  };
+  for (std::size_t i = 0; i < heads.size(); ++i)
+    self->request(heads[i], std::chrono::seconds(5), cut_atom::value, boundary)
+      .then(
+        [=](std::uint64_t min_if_passed) {
+          if (min_if_passed == left_clock)
+            *silent = "shard " + std::to_string(i) + " has no worker left";
+          else
+            *passed = std::max(*passed, min_if_passed);
+          answered();
+        },
+        [=](caf::error& e) {
+          *silent = "shard " + std::to_string(i) + " did not take the boundary (" + describe(e) + ")";
+          answered();
+        });
+}
+
 // A checkpoint one clock boundary above every head's minimum, so each shard's part holds
 // the same clocks (exactly, under BSP): cut(boundary) once every head was told, or
 // failed(why) when a head did not answer (that round's file could not complete).
@@ -419,8 +478,7 @@ void cut_checkpoint(self_ptr self, std::function<void(std::uint64_t)> cut, std::
   auto answered = [=] {
     if (--*remaining > 0) return;
     if (!silent->empty()) return failed("coordinator: no checkpoint: " + *silent);
-    for (auto& h : heads) caf::anon_send(h, cut_atom::value, *highest + 1);
-    cut(*highest + 1);
+    propose_cut(self, heads, *highest + 1, 5, cut, failed);
   };
   for (std::size_t i = 0; i < heads.size(); ++i)
     self->request(heads[i], std::chrono::seconds(5), min_clock_atom::value)
@@ -660,7 +718,7 @@ coordinator_actor::behavior_type coordinator(self_ptr self, coordinator_options 
                              "interrupted, terminated or job_failed)");
       auto rp = self->make_response_promise<caf::ok_atom>();
       rp.deliver(caf::ok_atom::value);
-      end_job(self, opts, kind, why);
+      stop_job(self, opts, kind, why);
       return rp;
     },
   };

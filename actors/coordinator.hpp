@@ -68,6 +68,7 @@ struct coordinator_state {
   std::map<caf::actor_addr, std::uint32_t> worker_ids;
   std::vector<worker_actor> worker_handles;  // the registered workers: told when the job ends
   bool ending = false;                     // end_job has begun: waiting for the shards' acks
+  bool stopping = false;                   // asked to stop: its last checkpoint is being written
   caf::error end_reason;                   // why it ended (none: completed)
   std::vector<bool> worker_done;  // by worker id: the initial ones plus those that joined
   std::uint64_t epoch = 1;

@@ -385,8 +385,9 @@ using shard_actor = caf::typed_actor<
   // Benchmarks: rows 0..count-1 of a table that the shard owns, made as first touch makes
   // them (on disk with a disk tier, else in RAM); answers how many.
   caf::replies_to<fill_atom, std::uint32_t, std::uint64_t>::with<std::uint64_t>,
-  // ... and the clock boundary (above every shard's minimum) at which to send its part.
-  caf::reacts_to<cut_atom, std::uint64_t>,
+  // ... and the clock boundary (above every shard's minimum) at which to send its part:
+  // 0 when taken, else this copy's minimum clock, which has reached it already.
+  caf::replies_to<cut_atom, std::uint64_t>::with<std::uint64_t>,
   // From the coordinator at the job's end: the highest clock a worker reached here, then
   // the part of the final checkpoint, labelled with the highest over the shards.
   caf::replies_to<final_atom>::with<std::uint64_t>,

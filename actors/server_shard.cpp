@@ -740,8 +740,9 @@ shard_actor::behavior_type server_shard(self_ptr self, coordinator_actor coordin
     [=](min_clock_atom) -> std::uint64_t { return self->state.core ? self->state.core->min_clock() : 0; },
     [=](fill_atom, std::uint32_t table, std::uint64_t count) { return fill(self, table, count); },
     [=](stats_atom) { return stats(self); },
-    [=](cut_atom, std::uint64_t boundary) {
-      if (self->state.core) self->state.core->checkpoint_at(boundary);
+    [=](cut_atom, std::uint64_t boundary) -> std::uint64_t {
+      if (!self->state.core || self->state.core->checkpoint_at(boundary)) return 0;
+      return self->state.core->min_clock();  // passed already: the coordinator proposes a later one
     },
     [=](final_atom) -> std::uint64_t { return self->state.core ? self->state.core->highest_clock() : 0; },
     [=](final_atom, std::uint64_t clock) {

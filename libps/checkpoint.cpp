@@ -179,6 +179,9 @@ std::string write_checkpoint(const std::string& dir, const checkpoint& c) {
 }
 
 checkpoint read_checkpoint(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::exists(path, ec) && !std::filesystem::is_regular_file(path, ec))
+    throw bad_request(path + ": not a regular file");  // reading a directory throws from the stream
   std::ifstream in(path, std::ios::binary);
   if (!in) throw bad_request(path + ": cannot open: " + std::strerror(errno));
   std::string data((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());

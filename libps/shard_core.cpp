@@ -408,8 +408,10 @@ std::uint64_t shard_core::join(std::uint32_t worker) {
   return min;
 }
 
-void shard_core::checkpoint_at(std::uint64_t boundary) {
-  if (boundary > last_min_) checkpoint_at_.insert(boundary);
+bool shard_core::checkpoint_at(std::uint64_t boundary) {
+  if (boundary <= last_min_) return false;
+  checkpoint_at_.insert(boundary);
+  return true;
 }
 
 shard_effects shard_core::final_checkpoint(std::uint64_t clock) {

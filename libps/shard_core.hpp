@@ -149,8 +149,9 @@ class shard_core {
   shard_effects leave(std::uint32_t worker);
   // A worker joins: it enters the clock vector at the minimum, which is returned.
   std::uint64_t join(std::uint32_t worker);  // throws bad_request
-  // The coordinator's time-based checkpoint: a part at this clock boundary.
-  void checkpoint_at(std::uint64_t boundary);
+  // The coordinator's checkpoint (time-based, or asked for): a part at this clock boundary.
+  // False when the minimum clock has passed it already (no part will come for it).
+  bool checkpoint_at(std::uint64_t boundary);
   // Above every clock a worker reached or pushed an update of here: the final checkpoint's
   // clock (every update below it is in).
   std::uint64_t highest_clock() const { return highest_clock_; }

@@ -218,9 +218,9 @@ bool watch_coordinator(caf::scoped_actor& observer, const coordinator_actor& coo
         if (!r.ok) res.failures.push_back("worker " + std::to_string(r.worker) + ": " + r.json);
         res.results[r.worker] = std::move(r.json);
       },
-      [&](job_failed_atom, std::string& text) {  // the coordinator is ending the job itself
-        res.failures.push_back(std::move(text));
-        if (!ending) ending = clock::now();
+      [&](job_failed_atom, std::string& text) {  // the coordinator ends the job, or the checkpointer asks to
+        if (std::find(res.failures.begin(), res.failures.end(), text) == res.failures.end()) res.failures.push_back(text);
+        ask_stop(errc::job_failed, text);  // a no-op for a coordinator that is ending already
       },
       [&](caf::down_msg& dm) {
         ended = true;

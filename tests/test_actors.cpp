@@ -141,7 +141,7 @@ shard_actor::behavior_type silent_shard(shard_actor::stateful_pointer<silent_sta
     [=](stats_atom) { return std::string{"{}"}; },
     [=](prefetch_atom, const request_header&, const row_ids&) {},
     [=](fill_atom, std::uint32_t, std::uint64_t) { return std::uint64_t{0}; },
-    [=](cut_atom, std::uint64_t) {},
+    [=](cut_atom, std::uint64_t) { return std::uint64_t{0}; },
     [=](final_atom) { return std::uint64_t{0}; },
     [=](final_atom, std::uint64_t) {},
     [=](view_atom, const cluster_view& v) { return v.epoch; },

@@ -43,7 +43,7 @@ checkpoint sample(std::uint64_t clock) {
   c.header.bucket_bits = 12;
   c.header.rule = static_cast<std::uint8_t>(rule_kind::adam);
   c.header.state_slots = static_cast<std::uint32_t>(adam.state_slots());
-  c.shards = {{0, a.snapshot()}, {1, b.snapshot()}};
+  c.shards = {{0, a.snapshot(), {}, {}, 0}, {1, b.snapshot(), {}, {}, 0}};
   return c;
 }
 
@@ -191,7 +191,7 @@ void write_v1_file(const std::string& path, const checkpoint& c) {
 TEST_CASE("a checkpoint holds each shard's sparse table rows; files of format version 1 still read") {
   temp_dir dir;
   auto c = sample(40);
-  c.shards[1].tables = {{0, 3, {7, 1u << 40}, {1, 2, 3, 4, 5, 6}}, {2, 2, {}, {}}};
+  c.shards[1].tables = {{0, 3, {7, 1ull << 40}, {1, 2, 3, 4, 5, 6}}, {2, 2, {}, {}}};
   auto back = read_checkpoint(write_checkpoint(dir.str(), c));
   REQUIRE(back.shards[1].tables.size() == 2);
   CHECK(back.shards[1].tables[0].ids == c.shards[1].tables[0].ids);
@@ -227,4 +227,16 @@ TEST_CASE("a shard's rows on a disk tier are named relative to the checkpoint; a
   CHECK(back.shards[0].disk_rows == (dir.path / "checkpoint-50.rows/shard-0").string());
   CHECK(back.shards[0].disk_row_count == 12);
   CHECK(back.shards[1].disk_rows.empty());
+}
+
+TEST_CASE("checkpoint: a directory under a checkpoint's name is refused, named, not read") {
+  std::filesystem::remove_all("ckpt-dir-test");
+  std::filesystem::create_directories("ckpt-dir-test/checkpoint-3.apsckpt");
+  CHECK_THROWS_WITH_AS(ps::read_checkpoint("ckpt-dir-test/checkpoint-3.apsckpt"),
+                       doctest::Contains("checkpoint-3.apsckpt: not a regular file"), ps::bad_request);
+  auto latest = ps::load_latest("ckpt-dir-test");
+  CHECK_FALSE(latest.found);
+  REQUIRE(latest.refused.size() == 1);
+  CHECK(latest.refused[0].find("not a regular file") != std::string::npos);
+  std::filesystem::remove_all("ckpt-dir-test");
 }

@@ -983,6 +983,22 @@ TEST_CASE("train_fmnist: stdout is JSON lines only; stderr has a summary per epo
   CHECK(bad_out.find("--metrics=/nonexistent/dir/m.jsonl: cannot write there") != std::string::npos);
 }
 
+TEST_CASE("a checkpoint that cannot be written mid-job fails the job, naming the file and why") {
+  std::filesystem::remove_all("ckpt-fail");
+  // A non-empty directory where the file of clock 8 goes: its rename fails.
+  std::filesystem::create_directories("ckpt-fail/checkpoint-8.apsckpt/in-the-way");
+  auto [rc, out] = shell("bin/psnode --role=local --app=clocksum --servers=2 --workers=2 --clocks=40 --clock-ms=5 "
+                         "--checkpoint-dir=ckpt-fail --checkpoint-every=8");
+  INFO(out);
+  CHECK(rc == 1);
+  auto j = last_json(out);
+  CHECK(j["status"] == "failed");
+  CHECK(j["reason"].get<std::string>().find("checkpoint at clock 8 not written: cannot rename "
+                                            "ckpt-fail/checkpoint-8.apsckpt.tmp") != std::string::npos);
+  CHECK(out.find("unhandled exception") == std::string::npos);  // the directory is not read as a file
+  std::filesystem::remove_all("ckpt-fail");
+}
+
 TEST_CASE("a job with --checkpoint-dir ends with a final checkpoint; psnode --role=export writes it as .npy") {
   std::filesystem::remove_all("final-ckpt");
   std::filesystem::remove_all("final-export");
@@ -1112,6 +1128,10 @@ TEST_CASE("contract: psctl status shows shards and workers' clocks, checkpoint c
   CHECK(job.coord.out.find("(clock " + std::to_string(clock) + ")") != std::string::npos);
   auto [stop_rc, stop_out] = shell(at + " stop 'after the checkpoint'");
   CHECK(stop_rc == 0);
+  // A stop with --checkpoint-dir cuts one more checkpoint, at the next boundary, first.
+  bool last = job.coord.wait_for("coordinator: last checkpoint before the stop: psctl-ckpt/checkpoint-");
+  INFO("the coordinator printed:\n" << job.coord.out);
+  CHECK(last);
   job.check_ends(0, "stopped", "after the checkpoint");
   // Without --checkpoint-dir, or a command psctl does not have: named.
   auto [none_rc, none_out] = shell("bin/psctl --coordinator=127.0.0.1:1 checkpoint");

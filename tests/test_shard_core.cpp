@@ -129,7 +129,8 @@ TEST_CASE("shard_core: the minimum clock crossing a multiple of checkpoint_every
   CHECK(!core.tick({1, 0, 1, 0}).checkpoint_at);
   CHECK(core.tick({1, 0, 2, 0}).checkpoint_at == 2);
   CHECK(!core.tick({1, 0, 3, 0}).checkpoint_at);
-  core.checkpoint_at(5);  // a time-based boundary from the coordinator
+  CHECK(core.checkpoint_at(5));  // a time-based boundary from the coordinator
+  CHECK_FALSE(core.checkpoint_at(3));  // passed already: refused, the coordinator proposes another
   CHECK(core.tick({1, 0, 4, 0}).checkpoint_at == 4);  // 4 is a multiple of 2
   CHECK(core.tick({1, 0, 5, 0}).checkpoint_at == 5);
   cfg.head = false;  // a copy further down the chain sends no parts
