@@ -139,6 +139,8 @@ job_cells run_cells(caf::actor_system& sys, ps::node_config& cfg, std::uint32_t 
 int main(int argc, char** argv) {
   ps::register_builtin_apps();
   ps::node_config cfg;
+  cfg.help = {"bench_sparse", "sparse rows pulled and pushed under a Zipf law, in RAM and over a disk tier; JSON lines with the RAM and disk limits measured in the same run",
+              {"job", "tables"}, {"sparse_bench"}};
   cfg.servers = 1;
   cfg.workers = 1;
   if (!cfg.parse_args(argc, argv)) return cfg.cli_helptext_printed ? 0 : 2;

@@ -53,7 +53,7 @@ node_config::node_config() {
     .add(seed, "seed", "seed for initialization, shuffling and stragglers")
     .add(data, "data", "fmnist: directory of the Fashion-MNIST files (Debian's dataset-fashion-mnist)")
     .add(consistency, "consistency", "bsp|ssp|asp (default: bsp, or ssp when --staleness is given)")
-    .add(staleness, "staleness", "SSP bound: a read at clock c waits for min clock >= c - K")
+    .add(staleness, "staleness", "SSP bound K: a read at clock c waits for min clock >= c - K (default: none, BSP)")
     .add(slow_worker, "slow-worker", "ID:FACTOR: that worker's compute always takes FACTOR times longer")
     .add(straggle, "straggle", "P:FACTOR: each iteration each worker is slowed by FACTOR with probability P")
     .add(pipeline, "pipeline", "on|off: overlap loading, pull prefetch and per-layer pushes with compute")
@@ -173,6 +173,13 @@ bool node_config::parse_args(int argc, char** argv) {
     return false;
   }
   args.assign(argv + 1, argv + argc);
+  if (!help.name.empty())
+    for (const auto& a : args)
+      if (a == "--help" || a == "-h" || a == "-?") {  // this program's flags, not every option
+        std::printf("%s", help_text().c_str());
+        cli_helptext_printed = true;
+        return false;
+      }
   for (const auto& a : args)
     if (auto name = option_name(a); !name.empty()) given.insert(name);
   std::string ini = "caf-application.ini";

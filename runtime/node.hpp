@@ -35,7 +35,18 @@ struct app_flag {
   std::function<std::string(const node_config&)> check;  // what is wrong with the value ("": nothing)
 };
 
+// What a program's --help shows: its name, what it does, and the topics of flags it reads
+// (runtime/help.cpp: "job", "addresses", "fmnist", "consistency", "wire", "checkpoints",
+// "tables", "faults", "metrics") and the apps whose own flags it lists. --long-help
+// still lists every option, CAF's included.
+struct program_help {
+  std::string name, synopsis;
+  std::vector<std::string> topics;
+  std::vector<std::string> apps;
+};
+
 struct node_config : caf::actor_system_config {
+  program_help help;  // set before parse_args; empty name: CAF's text for --help
   // [global]: roles and the job.
   std::string role;             // coordinator | server | worker (psnode)
   std::string coordinator;      // HOST:PORT
@@ -115,6 +126,8 @@ struct node_config : caf::actor_system_config {
   std::string app_flag_text(const std::string& name) const;
   void set_app_flag(const std::string& name, const std::string& text);
   bool declared(const std::string& name) const;  // an app flag of that name is declared
+  // help's text: each topic's flags with their descriptions and defaults.
+  std::string help_text() const;
   // Where this process listens and what members are told to dial (--listen, --advertise,
   // --host, --port). A member whose flags leave the advertised host open gets the local
   // address of its route to --coordinator, right on any routed network.

@@ -354,6 +354,18 @@ TEST_CASE("every program's --help exits 0 without running anything") {
     CHECK(out.find("--") != std::string::npos);  // it describes flags
     CHECK(out.find("\"status\"") == std::string::npos);  // no job ran
   }
+  // Each program describes its own flags, with defaults: train_ctr its app's and not
+  // Fashion-MNIST's, train_fmnist the reverse.
+  auto ctr = shell("bin/train_ctr --help").second;
+  CHECK(ctr.rfind("train_ctr: click prediction", 0) == 0);
+  CHECK(ctr.find("--embedding-dim=<uint64>") != std::string::npos);
+  CHECK(ctr.find("(default: 16)") != std::string::npos);
+  CHECK(ctr.find("--model=") == std::string::npos);
+  auto fmnist = shell("bin/train_fmnist --help").second;
+  CHECK(fmnist.find("--model=<string>                 softmax|mlp (default: softmax)") != std::string::npos);
+  CHECK(fmnist.find("--embedding-dim") == std::string::npos);
+  CHECK(fmnist.find("--role=") == std::string::npos);  // psnode's alone
+  CHECK(shell("bin/psnode --help").second.find("--role=<string>") != std::string::npos);
 }
 
 TEST_CASE("bad flags and bad config files are errors that name the problem") {
