@@ -196,7 +196,13 @@ bool node_config::parse_args(int argc, char** argv) {
     }
     add_ini_options(ini, given);
   }
-  if (auto err = parse(argc, argv)) {
+  // --dump-config is ours: the effective values after every check, not CAF's defaults.
+  std::vector<char*> caf_argv{argv[0]};
+  bool dump = false;
+  for (int i = 1; i < argc; ++i)
+    if (std::string(argv[i]) == "--dump-config") dump = true;
+    else caf_argv.push_back(argv[i]);
+  if (auto err = parse(static_cast<int>(caf_argv.size()), caf_argv.data())) {
     std::fprintf(stderr, "error: %s\n", explain_parse_error(err).c_str());
     return false;
   }
@@ -204,6 +210,11 @@ bool node_config::parse_args(int argc, char** argv) {
     return false;
   try {
     validate();
+    if (dump) {
+      std::printf("%s", effective_config().c_str());
+      cli_helptext_printed = true;
+      return false;
+    }
   } catch (const bad_request& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return false;

@@ -1,6 +1,7 @@
 // Each program's --help: its own flags by topic, with descriptions and defaults.
 #include <map>
 
+#include "libps/consistency.hpp"
 #include "runtime/app_registry.hpp"
 #include "runtime/node.hpp"
 
@@ -83,8 +84,38 @@ std::string node_config::help_text() const {
                          default_text(*it->second));
   }
   for (const auto& app : help.apps) {
+    if (find_app_definition(app).flags.empty()) continue;
     out += "\n" + app + " app:\n";
     for (const auto& flag : find_app_definition(app).flags) out += flag_line(flag.name, kind_name(flag.kind), flag.help, flag.fallback);
+  }
+  return out;
+}
+
+std::string node_config::effective_config() const {
+  std::map<std::string, std::vector<std::string>> sections;  // category -> "name = value"
+  for (const auto& opt : custom_options_) {
+    auto name = text_of(opt.long_name());
+    if (name == "help" || name == "long-help" || name == "dump-config" || name == "config-file") continue;  // CAF's
+    auto value = opt.get();
+    if (!value) continue;
+    auto text = caf::to_string(*value);
+    // What was not given stays a comment with the value it has: given back, a default would
+    // count as given (some mean "decide later": --ps.bucket-bits, --staleness=-1, "").
+    bool was_given = given.count(full_name(opt)) > 0;
+    sections[text_of(opt.category())].push_back((was_given ? "" : "; ") + name + " = " + text);
+  }
+  auto app_name = !app.empty() ? app : help.apps.size() == 1 ? help.apps.front() : std::string();
+  std::string out = "; the settings of " + (help.name.empty() ? std::string("this program") : help.name) +
+                    ": what was given, and as comments the\n; values the rest have (an INI file: --config-file=FILE runs the same job)\n";
+  if (!app_name.empty()) {
+    const auto& def = find_app_definition(app_name);
+    auto bound = staleness_bound(def.default_consistency);
+    out += "; app " + app_name + ": update rule " + (rule.empty() ? def.default_rule : rule) + ", consistency " +
+           consistency_name(bound) + " (staleness " + staleness_to_string(bound) + ")\n";
+  }
+  for (const auto& [category, lines] : sections) {
+    out += "[" + category + "]\n";
+    for (const auto& l : lines) out += l + "\n";
   }
   return out;
 }

@@ -128,6 +128,9 @@ struct node_config : caf::actor_system_config {
   bool declared(const std::string& name) const;  // an app flag of that name is declared
   // help's text: each topic's flags with their descriptions and defaults.
   std::string help_text() const;
+  // --dump-config: every option's effective value as an INI file (--config-file reads it
+  // back), with the update rule and consistency the app's defaults make of them.
+  std::string effective_config() const;
   // Where this process listens and what members are told to dial (--listen, --advertise,
   // --host, --port). A member whose flags leave the advertised host open gets the local
   // address of its route to --coordinator, right on any routed network.

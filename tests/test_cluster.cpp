@@ -368,6 +368,25 @@ TEST_CASE("every program's --help exits 0 without running anything") {
   CHECK(shell("bin/psnode --help").second.find("--role=<string>") != std::string::npos);
 }
 
+TEST_CASE("--dump-config prints the effective settings as an INI file that runs the same job") {
+  auto [rc, out] = shell("(bin/train_fmnist --epochs=1 --lr=0.05 --staleness=3 --dump-config > dumped.ini)");
+  CHECK(rc == 0);
+  std::ifstream f("dumped.ini");
+  std::string ini((std::istreambuf_iterator<char>(f)), {});
+  INFO(ini);
+  CHECK(ini.find("; app fmnist: update rule sgd, consistency ssp (staleness 3)") != std::string::npos);
+  CHECK(ini.find("\nepochs = 1\n") != std::string::npos);          // given
+  CHECK(ini.find("\n; model = \"softmax\"\n") != std::string::npos);  // not given: its value, as a comment
+  auto [job_rc, job] = shell("bin/train_fmnist --config-file=dumped.ini 2>/dev/null");
+  INFO(job);
+  REQUIRE(job_rc == 0);
+  auto j = last_json(job);
+  CHECK(j["epochs"] == 1);
+  CHECK(j["lr"] == 0.05);
+  CHECK(j["staleness"] == 3);
+  std::filesystem::remove("dumped.ini");
+}
+
 TEST_CASE("bad flags and bad config files are errors that name the problem") {
   {
     std::ofstream ini("bad_type.ini");
