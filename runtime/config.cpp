@@ -348,16 +348,7 @@ void node_config::validate() const {
   if (shard_memory > 0 && (role.empty() || role == "server" || role == "local"))
     if (auto why = direct_io_problem(shard_dir); !why.empty()) throw bad_request("--shard-dir: " + why);
   if (!coordinator.empty()) parse_host_port(coordinator);
-  if (metrics_ms < 100) throw bad_request("--ps.metrics-ms must be >= 100");
-  if (!metrics.empty()) {
-    auto dir = std::filesystem::path(metrics).parent_path();
-    if (::access(dir.empty() ? "." : dir.c_str(), W_OK) != 0)
-      throw bad_request("--metrics=" + metrics + ": cannot write there: " + std::strerror(errno));
-  }
-  if (!metrics.empty() && (role == "server" || role == "worker"))
-    throw bad_request("--metrics: the job's metrics are written by its coordinator (give --metrics=FILE there)");
-  if (metrics_port != 0 && (role == "server" || role == "worker"))
-    throw bad_request("--metrics-port: the job's metrics are served by its coordinator (give --metrics-port=P there)");
+  validate_metrics();
   resolve_endpoint({host, port, listen, advertise});
   if (given.count("staleness") && staleness < 0)
     throw bad_request("--staleness=" + std::to_string(staleness) + " must be >= 0 (0: BSP; K: a read waits for "
@@ -365,13 +356,7 @@ void node_config::validate() const {
   staleness_bound("bsp");
   push_codec();
   pull_codec();
-  if (!(checkpoint_seconds >= 0) || checkpoint_seconds > 1e6)
-    throw bad_request("--checkpoint-seconds must be in [0, 1e6]");
-  if (!checkpoint_dir.empty() && (role.empty() || role == "coordinator" || role == "local"))
-    if (auto why = unwritable_directory(checkpoint_dir); !why.empty()) throw bad_request("--checkpoint-dir: " + why);
-  if ((checkpoint_every > 0 || checkpoint_seconds > 0) && checkpoint_dir.empty())
-    throw bad_request(std::string(checkpoint_every > 0 ? "--checkpoint-every" : "--checkpoint-seconds") +
-                      " needs --checkpoint-dir=DIR");
+  validate_checkpoints();
   if (devices < 1 || devices > 64) throw bad_request("--devices must be in [1, 64]");
   if (replication < 1 || replication > servers)
     throw bad_request("--replication=" + std::to_string(replication) + " must be in [1, --servers=" +
@@ -384,8 +369,6 @@ void node_config::validate() const {
   if (retry_ms < -1 || retry_ms == 0 || retry_ms > static_cast<std::int64_t>(timeout_ms))
     throw bad_request("--ps.retry-ms must be in [1, --ps.timeout-ms]");
 
-  if (!restore.empty() && !std::filesystem::is_directory(restore))
-    throw bad_request("--restore=" + restore + ": no such directory");
   one_of("aggregation", aggregation, {"central", "block", "ring"});
   one_of("pipeline", pipeline, {"on", "off"});
   auto slow = parse_slow_worker(slow_worker);
@@ -395,6 +378,34 @@ void node_config::validate() const {
   parse_straggle(straggle);
   if (!(target_accuracy > 0 && target_accuracy <= 1)) throw bad_request("--target-accuracy must be in (0, 1]");
   if (!(eval_every > 0)) throw bad_request("--eval-every must be > 0");
+}
+
+// --metrics, --metrics-port: written or served by the job's observer, never by a member.
+void node_config::validate_metrics() const {
+  if (metrics_ms < 100) throw bad_request("--ps.metrics-ms must be >= 100");
+  const bool member = role == "server" || role == "worker";
+  if (!metrics.empty()) {
+    if (member)
+      throw bad_request("--metrics: the job's metrics are written by its coordinator (give --metrics=FILE there)");
+    auto dir = std::filesystem::path(metrics).parent_path();
+    if (::access(dir.empty() ? "." : dir.c_str(), W_OK) != 0)
+      throw bad_request("--metrics=" + metrics + ": cannot write there: " + std::strerror(errno));
+  }
+  if (metrics_port != 0 && member)
+    throw bad_request("--metrics-port: the job's metrics are served by its coordinator (give --metrics-port=P there)");
+}
+
+// Where checkpoints go and come from, and how often.
+void node_config::validate_checkpoints() const {
+  if (!(checkpoint_seconds >= 0) || checkpoint_seconds > 1e6)
+    throw bad_request("--checkpoint-seconds must be in [0, 1e6]");
+  if (!checkpoint_dir.empty() && (role.empty() || role == "coordinator" || role == "local"))
+    if (auto why = unwritable_directory(checkpoint_dir); !why.empty()) throw bad_request("--checkpoint-dir: " + why);
+  if ((checkpoint_every > 0 || checkpoint_seconds > 0) && checkpoint_dir.empty())
+    throw bad_request(std::string(checkpoint_every > 0 ? "--checkpoint-every" : "--checkpoint-seconds") +
+                      " needs --checkpoint-dir=DIR");
+  if (!restore.empty() && !std::filesystem::is_directory(restore))
+    throw bad_request("--restore=" + restore + ": no such directory");
 }
 
 fault_plan node_config::fault_spec() const {

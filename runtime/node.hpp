@@ -140,6 +140,8 @@ struct node_config : caf::actor_system_config {
   bool parse_args(int argc, char** argv);
   // Range checks on the values; throws bad_request naming the option.
   void validate() const;
+  void validate_metrics() const;      // part of validate
+  void validate_checkpoints() const;  // part of validate
   // The fault plan --faults selects (checked against the cluster size).
   fault_plan fault_spec() const;
   // The push codec --compression and --topk-ratio select.
