@@ -116,6 +116,33 @@ void end_job(self_ptr self, const coordinator_options& opts, errc code, const st
       .then([=](caf::ok_atom) { acked(); }, [=](caf::error&) { acked(); });
 }
 
+// Asks every head the same question (each answers a number): all(answers), in the heads'
+// order, or failed(why) naming a head that did not answer within 5 s ("did not <what>").
+template <class... Question>
+void ask_heads(self_ptr self, const std::vector<shard_actor>& heads, const std::string& what,
+               std::function<void(std::vector<std::uint64_t>)> all, std::function<void(std::string)> failed,
+               Question... question) {
+  auto answers = std::make_shared<std::vector<std::uint64_t>>(heads.size());
+  auto remaining = std::make_shared<std::size_t>(heads.size());
+  auto silent = std::make_shared<std::string>();
+  auto answered = [=] {
+    if (--*remaining > 0) return;
+    if (silent->empty()) all(*answers);
+    else failed(*silent);
+  };
+  for (std::size_t i = 0; i < heads.size(); ++i)
+    self->request(heads[i], std::chrono::seconds(5), question...)
+      .then(
+        [=](std::uint64_t answer) {
+          (*answers)[i] = answer;
+          answered();
+        },
+        [=](caf::error& e) {
+          *silent = "shard " + std::to_string(i) + " did not " + what + " (" + describe(e) + ")";
+          answered();
+        });
+}
+
 // The final checkpoint at `clock`: every head sends its part; the job ends once the file
 // is written, or fails when it cannot be (the trained parameters would be lost).
 void write_final_checkpoint(self_ptr self, const coordinator_options& opts, std::uint64_t clock) {
@@ -156,38 +183,25 @@ void stop_job(self_ptr self, const coordinator_options& opts, errc kind, const s
 }
 
 // Every worker is done. With --checkpoint-dir the job ends with a final checkpoint,
-// labelled with the highest clock a worker reached; otherwise it ends now.
+// labelled above every clock a worker reached or pushed; otherwise it ends now.
 void finish_job(self_ptr self, const coordinator_options& opts) {
   auto heads = self->state.shard_handles;
   if (!opts.checkpointer || heads.empty()) return end_job(self, opts, errc::failed, "", true);
-  auto highest = std::make_shared<std::uint64_t>(0);
-  auto remaining = std::make_shared<std::size_t>(heads.size());
-  auto silent = std::make_shared<std::string>();
-  auto answered = [=] {
-    if (--*remaining > 0) return;
-    if (!silent->empty()) return end_job(self, opts, errc::job_failed, "the final checkpoint was not written: " + *silent);
+  auto not_written = [=](const std::string& why) {
+    end_job(self, opts, errc::job_failed, "the final checkpoint was not written: " + why);
+  };
+  auto with_clocks = [=](std::vector<std::uint64_t> clocks) {
+    auto highest = *std::max_element(clocks.begin(), clocks.end());
     // A periodic checkpoint at that clock already holds the final state.
-    self->request(opts.checkpointer, std::chrono::seconds(5), final_atom::value, *highest)
+    self->request(opts.checkpointer, std::chrono::seconds(5), final_atom::value, highest)
       .then([=](const std::string& path) {
-              if (path.empty()) return write_final_checkpoint(self, opts, *highest);
-              tell_news(opts, "coordinator: final checkpoint " + path + " (clock " + std::to_string(*highest) + ")");
+              if (path.empty()) return write_final_checkpoint(self, opts, highest);
+              tell_news(opts, "coordinator: final checkpoint " + path + " (clock " + std::to_string(highest) + ")");
               end_job(self, opts, errc::failed, "", true);
             },
-            [=](caf::error& err) {
-              end_job(self, opts, errc::job_failed, "the final checkpoint was not written: " + describe(err));
-            });
+            [=](caf::error& err) { not_written(describe(err)); });
   };
-  for (std::size_t i = 0; i < heads.size(); ++i)
-    self->request(heads[i], std::chrono::seconds(5), final_atom::value)
-      .then(
-        [=](std::uint64_t clock) {
-          *highest = std::max(*highest, clock);
-          answered();
-        },
-        [=](caf::error& e) {
-          *silent = "shard " + std::to_string(i) + " did not say its clock (" + describe(e) + ")";
-          answered();
-        });
+  ask_heads(self, heads, "say its clock", with_clocks, not_written, final_atom::value);
 }
 
 void worker_finished(self_ptr self, const coordinator_options& opts, std::uint32_t id) {
@@ -439,58 +453,34 @@ void member_down(self_ptr self, const coordinator_options& opts, const caf::down
 // checkpointer drops them once a later file completes.
 void propose_cut(self_ptr self, std::vector<shard_actor> heads, std::uint64_t boundary, int attempts,
                  std::function<void(std::uint64_t)> cut, std::function<void(std::string)> failed) {
-  auto passed = std::make_shared<std::uint64_t>(0);  // the highest minimum at or past the boundary
-  auto remaining = std::make_shared<std::size_t>(heads.size());
-  auto silent = std::make_shared<std::string>();
-  auto answered = [=] {
-    if (--*remaining > 0) return;
-    if (!silent->empty()) return failed("coordinator: no checkpoint: " + *silent);
-    if (*passed == 0) return cut(boundary);
+  auto answered = [=](std::vector<std::uint64_t> passed) {  // 0: taken, else that head's minimum
+    if (std::find(passed.begin(), passed.end(), left_clock) != passed.end())
+      return failed("coordinator: no checkpoint: a shard has no worker left");
+    auto highest = *std::max_element(passed.begin(), passed.end());
+    if (highest == 0) return cut(boundary);
     if (attempts <= 1)
       return failed("coordinator: no checkpoint: the workers kept passing the boundary (last proposed: clock " +
                     std::to_string(boundary) + ")");
-    propose_cut(self, heads, *passed + 2, attempts - 1, cut, failed);
+    propose_cut(self, heads, highest + 2, attempts - 1, cut, failed);
   };
-  for (std::size_t i = 0; i < heads.size(); ++i)
-    self->request(heads[i], std::chrono::seconds(5), cut_atom::value, boundary)
-      .then(
-        [=](std::uint64_t min_if_passed) {
-          if (min_if_passed == left_clock)
-            *silent = "shard " + std::to_string(i) + " has no worker left";
-          else
-            *passed = std::max(*passed, min_if_passed);
-          answered();
-        },
-        [=](caf::error& e) {
-          *silent = "shard " + std::to_string(i) + " did not take the boundary (" + describe(e) + ")";
-          answered();
-        });
+  ask_heads(self, heads, "take the boundary", answered,
+            [=](const std::string& why) { failed("coordinator: no checkpoint: " + why); }, cut_atom::value, boundary);
 }
 
 // A checkpoint one clock boundary above every head's minimum, so each shard's part holds
-// the same clocks (exactly, under BSP): cut(boundary) once every head was told, or
+// the same clocks (exactly, under BSP): cut(boundary) once every head took it, or
 // failed(why) when a head did not answer (that round's file could not complete).
 void cut_checkpoint(self_ptr self, std::function<void(std::uint64_t)> cut, std::function<void(std::string)> failed) {
   auto heads = self->state.shard_handles;
-  auto highest = std::make_shared<std::uint64_t>(0);
-  auto remaining = std::make_shared<std::size_t>(heads.size());
-  auto silent = std::make_shared<std::string>();
-  auto answered = [=] {
-    if (--*remaining > 0) return;
-    if (!silent->empty()) return failed("coordinator: no checkpoint: " + *silent);
-    propose_cut(self, heads, *highest + 1, 5, cut, failed);
+  if (heads.empty()) return failed("coordinator: no checkpoint: no shard yet");
+  auto with_minimums = [=](std::vector<std::uint64_t> mins) {
+    std::uint64_t highest = 0;
+    for (auto m : mins)
+      if (m != left_clock) highest = std::max(highest, m);
+    propose_cut(self, heads, highest + 1, 5, cut, failed);
   };
-  for (std::size_t i = 0; i < heads.size(); ++i)
-    self->request(heads[i], std::chrono::seconds(5), min_clock_atom::value)
-      .then(
-        [=](std::uint64_t min) {
-          if (min != left_clock) *highest = std::max(*highest, min);
-          answered();
-        },
-        [=](caf::error& e) {
-          *silent = "shard " + std::to_string(i) + " did not say its clock (" + describe(e) + ")";
-          answered();
-        });
+  ask_heads(self, heads, "say its clock", with_minimums,
+            [=](const std::string& why) { failed("coordinator: no checkpoint: " + why); }, min_clock_atom::value);
 }
 
 // Time-based checkpoints (--checkpoint-seconds).

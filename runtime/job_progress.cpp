@@ -47,18 +47,17 @@ void job_progress::report(std::uint32_t worker, const std::string& text) {
   auto r = progress_report::parse(text);
   if (!r) return print_above_live_line("[worker " + std::to_string(worker) + "] " + text);
   const double now = elapsed();
-  for (const auto& s : board_.add(*r, now)) {
-    print_above_live_line(s.text());
-    write_line(s.json());
-  }
+  show(board_.add(*r, now));
   if (live_) {
     std::fprintf(stderr, "\r%s\033[K", board_.live_line(now).c_str());
     live_shown_ = true;
   }
 }
 
-void job_progress::worker_left(std::uint32_t worker) {
-  for (const auto& s : board_.worker_left(worker, elapsed())) {
+void job_progress::worker_left(std::uint32_t worker) { show(board_.worker_left(worker, elapsed())); }
+
+void job_progress::show(const std::vector<epoch_summary>& summaries) {
+  for (const auto& s : summaries) {
     print_above_live_line(s.text());
     write_line(s.json());
   }

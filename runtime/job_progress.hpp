@@ -37,6 +37,7 @@ class job_progress {
   bool wants_metrics() const;
   void print_above_live_line(const std::string& line);
   void write_line(const nlohmann::ordered_json& j);
+  void show(const std::vector<epoch_summary>& summaries);  // on stderr and in the metrics
 
   progress_board board_;
   std::ofstream metrics_;
