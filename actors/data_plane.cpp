@@ -34,6 +34,7 @@ struct data_plane::connection {
   int fd = -1;
   std::atomic<std::uint64_t> peer{0};  // its token; 0 until its hello (accepted connections)
   std::string name;        // "data connection to 127.0.0.1:40001" / "from 127.0.0.1:51234"
+  bool accepted = false;   // it connected to us (so it proves the secret, if there is one)
   std::atomic<bool> broken{false};
   std::mutex out_mtx;
   std::condition_variable out_ready;
@@ -153,9 +154,10 @@ std::uint64_t random_token() {
 }  // namespace
 
 data_plane::data_plane(const data_plane_address& at, std::uint64_t min_bytes, std::chrono::milliseconds claim_timeout,
-                       std::chrono::milliseconds stall_timeout)
+                       std::chrono::milliseconds stall_timeout, std::optional<shared_secret> secret)
     : host_(at.advertised_host), token_(random_token()), min_bytes_(min_bytes), claim_timeout_(claim_timeout),
-      stall_timeout_(stall_timeout), store_(claim_timeout * 2), buffers_(buffer_pool::make(512ull << 20)) {
+      stall_timeout_(stall_timeout), store_(claim_timeout * 2), buffers_(buffer_pool::make(512ull << 20)),
+      secret_(std::move(secret)) {
   listen_fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (listen_fd_ < 0) throw bad_request("data plane: socket: " + errno_text());
   const auto& host = at.bind_host;
@@ -276,12 +278,18 @@ void data_plane::accept_loop() {
     auto c = std::make_shared<connection>();
     c->fd = fd;
     c->name = "data connection from " + address_of(from);
+    c->accepted = true;
     add(std::move(c));
   }
 }
 
 void data_plane::read_loop(std::shared_ptr<connection> c) {
   std::string why;
+  if (c->accepted && secret_ && !challenge_peer(c->fd, *secret_, stall_timeout_, &why)) {
+    if (!stopping_) std::fprintf(stderr, "%s: %s; closing it\n", c->name.c_str(), why.c_str());
+    drop(c, why);
+    return;
+  }
   try {
     for (;;) {
       std::array<std::byte, bulk_header_bytes> raw;
@@ -387,6 +395,11 @@ bool data_plane::connect(std::uint64_t peer, const std::string& host, std::uint1
     return false;
   }
   tune(fd, stall_timeout_);
+  if (std::string refused; secret_ && !answer_challenge(fd, *secret_, stall_timeout_, &refused)) {
+    *why = name + ": " + refused;
+    ::close(fd);
+    return false;
+  }
   auto hello = encode_bulk_header({bulk_kind::hello, token_, 0});
   iovec iov{hello.data(), hello.size()};
   if (!write_all(fd, &iov, 1)) {

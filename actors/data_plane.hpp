@@ -25,6 +25,7 @@
 
 #include "actors/messages.hpp"
 #include "libps/bulk.hpp"
+#include "libps/secret.hpp"
 
 namespace ps {
 
@@ -46,9 +47,10 @@ class data_plane {
   // Listens at `at`. Blocks of at least min_bytes go over data connections;
   // claims wait at most claim_timeout for their payload; a write that makes no progress
   // for stall_timeout fails (the block then goes inline through CAF). Throws
-  // bad_request when it cannot listen.
+  // bad_request when it cannot listen. With a secret, every connection proves it both ways
+  // (libps/secret.hpp) before any frame is read from it.
   data_plane(const data_plane_address& at, std::uint64_t min_bytes, std::chrono::milliseconds claim_timeout,
-             std::chrono::milliseconds stall_timeout);
+             std::chrono::milliseconds stall_timeout, std::optional<shared_secret> secret = std::nullopt);
   ~data_plane();
   data_plane(const data_plane&) = delete;
   data_plane& operator=(const data_plane&) = delete;
@@ -145,6 +147,7 @@ class data_plane {
   std::vector<std::shared_ptr<connection>> conns_;  // by peer token (0 until its hello)
   std::vector<std::shared_ptr<connection>> dead_;   // ended; reap() closes them once their threads are done
   std::thread acceptor_;
+  std::optional<shared_secret> secret_;
 };
 
 // The block's values: itself when it holds them, its encoded values decoded, or its payload

@@ -6,6 +6,7 @@
 //   psctl --coordinator=HOST:PORT stop [REASON]     end the job: every member ends with
 //                                                   "status":"stopped", the coordinator exits 0
 //   psctl stop HOST:PORT [REASON]                   the same stop, as first written
+// --secret-file=PATH (before the command): the job's shared secret, when its members have one.
 // status prints a table, or with --json one JSON object; the others one JSON line. Exit 0
 // when the coordinator took the command, 1 when it could not be reached or refused, 2 for
 // a bad command line.
@@ -16,12 +17,13 @@
 #include <caf/io/all.hpp>
 
 #include "libps/cluster_status.hpp"
+#include "runtime/guarded_net.hpp"
 #include "runtime/node.hpp"
 
 namespace {
 
 constexpr const char* usage_text =
-  "usage: psctl --coordinator=HOST:PORT status [--json]\n"
+  "usage: psctl [--secret-file=PATH] --coordinator=HOST:PORT status [--json]\n"
   "       psctl --coordinator=HOST:PORT checkpoint\n"
   "       psctl --coordinator=HOST:PORT stop [REASON]\n"
   "       psctl stop HOST:PORT [REASON]\n";
@@ -32,16 +34,22 @@ int usage(const std::string& why) {
 }
 
 struct command {
-  std::string name, address;
+  std::string name, address, secret_file;
   std::vector<std::string> rest;  // after the command's name
 };
 
 // The command line as a command; nullopt (after printing why) when it is not one.
 std::optional<command> parse(std::vector<std::string> args) {
   command c;
-  if (!args.empty() && args[0].rfind("--coordinator=", 0) == 0) {
-    c.address = args[0].substr(14);
-    args.erase(args.begin());
+  for (bool more = true; more && !args.empty();) {
+    more = false;
+    for (auto [flag, into] : {std::pair{"--coordinator=", &c.address}, std::pair{"--secret-file=", &c.secret_file}})
+      if (args[0].rfind(flag, 0) == 0) {
+        *into = args[0].substr(std::string(flag).size());
+        args.erase(args.begin());
+        more = true;
+        break;
+      }
   }
   if (args.empty()) {
     usage("a command is needed");
@@ -84,9 +92,12 @@ std::string ask(caf::actor_system& sys, const ps::coordinator_actor& coord, Answ
 int run(caf::actor_system& sys, const command& c) {
   ps::json_line line{{"command", c.name}, {"coordinator", c.address}};
   auto [host, port] = ps::parse_host_port(c.address);
-  auto coord = sys.middleman().remote_actor<ps::coordinator_actor>(host, port);
+  ps::net_guard_options guard;
+  if (!c.secret_file.empty()) guard.secret = ps::read_secret_file(c.secret_file);
+  ps::configure_net_guard(sys, guard);
+  auto coord = ps::guarded_remote_actor<ps::coordinator_actor>(sys, host, port);
   if (!coord)
-    return ps::print_status(line, false, ps::errc::failed,
+    return ps::print_status(line, false, ps::code_of(coord.error()),
                             "cannot reach the coordinator at " + c.address + ": " + ps::describe(coord.error()));
   auto refused = [&](const std::string& err) {
     return ps::print_status(line, false, ps::errc::failed, "the coordinator at " + c.address + ": " + err);

@@ -12,7 +12,7 @@ int main(int argc, char** argv) {
   ps::register_builtin_apps();
   ps::node_config cfg;
   cfg.help = {"psnode", "one node of a cluster (--role=coordinator|server|worker), a whole job here (--role=local --app=NAME), or a checkpoint as .npy files (--role=export)",
-              {"node", "job", "addresses", "fmnist", "consistency", "wire", "checkpoints", "tables", "faults", "metrics"}, ps::app_names()};
+              {"node", "job", "addresses", "fmnist", "consistency", "wire", "checkpoints", "tables", "faults", "security", "metrics"}, ps::app_names()};
   if (!cfg.parse_args(argc, argv)) return cfg.cli_helptext_printed ? 0 : 2;
   ps::apply_runtime_defaults(cfg);
   try {

@@ -68,7 +68,7 @@ int main(int argc, char** argv) {
   ps::register_builtin_apps();
   ps::node_config cfg;
   cfg.help = {"train_ctr", "click prediction on Criteo-format TSV files (plain or .gz): embedding tables on the shards, an MLP tower; per-epoch AUC, the last stdout line is the JSON result",
-              {"job", "consistency", "checkpoints", "tables", "faults", "metrics"}, {"ctr"}};
+              {"job", "consistency", "checkpoints", "tables", "faults", "security", "metrics"}, {"ctr"}};
   cfg.cluster = "processes";  // defaults of train_ctr: 2 servers, 2 workers, BSP, as processes
   cfg.servers = 2;
   cfg.workers = 2;

@@ -41,7 +41,7 @@ int main(int argc, char** argv) {
   ps::register_builtin_apps();
   ps::node_config cfg;
   cfg.help = {"train_fmnist", "trains softmax regression or an MLP on Fashion-MNIST with a parameter server on this machine; the last stdout line is the JSON result",
-              {"job", "fmnist", "consistency", "wire", "checkpoints", "faults", "metrics"}, {"fmnist"}};
+              {"job", "fmnist", "consistency", "wire", "checkpoints", "faults", "security", "metrics"}, {"fmnist"}};
   if (!cfg.parse_args(argc, argv)) return cfg.cli_helptext_printed ? 0 : 2;
   ps::apply_runtime_defaults(cfg);
   try {

@@ -19,6 +19,7 @@
 
 #include "actors/server_shard.hpp"
 #include "libps/row_disk.hpp"
+#include "libps/secret.hpp"
 #include "libps/text.hpp"
 #include "runtime/app_registry.hpp"
 #include "runtime/job_contract.hpp"
@@ -42,6 +43,11 @@ node_config::node_config() {
     .add(listen, "listen", "ADDR:PORT this process listens on (default every interface; :PORT for every interface)")
     .add(advertise, "advertise", "HOST[:PORT] other members dial (default: this host's address on its route to "
                                  "--coordinator)")
+    .add(secret_file, "secret-file", "FILE holding the job's shared secret (at least 16 bytes, mode 600): every "
+                                     "connection proves it before any other byte is read; members without it are refused")
+    .add(tls_cert, "tls-cert", "PEM certificate of this process (TLS between all members, with --tls-key and --tls-ca)")
+    .add(tls_key, "tls-key", "PEM private key of --tls-cert")
+    .add(tls_ca, "tls-ca", "PEM certificate of the authority that signed every member's certificate")
     .add(app, "app", "worker app: fmnist|kvcheck|bench")
     .add(cluster, "cluster", "embedded (one process) | processes (local cluster on loopback)")
     .add(servers, "servers", "number of server shards")
@@ -93,6 +99,8 @@ node_config::node_config() {
     .add(data_plane_bytes, "data-plane-bytes", "value blocks of at least this many bytes travel over a plain TCP "
                                                "data connection beside CAF (0: all inside CAF messages)")
     .add(timeout_ms, "timeout-ms", "timeout of every push/pull request")
+    .add(max_message_bytes, "max-message-bytes", "largest message a peer may announce; a larger one closes its "
+                                                 "connection, naming the peer (handshakes: at most 64 KiB)")
     .add(heartbeat_ms, "heartbeat-ms", "interval of heartbeats between connected nodes (0: none); "
                                        "keep it above the slowest connection handshake (CAF-NOTES 4)")
     .add(failure_timeout_ms, "failure-timeout-ms", "a node silent (no message, no heartbeat) this long is declared dead")
@@ -357,6 +365,7 @@ void node_config::validate() const {
   push_codec();
   pull_codec();
   validate_checkpoints();
+  validate_security();
   if (devices < 1 || devices > 64) throw bad_request("--devices must be in [1, 64]");
   if (replication < 1 || replication > servers)
     throw bad_request("--replication=" + std::to_string(replication) + " must be in [1, --servers=" +
@@ -393,6 +402,21 @@ void node_config::validate_metrics() const {
   }
   if (metrics_port != 0 && member)
     throw bad_request("--metrics-port: the job's metrics are served by its coordinator (give --metrics-port=P there)");
+}
+
+// --secret-file, --tls-*, --ps.max-message-bytes: refused at start-up, not at the first connection.
+void node_config::validate_security() const {
+  if (!secret_file.empty()) read_secret_file(secret_file);  // throws naming the file
+  const bool any_tls = !tls_cert.empty() || !tls_key.empty() || !tls_ca.empty();
+  if (any_tls && (tls_cert.empty() || tls_key.empty() || tls_ca.empty()))
+    throw bad_request("TLS needs all three of --tls-cert, --tls-key and --tls-ca");
+  for (const auto* f : {&tls_cert, &tls_key, &tls_ca})
+    if (!f->empty() && ::access(f->c_str(), R_OK) != 0)
+      throw bad_request("--tls-" + std::string(f == &tls_cert ? "cert" : f == &tls_key ? "key" : "ca") + "=" + *f +
+                        ": " + std::strerror(errno));
+  if (max_message_bytes < chunk_bytes + (1u << 20) || max_message_bytes > 0xFFFFFFFFull)
+    throw bad_request("--ps.max-message-bytes must be in [--ps.chunk-bytes + 1 MiB, 4 GiB) (a chunk and its headers "
+                      "must fit; CAF cannot announce 4 GiB)");
 }
 
 // Where checkpoints go and come from, and how often.

@@ -23,6 +23,7 @@ const std::map<std::string, std::vector<std::string>>& help_topics() {
                      "replication", "out"}},
     {"tables", {"shard-memory", "shard-dir", "eviction"}},
     {"faults", {"faults", "ps.timeout-ms", "ps.heartbeat-ms", "ps.failure-timeout-ms", "ps.retry-ms"}},
+    {"security", {"secret-file", "tls-cert", "tls-key", "tls-ca", "ps.max-message-bytes"}},
     {"metrics", {"metrics", "metrics-port", "ps.metrics-ms", "ps.wait-report-ms"}},
   };
   return topics;

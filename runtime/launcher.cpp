@@ -371,7 +371,7 @@ job_result run_job(caf::actor_system& sys, const node_config& cfg, const app_fn&
   local_cluster cluster(cfg);
   if (cfg.cluster == "embedded") {
     cluster.start_embedded(sys, coord, app);
-  } else if (auto port = sys.middleman().publish(coord, 0, "127.0.0.1"); !port) {
+  } else if (auto port = guarded_publish(coord, 0, "127.0.0.1", false); !port) {
     res.failures.push_back("cannot publish the coordinator: " + describe(port.error()));
     caf::anon_send_exit(coord, caf::exit_reason::user_shutdown);
     conclude(res, std::nullopt);

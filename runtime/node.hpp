@@ -106,6 +106,10 @@ struct node_config : caf::actor_system_config {
   std::size_t failure_timeout_ms = 10000;  // a peer silent this long is declared dead
   std::size_t register_timeout_ms = 60000;
   std::string out;              // export: the directory the .npy files go to
+  // security: members prove a shared secret (runtime/guarded_net.hpp); TLS via CAF's OpenSSL module
+  std::string secret_file;
+  std::string tls_cert, tls_key, tls_ca;
+  std::size_t max_message_bytes = 512u << 20;  // largest CAF message a peer may announce
   std::string metrics;          // FILE: the observer's JSON lines (per epoch, every metrics_ms)
   std::size_t metrics_ms = 2000;
   std::uint16_t metrics_port = 0;  // Prometheus' text format on this port (0: off)
@@ -142,6 +146,7 @@ struct node_config : caf::actor_system_config {
   void validate() const;
   void validate_metrics() const;      // part of validate
   void validate_checkpoints() const;  // part of validate
+  void validate_security() const;     // part of validate
   // The fault plan --faults selects (checked against the cluster size).
   fault_plan fault_spec() const;
   // The push codec --compression and --topk-ratio select.

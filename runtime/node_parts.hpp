@@ -10,19 +10,22 @@
 #include <thread>
 
 #include "libps/checkpoint.hpp"
+#include "runtime/guarded_net.hpp"
 #include "runtime/node.hpp"
 
 namespace ps {
 
-// remote_actor, tried up to 3 times: with heartbeats on, CAF 0.17 drops an outgoing
-// connection whose handshake is still open when a heartbeat tick comes (CAF-NOTES §4),
-// so a connect can fail for no reason of the peer's.
+// remote_actor through the guarded middleman (runtime/guarded_net.hpp), tried up to 3
+// times: with heartbeats on, CAF 0.17 drops an outgoing connection whose handshake is
+// still open when a heartbeat tick comes (CAF-NOTES §4), so a connect can fail for no
+// reason of the peer's.
 template <class Handle>
 caf::expected<Handle> connect_to(caf::actor_system& sys, const std::string& host, std::uint16_t port) {
-  auto h = sys.middleman().remote_actor<Handle>(host, port);
-  for (int attempt = 1; !h && attempt < 3; ++attempt) {
+  auto h = guarded_remote_actor<Handle>(sys, host, port);
+  // A peer that refused us (the shared secret, its checks) would refuse again.
+  for (int attempt = 1; !h && attempt < 3 && code_of(h.error()) != errc::refused; ++attempt) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20 * attempt));  // back off before the next try
-    h = sys.middleman().remote_actor<Handle>(host, port);
+    h = guarded_remote_actor<Handle>(sys, host, port);
   }
   return h;
 }

@@ -21,15 +21,15 @@ caf::expected<coordinator_actor> connect_coordinator(caf::actor_system& sys, con
   auto [host, port] = parse_host_port(cfg.coordinator);
   auto h = connect_to<coordinator_actor>(sys, host, port);
   if (!h)
-    return make_ps_error("cannot reach the coordinator at " + cfg.coordinator + ": " + describe(h.error()));
+    return make_error(code_of(h.error()), "cannot reach the coordinator at " + cfg.coordinator + ": " + describe(h.error()));
   return *h;
 }
 
 // Publishes `who` where `at` says, with SO_REUSEADDR: a node started again on its port
 // right after a stop binds at once (the old connections' TIME_WAIT would refuse it).
 template <class Handle>
-caf::expected<std::uint16_t> publish_at(caf::actor_system& sys, const Handle& who, const endpoint& at) {
-  auto port = sys.middleman().publish(who, at.bind_port, at.every_interface() ? nullptr : at.bind_host.c_str(), true);
+caf::expected<std::uint16_t> publish_at(const Handle& who, const endpoint& at) {
+  auto port = guarded_publish(who, at.bind_port, at.every_interface() ? "" : at.bind_host, true);
   if (!port)
     return make_ps_error("cannot listen on " + at.bind_host + ":" + std::to_string(at.bind_port) + ": " +
                          describe(port.error()));
@@ -87,7 +87,7 @@ int run_coordinator_role(caf::actor_system& sys, const node_config& cfg, const j
   }
   auto coord = started.coord;
   auto at = cfg.endpoint_of();
-  auto port = publish_at(sys, coord, at);
+  auto port = publish_at(coord, at);
   if (!port) {
     caf::anon_send_exit(coord, caf::exit_reason::user_shutdown);
     return print_status(line, false, errc::failed, describe(port.error()));
@@ -113,12 +113,12 @@ int run_coordinator_role(caf::actor_system& sys, const node_config& cfg, const j
 int run_server_role(caf::actor_system& sys, const node_config& cfg) {
   json_line line{{"role", "server"}};
   auto coord = connect_coordinator(sys, cfg);
-  if (!coord) return print_status(line, false, errc::failed, describe(coord.error()));
+  if (!coord) return print_status(line, false, code_of(coord.error()), describe(coord.error()));
   auto at = cfg.endpoint_of();
   auto sopts = shard_options_from(cfg, at.advertise_host);
   sopts.plane = data_plane_from(cfg);  // cannot listen: bad_request, reported by psnode
   auto shard = sys.spawn(server_shard, *coord, sopts);
-  auto port = publish_at(sys, shard, at);
+  auto port = publish_at(shard, at);
   if (!port) {
     caf::anon_send_exit(shard, caf::exit_reason::user_shutdown);
     return print_status(line, false, errc::failed, "server " + describe(port.error()));
@@ -135,7 +135,7 @@ int run_server_role(caf::actor_system& sys, const node_config& cfg) {
 int run_worker_role(caf::actor_system& sys, node_config& cfg, const app_fn& app) {
   json_line line{{"role", "worker"}, {"app", cfg.app}};
   auto coord = connect_coordinator(sys, cfg);
-  if (!coord) return print_status(line, false, errc::failed, describe(coord.error()));
+  if (!coord) return print_status(line, false, code_of(coord.error()), describe(coord.error()));
   std::string err;
   errc code = errc::failed;
   auto adopt_spec = [&](const job_spec& spec) {

@@ -31,7 +31,9 @@ std::shared_ptr<data_plane> data_plane_from(const node_config& cfg) {
   auto patience = milliseconds(std::min(cfg.timeout_ms, cfg.failure_timeout_ms));
   auto at = cfg.endpoint_of();
   return std::make_shared<data_plane>(data_plane_address{at.bind_host, at.advertise_host, cfg.data_plane_port},
-                                      cfg.data_plane_bytes, patience, patience);
+                                      cfg.data_plane_bytes, patience, patience,
+                                      cfg.secret_file.empty() ? std::nullopt
+                                                              : std::optional(read_secret_file(cfg.secret_file)));
 }
 
 // The scoped actor that registered stays alive until `done` is sent: the coordinator
