@@ -116,6 +116,7 @@ class data_plane {
   struct connection;
   void accept_loop();
   void read_loop(std::shared_ptr<connection> c);
+  bool read_payload(int fd, std::uint64_t bytes, std::shared_ptr<std::vector<float>>& values, std::string* why);
   void write_loop(std::shared_ptr<connection> c);
   bool send_or_queue(const std::shared_ptr<connection>& c, data_plane_frame frame);
   void add(std::shared_ptr<connection> c);

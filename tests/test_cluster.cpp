@@ -5,7 +5,9 @@
 #include <caf/io/all.hpp>
 
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
+#include <random>
 
 #include <chrono>
 #include <cstdio>
@@ -23,6 +25,7 @@
 #include <nlohmann/json.hpp>
 
 #include "apps/apps.hpp"
+#include "libps/bulk.hpp"
 #include "libps/checkpoint.hpp"
 #include "libps/consistency.hpp"
 #include "libps/criteo.hpp"
@@ -1325,4 +1328,102 @@ TEST_CASE("consistency: train_ctr's row and tower reads keep SSP's guarantee in 
     std::filesystem::remove("ctr-ssp/trace.jsonl");
   }
   std::filesystem::remove_all("ctr-ssp");
+}
+
+namespace {
+
+int dial(std::uint16_t port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = htons(port);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// What a stranger can send to a port knowing nothing: a CAF header announcing 4 GiB, 1 KiB
+// of noise, an HTTP request, a data-plane frame announcing 256 MiB that never comes,
+// silence, and 300 connections opened and closed. The connections that announce or say
+// nothing stay open (returned) until the job is over.
+std::vector<int> spray(std::uint16_t port, std::mt19937& rng) {
+  std::vector<int> kept;
+  auto send_to = [](int fd, const void* p, std::size_t n) { ::send(fd, p, n, MSG_NOSIGNAL); };
+  std::array<std::uint8_t, 32> huge{0x01, 0, 0, 0, 0xFF, 0xFF, 0xFF, 0x00};  // client handshake, ~4 GiB
+  std::vector<std::uint8_t> noise(1024);
+  for (auto& b : noise) b = static_cast<std::uint8_t>(rng());
+  const std::string http = "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n";
+  auto hello = ps::encode_bulk_header({ps::bulk_kind::hello, 42, 0});
+  auto announce = ps::encode_bulk_header({ps::bulk_kind::payload, 1, 256ull << 20});
+  for (int i = 0; i < 4; ++i) {
+    if (int fd = dial(port); fd >= 0) send_to(fd, huge.data(), huge.size()), kept.push_back(fd);
+    if (int fd = dial(port); fd >= 0) send_to(fd, noise.data(), noise.size()), kept.push_back(fd);
+    if (int fd = dial(port); fd >= 0) {
+      send_to(fd, hello.data(), hello.size());
+      send_to(fd, announce.data(), announce.size());
+      kept.push_back(fd);
+    }
+    if (int fd = dial(port); fd >= 0) kept.push_back(fd);  // silent
+  }
+  if (int fd = dial(port); fd >= 0) send_to(fd, http.data(), http.size()), kept.push_back(fd);
+  for (int i = 0; i < 300; ++i)
+    if (int fd = dial(port); fd >= 0) ::close(fd);
+  return kept;
+}
+
+// A 2 x 2 Fashion-MNIST job on fixed ports (so every listening port is known), sprayed
+// once every member has registered; every member must end 0 with the usual accuracy.
+void hostile_job(const std::string& security) {
+  std::mt19937 rng(7);
+  const auto cport = free_port();
+  std::vector<std::uint16_t> ports{cport};
+  node_process coord("--role=coordinator --app=fmnist --servers=2 --workers=2 --epochs=3 --port=" +
+                     std::to_string(cport) + security);
+  REQUIRE(coord.wait_for("listening on "));
+  const auto at = " --coordinator=127.0.0.1:" + std::to_string(cport) + security;
+  std::vector<std::unique_ptr<node_process>> members;
+  for (int s = 0; s < 2; ++s) {
+    auto caf_port = free_port(), plane_port = free_port();
+    ports.insert(ports.end(), {caf_port, plane_port});
+    members.push_back(std::make_unique<node_process>("--role=server --port=" + std::to_string(caf_port) +
+                                                     " --ps.data-plane-port=" + std::to_string(plane_port) + at));
+  }
+  for (int w = 0; w < 2; ++w) {
+    auto plane_port = free_port();
+    ports.push_back(plane_port);
+    members.push_back(std::make_unique<node_process>("--role=worker --app=fmnist --ps.data-plane-port=" +
+                                                     std::to_string(plane_port) + at));
+  }
+  REQUIRE(coord.wait_for("2 of 2 workers)"));  // everyone listens now
+  std::vector<int> kept;
+  for (auto port : ports)
+    for (int fd : spray(port, rng)) kept.push_back(fd);
+  CHECK(coord.finish() == 0);
+  INFO(coord.out);
+  CHECK(coord.last_json()["status"] == "ok");
+  CHECK(worker_line(coord.out, 0, "test_accuracy")["test_accuracy"].get<double>() >= 0.81);
+  CHECK(coord.out.find("network: closed the connection from 127.0.0.1:") != std::string::npos);  // named
+  for (auto& m : members) {
+    INFO(m->out);
+    CHECK(m->finish() == 0);
+  }
+  for (int fd : kept) ::close(fd);
+}
+
+}  // namespace
+
+TEST_CASE("hostile bytes in every listening port: the job trains as usual, every member exits 0, none past 1 GiB") {
+  hostile_job("");
+  const std::string secret = "hostile-secret";
+  std::ofstream(secret) << "0123456789abcdef0123456789abcdef\n";
+  std::filesystem::permissions(secret, std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
+  hostile_job(" --secret-file=" + secret);
+  std::filesystem::remove(secret);
+  rusage children{};
+  getrusage(RUSAGE_CHILDREN, &children);  // the largest resident size of any process this test ran
+  MESSAGE("largest resident size: " << children.ru_maxrss / 1024 << " MiB");
+  CHECK(children.ru_maxrss < 1024 * 1024);  // KiB
 }
