@@ -312,8 +312,10 @@ class guarded_middleman : public caf::io::middleman_actor_impl {
     caf::detail::socket_guard guard{*fd};
     if (shared_->options.secret) {
       std::string why;
-      if (!answer_challenge(*fd, *shared_->options.secret, shared_->options.handshake_timeout, &why))
-        return make_error(errc::refused, host + ":" + std::to_string(port) + ": " + why);
+      if (!answer_challenge(*fd, *shared_->options.secret, shared_->options.handshake_timeout, &why)) {
+        shared_->note_refusal(host + ":" + std::to_string(port), why);  // guarded_connect tells the caller
+        return caf::make_error(caf::sec::cannot_connect_to_node);
+      }
     }
     caf::io::network::nonblocking(*fd, true);
     auto scribe = caf::make_counted<guarded_scribe>(mpx(), *fd, shared_, host + ":" + std::to_string(port));

@@ -1427,3 +1427,27 @@ TEST_CASE("hostile bytes in every listening port: the job trains as usual, every
   MESSAGE("largest resident size: " << children.ru_maxrss / 1024 << " MiB");
   CHECK(children.ru_maxrss < 1024 * 1024);  // KiB
 }
+
+TEST_CASE("contract: with --secret-file a member without the secret or with another is refused (exit 3), naming why; members with it train") {
+  auto make_secret = [](const std::string& path, const std::string& text) {
+    std::ofstream(path) << text;
+    std::filesystem::permissions(path, std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
+  };
+  make_secret("job-secret", "the job's secret, 32 bytes long\n");
+  make_secret("other-secret", "another secret, also long enough\n");
+  node_process coord("--role=coordinator --app=clocksum --servers=1 --workers=1 --clocks=5 --secret-file=job-secret");
+  const auto port = coord.port();
+  node_process stranger("--role=server --coordinator=127.0.0.1:" + port);
+  check_end(stranger, "server without a secret", 3, "failed", "the peer runs with --secret-file; this process does not");
+  node_process impostor("--role=server --coordinator=127.0.0.1:" + port + " --secret-file=other-secret");
+  check_end(impostor, "server with another secret", 3, "failed", "is --secret-file the same on every member?");
+  CHECK(shell("bin/psctl --coordinator=127.0.0.1:" + port + " status").first != 0);  // psctl needs it too
+  node_process server("--role=server --coordinator=127.0.0.1:" + port + " --secret-file=job-secret");
+  node_process worker("--role=worker --app=clocksum --coordinator=127.0.0.1:" + port + " --secret-file=job-secret");
+  check_end(coord, "coordinator", 0, "ok", "");
+  CHECK(coord.out.find("wrong proof of the shared secret") != std::string::npos);  // the coordinator names it too
+  check_end(server, "server", 0, "ok", "");
+  check_end(worker, "worker", 0, "ok", "");
+  std::filesystem::remove("job-secret");
+  std::filesystem::remove("other-secret");
+}
