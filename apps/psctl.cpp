@@ -6,7 +6,8 @@
 //   psctl --coordinator=HOST:PORT stop [REASON]     end the job: every member ends with
 //                                                   "status":"stopped", the coordinator exits 0
 //   psctl stop HOST:PORT [REASON]                   the same stop, as first written
-// --secret-file=PATH (before the command): the job's shared secret, when its members have one.
+// --secret-file=PATH, --tls-cert/--tls-key/--tls-ca=PATH (before the command): the job's
+// shared secret and TLS files, when its members have them.
 // status prints a table, or with --json one JSON object; the others one JSON line. Exit 0
 // when the coordinator took the command, 1 when it could not be reached or refused, 2 for
 // a bad command line.
@@ -23,7 +24,7 @@
 namespace {
 
 constexpr const char* usage_text =
-  "usage: psctl [--secret-file=PATH] --coordinator=HOST:PORT status [--json]\n"
+  "usage: psctl [--secret-file=PATH] [--tls-cert=PEM --tls-key=PEM --tls-ca=PEM] --coordinator=HOST:PORT status [--json]\n"
   "       psctl --coordinator=HOST:PORT checkpoint\n"
   "       psctl --coordinator=HOST:PORT stop [REASON]\n"
   "       psctl stop HOST:PORT [REASON]\n";
@@ -34,7 +35,7 @@ int usage(const std::string& why) {
 }
 
 struct command {
-  std::string name, address, secret_file;
+  std::string name, address, secret_file, tls_cert, tls_key, tls_ca;
   std::vector<std::string> rest;  // after the command's name
 };
 
@@ -43,7 +44,9 @@ std::optional<command> parse(std::vector<std::string> args) {
   command c;
   for (bool more = true; more && !args.empty();) {
     more = false;
-    for (auto [flag, into] : {std::pair{"--coordinator=", &c.address}, std::pair{"--secret-file=", &c.secret_file}})
+    for (auto [flag, into] : {std::pair{"--coordinator=", &c.address}, std::pair{"--secret-file=", &c.secret_file},
+                              std::pair{"--tls-cert=", &c.tls_cert}, std::pair{"--tls-key=", &c.tls_key},
+                              std::pair{"--tls-ca=", &c.tls_ca}})
       if (args[0].rfind(flag, 0) == 0) {
         *into = args[0].substr(std::string(flag).size());
         args.erase(args.begin());
@@ -94,6 +97,7 @@ int run(caf::actor_system& sys, const command& c) {
   auto [host, port] = ps::parse_host_port(c.address);
   ps::net_guard_options guard;
   if (!c.secret_file.empty()) guard.secret = ps::read_secret_file(c.secret_file);
+  if (!c.tls_cert.empty()) guard.tls = std::make_shared<ps::tls_context>(c.tls_cert, c.tls_key, c.tls_ca);
   ps::configure_net_guard(sys, guard);
   auto coord = ps::guarded_remote_actor<ps::coordinator_actor>(sys, host, port);
   if (!coord)

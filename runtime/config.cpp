@@ -20,6 +20,7 @@
 #include "actors/server_shard.hpp"
 #include "libps/row_disk.hpp"
 #include "libps/secret.hpp"
+#include "runtime/tls_stream.hpp"
 #include "libps/text.hpp"
 #include "runtime/app_registry.hpp"
 #include "runtime/job_contract.hpp"
@@ -45,7 +46,8 @@ node_config::node_config() {
                                  "--coordinator)")
     .add(secret_file, "secret-file", "FILE holding the job's shared secret (at least 16 bytes, mode 600): every "
                                      "connection proves it before any other byte is read; members without it are refused")
-    .add(tls_cert, "tls-cert", "PEM certificate of this process (TLS between all members, with --tls-key and --tls-ca)")
+    .add(tls_cert, "tls-cert", "PEM certificate of this process: TLS between all members, with --tls-key and --tls-ca "
+                               "(value blocks then travel inside TLS: the plain-TCP data plane is off)")
     .add(tls_key, "tls-key", "PEM private key of --tls-cert")
     .add(tls_ca, "tls-ca", "PEM certificate of the authority that signed every member's certificate")
     .add(app, "app", "worker app: fmnist|kvcheck|bench")
@@ -410,10 +412,7 @@ void node_config::validate_security() const {
   const bool any_tls = !tls_cert.empty() || !tls_key.empty() || !tls_ca.empty();
   if (any_tls && (tls_cert.empty() || tls_key.empty() || tls_ca.empty()))
     throw bad_request("TLS needs all three of --tls-cert, --tls-key and --tls-ca");
-  for (const auto* f : {&tls_cert, &tls_key, &tls_ca})
-    if (!f->empty() && ::access(f->c_str(), R_OK) != 0)
-      throw bad_request("--tls-" + std::string(f == &tls_cert ? "cert" : f == &tls_key ? "key" : "ca") + "=" + *f +
-                        ": " + std::strerror(errno));
+  if (any_tls) tls_context check(tls_cert, tls_key, tls_ca);  // throws naming the file that cannot be used
   if (max_message_bytes < chunk_bytes + (1u << 20) || max_message_bytes > 0xFFFFFFFFull)
     throw bad_request("--ps.max-message-bytes must be in [--ps.chunk-bytes + 1 MiB, 4 GiB) (a chunk and its headers "
                       "must fit; CAF cannot announce 4 GiB)");
@@ -526,6 +525,8 @@ void apply_runtime_defaults(node_config& cfg) {
   // Costs: up to 1 GiB freed memory kept before it is given back. (bench_kv, README)
   mallopt(M_MMAP_THRESHOLD, 256 << 20);
   mallopt(M_TRIM_THRESHOLD, 1 << 30);
+  // The data plane is plain TCP: under TLS every value block travels in CAF's messages.
+  if (!cfg.tls_cert.empty()) cfg.data_plane_bytes = 0;
 }
 
 update_rule rule_from(const node_config& cfg, const std::string& default_rule) {

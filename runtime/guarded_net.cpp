@@ -101,8 +101,9 @@ struct guard_shared {
   std::map<std::string, std::string> refusals;
 };
 
-// One connection's checks: the shared secret first (when configured), then every BASP
-// header. Bytes CAF writes before the peer proved the secret wait in `held`.
+// One connection's checks: the shared secret first (when configured), then TLS (when
+// configured), then every BASP header. Bytes CAF writes before both are through wait in
+// `held`.
 struct connection_state {
   native_socket fd;
   std::string peer;
@@ -110,11 +111,22 @@ struct connection_state {
   std::shared_ptr<guard_shared> shared;  // outlives the system's registry entry if need be
   basp_frame_guard frames;
   std::optional<secret_challenge> challenge;  // accepted side, until proven
+  std::unique_ptr<tls_stream> tls;
+  bool tls_ready = false;
   std::vector<char> held;
   bool watched = false;
 
-  connection_state(native_socket s, bool acc, std::shared_ptr<guard_shared> g, std::string dialed = "")
-      : fd(s), peer(dialed.empty() ? peer_of(s) : std::move(dialed)), accepted(acc), shared(std::move(g)), frames(acc, shared->options.max_message_bytes) {
+  // tls: the connecting side's session, its handshake done.
+  connection_state(native_socket s, bool acc, std::shared_ptr<guard_shared> g, std::string dialed = "",
+                   std::unique_ptr<tls_stream> ready = nullptr)
+      : fd(s),
+        peer(dialed.empty() ? peer_of(s) : std::move(dialed)),
+        accepted(acc),
+        shared(std::move(g)),
+        frames(acc, shared->options.max_message_bytes),
+        tls(std::move(ready)),
+        tls_ready(tls != nullptr) {
+    if (accepted && shared->options.tls) tls = std::make_unique<tls_stream>(*shared->options.tls, fd, true);
     if (accepted && shared->options.secret) {
       challenge.emplace(*shared->options.secret);
       // A fresh socket's buffer takes these 36 bytes at once.
@@ -126,6 +138,7 @@ struct connection_state {
   ~connection_state() {
     if (watched) shared->reaper.forget(this);
   }
+  bool holding() const { return challenge || (tls && !tls_ready); }
   void refuse(const std::string& why) const {
     if (!accepted) shared->note_refusal(peer, why);
     std::fprintf(stderr, "network: closed the connection %s %s: %s\n", accepted ? "from" : "to", peer.c_str(),
@@ -136,7 +149,8 @@ struct connection_state {
     watched = false;
   }
   rw_state prove(size_t& result);
-  bool send_held();
+  rw_state start_tls(size_t& result);
+  bool send_all(const char* p, std::size_t n, bool raw);
 };
 
 void handshake_reaper::watch(connection_state* c) {
@@ -164,7 +178,7 @@ void handshake_reaper::run() {
   }
 }
 
-// Reads the peer's answer to our challenge; on a proof, confirms and lets held bytes go.
+// Reads the peer's answer to our challenge; on a proof, confirms (before TLS, if any).
 rw_state connection_state::prove(size_t& result) {
   result = 0;
   std::uint8_t buf[answer_bytes];
@@ -185,26 +199,52 @@ rw_state connection_state::prove(size_t& result) {
   }
   auto confirm = challenge->confirm();
   challenge.reset();
-  held.insert(held.begin(), confirm.begin(), confirm.end());
-  return send_held() ? rw_state::success : rw_state::failure;
+  if (!send_all(reinterpret_cast<const char*>(confirm.data()), confirm.size(), true)) return rw_state::failure;
+  return holding() || send_all(held.data(), held.size(), false) ? rw_state::success : rw_state::failure;
 }
 
-// Writes what waited for the proof; small (a confirmation and CAF's handshake), so a
-// short wait for the socket is enough.
-bool connection_state::send_held() {
+// The accepting side's TLS handshake, a step per read event; then what CAF wrote meanwhile.
+rw_state connection_state::start_tls(size_t& result) {
+  result = 0;
+  switch (tls->handshake()) {
+    case tls_stream::step::again:
+      return rw_state::success;
+    case tls_stream::step::failed:
+      refuse(tls->error());
+      return rw_state::failure;
+    case tls_stream::step::done:
+      break;
+  }
+  tls_ready = true;
+  return send_all(held.data(), held.size(), false) ? rw_state::success : rw_state::failure;
+}
+
+// Writes bytes that waited (a confirmation, CAF's handshake: small), raw or through TLS,
+// with a short wait for the socket; `held` is emptied once it went.
+bool connection_state::send_all(const char* p, std::size_t n, bool raw) {
   std::size_t done = 0;
-  while (done < held.size()) {
-    auto k = ::send(fd, held.data() + done, held.size() - done, MSG_NOSIGNAL | MSG_DONTWAIT);
-    if (k > 0) {
-      done += static_cast<std::size_t>(k);
-      continue;
+  while (done < n) {
+    std::size_t put = 0;
+    bool again = false;
+    if (raw || !tls) {
+      auto k = ::send(fd, p + done, n - done, MSG_NOSIGNAL | MSG_DONTWAIT);
+      put = k > 0 ? static_cast<std::size_t>(k) : 0;
+      again = k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR);
+      if (k <= 0 && !again) break;
+    } else {
+      auto s = tls->write(p + done, n - done, put);
+      again = s == tls_stream::step::again;
+      if (s == tls_stream::step::failed) break;
     }
-    pollfd p{fd, POLLOUT, 0};
-    if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) && ::poll(&p, 1, 1000) >= 0) continue;
+    done += put;
+    pollfd wait_out{fd, POLLOUT, 0};
+    if (again && ::poll(&wait_out, 1, 1000) <= 0) break;
+  }
+  if (done < n) {
     refuse("cannot write to it");
     return false;
   }
-  held.clear();
+  if (p == held.data()) held.clear();
   return true;
 }
 
@@ -213,7 +253,17 @@ struct guarded_policy {
 
   rw_state read_some(size_t& result, native_socket fd, void* buf, size_t len) {
     if (st->challenge) return st->prove(result);
-    auto res = caf::policy::tcp::read_some(result, fd, buf, len);
+    if (st->tls && !st->tls_ready) return st->start_tls(result);
+    auto res = rw_state::success;
+    if (st->tls) {
+      auto s = st->tls->read(buf, len, result);
+      if (s == tls_stream::step::failed) {
+        if (!st->tls->closed()) st->refuse(st->tls->error());
+        return rw_state::failure;
+      }
+    } else {
+      res = caf::policy::tcp::read_some(result, fd, buf, len);
+    }
     if (res != rw_state::success || result == 0) return res;
     if (auto why = st->frames.feed(static_cast<const std::uint8_t*>(buf), result)) {
       st->refuse(*why);
@@ -224,26 +274,32 @@ struct guarded_policy {
   }
 
   rw_state write_some(size_t& result, native_socket fd, const void* buf, size_t len) {
-    if (st->challenge) {  // CAF's handshake waits until the peer has proved the secret
+    if (st->holding()) {  // CAF's handshake waits until the peer has proved the secret and TLS is up
       auto p = static_cast<const char*>(buf);
       st->held.insert(st->held.end(), p, p + len);
       result = len;
       return rw_state::success;
     }
-    return caf::policy::tcp::write_some(result, fd, buf, len);
+    if (!st->tls) return caf::policy::tcp::write_some(result, fd, buf, len);
+    if (st->tls->write(buf, len, result) != tls_stream::step::failed) return rw_state::success;
+    if (!st->tls->closed()) st->refuse(st->tls->error());
+    return rw_state::failure;
   }
 
   bool try_accept(native_socket& result, native_socket fd) { return caf::policy::tcp::try_accept(result, fd); }
-  bool must_read_more(native_socket, size_t) { return false; }
+  // Decrypted bytes inside OpenSSL raise no socket event: read them now.
+  bool must_read_more(native_socket, size_t) { return st->tls && st->tls_ready && st->tls->pending(); }
 };
 
 class guarded_scribe : public caf::io::scribe {
  public:
   // dialed: the HOST:PORT we connected to ("": an accepted connection).
-  guarded_scribe(default_mpx& mpx, native_socket fd, std::shared_ptr<guard_shared> shared, std::string dialed = "")
+  guarded_scribe(default_mpx& mpx, native_socket fd, std::shared_ptr<guard_shared> shared, std::string dialed = "",
+                 std::unique_ptr<tls_stream> tls = nullptr)
       : scribe(caf::io::network::conn_hdl_from_socket(fd)),
         stream_(mpx, fd,
-                guarded_policy{std::make_unique<connection_state>(fd, dialed.empty(), std::move(shared), dialed)}) {}
+                guarded_policy{std::make_unique<connection_state>(fd, dialed.empty(), std::move(shared), dialed,
+                                                                  std::move(tls))}) {}
 
   void configure_read(caf::io::receive_policy::config config) override {
     stream_.configure_read(config);
@@ -310,15 +366,23 @@ class guarded_middleman : public caf::io::middleman_actor_impl {
     auto fd = caf::io::network::new_tcp_connection(host, port);
     if (!fd) return std::move(fd.error());
     caf::detail::socket_guard guard{*fd};
-    if (shared_->options.secret) {
-      std::string why;
-      if (!answer_challenge(*fd, *shared_->options.secret, shared_->options.handshake_timeout, &why)) {
-        shared_->note_refusal(host + ":" + std::to_string(port), why);  // guarded_connect tells the caller
+    const auto address = host + ":" + std::to_string(port);
+    const auto& o = shared_->options;
+    std::string why;
+    if (o.secret && !answer_challenge(*fd, *o.secret, o.handshake_timeout, &why)) {
+      shared_->note_refusal(address, why);  // guarded_connect tells the caller
+      return caf::make_error(caf::sec::cannot_connect_to_node);
+    }
+    caf::io::network::nonblocking(*fd, true);
+    std::unique_ptr<tls_stream> tls;
+    if (o.tls) {
+      tls = std::make_unique<tls_stream>(*o.tls, *fd, false);
+      if (!tls->handshake_within(o.handshake_timeout, &why)) {
+        shared_->note_refusal(address, why);
         return caf::make_error(caf::sec::cannot_connect_to_node);
       }
     }
-    caf::io::network::nonblocking(*fd, true);
-    auto scribe = caf::make_counted<guarded_scribe>(mpx(), *fd, shared_, host + ":" + std::to_string(port));
+    auto scribe = caf::make_counted<guarded_scribe>(mpx(), *fd, shared_, address, std::move(tls));
     guard.release();
     return scribe;
   }
@@ -347,6 +411,7 @@ net_guard_options options_of(const caf::actor_system& sys) {
   net_guard_options o;
   if (auto* cfg = dynamic_cast<const node_config*>(&sys.config())) {
     if (!cfg->secret_file.empty()) o.secret = read_secret_file(cfg->secret_file);
+    if (!cfg->tls_cert.empty()) o.tls = std::make_shared<tls_context>(cfg->tls_cert, cfg->tls_key, cfg->tls_ca);
     o.max_message_bytes = cfg->max_message_bytes;
     o.handshake_timeout = std::chrono::milliseconds(cfg->failure_timeout_ms);
   }
@@ -394,7 +459,12 @@ caf::expected<caf::strong_actor_ptr> guarded_connect(caf::actor_system& sys, con
   auto x = f(caf::connect_atom::value, host, port);
   if (!x) {
     auto why = entry.shared->take_refusal(host + ":" + std::to_string(port));
-    return why.empty() ? std::move(x.error()) : make_error(errc::refused, host + ":" + std::to_string(port) + ": " + why);
+    if (!why.empty()) return make_error(errc::refused, host + ":" + std::to_string(port) + ": " + why);
+    if (x.error() == caf::sec::disconnect_during_handshake)  // it closed on us before a word
+      return make_error(errc::refused, host + ":" + std::to_string(port) +
+                                           ": it closed the connection before CAF's handshake (does it run with "
+                                           "--secret-file or --tls-*, and this process not?)");
+    return std::move(x.error());
   }
   auto& ptr = std::get<1>(*x);
   if (!ptr) return caf::make_error(caf::sec::no_actor_published_at_port);

@@ -14,11 +14,13 @@
 #include <string>
 
 #include "libps/secret.hpp"
+#include "runtime/tls_stream.hpp"
 
 namespace ps {
 
 struct net_guard_options {
   std::optional<shared_secret> secret;     // none: no proof asked or given
+  std::shared_ptr<const tls_context> tls;  // none: plain TCP
   std::uint64_t max_message_bytes = 512u << 20;
   std::chrono::milliseconds handshake_timeout{10000};  // a peer silent before its handshake is cut off
 };
