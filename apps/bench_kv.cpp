@@ -25,7 +25,7 @@ int main(int argc, char** argv) {
   ps::register_builtin_apps();
   ps::node_config cfg;
   cfg.help = {"bench_kv", "push/pull throughput and latency between processes per size and window; JSON lines with the loopback TCP limit measured in the same run",
-              {"job", "wire"}, {"bench"}};
+              {"job", "wire", "security"}, {"bench"}};
   if (!cfg.parse_args(argc, argv)) return cfg.cli_helptext_printed ? 0 : 2;
   ps::apply_runtime_defaults(cfg);
   try {
