@@ -1,4 +1,5 @@
 #include "libps/checkpoint.hpp"
+#include "libps/bounded_archive.hpp"
 #include "libps/text.hpp"
 
 #include <fcntl.h>
@@ -74,8 +75,7 @@ template <class T>
 T from_bytes(const std::string& bytes, const std::string& what) {
   T value;
   try {
-    std::istringstream in(bytes);
-    cereal::BinaryInputArchive ar(in);
+    bounded_input_archive ar(bytes);
     ar(value);
   } catch (const std::exception& e) {
     throw bad_request(what + " does not decode: " + e.what());

@@ -127,7 +127,7 @@ void decode_impl(std::span<const std::byte> data, float* out, std::size_t n, boo
       const auto* idx = v.at<std::uint32_t>(h);
       const float* val = v.at<float>(h + k * sizeof(std::uint32_t));
       check_indices(idx, k, n, "top-k");
-      if (!add) std::memset(out, 0, n * sizeof(float));
+      if (!add && n > 0) std::memset(out, 0, n * sizeof(float));  // out may be null for n = 0
       kernels::scatter(out, idx, val, k, add);
       return;
     }

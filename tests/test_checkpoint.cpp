@@ -1,4 +1,5 @@
 // The checkpoint format: round trip, atomic writes, and refusal of damaged files.
+#include <cstring>
 #include <doctest/doctest.h>
 
 #include <limits>
@@ -239,4 +240,20 @@ TEST_CASE("checkpoint: a directory under a checkpoint's name is refused, named, 
   REQUIRE(latest.refused.size() == 1);
   CHECK(latest.refused[0].find("not a regular file") != std::string::npos);
   std::filesystem::remove_all("ckpt-dir-test");
+}
+
+TEST_CASE("a shard section whose lengths claim more than its bytes is refused before anything is allocated") {
+  auto bytes = encode_shard(sample(5).shards[0]);
+  CHECK(decode_shard(bytes).segments.size() == sample(5).shards[0].segments.size());
+  // The first length field (after the shard id) claims 2^40 segments; cereal would size
+  // the vector first (found by tests/fuzz/fuzz_checkpoint).
+  std::string lying = bytes;
+  const std::uint64_t huge = 1ull << 40;
+  std::memcpy(lying.data() + sizeof(std::uint32_t), &huge, sizeof huge);
+  try {
+    decode_shard(lying);
+    FAIL("decoded");
+  } catch (const ps::bad_request& e) {
+    CHECK(std::string(e.what()).find("remain") != std::string::npos);
+  }
 }
