@@ -11,6 +11,7 @@
 
 #include "apps/prometheus_export.hpp"
 #include "apps/apps.hpp"
+#include "libps/log.hpp"
 #include "libps/consistency.hpp"
 #include "runtime/job_contract.hpp"
 #include "runtime/signals.hpp"
@@ -81,7 +82,8 @@ int main(int argc, char** argv) {
     auto settings = ps::settings_for_app(cfg, "ctr");
     caf::actor_system sys{cfg};
     ps::catch_stop_signals();
-    std::fprintf(stderr, "train_ctr: train=%s test=%s cluster=%s servers=%zu workers=%zu epochs=%zu batch=%zu "
+    if (ps::logs(ps::log_level::info))
+      std::fprintf(stderr, "train_ctr: train=%s test=%s cluster=%s servers=%zu workers=%zu epochs=%zu batch=%zu "
                          "consistency=%s staleness=%s\n",
                  cfg.app_text("train").c_str(), cfg.app_text("test").c_str(), cfg.cluster.c_str(), cfg.servers,
                  cfg.workers, cfg.epochs, cfg.batch, ps::consistency_name(settings.staleness),

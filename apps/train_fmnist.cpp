@@ -8,6 +8,7 @@
 
 #include "apps/prometheus_export.hpp"
 #include "apps/apps.hpp"
+#include "libps/log.hpp"
 #include "libps/consistency.hpp"
 #include "runtime/job_contract.hpp"
 #include "runtime/signals.hpp"
@@ -49,7 +50,8 @@ int main(int argc, char** argv) {
     auto& rule = settings.rule;
     caf::actor_system sys{cfg};
     ps::catch_stop_signals();
-    std::fprintf(stderr,
+    if (ps::logs(ps::log_level::info))
+      std::fprintf(stderr,
                  "train_fmnist: model=%s cluster=%s servers=%zu workers=%zu epochs=%zu lr=%g rule=%s "
                  "consistency=%s staleness=%s pipeline=%s\n",
                  cfg.model.c_str(), cfg.cluster.c_str(), cfg.servers, cfg.workers, cfg.epochs, cfg.lr,

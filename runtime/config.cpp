@@ -19,6 +19,7 @@
 
 #include "actors/server_shard.hpp"
 #include "libps/row_disk.hpp"
+#include "libps/log.hpp"
 #include "libps/secret.hpp"
 #include "runtime/tls_stream.hpp"
 #include "libps/text.hpp"
@@ -44,6 +45,9 @@ node_config::node_config() {
     .add(listen, "listen", "ADDR:PORT this process listens on (default every interface; :PORT for every interface)")
     .add(advertise, "advertise", "HOST[:PORT] other members dial (default: this host's address on its route to "
                                  "--coordinator)")
+    .add(log_level, "log-level", "error|warning|info|debug: what this process says on stderr (info: the job's news "
+                                 "and per-epoch summaries; warning: refused peers and closed connections only; "
+                                 "debug: every connection too); stdout's JSON is not affected")
     .add(secret_file, "secret-file", "FILE holding the job's shared secret (at least 16 bytes, mode 600): every "
                                      "connection proves it before any other byte is read; members without it are refused")
     .add(tls_cert, "tls-cert", "PEM certificate of this process: TLS between all members, with --tls-key and --tls-ca "
@@ -408,6 +412,7 @@ void node_config::validate_metrics() const {
 
 // --secret-file, --tls-*, --ps.max-message-bytes: refused at start-up, not at the first connection.
 void node_config::validate_security() const {
+  if (!parse_log_level(log_level)) throw bad_request("--log-level=" + log_level + " is not one of error|warning|info|debug");
   if (!secret_file.empty()) read_secret_file(secret_file);  // throws naming the file
   const bool any_tls = !tls_cert.empty() || !tls_key.empty() || !tls_ca.empty();
   if (any_tls && (tls_cert.empty() || tls_key.empty() || tls_ca.empty()))
@@ -525,6 +530,12 @@ void apply_runtime_defaults(node_config& cfg) {
   // Costs: up to 1 GiB freed memory kept before it is given back. (bench_kv, README)
   mallopt(M_MMAP_THRESHOLD, 256 << 20);
   mallopt(M_TRIM_THRESHOLD, 1 << 30);
+  if (auto level = parse_log_level(cfg.log_level)) set_log_level(*level);
+  // CAF's logger is compiled out of Debian's CAF: its flags would do nothing, silently.
+  for (const char* caf_flag : {"logger.verbosity", "logger.console-verbosity", "logger.file-verbosity"})
+    if (caf::get_if<caf::atom_value>(&cfg, caf_flag))
+      log_line(log_level::warning, std::string("--") + caf_flag + " does nothing: CAF's logger is compiled out of " +
+                                       "Debian's CAF; --log-level sets what ActorPS says");
   // The data plane is plain TCP: under TLS every value block travels in CAF's messages.
   if (!cfg.tls_cert.empty()) cfg.data_plane_bytes = 0;
 }

@@ -20,6 +20,7 @@
 
 #include "actors/messages.hpp"
 #include "libps/basp_guard.hpp"
+#include "libps/log.hpp"
 #include "runtime/node.hpp"
 
 namespace ps {
@@ -134,6 +135,9 @@ struct connection_state {
     }
     watched = true;
     shared->reaper.watch(this);
+    if (logs(log_level::debug))
+      log_line(log_level::debug, "network: connection " + std::string(accepted ? "from " : "to ") + peer +
+                                     (shared->options.secret ? ", secret" : "") + (shared->options.tls ? ", TLS" : ""));
   }
   ~connection_state() {
     if (watched) shared->reaper.forget(this);
@@ -141,8 +145,8 @@ struct connection_state {
   bool holding() const { return challenge || (tls && !tls_ready); }
   void refuse(const std::string& why) const {
     if (!accepted) shared->note_refusal(peer, why);
-    std::fprintf(stderr, "network: closed the connection %s %s: %s\n", accepted ? "from" : "to", peer.c_str(),
-                 why.c_str());
+    log_line(log_level::warning,
+             "network: closed the connection " + std::string(accepted ? "from " : "to ") + peer + ": " + why);
   }
   void settled() {
     if (watched) shared->reaper.forget(this);

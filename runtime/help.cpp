@@ -12,7 +12,7 @@ namespace {
 // The options of each topic, by full name ("model", "ps.rule").
 const std::map<std::string, std::vector<std::string>>& help_topics() {
   static const std::map<std::string, std::vector<std::string>> topics{
-    {"node", {"role", "coordinator", "app"}},
+    {"node", {"role", "coordinator", "app", "log-level"}},
     {"job", {"cluster", "servers", "workers", "epochs", "lr", "batch", "seed", "ps.rule", "ps.momentum", "config-file"}},
     {"addresses", {"host", "port", "listen", "advertise", "ps.data-plane-port"}},
     {"fmnist", {"model", "data", "target-accuracy", "eval-every", "devices", "aggregation"}},

@@ -1,4 +1,5 @@
 #include "runtime/job_progress.hpp"
+#include "libps/log.hpp"
 
 #include <unistd.h>
 
@@ -14,7 +15,7 @@ namespace ps {
 job_progress::job_progress(std::uint32_t workers, const std::string& metrics_path,
                            std::chrono::milliseconds metrics_every,
                            std::function<void(const nlohmann::ordered_json&)> sink)
-    : board_(workers), metrics_every_(metrics_every), sink_(std::move(sink)), live_(isatty(STDERR_FILENO) == 1) {
+    : board_(workers), metrics_every_(metrics_every), sink_(std::move(sink)), live_(isatty(STDERR_FILENO) == 1 && logs(log_level::info)) {
   if (metrics_path.empty()) return;
   metrics_.open(metrics_path, std::ios::out | std::ios::trunc);
   if (!metrics_) throw bad_request("--metrics=" + metrics_path + ": cannot write there: " + std::strerror(errno));
@@ -32,6 +33,7 @@ double job_progress::elapsed() const {
 }
 
 void job_progress::print_above_live_line(const std::string& line) {
+  if (!logs(log_level::info)) return;  // --log-level=warning or error: the job's news and summaries are off
   std::fprintf(stderr, "%s%s\n", live_shown_ ? "\r\033[K" : "", line.c_str());
   live_shown_ = false;
 }

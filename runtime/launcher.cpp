@@ -1,5 +1,6 @@
 // The job launcher: a whole job on this machine, embedded (one process) or as psnode
 // processes on loopback, watched until it ends.
+#include "libps/log.hpp"
 #include "runtime/node_parts.hpp"
 #include "runtime/job_progress.hpp"
 
@@ -271,7 +272,8 @@ struct local_cluster {
   // Throws bad_request when a process cannot be started.
   void start_processes(std::uint16_t port, const std::string& app_name) {
     auto addr = "--coordinator=127.0.0.1:" + std::to_string(port);
-    std::fprintf(stderr, "coordinator listening on 127.0.0.1:%u (more workers can join: psnode --role=worker %s --app=%s)\n",
+    if (logs(log_level::info))
+      std::fprintf(stderr, "coordinator listening on 127.0.0.1:%u (more workers can join: psnode --role=worker %s --app=%s)\n",
                  port, addr.c_str(), app_name.c_str());
     auto exe = psnode_path();
     for (std::size_t i = 0; i < cfg.servers; ++i)

@@ -107,6 +107,7 @@ struct node_config : caf::actor_system_config {
   std::size_t register_timeout_ms = 60000;
   std::string out;              // export: the directory the .npy files go to
   // security: members prove a shared secret (runtime/guarded_net.hpp); TLS via CAF's OpenSSL module
+  std::string log_level = "info";  // error | warning | info | debug (libps/log.hpp)
   std::string secret_file;
   std::string tls_cert, tls_key, tls_ca;
   std::size_t max_message_bytes = 512u << 20;  // largest CAF message a peer may announce

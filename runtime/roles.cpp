@@ -1,4 +1,5 @@
 // psnode's roles: coordinator, server, worker and local, each ending with its status line.
+#include "libps/log.hpp"
 #include "runtime/node_parts.hpp"
 
 #include <cstdio>
@@ -92,7 +93,8 @@ int run_coordinator_role(caf::actor_system& sys, const node_config& cfg, const j
     caf::anon_send_exit(coord, caf::exit_reason::user_shutdown);
     return print_status(line, false, errc::failed, describe(port.error()));
   }
-  std::fprintf(stderr, "coordinator listening on %s:%u, waiting for %zu servers and %zu workers (job %s); members "
+  if (logs(log_level::info))
+    std::fprintf(stderr, "coordinator listening on %s:%u, waiting for %zu servers and %zu workers (job %s); members "
                "need only --coordinator=HOST:%u\n",
                at.bind_host.c_str(), *port, cfg.servers, cfg.workers, fingerprint_text(settings.spec).c_str(), *port);
   auto start = std::chrono::steady_clock::now();

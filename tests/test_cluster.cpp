@@ -1490,3 +1490,19 @@ TEST_CASE("contract: with --tls-* members with a certificate of the job's author
   CHECK(last_json(out)["test_accuracy"].get<double>() >= 0.81);
   std::filesystem::remove_all("tls-test");
 }
+
+TEST_CASE("--log-level: error leaves only the JSON results, debug names every connection, a bad level is refused") {
+  // stderr only (the JSON goes to /dev/null), minus the children's JSON status lines.
+  auto quiet = shell("{ bin/train_fmnist --epochs=1 --log-level=error 2>&1 >/dev/null; } | grep -v '^{'");
+  CHECK(quiet.second == "");
+  CHECK(quiet.first == 1);  // grep found no line: nothing but the children's JSON
+  auto normal = shell("{ bin/train_fmnist --epochs=1 2>&1 >/dev/null; }");
+  CHECK(normal.second.find("epoch 1/1:") != std::string::npos);
+  auto debug = shell("{ bin/train_fmnist --epochs=1 --log-level=debug 2>&1 >/dev/null; }");
+  CHECK(debug.second.find("network: connection to 127.0.0.1:") != std::string::npos);
+  auto bad = shell("bin/train_fmnist --log-level=loud");
+  CHECK(bad.first == 2);
+  CHECK(bad.second.find("--log-level=loud is not one of error|warning|info|debug") != std::string::npos);
+  auto caf_flag = shell("{ bin/train_fmnist --epochs=1 --logger.verbosity=trace 2>&1 >/dev/null; }");
+  CHECK(caf_flag.second.find("--logger.verbosity does nothing") != std::string::npos);
+}
