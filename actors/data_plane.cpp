@@ -17,6 +17,7 @@
 #include <random>
 
 #include "libps/codec.hpp"
+#include "libps/log.hpp"
 
 namespace ps {
 
@@ -306,7 +307,7 @@ bool data_plane::read_payload(int fd, std::uint64_t bytes, std::shared_ptr<std::
 void data_plane::read_loop(std::shared_ptr<connection> c) {
   std::string why;
   if (c->accepted && secret_ && !challenge_peer(c->fd, *secret_, stall_timeout_, &why)) {
-    if (!stopping_) std::fprintf(stderr, "%s: %s; closing it\n", c->name.c_str(), why.c_str());
+    if (!stopping_) log_line(log_level::warning, c->name + ": " + why + "; closing it");
     drop(c, why);
     return;
   }
@@ -360,7 +361,7 @@ void data_plane::read_loop(std::shared_ptr<connection> c) {
     }
   } catch (const bad_request& e) {
     why = e.what();
-    if (!stopping_) std::fprintf(stderr, "%s: %s; closing it\n", c->name.c_str(), why.c_str());
+    if (!stopping_) log_line(log_level::warning, c->name + ": " + why + "; closing it");
   }
   drop(c, why);
 }

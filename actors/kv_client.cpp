@@ -24,6 +24,8 @@ void kv_op_state::finish(std::string err) {
     std::lock_guard<std::mutex> guard(mtx);
     if (done) return;
     done = true;
+    if (latency && err.empty())
+      latency->record(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - started).count());
     error = std::move(err);
     next = std::move(continuation);
   }
@@ -1008,6 +1010,10 @@ kv_future kv_client::init(const key_set& keys, std::vector<float> values) {
   return send(op_kind::init, keys, std::make_shared<std::vector<float>>(std::move(values)));
 }
 
+std::pair<latency_summary, latency_summary> kv_client::take_latencies() {
+  return {push_latency_->take(), pull_latency_->take()};
+}
+
 kv_future kv_client::pull(const key_set& keys) {
   return send(op_kind::pull, keys, nullptr);
 }
@@ -1038,6 +1044,7 @@ kv_future kv_client::send_rows(op_kind kind, std::uint32_t table, const std::vec
                                const float* grads) {
   auto dim = table_dim(table);
   auto op = std::make_shared<kv_op_state>();
+  op->latency = kind == op_kind::pull ? pull_latency_ : push_latency_;
   op->what = std::string(names_of(kind)) + " of " + std::to_string(ids.size()) + " rows of table '" +
              tables_[table].name + "'";
   auto merged = merge_rows(ids, grads, dim);
@@ -1083,6 +1090,7 @@ kv_future kv_client::send(op_kind kind, const key_set& keys, std::shared_ptr<std
                           std::optional<std::size_t> offset, std::uint64_t then_tick) {
   auto op = std::make_shared<kv_op_state>();
   op->what = names_of(kind);
+  op->latency = kind == op_kind::pull ? pull_latency_ : kind == op_kind::push ? push_latency_ : nullptr;
   if (kind != op_kind::pull && !offset && whole->size() != keys.num_keys())
     throw bad_request(op->what + ": " + std::to_string(whole->size()) + " values for " +
                       std::to_string(keys.num_keys()) + " keys");

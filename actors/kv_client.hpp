@@ -16,6 +16,7 @@
 
 #include "actors/data_plane.hpp"
 #include "actors/messages.hpp"
+#include "libps/latency.hpp"
 #include "libps/chunking.hpp"
 #include "libps/codec.hpp"
 #include "libps/faults.hpp"
@@ -39,6 +40,9 @@ struct kv_op_state {
   std::function<void()> continuation;
   std::size_t pending = 0;           // chunks not yet answered (client actor only)
   std::string what;                  // "pull of keys [0, 10)": for errors
+  // Where the op's latency goes when it succeeds (none: not measured, e.g. init).
+  std::shared_ptr<latency_recorder> latency;
+  std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
 
   // Completes the op once; later calls are ignored. Runs the continuation.
   void finish(std::string err);
@@ -171,6 +175,8 @@ class kv_client {
   // Tags later requests with this clock without telling the shards (tests).
   void set_clock(std::uint64_t c) { clock_ = c; }
   std::uint64_t clock() const { return clock_; }
+  // Push and pull latencies (rows included) since the last call, for progress reports.
+  std::pair<latency_summary, latency_summary> take_latencies();
   const partitioner& map() const { return map_; }
   const kv_client_options& options() const { return opts_; }
   std::vector<double> recovery_times_ms() const;
@@ -208,6 +214,8 @@ class kv_client {
   caf::actor_system& sys_;
   std::vector<shard_link> shards_;
   std::uint64_t clock_ = 0;
+  std::shared_ptr<latency_recorder> push_latency_ = std::make_shared<latency_recorder>();
+  std::shared_ptr<latency_recorder> pull_latency_ = std::make_shared<latency_recorder>();
 };
 
 }  // namespace ps

@@ -192,12 +192,11 @@ std::string fmnist_app(worker_context& ctx) {
     }
     samples_done += batch;
     const auto epoch = clock / iters_per_epoch + 1;
-    if (auto r = progress.step(epoch, clock + 1, samples_done, loss, now)) ctx.report(r->to_json());
+    if (auto r = progress.step(epoch, clock + 1, samples_done, loss, now)) report_progress(ctx, *r);
     if ((clock + 1) % iters_per_epoch == 0)
-      ctx.report(progress
-                   .close_epoch(epoch, clock + 1, samples_done, "accuracy",
-                                fmnist::accuracy(*model, p, data.test, test_first, test_count), test_count)
-                   .to_json());
+      report_progress(ctx, progress.close_epoch(epoch, clock + 1, samples_done, "accuracy",
+                                                fmnist::accuracy(*model, p, data.test, test_first, test_count),
+                                                test_count));
   };
   auto stats = run_training(ctx.kv, loader, stragglers, plan);
   // Done: out of the clock vector (behind the last pushes), so nobody waits for this

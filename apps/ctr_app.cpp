@@ -310,7 +310,7 @@ void train_epoch(worker_context& ctx, const ctr_settings& s, tower_compute& towe
     ++counts.batches;
     counts.dense_bytes += 2 * num_params * sizeof(float);
     auto now = std::chrono::duration<double>(std::chrono::steady_clock::now() - counts.started).count();
-    if (auto r = counts.progress.step(epoch, clock, counts.samples, loss, now)) ctx.report(r->to_json());
+    if (auto r = counts.progress.step(epoch, clock, counts.samples, loss, now)) report_progress(ctx, *r);
   }
   rows.flush(pending);  // the shards have every update before anyone evaluates
   for (auto& f : pending) f.get();
@@ -362,9 +362,9 @@ std::string ctr_app(worker_context& ctx) {
     if (ctx.id == 0) {  // one worker scores the whole test file: an AUC does not add up from parts
       auto [test_auc, test_logloss] = evaluate(ctx, s, *tower, keys);
       counts.per_epoch.push_back({{"epoch", epoch}, {"test_auc", test_auc}, {"test_logloss", test_logloss}});
-      ctx.report(counts.progress.close_epoch(epoch, clock, counts.samples, "auc", test_auc, 1).to_json());
+      report_progress(ctx, counts.progress.close_epoch(epoch, clock, counts.samples, "auc", test_auc, 1));
     } else {
-      ctx.report(counts.progress.close_epoch(epoch, clock, counts.samples).to_json());
+      report_progress(ctx, counts.progress.close_epoch(epoch, clock, counts.samples));
     }
     ctx.barrier();
   }

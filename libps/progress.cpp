@@ -18,6 +18,12 @@ std::string progress_report::to_json() const {
       j["metric_count"] = metric_count;
     }
   }
+  for (auto [name, l] : {std::pair{"push", &push_latency}, std::pair{"pull", &pull_latency}})
+    if (l->count > 0) {
+      j[std::string(name) + "_count"] = l->count;
+      j[std::string(name) + "_p50_ms"] = l->p50_ms;
+      j[std::string(name) + "_p99_ms"] = l->p99_ms;
+    }
   return j.dump();
 }
 
@@ -39,6 +45,11 @@ std::optional<progress_report> progress_report::parse(const std::string& text) {
     r.metric = j.value("metric", std::string());
     r.metric_value = j.value("metric_value", 0.0);
     r.metric_count = j.value("metric_count", std::uint64_t{0});
+    for (auto [name, l] : {std::pair{"push", &r.push_latency}, std::pair{"pull", &r.pull_latency}}) {
+      l->count = j.value(std::string(name) + "_count", std::uint64_t{0});
+      l->p50_ms = j.value(std::string(name) + "_p50_ms", 0.0);
+      l->p99_ms = j.value(std::string(name) + "_p99_ms", 0.0);
+    }
     return r;
   } catch (const nlohmann::json::exception&) {
     return std::nullopt;  // a field missing or of another type: not ours
@@ -183,6 +194,25 @@ std::string progress_board::live_line(double elapsed_s) const {
   return buf;
 }
 
+// The workers' latest request latencies: p50 the median of theirs, p99 the worst one's.
+void progress_board::add_latencies(nlohmann::ordered_json& j) const {
+  for (auto [name, pick] : {std::pair{"push", &progress_report::push_latency},
+                            std::pair{"pull", &progress_report::pull_latency}}) {
+    std::vector<double> p50;
+    double p99 = 0;
+    for (const auto& [w, r] : latest_) {
+      const auto& l = r.*pick;
+      if (l.count == 0) continue;
+      p50.push_back(l.p50_ms);
+      p99 = std::max(p99, l.p99_ms);
+    }
+    if (p50.empty()) continue;
+    std::nth_element(p50.begin(), p50.begin() + p50.size() / 2, p50.end());
+    j[std::string(name) + "_p50_ms"] = p50[p50.size() / 2];
+    j[std::string(name) + "_p99_ms"] = p99;
+  }
+}
+
 nlohmann::ordered_json progress_board::snapshot(double elapsed_s) const {
   std::uint64_t samples = 0;
   double loss = 0;
@@ -197,6 +227,7 @@ nlohmann::ordered_json progress_board::snapshot(double elapsed_s) const {
   if (latest_.empty()) return j;  // no loss yet: none is better than a zero
   j["loss"] = loss / static_cast<double>(latest_.size());
   j["fraction_done"] = fraction_done();
+  add_latencies(j);
   return j;
 }
 

@@ -11,6 +11,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "libps/latency.hpp"
+
 namespace ps {
 
 struct progress_report {
@@ -24,6 +26,8 @@ struct progress_report {
   std::string metric;                   // epoch_end: "accuracy" or "auc" when evaluated, else ""
   double metric_value = 0;
   std::uint64_t metric_count = 0;       // test samples behind metric_value (its weight)
+  // Request latencies since the worker's last report (count 0: none measured).
+  latency_summary push_latency, pull_latency;
 
   std::string to_json() const;
   // nullopt when the text is not a progress report (an app's free-form line).
@@ -80,6 +84,7 @@ class progress_board {
   nlohmann::ordered_json snapshot(double elapsed_s) const;
 
  private:
+  void add_latencies(nlohmann::ordered_json& j) const;
   struct epoch_parts {
     std::map<std::uint32_t, progress_report> closed;  // by worker
   };

@@ -16,6 +16,7 @@
 #include "actors/coordinator.hpp"
 #include "actors/kv_client.hpp"
 #include "libps/endpoint.hpp"
+#include "libps/progress.hpp"
 #include "libps/faults.hpp"
 #include "libps/job_spec.hpp"
 
@@ -188,6 +189,10 @@ struct worker_context {
   std::function<void()> barrier;                 // all live workers; throws kv_error on failure
   std::function<void(std::string)> report;       // progress, shown by the launcher
 };
+
+// Reports progress to the job's observer with the worker's push and pull latencies since
+// its last report (its client measures them).
+void report_progress(worker_context& ctx, progress_report r);
 
 // A worker app: runs on a registered worker, returns a one-line JSON result.
 using app_fn = std::function<std::string(worker_context&)>;

@@ -24,6 +24,11 @@ milliseconds retry_interval(const node_config& cfg) {
 
 }  // namespace
 
+void report_progress(worker_context& ctx, progress_report r) {
+  std::tie(r.push_latency, r.pull_latency) = ctx.kv.take_latencies();
+  ctx.report(r.to_json());
+}
+
 std::shared_ptr<data_plane> data_plane_from(const node_config& cfg) {
   if (cfg.data_plane_bytes == 0) return nullptr;
   // A payload is written before its message is sent, so it is late only when its sender

@@ -987,7 +987,7 @@ TEST_CASE("train_fmnist: stdout is JSON lines only; stderr has a summary per epo
   CHECK(err.find(", accuracy 0.") != std::string::npos);
   CHECK(err.find("ETA") != std::string::npos);
   std::ifstream metrics("fmnist-metrics.jsonl");
-  std::size_t epochs = 0, with_shards = 0;
+  std::size_t epochs = 0, with_shards = 0, with_latency = 0;
   for (std::string line; std::getline(metrics, line);) {
     auto j = nlohmann::json::parse(line);
     if (j["type"] == "epoch") {
@@ -1003,9 +1003,17 @@ TEST_CASE("train_fmnist: stdout is JSON lines only; stderr has a summary per epo
       // ticks to c + 1: at most 2 apart.
       CHECK(j["clock_spread"] <= 2);
     }
+    if (j["type"] == "progress" && j.contains("push_p99_ms")) {  // the workers' request latencies
+      ++with_latency;
+      CHECK(j["push_p50_ms"] > 0);
+      CHECK(j["push_p50_ms"] <= j["push_p99_ms"]);
+      CHECK(j["pull_p50_ms"] > 0);
+      CHECK(j["pull_p99_ms"] < 30000);  // below the request timeout
+    }
   }
   CHECK(epochs == 3);
   CHECK(with_shards >= 1);
+  CHECK(with_latency >= 1);
   auto [plot_rc, plot_out] = shell(std::string("/usr/bin/python3 ") + TOOLS_DIR +
                                    "/plot_metrics.py fmnist-metrics.jsonl fmnist-metrics.png");
   INFO(plot_out);

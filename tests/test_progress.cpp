@@ -106,3 +106,39 @@ TEST_CASE("progress: a worker's tracker reports at its interval with the window'
   t.step(2, 4, 256, 0.25, 0.8);
   CHECK(t.close_epoch(2, 4, 256).epoch_loss == doctest::Approx(0.25));
 }
+
+TEST_CASE("latency: p50 and p99 from the recorded requests, within a bucket (19%); take starts afresh") {
+  ps::latency_recorder rec;
+  CHECK(rec.take().count == 0);
+  for (int i = 0; i < 98; ++i) rec.record(1000);  // 1 ms
+  rec.record(50000);                               // 50 ms, twice: the 99th percentile
+  rec.record(50000);
+  auto s = rec.take();
+  CHECK(s.count == 100);
+  CHECK(s.p50_ms == doctest::Approx(1.0).epsilon(0.19));
+  CHECK(s.p99_ms == doctest::Approx(50.0).epsilon(0.19));
+  CHECK(rec.take().count == 0);
+}
+
+TEST_CASE("progress: request latencies go through a report's JSON; the board shows the median p50 and the worst p99") {
+  ps::progress_report a;
+  a.worker = 0;
+  a.epochs = 1;
+  a.push_latency = {10, 1.0, 5.0};
+  a.pull_latency = {10, 2.0, 9.0};
+  auto back = ps::progress_report::parse(a.to_json());
+  REQUIRE(back);
+  CHECK(back->push_latency.count == 10);
+  CHECK(back->pull_latency.p99_ms == 9.0);
+  ps::progress_report b = a;
+  b.worker = 1;
+  b.push_latency = {10, 3.0, 20.0};
+  b.pull_latency = {};  // none measured
+  ps::progress_board board(2);
+  board.add(a, 1.0);
+  board.add(b, 1.0);
+  auto j = board.snapshot(1.0);
+  CHECK(j["push_p99_ms"] == 20.0);
+  CHECK(j["push_p50_ms"] == 3.0);  // the upper median of {1, 3}
+  CHECK(j["pull_p99_ms"] == 9.0);
+}
