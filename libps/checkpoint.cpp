@@ -15,6 +15,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 
 namespace ps {
@@ -292,6 +293,55 @@ std::string unwritable_directory(const std::string& dir) {
   }
   std::filesystem::remove(probe, ec);
   return "";
+}
+
+namespace {
+
+// The part [offset, offset + n) of a segment of `len` keys, its state slots cut alike.
+stored_segment slice(const stored_segment& seg, std::uint64_t offset, std::uint64_t n) {
+  const auto len = seg.end - seg.begin;
+  stored_segment out;
+  out.begin = seg.begin + offset;
+  out.end = out.begin + n;
+  out.values.assign(seg.values.begin() + offset, seg.values.begin() + offset + n);
+  for (std::uint64_t slot = 0; len > 0 && slot < seg.state.size() / len; ++slot) {
+    auto from = seg.state.begin() + slot * len + offset;
+    out.state.insert(out.state.end(), from, from + n);
+  }
+  return out;
+}
+
+}  // namespace
+
+checkpoint reshard(const checkpoint& c, const partitioner& map) {
+  checkpoint out;
+  out.header = c.header;
+  out.header.shard_ids = map.shard_ids();
+  std::map<std::uint32_t, std::size_t> index;  // shard id -> its place in out.shards
+  for (auto id : map.shard_ids()) {
+    index[id] = out.shards.size();
+    out.shards.push_back(shard_snapshot{id, {}, {}, {}, 0});
+  }
+  for (const auto& old : c.shards) {
+    if (!old.disk_rows.empty())
+      throw bad_request("shard " + std::to_string(old.shard) + "'s rows are on a disk tier (" + old.disk_rows +
+                        "): they can only be restored onto as many shards as the checkpoint has");
+    for (const auto& seg : old.segments)
+      if (seg.end > seg.begin)
+        for (const auto& p : map.split(key_set::single({seg.begin, seg.end})))
+          out.shards[index.at(p.shard)].segments.push_back(slice(seg, p.value_offset, p.keys.size()));
+    for (const auto& t : old.tables)
+      for (std::size_t r = 0; r < t.ids.size(); ++r) {
+        auto& tables = out.shards[index.at(map.row_owner(t.table, t.ids[r]))].tables;
+        auto it = std::find_if(tables.begin(), tables.end(), [&](const table_rows& x) { return x.table == t.table; });
+        if (it == tables.end()) it = tables.insert(tables.end(), table_rows{t.table, t.stride, {}, {}});
+        it->ids.push_back(t.ids[r]);
+        it->rows.insert(it->rows.end(), t.rows.begin() + r * t.stride, t.rows.begin() + (r + 1) * t.stride);
+      }
+  }
+  for (auto& s : out.shards)
+    std::sort(s.segments.begin(), s.segments.end(), [](const auto& a, const auto& b) { return a.begin < b.begin; });
+  return out;
 }
 
 }  // namespace ps

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "libps/partitioner.hpp"
 #include "libps/shard_store.hpp"
 
 namespace ps {
@@ -64,6 +65,12 @@ struct checkpoint {
 // decoding throws bad_request.
 std::string encode_shard(const shard_snapshot& s);
 shard_snapshot decode_shard(const std::string& bytes);
+
+// The checkpoint's state laid out for `map`'s shards (another count, another ring): each
+// dense segment cut where ownership changes and handed to its owner with its optimizer
+// state, each row moved to its row_owner. The header's shard_ids become map's. Throws
+// bad_request for rows on a disk tier (one RocksDB checkpoint per old shard: not split).
+checkpoint reshard(const checkpoint& c, const partitioner& map);
 
 // Writes atomically (see above); returns the final path. Throws bad_request naming the
 // directory or file on an I/O error, or when shards do not match header.shard_ids.

@@ -139,10 +139,14 @@ std::string fingerprint_text(const job_spec& spec) {
   return buf;
 }
 
-std::vector<std::uint64_t> shard_keys(const node_config& cfg, const job_settings& settings) {
+partitioner job_map(const node_config& cfg, const job_settings& settings) {
   std::vector<std::uint32_t> ids(cfg.servers);
   for (std::uint32_t i = 0; i < ids.size(); ++i) ids[i] = i;
-  partitioner map(1, ids, static_cast<std::uint32_t>(cfg.vnodes), settings.bucket_bits, dense_ranges(settings.spec));
+  return partitioner(1, ids, static_cast<std::uint32_t>(cfg.vnodes), settings.bucket_bits, dense_ranges(settings.spec));
+}
+
+std::vector<std::uint64_t> shard_keys(const node_config& cfg, const job_settings& settings) {
+  auto map = job_map(cfg, settings);
   std::vector<std::uint64_t> out(cfg.servers, 0);
   for (const auto& t : settings.spec.tensors())
     for (const auto& p : map.split(key_set::single(t.keys))) out[p.shard] += p.keys.size();

@@ -27,6 +27,8 @@ std::string fingerprint_text(const job_spec& spec);
 
 // How many of the spec's tensor keys each of cfg.servers shards owns (by shard id) under
 // the map the job's settings give.
+// The map a job of these settings starts with (the coordinator's first epoch).
+partitioner job_map(const node_config& cfg, const job_settings& settings);
 std::vector<std::uint64_t> shard_keys(const node_config& cfg, const job_settings& settings);
 
 }  // namespace ps

@@ -3,6 +3,7 @@
 #include "libps/log.hpp"
 #include "runtime/node_parts.hpp"
 #include "runtime/job_progress.hpp"
+#include "runtime/job_contract.hpp"
 
 #include <signal.h>
 #include <spawn.h>
@@ -140,11 +141,6 @@ std::shared_ptr<const checkpoint> load_restore(const node_config& cfg, const job
     throw bad_request(latest.path + ": cannot restore: it holds " + what + " " + have + ", this job has " + need);
   };
   if (got.model != want.model) mismatch("model", got.model, want.model);
-  if (got.shard_ids != want.shard_ids)
-    mismatch("shards", std::to_string(got.shard_ids.size()), std::to_string(want.shard_ids.size()));
-  if (got.vnodes != want.vnodes) mismatch("vnodes", std::to_string(got.vnodes), std::to_string(want.vnodes));
-  if (got.bucket_bits != want.bucket_bits)
-    mismatch("bucket bits", std::to_string(got.bucket_bits), std::to_string(want.bucket_bits));
   if (got.rule != want.rule || got.state_slots != want.state_slots)
     mismatch("update rule", update_rule::name(static_cast<rule_kind>(got.rule)), update_rule::name(settings.rule.kind));
   if (auto bad = non_finite_values(*latest.found); !bad.empty()) {
@@ -154,7 +150,20 @@ std::shared_ptr<const checkpoint> load_restore(const node_config& cfg, const job
   }
   std::fprintf(stderr, "restore: parameters from %s (clock %llu)\n", latest.path.c_str(),
                static_cast<unsigned long long>(got.clock));
-  return std::make_shared<const checkpoint>(std::move(*latest.found));
+  if (got.shard_ids == want.shard_ids && got.vnodes == want.vnodes && got.bucket_bits == want.bucket_bits)
+    return std::make_shared<const checkpoint>(std::move(*latest.found));
+  // Another number of shards (or another ring): every key and row goes to its new owner.
+  try {
+    auto moved = reshard(*latest.found, job_map(cfg, settings));
+    moved.header.vnodes = want.vnodes;
+    moved.header.bucket_bits = want.bucket_bits;
+    std::fprintf(stderr, "restore: the state of %zu shards laid out for %zu\n", got.shard_ids.size(),
+                 want.shard_ids.size());
+    return std::make_shared<const checkpoint>(std::move(moved));
+  } catch (const bad_request& e) {
+    throw bad_request(latest.path + ": cannot restore onto " + std::to_string(want.shard_ids.size()) + " shards: " +
+                      e.what());
+  }
 }
 
 // A job starts a fresh trace: the shards only ever append.

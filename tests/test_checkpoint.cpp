@@ -257,3 +257,49 @@ TEST_CASE("a shard section whose lengths claim more than its bytes is refused be
     CHECK(std::string(e.what()).find("remain") != std::string::npos);
   }
 }
+
+TEST_CASE("reshard: every key and row of a 2-shard checkpoint lands once, at its owner among 3, state slots with it") {
+  checkpoint c;
+  c.header.shard_ids = {0, 1};
+  // Shard 0 held keys [0, 5000) with 2 state slots, shard 1 keys [5000, 9000) and 50 rows of table 0.
+  auto segment = [](key_type b, key_type e) {
+    stored_segment s{b, e, {}, {}};
+    for (auto k = b; k < e; ++k) s.values.push_back(static_cast<float>(k));
+    for (int slot = 0; slot < 2; ++slot)
+      for (auto k = b; k < e; ++k) s.state.push_back(static_cast<float>(k) + 0.5f * static_cast<float>(slot + 1));
+    return s;
+  };
+  c.shards.push_back(shard_snapshot{0, {segment(0, 5000)}, {}, {}, 0});
+  table_rows rows{0, 2, {}, {}};
+  for (std::uint64_t id = 0; id < 50; ++id) {
+    rows.ids.push_back(id * 7919);
+    rows.rows.insert(rows.rows.end(), {static_cast<float>(id), -static_cast<float>(id)});
+  }
+  c.shards.push_back(shard_snapshot{1, {segment(5000, 9000)}, {rows}, {}, 0});
+  ps::partitioner map(1, {0, 1, 2}, 16, 6);
+  auto out = reshard(c, map);
+  REQUIRE(out.shards.size() == 3);
+  CHECK(out.header.shard_ids == std::vector<std::uint32_t>{0, 1, 2});
+  std::uint64_t keys = 0, rows_seen = 0;
+  for (const auto& s : out.shards) {
+    for (const auto& seg : s.segments) {
+      const auto len = seg.end - seg.begin;
+      REQUIRE(seg.state.size() == 2 * len);
+      for (auto k = seg.begin; k < seg.end; ++k) {
+        CHECK(map.owner(k) == s.shard);
+        CHECK(seg.values[k - seg.begin] == static_cast<float>(k));
+        CHECK(seg.state[len + (k - seg.begin)] == static_cast<float>(k) + 1.0f);  // the second slot
+      }
+      keys += len;
+    }
+    for (const auto& t : s.tables)
+      for (std::size_t r = 0; r < t.ids.size(); ++r, ++rows_seen) {
+        CHECK(map.row_owner(t.table, t.ids[r]) == s.shard);
+        CHECK(t.rows[2 * r] == static_cast<float>(t.ids[r] / 7919));
+      }
+  }
+  CHECK(keys == 9000);
+  CHECK(rows_seen == 50);
+  c.shards[1].disk_rows = "/somewhere/shard-1";
+  CHECK_THROWS_AS(reshard(c, map), ps::bad_request);
+}
