@@ -1,4 +1,5 @@
 #include "actors/kv_client.hpp"
+#include "libps/log.hpp"
 
 #include "libps/consistency.hpp"
 #include "libps/faults.hpp"
@@ -313,8 +314,8 @@ std::uint64_t plane_peer(client_ptr self, const shard_actor& target) {
         self->request(self->state.connector, caf::infinite, connect_atom::value, token, host, port)
           .then([=](std::uint64_t peer) { self->state.plane_peers[addr] = peer; },
                 [=](caf::error& err) {
-                  std::fprintf(stderr, "worker %u: %s; its blocks go through CAF\n", self->state.worker,
-                               describe(err).c_str());
+                  log_line(log_level::warning, "worker " + std::to_string(self->state.worker) + ": " +
+                                                   describe(err) + "; its blocks go through CAF");
                 });
       },
       [](caf::error&) {});  // gone: a failover brings a new handle, asked in turn
@@ -382,8 +383,8 @@ void shard_down(client_ptr self, std::size_t i, const std::string& reason) {
     return;
   }
   st.routes[i].down_since = std::chrono::steady_clock::now();
-  std::fprintf(stderr, "worker %u: %s; waiting up to %lld ms for a replacement\n", st.worker, st.routes[i].down.c_str(),
-               static_cast<long long>(st.timeout.count()));
+  log_line(log_level::warning, "worker " + std::to_string(st.worker) + ": " + st.routes[i].down + "; waiting up to " +
+                                   std::to_string(st.timeout.count()) + " ms for a replacement");
   self->delayed_send(self, st.timeout, failover_atom::value, static_cast<std::uint64_t>(i), st.routes[i].generation);
 }
 
@@ -459,8 +460,9 @@ void apply_view(client_ptr self, const cluster_view& view) {
     st.routes[idx].inflight_bytes = 0;
     for (auto& r : st.routes[idx].queued) again.push_back(std::move(r));
     st.routes[idx].queued = std::move(again);
-    std::fprintf(stderr, "worker %u: %s takes over; %zu requests sent again\n", st.worker,
-                 st.routes[idx].link.name.c_str(), st.routes[idx].queued.size());
+    log_line(log_level::warning, "worker " + std::to_string(st.worker) + ": " + st.routes[idx].link.name +
+                                     " takes over; " + std::to_string(st.routes[idx].queued.size()) +
+                                     " requests sent again");
     pump(self, idx);
   }
 }
