@@ -267,6 +267,7 @@ void deliver_waiting(self_ptr self, const coordinator_options& opts, bool server
     }
     auto reg = make_registration(self, opts, w.id);
     if (opts.restore && w.server) reg.state = encoded_state(*opts.restore, reg.id);
+    if (opts.restore && !w.server) reg.start_clock = opts.restore_clock;  // where the checkpoint's job was
     w.promise.deliver(std::move(reg));
   }
   st.waiting = std::move(keep);

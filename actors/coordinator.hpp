@@ -44,6 +44,9 @@ struct coordinator_options {
   std::uint32_t replication = 1;
   // --restore: the shards start from this checkpoint's parameters.
   std::shared_ptr<const checkpoint> restore;
+  // With restore: the clock the workers start at (the checkpoint's, when the app resumes
+  // there; 0: the job runs again from its start on the restored state).
+  std::uint64_t restore_clock = 0;
   // The job contract: handed to every member; a member whose given settings or protocol
   // version differ is refused (before the job has formed, that fails the job).
   job_spec spec;

@@ -534,13 +534,14 @@ std::vector<app_flag> bench_flags() {
 void register_builtin_apps() {
   static std::once_flag once;
   std::call_once(once, [] {
-    register_app({"fmnist", "Fashion-MNIST softmax or MLP, data-parallel", fmnist_app, "sgd", "bsp", fmnist_tensors, {}});
+    register_app({"fmnist", "Fashion-MNIST softmax or MLP, data-parallel", fmnist_app, "sgd", "bsp", fmnist_tensors, {},
+                  {}, true});
     register_app({"kvcheck", "exact sums under asynchronous pushes", kvcheck_app, "sum", "asp", kvcheck_tensors, {}});
     register_app({"clocksum", "exact integer sums per clock, the fault tests' app", clocksum_app, "sum", "bsp",
                   [](const node_config&) {
                     return std::vector<tensor_spec>{{"clocksum", {0, clocksum_keys}, {clocksum_keys}}};
                   },
-                  clocksum_flags()});
+                  clocksum_flags(), {}, true});
     register_app({"bench", "push/pull throughput per size and window (bench_kv)", bench_app, "sum", "asp",
                   bench_tensors, bench_flags()});
     register_app(rowcheck_definition());

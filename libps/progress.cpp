@@ -126,6 +126,8 @@ nlohmann::ordered_json epoch_summary::json() const {
 }
 
 std::vector<epoch_summary> progress_board::add(const progress_report& r, double elapsed_s) {
+  // A job resumed from a checkpoint starts at a later epoch: the earlier ones are not its.
+  if (latest_.empty() && summarized_ == 0 && r.epoch > 1) summarized_ = r.epoch - 1;
   latest_[r.worker] = r;
   if (r.epoch_end && r.epoch > summarized_) open_[r.epoch].closed[r.worker] = r;
   return complete(elapsed_s);

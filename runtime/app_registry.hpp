@@ -22,6 +22,10 @@ struct app_definition {
   std::function<std::vector<tensor_spec>(const node_config&)> tensors;  // may be empty
   std::vector<app_flag> flags;      // its own flags (runtime/node.hpp), read with cfg.app_count(...)
   std::function<std::vector<sparse_table_spec>(const node_config&)> tables = {};  // sparse tables; may be empty
+  // Its workers start at their registration's start_clock (data position and random state
+  // follow from the clock), so a --restore resumes at the checkpoint's clock. Apps that
+  // do not run the whole job again on the restored state (rowcheck's --prior-runs).
+  bool resumes = false;
 };
 
 // Throws bad_request for an empty name, a missing run function, a name taken already, or

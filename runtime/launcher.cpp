@@ -3,6 +3,7 @@
 #include "libps/log.hpp"
 #include "runtime/node_parts.hpp"
 #include "runtime/job_progress.hpp"
+#include "runtime/app_registry.hpp"
 #include "runtime/job_contract.hpp"
 
 #include <signal.h>
@@ -346,6 +347,7 @@ running_coordinator start_coordinator(caf::actor_system& sys, const node_config&
   if (std::string err; !start_trace(cfg, &err)) throw bad_request(err);
   auto copts = coordinator_options_from(cfg, settings);
   copts.restore = load_restore(cfg, settings, app_name);
+  if (copts.restore && find_app_definition(app_name).resumes) copts.restore_clock = copts.restore->header.clock;
   copts.observer = observer;
   copts.checkpointer = spawn_checkpointer(sys, cfg, settings, app_name, observer);
   return {sys.spawn(coordinator, copts), copts.checkpointer};

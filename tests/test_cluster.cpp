@@ -10,6 +10,7 @@
 #include <random>
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <arpa/inet.h>
@@ -660,15 +661,17 @@ TEST_CASE("faults: --restore starts from the newest intact checkpoint, onto any 
     f.seekp(-5, std::ios::end);
     f.put('\x7f');
   }
-  auto [rc2, out2] = shell("bin/psnode --role=local --app=clocksum --clocks=5 --restore=ckpt-restore");
+  // clocksum resumes at the checkpoint's clock: --clocks=21 from 16 runs 5 more.
+  auto [rc2, out2] = shell("bin/psnode --role=local --app=clocksum --clocks=21 --restore=ckpt-restore");
   INFO(out2);
   REQUIRE(rc2 == 0);
   CHECK(out2.find("checkpoint-24.apsckpt") != std::string::npos);  // refused, named
   CHECK(out2.find("restore: parameters from ckpt-restore/checkpoint-16.apsckpt (clock 16)") != std::string::npos);
   for (std::uint32_t s = 0; s < 2; ++s) CHECK(shard_value(clocksum_line(out2, 0), s) == 3 * (16 + 5));
+  CHECK(clocksum_line(out2, 0)["start_clock"] == 16);
   // Onto 3 shards and onto 1: every key moves to its new owner, the sums go on exactly.
   for (std::uint32_t servers : {3u, 1u}) {
-    auto [rc3, out3] = shell("bin/psnode --role=local --app=clocksum --clocks=5 --restore=ckpt-restore --servers=" +
+    auto [rc3, out3] = shell("bin/psnode --role=local --app=clocksum --clocks=21 --restore=ckpt-restore --servers=" +
                              std::to_string(servers));
     INFO(out3);
     CHECK(rc3 == 0);
@@ -1518,4 +1521,25 @@ TEST_CASE("--log-level: error leaves only the JSON results, debug names every co
   CHECK(bad.second.find("--log-level=loud is not one of error|warning|info|debug") != std::string::npos);
   auto caf_flag = shell("{ bin/train_fmnist --epochs=1 --logger.verbosity=trace 2>&1 >/dev/null; }");
   CHECK(caf_flag.second.find("--logger.verbosity does nothing") != std::string::npos);
+}
+
+TEST_CASE("faults: train_fmnist restored from its 2-epoch checkpoint resumes there: one more epoch, the accuracy of 3 straight") {
+  std::filesystem::remove_all("ckpt-resume");
+  const std::string job = "bin/train_fmnist --cluster=processes --servers=2 --workers=2 --consistency=bsp ";
+  auto [rc, straight] = shell(job + "--epochs=3");
+  REQUIRE(rc == 0);
+  auto [rc1, first] = shell(job + "--epochs=2 --checkpoint-dir=ckpt-resume");
+  INFO(first);
+  REQUIRE(rc1 == 0);
+  auto [rc2, resumed] = shell(job + "--epochs=3 --restore=ckpt-resume");
+  INFO(resumed);
+  REQUIRE(rc2 == 0);
+  CHECK(resumed.find("epoch 3/3:") != std::string::npos);
+  CHECK(resumed.find("epoch 1/3:") == std::string::npos);  // it did not start again
+  CHECK(resumed.find("epoch 2/3:") == std::string::npos);
+  // Batches follow from the clock, so the parameters are those of 3 epochs straight up to
+  // the order of the two workers' float additions on the servers.
+  CHECK(std::abs(last_json(resumed)["test_accuracy"].get<double>() - last_json(straight)["test_accuracy"].get<double>()) <=
+        0.005);
+  std::filesystem::remove_all("ckpt-resume");
 }

@@ -142,3 +142,17 @@ TEST_CASE("progress: request latencies go through a report's JSON; the board sho
   CHECK(j["push_p50_ms"] == 3.0);  // the upper median of {1, 3}
   CHECK(j["pull_p99_ms"] == 9.0);
 }
+
+TEST_CASE("progress: a job resumed at epoch 3 of 3 is summarized from there") {
+  ps::progress_board board(1);
+  ps::progress_report r;
+  r.epoch = 3;
+  r.epochs = 3;
+  r.samples = 100;
+  CHECK(board.add(r, 1.0).empty());
+  r.epoch_end = true;
+  r.epoch_loss = 0.5;
+  auto done = board.add(r, 2.0);
+  REQUIRE(done.size() == 1);
+  CHECK(done[0].epoch == 3);
+}
