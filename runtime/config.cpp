@@ -95,6 +95,11 @@ node_config::node_config() {
                                        "http://HOST:P/metrics (0: off); by the launcher or psnode's coordinator")
     .add(faults, "faults", "fault injector, ';'-separated: kill server=I at=C; kill worker=I at=C; "
                            "slow worker=I factor=F (see README)");
+  declare_tuning_options();
+}
+
+// [ps]: tuning, timeouts and the partitioning (--ps.NAME).
+void node_config::declare_tuning_options() {
   opt_group{custom_options_, "ps"}
     .add(rule, "rule", "server update rule: sum|sgd|adagrad|adam (default: the app's)")
     .add(momentum, "momentum", "sgd momentum")

@@ -149,6 +149,7 @@ struct node_config : caf::actor_system_config {
   void validate_metrics() const;      // part of validate
   void validate_checkpoints() const;  // part of validate
   void validate_security() const;     // part of validate
+  void declare_tuning_options();       // part of the constructor: the [ps] group
   // The fault plan --faults selects (checked against the cluster size).
   fault_plan fault_spec() const;
   // The push codec --compression and --topk-ratio select.
