@@ -282,6 +282,12 @@ std::pair<double, double> evaluate(worker_context& ctx, const ctr_settings& s, t
   return {auc(scores, labels), logloss(scores, labels)};
 }
 
+// A progress report with the row cache's lookups, for --metrics.
+void report_rows(worker_context& ctx, const row_access& rows, progress_report r) {
+  std::tie(r.cache_hits, r.cache_misses) = rows.hits_and_misses();
+  report_progress(ctx, std::move(r));
+}
+
 // One pass over this worker's training rows; each batch is one clock.
 void train_epoch(worker_context& ctx, const ctr_settings& s, tower_compute& tower, const key_set& keys,
                  row_access& rows, std::uint64_t epoch, std::uint64_t& clock, ctr_counts& counts) {
@@ -310,7 +316,7 @@ void train_epoch(worker_context& ctx, const ctr_settings& s, tower_compute& towe
     ++counts.batches;
     counts.dense_bytes += 2 * num_params * sizeof(float);
     auto now = std::chrono::duration<double>(std::chrono::steady_clock::now() - counts.started).count();
-    if (auto r = counts.progress.step(epoch, clock, counts.samples, loss, now)) report_progress(ctx, *r);
+    if (auto r = counts.progress.step(epoch, clock, counts.samples, loss, now)) report_rows(ctx, rows, *r);
   }
   rows.flush(pending);  // the shards have every update before anyone evaluates
   for (auto& f : pending) f.get();
@@ -362,9 +368,9 @@ std::string ctr_app(worker_context& ctx) {
     if (ctx.id == 0) {  // one worker scores the whole test file: an AUC does not add up from parts
       auto [test_auc, test_logloss] = evaluate(ctx, s, *tower, keys);
       counts.per_epoch.push_back({{"epoch", epoch}, {"test_auc", test_auc}, {"test_logloss", test_logloss}});
-      report_progress(ctx, counts.progress.close_epoch(epoch, clock, counts.samples, "auc", test_auc, 1));
+      report_rows(ctx, rows, counts.progress.close_epoch(epoch, clock, counts.samples, "auc", test_auc, 1));
     } else {
-      report_progress(ctx, counts.progress.close_epoch(epoch, clock, counts.samples));
+      report_rows(ctx, rows, counts.progress.close_epoch(epoch, clock, counts.samples));
     }
     ctx.barrier();
   }

@@ -26,8 +26,12 @@ json shard_part(const status_shard& s) {
     throw bad_request("shard " + std::to_string(s.id) + " sent stats that are not a shard's JSON: " + s.stats.substr(0, 200));
   const double uptime = std::max(st.value("uptime_s", 0.0), 1e-9);
   out["state"] = "serving";
-  for (const char* k : {"keys", "rows", "ram_bytes", "disk_bytes_read", "peak_rss", "pushes", "pulls"})
+  for (const char* k : {"keys", "rows", "ram_bytes", "ram_hits", "ram_misses", "disk_bytes_read", "peak_rss", "pushes",
+                        "pulls"})
     out[k] = st.value(k, std::uint64_t{0});
+  // The RAM tier over the disk: rows a request found in RAM, of all it looked up.
+  const auto lookups = out["ram_hits"].get<std::uint64_t>() + out["ram_misses"].get<std::uint64_t>();
+  if (lookups > 0) out["ram_hit_rate"] = static_cast<double>(out["ram_hits"].get<std::uint64_t>()) / lookups;
   // Dense parameters and the tables' rows with their optimizer state.
   out["bytes"] = st.value("keys", std::uint64_t{0}) * sizeof(float) + st.value("table_bytes", std::uint64_t{0});
   out["push_rate"] = static_cast<double>(out["pushes"].get<std::uint64_t>()) / uptime;

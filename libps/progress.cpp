@@ -24,6 +24,10 @@ std::string progress_report::to_json() const {
       j[std::string(name) + "_p50_ms"] = l->p50_ms;
       j[std::string(name) + "_p99_ms"] = l->p99_ms;
     }
+  if (cache_hits + cache_misses > 0) {
+    j["cache_hits"] = cache_hits;
+    j["cache_misses"] = cache_misses;
+  }
   return j.dump();
 }
 
@@ -50,6 +54,8 @@ std::optional<progress_report> progress_report::parse(const std::string& text) {
       l->p50_ms = j.value(std::string(name) + "_p50_ms", 0.0);
       l->p99_ms = j.value(std::string(name) + "_p99_ms", 0.0);
     }
+    r.cache_hits = j.value("cache_hits", std::uint64_t{0});
+    r.cache_misses = j.value("cache_misses", std::uint64_t{0});
     return r;
   } catch (const nlohmann::json::exception&) {
     return std::nullopt;  // a field missing or of another type: not ours
@@ -105,6 +111,17 @@ std::string seconds_text(double s) {
   return buf;
 }
 
+// Hits over lookups in the reporting workers' row caches; nullopt when none looked up.
+std::optional<double> cache_hit_rate(const std::map<std::uint32_t, progress_report>& reports) {
+  std::uint64_t hits = 0, lookups = 0;
+  for (const auto& [w, r] : reports) {
+    hits += r.cache_hits;
+    lookups += r.cache_hits + r.cache_misses;
+  }
+  if (lookups == 0) return std::nullopt;
+  return static_cast<double>(hits) / static_cast<double>(lookups);
+}
+
 }  // namespace
 
 std::string epoch_summary::text() const {
@@ -122,6 +139,7 @@ nlohmann::ordered_json epoch_summary::json() const {
   j["samples_per_s"] = samples_per_s;
   j["elapsed_s"] = elapsed_s;
   j["eta_s"] = eta_s;
+  if (worker_cache_hit_rate) j["worker_cache_hit_rate"] = *worker_cache_hit_rate;
   return j;
 }
 
@@ -159,6 +177,7 @@ std::vector<epoch_summary> progress_board::complete(double elapsed_s) {
       }
     }
     if (metric_weight > 0) s.metric_value = metric_sum / metric_weight;
+    s.worker_cache_hit_rate = cache_hit_rate(closed);
     double took = std::max(1e-9, elapsed_s - elapsed_at_last_summary_);
     s.samples_per_s = static_cast<double>(samples - std::min(samples, samples_at_last_summary_)) / took;
     s.elapsed_s = elapsed_s;
@@ -230,6 +249,7 @@ nlohmann::ordered_json progress_board::snapshot(double elapsed_s) const {
   j["loss"] = loss / static_cast<double>(latest_.size());
   j["fraction_done"] = fraction_done();
   add_latencies(j);
+  if (auto rate = cache_hit_rate(latest_)) j["worker_cache_hit_rate"] = *rate;
   return j;
 }
 

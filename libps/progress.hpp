@@ -28,6 +28,8 @@ struct progress_report {
   std::uint64_t metric_count = 0;       // test samples behind metric_value (its weight)
   // Request latencies since the worker's last report (count 0: none measured).
   latency_summary push_latency, pull_latency;
+  // Lookups in this worker's row cache since it started (both 0: it has none).
+  std::uint64_t cache_hits = 0, cache_misses = 0;
 
   std::string to_json() const;
   // nullopt when the text is not a progress report (an app's free-form line).
@@ -66,6 +68,7 @@ struct epoch_summary {
   double elapsed_s = 0;                // since the job's first report
   double eta_s = 0;                    // the rest at this epoch's pace
   std::string text() const;            // "epoch 2/5: loss 0.4312, accuracy 0.8210, ..."
+  std::optional<double> worker_cache_hit_rate;  // the workers' row caches since the start
   nlohmann::ordered_json json() const;  // a --metrics line ("type":"epoch")
 };
 

@@ -1296,13 +1296,21 @@ TEST_CASE("train_ctr learns clicks from gen_ctr's data across processes, and nam
   // With one (staleness 8), far fewer; never fewer than an unbounded cache would move.
   // (Summed gradients are fewer Adagrad steps: on 78 clocks it learns more slowly.)
   auto [cached_rc, cached_out] = shell("bin/train_ctr --train=ctr-train/train.tsv --test=ctr-train/test.tsv --epochs=2 "
-                                       "--hidden=[16] --embedding-dim=4 --embedding-cache=100000 --embedding-staleness=8");
+                                       "--hidden=[16] --embedding-dim=4 --embedding-cache=100000 --embedding-staleness=8 "
+                                       "--metrics=ctr-metrics.jsonl");
   INFO(cached_out);
   REQUIRE(cached_rc == 0);
   auto cached = last_json(cached_out);
   CHECK(cached["embedding_bytes"] < 0.5 * result["embedding_bytes"].get<double>());
   CHECK(cached["embedding_bytes"] >= cached["embedding_bytes_bound"]);
   CHECK(cached["worker_cache_hit_rate"] > 0.5);
+  // --metrics carries the caches' hit rates: each epoch's line has the workers' so far.
+  std::ifstream metrics("ctr-metrics.jsonl");
+  std::vector<double> epoch_hit_rates;
+  for (std::string line; std::getline(metrics, line);)
+    if (auto j = nlohmann::json::parse(line); j["type"] == "epoch") epoch_hit_rates.push_back(j["worker_cache_hit_rate"]);
+  REQUIRE(epoch_hit_rates.size() == 2);
+  CHECK(epoch_hit_rates[1] == doctest::Approx(cached["worker_cache_hit_rate"].get<double>()).epsilon(0.01));
   CHECK(cached["test_auc"] > 0.58);
   // --backend: each worker's, named when wrong; cuda works or says why not (no nvcc at build
   // time, no device: test_ctr_backends runs it where there is one).

@@ -14,7 +14,8 @@ namespace {
 
 std::string shard_stats(std::uint64_t keys, std::uint64_t table_bytes, json clocks) {
   return json{{"keys", keys}, {"rows", 3}, {"table_bytes", table_bytes}, {"pushes", 50}, {"pulls", 20},
-              {"uptime_s", 10.0}, {"clocks", std::move(clocks)}}
+              {"uptime_s", 10.0}, {"clocks", std::move(clocks)}, {"ram_hits", table_bytes ? 3 : 0},
+              {"ram_misses", table_bytes ? 1 : 0}}
     .dump();
 }
 
@@ -31,6 +32,8 @@ TEST_CASE("status: a worker's clock is the lowest a shard saw; the slowest runni
   REQUIRE(st["shards"].size() == 3);
   CHECK(st["shards"][0]["bytes"] == 100 * 4 + 64);
   CHECK(st["shards"][0]["push_rate"] == doctest::Approx(5.0));
+  CHECK(st["shards"][0]["ram_hit_rate"] == doctest::Approx(0.75));
+  CHECK_FALSE(st["shards"][1].contains("ram_hit_rate"));  // it looked up no rows
   CHECK(st["shards"][1]["address"] == "10.0.0.2:4000");
   CHECK(st["shards"][2]["state"] == "not answering");
   CHECK(st["shards"][2]["error"] == "request timed out");

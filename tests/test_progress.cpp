@@ -156,3 +156,28 @@ TEST_CASE("progress: a job resumed at epoch 3 of 3 is summarized from there") {
   REQUIRE(done.size() == 1);
   CHECK(done[0].epoch == 3);
 }
+
+TEST_CASE("progress: the workers' row-cache lookups go through a report and are a hit rate over all workers") {
+  auto a = closing(0, 1, 100, 0.5, 0.8, 10);
+  a.cache_hits = 30;
+  a.cache_misses = 10;
+  auto back = progress_report::parse(a.to_json());
+  REQUIRE(back);
+  CHECK(back->cache_hits == 30);
+  CHECK(back->cache_misses == 10);
+  auto b = closing(1, 1, 100, 0.5, 0.8, 10);
+  b.cache_misses = 60;  // all lookups missed
+  progress_board board(2);
+  CHECK(board.add(a, 1.0).empty());
+  auto done = board.add(b, 2.0);
+  REQUIRE(done.size() == 1);
+  REQUIRE(done[0].worker_cache_hit_rate);
+  CHECK(*done[0].worker_cache_hit_rate == doctest::Approx(0.3));
+  CHECK(done[0].json()["worker_cache_hit_rate"] == doctest::Approx(0.3));
+  CHECK(board.snapshot(2.0)["worker_cache_hit_rate"] == doctest::Approx(0.3));
+  // Without caches there is no rate rather than a zero.
+  progress_board plain(1);
+  auto done_plain = plain.add(closing(0, 1, 100, 0.5, 0.8, 10), 1.0);
+  REQUIRE(done_plain.size() == 1);
+  CHECK_FALSE(done_plain[0].json().contains("worker_cache_hit_rate"));
+}
