@@ -4,6 +4,8 @@
 
 #include <bit>
 
+#include <caf/binary_deserializer.hpp>
+
 namespace ps {
 
 namespace {
@@ -21,6 +23,11 @@ template <class T>
 caf::error read_raw(caf::deserializer& f, std::vector<T>& out) {
   size_t n = 0;
   if (auto e = f.begin_sequence(n)) return e;
+  // The count comes from the peer: a few bytes could announce terabytes. CAF's network
+  // layer decodes from a buffer, whose remaining bytes bound what the block can hold.
+  if (auto* buffer = dynamic_cast<caf::binary_deserializer*>(&f); buffer && n > buffer->remaining() / sizeof(T))
+    return make_ps_error("a block announces " + std::to_string(n) + " elements of " + std::to_string(sizeof(T)) +
+                         " bytes; the message has " + std::to_string(buffer->remaining()) + " bytes left");
   out.resize(n);
   if (n > 0)
     if (auto e = f.apply_raw(n * sizeof(T), out.data())) return e;

@@ -538,7 +538,7 @@ void apply_runtime_defaults(node_config& cfg) {
   if (auto level = parse_log_level(cfg.log_level)) set_log_level(*level);
   // CAF's logger is compiled out of Debian's CAF: its flags would do nothing, silently.
   for (const char* caf_flag : {"logger.verbosity", "logger.console-verbosity", "logger.file-verbosity"})
-    if (caf::get_if<caf::atom_value>(&cfg, caf_flag))
+    if (caf::get_if<caf::atom_value>(&cfg, caf::string_view(caf_flag, std::strlen(caf_flag))))
       log_line(log_level::warning, std::string("--") + caf_flag + " does nothing: CAF's logger is compiled out of " +
                                        "Debian's CAF; --log-level sets what ActorPS says");
   // The data plane is plain TCP: under TLS every value block travels in CAF's messages.

@@ -86,7 +86,32 @@ TEST_CASE_FIXTURE(wire_fixture, "an encoded block (a compressed pull answer) cro
   CHECK(std::vector<float>(values.data(), values.data() + values.size) == v);
   // Bytes that do not decode to the block's size are refused, saying so.
   out.size = 999;
-  CHECK_THROWS_WITH_AS(claim_values(nullptr, out), doctest::Contains("holds 1000 values, expected 999"), bad_request);
+  CHECK_THROWS_WITH_AS(claim_values(nullptr, out), doctest::Contains("claims 999 values"), bad_request);
+  // A count far beyond the bytes is refused before anything is allocated for it.
+  out.size = std::uint64_t{1} << 40;
+  CHECK_THROWS_WITH_AS(claim_values(nullptr, out), doctest::Contains("claims 1099511627776 values"), bad_request);
+}
+
+TEST_CASE_FIXTURE(wire_fixture, "a block announcing more values than its message holds is refused before allocating") {
+  // Form 0 (values inline), then a count of 2^30 floats (4 GiB), then 8 bytes of values.
+  std::vector<char> buf;
+  caf::binary_serializer sink{sys, buf};
+  std::uint8_t form = 0;
+  std::size_t count = std::size_t{1} << 30;
+  REQUIRE(!sink(form));
+  REQUIRE(!sink.begin_sequence(count));
+  buf.resize(buf.size() + 8);
+  float_block out;
+  caf::binary_deserializer source{sys, buf};
+  auto err = inspect(source, out);
+  REQUIRE(err);
+  INFO(describe(err));
+  CHECK(describe(err).find("announces 1073741824 elements of 4 bytes; the message has 8 bytes left") !=
+        std::string::npos);
+  row_ids ids;
+  std::vector<char> ids_buf = {1, 0, 0, 0, char(0xff), 0x7f};  // table 1, then 16383 ids in no bytes
+  caf::binary_deserializer ids_source{sys, ids_buf};
+  CHECK(inspect(ids_source, ids));
 }
 
 TEST_CASE_FIXTURE(wire_fixture, "a float_block of unknown form is refused, naming it") {

@@ -9,7 +9,7 @@ if ! command -v clang++ >/dev/null; then
   echo "clang++ is missing (apt-get install clang libomp-dev)" >&2
   exit 1
 fi
-targets=(codec checkpoint criteo frames config)
+targets=(codec checkpoint criteo frames config wire)
 cmake -S "$src" -B "$build" -DPS_FUZZ=ON -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DPS_WITH_CUDA=OFF >"$build.log" 2>&1 || { tail -20 "$build.log"; exit 1; }
 make -C "$build" -j2 "${targets[@]/#/fuzz_}" >>"$build.log" 2>&1 || { tail -40 "$build.log"; exit 1; }

@@ -1,0 +1,66 @@
+// libFuzzer: the wire forms of our message types (actors/messages), decoded from a peer's
+// bytes by CAF's binary_deserializer as BASP does, then handed to what receives them: a
+// tensor block must decode, claim its values or be refused, never crash or allocate what
+// the bytes cannot hold. The first byte picks the type.
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include <caf/binary_deserializer.hpp>
+
+#include "actors/data_plane.hpp"
+#include "actors/messages.hpp"
+#include "libps/keys.hpp"
+
+namespace {
+
+template <class T>
+bool decode(const std::uint8_t* data, std::size_t size, T& out) {
+  caf::binary_deserializer source(nullptr, reinterpret_cast<const char*>(data), size);
+  return !source(out);
+}
+
+void float_block_at_receiver(const std::uint8_t* data, std::size_t size) {
+  ps::float_block block;
+  if (!decode(data, size, block)) return;
+  try {
+    auto values = ps::claim_values(nullptr, block);  // no data plane: a ticket is refused
+    if (values && values->size > 0 && values->data() == nullptr) __builtin_trap();
+  } catch (const ps::bad_request&) {
+  }
+}
+
+void encoded_block_at_receiver(const std::uint8_t* data, std::size_t size) {
+  ps::encoded_block block;
+  if (!decode(data, size, block)) return;
+  try {
+    ps::snapshot_of(block);  // a shard's state on the wire: decodes or is refused
+  } catch (const ps::bad_request&) {
+  }
+}
+
+template <class T>
+void decodes(const std::uint8_t* data, std::size_t size) {
+  T value;
+  decode(data, size, value);
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  if (size == 0) return 0;
+  const std::uint8_t pick = data[0] % 8;
+  ++data;
+  --size;
+  switch (pick) {
+    case 0: float_block_at_receiver(data, size); break;
+    case 1: encoded_block_at_receiver(data, size); break;
+    case 2: decodes<ps::range_list>(data, size); break;
+    case 3: decodes<ps::row_ids>(data, size); break;
+    case 4: decodes<ps::request_header>(data, size); break;
+    case 5: decodes<ps::table_msg>(data, size); break;
+    case 6: decodes<ps::job_spec_msg>(data, size); break;
+    default: decodes<ps::worker_result>(data, size); break;
+  }
+  return 0;
+}
