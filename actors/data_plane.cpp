@@ -598,17 +598,7 @@ void data_plane::when_claimable(const float_block& block, std::function<void()> 
 }
 
 std::optional<float_block> claim_values(data_plane* plane, const float_block& block) {
-  if (block.encoded) {
-    // The count is the sender's word: a codec for answers holds at least a byte per value,
-    // so no more values than bytes are allocated for.
-    std::span<const std::byte> encoded(*block.encoded);
-    if (block.size > encoded.size() || inspect(encoded).n != block.size)
-      throw bad_request("an encoded block of " + std::to_string(encoded.size()) + " bytes claims " +
-                        std::to_string(block.size) + " values");
-    std::vector<float> values(block.size);
-    decode(encoded, values.data(), values.size());
-    return float_block::own(std::move(values));
-  }
+  if (block.encoded) return decoded_values(block);
   if (block.ticket == 0) return block;
   if (!plane) throw bad_request("the block names a data-connection payload, but this process has no data plane");
   return plane->try_claim(block);

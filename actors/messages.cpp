@@ -6,6 +6,8 @@
 
 #include <caf/binary_deserializer.hpp>
 
+#include "libps/codec.hpp"
+
 namespace ps {
 
 namespace {
@@ -71,6 +73,18 @@ caf::error inspect(caf::deserializer& f, float_block& x) {
   x.size = v->size();
   x.storage = std::move(v);
   return {};
+}
+
+float_block decoded_values(const float_block& block) {
+  // The count is the sender's word: a codec for answers holds at least a byte per value,
+  // so no more values than bytes are allocated for.
+  std::span<const std::byte> encoded(*block.encoded);
+  if (block.size > encoded.size() || ps::inspect(encoded).n != block.size)
+    throw bad_request("an encoded block of " + std::to_string(encoded.size()) + " bytes claims " +
+                      std::to_string(block.size) + " values");
+  std::vector<float> values(block.size);
+  decode(encoded, values.data(), values.size());
+  return float_block::own(std::move(values));
 }
 
 caf::error inspect(caf::serializer& f, encoded_block& x) {

@@ -99,6 +99,10 @@ struct float_block {
   bool whole() const { return storage && offset == 0 && size == storage->size(); }
 };
 
+// An encoded block's values, decoded; throws bad_request when the bytes do not hold
+// exactly `size` values.
+float_block decoded_values(const float_block& block);
+
 caf::error inspect(caf::serializer& f, float_block& x);
 caf::error inspect(caf::deserializer& f, float_block& x);
 template <class Inspector>

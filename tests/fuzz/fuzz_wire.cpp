@@ -1,6 +1,6 @@
 // libFuzzer: the wire forms of our message types (actors/messages), decoded from a peer's
 // bytes by CAF's binary_deserializer as BASP does, then handed to what receives them: a
-// tensor block must decode, claim its values or be refused, never crash or allocate what
+// tensor block must decode (an encoded one to its values) or be refused, never crash or allocate what
 // the bytes cannot hold. The first byte picks the type.
 #include <cstddef>
 #include <cstdint>
@@ -8,7 +8,6 @@
 
 #include <caf/binary_deserializer.hpp>
 
-#include "actors/data_plane.hpp"
 #include "actors/messages.hpp"
 #include "libps/keys.hpp"
 
@@ -23,9 +22,10 @@ bool decode(const std::uint8_t* data, std::size_t size, T& out) {
 void float_block_at_receiver(const std::uint8_t* data, std::size_t size) {
   ps::float_block block;
   if (!decode(data, size, block)) return;
+  if (!block.encoded) return;  // values inline are bounded by the decoder; a ticket names a payload
   try {
-    auto values = ps::claim_values(nullptr, block);  // no data plane: a ticket is refused
-    if (values && values->size > 0 && values->data() == nullptr) __builtin_trap();
+    auto values = ps::decoded_values(block);  // what claim_values does with an encoded block
+    if (values.size != block.size || (values.size > 0 && values.data() == nullptr)) __builtin_trap();
   } catch (const ps::bad_request&) {
   }
 }
