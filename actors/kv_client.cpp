@@ -87,9 +87,12 @@ struct op_request {
   std::shared_ptr<std::vector<float>> source;
   std::size_t base = 0;
   std::vector<encoded_block> encoded;  // per chunk, instead of blocks: a compressed push
-  // Pulls of several chunks: per chunk, the data-plane peer whose answer may be read
-  // straight into place (0: none). Set on the first send only, so at most one payload
-  // ever lands in a chunk's part of the result.
+  // A pull whose result was made before its answers came (several chunks, or the
+  // caller's buffer): each chunk's answer lands in or is copied to its part of it.
+  bool in_place = false;
+  // Such a pull's per-chunk data-plane peer whose answer may be read straight into
+  // place (0: none). Set on the first send only, so at most one payload ever lands in
+  // a chunk's part of the result.
   std::vector<std::uint64_t> landing;
   std::shared_ptr<kv_op_state> op;
   // A push that ends an iteration: its last chunk to each shard carries the clock tick
@@ -526,7 +529,7 @@ void pull_landed(const chunk_send& s, float_block& values) {
                " values for " + std::to_string(ch.num_values) + " keys");
     return;
   }
-  if (s.req->chunks.size() == 1) {  // the common case: no reassembly
+  if (!s.req->in_place) {  // the common case: one chunk, its answer is the result
     if (values.whole())
       op->values = std::move(*values.storage);
     else
@@ -1020,6 +1023,10 @@ kv_future kv_client::pull(const key_set& keys) {
   return send(op_kind::pull, keys, nullptr);
 }
 
+kv_future kv_client::pull(const key_set& keys, std::vector<float> into) {
+  return send(op_kind::pull, keys, nullptr, {}, 0, std::move(into));
+}
+
 std::uint32_t kv_client::table_dim(std::uint32_t table) const {
   if (table >= tables_.size())
     throw bad_request("no sparse table " + std::to_string(table) + " (the job has " + std::to_string(tables_.size()) +
@@ -1089,7 +1096,8 @@ kv_future kv_client::send_rows(op_kind kind, std::uint32_t table, const std::vec
 }
 
 kv_future kv_client::send(op_kind kind, const key_set& keys, std::shared_ptr<std::vector<float>> whole,
-                          std::optional<std::size_t> offset, std::uint64_t then_tick) {
+                          std::optional<std::size_t> offset, std::uint64_t then_tick,
+                          std::optional<std::vector<float>> pull_into) {
   auto op = std::make_shared<kv_op_state>();
   op->what = names_of(kind);
   op->latency = kind == op_kind::pull ? pull_latency_ : kind == op_kind::push ? push_latency_ : nullptr;
@@ -1109,7 +1117,9 @@ kv_future kv_client::send(op_kind kind, const key_set& keys, std::shared_ptr<std
   req->chunks = plan_chunks(map_.split(keys), opts_.chunk_bytes);
   if (kind == op_kind::pull) {
     req->hdr.pull_codec = static_cast<std::uint8_t>(opts_.pull_compression.kind);
-    if (req->chunks.size() > 1) {
+    if (req->chunks.size() > 1 || pull_into) {
+      req->in_place = true;
+      if (pull_into) op->values = std::move(*pull_into);
       op->values.resize(keys.num_keys());
       if (req->hdr.pull_codec == 0) req->landing.assign(req->chunks.size(), 0);  // encoded answers come inline
     }

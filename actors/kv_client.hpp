@@ -145,6 +145,11 @@ class kv_client {
   kv_future init(const key_set& keys, std::vector<float> values);
   // The current values of the keys, in key order.
   kv_future pull(const key_set& keys);
+  // The same, landing in `into` (resized to the keys), which get() hands back: a loop that
+  // passes its buffer from one pull to the next (buf = kv.pull(keys, std::move(buf)).get())
+  // touches no fresh memory. On this VM a fresh 64 MiB result costs ~200 ms of page faults,
+  // 60 times its transfer at window 8 (BENCHMARKS.md).
+  kv_future pull(const key_set& keys, std::vector<float> into);
 
   // Rows `ids` of sparse table `table` (the job's tables, by index): ids.size() * dim
   // floats, in the order asked (an id may repeat). Rows never touched are created on
@@ -196,7 +201,7 @@ class kv_client {
  private:
   kv_future send(op_kind kind, const key_set& keys, std::shared_ptr<std::vector<float>> values,
                  std::optional<std::size_t> offset = {},  // none: values fit keys exactly
-                 std::uint64_t then_tick = 0);
+                 std::uint64_t then_tick = 0, std::optional<std::vector<float>> pull_into = {});
   // The fault injector's kill of this worker at clock c (its pushes so far count).
   void die_if_killed_at(std::uint64_t c);
 

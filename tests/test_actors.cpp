@@ -50,6 +50,18 @@ TEST_CASE_FIXTURE(fixture, "push and pull through the kv client, chunked across 
   REQUIRE(values.size() == n);
   for (auto v : values) REQUIRE(v == 3.0f);
   CHECK(*shared_twos == twos);  // the caller's buffer is untouched
+  // Into the caller's buffer, handed back filled: its memory is reused, for answers of
+  // many chunks and of one, whatever it held and however large it was.
+  std::vector<float> buffer(n, -1.0f);
+  const float* memory = buffer.data();
+  buffer = settle(kv.pull(keys, std::move(buffer)));
+  CHECK(buffer.data() == memory);
+  REQUIRE(buffer.size() == n);
+  CHECK(std::count(buffer.begin(), buffer.end(), 3.0f) == static_cast<std::ptrdiff_t>(n));
+  buffer = settle(kv.pull(key_set::single({100, 110}), std::move(buffer)));
+  CHECK(buffer.data() == memory);
+  CHECK(buffer == std::vector<float>(10, 3.0f));
+  CHECK(settle(kv.pull(key_set::single({100, 103}), {})) == std::vector<float>(3, 3.0f));
   // Both shards hold part of the keys.
   std::set<std::uint32_t> owners;
   for (auto k = keys.ranges()[0].begin; k < keys.ranges()[0].end; k += 4096) owners.insert(kv.map().owner(k));
