@@ -1,6 +1,7 @@
 // bench_kv: push and pull throughput and latency between psnode processes on loopback,
 // per value size, window and servers x workers, plus the plain-TCP limit measured in
-// the same run. One JSON object per line (gbps = 1e9 payload bytes per second).
+// the same run, and one thread's memcpy. One JSON object per line (gbps = 1e9 payload
+// bytes per second; limit_fraction: of the limit of the row's transport).
 #include <algorithm>
 #include <cstdio>
 #include <map>
@@ -36,6 +37,9 @@ int main(int argc, char** argv) {
     if (limit_bytes == 0) limit_bytes = *std::min_element(sizes.begin(), sizes.end());
     auto limit = ps::measure_tcp_loopback(static_cast<std::uint64_t>(limit_bytes), 8, std::max(1.0, cfg.app_number("cell-seconds") * 2));
     ps::bench::print_line({{"limit", "tcp_loopback"}, {"gbps", limit.gbps}, {"bytes", limit_bytes}, {"window", 8}});
+    // What one thread copies: the limit of a transport through memory shared by processes.
+    auto copy = ps::measure_memcpy(static_cast<std::uint64_t>(limit_bytes), std::max(0.5, cfg.app_number("cell-seconds")));
+    ps::bench::print_line({{"limit", "memcpy"}, {"gbps", copy.gbps}, {"bytes", limit_bytes}});
     caf::actor_system sys{cfg};
     auto settings = ps::settings_for_app(cfg, "bench");
     // servers x workers: 1x1 and 2x2 unless --servers/--workers were given.
@@ -65,7 +69,8 @@ int main(int argc, char** argv) {
                                }
                                ps::bench::print_line({{"op", std::get<0>(key)}, {"bytes", std::get<1>(key)},
                                                       {"window", std::get<2>(key)}, {"servers", servers},
-                                                      {"workers", workers}, {"gbps", gbps},
+                                                      {"workers", workers}, {"transport", "tcp"},
+                                                      {"gbps", gbps}, {"limit_fraction", gbps / limit.gbps},
                                                       {"p50_us", percentile(lat, 0.5)},
                                                       {"p99_us", percentile(lat, 0.99)}});
                              }, {}});

@@ -106,4 +106,18 @@ tcp_limit_result measure_tcp_loopback(std::uint64_t message_bytes, int window, d
   return res;
 }
 
+tcp_limit_result measure_memcpy(std::uint64_t message_bytes, double seconds) {
+  std::vector<char> from(message_bytes, 1), to(message_bytes, 0);  // touched: warm pages
+  tcp_limit_result r;
+  const auto start = std::chrono::steady_clock::now();
+  do {
+    std::memcpy(to.data(), from.data(), message_bytes);
+    from[r.ops % message_bytes] = static_cast<char>(to[(r.ops * 7) % message_bytes] + 1);  // no copy elided
+    ++r.ops;
+    r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  } while (r.seconds < seconds || r.ops < 4);
+  r.gbps = static_cast<double>(r.ops * message_bytes) / r.seconds / 1e9;
+  return r;
+}
+
 }  // namespace ps

@@ -15,4 +15,9 @@ struct tcp_limit_result {
 // Throws std::runtime_error on a socket error.
 tcp_limit_result measure_tcp_loopback(std::uint64_t message_bytes, int window, double seconds);
 
+// One thread's memcpy of message_bytes from one warm buffer to another, for `seconds`:
+// the limit of any transport that copies the bytes once more than the kernel does
+// (shared memory between processes).
+tcp_limit_result measure_memcpy(std::uint64_t message_bytes, double seconds);
+
 }  // namespace ps

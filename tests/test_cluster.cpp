@@ -22,6 +22,8 @@
 #include <sstream>
 #include <limits>
 #include <map>
+#include <set>
+#include <tuple>
 
 #include <nlohmann/json.hpp>
 
@@ -1551,4 +1553,30 @@ TEST_CASE("faults: train_fmnist restored from its 2-epoch checkpoint resumes the
   CHECK(std::abs(last_json(resumed)["test_accuracy"].get<double>() - last_json(straight)["test_accuracy"].get<double>()) <=
         0.005);
   std::filesystem::remove_all("ckpt-resume");
+}
+
+TEST_CASE("bench_kv: the limits first (TCP loopback, memcpy), then a row per op, size, window and shape with its transport") {
+  auto [rc, out] = shell("bin/bench_kv --servers=1 --workers=1 --sizes=[4096,1048576] --windows=[1,2] "
+                         "--cell-seconds=0.05");
+  INFO(out);
+  REQUIRE(rc == 0);
+  std::istringstream lines(out);
+  std::vector<nlohmann::json> rows;
+  for (std::string line; std::getline(lines, line);)  // stdout: the bench's lines, then the members' status lines
+    if (auto j = nlohmann::json::parse(line, nullptr, false); j.contains("limit") || j.contains("op")) rows.push_back(j);
+  REQUIRE(rows.size() == 2 + 2 * 2 * 2);
+  CHECK(rows[0]["limit"] == "tcp_loopback");
+  CHECK(rows[1]["limit"] == "memcpy");
+  CHECK(rows[1]["gbps"] > 0);
+  const double tcp = rows[0]["gbps"];
+  std::set<std::tuple<std::string, std::uint64_t, std::uint64_t>> cells;
+  for (std::size_t i = 2; i < rows.size(); ++i) {
+    const auto& r = rows[i];
+    cells.insert({r["op"].get<std::string>(), r["bytes"].get<std::uint64_t>(), r["window"].get<std::uint64_t>()});
+    CHECK(r["transport"] == "tcp");
+    CHECK(r["gbps"] > 0);
+    CHECK(r["limit_fraction"] == doctest::Approx(r["gbps"].get<double>() / tcp));
+    CHECK(r["p50_us"] <= r["p99_us"]);
+  }
+  CHECK(cells.size() == 8);
 }
