@@ -5,11 +5,32 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <string>
 
 #include "libps/checkpoint.hpp"
 #include "libps/keys.hpp"
+
+namespace {
+
+std::filesystem::path scratch_dir() {
+  return std::filesystem::temp_directory_path() / ("actorps-fuzz-" + std::to_string(::getpid()));
+}
+
+// A file in a directory of this run's own, removed when the run ends (libFuzzer exits).
+std::string scratch_file() {
+  std::error_code ec;
+  std::filesystem::create_directories(scratch_dir(), ec);
+  if (ec) return "";
+  std::atexit([] {
+    std::error_code ignored;
+    std::filesystem::remove_all(scratch_dir(), ignored);
+  });
+  return (scratch_dir() / "checkpoint-1.apsckpt").string();
+}
+
+}  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   const std::string bytes(reinterpret_cast<const char*>(data), size);
@@ -17,9 +38,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     ps::decode_shard(bytes);
   } catch (const ps::bad_request&) {
   }
-  static const std::string path = "/tmp/actorps-fuzz-" + std::to_string(::getpid()) + "/checkpoint-1.apsckpt";
-  static const bool made = std::system(("mkdir -p /tmp/actorps-fuzz-" + std::to_string(::getpid())).c_str()) == 0;
-  if (!made) return 0;
+  static const std::string path = scratch_file();
+  if (path.empty()) return 0;
   std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
   try {
     ps::read_checkpoint(path);
