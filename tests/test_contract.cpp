@@ -218,3 +218,17 @@ TEST_CASE_FIXTURE(fixture, "contract: the map every member gets spreads the spec
   CHECK(std::abs(keys[0] / 3925 - 1) <= 0.10);
   CHECK(std::abs(keys[1] / 3925 - 1) <= 0.10);
 }
+
+TEST_CASE("runtime defaults: servers and workers run one scheduler thread unless told otherwise; others CAF's") {
+  auto threads = [](std::vector<std::string> flags) {
+    parsed_config c(std::move(flags));
+    REQUIRE(c.ok);
+    apply_runtime_defaults(c.cfg);
+    return caf::get_or(c.cfg, "scheduler.max-threads", caf::config_value::integer{0});
+  };
+  CHECK(threads({"--role=server"}) == 1);
+  CHECK(threads({"--role=worker"}) == 1);
+  CHECK(threads({"--role=worker", "--scheduler.max-threads=3"}) == 3);
+  CHECK(threads({"--role=coordinator"}) == 0);  // not set: CAF's own default
+  CHECK(threads({}) == 0);
+}
