@@ -152,6 +152,7 @@ struct pending_request {
   // Issues the request to the shard's current handle; tag identifies this sending.
   std::function<void(std::uint64_t tag)> send;
   bool tick = false;  // a clock tick (with retries on, it waits for the requests before it)
+  bool read = false;  // a pull (of keys or rows): answered by the chain's tail
   std::uint32_t attempts = 0;
   std::chrono::steady_clock::time_point first_sent{};
 };
@@ -231,6 +232,15 @@ std::uint64_t next_sequence() {
   return next.fetch_add(1);
 }
 
+// With a chain, pushes go to the head and pulls to the tail: a pull sent while one of this
+// worker's updates is still on its way down the chain could be answered without it (its
+// own write missed; found by `sim`). So a pull waits until the updates before it are
+// acknowledged, which happens once the tail has applied them.
+bool read_would_overtake(const shard_route& r) {
+  if (!r.queued.front().read || r.tail.address() == r.link.handle.address()) return false;
+  return std::any_of(r.sent.begin(), r.sent.end(), [](const auto& kv) { return !kv.second.read; });
+}
+
 // Sends queued requests while the shard is up and its in-flight budget allows (always
 // one when nothing is in flight). Requests to a shard leave in the order they were made
 // (read-my-writes and clock ticks depend on it).
@@ -240,6 +250,7 @@ void pump(client_ptr self, std::size_t idx) {
     // With retries a request may be lost and sent again later: a tick must not overtake
     // the pushes before it, so it waits until they are acknowledged.
     if (st.retry.count() > 0 && st.routes[idx].queued.front().tick && !st.routes[idx].sent.empty()) return;
+    if (read_would_overtake(st.routes[idx])) return;
     auto bytes = st.routes[idx].queued.front().bytes;
     if (st.routes[idx].inflight_bytes > 0 && st.routes[idx].inflight_bytes + bytes > st.inflight_limit) return;
     auto r = std::move(st.routes[idx].queued.front());
@@ -649,6 +660,7 @@ void dispatch(client_ptr self, const std::shared_ptr<op_request>& req) {
     pending_request r;
     r.op = op;
     r.tick = ticks;  // with retries it waits for the requests before it, as a tick does
+    r.read = req->kind == op_kind::pull;
     r.bytes = (req->encoded.empty() ? ch.num_values * sizeof(float) : req->encoded[c].bytes->size()) +
               ch.pieces.size() * range_wire_bytes;
     r.send = [s](std::uint64_t tag) {
@@ -711,6 +723,7 @@ void dispatch_rows(client_ptr self, const std::shared_ptr<rows_request>& req) {
     h.seq = next_sequence();
     pending_request r;
     r.op = req->op;
+    r.read = req->kind == op_kind::pull;
     r.bytes = req->groups[g].rows.ids.size() * (sizeof(std::uint64_t) + req->dim * sizeof(float));
     r.send = [=](std::uint64_t tag) { send_rows(self, req, g, idx, h, tag); };
     submit(self, idx, std::move(r));

@@ -23,7 +23,9 @@ shard_state::~shard_state() {
 
 void shard_state::trace(const trace_event& e) const {
   if (trace_fd < 0) return;
-  auto line = to_json(e) + "\n";
+  auto tagged = e;
+  tagged.copy = trace_copy;
+  auto line = to_json(tagged) + "\n";
   // One write per line: O_APPEND keeps lines from several shard processes whole.
   if (::write(trace_fd, line.data(), line.size()) != static_cast<ssize_t>(line.size()))
     std::fprintf(stderr, "%s: writing the trace failed: %s\n", name.c_str(), std::strerror(errno));
@@ -507,6 +509,7 @@ bool configure(self_ptr self, const shard_options& opts, const coordinator_actor
     if (!opts.trace_path.empty()) {
       st.trace_fd = ::open(opts.trace_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
       if (st.trace_fd < 0) throw bad_request("cannot open trace file " + opts.trace_path + ": " + std::strerror(errno));
+      st.trace_copy = (static_cast<std::uint64_t>(::getpid()) << 32) | (self->id() & 0xffffffffu);
     }
   } catch (const bad_request& e) {
     std::fprintf(stderr, "%s: bad cluster configuration: %s\n", st.name.c_str(), e.what());

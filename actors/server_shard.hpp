@@ -85,6 +85,7 @@ struct shard_state {
   std::uint64_t writes_awaited = 0;
   std::shared_ptr<std::atomic<std::uint64_t>> writes_done = std::make_shared<std::atomic<std::uint64_t>>(0);
   int trace_fd = -1;
+  std::uint64_t trace_copy = 0;  // this copy in the trace: its process id and actor id
   // Requests received, for the operator's status (psctl status): pushes (dense and rows)
   // and pulls (dense and rows) since the shard started.
   std::uint64_t pushes_received = 0, pulls_received = 0;

@@ -45,6 +45,7 @@ std::string to_json(const trace_event& e) {
     j["min_clock"] = clock_json(e.min_clock, left_clock);
     j["staleness"] = clock_json(e.staleness, infinite_staleness);
   }
+  if (e.copy != 0) j["copy"] = e.copy;
   return j.dump();
 }
 
@@ -69,6 +70,7 @@ trace_event parse_trace_line(const std::string& line) {
     e.min_clock = number(j, line, "min_clock", true);
     e.staleness = number(j, line, "staleness", true);
   }
+  if (j.contains("copy")) e.copy = number(j, line, "copy", false);
   return e;
 }
 
@@ -90,13 +92,14 @@ std::vector<trace_event> read_trace(const std::string& path) {
 
 trace_report check_trace(const std::vector<trace_event>& events) {
   trace_report rep;
-  std::map<std::uint32_t, std::vector<const trace_event*>> by_shard;
+  std::map<std::pair<std::uint32_t, std::uint64_t>, std::vector<const trace_event*>> by_copy;
   for (const auto& e : events) {
-    by_shard[e.shard].push_back(&e);
+    by_copy[{e.shard, e.copy}].push_back(&e);
     if (e.kind == trace_event::push) ++rep.pushes;
     if (e.kind == trace_event::pull) ++rep.pulls;
   }
-  for (auto& [shard, evs] : by_shard) {
+  for (auto& [copy, evs] : by_copy) {
+    const auto shard = copy.first;
     // BSP reads are exact: walking forwards, no push of clock >= c may precede a read at c.
     std::uint64_t highest_push = 0;
     bool any_push = false;

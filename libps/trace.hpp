@@ -5,8 +5,11 @@
 //                                                                 a pull answered; S is the
 //                                                                 bound ("inf" for ASP)
 //   {"ev":"leave","worker":W,"shard":K}                          W finished or died
-// Each shard appends its lines in the order it handled the events, so the lines of one
-// shard are that shard's history; check_trace verifies the SSP guarantee from them.
+// Each line also names the copy of shard K that wrote it ("copy": an id unique to that
+// copy; absent in traces written before chain replication). Each copy appends its lines
+// in the order it handled the events, so the lines of one copy are that copy's history;
+// check_trace verifies the SSP guarantee from each history. (Copies apply a push at
+// different moments: a head's late apply says nothing about what the tail had answered.)
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -20,6 +23,7 @@ struct trace_event {
   std::uint32_t shard = 0;
   std::uint64_t min_clock = 0;  // pull only (left_clock when no worker is live: "inf")
   std::uint64_t staleness = 0;  // pull only; infinite_staleness for ASP
+  std::uint64_t copy = 0;       // the copy of the shard that wrote it (0: not named)
 };
 
 std::string to_json(const trace_event& e);
@@ -34,8 +38,8 @@ struct trace_report {
   std::vector<std::string> violations;  // empty: the trace keeps the guarantee
 };
 
-// For every pull at clock c with bound s answered by shard k: min_clock >= c - s; no push
-// with clock <= c - s - 1 reached shard k after the pull (from any worker); and none of
+// For every pull at clock c with bound s answered by a copy of shard k: min_clock >= c - s; no push
+// with clock <= c - s - 1 reached that copy after the pull (from any worker); and none of
 // the reader's own pushes with clock <= c - 1 did (read-my-writes); under BSP (s = 0), no
 // push of clock >= c reached shard k before it (reads are exact).
 trace_report check_trace(const std::vector<trace_event>& events);

@@ -202,6 +202,26 @@ TEST_CASE("check_trace accepts a BSP history and names each kind of violation") 
   CHECK(check_trace(other).violations.empty());
 }
 
+TEST_CASE("check_trace: each copy of a shard is its own history") {
+  using E = trace_event;
+  // ASP, a chain of two copies (ids 7: head, 9: tail). The tail applied worker 0's push of
+  // clock 0 before answering its read at clock 1; the head's line for the same push comes
+  // later in the file. Not a violation: the head answered no read.
+  std::vector<E> chain{{E::push, 0, 0, 0, 0, 0, 9}, {E::pull, 0, 1, 0, 0, infinite_staleness, 9},
+                       {E::push, 0, 0, 0, 0, 0, 7}};
+  CHECK(check_trace(chain).violations.empty());
+  // The same lines from one copy are: its read missed its own write.
+  for (auto& e : chain) e.copy = 9;
+  std::swap(chain[0], chain[1]);
+  auto rep = check_trace(chain);
+  REQUIRE(rep.violations.size() == 1);
+  CHECK(rep.violations[0].find("missed its own push of clock 0") != std::string::npos);
+  // The copy survives the trip through a line; a line without one is copy 0.
+  E tagged{E::push, 1, 2, 0, 0, 0, (std::uint64_t{4242} << 32) | 17};
+  CHECK(parse_trace_line(to_json(tagged)).copy == tagged.copy);
+  CHECK(parse_trace_line(R"({"ev":"push","worker":1,"clock":2,"shard":0})").copy == 0);
+}
+
 TEST_CASE("vector clock: a worker joins a running job at a clock; gaps count as left") {
   ps::vector_clock vc(2);
   vc.advance(0, 5);

@@ -112,6 +112,25 @@ TEST_CASE("replication: a push sent twice with the same sequence number is appli
   CHECK(f.get() == std::vector<float>{5.0f});  // ... applied once, on the tail too
 }
 
+TEST_CASE("replication: a pull sent right behind a push sees it, though the tail answers pulls (read-my-writes)") {
+  // ASP: no clock gate holds the pull back, so only the client's ordering can keep it
+  // behind the push on its way down the chain (found by sim before the client waited).
+  chain_cluster c;
+  coordinator_options o;
+  o.staleness = infinite_staleness;
+  o.replication = 2;
+  c.two_shard_cluster::start(o, 1, {}, true);
+  auto& kv = *c.clients[0];
+  for (int i = 1; i <= 3; ++i) {
+    kv.push(c.keys, std::vector<float>(num_keys, 1.0f));
+    auto read = kv.pull(c.keys);
+    auto got = c.settle(read);
+    CAPTURE(i);
+    CHECK(got.front() == static_cast<float>(i));
+    CHECK(got.back() == static_cast<float>(i));
+  }
+}
+
 TEST_CASE("membership: a worker joins a running BSP job at the minimum clock and its pushes count") {
   chain_cluster c;
   c.start(1);
