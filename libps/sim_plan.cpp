@@ -1,0 +1,71 @@
+#include "libps/sim_plan.hpp"
+
+#include <random>
+
+#include <nlohmann/json.hpp>
+
+#include "libps/consistency.hpp"
+
+namespace ps {
+
+namespace {
+
+// A uniform pick in [lo, hi].
+std::uint64_t between(std::mt19937_64& rng, std::uint64_t lo, std::uint64_t hi) {
+  return lo + rng() % (hi - lo + 1);
+}
+
+bool one_in(std::mt19937_64& rng, std::uint64_t n) { return rng() % n == 0; }
+
+void plan_message_faults(std::mt19937_64& rng, sim_plan& p) {
+  if (one_in(rng, 2)) {
+    p.messages.drop_p = 0.02 * static_cast<double>(between(rng, 1, 5));
+    p.messages.drop_seed = rng();
+  }
+  if (one_in(rng, 2)) {
+    p.messages.duplicate_p = 0.05 * static_cast<double>(between(rng, 1, 4));
+    p.messages.duplicate_seed = rng();
+  }
+  if (one_in(rng, 4)) p.messages.delay_ms = between(rng, 1, 20);
+  // Lost requests need resends; duplicates come from them too (a reply lost, the request sent again).
+  if (p.messages.drop_p > 0 || one_in(rng, 2)) p.retry_ms = between(rng, 20, 200);
+}
+
+}  // namespace
+
+sim_plan plan_for_seed(std::uint64_t seed) {
+  std::mt19937_64 rng(seed * 0x9E3779B97F4A7C15ull + 1);
+  sim_plan p;
+  p.seed = seed;
+  p.workers = static_cast<std::uint32_t>(between(rng, 2, 3));
+  const std::uint64_t models[] = {0, 1, 2, infinite_staleness};
+  p.staleness = models[rng() % 4];
+  p.clocks = between(rng, 4, 8);
+  p.replication = one_in(rng, 2) ? 2 : 1;
+  if (p.replication == 2 && !one_in(rng, 3)) {
+    p.kill_server = static_cast<std::uint32_t>(rng() % 2);
+    p.kill_step = between(rng, 0, 400);
+  }
+  if (one_in(rng, 3)) {
+    p.leaver = static_cast<std::uint32_t>(rng() % p.workers);
+    p.leave_at = between(rng, 1, p.clocks - 1);
+  }
+  for (std::uint32_t w = 0; w < p.workers; ++w) p.speed.push_back(one_in(rng, 3) ? 1 : 4);
+  plan_message_faults(rng, p);
+  return p;
+}
+
+std::string to_json(const sim_plan& p) {
+  nlohmann::json j{{"workers", p.workers},
+                   {"staleness", staleness_to_string(p.staleness)},
+                   {"clocks", p.clocks},
+                   {"replication", p.replication},
+                   {"speed", p.speed},
+                   {"messages", to_string(p.messages)},
+                   {"retry_ms", p.retry_ms}};
+  if (p.kill_server) j["kill"] = {{"server", *p.kill_server}, {"step", p.kill_step}};
+  if (p.leaver) j["leave"] = {{"worker", *p.leaver}, {"clock", p.leave_at}};
+  return j.dump();
+}
+
+}  // namespace ps

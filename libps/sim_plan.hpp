@@ -1,0 +1,38 @@
+#pragma once
+// What one seed of the whole-cluster simulation (`sim`) does: the cluster's shape and
+// consistency model, the workers' speeds, and its fault plan (a server killed at a step,
+// a worker leaving early, requests dropped, sent twice or late). A pure function of the
+// seed, so `sim --seeds=1 --from=S` replays seed S exactly.
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "libps/faults.hpp"
+
+namespace ps {
+
+struct sim_plan {
+  std::uint64_t seed = 0;
+  std::uint32_t workers = 2;
+  std::uint64_t staleness = 0;  // 0 BSP, k SSP, infinite_staleness ASP
+  std::uint64_t clocks = 6;     // iterations each worker runs (a leaver fewer)
+  std::uint32_t replication = 1;
+  // The server (its shard's head and the copy it keeps of the previous shard) killed
+  // after this many scheduler steps; only with replication 2, so nothing may be lost.
+  std::optional<std::uint32_t> kill_server;
+  std::uint64_t kill_step = 0;
+  // A worker that finishes early, at this clock (it leaves the vector clock).
+  std::optional<std::uint32_t> leaver;
+  std::uint64_t leave_at = 0;
+  // How often each worker is picked to act, relative to the others (slow workers lag).
+  std::vector<std::uint32_t> speed;
+  fault_plan messages;       // drop, duplicate, delay of the clients' requests
+  std::uint64_t retry_ms = 0;  // a request unanswered this long goes out again
+};
+
+sim_plan plan_for_seed(std::uint64_t seed);
+// One JSON object naming every choice, for a failing seed's report.
+std::string to_json(const sim_plan& p);
+
+}  // namespace ps
