@@ -35,27 +35,13 @@ row_reader_actor::behavior_type row_reader(row_reader_actor::pointer self, std::
   };
 }
 
-}  // namespace
-
-row_io_actor::behavior_type row_io(row_io_actor::stateful_pointer<row_io_state> self, std::string dir,
-                                   std::string name, std::vector<std::size_t> strides, std::string seed) {
-  try {
-    self->state.disk = std::make_shared<row_disk>(dir, name, std::move(strides), nullptr, seed);
-    for (std::size_t i = 0; i < row_disk::read_threads; ++i)
-      self->state.readers.push_back(
-        self->spawn<caf::detached + caf::linked>(row_reader, self->state.disk, name));
-  } catch (const bad_request& e) {
-    failed(self, name, e);  // the handlers below never run
-  }
+// Writes rows, saves checkpoints and fills, in the order asked, on its own thread.
+row_writer_actor::behavior_type row_writer(row_writer_actor::pointer self, std::shared_ptr<row_disk> disk,
+                                           std::string name) {
   return {
-    [=](read_rows_atom, const std::shared_ptr<const std::vector<row_key>>& keys) {
-      auto& st = self->state;
-      auto reader = st.readers[st.next_reader++ % st.readers.size()];
-      return self->delegate(reader, read_rows_atom::value, keys);
-    },
     [=](write_rows_atom, const std::shared_ptr<const row_write>& w) -> caf::result<std::uint64_t> {
       try {
-        self->state.disk->write(*w);
+        disk->write(*w);
       } catch (const bad_request& e) {
         return failed(self, name, e);
       }
@@ -64,7 +50,7 @@ row_io_actor::behavior_type row_io(row_io_actor::stateful_pointer<row_io_state> 
     [=](save_rows_atom, const std::shared_ptr<const row_write>& rows, const std::string& into)
       -> caf::result<caf::ok_atom> {
       try {
-        self->state.disk->save(*rows, into);
+        disk->save(*rows, into);
       } catch (const bad_request& e) {
         return failed(self, name, e);
       }
@@ -72,10 +58,43 @@ row_io_actor::behavior_type row_io(row_io_actor::stateful_pointer<row_io_state> 
     },
     [=](fill_atom, const std::shared_ptr<const fill_order>& f) -> caf::result<std::uint64_t> {
       try {
-        return self->state.disk->fill(f->table, f->count, f->spec, f->keep);
+        return disk->fill(f->table, f->count, f->spec, f->keep);
       } catch (const bad_request& e) {
         return failed(self, name, e);
       }
+    },
+  };
+}
+
+}  // namespace
+
+row_io_actor::behavior_type row_io(row_io_actor::stateful_pointer<row_io_state> self, std::string dir,
+                                   std::string name, std::vector<std::size_t> strides, std::string seed) {
+  try {
+    auto& st = self->state;
+    st.disk = std::make_shared<row_disk>(dir, name, std::move(strides), nullptr, seed);
+    for (std::size_t i = 0; i < row_disk::read_threads; ++i)
+      st.readers.push_back(self->spawn<caf::detached + caf::linked>(row_reader, st.disk, name));
+    st.writer = self->spawn<caf::detached + caf::linked>(row_writer, st.disk, name);
+  } catch (const bad_request& e) {
+    failed(self, name, e);  // the handlers below never run
+  }
+  // Only hands work on: a read never waits behind a write (a batch of evicted rows of
+  // dimension 64 takes long enough to stall the reads queued behind it).
+  return {
+    [=](read_rows_atom, const std::shared_ptr<const std::vector<row_key>>& keys) {
+      auto& st = self->state;
+      auto reader = st.readers[st.next_reader++ % st.readers.size()];
+      return self->delegate(reader, read_rows_atom::value, keys);
+    },
+    [=](write_rows_atom, const std::shared_ptr<const row_write>& w) {
+      return self->delegate(self->state.writer, write_rows_atom::value, w);
+    },
+    [=](save_rows_atom, const std::shared_ptr<const row_write>& rows, const std::string& into) {
+      return self->delegate(self->state.writer, save_rows_atom::value, rows, into);
+    },
+    [=](fill_atom, const std::shared_ptr<const fill_order>& f) {
+      return self->delegate(self->state.writer, fill_atom::value, f);
     },
   };
 }

@@ -1,9 +1,9 @@
 #pragma once
 // A shard's disk tier on threads of its own, answering by message, so the shard never
 // waits on the disk: row_io (spawned detached, linked to its shard) opens the store (a
-// directory that cannot hold it ends the shard with an error naming the path), writes
-// rows in the order asked and hands each read to one of row_disk::read_threads readers
-// (detached too), so many reads are in flight at once. Reads need no order with writes:
+// directory that cannot hold it ends the shard with an error naming the path) and hands
+// writes, in the order asked, to a writer and each read to one of row_disk::read_threads
+// readers (all detached), so many reads are in flight at once and none waits behind a write. Reads need no order with writes:
 // the shard reads a row only when no write of it is under way (libps/row_tier.hpp).
 #include <caf/all.hpp>
 
@@ -56,6 +56,12 @@ using row_io_actor = caf::typed_actor<
   // changed rows, then the store's checkpoint into the directory; answers once done.
   caf::replies_to<save_rows_atom, std::shared_ptr<const row_write>, std::string>::with<caf::ok_atom>>;
 
+// Writes, checkpoints and fills, in the order asked (row_io hands them on).
+using row_writer_actor = caf::typed_actor<
+  caf::replies_to<write_rows_atom, std::shared_ptr<const row_write>>::with<std::uint64_t>,
+  caf::replies_to<fill_atom, std::shared_ptr<const fill_order>>::with<std::uint64_t>,
+  caf::replies_to<save_rows_atom, std::shared_ptr<const row_write>, std::string>::with<caf::ok_atom>>;
+
 using row_reader_actor = caf::typed_actor<
   caf::replies_to<read_rows_atom, std::shared_ptr<const std::vector<row_key>>>::with<std::shared_ptr<const disk_rows>>>;
 
@@ -63,6 +69,7 @@ struct row_io_state {
   std::shared_ptr<row_disk> disk;
   std::vector<row_reader_actor> readers;
   std::size_t next_reader = 0;
+  row_writer_actor writer;
   static inline const char* name = "row_io";
 };
 
