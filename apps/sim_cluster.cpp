@@ -21,7 +21,21 @@ namespace ps {
 namespace {
 
 constexpr std::uint64_t num_keys = 64;  // 16 buckets of 4 keys over 2 shards
-constexpr std::uint64_t step_budget = 200000;
+constexpr std::uint32_t row_dim = 4;    // the sparse table's rows, created at 0 on first touch
+constexpr std::uint64_t num_rows = 24;
+constexpr std::uint64_t step_budget = 400000;
+
+// Row ids spread like feature hashes (each row lands on the shard its hash picks).
+std::vector<std::uint64_t> row_ids() {
+  std::vector<std::uint64_t> ids;
+  for (std::uint64_t k = 1; k <= num_rows; ++k) ids.push_back(k * 0x9E3779B97F4A7C15ull);
+  return ids;
+}
+
+// What a worker may have had applied: [lo, hi] pushes per element, by family.
+struct bounds {
+  std::uint64_t lo = 0, hi = 0;
+};
 
 std::uint64_t mix(std::uint64_t h, std::uint64_t x) {  // FNV-1a over 8 bytes
   for (int i = 0; i < 8; ++i) h = (h ^ ((x >> (8 * i)) & 0xff)) * 0x100000001b3ull;
@@ -44,7 +58,14 @@ class sim_run {
         trace_path_(trace_dir + "/actorps-sim-" + std::to_string(::getpid()) + ".jsonl"),
         pushes_(plan.workers, 0),
         done_(plan.workers, false),
-        reading_(plan.workers) {
+        dead_(plan.workers, false),
+        key_pushes_(plan.workers),
+        row_pushes_(plan.workers),
+        acked_keys_(plan.workers, 0),
+        acked_rows_(plan.workers, 0),
+        reading_(plan.workers),
+        leaving_(plan.workers) {
+    while (reader_ == plan.leaver || reader_ == plan.kill_worker) ++reader_;
     std::remove(trace_path_.c_str());
     sys_.await_actors_before_shutdown(false);
   }
@@ -74,19 +95,25 @@ class sim_run {
     if (failure_.empty()) failure_ = why;
   }
 
+  static bool all_ready(const std::vector<kv_future>& fs) {
+    return std::all_of(fs.begin(), fs.end(), [](const kv_future& f) { return f.ready(); });
+  }
   bool all_done() const { return std::all_of(done_.begin(), done_.end(), [](bool d) { return d; }); }
   bool any_can_act() const {
     for (std::size_t w = 0; w < done_.size(); ++w)
-      if (!done_[w] && (!reading_[w] || reading_[w]->ready())) return true;
+      if (!done_[w] && (reading_[w].empty() || all_ready(reading_[w])) && (!leaving_[w] || leaving_[w]->ready()))
+        return true;
     return false;
   }
 
   void start();
   void start_clients(const std::vector<std::shared_ptr<std::optional<registration>>>& regs);
-  std::shared_ptr<std::optional<registration>> register_worker();
+  std::shared_ptr<std::optional<registration>> register_worker(caf::actor& helper);
   std::uint32_t pick_worker();
   void act(std::uint32_t w);
-  void check_read(std::uint32_t w, const std::vector<float>& values);
+  bounds expected(std::uint32_t reader, bool rows) const;
+  void check_read(std::uint32_t w, const std::vector<float>& values, bool rows);
+  void kill_worker(std::uint32_t w);
   bool step(bool timers = true);
   void kill_server(std::uint32_t server);
   void settle_everything();
@@ -100,30 +127,41 @@ class sim_run {
   std::string trace_path_;
   coordinator_actor coord_;
   std::vector<caf::actor> alive_;  // killed at the end (the system does not wait for them)
+  std::vector<caf::actor> registered_;  // by worker id: the actor each worker registered from
   std::vector<std::unique_ptr<kv_client>> clients_;
   cluster_view view_;
   key_set keys_ = key_set::single({0, num_keys});
-  std::vector<kv_future> ops_;
+  std::vector<std::uint64_t> ids_ = row_ids();
+  std::vector<std::pair<std::uint32_t, kv_future>> ops_;  // (worker, op): a dead worker's may never end
   std::vector<std::uint64_t> pushes_;
   std::uint64_t total_ = 0;
   std::vector<bool> done_;
-  std::vector<std::optional<kv_future>> reading_;
-  bool killed_ = false;
+  std::vector<bool> dead_;
+  // A worker's iterations: its pushes of keys and of rows (acknowledged ones count once dead).
+  std::vector<std::vector<kv_future>> key_pushes_, row_pushes_;
+  std::vector<std::uint64_t> acked_keys_, acked_rows_;  // of a dead worker, when it died
+  std::vector<std::vector<kv_future>> reading_;          // a worker's reads under way (keys, rows)
+  std::vector<std::optional<kv_future>> leaving_;        // the leaver's leave_clock_vector
+  std::uint32_t reader_ = 0;                             // reads the final sums
+  bool killed_ = false, killed_worker_ = false;
+  bool started_ = false;  // the cluster formed and the keys were set
+  std::uint64_t started_at_ = 0;
   std::uint64_t steps_ = 0;
   std::uint64_t hash_ = 0xcbf29ce484222325ull;
   std::string failure_;
 };
 
-std::shared_ptr<std::optional<registration>> sim_run::register_worker() {
+std::shared_ptr<std::optional<registration>> sim_run::register_worker(caf::actor& helper) {
   auto slot = std::make_shared<std::optional<registration>>();
   auto coord = coord_;
-  // The helper stays alive as the worker's registered self (its end would mean the worker died).
-  alive_.push_back(sys_.spawn([=](caf::event_based_actor* self) -> caf::behavior {
+  // The helper stays alive as the worker's registered self (its end means the worker died).
+  helper = sys_.spawn([=](caf::event_based_actor* self) -> caf::behavior {
     self->request(coord, caf::infinite, register_atom::value,
                   node_info{"worker", "", 0, 0, {}, 0, 0, protocol_version, {}})
       .then([=](registration& r) { *slot = r; });
     return {[](caf::unit_t) {}};
-  }));
+  });
+  alive_.push_back(helper);
   return slot;
 }
 
@@ -134,6 +172,11 @@ void sim_run::start() {
   o.bucket_bits = 2;
   o.staleness = plan_.staleness;
   o.replication = plan_.replication;
+  sparse_table_spec table;
+  table.name = "sim";
+  table.dim = row_dim;
+  table.init_scale = 0;  // rows start at 0 and pushes sum: exact integer sums
+  o.tables = {table};
   // The job's news goes to an observer that keeps quiet (without one the coordinator prints it).
   auto quiet = sys_.spawn([](caf::event_based_actor* self) -> caf::behavior {
     self->set_default_handler(caf::drop);
@@ -151,8 +194,12 @@ void sim_run::start() {
     alive_.push_back(caf::actor_cast<caf::actor>(s));
   }
   std::vector<std::shared_ptr<std::optional<registration>>> regs;
-  for (std::uint32_t w = 0; w < plan_.workers; ++w) regs.push_back(register_worker());
+  std::vector<caf::actor> helpers(plan_.workers);
+  for (std::uint32_t w = 0; w < plan_.workers; ++w) regs.push_back(register_worker(helpers[w]));
   sched_.run();
+  registered_.resize(plan_.workers);
+  for (std::uint32_t w = 0; w < plan_.workers; ++w)
+    if (regs[w]->has_value() && (*regs[w])->id < plan_.workers) registered_[(*regs[w])->id] = helpers[w];
   start_clients(regs);
 }
 
@@ -172,8 +219,10 @@ void sim_run::start_clients(const std::vector<std::shared_ptr<std::optional<regi
   }
   for (const auto& s : view_.shards)
     for (const auto& copy : s.chain) alive_.push_back(copy);
-  ops_.push_back(clients_[0]->init(keys_, std::vector<float>(num_keys, 0.0f)));
+  ops_.emplace_back(UINT32_MAX, clients_[0]->init(keys_, std::vector<float>(num_keys, 0.0f)));
   settle_everything();
+  started_ = true;
+  started_at_ = steps_;
 }
 
 std::uint32_t sim_run::pick_worker() {
@@ -185,56 +234,89 @@ std::uint32_t sim_run::pick_worker() {
   return w;
 }
 
-// One move of worker w: take its read's answer, or leave, or run one iteration (+1 on
-// every key, tick, then read at the new clock).
+// One move of worker w: take its reads' answers, or leave, or run one iteration (+1 on
+// every key and every row, tick, then read both at the new clock).
 void sim_run::act(std::uint32_t w) {
   if (done_[w]) return;
   auto& kv = *clients_[w];
-  if (reading_[w]) {
-    if (!reading_[w]->ready()) return;
-    auto read = *reading_[w];
-    reading_[w].reset();
-    if (auto err = read.error(); !err.empty()) return fail("worker " + std::to_string(w) + ": " + err);
-    check_read(w, read.get());
+  if (!reading_[w].empty()) {
+    if (!all_ready(reading_[w])) return;
+    auto reads = std::move(reading_[w]);
+    reading_[w].clear();
+    for (std::size_t i = 0; i < reads.size(); ++i) {
+      if (auto err = reads[i].error(); !err.empty()) return fail("worker " + std::to_string(w) + ": " + err);
+      check_read(w, reads[i].get(), i == 1);
+    }
     if (kv.clock() == plan_.clocks) done_[w] = true;
     return;
   }
-  if (plan_.leaver == w && kv.clock() == plan_.leave_at) {
+  if (leaving_[w]) {  // as a finishing worker does: out of the clock vectors, then done
+    if (!leaving_[w]->ready()) return;
+    if (auto err = leaving_[w]->error(); !err.empty()) return fail("worker " + std::to_string(w) + ": " + err);
     done_[w] = true;
     caf::anon_send(coord_, done_atom::value, worker_result{w, true, "{}"});
     return;
   }
-  ops_.push_back(kv.push(keys_, std::vector<float>(num_keys, 1.0f)));
-  ops_.push_back(kv.advance_clock(kv.clock() + 1));
+  if (plan_.leaver == w && kv.clock() == plan_.leave_at) {
+    leaving_[w] = kv.leave_clock_vector();
+    ops_.emplace_back(w, *leaving_[w]);
+    return;
+  }
+  key_pushes_[w].push_back(kv.push(keys_, std::vector<float>(num_keys, 1.0f)));
+  row_pushes_[w].push_back(kv.push_rows(0, ids_, std::vector<float>(num_rows * row_dim, 1.0f)));
+  ops_.emplace_back(w, key_pushes_[w].back());
+  ops_.emplace_back(w, row_pushes_[w].back());
+  ops_.emplace_back(w, kv.advance_clock(kv.clock() + 1));
   ++pushes_[w];
   ++total_;
-  reading_[w] = kv.pull(keys_);
-  ops_.push_back(*reading_[w]);
+  reading_[w] = {kv.pull(keys_), kv.pull_rows(0, ids_)};
+  for (const auto& r : reading_[w]) ops_.emplace_back(w, r);
 }
 
-void sim_run::check_read(std::uint32_t w, const std::vector<float>& values) {
-  const auto clock = clients_[w]->clock();
+// How many pushes every element read by `reader` at its clock must show, at least and at
+// most: its own, and of every other worker those of clocks below c - s (under BSP
+// exactly those below c), counting only the acknowledged ones of a dead worker.
+bounds sim_run::expected(std::uint32_t reader, bool rows) const {
+  const auto c = clients_[reader]->clock();
   const auto s = plan_.staleness;
-  std::uint64_t floor = pushes_[w], exact = 0;
+  bounds b;
   for (std::uint32_t o = 0; o < plan_.workers; ++o) {
-    exact += std::min(pushes_[o], clock);
-    if (o != w && s != infinite_staleness && clock > s) floor += std::min(pushes_[o], clock - s);
+    auto sure = dead_[o] ? (rows ? acked_rows_[o] : acked_keys_[o]) : pushes_[o];
+    if (s == 0) {
+      b.lo += std::min(sure, c);
+      b.hi += std::min(pushes_[o], c);
+    } else {
+      if (o == reader) b.lo += pushes_[o];
+      else if (s != infinite_staleness && c > s) b.lo += std::min(sure, c - s);
+      b.hi += pushes_[o];
+    }
   }
-  auto where = "worker " + std::to_string(w) + "'s read at clock " + std::to_string(clock) + " (staleness " +
-               staleness_to_string(s) + ")";
+  return b;
+}
+
+void sim_run::check_read(std::uint32_t w, const std::vector<float>& values, bool rows) {
+  auto b = expected(w, rows);
+  auto where = "worker " + std::to_string(w) + "'s read of " + (rows ? "rows" : "keys") + " at clock " +
+               std::to_string(clients_[w]->clock()) + " (staleness " + staleness_to_string(plan_.staleness) + ")";
   for (std::size_t k = 0; k < values.size(); ++k) {
     auto v = static_cast<double>(values[k]);
-    auto at = " at key " + std::to_string(k) + ": " + std::to_string(values[k]);
-    if (v < static_cast<double>(floor)) return fail(where + " saw too little" + at + " < " + std::to_string(floor));
-    if (v > static_cast<double>(total_)) return fail(where + " saw more than was pushed" + at + " > " + std::to_string(total_));
-    if (s == 0 && v != static_cast<double>(exact)) return fail(where + " is not exact" + at + " != " + std::to_string(exact));
+    auto at = " at element " + std::to_string(k) + ": " + std::to_string(values[k]);
+    if (v < static_cast<double>(b.lo)) return fail(where + " saw too little" + at + " < " + std::to_string(b.lo));
+    if (v > static_cast<double>(b.hi)) {
+      auto what = plan_.staleness == 0 ? " is not exact" : " saw more than was pushed";
+      return fail(where + what + at + " > " + std::to_string(b.hi));
+    }
   }
 }
 
 // Delivers one message to an actor the seed picks (or, with none waiting and `timers`,
 // fires the next timer); false when it did neither.
 bool sim_run::step(bool timers) {
-  if (plan_.kill_server && !killed_ && steps_ >= plan_.kill_step) kill_server(*plan_.kill_server);
+  // Kills count their steps from the end of the start (the keys' init is worker 0's).
+  const auto since_start = started_ ? steps_ - started_at_ : 0;
+  if (started_ && plan_.kill_server && !killed_ && since_start >= plan_.kill_step) kill_server(*plan_.kill_server);
+  if (started_ && plan_.kill_worker && !killed_worker_ && since_start >= plan_.kill_worker_step)
+    kill_worker(*plan_.kill_worker);
   auto& jobs = sched_.jobs;
   if (jobs.empty()) {
     if (!timers || !sched_.has_pending_timeout()) return false;
@@ -265,9 +347,29 @@ void sim_run::kill_server(std::uint32_t k) {
   caf::anon_send_exit(view_.shards[1 - k].chain.at(1), caf::exit_reason::kill);
 }
 
+// Worker w ends abruptly, as a killed process: its client and its registered self.
+void sim_run::kill_worker(std::uint32_t w) {
+  killed_worker_ = true;
+  if (done_[w]) return;  // finished already
+  hash_ = mix(hash_, 0xdead0000 + w);
+  auto acked = [](const std::vector<kv_future>& fs) {
+    return static_cast<std::uint64_t>(
+      std::count_if(fs.begin(), fs.end(), [](const kv_future& f) { return f.ready() && f.error().empty(); }));
+  };
+  acked_keys_[w] = acked(key_pushes_[w]);
+  acked_rows_[w] = acked(row_pushes_[w]);
+  dead_[w] = done_[w] = true;
+  reading_[w].clear();
+  clients_[w].reset();
+  caf::anon_send_exit(registered_[w], caf::exit_reason::kill);
+}
+
 // Runs until every request made so far is answered (timers fire when nothing else can).
 void sim_run::settle_everything() {
-  auto pending = [&] { return std::any_of(ops_.begin(), ops_.end(), [](const kv_future& f) { return !f.ready(); }); };
+  auto pending = [&] {
+    return std::any_of(ops_.begin(), ops_.end(),
+                       [&](const auto& op) { return !(op.first < dead_.size() && dead_[op.first]) && !op.second.ready(); });
+  };
   while (failure_.empty() && pending()) {
     if (!step()) return fail("stuck: requests unanswered and nothing left to run");
     if (steps_ > step_budget) return fail("stuck: requests unanswered after " + std::to_string(step_budget) + " steps");
@@ -277,19 +379,27 @@ void sim_run::settle_everything() {
 // Every request answered without error, the sums exact, the trace clean.
 void sim_run::finish() {
   settle_everything();
-  for (const auto& op : ops_)
-    if (failure_.empty() && !op.error().empty()) fail("a request failed: " + op.error());
-  std::uint32_t reader = plan_.leaver == 0u ? 1 : 0;
-  ops_.push_back(clients_[reader]->pull(keys_));
-  auto final_read = ops_.back();
+  for (const auto& [w, op] : ops_)
+    if (failure_.empty() && !(w < dead_.size() && dead_[w]) && !op.error().empty()) fail("a request failed: " + op.error());
+  std::vector<kv_future> finals{clients_[reader_]->pull(keys_), clients_[reader_]->pull_rows(0, ids_)};
+  for (const auto& f : finals) ops_.emplace_back(reader_, f);
   settle_everything();
+  for (std::size_t i = 0; i < finals.size() && failure_.empty(); ++i) {
+    if (auto err = finals[i].error(); !err.empty()) return fail("the final read failed: " + err);
+    const bool rows = i == 1;
+    std::uint64_t lo = 0, hi = 0;
+    for (std::uint32_t o = 0; o < plan_.workers; ++o) {
+      lo += dead_[o] ? (rows ? acked_rows_[o] : acked_keys_[o]) : pushes_[o];
+      hi += pushes_[o];
+    }
+    auto values = finals[i].get();
+    for (std::size_t k = 0; k < values.size(); ++k)
+      if (values[k] < static_cast<float>(lo) || values[k] > static_cast<float>(hi))
+        return fail(std::string(rows ? "row element " : "key ") + std::to_string(k) + " ends at " +
+                    std::to_string(values[k]) + ", not in [" + std::to_string(lo) + ", " + std::to_string(hi) +
+                    "] (acknowledged pushes, pushes sent)");
+  }
   if (!failure_.empty()) return;
-  if (auto err = final_read.error(); !err.empty()) return fail("the final read failed: " + err);
-  auto values = final_read.get();
-  for (std::size_t k = 0; k < values.size(); ++k)
-    if (values[k] != static_cast<float>(total_))
-      return fail("key " + std::to_string(k) + " ends at " + std::to_string(values[k]) + ", " +
-                  std::to_string(total_) + " pushes were acknowledged");
   auto report = check_trace(read_trace(trace_path_));
   if (!report.violations.empty()) fail("consistency trace: " + report.violations.front());
 }

@@ -96,6 +96,16 @@ void shard_core::report_loss(const shard_request& r, shard_effects& fx) {
   fx.losses.push_back({id_, r.worker, from, r.clock > from ? r.clock - from : 0, consistency_.staleness() > 0});
 }
 
+// A worker that has left (finished, or declared dead) changes nothing any more: a push
+// of a dead worker still on its way when its departure was announced would otherwise
+// land behind reads that were told it was gone (under BSP, reads that are exact). The
+// head decides; copies apply what it passes down.
+std::string shard_core::departed(const shard_request& r) const {
+  const auto& clocks = consistency_.clocks();
+  if (!head_ || r.worker >= clocks.size() || clocks.live(r.worker)) return {};
+  return name_ + ": push from worker " + std::to_string(r.worker) + " refused: it has left the job (finished or died)";
+}
+
 template <class Body>
 shard_effects shard_core::checked(const shard_request& r, const std::vector<key_range>& ranges, Body body) {
   shard_effects fx;
@@ -112,6 +122,7 @@ shard_effects shard_core::checked(const shard_request& r, const std::vector<key_
 shard_effects shard_core::push(const shard_request& r, const std::vector<key_range>& ranges, const float* values,
                                std::uint64_t n) {
   return checked(r, ranges, [&](shard_effects& fx) {
+    if (fx.error = departed(r); !fx.ok()) return;
     highest_clock_ = std::max(highest_clock_, r.clock + 1);  // an update of clock c: the final file holds c
     take_push(r, ranges, values, n, fx);
     if (r.tick != 0) advance({r.epoch, r.worker, r.tick, 0, 0}, fx);  // a resent push ticks again: ticks are idempotent
@@ -173,6 +184,7 @@ shard_effects shard_core::push_rows(const shard_request& r, std::uint32_t table,
                                     const float* grads, std::uint64_t n) {
   shard_effects fx;
   fx.error = check_rows(r, table, ids);
+  if (fx.ok()) fx.error = departed(r);
   if (!fx.ok()) return fx;
   highest_clock_ = std::max(highest_clock_, r.clock + 1);
   const auto& spec = rows_.table(table).spec();

@@ -220,6 +220,7 @@ class shard_core {
   };
 
   std::string check(const shard_request& r, const std::vector<key_range>& ranges) const;
+  std::string departed(const shard_request& r) const;  // why a push is refused; "" when it is not
   // Checks the request, then runs body(fx); bad input either way becomes fx.error.
   template <class Body>
   shard_effects checked(const shard_request& r, const std::vector<key_range>& ranges, Body body);

@@ -50,6 +50,15 @@ sim_plan plan_for_seed(std::uint64_t seed) {
     p.leaver = static_cast<std::uint32_t>(rng() % p.workers);
     p.leave_at = between(rng, 1, p.clocks - 1);
   }
+  if (one_in(rng, 4)) {
+    auto w = static_cast<std::uint32_t>(rng() % p.workers);
+    bool survivor = false;  // a worker that neither dies nor leaves early reads the final sums
+    for (std::uint32_t o = 0; o < p.workers; ++o) survivor |= o != w && p.leaver != o;
+    if (p.leaver != w && survivor) {
+      p.kill_worker = w;
+      p.kill_worker_step = between(rng, 0, 600);
+    }
+  }
   for (std::uint32_t w = 0; w < p.workers; ++w) p.speed.push_back(one_in(rng, 3) ? 1 : 4);
   plan_message_faults(rng, p);
   return p;
@@ -65,6 +74,7 @@ std::string to_json(const sim_plan& p) {
                    {"retry_ms", p.retry_ms}};
   if (p.kill_server) j["kill"] = {{"server", *p.kill_server}, {"step", p.kill_step}};
   if (p.leaver) j["leave"] = {{"worker", *p.leaver}, {"clock", p.leave_at}};
+  if (p.kill_worker) j["kill_worker"] = {{"worker", *p.kill_worker}, {"step", p.kill_worker_step}};
   return j.dump();
 }
 

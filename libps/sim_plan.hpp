@@ -1,7 +1,7 @@
 #pragma once
 // What one seed of the whole-cluster simulation (`sim`) does: the cluster's shape and
-// consistency model, the workers' speeds, and its fault plan (a server killed at a step,
-// a worker leaving early, requests dropped, sent twice or late). A pure function of the
+// consistency model, the workers' speeds, and its fault plan (a server or a worker killed
+// at a step, a worker leaving early, requests dropped, sent twice or late). A pure function of the
 // seed, so `sim --seeds=1 --from=S` replays seed S exactly.
 #include <cstdint>
 #include <optional>
@@ -22,6 +22,11 @@ struct sim_plan {
   // after this many scheduler steps; only with replication 2, so nothing may be lost.
   std::optional<std::uint32_t> kill_server;
   std::uint64_t kill_step = 0;
+  // A worker killed after this many scheduler steps (its client and its registration end
+  // abruptly): what it had acknowledged counts, what it had sent may or may not. Never
+  // the leaver, and never the last worker that would remain.
+  std::optional<std::uint32_t> kill_worker;
+  std::uint64_t kill_worker_step = 0;
   // A worker that finishes early, at this clock (it leaves the vector clock).
   std::optional<std::uint32_t> leaver;
   std::uint64_t leave_at = 0;

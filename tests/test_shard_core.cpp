@@ -107,6 +107,35 @@ TEST_CASE("shard_core: a worker that leaves is no longer waited for; a tick seen
   CHECK(core.join(2) == 1);
 }
 
+TEST_CASE("shard_core: a push of a worker that has left is refused at the head, passed-down copies apply it") {
+  // Found by sim: a killed worker's push still on its way when its departure was
+  // announced landed behind BSP reads that had been told the worker was gone.
+  auto cfg = one_shard(infinite_staleness);
+  sparse_table_spec table;
+  table.name = "t";
+  table.dim = 4;
+  table.init_scale = 0;
+  cfg.tables = {table};
+  shard_core core(cfg);
+  core.init({1, 0, 0, 1}, keys, std::vector<float>(4, 0.0f).data(), 4);
+  core.leave(1);
+  auto late = core.push({1, 1, 3, 9}, keys, ones.data(), 4);
+  CHECK(late.error == "shard 0: push from worker 1 refused: it has left the job (finished or died)");
+  CHECK(late.traces.empty());
+  std::vector<std::uint64_t> id{5};
+  CHECK(core.push_rows({1, 1, 3, 10}, 0, id, ones.data(), 4).error == "shard 0: push from worker 1 refused: it has "
+                                                                       "left the job (finished or died)");
+  CHECK(values_of(core, {0, 4}) == std::vector<float>(4, 0.0f));
+  CHECK(core.push({1, 0, 3, 11}, keys, ones.data(), 4).ok());  // the others go on
+  CHECK(core.push_rows({1, 0, 3, 12}, 0, id, ones.data(), 4).ok());
+  // A copy further down the chain applies what its head passed down, whatever it heard.
+  shard_core copy(one_shard(infinite_staleness));
+  copy.set_head(false);
+  copy.leave(1);
+  CHECK(copy.push({1, 1, 3, 9}, keys, ones.data(), 4).ok());
+  CHECK(values_of(copy, {0, 4}) == ones);
+}
+
 TEST_CASE("shard_core: a pull parked past the limit fails naming whom it waits for") {
   shard_core core(one_shard(0));
   core.tick({1, 0, 1, 0});

@@ -8,11 +8,18 @@
 #include "apps/sim_cluster.hpp"
 #include "libps/consistency.hpp"
 #include "libps/keys.hpp"
+#include "libps/log.hpp"
 #include "libps/sabotage.hpp"
 
 using namespace ps;
 
 namespace {
+
+// The members' news (failovers, by the hundred) would bury the test's own output.
+const bool quiet = [] {
+  set_log_level(log_level::error);
+  return true;
+}();
 
 // The first failing seed in [1, seeds], or 0.
 std::uint64_t first_failing_seed(std::uint64_t seeds) {
@@ -32,7 +39,7 @@ struct broken {
 TEST_CASE("sim: a seed's plan depends on the seed alone, and seeds cover every fault kind") {
   CHECK(to_json(plan_for_seed(42)) == to_json(plan_for_seed(42)));
   std::set<std::string> plans;
-  bool kill = false, leave = false, drop = false, duplicate = false, delay = false, bsp = false, asp = false;
+  bool kill = false, kill_worker = false, leave = false, drop = false, duplicate = false, delay = false, bsp = false, asp = false;
   for (std::uint64_t seed = 1; seed <= 100; ++seed) {
     auto p = plan_for_seed(seed);
     plans.insert(to_json(p));
@@ -41,6 +48,8 @@ TEST_CASE("sim: a seed's plan depends on the seed alone, and seeds cover every f
     if (p.kill_server) CHECK(p.replication == 2);  // nothing may be lost: the killed server's shard has a copy
     if (p.messages.drop_p > 0) CHECK(p.retry_ms > 0);  // a lost request is sent again
     kill |= p.kill_server.has_value();
+    kill_worker |= p.kill_worker.has_value();
+    if (p.kill_worker) CHECK(p.kill_worker != p.leaver);
     leave |= p.leaver.has_value();
     drop |= p.messages.drop_p > 0;
     duplicate |= p.messages.duplicate_p > 0;
@@ -49,7 +58,7 @@ TEST_CASE("sim: a seed's plan depends on the seed alone, and seeds cover every f
     asp |= p.staleness == infinite_staleness;
   }
   CHECK(plans.size() == 100);
-  CHECK((kill && leave && drop && duplicate && delay && bsp && asp));
+  CHECK((kill && kill_worker && leave && drop && duplicate && delay && bsp && asp));
 }
 
 TEST_CASE("sim: a seed replays exactly (the same message trace)") {
