@@ -20,7 +20,7 @@ namespace ps {
 
 namespace {
 
-constexpr std::uint64_t num_keys = 64;  // 16 buckets of 4 keys over 2 shards
+constexpr std::uint64_t num_keys = 64;  // 16 buckets of 4 keys over the shards
 constexpr std::uint32_t row_dim = 4;    // the sparse table's rows, created at 0 on first touch
 constexpr std::uint64_t num_rows = 24;
 constexpr std::uint64_t step_budget = 400000;
@@ -167,7 +167,7 @@ std::shared_ptr<std::optional<registration>> sim_run::register_worker(caf::actor
 
 void sim_run::start() {
   coordinator_options o;
-  o.servers = 2;
+  o.servers = plan_.servers;
   o.workers = plan_.workers;
   o.bucket_bits = 2;
   o.staleness = plan_.staleness;
@@ -188,7 +188,7 @@ void sim_run::start() {
   alive_.push_back(caf::actor_cast<caf::actor>(coord_));
   shard_options sopts;
   sopts.trace_path = trace_path_;
-  for (int i = 0; i < 2; ++i) {
+  for (std::uint32_t i = 0; i < plan_.servers; ++i) {
     auto s = sys_.spawn(server_shard, coord_, sopts);
     caf::anon_send(s, start_atom::value, std::uint16_t{0});
     alive_.push_back(caf::actor_cast<caf::actor>(s));
@@ -339,12 +339,14 @@ bool sim_run::step(bool timers) {
   return true;
 }
 
-// Server k hosts the head of shard k and the second copy of the other shard.
+// Server k hosts copy j of shard k - j (j = 0: the head of shard k), as the shards
+// place their copies (actors/server_shard.cpp, spawn_replicas).
 void sim_run::kill_server(std::uint32_t k) {
   killed_ = true;
   hash_ = mix(hash_, 0xdead);
-  caf::anon_send_exit(view_.shards[k].chain.at(0), caf::exit_reason::kill);
-  caf::anon_send_exit(view_.shards[1 - k].chain.at(1), caf::exit_reason::kill);
+  const auto n = plan_.servers;
+  for (std::uint32_t j = 0; j < plan_.replication; ++j)
+    caf::anon_send_exit(view_.shards[(k + n - j) % n].chain.at(j), caf::exit_reason::kill);
 }
 
 // Worker w ends abruptly, as a killed process: its client and its registered self.

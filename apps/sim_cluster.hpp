@@ -1,6 +1,6 @@
 #pragma once
-// The whole-cluster simulation of one seed: the real coordinator, server shards (with
-// their chain copies) and kv_clients, in one process on CAF's deterministic test
+// The whole-cluster simulation of one seed: the real coordinator, 2 or 3 server shards
+// (with their chain copies) and kv_clients, in one process on CAF's deterministic test
 // scheduler, which stands in for the network: the seed picks which actor takes its next
 // message (every mailbox stays FIFO, as a connection is), when timers fire, and the plan's
 // faults (libps/sim_plan.hpp). Per clock each worker pushes +1 to every one of 64 keys

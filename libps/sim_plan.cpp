@@ -41,9 +41,10 @@ sim_plan plan_for_seed(std::uint64_t seed) {
   const std::uint64_t models[] = {0, 1, 2, infinite_staleness};
   p.staleness = models[rng() % 4];
   p.clocks = between(rng, 4, 8);
-  p.replication = one_in(rng, 2) ? 2 : 1;
-  if (p.replication == 2 && !one_in(rng, 3)) {
-    p.kill_server = static_cast<std::uint32_t>(rng() % 2);
+  p.servers = one_in(rng, 3) ? 3 : 2;
+  p.replication = static_cast<std::uint32_t>(between(rng, 1, p.servers));
+  if (p.replication >= 2 && !one_in(rng, 3)) {
+    p.kill_server = static_cast<std::uint32_t>(rng() % p.servers);
     p.kill_step = between(rng, 0, 400);
   }
   if (one_in(rng, 3)) {
@@ -65,7 +66,8 @@ sim_plan plan_for_seed(std::uint64_t seed) {
 }
 
 std::string to_json(const sim_plan& p) {
-  nlohmann::json j{{"workers", p.workers},
+  nlohmann::json j{{"servers", p.servers},
+                   {"workers", p.workers},
                    {"staleness", staleness_to_string(p.staleness)},
                    {"clocks", p.clocks},
                    {"replication", p.replication},

@@ -14,12 +14,14 @@ namespace ps {
 
 struct sim_plan {
   std::uint64_t seed = 0;
+  std::uint32_t servers = 2;
   std::uint32_t workers = 2;
   std::uint64_t staleness = 0;  // 0 BSP, k SSP, infinite_staleness ASP
   std::uint64_t clocks = 6;     // iterations each worker runs (a leaver fewer)
-  std::uint32_t replication = 1;
-  // The server (its shard's head and the copy it keeps of the previous shard) killed
-  // after this many scheduler steps; only with replication 2, so nothing may be lost.
+  std::uint32_t replication = 1;  // copies per shard, at most `servers`
+  // The server killed after this many scheduler steps: the head of its shard and the
+  // copies it keeps of the shards before it (copy j of shard i lives on server i + j).
+  // Only with two copies or more, so nothing may be lost.
   std::optional<std::uint32_t> kill_server;
   std::uint64_t kill_step = 0;
   // A worker killed after this many scheduler steps (its client and its registration end
