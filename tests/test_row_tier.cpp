@@ -3,6 +3,8 @@
 // RocksDB disk tier itself (libps/row_disk.hpp).
 #include <doctest/doctest.h>
 
+#include <unistd.h>
+
 #include <rocksdb/env.h>
 #include <rocksdb/file_system.h>
 
@@ -22,6 +24,18 @@
 using namespace ps;
 
 namespace {
+
+// A directory on a disk for stores under test (the system's temporary directory), of
+// this process alone, removed with everything in it when the test case ends.
+struct scratch_dir {
+  std::filesystem::path path = std::filesystem::temp_directory_path() /
+                               ("actorps-test-row-disk-" + std::to_string(::getpid()));
+  scratch_dir() { std::filesystem::create_directories(path); }
+  ~scratch_dir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path, ec);
+  }
+};
 
 sparse_table_spec emb(std::uint32_t dim = 2, rule_kind kind = rule_kind::sum) {
   sparse_table_spec s;
@@ -209,8 +223,8 @@ TEST_CASE("shard core over a tiered store: a pull of keys answerable while row w
 }
 
 TEST_CASE("row disk: rows written are read back; missing rows are not found; a write of the wrong size is refused") {
-  auto dir = std::filesystem::temp_directory_path() / "actorps-test-row-disk";
-  std::filesystem::create_directories(dir);
+  scratch_dir scratch;
+  const auto& dir = scratch.path;
   if (auto why = direct_io_problem(dir.string()); !why.empty()) {
     MESSAGE("skipped: " << why);
     return;
@@ -352,16 +366,11 @@ row_write rows_of(std::uint64_t seq, std::uint64_t from, std::uint64_t count) {
   return w;
 }
 
-std::filesystem::path direct_io_dir() {
-  auto dir = std::filesystem::temp_directory_path() / "actorps-test-row-disk";
-  std::filesystem::create_directories(dir);
-  return dir;
-}
-
 }  // namespace
 
 TEST_CASE("row disk: a full disk is an error naming the store's path; rows written before it still read back") {
-  auto dir = direct_io_dir();
+  scratch_dir scratch;
+  const auto& dir = scratch.path;
   if (auto why = direct_io_problem(dir.string()); !why.empty()) {
     MESSAGE("skipped: " << why);
     return;
@@ -392,7 +401,8 @@ TEST_CASE("row disk: a full disk is an error naming the store's path; rows writt
 }
 
 TEST_CASE("row disk: a corrupt store file is an error naming the store's path, not a wrong row") {
-  auto dir = direct_io_dir();
+  scratch_dir scratch;
+  const auto& dir = scratch.path;
   if (auto why = direct_io_problem(dir.string()); !why.empty()) {
     MESSAGE("skipped: " << why);
     return;
