@@ -7,6 +7,7 @@
 #include <memory>
 #include <optional>
 #include <random>
+#include <set>
 
 #include <caf/all.hpp>
 
@@ -115,7 +116,11 @@ class sim_run {
   void check_read(std::uint32_t w, const std::vector<float>& values, bool rows);
   void kill_worker(std::uint32_t w);
   bool step(bool timers = true);
+  std::vector<caf::actor> server_actors(std::uint32_t server) const;
   void kill_server(std::uint32_t server);
+  void run_fault_plan();
+  bool cut_off(caf::resumable* job) const;
+  bool timer_after_partition();
   void settle_everything();
   void finish();
 
@@ -144,6 +149,10 @@ class sim_run {
   std::vector<std::optional<kv_future>> leaving_;        // the leaver's leave_clock_vector
   std::uint32_t reader_ = 0;                             // reads the final sums
   bool killed_ = false, killed_worker_ = false;
+  std::set<caf::actor_id> cut_off_;  // a partitioned server's actors (their messages wait)
+  bool partitioned_ = false;
+  std::uint64_t events_ = 0, heal_at_ = 0;  // messages delivered and timers fired
+  caf::actor_clock::time_point partition_began_{};
   bool started_ = false;  // the cluster formed and the keys were set
   std::uint64_t started_at_ = 0;
   std::uint64_t steps_ = 0;
@@ -312,19 +321,24 @@ void sim_run::check_read(std::uint32_t w, const std::vector<float>& values, bool
 // Delivers one message to an actor the seed picks (or, with none waiting and `timers`,
 // fires the next timer); false when it did neither.
 bool sim_run::step(bool timers) {
-  // Kills count their steps from the end of the start (the keys' init is worker 0's).
-  const auto since_start = started_ ? steps_ - started_at_ : 0;
-  if (started_ && plan_.kill_server && !killed_ && since_start >= plan_.kill_step) kill_server(*plan_.kill_server);
-  if (started_ && plan_.kill_worker && !killed_worker_ && since_start >= plan_.kill_worker_step)
-    kill_worker(*plan_.kill_worker);
+  run_fault_plan();
   auto& jobs = sched_.jobs;
-  if (jobs.empty()) {
-    if (!timers || !sched_.has_pending_timeout()) return false;
-    hash_ = mix(hash_, 0x7157);  // a timer fired
-    sched_.trigger_timeout();
-    return true;
+  std::vector<std::ptrdiff_t> eligible;
+  for (std::size_t i = 0; i < jobs.size(); ++i)
+    if (!cut_off(jobs[i])) eligible.push_back(static_cast<std::ptrdiff_t>(i));
+  if (eligible.empty()) {
+    if (timers && sched_.has_pending_timeout() && !timer_after_partition()) {
+      hash_ = mix(hash_, 0x7157);  // a timer fired
+      sched_.trigger_timeout();
+      ++events_;
+      return true;
+    }
+    if (!partitioned_) return false;
+    heal_at_ = events_;  // nothing else can happen during it: the partition heals now
+    run_fault_plan();
+    return step(timers);
   }
-  auto pick = static_cast<std::ptrdiff_t>(rng_() % jobs.size());
+  auto pick = eligible[rng_() % eligible.size()];
   std::rotate(jobs.begin(), jobs.begin() + pick, jobs.begin() + pick + 1);
   if (auto* a = dynamic_cast<caf::scheduled_actor*>(jobs.front())) {
     hash_ = mix(hash_, a->id());
@@ -336,17 +350,60 @@ bool sim_run::step(bool timers) {
   }
   sched_.run_once();
   ++steps_;
+  ++events_;
   return true;
+}
+
+// The plan's kills and partition, at their steps (counted from the end of the start:
+// the keys' init is worker 0's).
+void sim_run::run_fault_plan() {
+  if (!started_) return;
+  const auto since_start = steps_ - started_at_;
+  if (plan_.kill_server && !killed_ && since_start >= plan_.kill_step) kill_server(*plan_.kill_server);
+  if (plan_.kill_worker && !killed_worker_ && since_start >= plan_.kill_worker_step) kill_worker(*plan_.kill_worker);
+  if (plan_.partition_server && !partitioned_ && heal_at_ == 0 && since_start >= plan_.partition_step) {
+    partitioned_ = true;
+    heal_at_ = events_ + plan_.partition_events;
+    partition_began_ = sched_.clock().current_time;
+    hash_ = mix(hash_, 0xc07);
+    for (const auto& a : server_actors(*plan_.partition_server)) cut_off_.insert(a.id());
+  }
+  if (partitioned_ && events_ >= heal_at_) {
+    partitioned_ = false;
+    cut_off_.clear();
+    hash_ = mix(hash_, 0x4ea1);
+  }
+}
+
+// Whether the next timer falls after the partition's end: it lasts at most 2 s of
+// simulated time (well inside the failure timeout and the requests' timeouts), so with
+// only timers left beyond that it heals first.
+bool sim_run::timer_after_partition() {
+  if (!partitioned_) return false;
+  const auto& schedule = sched_.clock().schedule();
+  return !schedule.empty() && schedule.begin()->first > partition_began_ + std::chrono::seconds(2);
+}
+
+bool sim_run::cut_off(caf::resumable* job) const {
+  if (cut_off_.empty()) return false;
+  auto* a = dynamic_cast<caf::scheduled_actor*>(job);
+  return a != nullptr && cut_off_.count(a->id()) > 0;
 }
 
 // Server k hosts copy j of shard k - j (j = 0: the head of shard k), as the shards
 // place their copies (actors/server_shard.cpp, spawn_replicas).
+std::vector<caf::actor> sim_run::server_actors(std::uint32_t k) const {
+  const auto n = plan_.servers;
+  if (plan_.replication < 2) return {view_.shards[k].handle};  // set in one process
+  std::vector<caf::actor> out;
+  for (std::uint32_t j = 0; j < plan_.replication; ++j) out.push_back(view_.shards[(k + n - j) % n].chain.at(j));
+  return out;
+}
+
 void sim_run::kill_server(std::uint32_t k) {
   killed_ = true;
   hash_ = mix(hash_, 0xdead);
-  const auto n = plan_.servers;
-  for (std::uint32_t j = 0; j < plan_.replication; ++j)
-    caf::anon_send_exit(view_.shards[(k + n - j) % n].chain.at(j), caf::exit_reason::kill);
+  for (const auto& a : server_actors(k)) caf::anon_send_exit(a, caf::exit_reason::kill);
 }
 
 // Worker w ends abruptly, as a killed process: its client and its registered self.

@@ -61,6 +61,11 @@ sim_plan plan_for_seed(std::uint64_t seed) {
     }
   }
   for (std::uint32_t w = 0; w < p.workers; ++w) p.speed.push_back(one_in(rng, 3) ? 1 : 4);
+  if (one_in(rng, 4)) {
+    p.partition_server = static_cast<std::uint32_t>(rng() % p.servers);
+    p.partition_step = between(rng, 0, 400);
+    p.partition_events = between(rng, 20, 200);
+  }
   plan_message_faults(rng, p);
   return p;
 }
@@ -76,6 +81,8 @@ std::string to_json(const sim_plan& p) {
                    {"retry_ms", p.retry_ms}};
   if (p.kill_server) j["kill"] = {{"server", *p.kill_server}, {"step", p.kill_step}};
   if (p.leaver) j["leave"] = {{"worker", *p.leaver}, {"clock", p.leave_at}};
+  if (p.partition_server)
+    j["partition"] = {{"server", *p.partition_server}, {"step", p.partition_step}, {"events", p.partition_events}};
   if (p.kill_worker) j["kill_worker"] = {{"worker", *p.kill_worker}, {"step", p.kill_worker_step}};
   return j.dump();
 }

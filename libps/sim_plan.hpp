@@ -24,6 +24,12 @@ struct sim_plan {
   // Only with two copies or more, so nothing may be lost.
   std::optional<std::uint32_t> kill_server;
   std::uint64_t kill_step = 0;
+  // A server cut off from every other member after this many scheduler steps, for this
+  // many events (messages delivered elsewhere and timers fired): what is sent to it or
+  // from it waits, as TCP holds it, and is delivered when the partition heals (shorter
+  // than the failure timeout: nobody is declared dead).
+  std::optional<std::uint32_t> partition_server;
+  std::uint64_t partition_step = 0, partition_events = 0;
   // A worker killed after this many scheduler steps (its client and its registration end
   // abruptly): what it had acknowledged counts, what it had sent may or may not. Never
   // the leaver, and never the last worker that would remain.

@@ -39,7 +39,7 @@ struct broken {
 TEST_CASE("sim: a seed's plan depends on the seed alone, and seeds cover every fault kind") {
   CHECK(to_json(plan_for_seed(42)) == to_json(plan_for_seed(42)));
   std::set<std::string> plans;
-  bool servers3 = false, kill = false, kill_worker = false, leave = false, drop = false, duplicate = false, delay = false, bsp = false, asp = false;
+  bool servers3 = false, partition = false, kill = false, kill_worker = false, leave = false, drop = false, duplicate = false, delay = false, bsp = false, asp = false;
   for (std::uint64_t seed = 1; seed <= 100; ++seed) {
     auto p = plan_for_seed(seed);
     plans.insert(to_json(p));
@@ -51,6 +51,8 @@ TEST_CASE("sim: a seed's plan depends on the seed alone, and seeds cover every f
     if (p.messages.drop_p > 0) CHECK(p.retry_ms > 0);  // a lost request is sent again
     kill |= p.kill_server.has_value();
     kill_worker |= p.kill_worker.has_value();
+    partition |= p.partition_server.has_value();
+    if (p.partition_server) CHECK(*p.partition_server < p.servers);
     if (p.kill_worker) CHECK(p.kill_worker != p.leaver);
     leave |= p.leaver.has_value();
     drop |= p.messages.drop_p > 0;
@@ -60,7 +62,7 @@ TEST_CASE("sim: a seed's plan depends on the seed alone, and seeds cover every f
     asp |= p.staleness == infinite_staleness;
   }
   CHECK(plans.size() == 100);
-  CHECK((servers3 && kill && kill_worker && leave && drop && duplicate && delay && bsp && asp));
+  CHECK((servers3 && partition && kill && kill_worker && leave && drop && duplicate && delay && bsp && asp));
 }
 
 TEST_CASE("sim: a seed replays exactly (the same message trace)") {
