@@ -1,5 +1,6 @@
 #include "libps/checkpoint.hpp"
 #include "libps/bounded_archive.hpp"
+#include "libps/cereal_types.hpp"
 #include "libps/text.hpp"
 
 #include <fcntl.h>
@@ -19,15 +20,6 @@
 #include <sstream>
 
 namespace ps {
-
-template <class Archive>
-void serialize(Archive& ar, stored_segment& s) {
-  ar(s.begin, s.end, s.values, s.state);
-}
-template <class Archive>
-void serialize(Archive& ar, table_rows& t) {
-  ar(t.table, t.stride, t.ids, t.rows);
-}
 
 template <class Archive>
 void serialize(Archive& ar, shard_snapshot& s) {

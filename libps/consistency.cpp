@@ -62,6 +62,12 @@ void vector_clock::advance(std::uint32_t w, std::uint64_t c) {
   clocks_[w] = c;
 }
 
+void vector_clock::merge_lower(const std::vector<std::uint64_t>& other, bool fresh) {
+  if (fresh) clocks_.assign(other.begin(), other.end());
+  if (clocks_.size() < other.size()) clocks_.resize(other.size(), left_clock);
+  for (std::size_t w = 0; w < other.size(); ++w) clocks_[w] = std::min(clocks_[w], other[w]);
+}
+
 void vector_clock::join(std::uint32_t w, std::uint64_t c) {
   if (w < clocks_.size())
     throw bad_request("worker " + std::to_string(w) + " is already in the clock vector");

@@ -44,6 +44,13 @@ class vector_clock {
   std::uint64_t min_clock() const;
   // A live worker whose clock is the minimum (the one everybody waits for); size() if none.
   std::uint32_t slowest() const;
+  // Every worker's clock (left_clock for those that left), by id.
+  const std::vector<std::uint64_t>& values() const { return clocks_; }
+  // Keys handed over from another shard: each worker's clock becomes the lower of the two
+  // (the updates it holds are known up to there on both); workers only `other` knows of
+  // take its clock. A shard that never heard from anyone (fresh: every clock 0) takes
+  // `other` as it is.
+  void merge_lower(const std::vector<std::uint64_t>& other, bool fresh);
 
  private:
   void check(std::uint32_t w) const;

@@ -23,6 +23,23 @@ bool duplicate_filter::first_time(std::uint32_t worker, std::uint64_t seq) {
   return true;
 }
 
+void duplicate_filter::merge(const duplicate_filter& other) {
+  for (const auto& [worker, theirs] : other.workers_) {
+    auto& mine = workers_[worker];
+    if (theirs.has_floor) {
+      mine.floor = mine.has_floor ? std::max(mine.floor, theirs.floor) : theirs.floor;
+      mine.has_floor = true;
+    }
+    mine.recent.insert(theirs.recent.begin(), theirs.recent.end());
+    if (mine.has_floor) mine.recent.erase(mine.recent.begin(), mine.recent.upper_bound(mine.floor));
+    while (mine.recent.size() > window_) {
+      mine.floor = *mine.recent.begin();
+      mine.has_floor = true;
+      mine.recent.erase(mine.recent.begin());
+    }
+  }
+}
+
 std::size_t duplicate_filter::remembered() const {
   std::size_t n = 0;
   for (const auto& [id, w] : workers_) n += w.recent.size();

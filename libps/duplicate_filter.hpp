@@ -18,12 +18,23 @@ class duplicate_filter {
   bool first_time(std::uint32_t worker, std::uint64_t seq);
   bool seen(std::uint32_t worker, std::uint64_t seq) const;
   std::size_t remembered() const;
+  // What `other` has seen counts as seen here too (keys handed over with their history).
+  void merge(const duplicate_filter& other);
+  // cereal (a handoff carries the filter; needs cereal's map and set types).
+  template <class Archive>
+  void serialize(Archive& ar) {
+    ar(window_, workers_);
+  }
 
  private:
   struct per_worker {
     std::set<std::uint64_t> recent;
     std::uint64_t floor = 0;  // every seq <= floor counts as seen (0: none yet)
     bool has_floor = false;
+    template <class Archive>
+    void serialize(Archive& ar) {
+      ar(recent, floor, has_floor);
+    }
   };
   std::size_t window_;
   std::map<std::uint32_t, per_worker> workers_;

@@ -125,6 +125,25 @@ void row_tier::filled_on_disk(std::uint32_t table, std::uint64_t rows) {
   table_bytes_ += rows * tables_.at(table).stride() * sizeof(float);
 }
 
+table_rows row_tier::take_rows(std::uint32_t table, const std::function<bool(std::uint64_t)>& moves) {
+  if (tiered()) throw bad_request("rows on a disk tier (--shard-memory) cannot be handed over to another shard yet");
+  auto& t = tables_.at(table);
+  table_rows out{table, static_cast<std::uint32_t>(t.stride()), {}, {}};
+  std::vector<std::pair<std::uint64_t, const float*>> leaving;
+  t.for_each_row([&](std::uint64_t id, const float* row, bool) {
+    if (moves(id)) leaving.emplace_back(id, row);
+  });
+  std::sort(leaving.begin(), leaving.end());
+  for (const auto& [id, row] : leaving) {
+    out.ids.push_back(id);
+    out.rows.insert(out.rows.end(), row, row + t.stride());
+  }
+  for (auto id : out.ids) t.erase(id);
+  stats_.moved += out.ids.size();
+  table_bytes_ -= out.ids.size() * t.stride() * sizeof(float);
+  return out;
+}
+
 void row_tier::restore(std::uint32_t table, std::uint32_t stride, const std::vector<std::uint64_t>& ids,
                        const std::vector<float>& rows) {
   if (tiered())

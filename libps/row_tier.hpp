@@ -8,6 +8,7 @@
 // way is taken back from that batch: a row is read from disk only when no write of it is
 // under way, and reads need no order with writes.
 #include <cstdint>
+#include <functional>
 #include <deque>
 #include <memory>
 #include <optional>
@@ -16,6 +17,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "libps/checkpoint.hpp"
 #include "libps/count_min.hpp"
 #include "libps/sparse_table.hpp"
 
@@ -46,6 +48,7 @@ struct row_tier_stats {
   std::uint64_t written = 0;  // rows written to the disk tier
   std::uint64_t refused = 0;  // pushed rows dropped, not admitted yet (their gradients discarded)
   std::uint64_t expired = 0;  // rows dropped, not pushed to for their table's expire_after clocks
+  std::uint64_t moved = 0;    // rows handed over to another shard (its map changed)
 };
 
 class row_tier {
@@ -113,7 +116,10 @@ class row_tier {
   // Rows created so far (each table's first touches) and what they take in values and
   // optimizer state, wherever they are.
   std::uint64_t rows_created() const { return stats_.created; }
-  std::uint64_t rows_live() const { return stats_.created - stats_.expired; }
+  std::uint64_t rows_live() const { return stats_.created - stats_.expired - stats_.moved; }
+  // The rows of `table` held here for which `moves` holds, taken out (sorted by id).
+  // Only without a disk tier (throws bad_request naming it otherwise).
+  table_rows take_rows(std::uint32_t table, const std::function<bool(std::uint64_t)>& moves);
   std::uint64_t table_bytes() const { return table_bytes_; }
 
  private:

@@ -18,6 +18,7 @@ shard_core::shard_core(shard_config cfg, std::unique_ptr<param_store> store)
     : id_(cfg.id),
       name_(cfg.name.empty() ? "shard " + std::to_string(cfg.id) : cfg.name),
       map_(map_of(cfg)),
+      state_slots_(cfg.rule.state_slots()),
       store_(store ? std::move(store) : std::make_unique<shard_store>(cfg.rule)),
       consistency_(cfg.num_workers, cfg.staleness),
       rows_(std::move(cfg.tables), cfg.shard_memory, cfg.eviction),
@@ -33,6 +34,107 @@ shard_core::shard_core(shard_config cfg, std::unique_ptr<param_store> store)
 void shard_core::restore(const std::vector<stored_segment>& segments, const std::vector<table_rows>& rows) {
   if (!segments.empty()) store_->restore(segments);
   for (const auto& t : rows) rows_.restore(t.table, t.stride, t.ids, t.rows);
+}
+
+deferred_update shard_core::to_update(const deferred_push& d) const {
+  return {d.req.epoch, d.req.worker, d.req.clock, d.req.seq, d.ranges, d.values, d.table, d.ids};
+}
+
+shard_core::deferred_push shard_core::from_update(const deferred_update& u) {
+  return {{u.epoch, u.worker, u.clock, u.seq, 0}, u.ranges, u.values, u.table, u.ids};
+}
+
+bool shard_core::touches_other_shards(const pending_pull& p, const partitioner& next) const {
+  if (p.table) return std::any_of(p.ids.begin(), p.ids.end(), [&](std::uint64_t id) { return next.row_owner(*p.table, id) != id_; });
+  const auto bits = next.bucket_bits();
+  for (const auto& r : p.ranges)
+    for (key_type at = r.begin; at < r.end; at = ((at >> bits) + 1) << bits)
+      if (next.owner(at) != id_) return true;
+  return false;
+}
+
+void shard_core::hand_off_rows(const partitioner& next, const std::function<shard_handoff&(std::uint32_t)>& to) {
+  for (std::uint32_t t = 0; t < rows_.num_tables(); ++t) {
+    auto leaving = rows_.take_rows(t, [&](std::uint64_t id) { return next.row_owner(t, id) != id_; });
+    std::map<std::uint32_t, table_rows> by_owner;
+    for (std::size_t i = 0; i < leaving.ids.size(); ++i) {
+      auto owner = next.row_owner(t, leaving.ids[i]);
+      auto [it, fresh] = by_owner.try_emplace(owner, table_rows{t, leaving.stride, {}, {}});
+      it->second.ids.push_back(leaving.ids[i]);
+      it->second.rows.insert(it->second.rows.end(), leaving.rows.begin() + static_cast<std::ptrdiff_t>(i * leaving.stride),
+                             leaving.rows.begin() + static_cast<std::ptrdiff_t>((i + 1) * leaving.stride));
+    }
+    for (auto& [owner, rows] : by_owner) to(owner).rows.push_back(std::move(rows));
+  }
+}
+
+void shard_core::hand_off_deferred(const partitioner& next, const std::function<shard_handoff&(std::uint32_t)>& to) {
+  std::vector<deferred_push> kept;
+  for (const auto& d : deferred_) {
+    auto dim = d.table ? rows_.table(*d.table).spec().dim : 0;
+    for (auto& [owner, part] : split_by_owner(to_update(d), next, dim)) {
+      if (owner == id_) kept.push_back(from_update(part));
+      else to(owner).deferred.push_back(std::move(part));
+    }
+  }
+  deferred_ = std::move(kept);
+}
+
+std::vector<shard_handoff> shard_core::hand_off(const partitioner& next, shard_effects& fx) {
+  if (next.epoch() <= map_.epoch())
+    throw bad_request(name_ + ": a handoff needs a newer map than epoch " + std::to_string(map_.epoch()) + ", got epoch " +
+                      std::to_string(next.epoch()));
+  if (rows_.tiered())
+    throw bad_request(name_ + ": rows on a disk tier (--shard-memory) cannot be handed over to another shard yet");
+  std::map<std::uint32_t, shard_handoff> out;
+  auto to = [&](std::uint32_t owner) -> shard_handoff& {
+    auto [it, fresh] = out.try_emplace(owner);
+    if (fresh)
+      it->second = {id_, owner, next.epoch(), {}, {}, {}, consistency_.clocks().values(), applied_, highest_clock_};
+    return it->second;
+  };
+  // A newcomer hears from every giver, even of nothing: the handoff carries the clocks.
+  for (auto id : next.shard_ids())
+    if (std::find(map_.shard_ids().begin(), map_.shard_ids().end(), id) == map_.shard_ids().end() && id != id_) to(id);
+  std::vector<stored_segment> kept;
+  for (auto& [owner, segments] : split_by_owner(store_->snapshot(), next, state_slots_)) {
+    if (owner == id_) kept = std::move(segments);
+    else for (auto& s : segments) to(owner).segments.push_back(std::move(s));
+  }
+  store_->restore(kept);
+  hand_off_rows(next, to);
+  hand_off_deferred(next, to);
+  auto moved = parked_.release_if([&](const parked& p) { return touches_other_shards(pulls_.at(p.token), next); });
+  for (const auto& p : moved)
+    fx.fail.emplace_back(p.token, name_ + ": keys of this pull moved to another shard (epoch " +
+                                      std::to_string(next.epoch()) + "): send it again by the new map");
+  map_ = next;
+  saw_epoch(next.epoch());
+  std::vector<shard_handoff> all;
+  for (auto& [owner, h] : out) all.push_back(std::move(h));
+  return all;
+}
+
+shard_effects shard_core::take_over(const shard_handoff& h) {
+  if (h.to != id_)
+    throw bad_request(name_ + ": a handoff for shard " + std::to_string(h.to) + " from shard " + std::to_string(h.from) +
+                      " came here");
+  if (h.epoch > map_.epoch())
+    throw bad_request(name_ + ": a handoff of epoch " + std::to_string(h.epoch) + " came before this shard's map of it "
+                      "(epoch " + std::to_string(map_.epoch()) + ")");
+  auto segments = store_->snapshot();
+  segments.insert(segments.end(), h.segments.begin(), h.segments.end());
+  std::sort(segments.begin(), segments.end(), [](const stored_segment& a, const stored_segment& b) { return a.begin < b.begin; });
+  store_->restore(segments);
+  for (const auto& t : h.rows) rows_.restore(t.table, t.stride, t.ids, t.rows);
+  for (const auto& d : h.deferred) deferred_.push_back(from_update(d));
+  consistency_.clocks().merge_lower(h.clocks, !took_over_);
+  took_over_ = true;
+  applied_.merge(h.applied);
+  highest_clock_ = std::max(highest_clock_, h.highest_clock);
+  shard_effects fx;
+  release(fx);
+  return fx;
 }
 
 std::vector<table_rows> shard_core::table_snapshot() const {

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -19,6 +20,7 @@
 #include "libps/checkpoint.hpp"
 #include "libps/consistency.hpp"
 #include "libps/duplicate_filter.hpp"
+#include "libps/handoff.hpp"
 #include "libps/param_store.hpp"
 #include "libps/partitioner.hpp"
 #include "libps/row_tier.hpp"
@@ -164,6 +166,19 @@ class shard_core {
   std::optional<time_point> next_expiry(std::chrono::milliseconds limit) const;
 
   void saw_epoch(std::uint64_t epoch) { view_epoch_ = std::max(view_epoch_, epoch); }
+  // The map changes under this shard: `next` (a newer epoch) gives some of its keys or
+  // rows to other shards. They are taken out, one handoff per new owner (libps/handoff.hpp),
+  // and this shard adopts `next`: later requests for them are refused as another shard's,
+  // and parked pulls touching them fail now (fx.fail; their clients send them again by
+  // the new map). Throws bad_request for a map that is not newer, or a disk tier (rows on
+  // disk do not move yet); nothing changes then.
+  std::vector<shard_handoff> hand_off(const partitioner& next, shard_effects& fx);
+  // Takes what a handoff carries (this shard's map must give it all of it): keys, rows and
+  // deferred pushes; clocks merged (the first handoff's as they are, later ones the lower);
+  // its applied (worker, seq) count as applied here. Its effects: deferred pushes and
+  // parked pulls the clocks now release. Throws bad_request for a handoff meant for
+  // another shard or of a map newer than this shard's.
+  shard_effects take_over(const shard_handoff& h);
   // Replaces the parameters and adds the rows (a replica's state from --restore); throws
   // bad_request.
   void restore(const std::vector<stored_segment>& segments, const std::vector<table_rows>& rows = {});
@@ -255,9 +270,17 @@ class shard_core {
   // its budget.
   void drain_rows(shard_effects& fx);
 
+  deferred_update to_update(const deferred_push& d) const;
+  static deferred_push from_update(const deferred_update& u);
+  bool touches_other_shards(const pending_pull& p, const partitioner& next) const;
+  void hand_off_rows(const partitioner& next, const std::function<shard_handoff&(std::uint32_t)>& to);
+  void hand_off_deferred(const partitioner& next, const std::function<shard_handoff&(std::uint32_t)>& to);
+
   std::uint32_t id_;
   std::string name_;
   partitioner map_;
+  std::size_t state_slots_;  // optimizer state per dense key (the rule's)
+  bool took_over_ = false;   // a handoff arrived: later ones merge clocks
   std::unique_ptr<param_store> store_;
   staleness_controller consistency_;
   duplicate_filter applied_;

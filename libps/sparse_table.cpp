@@ -133,6 +133,13 @@ sparse_table::evicted sparse_table::evict(std::vector<float>& row_out) {
   return out;
 }
 
+bool sparse_table::erase(std::uint64_t id) {
+  auto it = index_.find(id);
+  if (it == index_.end()) return false;
+  remove(it->second);
+  return true;
+}
+
 void sparse_table::remove(std::uint32_t slot) {
   auto& m = meta_[slot];
   unlink(slot);

@@ -72,6 +72,8 @@ class sparse_table {
   void restamp(std::uint64_t clock);
 
   bool holds(std::uint64_t id) const { return index_.count(id) != 0; }
+  // Drops row id (it moved to another shard); false when it is not held.
+  bool erase(std::uint64_t id);
   // f(id, row, dirty) for every row held (stride() floats each; dirty: changed since read
   // from disk), in no particular order.
   template <class F>

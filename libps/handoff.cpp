@@ -1,0 +1,151 @@
+#include "libps/handoff.hpp"
+
+#include <zlib.h>
+
+#include <algorithm>
+#include <cereal/archives/binary.hpp>
+#include <cereal/types/map.hpp>
+#include <cereal/types/optional.hpp>
+#include <cereal/types/set.hpp>
+#include <cstring>
+#include <sstream>
+#include <string>
+
+#include "libps/bounded_archive.hpp"
+#include "libps/cereal_types.hpp"
+#include "libps/keys.hpp"
+
+namespace ps {
+
+namespace {
+
+// Keys [begin, end) of segment s, as a segment of its own.
+stored_segment slice(const stored_segment& s, key_type begin, key_type end, std::size_t slots) {
+  const auto n = s.end - s.begin;
+  stored_segment out{begin, end, {}, {}};
+  out.values.assign(s.values.begin() + static_cast<std::ptrdiff_t>(begin - s.begin),
+                    s.values.begin() + static_cast<std::ptrdiff_t>(end - s.begin));
+  for (std::size_t k = 0; k < slots; ++k) {
+    auto from = s.state.begin() + static_cast<std::ptrdiff_t>(k * n + (begin - s.begin));
+    out.state.insert(out.state.end(), from, from + static_cast<std::ptrdiff_t>(end - begin));
+  }
+  return out;
+}
+
+// The runs of [begin, end) with one owner under `next`, cut at bucket boundaries.
+template <class F>
+void for_each_run(key_type begin, key_type end, const partitioner& next, F f) {
+  const auto bits = next.bucket_bits();
+  for (key_type at = begin; at < end;) {
+    auto owner = next.owner(at);
+    key_type stop = at;
+    while (stop < end && next.owner(stop) == owner) stop = std::min(end, ((stop >> bits) + 1) << bits);
+    f(owner, at, stop);
+    at = stop;
+  }
+}
+
+}  // namespace
+
+template <class Archive>
+void serialize(Archive& ar, key_range& r) {
+  ar(r.begin, r.end);
+}
+template <class Archive>
+void serialize(Archive& ar, deferred_update& d) {
+  ar(d.epoch, d.worker, d.clock, d.seq, d.ranges, d.values, d.table, d.ids);
+}
+template <class Archive>
+void serialize(Archive& ar, shard_handoff& h) {
+  ar(h.from, h.to, h.epoch, h.segments, h.rows, h.deferred, h.clocks, h.applied, h.highest_clock);
+}
+
+namespace {
+constexpr char handoff_magic[4] = {'A', 'P', 'H', 'O'};
+
+std::uint32_t crc_of(const char* data, std::size_t n) {
+  return static_cast<std::uint32_t>(crc32(0L, reinterpret_cast<const Bytef*>(data), static_cast<uInt>(n)));
+}
+}  // namespace
+
+std::string encode_handoff(const shard_handoff& h) {
+  std::ostringstream out;
+  {
+    cereal::BinaryOutputArchive ar(out);
+    ar(h);
+  }
+  auto body = out.str();
+  std::string bytes(handoff_magic, sizeof(handoff_magic));
+  bytes += body;
+  auto crc = crc_of(body.data(), body.size());
+  bytes.append(reinterpret_cast<const char*>(&crc), sizeof(crc));
+  return bytes;
+}
+
+shard_handoff decode_handoff(const std::string& bytes) {
+  if (bytes.size() < sizeof(handoff_magic) + 4 || std::memcmp(bytes.data(), handoff_magic, sizeof(handoff_magic)) != 0)
+    throw bad_request("a handoff of " + std::to_string(bytes.size()) + " bytes does not start as one");
+  auto body = bytes.substr(sizeof(handoff_magic), bytes.size() - sizeof(handoff_magic) - 4);
+  std::uint32_t crc;
+  std::memcpy(&crc, bytes.data() + bytes.size() - 4, 4);
+  if (crc != crc_of(body.data(), body.size())) throw bad_request("a handoff's checksum does not match (corrupt)");
+  shard_handoff h;
+  try {
+    bounded_input_archive ar(body);
+    ar(h);
+  } catch (const std::exception& e) {
+    throw bad_request(std::string("a handoff does not decode: ") + e.what());
+  }
+  return h;
+}
+
+std::map<std::uint32_t, std::vector<stored_segment>> split_by_owner(const std::vector<stored_segment>& segments,
+                                                                    const partitioner& next, std::size_t slots) {
+  std::map<std::uint32_t, std::vector<stored_segment>> out;
+  for (const auto& s : segments) {
+    const auto n = s.end - s.begin;
+    if (s.end < s.begin || s.values.size() != n || s.state.size() != n * slots)
+      throw bad_request("a segment of keys [" + std::to_string(s.begin) + ", " + std::to_string(s.end) + ") holds " +
+                        std::to_string(s.values.size()) + " values and " + std::to_string(s.state.size()) +
+                        " state floats (expected " + std::to_string(n) + " and " + std::to_string(n * slots) + ")");
+    for_each_run(s.begin, s.end, next,
+                 [&](std::uint32_t owner, key_type b, key_type e) { out[owner].push_back(slice(s, b, e, slots)); });
+  }
+  return out;
+}
+
+std::map<std::uint32_t, deferred_update> split_by_owner(const deferred_update& d, const partitioner& next,
+                                                        std::uint32_t row_dim) {
+  std::map<std::uint32_t, deferred_update> out;
+  auto part = [&](std::uint32_t owner) -> deferred_update& {
+    auto [it, fresh] = out.try_emplace(owner, d);
+    if (fresh) {
+      it->second.ranges.clear();
+      it->second.values.clear();
+      it->second.ids.clear();
+    }
+    return it->second;
+  };
+  if (d.table) {
+    for (std::size_t i = 0; i < d.ids.size(); ++i) {
+      auto& p = part(next.row_owner(*d.table, d.ids[i]));
+      p.ids.push_back(d.ids[i]);
+      p.values.insert(p.values.end(), d.values.begin() + static_cast<std::ptrdiff_t>(i * row_dim),
+                      d.values.begin() + static_cast<std::ptrdiff_t>((i + 1) * row_dim));
+    }
+    return out;
+  }
+  std::size_t offset = 0;
+  for (const auto& r : d.ranges) {
+    for_each_run(r.begin, r.end, next, [&](std::uint32_t owner, key_type b, key_type e) {
+      auto& p = part(owner);
+      p.ranges.push_back({b, e});
+      p.values.insert(p.values.end(), d.values.begin() + static_cast<std::ptrdiff_t>(offset + (b - r.begin)),
+                      d.values.begin() + static_cast<std::ptrdiff_t>(offset + (e - r.begin)));
+    });
+    offset += r.size();
+  }
+  return out;
+}
+
+}  // namespace ps

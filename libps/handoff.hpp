@@ -1,0 +1,59 @@
+#pragma once
+// What a shard hands over when the map changes under it (a shard joins, or one leaves):
+// the dense keys and sparse rows the new map gives to another shard, with everything
+// needed to go on serving them exactly — their optimizer state, the pushes of them still
+// deferred (BSP, mid-clock), the giver's clock vector and which (worker, seq) updates it
+// had applied (so a resend after the move is not applied twice). The first piece of live
+// elasticity (issue 15): shard_core::hand_off and take_over decide; the shard actors carry
+// them (encoded, below) from giver to taker.
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "libps/checkpoint.hpp"
+#include "libps/duplicate_filter.hpp"
+#include "libps/partitioner.hpp"
+
+namespace ps {
+
+// A push a shard acknowledged but applies only when its clock completes (BSP).
+struct deferred_update {
+  std::uint64_t epoch = 0;
+  std::uint32_t worker = 0;
+  std::uint64_t clock = 0;
+  std::uint64_t seq = 0;
+  std::vector<key_range> ranges;           // dense keys (values back to back) ...
+  std::vector<float> values;
+  std::optional<std::uint32_t> table = {};  // ... or rows `ids` of this table
+  std::vector<std::uint64_t> ids = {};
+};
+
+struct shard_handoff {
+  std::uint32_t from = 0, to = 0;
+  std::uint64_t epoch = 0;                  // of the map that moved them
+  std::vector<stored_segment> segments;     // dense keys, with their optimizer state
+  std::vector<table_rows> rows;             // sparse rows, by table
+  std::vector<deferred_update> deferred;    // pushes of them not applied yet
+  std::vector<std::uint64_t> clocks;        // the giver's clock vector
+  duplicate_filter applied;                 // the (worker, seq) the giver had applied
+  std::uint64_t highest_clock = 0;
+};
+
+// A handoff as bytes (cereal binary, then a CRC-32 of them), and back: decode throws
+// bad_request naming what is wrong with bytes that are truncated, corrupt or not a handoff.
+std::string encode_handoff(const shard_handoff& h);
+shard_handoff decode_handoff(const std::string& bytes);
+
+// Cuts segments at bucket boundaries by the owner `next` gives each bucket: per owner, its
+// pieces, values and each of `slots` state slots sliced alike. Throws bad_request for a
+// segment whose values or state do not fit its keys.
+std::map<std::uint32_t, std::vector<stored_segment>> split_by_owner(const std::vector<stored_segment>& segments,
+                                                                    const partitioner& next, std::size_t slots);
+
+// A deferred dense push cut the same way (its ranges and values), by owner.
+std::map<std::uint32_t, deferred_update> split_by_owner(const deferred_update& d, const partitioner& next,
+                                                        std::uint32_t row_dim);
+
+}  // namespace ps
