@@ -31,6 +31,10 @@ cluster_view make_view(self_ptr self, const coordinator_options& opts) {
   v.replication = opts.replication;
   v.shards = self->state.shards;
   v.rule = rule_msg::from(opts.rule);
+  for (const auto& [bucket, owner] : self->state.placement) {
+    v.placed_buckets.push_back(bucket);
+    v.placed_owners.push_back(owner);
+  }
   return v;
 }
 
@@ -611,11 +615,90 @@ caf::result<registration> park_registration(self_ptr self, const coordinator_opt
   return rp;
 }
 
+// The givers hand over what the new map moves; once every one has (each answers after
+// its takers took their parts), the map goes to every copy and then to the clients.
+void hand_over(self_ptr self, const coordinator_options& opts, std::vector<shard_actor> givers, cluster_view view,
+               std::string who) {
+  auto remaining = std::make_shared<std::size_t>(givers.size());
+  auto failed = std::make_shared<std::string>();
+  auto started = std::chrono::steady_clock::now();
+  auto answered = [=] {
+    if (--*remaining > 0) return;
+    self->state.joining = false;
+    if (!failed->empty())
+      return end_job(self, opts, errc::job_failed, who + " could not join: " + *failed);
+    auto ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count();
+    tell_news(opts, "coordinator: " + who + " joined; its keys and rows were handed over in " +
+                      std::to_string(static_cast<long long>(ms)) + " ms; epoch " + std::to_string(view.epoch) + ", " +
+                      std::to_string(self->state.shards.size()) + " shards now");
+    announce_view(self, opts);
+  };
+  for (auto& giver : givers)
+    self->request(giver, std::chrono::seconds(120), handoff_atom::value, view)
+      .then([=](std::uint64_t) { answered(); },
+            [=](caf::error& e) {
+              *failed = describe(e);
+              answered();
+            });
+}
+
+// A server registers while the job runs: it joins as a new shard. The ring gives it
+// about 1/(n+1) of the keys and rows; it gets its registration (the new map) first, then
+// the old shards hand it what moved, and only then do the clients learn the map.
+caf::result<registration> join_shard(self_ptr self, const coordinator_options& opts, const caf::actor& sender,
+                                     const node_info& info) {
+  auto& st = self->state;
+  auto refuse = [&](const std::string& why) { return make_error(errc::refused, "coordinator: a server cannot join this job: " + why); };
+  if (!opts.shard_joins)
+    return refuse("all " + std::to_string(opts.servers) + " servers are in, and the workers' clients cannot follow keys "
+                  "to a new shard yet (they do not send a request again by a newer map)");
+  if (opts.replication >= 2) return refuse("it keeps chains of copies (--replication=" + std::to_string(opts.replication) + "), which joins do not rebuild yet");
+  if (opts.checkpointer) return refuse("it writes checkpoints (--checkpoint-dir), whose files do not take a joined shard yet");
+  if (st.joining) return make_ps_error("coordinator: another server is joining; start this one once it has");
+  if (!sender) return refuse("the registration came without a handle");
+  partitioner next = map_of(make_view(self, opts));
+  auto id = static_cast<std::uint32_t>(st.shards.size());
+  try {
+    next = next.with_shard(id);
+  } catch (const bad_request& e) {
+    return refuse(e.what());
+  }
+  std::vector<shard_actor> givers = st.shard_handles;
+  st.joining = true;
+  st.epoch = next.epoch();
+  st.placement = next.placement();
+  st.shards.push_back({id, info.host, info.port, info.pid, sender, {}, st.epoch});
+  auto shard = caf::actor_cast<shard_actor>(sender);
+  st.shard_handles.push_back(shard);
+  st.copies.push_back(shard);
+  st.shard_ids[sender.address()] = id;
+  self->monitor(sender);
+  auto who = "server shard " + std::to_string(id) +
+             (info.host.empty() ? "" : " (" + info.host + ":" + std::to_string(info.port) + ", pid " +
+                                         std::to_string(info.pid) + ")");
+  st.members[sender.address()] = who + " (joined)";
+  auto view = make_view(self, opts);
+  auto rp = self->make_response_promise<registration>();
+  rp.deliver(make_registration(self, opts, id));
+  // Behind its registration (one sender, one order): once it has the map, the handoffs.
+  self->request(shard, std::chrono::seconds(10), view_atom::value, view)
+    .then([=](std::uint64_t) { hand_over(self, opts, givers, view, who); },
+          [=](caf::error& e) {
+            self->state.joining = false;
+            end_job(self, opts, errc::job_failed, who + " registered but did not take the map: " + describe(e));
+          });
+  return rp;
+}
+
 caf::result<registration> register_server(self_ptr self, const coordinator_options& opts, const caf::actor& sender,
                                           const node_info& info) {
   auto& st = self->state;
-  if (st.shards.size() >= opts.servers)
-    return make_ps_error("coordinator: all " + std::to_string(opts.servers) + " servers have registered already");
+  if (st.shards.size() >= opts.servers) {
+    if (!st.view_ready)
+      return make_ps_error("coordinator: all " + std::to_string(opts.servers) +
+                           " servers have registered already; join once the job runs");
+    return join_shard(self, opts, sender, info);
+  }
   auto id = static_cast<std::uint32_t>(st.shards.size());
   st.shards.push_back({id, info.host, info.port, info.pid, info.handle, {}, 1});
   st.shard_handles.push_back(caf::actor_cast<shard_actor>(sender));

@@ -879,12 +879,6 @@ client_impl::behavior_type kv_client_actor(client_ptr self, std::vector<shard_li
 
 // ---- kv_client ------------------------------------------------------------------
 
-partitioner map_of(const cluster_view& view) {
-  std::vector<std::uint32_t> ids;
-  for (const auto& s : view.shards) ids.push_back(s.id);
-  return partitioner(view.epoch, ids, view.vnodes, view.bucket_bits, view.dense.ranges);
-}
-
 kv_client::kv_client(caf::actor_system& sys, const cluster_view& view,
                      std::vector<shard_link> shards, kv_client_options opts)
     : map_(map_of(view)), opts_(opts), sys_(sys), shards_(shards) {

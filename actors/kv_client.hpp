@@ -116,7 +116,6 @@ struct shard_link {
 };
 
 // The shard map a view describes (what every client routes by).
-partitioner map_of(const cluster_view& view);
 
 class kv_client {
  public:

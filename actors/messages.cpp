@@ -200,7 +200,7 @@ caf::error make_error(errc code, std::string text) {
 
 errc code_of(const caf::error& err) {
   if (err && err.category() == ps_category && err.code() >= 1 &&
-      err.code() <= static_cast<std::uint8_t>(errc::terminated))
+      err.code() <= static_cast<std::uint8_t>(errc::moved))
     return static_cast<errc>(err.code());
   return errc::failed;
 }
@@ -228,6 +228,29 @@ int exit_status_of(errc code) {
       return 3;
     default:
       return 1;
+  }
+}
+
+partitioner map_of(const cluster_view& view) {
+  std::vector<std::uint32_t> ids;
+  for (const auto& s : view.shards) ids.push_back(s.id);
+  partitioner map(view.epoch, ids, view.vnodes, view.bucket_bits, view.dense.ranges);
+  if (view.placed_buckets.size() != view.placed_owners.size())
+    throw bad_request("a map's placement has " + std::to_string(view.placed_buckets.size()) + " buckets and " +
+                      std::to_string(view.placed_owners.size()) + " owners");
+  if (view.placed_buckets.empty()) return map;
+  partitioner::placement_list placement;
+  for (std::size_t i = 0; i < view.placed_buckets.size(); ++i)
+    placement.emplace_back(view.placed_buckets[i], view.placed_owners[i]);
+  return map.with_placement(placement);
+}
+
+void set_placement(cluster_view& view, const partitioner& map) {
+  view.placed_buckets.clear();
+  view.placed_owners.clear();
+  for (const auto& [bucket, owner] : map.placement()) {
+    view.placed_buckets.push_back(bucket);
+    view.placed_owners.push_back(owner);
   }
 }
 

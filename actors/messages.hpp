@@ -61,6 +61,8 @@ using prefetch_atom = caf::atom_constant<caf::atom("prefetch")>;
 using status_atom = caf::atom_constant<caf::atom("status")>;
 using checkpoint_now_atom = caf::atom_constant<caf::atom("ckptnow")>;
 using wait_report_atom = caf::atom_constant<caf::atom("waitrep")>;
+using handoff_atom = caf::atom_constant<caf::atom("handoff")>;
+using takeover_atom = caf::atom_constant<caf::atom("takeover")>;
 
 template <class Inspector>
 constexpr bool is_raw_io_v =
@@ -260,13 +262,22 @@ struct cluster_view {
   std::uint32_t job_workers = 0;       // workers the job started with (num_workers grows with joins)
   range_list dense;                    // the job's dense tensors: their buckets are placed with bounded loads
   std::vector<table_msg> tables;       // the job's sparse tables, by index
+  // The dense buckets' owners after shards joined (partitioner::placement(), as two
+  // columns); empty: the fresh placement of these shards.
+  std::vector<std::uint64_t> placed_buckets;
+  std::vector<std::uint32_t> placed_owners;
 };
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, cluster_view& x) {
   return f(caf::meta::type_name("cluster_view"), x.epoch, x.vnodes, x.bucket_bits, x.num_workers,
            x.staleness, x.shards, x.rule, x.checkpoint_every, x.checkpointer, x.checkpoint_dir,
-           x.replication, x.job_workers, x.dense, x.tables);
+           x.replication, x.job_workers, x.dense, x.tables, x.placed_buckets, x.placed_owners);
 }
+
+// The map a view describes: its shards, ring and placement (throws bad_request).
+partitioner map_of(const cluster_view& view);
+// The view's placement columns from a map.
+void set_placement(cluster_view& view, const partitioner& map);
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, job_setting& x) {
@@ -375,6 +386,13 @@ using shard_actor = caf::typed_actor<
   // From the coordinator: a worker joins the running job; it enters the clock vector at
   // this copy's minimum clock, which is the answer.
   caf::replies_to<join_atom, std::uint32_t>::with<std::uint64_t>,
+  // From the coordinator when a shard joins: adopt this map and hand what it moves to
+  // its new owners (takeover); answered with the epoch once every taker has it. Until
+  // the workers get the map, requests for what moved are refused with errc::moved.
+  caf::replies_to<handoff_atom, cluster_view>::with<std::uint64_t>,
+  // From a giver: keys, rows, deferred pushes, clocks and applied pushes (libps/handoff,
+  // encoded) that this shard now owns; answered with its epoch once taken.
+  caf::replies_to<takeover_atom, encoded_block>::with<std::uint64_t>,
   // From the coordinator after a failover: the new shard map (epoch); acknowledged before
   // the workers get it, so no request of the new epoch reaches a shard that lacks it.
   caf::replies_to<view_atom, cluster_view>::with<std::uint64_t>,
@@ -460,6 +478,7 @@ enum class errc : std::uint8_t {
   stopped,      // stopped through the operator's command
   interrupted,  // stopped by SIGINT on the coordinator
   terminated,   // stopped by SIGTERM on the coordinator
+  moved,        // the keys or rows of a request have a new owner (a newer map): send it again by it
 };
 caf::error make_error(errc code, std::string text);
 // The errc of an ActorPS error; errc::failed for any other error.

@@ -11,6 +11,7 @@
 
 #include "libps/checkpoint.hpp"
 #include "libps/codec.hpp"
+#include "libps/handoff.hpp"
 #include "libps/row_disk.hpp"
 
 #include <nlohmann/json.hpp>
@@ -134,6 +135,13 @@ void await_store_writes(self_ptr self) {
     .await([](caf::ok_atom) {}, [](caf::error&) {});  // the tracker ends only with the shard
 }
 
+// A refused request: errc::moved when it was planned by an older map than this shard's
+// (its keys or rows may have moved: the client sends it again by the new map).
+caf::error refusal(self_ptr self, const request_header& hdr, const std::string& why) {
+  auto& st = self->state;
+  return make_error(st.core && hdr.epoch < st.core->map_epoch() ? errc::moved : errc::failed, why);
+}
+
 void carry_out(self_ptr self, const shard_options& opts, const coordinator_actor& coordinator, shard_effects& fx);
 
 void disk_failed(self_ptr self, const caf::error& e) {
@@ -218,7 +226,7 @@ void carry_out(self_ptr self, const shard_options& opts, const coordinator_actor
   await_store_writes(self);
   for (auto& [token, why] : fx.fail) {
     if (auto it = st.pulls.find(token); it != st.pulls.end()) {
-      it->second.promise.deliver(make_ps_error(why));
+      it->second.promise.deliver(refusal(self, it->second.hdr, why));
       st.pulls.erase(it);
     }
     st.core->forget_pull(token);
@@ -285,7 +293,7 @@ caf::result<std::uint64_t> apply_write(self_ptr self, const shard_options& opts,
   auto& st = self->state;
   auto fx = is_push ? st.core->push(request_of(hdr), ranges.ranges, values.data(), values.size)
                     : st.core->init(request_of(hdr), ranges.ranges, values.data(), values.size);
-  if (!fx.ok()) return make_ps_error(fx.error);
+  if (!fx.ok()) return refusal(self, hdr, fx.error);
   carry_out(self, opts, coordinator, fx);
   return acknowledge(self, opts, hdr.seq, [=](shard_actor next, std::uint64_t tag) {
     auto req = is_push ? self->request(next, opts.forward_timeout, push_atom::value, hdr, ranges, values)
@@ -339,7 +347,7 @@ caf::result<std::uint64_t> write_rows(self_ptr self, const shard_options& opts, 
                                                               -> caf::result<std::uint64_t> {
     auto& st = self->state;
     auto fx = st.core->push_rows(request_of(hdr), rows.table, rows.ids, values.data(), values.size);
-    if (!fx.ok()) return make_ps_error(fx.error);
+    if (!fx.ok()) return refusal(self, hdr, fx.error);
     if (fx.queued_push && !st.successor) {  // the last copy answers once applied: no worker outruns the disk
       auto rp = made ? *made : self->make_response_promise<std::uint64_t>();
       st.push_waiters.emplace(*fx.queued_push, [=]() mutable { deliver_late(self, opts, rp, hdr.seq); });
@@ -382,9 +390,10 @@ caf::result<float_block> gated_pull(self_ptr self, const shard_options& opts, co
   auto rp = self->make_response_promise<float_block>();
   st.pulls.emplace(token, shard_state::waiting_pull{hdr, rp});
   auto fx = start_pull(token);
-  if (!fx.ok()) {
+  if (!fx.ok()) {  // the promise took the request: the refusal goes through it (returning it was lost)
     st.pulls.erase(token);
-    return make_ps_error(fx.error);
+    rp.deliver(refusal(self, hdr, fx.error));
+    return rp;
   }
   carry_out(self, opts, coordinator, fx);
   schedule_sweep(self, opts);  // parked: it fails with its reason before the client's timeout
@@ -455,6 +464,8 @@ shard_config config_of(const registration& reg, const shard_options& opts, const
   c.vnodes = reg.view.vnodes;
   c.bucket_bits = reg.view.bucket_bits;
   c.dense = reg.view.dense.ranges;
+  for (std::size_t i = 0; i < reg.view.placed_buckets.size() && i < reg.view.placed_owners.size(); ++i)
+    c.placement.emplace_back(reg.view.placed_buckets[i], reg.view.placed_owners[i]);
   for (const auto& t : reg.view.tables) c.tables.push_back(t.to_spec());
   c.rule = reg.view.rule.to_rule();
   c.num_workers = reg.view.num_workers;
@@ -690,6 +701,63 @@ caf::result<std::string> stats(self_ptr self) {
   return stats_json(self->state);
 }
 
+// The map changes under this shard (a shard joined): it adopts `view`'s map and hands
+// what moved to each new owner; the answer (the new epoch) waits until every taker has
+// taken its part. A taker that fails to take it fails the handoff: the coordinator ends
+// the job then (the part is not held anywhere else).
+caf::result<std::uint64_t> hand_off(self_ptr self, const shard_options& opts, const coordinator_actor& coordinator,
+                                    const cluster_view& view) {
+  auto& st = self->state;
+  if (!st.core) return make_ps_error(st.name + ": not configured yet, cannot hand keys over");
+  std::vector<shard_handoff> parts;
+  shard_effects fx;
+  try {
+    parts = st.core->hand_off(map_of(view), fx);
+  } catch (const bad_request& e) {
+    return make_ps_error(e.what());
+  }
+  carry_out(self, opts, coordinator, fx);  // parked pulls of moved keys fail (errc::moved)
+  take_view(self, view);
+  if (parts.empty()) return view.epoch;
+  auto rp = self->make_response_promise<std::uint64_t>();
+  auto remaining = std::make_shared<std::size_t>(parts.size());
+  for (const auto& part : parts) {
+    auto entry = std::find_if(view.shards.begin(), view.shards.end(), [&](const shard_entry& e) { return e.id == part.to; });
+    if (entry == view.shards.end() || !entry->handle) {
+      rp.deliver(make_ps_error(st.name + ": the map names no handle for shard " + std::to_string(part.to)));
+      return rp;
+    }
+    auto bytes = encode_handoff(part);
+    encoded_block block{std::make_shared<std::vector<std::byte>>(bytes.size())};
+    std::memcpy(block.bytes->data(), bytes.data(), bytes.size());
+    auto to = part.to;
+    self->request(caf::actor_cast<shard_actor>(entry->handle), std::chrono::seconds(60), takeover_atom::value, block)
+      .then([=](std::uint64_t) mutable { if (--*remaining == 0) rp.deliver(view.epoch); },
+            [=](caf::error& e) mutable {
+              rp.deliver(make_ps_error(self->state.name + ": shard " + std::to_string(to) + " did not take its keys: " +
+                                       describe(e)));
+            });
+  }
+  return rp;
+}
+
+// A giver's part: this shard now owns it.
+caf::result<std::uint64_t> take_over(self_ptr self, const shard_options& opts, const coordinator_actor& coordinator,
+                                     const encoded_block& block) {
+  auto& st = self->state;
+  if (!st.core) return make_ps_error(st.name + ": not configured yet, cannot take keys over");
+  if (!block.bytes) return make_ps_error(st.name + ": a handoff without bytes");
+  shard_effects fx;
+  try {
+    auto h = decode_handoff(std::string(reinterpret_cast<const char*>(block.bytes->data()), block.bytes->size()));
+    fx = st.core->take_over(h);
+  } catch (const bad_request& e) {
+    return make_ps_error(st.name + ": " + e.what());
+  }
+  carry_out(self, opts, coordinator, fx);
+  return st.core->epoch();
+}
+
 }  // namespace
 
 shard_actor::behavior_type server_shard(self_ptr self, coordinator_actor coordinator, shard_options opts) {
@@ -752,6 +820,8 @@ shard_actor::behavior_type server_shard(self_ptr self, coordinator_actor coordin
       feed(self, opts, coordinator, [&](shard_core& c) { return c.final_checkpoint(clock); });
     },
     [=](view_atom, const cluster_view& view) -> std::uint64_t { return take_view(self, view); },
+    [=](handoff_atom, const cluster_view& view) { return hand_off(self, opts, coordinator, view); },
+    [=](takeover_atom, const encoded_block& block) { return take_over(self, opts, coordinator, block); },
     [=](sweep_atom) {
       self->state.sweep_scheduled = false;
       feed(self, opts, coordinator, [&](shard_core& c) { return c.expire(self->clock().now(), opts.park_limit); });

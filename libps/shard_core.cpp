@@ -9,7 +9,8 @@ namespace ps {
 namespace {
 
 partitioner map_of(const shard_config& c) {
-  return partitioner(c.epoch, c.shard_ids, c.vnodes, c.bucket_bits, c.dense);
+  partitioner map(c.epoch, c.shard_ids, c.vnodes, c.bucket_bits, c.dense);
+  return c.placement.empty() ? map : map.with_placement(c.placement);
 }
 
 }  // namespace

@@ -48,6 +48,7 @@ struct shard_config {
   std::uint32_t vnodes = 128;
   std::uint32_t bucket_bits = 12;
   std::vector<key_range> dense;  // balanced ranges (libps/partitioner.hpp)
+  partitioner::placement_list placement;  // after joins: where the balanced buckets are (empty: fresh)
   update_rule rule;
   std::uint32_t num_workers = 1;
   std::uint64_t staleness = 0;
@@ -140,6 +141,7 @@ class shard_core {
   // and the count of those the disk tier was filled with.
   bool owns_row(std::uint32_t table, std::uint64_t id) const { return map_.row_owner(table, id) == id_; }
   const partitioner& map() const { return map_; }
+  std::uint64_t map_epoch() const { return map_.epoch(); }
   std::uint64_t fill_rows_in_ram(std::uint32_t table, std::uint64_t count);
   void filled_on_disk(std::uint32_t table, std::uint64_t rows) { rows_.filled_on_disk(table, rows); }
   std::size_t num_tables() const { return rows_.num_tables(); }

@@ -157,6 +157,8 @@ shard_actor::behavior_type silent_shard(shard_actor::stateful_pointer<silent_sta
     [=](final_atom) { return std::uint64_t{0}; },
     [=](final_atom, std::uint64_t) {},
     [=](view_atom, const cluster_view& v) { return v.epoch; },
+    [=](handoff_atom, const cluster_view& v) { return v.epoch; },
+    [=](takeover_atom, const encoded_block&) { return std::uint64_t{0}; },
     [=](sweep_atom) {},
     [=](start_atom, std::uint16_t) {},
     [=](stop_atom, std::uint8_t, const std::string&) { return caf::ok_atom::value; },
@@ -466,4 +468,65 @@ TEST_CASE_FIXTURE(fixture, "write tracker: drained is answered once as many payl
   CHECK(*done == 2);
   CHECK(*drained == 2);
   alive.push_back(caf::actor_cast<caf::actor>(tracker));
+}
+
+TEST_CASE_FIXTURE(fixture, "a shard joins a running job: the old shards hand it what the new map moves, with values") {
+  coordinator_options o;
+  o.servers = 2;
+  o.workers = 1;
+  o.shard_joins = true;
+  auto coord = spawn_coordinator(o);
+  spawn_shard(coord);
+  spawn_shard(coord);
+  auto first = register_worker(coord);
+  sched.run();
+  REQUIRE(first->has_value());
+  const std::uint64_t n = 1u << 16;  // 16 buckets of 4096 keys
+  auto keys = key_set::single({0, n});
+  std::vector<float> values(n);
+  for (std::uint64_t k = 0; k < n; ++k) values[k] = static_cast<float>(k);
+  {
+    kv_client before(sys, (*first)->view, links_of((*first)->view), {0, default_chunk_bytes, milliseconds(1000)});
+    REQUIRE(settle(before.push(keys, values)).empty());
+  }
+  spawn_shard(coord);  // registers while the job runs: it joins
+  sched.run();
+  auto joiner = register_worker(coord);  // a later member gets the map after the join
+  sched.run();
+  REQUIRE(joiner->has_value());
+  const auto& view = (*joiner)->view;
+  REQUIRE(view.shards.size() == 3);
+  CHECK(view.epoch == 2);
+  auto map = map_of(view);
+  std::uint64_t on_newcomer = 0;
+  for (std::uint64_t k = 0; k < n; k += 4096) on_newcomer += map.owner(k) == 2;
+  CHECK(on_newcomer > 0);
+  CHECK(on_newcomer <= 8);  // about a third of 16 buckets, never half
+  kv_client after(sys, view, links_of(view), {(*joiner)->id, default_chunk_bytes, milliseconds(1000)});
+  CHECK(settle(after.pull(keys)) == values);  // every key, wherever it lives now, holds its value
+  // A request by the old map for a key that moved is refused as moved, naming the owner.
+  kv_client stale(sys, (*first)->view, links_of((*first)->view), {0, default_chunk_bytes, milliseconds(1000)});
+  key_type gone = 0;
+  while (map.owner(gone) != 2) gone += 4096;
+  auto refused = stale.pull(key_set::single({gone, gone + 1}));
+  sched.run();  // answered at once, not at the request's timeout
+  REQUIRE(refused.ready());
+  CHECK(refused.error().find("belong to shard 2 (epoch 2)") != std::string::npos);
+}
+
+TEST_CASE_FIXTURE(fixture, "a server that registers while a job with workers runs is refused, naming why") {
+  auto coord = spawn_coordinator(1, 1);
+  spawn_shard(coord);
+  auto w = register_worker(coord);
+  sched.run();
+  REQUIRE(w->has_value());
+  auto error = std::make_shared<std::string>();
+  alive.push_back(sys.spawn([=](caf::event_based_actor* self) -> caf::behavior {
+    self->request(coord, caf::infinite, register_atom::value, node_info{"server", "", 0, 0, {}, 0, 0, protocol_version, {}})
+      .then([](registration&) {}, [=](caf::error& e) { *error = describe(e); });
+    return {[](caf::unit_t) {}};
+  }));
+  sched.run();
+  CHECK(error->find("a server cannot join this job") != std::string::npos);
+  CHECK(error->find("cannot follow keys to a new shard yet") != std::string::npos);
 }
