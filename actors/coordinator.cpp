@@ -649,9 +649,6 @@ caf::result<registration> join_shard(self_ptr self, const coordinator_options& o
                                      const node_info& info) {
   auto& st = self->state;
   auto refuse = [&](const std::string& why) { return make_error(errc::refused, "coordinator: a server cannot join this job: " + why); };
-  if (!opts.shard_joins)
-    return refuse("all " + std::to_string(opts.servers) + " servers are in, and the workers' clients cannot follow keys "
-                  "to a new shard yet (they do not send a request again by a newer map)");
   if (opts.replication >= 2) return refuse("it keeps chains of copies (--replication=" + std::to_string(opts.replication) + "), which joins do not rebuild yet");
   if (opts.checkpointer) return refuse("it writes checkpoints (--checkpoint-dir), whose files do not take a joined shard yet");
   if (st.joining) return make_ps_error("coordinator: another server is joining; start this one once it has");

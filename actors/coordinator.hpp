@@ -47,10 +47,6 @@ struct coordinator_options {
   // With restore: the clock the workers start at (the checkpoint's, when the app resumes
   // there; 0: the job runs again from its start on the restored state).
   std::uint64_t restore_clock = 0;
-  // A server registering while the job runs joins as a new shard (the handoff protocol).
-  // Off for jobs with workers: their clients do not yet send a request again by a newer
-  // map when its keys moved (errc::moved), so a join is refused, naming why.
-  bool shard_joins = false;
   // The job contract: handed to every member; a member whose given settings or protocol
   // version differ is refused (before the job has formed, that fails the job).
   job_spec spec;

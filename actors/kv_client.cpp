@@ -153,6 +153,10 @@ struct pending_request {
   std::function<void(std::uint64_t tag)> send;
   bool tick = false;  // a clock tick (with retries on, it waits for the requests before it)
   bool read = false;  // a pull (of keys or rows): answered by the chain's tail
+  bool write = false; // a push, init or push of rows
+  std::uint64_t plan_epoch = 0;  // the epoch of the map it was planned by
+  // A read refused because its keys moved (errc::moved): plans it again by the newest map.
+  std::function<void()> replan;
   std::uint32_t attempts = 0;
   std::chrono::steady_clock::time_point first_sent{};
 };
@@ -193,6 +197,21 @@ struct client_state {
   // Chunks beyond inflight_limit bytes wait here instead.
   std::uint64_t inflight_limit = 0;
   std::shared_ptr<kv_cluster_events> stats;
+  // The map requests are planned by (shared with the caller's thread through stats) and
+  // its epoch; requests planned by an older one may still be on their way.
+  std::shared_ptr<const partitioner> map;
+  std::uint64_t map_epoch = 0;
+  std::uint64_t chunk_bytes = 0;
+  // The highest clock this worker has ticked (a shard that joins gets it first).
+  std::uint64_t issued_tick = 0;
+  // After a map change: while writes planned by an older map are unacknowledged (a shard
+  // passes their moved part on to the new owner), reads and ticks planned by the new map
+  // wait, so a new owner never counts a clock, or answers a read, before those updates.
+  bool fence = false;
+  // Reads refused as moved before the map that moved them arrived, by batch: planned
+  // again when it arrives, failed when it does not come within the request timeout.
+  std::map<std::uint64_t, std::vector<pending_request>> moved_reads;
+  std::uint64_t next_moved_batch = 0;
   // Lost messages: a request unanswered after `retry` goes out again (same sequence
   // number, so copies apply it once); the fault injector's drop, duplicate and delay.
   std::chrono::milliseconds retry{0};
@@ -219,6 +238,8 @@ using client_impl = client_actor::extend<
   caf::reacts_to<dispatch_atom, std::shared_ptr<op_request>>,
   // From the caller's thread: a planned push or pull of rows.
   caf::reacts_to<dispatch_atom, std::shared_ptr<rows_request>>,
+  // Reads refused as moved (batch) whose new map did not come in time: they fail.
+  caf::reacts_to<handoff_atom, std::uint64_t>,
   // From the caller's thread: worker w's barrier at the coordinator (timeout in ms).
   caf::replies_to<barrier_atom, std::uint32_t, std::uint64_t>::with<std::uint64_t>>;
 using client_ptr = client_impl::stateful_pointer<client_state>;
@@ -241,6 +262,33 @@ bool read_would_overtake(const shard_route& r) {
   return std::any_of(r.sent.begin(), r.sent.end(), [](const auto& kv) { return !kv.second.read; });
 }
 
+// Whether a write planned by an older map than the client's is still unacknowledged.
+bool stale_writes_outstanding(const client_state& st) {
+  auto stale = [&](const pending_request& r) { return r.write && r.plan_epoch < st.map_epoch; };
+  for (const auto& route : st.routes) {
+    for (const auto& [tag, r] : route.sent)
+      if (stale(r)) return true;
+    if (std::any_of(route.queued.begin(), route.queued.end(), stale)) return true;
+  }
+  return false;
+}
+
+// Reads and ticks planned by the newest map wait behind the fence (client_state::fence).
+// Older ones never do: writes they follow may be queued behind them.
+bool held_by_fence(const client_state& st, const pending_request& r) {
+  return st.fence && (r.read || r.tick) && r.plan_epoch >= st.map_epoch && stale_writes_outstanding(st);
+}
+
+void pump(client_ptr self, std::size_t idx);
+
+// A write settled while the fence stood: once no stale write is left, everything held moves.
+void lift_fence(client_ptr self) {
+  auto& st = self->state;
+  if (!st.fence || stale_writes_outstanding(st)) return;
+  st.fence = false;
+  for (std::size_t i = 0; i < st.routes.size(); ++i) pump(self, i);
+}
+
 // Sends queued requests while the shard is up and its in-flight budget allows (always
 // one when nothing is in flight). Requests to a shard leave in the order they were made
 // (read-my-writes and clock ticks depend on it).
@@ -251,6 +299,7 @@ void pump(client_ptr self, std::size_t idx) {
     // the pushes before it, so it waits until they are acknowledged.
     if (st.retry.count() > 0 && st.routes[idx].queued.front().tick && !st.routes[idx].sent.empty()) return;
     if (read_would_overtake(st.routes[idx])) return;
+    if (held_by_fence(st, st.routes[idx].queued.front())) return;
     auto bytes = st.routes[idx].queued.front().bytes;
     if (st.routes[idx].inflight_bytes > 0 && st.routes[idx].inflight_bytes + bytes > st.inflight_limit) return;
     auto r = std::move(st.routes[idx].queued.front());
@@ -308,8 +357,10 @@ bool settle(client_ptr self, std::size_t idx, std::uint64_t tag) {
   if (it == st.routes[idx].sent.end()) return false;
   if (st.faults && st.faults->next().drop) return false;  // the reply was lost: the retry comes
   st.routes[idx].inflight_bytes -= it->second.bytes;
+  bool write = it->second.write;
   st.routes[idx].sent.erase(it);
   pump(self, idx);
+  if (write) lift_fence(self);
   return true;
 }
 
@@ -350,11 +401,30 @@ std::string why_failed(client_ptr self, const shard_link& link, const caf::error
 // sent again; otherwise its op fails with what went wrong.
 void shard_down(client_ptr self, std::size_t i, const std::string& reason);
 
+// A read refused because its keys moved: planned again by the newest map, or, when that
+// map has not come yet, parked until it does (at most the request timeout).
+void read_moved(client_ptr self, std::size_t idx, std::uint64_t tag) {
+  auto& st = self->state;
+  auto it = st.routes[idx].sent.find(tag);
+  auto r = std::move(it->second);
+  st.routes[idx].inflight_bytes -= r.bytes;
+  st.routes[idx].sent.erase(it);
+  pump(self, idx);
+  if (st.map_epoch > r.plan_epoch) return r.replan();
+  auto batch = st.next_moved_batch;
+  if (st.moved_reads.empty() || st.moved_reads.rbegin()->first != batch) {
+    batch = ++st.next_moved_batch;
+    self->delayed_send(self, st.timeout, handoff_atom::value, batch);
+  }
+  st.moved_reads[batch].push_back(std::move(r));
+}
+
 void request_failed(client_ptr self, std::size_t idx, std::uint64_t tag, const caf::error& err,
                     const std::string& what) {
   auto& st = self->state;
   auto it = st.routes[idx].sent.find(tag);
   if (it == st.routes[idx].sent.end()) return;
+  if (code_of(err) == errc::moved && it->second.replan) return read_moved(self, idx, tag);
   // Bounced by a copy that has ended (before its down message got here): the same news.
   if (err == caf::sec::request_receiver_down && st.routes[idx].down.empty() && !st.routes[idx].abandoned)
     shard_down(self, idx, st.routes[idx].link.name + " is down (" + describe(err) + ")");
@@ -374,6 +444,7 @@ void fail_all(client_ptr self, std::size_t idx, const std::string& reason) {
   st.routes[idx].inflight_bytes = 0;
   for (auto& [tag, r] : sent) r.op->finish(r.op->what + " failed: " + reason);
   for (auto& r : queued) r.op->finish(r.op->what + " failed: " + reason);
+  lift_fence(self);
 }
 
 // Shard i is gone. Without a coordinator its requests fail now. Otherwise they wait for
@@ -406,11 +477,10 @@ pending_request clock_request(client_ptr self, std::size_t idx, request_header h
   pending_request r;
   r.op = op;
   r.tick = true;
+  r.plan_epoch = hdr.epoch;
   r.send = [=](std::uint64_t tag) {
     auto& st = self->state;
-    auto h = hdr;
-    h.epoch = st.epoch;
-    self->request(st.routes[idx].link.handle, st.timeout, clock_atom::value, h)
+    self->request(st.routes[idx].link.handle, st.timeout, clock_atom::value, hdr)
       .then(
         [=](std::uint64_t) {
           if (!settle(self, idx, tag)) return;
@@ -423,15 +493,85 @@ pending_request clock_request(client_ptr self, std::size_t idx, request_header h
   return r;
 }
 
-// A new shard map (after a failover): shards with a new address get every request that
-// was in flight to the old one again, in order, behind a tick that brings the new
-// shard's clock for this worker up to date.
+void plane_connect_early(client_ptr self, std::size_t idx);
+
+// A shard the client has not known (it joined): a route to it, and a tick that brings
+// its clock for this worker up to date (held by the fence like any new tick).
+void add_route(client_ptr self, const shard_entry& e, std::uint64_t epoch) {
+  auto& st = self->state;
+  shard_route r;
+  r.link = {e.id, "shard " + std::to_string(e.id) + " (joined, epoch " + std::to_string(epoch) + ")",
+            caf::actor_cast<shard_actor>(e.handle)};
+  r.entry = e;
+  r.tail = r.link.handle;
+  st.routes.push_back(std::move(r));
+  auto idx = st.routes.size() - 1;
+  st.index[e.id] = idx;
+  self->monitor(e.handle);
+  plane_connect_early(self, idx);
+  {
+    std::lock_guard<std::mutex> lock(st.stats->mtx);
+    st.stats->joined.push_back(st.routes[idx].link);
+  }
+  if (st.issued_tick == 0) return;
+  auto op = std::make_shared<kv_op_state>();
+  op->pending = 1;
+  op->what = "clock tick to " + std::to_string(st.issued_tick) + " for joined shard " + std::to_string(e.id);
+  submit(self, idx, clock_request(self, idx, request_header{epoch, st.worker, st.issued_tick, 0}, op));
+}
+
+// A map whose shards differ from the client's (a shard joined): later requests are
+// planned by it; reads refused as moved meanwhile are planned again.
+void take_new_map(client_ptr self, const cluster_view& view) {
+  auto& st = self->state;
+  std::shared_ptr<const partitioner> next;
+  try {
+    next = std::make_shared<const partitioner>(map_of(view));
+  } catch (const bad_request& e) {
+    log_line(log_level::warning, "worker " + std::to_string(st.worker) + ": a map of epoch " +
+                                     std::to_string(view.epoch) + " is malformed (" + e.what() + "); ignored");
+    return;
+  }
+  for (const auto& e : view.shards)
+    if (!st.index.count(e.id) && !e.handle) {
+      log_line(log_level::warning, "worker " + std::to_string(st.worker) + ": shard " + std::to_string(e.id) +
+                                       " joined without a handle; the map of epoch " + std::to_string(view.epoch) +
+                                       " is ignored");
+      return;
+    }
+  st.map = next;
+  st.map_epoch = next->epoch();
+  {
+    std::lock_guard<std::mutex> lock(st.stats->mtx);
+    st.stats->map = next;
+  }
+  st.fence = true;
+  for (const auto& e : view.shards)
+    if (!st.index.count(e.id)) add_route(self, e, view.epoch);
+  auto parked = std::move(st.moved_reads);
+  st.moved_reads.clear();
+  for (auto& [batch, reads] : parked)
+    for (auto& r : reads) r.replan();
+  lift_fence(self);  // at once when no stale write is left
+}
+
+bool same_shards(const partitioner& map, const cluster_view& view) {
+  if (map.shard_ids().size() != view.shards.size()) return false;
+  for (std::size_t i = 0; i < view.shards.size(); ++i)
+    if (map.shard_ids()[i] != view.shards[i].id) return false;
+  return true;
+}
+
+// A new shard map: after a join, the new map (take_new_map); after a failover, shards
+// with a new address get every request that was in flight to the old one again, in
+// order, behind a tick that brings the new shard's clock for this worker up to date.
 void apply_view(client_ptr self, const cluster_view& view) {
   auto& st = self->state;
   st.epoch = std::max(st.epoch, view.epoch);
+  if (view.epoch > st.map_epoch && !same_shards(*st.map, view)) take_new_map(self, view);
   for (const auto& e : view.shards) {
     auto at = st.index.find(e.id);
-    if (at == st.index.end()) continue;  // ownership never changes in this version
+    if (at == st.index.end()) continue;
     auto idx = at->second;
     auto& old = st.routes[idx].entry;
     if (e.since_epoch <= old.since_epoch) continue;  // not newer than what this client has
@@ -641,40 +781,74 @@ std::map<std::size_t, std::size_t> last_chunks(client_ptr self, const op_request
   return last;
 }
 
+void replan_pull(const chunk_send& s);
+
+// Chunk c of req, queued to its shard (numbered now: see last_chunks); `ticks`: it
+// carries the clock tick for that shard.
+void queue_chunk(client_ptr self, const std::shared_ptr<op_request>& req, std::size_t c, bool ticks) {
+  auto& st = self->state;
+  const auto& ch = req->chunks[c];
+  chunk_send s{self, req, c, st.index.at(ch.shard), req->hdr};
+  s.hdr.seq = next_sequence();
+  if (ticks) s.hdr.tick = req->then_tick;
+  pending_request r;
+  r.op = req->op;
+  r.tick = ticks;  // with retries it waits for the requests before it, as a tick does
+  r.read = req->kind == op_kind::pull;
+  r.write = !r.read;
+  r.plan_epoch = req->hdr.epoch;
+  r.bytes = (req->encoded.empty() ? ch.num_values * sizeof(float) : req->encoded[c].bytes->size()) +
+            ch.pieces.size() * range_wire_bytes;
+  if (r.read) r.replan = [s] { replan_pull(s); };
+  r.send = [s](std::uint64_t tag) {
+    if (s.req->kind == op_kind::pull)
+      send_pull(s, tag, s.hdr);
+    else
+      send_values(s, tag, s.hdr);
+  };
+  submit(s.self, s.idx, std::move(r));
+}
+
 void dispatch(client_ptr self, const std::shared_ptr<op_request>& req) {
   auto& st = self->state;
   auto op = req->op;
   std::vector<std::size_t> untouched;
   auto last = req->then_tick ? last_chunks(self, *req, untouched) : std::map<std::size_t, std::size_t>{};
+  st.issued_tick = std::max(st.issued_tick, req->then_tick);
   op->pending = req->chunks.size() + untouched.size();
   if (op->pending == 0) {
     op->finish({});
     return;
   }
-  for (std::size_t c = 0; c < req->chunks.size(); ++c) {
-    const auto& ch = req->chunks[c];
-    chunk_send s{self, req, c, st.index.at(ch.shard), req->hdr};
-    s.hdr.seq = next_sequence();
-    bool ticks = req->then_tick && last.at(s.idx) == c;
-    if (ticks) s.hdr.tick = req->then_tick;
-    pending_request r;
-    r.op = op;
-    r.tick = ticks;  // with retries it waits for the requests before it, as a tick does
-    r.read = req->kind == op_kind::pull;
-    r.bytes = (req->encoded.empty() ? ch.num_values * sizeof(float) : req->encoded[c].bytes->size()) +
-              ch.pieces.size() * range_wire_bytes;
-    r.send = [s](std::uint64_t tag) {
-      auto h = s.hdr;
-      h.epoch = s.self->state.epoch;
-      if (s.req->kind == op_kind::pull)
-        send_pull(s, tag, h);
-      else
-        send_values(s, tag, h);
-    };
-    submit(s.self, s.idx, std::move(r));
-  }
+  for (std::size_t c = 0; c < req->chunks.size(); ++c)
+    queue_chunk(self, req, c, req->then_tick && last.at(st.index.at(req->chunks[c].shard)) == c);
   for (auto idx : untouched)
-    submit(self, idx, clock_request(self, idx, request_header{0, req->hdr.worker, req->then_tick, 0}, op));
+    submit(self, idx, clock_request(self, idx, request_header{req->hdr.epoch, req->hdr.worker, req->then_tick, 0}, op));
+}
+
+// A pull chunk whose keys moved (a shard joined): its pieces cut again by the newest
+// map, each new chunk landing where the old one would have.
+void replan_pull(const chunk_send& s) {
+  auto self = s.self;
+  auto& st = self->state;
+  const auto& ch = s.req->chunks[s.c];
+  std::vector<piece> pieces;
+  for (const auto& p : ch.pieces)
+    for (auto q : st.map->split(key_set::single(p.keys))) {
+      q.value_offset += p.value_offset;
+      pieces.push_back(q);
+    }
+  auto again = std::make_shared<op_request>();
+  again->kind = op_kind::pull;
+  again->hdr = s.req->hdr;
+  again->hdr.epoch = st.map_epoch;
+  again->op = s.req->op;
+  again->chunks = plan_chunks(pieces, st.chunk_bytes);
+  again->in_place = true;
+  if (!s.req->in_place) again->op->values.resize(ch.num_values);  // one chunk: its answer was to be the result
+  again->op->pending += again->chunks.size();
+  for (std::size_t c = 0; c < again->chunks.size(); ++c) queue_chunk(self, again, c, false);
+  chunk_answered(again->op.get());  // the moved chunk: its new chunks answer for it
 }
 
 // A pull of rows answered by one shard: each row goes to every position its id had.
@@ -696,7 +870,6 @@ void rows_landed(const std::shared_ptr<rows_request>& req, std::size_t g, const 
 void send_rows(client_ptr self, const std::shared_ptr<rows_request>& req, std::size_t g, std::size_t idx,
                request_header h, std::uint64_t tag) {
   auto& st = self->state;
-  h.epoch = st.epoch;
   auto on_error = [=](caf::error& err) { request_failed(self, idx, tag, err, req->op->what); };
   const auto& grp = req->groups[g];
   if (req->kind == op_kind::push) {
@@ -711,23 +884,60 @@ void send_rows(client_ptr self, const std::shared_ptr<rows_request>& req, std::s
           on_error);
 }
 
-// A push or pull of rows: one request per owning shard, queued behind the earlier
-// requests to it (a worker's pushes and ticks keep their order).
-void dispatch_rows(client_ptr self, const std::shared_ptr<rows_request>& req) {
+void replan_rows(client_ptr self, const std::shared_ptr<rows_request>& req, std::size_t g);
+
+// Group g of a push or pull of rows, queued behind the earlier requests to its shard (a
+// worker's pushes and ticks keep their order).
+void queue_group(client_ptr self, const std::shared_ptr<rows_request>& req, std::size_t g) {
   auto& st = self->state;
+  auto idx = st.index.at(req->groups[g].shard);
+  auto h = req->hdr;
+  h.seq = next_sequence();
+  pending_request r;
+  r.op = req->op;
+  r.read = req->kind == op_kind::pull;
+  r.write = !r.read;
+  r.plan_epoch = req->hdr.epoch;
+  r.bytes = req->groups[g].rows.ids.size() * (sizeof(std::uint64_t) + req->dim * sizeof(float));
+  if (r.read) r.replan = [=] { replan_rows(self, req, g); };
+  r.send = [=](std::uint64_t tag) { send_rows(self, req, g, idx, h, tag); };
+  submit(self, idx, std::move(r));
+}
+
+void dispatch_rows(client_ptr self, const std::shared_ptr<rows_request>& req) {
   req->op->pending = req->groups.size();
   if (req->op->pending == 0) return req->op->finish({});
-  for (std::size_t g = 0; g < req->groups.size(); ++g) {
-    auto idx = st.index.at(req->groups[g].shard);
-    auto h = req->hdr;
-    h.seq = next_sequence();
-    pending_request r;
-    r.op = req->op;
-    r.read = req->kind == op_kind::pull;
-    r.bytes = req->groups[g].rows.ids.size() * (sizeof(std::uint64_t) + req->dim * sizeof(float));
-    r.send = [=](std::uint64_t tag) { send_rows(self, req, g, idx, h, tag); };
-    submit(self, idx, std::move(r));
+  for (std::size_t g = 0; g < req->groups.size(); ++g) queue_group(self, req, g);
+}
+
+// A pull of rows whose rows moved: grouped again by their owners under the newest map.
+void replan_rows(client_ptr self, const std::shared_ptr<rows_request>& req, std::size_t g) {
+  auto& st = self->state;
+  const auto& moved = req->groups[g];
+  auto again = std::make_shared<rows_request>();
+  again->kind = op_kind::pull;
+  again->hdr = req->hdr;
+  again->hdr.epoch = st.map_epoch;
+  again->table = req->table;
+  again->dim = req->dim;
+  again->op = req->op;
+  std::map<std::uint32_t, std::size_t> group_of;
+  for (std::size_t k = 0; k < moved.rows.ids.size(); ++k) {
+    auto owner = st.map->row_owner(req->table, moved.rows.ids[k]);
+    auto [it, fresh] = group_of.emplace(owner, again->groups.size());
+    if (fresh) again->groups.push_back({owner, row_ids{req->table, {}}, {}, {}});
+    again->groups[it->second].rows.ids.push_back(moved.rows.ids[k]);
+    again->groups[it->second].positions.push_back(moved.positions[k]);
   }
+  again->op->pending += again->groups.size();
+  for (std::size_t k = 0; k < again->groups.size(); ++k) queue_group(self, again, k);
+  chunk_answered(again->op.get());
+}
+
+// Data connections early: blocks go inline until then.
+void plane_connect_early(client_ptr self, std::size_t idx) {
+  plane_peer(self, self->state.routes[idx].link.handle);
+  plane_peer(self, self->state.routes[idx].tail);
 }
 
 // The client's state from its options; every shard copy is monitored, and the data
@@ -747,6 +957,12 @@ void init_client(client_ptr self, std::vector<shard_link> shards, std::vector<sh
   st.worker = opts.worker;
   st.epoch = epoch;
   st.stats = std::move(stats);
+  {
+    std::lock_guard<std::mutex> lock(st.stats->mtx);
+    st.map = st.stats->map;
+  }
+  st.map_epoch = st.map->epoch();
+  st.chunk_bytes = opts.chunk_bytes;
   st.retry = opts.retry;
   if (opts.faults.touches_messages()) st.faults.emplace(opts.faults, opts.worker);
   st.plane = opts.plane;
@@ -762,10 +978,7 @@ void init_client(client_ptr self, std::vector<shard_link> shards, std::vector<sh
     st.routes[i].tail = chain.empty() ? st.routes[i].link.handle : caf::actor_cast<shard_actor>(chain.back());
     if (st.routes[i].tail != st.routes[i].link.handle) self->monitor(st.routes[i].tail);
   }
-  for (std::size_t i = 0; i < n; ++i) {  // data connections early: blocks go inline until then
-    plane_peer(self, st.routes[i].link.handle);
-    plane_peer(self, st.routes[i].tail);
-  }
+  for (std::size_t i = 0; i < n; ++i) plane_connect_early(self, i);
   if (st.coordinator) {
     self->monitor(st.coordinator);
     self->send(st.coordinator, view_atom::value, st.worker);
@@ -825,6 +1038,15 @@ client_impl::behavior_type kv_client_actor(client_ptr self, std::vector<shard_li
       fail_all(self, idx, st.routes[idx].down + " and no replacement came within " + std::to_string(st.timeout.count()) + " ms");
     },
     [=](view_atom, const cluster_view& view) { apply_view(self, view); },
+    [=](handoff_atom, std::uint64_t batch) {
+      auto it = self->state.moved_reads.find(batch);
+      if (it == self->state.moved_reads.end()) return;
+      auto reads = std::move(it->second);
+      self->state.moved_reads.erase(it);
+      for (auto& r : reads)
+        r.op->finish(r.op->what + " failed: its keys moved to another shard and no map naming the new owner came "
+                     "within " + std::to_string(self->state.timeout.count()) + " ms");
+    },
     [=](members_atom, std::vector<std::uint32_t>& live) {
       std::lock_guard<std::mutex> guard(self->state.stats->mtx);
       self->state.stats->live_workers = std::move(live);
@@ -863,6 +1085,7 @@ client_impl::behavior_type kv_client_actor(client_ptr self, std::vector<shard_li
     [=](clock_atom, std::shared_ptr<op_request>& req) {
       auto& st = self->state;
       auto op = req->op;
+      st.issued_tick = std::max(st.issued_tick, req->hdr.clock);
       op->pending = st.routes.size();
       for (std::size_t idx = 0; idx < st.routes.size(); ++idx)
         submit(self, idx, clock_request(self, idx, req->hdr, op));
@@ -881,7 +1104,8 @@ client_impl::behavior_type kv_client_actor(client_ptr self, std::vector<shard_li
 
 kv_client::kv_client(caf::actor_system& sys, const cluster_view& view,
                      std::vector<shard_link> shards, kv_client_options opts)
-    : map_(map_of(view)), opts_(opts), sys_(sys), shards_(shards) {
+    : opts_(opts), sys_(sys), shards_(shards) {
+  stats_->map = std::make_shared<const partitioner>(map_of(view));
   for (const auto& t : view.tables) tables_.push_back(t.to_spec());
   for (std::uint32_t w = 0; w < view.num_workers; ++w) stats_->live_workers.push_back(w);
   if (shards.size() != view.shards.size())
@@ -903,7 +1127,13 @@ std::vector<shard_link> kv_client::current_shards() const {
   std::lock_guard<std::mutex> lock(stats_->mtx);
   for (auto& l : links)
     if (auto it = stats_->new_heads.find(l.id); it != stats_->new_heads.end()) l.handle = it->second;
+  links.insert(links.end(), stats_->joined.begin(), stats_->joined.end());
   return links;
+}
+
+std::shared_ptr<const partitioner> kv_client::current_map() const {
+  std::lock_guard<std::mutex> lock(stats_->mtx);
+  return stats_->map;
 }
 
 std::vector<std::string> kv_client::shard_stats() const {
@@ -919,8 +1149,9 @@ std::vector<std::string> kv_client::shard_stats() const {
 void kv_client::prefetch_rows(std::uint32_t table, const std::vector<std::uint64_t>& ids) {
   table_dim(table);  // an unknown table is refused
   std::map<std::uint32_t, std::vector<std::uint64_t>> by_shard;
-  for (auto id : merge_rows(ids, nullptr, 1).ids) by_shard[map_.row_owner(table, id)].push_back(id);
-  request_header hdr{map_.epoch(), opts_.worker, clock_, 0};
+  auto map = current_map();
+  for (auto id : merge_rows(ids, nullptr, 1).ids) by_shard[map->row_owner(table, id)].push_back(id);
+  request_header hdr{map->epoch(), opts_.worker, clock_, 0};
   const auto links = current_shards();
   for (auto& [shard, rows] : by_shard)
     for (const auto& s : links)
@@ -982,7 +1213,7 @@ kv_future kv_client::leave_clock_vector() {
   auto req = std::make_shared<detail::op_request>();
   req->kind = op_kind::clock;
   req->op = op;
-  req->hdr = request_header{map_.epoch(), opts_.worker, left_clock, 0};  // a tick to infinity
+  req->hdr = request_header{current_map()->epoch(), opts_.worker, left_clock, 0};  // a tick to infinity
   caf::anon_send(caf::actor_cast<client_impl>(actor_), clock_atom::value, std::move(req));
   return kv_future(op);
 }
@@ -1013,7 +1244,7 @@ kv_future kv_client::advance_clock(std::uint64_t c) {
   auto req = std::make_shared<detail::op_request>();
   req->kind = op_kind::clock;
   req->op = op;
-  req->hdr = request_header{map_.epoch(), opts_.worker, c, 0};
+  req->hdr = request_header{current_map()->epoch(), opts_.worker, c, 0};
   caf::anon_send(caf::actor_cast<client_impl>(actor_), clock_atom::value, std::move(req));
   return kv_future(op);
 }
@@ -1065,8 +1296,9 @@ kv_future kv_client::send_rows(op_kind kind, std::uint32_t table, const std::vec
              tables_[table].name + "'";
   auto merged = merge_rows(ids, grads, dim);
   auto req = std::make_shared<rows_request>();
+  auto map = current_map();
   req->kind = kind;
-  req->hdr = request_header{map_.epoch(), opts_.worker, clock_, 0};
+  req->hdr = request_header{map->epoch(), opts_.worker, clock_, 0};
   req->table = table;
   req->dim = dim;
   req->op = op;
@@ -1074,7 +1306,7 @@ kv_future kv_client::send_rows(op_kind kind, std::uint32_t table, const std::vec
   std::vector<std::pair<std::size_t, std::uint32_t>> place(merged.ids.size());  // distinct row -> (group, row)
   std::vector<std::vector<float>> group_grads;
   for (std::size_t j = 0; j < merged.ids.size(); ++j) {
-    auto shard = map_.row_owner(table, merged.ids[j]);
+    auto shard = map->row_owner(table, merged.ids[j]);
     auto [it, fresh] = group_of.emplace(shard, req->groups.size());
     if (fresh) {
       req->groups.push_back({shard, row_ids{table, {}}, {}, {}});
@@ -1120,8 +1352,9 @@ kv_future kv_client::send(op_kind kind, const key_set& keys, std::shared_ptr<std
   auto req = std::make_shared<detail::op_request>();
   req->kind = kind;
   req->op = op;
-  req->hdr = request_header{map_.epoch(), opts_.worker, clock_, 0};
-  req->chunks = plan_chunks(map_.split(keys), opts_.chunk_bytes);
+  auto map = current_map();
+  req->hdr = request_header{map->epoch(), opts_.worker, clock_, 0};
+  req->chunks = plan_chunks(map->split(keys), opts_.chunk_bytes);
   if (kind == op_kind::pull) {
     req->hdr.pull_codec = static_cast<std::uint8_t>(opts_.pull_compression.kind);
     if (req->chunks.size() > 1 || pull_into) {

@@ -96,6 +96,13 @@ struct kv_client_options {
   codec pull_compression{};
 };
 
+// One connected shard: its id, a name for errors, and its handle.
+struct shard_link {
+  std::uint32_t id;
+  std::string name;  // "shard 1 (127.0.0.1:40001)"
+  shard_actor handle;
+};
+
 // What the client learned about the cluster while it ran, for the app's thread.
 struct kv_cluster_events {
   std::mutex mtx;
@@ -106,16 +113,13 @@ struct kv_cluster_events {
   std::vector<std::uint32_t> live_workers;
   // Shards whose chain has a new head since connecting (a failover), by id.
   std::map<std::uint32_t, shard_actor> new_heads;
+  // Shards that joined since connecting.
+  std::vector<shard_link> joined;
+  // The map requests are planned by: the view's at first, then each newer map the
+  // coordinator sends when a shard joins (the client actor replaces it).
+  std::shared_ptr<const partitioner> map;
 };
 
-// One connected shard: its id, a name for errors, and its handle.
-struct shard_link {
-  std::uint32_t id;
-  std::string name;  // "shard 1 (127.0.0.1:40001)"
-  shard_actor handle;
-};
-
-// The shard map a view describes (what every client routes by).
 
 class kv_client {
  public:
@@ -181,7 +185,8 @@ class kv_client {
   std::uint64_t clock() const { return clock_; }
   // Push and pull latencies (rows included) since the last call, for progress reports.
   std::pair<latency_summary, latency_summary> take_latencies();
-  const partitioner& map() const { return map_; }
+  // The map requests are planned by now (a copy: shards that join change it).
+  partitioner map() const { return *current_map(); }
   const kv_client_options& options() const { return opts_; }
   std::vector<double> recovery_times_ms() const;
   // The running workers as last heard from the coordinator (initially 0..num_workers-1).
@@ -190,7 +195,8 @@ class kv_client {
   // and disk reads), one JSON object per shard, as first connected. Blocks; throws
   // bad_request naming a shard that does not answer.
   std::vector<std::string> shard_stats() const;
-  // The shards as first connected, with the heads of chains that failed over since.
+  // The shards as first connected, with the heads of chains that failed over since and
+  // the shards that joined.
   std::vector<shard_link> current_shards() const;
   // Benchmarks: rows 0..count-1 of `table` made on their shards as first touch makes them
   // (on disk where shards have a disk tier). Blocks; returns the rows made; throws
@@ -206,7 +212,8 @@ class kv_client {
 
   kv_future send_rows(op_kind kind, std::uint32_t table, const std::vector<std::uint64_t>& ids, const float* grads);
 
-  partitioner map_;
+  std::shared_ptr<const partitioner> current_map() const;
+
   std::vector<sparse_table_spec> tables_;  // the job's sparse tables, by index
   kv_client_options opts_;
   // Top-k error feedback: the residual of each chunk of each tensor pushed, by (first

@@ -285,12 +285,85 @@ caf::result<std::uint64_t> acknowledge(self_ptr self, const shard_options& opts,
   return rp;
 }
 
+enum class write_kind { push, init, rows };
+
+// The part of a stale write (planned by an older map) that this shard still owns.
+caf::error apply_own_part(self_ptr self, const shard_options& opts, const coordinator_actor& coordinator,
+                          write_kind kind, const request_header& hdr, const deferred_update& u) {
+  auto& st = self->state;
+  if (st.successor) return make_ps_error(st.name + ": a write of moved keys cannot go down a chain of copies");
+  auto r = request_of(hdr);
+  auto fx = kind == write_kind::rows ? st.core->push_rows(r, *u.table, u.ids, u.values.data(), u.values.size())
+            : kind == write_kind::push ? st.core->push(r, u.ranges, u.values.data(), u.values.size())
+                                       : st.core->init(r, u.ranges, u.values.data(), u.values.size());
+  if (!fx.ok()) return make_ps_error(fx.error);
+  carry_out(self, opts, coordinator, fx);
+  return {};
+}
+
+// A write planned by an older map (a shard joined since; the worker's client has not
+// got the new map yet): the part this shard still owns is applied here, each other part
+// goes on to its owner with the same header, so the new owner's duplicate filter (which
+// took this shard's) counts it once and its clock order is the worker's. Acknowledged
+// once every part is. Because the client holds its ticks to the new map's shards until
+// such writes are acknowledged, a new owner never counts a clock before its updates.
+caf::result<std::uint64_t> forward_stale(self_ptr self, const shard_options& opts, const coordinator_actor& coordinator,
+                                         write_kind kind, const request_header& hdr,
+                                         std::map<std::uint32_t, deferred_update> parts, std::optional<ack_promise> made) {
+  auto& st = self->state;
+  auto rp = made ? *made : self->make_response_promise<std::uint64_t>();
+  auto remaining = std::make_shared<std::size_t>(parts.size());
+  auto settled = std::make_shared<bool>(false);
+  auto part_done = [=](caf::error e) mutable {
+    if (*settled) return;
+    if (e || --*remaining == 0) {
+      *settled = true;
+      if (e) rp.deliver(std::move(e));
+      else rp.deliver(hdr.seq);
+    }
+  };
+  for (auto& [owner, u] : parts) {
+    if (owner == st.core->id()) {
+      part_done(apply_own_part(self, opts, coordinator, kind, hdr, u));
+      continue;
+    }
+    auto to = st.owners.find(owner);
+    if (to == st.owners.end()) {
+      part_done(make_ps_error(st.name + ": keys of a write from worker " + std::to_string(hdr.worker) +
+                              " moved to shard " + std::to_string(owner) + ", whose handle this shard lacks"));
+      continue;
+    }
+    auto on_ack = [=](std::uint64_t) mutable { part_done({}); };
+    auto on_error = [=, name = st.name](caf::error& e) mutable {
+      part_done(make_ps_error(name + ": passing a write of moved keys to shard " + std::to_string(owner) + ": " +
+                              describe(e)));
+    };
+    auto values = float_block::own(std::move(u.values));
+    if (kind == write_kind::rows)
+      self->request(to->second, opts.forward_timeout, push_rows_atom::value, hdr, row_ids{*u.table, u.ids}, values)
+        .then(on_ack, on_error);
+    else if (kind == write_kind::push)
+      self->request(to->second, opts.forward_timeout, push_atom::value, hdr, range_list{u.ranges}, values)
+        .then(on_ack, on_error);
+    else
+      self->request(to->second, opts.forward_timeout, init_atom::value, hdr, range_list{u.ranges}, values)
+        .then(on_ack, on_error);
+  }
+  return rp;
+}
+
 // A push or an init with its values: handed to the core, then acknowledged and passed
 // down the chain. made: the reply's promise when the values came after the request.
 caf::result<std::uint64_t> apply_write(self_ptr self, const shard_options& opts, const coordinator_actor& coordinator,
                                        bool is_push, const request_header& hdr, const range_list& ranges,
                                        const float_block& values, std::optional<ack_promise> made = std::nullopt) {
   auto& st = self->state;
+  if (hdr.epoch < st.core->map_epoch()) {
+    auto parts = st.core->route_stale({hdr.epoch, hdr.worker, hdr.clock, hdr.seq, ranges.ranges,
+                                       {values.data(), values.data() + values.size}});
+    if (!parts.empty()) return forward_stale(self, opts, coordinator, is_push ? write_kind::push : write_kind::init, hdr,
+                                             std::move(parts), made);
+  }
   auto fx = is_push ? st.core->push(request_of(hdr), ranges.ranges, values.data(), values.size)
                     : st.core->init(request_of(hdr), ranges.ranges, values.data(), values.size);
   if (!fx.ok()) return refusal(self, hdr, fx.error);
@@ -346,6 +419,11 @@ caf::result<std::uint64_t> write_rows(self_ptr self, const shard_options& opts, 
   return claim_then(self, opts, "push of rows", hdr, sent, [=](const float_block& values, std::optional<ack_promise> made)
                                                               -> caf::result<std::uint64_t> {
     auto& st = self->state;
+    if (hdr.epoch < st.core->map_epoch()) {
+      auto parts = st.core->route_stale({hdr.epoch, hdr.worker, hdr.clock, hdr.seq, {},
+                                         {values.data(), values.data() + values.size}, rows.table, rows.ids});
+      if (!parts.empty()) return forward_stale(self, opts, coordinator, write_kind::rows, hdr, std::move(parts), made);
+    }
     auto fx = st.core->push_rows(request_of(hdr), rows.table, rows.ids, values.data(), values.size);
     if (!fx.ok()) return refusal(self, hdr, fx.error);
     if (fx.queued_push && !st.successor) {  // the last copy answers once applied: no worker outruns the disk
@@ -419,6 +497,8 @@ std::uint64_t take_view(self_ptr self, const cluster_view& view) {
   auto& st = self->state;
   if (!st.core) return view.epoch;
   st.core->saw_epoch(view.epoch);
+  for (const auto& e : view.shards)
+    if (e.handle) st.owners[e.id] = caf::actor_cast<shard_actor>(e.handle);
   auto id = st.core->id();
   if (id >= view.shards.size()) return st.core->epoch();
   const auto& chain = view.shards[id].chain;

@@ -94,6 +94,9 @@ struct shard_state {
   // the updates passed to it and not yet acknowledged, in order, with the reply owed.
   shard_actor successor;
   bool successor_down = false;
+  // The other shards' heads, by id, where the map names them (a joined shard): writes
+  // planned by an older map go on to the keys' new owners.
+  std::map<std::uint32_t, shard_actor> owners;
   struct forward {
     std::function<void(shard_actor, std::uint64_t)> send;  // (successor, tag)
     caf::typed_response_promise<std::uint64_t> reply;

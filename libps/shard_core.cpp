@@ -138,6 +138,23 @@ shard_effects shard_core::take_over(const shard_handoff& h) {
   return fx;
 }
 
+std::map<std::uint32_t, deferred_update> shard_core::route_stale(const deferred_update& u) const {
+  if (u.epoch >= map_.epoch()) return {};
+  std::uint32_t dim = 0;
+  if (u.table) {
+    if (*u.table >= rows_.num_tables()) return {};
+    dim = rows_.table(*u.table).spec().dim;
+    if (u.values.size() != u.ids.size() * dim) return {};
+  } else {
+    for (std::size_t i = 0; i < u.ranges.size(); ++i)
+      if (u.ranges[i].empty() || (i > 0 && u.ranges[i].begin < u.ranges[i - 1].end)) return {};
+    if (count_keys(u.ranges) != u.values.size()) return {};
+  }
+  auto parts = split_by_owner(u, map_, dim);
+  if (parts.size() == 1 && parts.begin()->first == id_) return {};
+  return parts;
+}
+
 std::vector<table_rows> shard_core::table_snapshot() const {
   std::vector<table_rows> out;
   for (std::uint32_t i = 0; i < rows_.num_tables(); ++i) {

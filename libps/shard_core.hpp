@@ -181,6 +181,11 @@ class shard_core {
   // parked pulls the clocks now release. Throws bad_request for a handoff meant for
   // another shard or of a map newer than this shard's.
   shard_effects take_over(const shard_handoff& h);
+  // A write planned by an older map than this shard's (u.epoch below it) that touches
+  // keys or rows this shard gave away: cut by the owner each has now, this shard's own
+  // part under its id. Empty when it is all this shard's, or malformed (the write's own
+  // checks report it then).
+  std::map<std::uint32_t, deferred_update> route_stale(const deferred_update& u) const;
   // Replaces the parameters and adds the rows (a replica's state from --restore); throws
   // bad_request.
   void restore(const std::vector<stored_segment>& segments, const std::vector<table_rows>& rows = {});

@@ -474,7 +474,6 @@ TEST_CASE_FIXTURE(fixture, "a shard joins a running job: the old shards hand it 
   coordinator_options o;
   o.servers = 2;
   o.workers = 1;
-  o.shard_joins = true;
   auto coord = spawn_coordinator(o);
   spawn_shard(coord);
   spawn_shard(coord);
@@ -508,25 +507,73 @@ TEST_CASE_FIXTURE(fixture, "a shard joins a running job: the old shards hand it 
   kv_client stale(sys, (*first)->view, links_of((*first)->view), {0, default_chunk_bytes, milliseconds(1000)});
   key_type gone = 0;
   while (map.owner(gone) != 2) gone += 4096;
+  // A client that never hears of the new map (no coordinator) waits for it at most its
+  // request timeout, then says what happened.
   auto refused = stale.pull(key_set::single({gone, gone + 1}));
-  sched.run();  // answered at once, not at the request's timeout
+  sched.run();
+  CHECK_FALSE(refused.ready());
+  sched.clock().advance_time(milliseconds(1000));
+  sched.run();
   REQUIRE(refused.ready());
-  CHECK(refused.error().find("belong to shard 2 (epoch 2)") != std::string::npos);
+  CHECK(refused.error().find("its keys moved to another shard and no map naming the new owner came within 1000 ms") !=
+        std::string::npos);
 }
 
-TEST_CASE_FIXTURE(fixture, "a server that registers while a job with workers runs is refused, naming why") {
-  auto coord = spawn_coordinator(1, 1);
-  spawn_shard(coord);
-  auto w = register_worker(coord);
-  sched.run();
-  REQUIRE(w->has_value());
-  auto error = std::make_shared<std::string>();
-  alive.push_back(sys.spawn([=](caf::event_based_actor* self) -> caf::behavior {
-    self->request(coord, caf::infinite, register_atom::value, node_info{"server", "", 0, 0, {}, 0, 0, protocol_version, {}})
-      .then([](registration&) {}, [=](caf::error& e) { *error = describe(e); });
-    return {[](caf::unit_t) {}};
-  }));
-  sched.run();
-  CHECK(error->find("a server cannot join this job") != std::string::npos);
-  CHECK(error->find("cannot follow keys to a new shard yet") != std::string::npos);
+TEST_CASE_FIXTURE(fixture, "a shard joins under BSP traffic: clients follow the new map; nothing lost, nothing twice") {
+  const std::uint64_t n = 1u << 16;
+  auto keys = key_set::single({0, n});
+  std::vector<float> values(n), ones(n, 1.0f);
+  for (std::uint64_t k = 0; k < n; ++k) values[k] = static_cast<float>(k);
+  auto wrong = [&](const std::vector<float>& got, float plus) {
+    std::size_t bad = got.size() == n ? 0 : n;
+    for (std::uint64_t k = 0; k < got.size(); ++k) bad += got[k] != static_cast<float>(k) + plus;
+    return bad;
+  };
+  // Requests issued after this many scheduler steps of the join: before the old shards
+  // hand over, while they do, and after the clients have the new map.
+  int whole_join = 0;  // steps the join took when nothing else ran
+  for (int steps = 0; steps <= 64; steps += 2) {
+    CAPTURE(steps);
+    coordinator_options o;
+    o.servers = 2;
+    o.workers = 1;
+    o.staleness = 0;
+    auto coord = spawn_coordinator(o);
+    spawn_shard(coord);
+    spawn_shard(coord);
+    auto reg = register_worker(coord);
+    sched.run();
+    REQUIRE(reg->has_value());
+    kv_client_options ko{(*reg)->id, 16384, milliseconds(5000)};  // 1,024 keys a chunk: many requests in flight
+    ko.coordinator = coord;
+    kv_client kv(sys, (*reg)->view, links_of((*reg)->view), ko);
+    REQUIRE(settle(kv.push(keys, values)).empty());
+    REQUIRE(settle(kv.advance_clock(1)).empty());
+    spawn_shard(coord);
+    int ran = 0;
+    while (ran < steps && sched.try_run_once()) ++ran;
+    if (ran < steps) whole_join = std::max(whole_join, ran);
+    auto push = kv.push(keys, ones);
+    auto rows_free_tick = kv.advance_clock(2);
+    auto read = kv.pull(keys);
+    sched.run();
+    if (!read.ready()) {
+      sched.clock().advance_time(milliseconds(30000));
+      sched.run();
+      if (read.ready()) MESSAGE("read: " << read.error());
+    }
+    REQUIRE(push.ready());
+    REQUIRE(rows_free_tick.ready());
+    REQUIRE(read.ready());
+    CHECK(push.error() == "");
+    CHECK(read.error() == "");
+    CHECK(wrong(read.get(), 1.0f) == 0);  // BSP: exactly the pushes of clocks 0 and 1
+    CHECK(kv.map().shard_ids().size() == 3);
+    REQUIRE(settle(kv.push(keys, ones)).empty());
+    REQUIRE(settle(kv.advance_clock(3)).empty());
+    CHECK(wrong(settle(kv.pull(keys)), 2.0f) == 0);
+    sched.run();
+  }
+  CHECK(whole_join > 10);  // the steps above began before, during and after the handoffs
+  CHECK(whole_join < 64);
 }
