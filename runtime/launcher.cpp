@@ -283,8 +283,10 @@ struct local_cluster {
   void start_processes(std::uint16_t port, const std::string& app_name) {
     auto addr = "--coordinator=127.0.0.1:" + std::to_string(port);
     if (logs(log_level::info))
-      std::fprintf(stderr, "coordinator listening on 127.0.0.1:%u (more workers can join: psnode --role=worker %s --app=%s)\n",
-                 port, addr.c_str(), app_name.c_str());
+      std::fprintf(stderr,
+                   "coordinator listening on 127.0.0.1:%u (more workers can join: psnode --role=worker %s --app=%s; "
+                   "more servers: psnode --role=server %s)\n",
+                   port, addr.c_str(), app_name.c_str(), addr.c_str());
     auto exe = psnode_path();
     for (std::size_t i = 0; i < cfg.servers; ++i)
       children.push_back({spawn_process(exe, child_args(cfg, {"--role=server", addr})),

@@ -762,6 +762,40 @@ TEST_CASE("faults: a worker joins a running job (psnode --role=worker at the coo
       CHECK(shard_value(clocksum_line(out, w), s) == static_cast<long long>(3 * 150 + 3 * (150 - start)));
 }
 
+TEST_CASE("elastic: a server joins a running job (psnode --role=server at the coordinator); the sums stay exact") {
+  // BSP, 2 workers: once the third shard has taken its keys, every key still holds
+  // exactly 3 per clock, whichever shard holds it.
+  FILE* job = popen("bin/psnode --role=local --app=clocksum --servers=2 --workers=2 --clocks=300 --clock-ms=10 2>&1", "r");
+  REQUIRE(job != nullptr);
+  std::string out, port;
+  bool running = false;
+  char line[4096];
+  while (!running && std::fgets(line, sizeof line, job)) {
+    out += line;
+    std::string l = line;
+    if (auto at = l.find("listening on 127.0.0.1:"); at != std::string::npos)
+      port = l.substr(at + 23, l.find_first_not_of("0123456789", at + 23) - at - 23);
+    running = l.find("[worker 0] clock ") != std::string::npos;
+  }
+  REQUIRE_FALSE(port.empty());
+  REQUIRE(running);
+  auto [rc, joined] = shell("bin/psnode --role=server --coordinator=127.0.0.1:" + port);
+  while (std::fgets(line, sizeof line, job)) out += line;
+  int status = pclose(job);
+  INFO(out);
+  INFO(joined);
+  CHECK(rc == 0);  // the joined server ends with the job, normally
+  REQUIRE(WIFEXITED(status));
+  REQUIRE(WEXITSTATUS(status) == 0);
+  CHECK(out.find("server shard 2 (127.0.0.1:") != std::string::npos);
+  CHECK(out.find("joined; its keys and rows were handed over in") != std::string::npos);
+  for (std::uint32_t w = 0; w < 2; ++w) {
+    auto result = clocksum_line(out, w);
+    CHECK(result.at("shard_values").size() == 3);  // the final pull saw the new map
+    for (std::uint32_t s = 0; s < 3; ++s) CHECK(shard_value(result, s) == 3 * 300);
+  }
+}
+
 TEST_CASE("faults: time-based checkpoints (--checkpoint-seconds) are consistent cuts: under BSP exactly the clocks below theirs") {
   std::filesystem::remove_all("ckpt-seconds");
   std::filesystem::create_directory("ckpt-seconds");
