@@ -29,7 +29,13 @@ cluster_view make_view(self_ptr self, const coordinator_options& opts) {
   v.checkpointer = opts.checkpointer;
   if (opts.checkpointer) v.checkpoint_dir = opts.checkpoint_dir;
   v.replication = opts.replication;
-  v.shards = self->state.shards;
+  // Every entry names its head: shards hand keys to each other when the map changes.
+  for (const auto& e : self->state.shards)
+    if (!self->state.retired.count(e.id)) {
+      v.shards.push_back(e);
+      if (!v.shards.back().handle && e.id < self->state.shard_handles.size())
+        v.shards.back().handle = caf::actor_cast<caf::actor>(self->state.shard_handles[e.id]);
+    }
   v.rule = rule_msg::from(opts.rule);
   for (const auto& [bucket, owner] : self->state.placement) {
     v.placed_buckets.push_back(bucket);
@@ -42,6 +48,14 @@ cluster_view make_view(self_ptr self, const coordinator_options& opts) {
 registration make_registration(self_ptr self, const coordinator_options& opts, std::uint32_t id,
                                encoded_block state = {}, std::uint64_t start_clock = 0) {
   return {id, make_view(self, opts), std::move(state), start_clock, job_spec_msg::from(opts.spec)};
+}
+
+// The heads of the shards in the map (not those that left it).
+std::vector<shard_actor> live_heads(const coordinator_state& st) {
+  std::vector<shard_actor> heads;
+  for (std::uint32_t i = 0; i < st.shard_handles.size(); ++i)
+    if (!st.retired.count(i)) heads.push_back(st.shard_handles[i]);
+  return heads;
 }
 
 // Tells the observer an event; without one (a coordinator on its own) prints `text`.
@@ -110,12 +124,15 @@ void end_job(self_ptr self, const coordinator_options& opts, errc code, const st
     else
       self->delayed_send(self, std::chrono::milliseconds(500), end_atom::value);
   };
-  auto remaining = std::make_shared<std::size_t>(st.copies.size());
+  auto to_stop = st.copies;
+  for (const auto& [id, workers] : st.draining_clients) to_stop.push_back(st.shard_handles[id]);
+  st.draining_clients.clear();
+  auto remaining = std::make_shared<std::size_t>(to_stop.size());
   if (*remaining == 0) return quit();
   auto acked = [=] {
     if (--*remaining == 0) quit();
   };
-  for (auto& copy : st.copies)
+  for (auto& copy : to_stop)
     self->request(copy, std::chrono::seconds(2), stop_atom::value, wire_code, text)
       .then([=](caf::ok_atom) { acked(); }, [=](caf::error&) { acked(); });
 }
@@ -158,7 +175,7 @@ void write_final_checkpoint(self_ptr self, const coordinator_options& opts, std:
           [=](caf::error& err) {
             end_job(self, opts, errc::job_failed, "the final checkpoint was not written: " + describe(err));
           });
-  for (auto& head : self->state.shard_handles) caf::anon_send(head, final_atom::value, clock);
+  for (auto& head : live_heads(self->state)) caf::anon_send(head, final_atom::value, clock);
 }
 
 void cut_checkpoint(self_ptr self, std::function<void(std::uint64_t)> cut, std::function<void(std::string)> failed);
@@ -189,7 +206,7 @@ void stop_job(self_ptr self, const coordinator_options& opts, errc kind, const s
 // Every worker is done. With --checkpoint-dir the job ends with a final checkpoint,
 // labelled above every clock a worker reached or pushed; otherwise it ends now.
 void finish_job(self_ptr self, const coordinator_options& opts) {
-  auto heads = self->state.shard_handles;
+  auto heads = live_heads(self->state);
   if (!opts.checkpointer || heads.empty()) return end_job(self, opts, errc::failed, "", true);
   auto not_written = [=](const std::string& why) {
     end_job(self, opts, errc::job_failed, "the final checkpoint was not written: " + why);
@@ -208,11 +225,17 @@ void finish_job(self_ptr self, const coordinator_options& opts) {
   ask_heads(self, heads, "say its clock", with_clocks, not_written, final_atom::value);
 }
 
+void stop_if_drained(self_ptr self, std::uint32_t id);
+
 void worker_finished(self_ptr self, const coordinator_options& opts, std::uint32_t id) {
   auto& st = self->state;
   if (id >= st.worker_done.size() || st.worker_done[id]) return;
   st.worker_done[id] = true;
   ++st.finished_workers;
+  std::vector<std::uint32_t> drained;
+  for (auto& [shard, workers] : st.draining_clients)
+    if (workers.erase(id) && workers.empty()) drained.push_back(shard);
+  for (auto shard : drained) stop_if_drained(self, shard);
   // It leaves the clock vector: BSP and SSP reads stop waiting for it.
   for (auto& copy : st.copies) caf::anon_send(copy, leave_atom::value, id);
   tell_members(self);
@@ -476,7 +499,7 @@ void propose_cut(self_ptr self, std::vector<shard_actor> heads, std::uint64_t bo
 // the same clocks (exactly, under BSP): cut(boundary) once every head took it, or
 // failed(why) when a head did not answer (that round's file could not complete).
 void cut_checkpoint(self_ptr self, std::function<void(std::uint64_t)> cut, std::function<void(std::string)> failed) {
-  auto heads = self->state.shard_handles;
+  auto heads = live_heads(self->state);
   if (heads.empty()) return failed("coordinator: no checkpoint: no shard yet");
   auto with_minimums = [=](std::vector<std::uint64_t> mins) {
     std::uint64_t highest = 0;
@@ -527,9 +550,13 @@ caf::result<std::uint64_t> checkpoint_now(self_ptr self, const coordinator_optio
 caf::result<std::string> cluster_status(self_ptr self) {
   auto& st = self->state;
   auto shards = std::make_shared<std::vector<status_shard>>();
-  for (const auto& e : st.shards)
+  std::vector<shard_actor> heads;
+  for (const auto& e : st.shards) {
+    if (st.retired.count(e.id)) continue;
     shards->push_back({e.id, e.host.empty() ? "in the coordinator's process" : e.host + ":" + std::to_string(e.port),
                        e.pid, "", ""});
+    heads.push_back(st.shard_handles[e.id]);
+  }
   std::vector<status_worker> workers;
   for (std::uint32_t w = 0; w < st.worker_done.size(); ++w) workers.push_back({w, "", st.worker_done[w]});
   for (const auto& [addr, id] : st.worker_ids)
@@ -537,7 +564,7 @@ caf::result<std::string> cluster_status(self_ptr self) {
   const std::string job = st.ending ? "ending" : st.view_ready ? "running" : "forming";
   const auto epoch = st.epoch;
   auto rp = self->make_response_promise<std::string>();
-  auto remaining = std::make_shared<std::size_t>(st.shard_handles.size());
+  auto remaining = std::make_shared<std::size_t>(heads.size());
   auto finish = [=]() mutable {
     try {
       rp.deliver(status_json(epoch, job, *shards, workers));
@@ -546,8 +573,8 @@ caf::result<std::string> cluster_status(self_ptr self) {
     }
   };
   if (*remaining == 0) finish();
-  for (std::size_t i = 0; i < st.shard_handles.size(); ++i)
-    self->request(st.shard_handles[i], std::chrono::seconds(5), stats_atom::value)
+  for (std::size_t i = 0; i < heads.size(); ++i)
+    self->request(heads[i], std::chrono::seconds(5), stats_atom::value)
       .then(
         [=](std::string& text) mutable {
           (*shards)[i].stats = std::move(text);
@@ -616,23 +643,15 @@ caf::result<registration> park_registration(self_ptr self, const coordinator_opt
 }
 
 // The givers hand over what the new map moves; once every one has (each answers after
-// its takers took their parts), the map goes to every copy and then to the clients.
-void hand_over(self_ptr self, const coordinator_options& opts, std::vector<shard_actor> givers, cluster_view view,
-               std::string who) {
+// its takers took their parts), done("") runs, else done(why).
+void hand_over(self_ptr self, std::vector<shard_actor> givers, cluster_view view,
+               std::function<void(std::string)> done) {
   auto remaining = std::make_shared<std::size_t>(givers.size());
   auto failed = std::make_shared<std::string>();
-  auto started = std::chrono::steady_clock::now();
   auto answered = [=] {
-    if (--*remaining > 0) return;
-    self->state.joining = false;
-    if (!failed->empty())
-      return end_job(self, opts, errc::job_failed, who + " could not join: " + *failed);
-    auto ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count();
-    tell_news(opts, "coordinator: " + who + " joined; its keys and rows were handed over in " +
-                      std::to_string(static_cast<long long>(ms)) + " ms; epoch " + std::to_string(view.epoch) + ", " +
-                      std::to_string(self->state.shards.size()) + " shards now");
-    announce_view(self, opts);
+    if (--*remaining == 0) done(*failed);
   };
+  if (givers.empty()) return done("");
   for (auto& giver : givers)
     self->request(giver, std::chrono::seconds(120), handoff_atom::value, view)
       .then([=](std::uint64_t) { answered(); },
@@ -642,6 +661,24 @@ void hand_over(self_ptr self, const coordinator_options& opts, std::vector<shard
             });
 }
 
+// Milliseconds since `start`, for news.
+std::string ms_since(std::chrono::steady_clock::time_point start) {
+  return std::to_string(static_cast<long long>(
+    std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count()));
+}
+
+// Why the map cannot change now (empty: it can).
+std::string map_change_refusal(const coordinator_options& opts, const coordinator_state& st) {
+  if (opts.replication >= 2)
+    return "the job keeps chains of copies (--replication=" + std::to_string(opts.replication) +
+           "), which a map change does not rebuild yet";
+  if (opts.checkpointer) return "the job writes checkpoints (--checkpoint-dir), whose files do not follow a map change yet";
+  if (st.joining) return "another shard is joining or leaving; try again once it has";
+  if (st.ending) return "the job is ending";
+  if (!st.view_ready) return "the job has not formed yet";
+  return {};
+}
+
 // A server registers while the job runs: it joins as a new shard. The ring gives it
 // about 1/(n+1) of the keys and rows; it gets its registration (the new map) first, then
 // the old shards hand it what moved, and only then do the clients learn the map.
@@ -649,9 +686,7 @@ caf::result<registration> join_shard(self_ptr self, const coordinator_options& o
                                      const node_info& info) {
   auto& st = self->state;
   auto refuse = [&](const std::string& why) { return make_error(errc::refused, "coordinator: a server cannot join this job: " + why); };
-  if (opts.replication >= 2) return refuse("it keeps chains of copies (--replication=" + std::to_string(opts.replication) + "), which joins do not rebuild yet");
-  if (opts.checkpointer) return refuse("it writes checkpoints (--checkpoint-dir), whose files do not take a joined shard yet");
-  if (st.joining) return make_ps_error("coordinator: another server is joining; start this one once it has");
+  if (auto why = map_change_refusal(opts, st); !why.empty()) return refuse(why);
   if (!sender) return refuse("the registration came without a handle");
   partitioner next = map_of(make_view(self, opts));
   auto id = static_cast<std::uint32_t>(st.shards.size());
@@ -660,7 +695,7 @@ caf::result<registration> join_shard(self_ptr self, const coordinator_options& o
   } catch (const bad_request& e) {
     return refuse(e.what());
   }
-  std::vector<shard_actor> givers = st.shard_handles;
+  std::vector<shard_actor> givers = live_heads(st);
   st.joining = true;
   st.epoch = next.epoch();
   st.placement = next.placement();
@@ -679,11 +714,85 @@ caf::result<registration> join_shard(self_ptr self, const coordinator_options& o
   rp.deliver(make_registration(self, opts, id));
   // Behind its registration (one sender, one order): once it has the map, the handoffs.
   self->request(shard, std::chrono::seconds(10), view_atom::value, view)
-    .then([=](std::uint64_t) { hand_over(self, opts, givers, view, who); },
+    .then([=](std::uint64_t) {
+            auto started = std::chrono::steady_clock::now();
+            hand_over(self, givers, view, [=](std::string failed) {
+              self->state.joining = false;
+              if (!failed.empty()) return end_job(self, opts, errc::job_failed, who + " could not join: " + failed);
+              tell_news(opts, "coordinator: " + who + " joined; its keys and rows were handed over in " + ms_since(started) +
+                                " ms; epoch " + std::to_string(view.epoch) + ", " +
+                                std::to_string(self->state.shards.size() - self->state.retired.size()) + " shards now");
+              announce_view(self, opts);
+            });
+          },
           [=](caf::error& e) {
             self->state.joining = false;
             end_job(self, opts, errc::job_failed, who + " registered but did not take the map: " + describe(e));
           });
+  return rp;
+}
+
+// A shard that left the map stops once no running worker's client needs it (each says
+// so, or finishes): normally, so its process exits 0.
+void stop_if_drained(self_ptr self, std::uint32_t id) {
+  auto& st = self->state;
+  auto it = st.draining_clients.find(id);
+  if (it == st.draining_clients.end() || !it->second.empty()) return;
+  st.draining_clients.erase(it);
+  self->request(st.shard_handles[id], std::chrono::seconds(5), stop_atom::value, std::uint8_t{0},
+                std::string("removed from the job (psctl remove-shard)"))
+    .then([](caf::ok_atom) {}, [](caf::error&) {});
+}
+
+// psctl remove-shard: the remaining shards take the new map first (they gain the
+// leaver's keys and rows), then the leaver hands everything over; then the map goes out.
+caf::result<std::string> remove_shard(self_ptr self, const coordinator_options& opts, std::uint32_t id) {
+  auto& st = self->state;
+  auto refuse = [&](const std::string& why) {
+    return make_error(errc::refused, "coordinator: shard " + std::to_string(id) + " cannot leave: " + why);
+  };
+  if (auto why = map_change_refusal(opts, st); !why.empty()) return refuse(why);
+  if (id >= st.shards.size() || st.retired.count(id)) return refuse("there is no such shard in the map");
+  if (st.shards.size() - st.retired.size() < 2) return refuse("it is the last shard");
+  partitioner next = map_of(make_view(self, opts)).without_shard(id);
+  st.joining = true;
+  st.epoch = next.epoch();
+  st.placement = next.placement();
+  st.retired.insert(id);
+  auto leaver = st.shard_handles[id];
+  auto remaining_shards = live_heads(st);
+  auto view = make_view(self, opts);
+  auto rp = self->make_response_promise<std::string>();
+  auto started = std::chrono::steady_clock::now();
+  auto who = "shard " + std::to_string(id);
+  auto failed = [=](const std::string& why) mutable {
+    self->state.joining = false;
+    rp.deliver(make_ps_error("coordinator: " + who + " could not leave: " + why));
+    end_job(self, opts, errc::job_failed, who + " could not leave: " + why);
+  };
+  hand_over(self, remaining_shards, view, [=](std::string why) mutable {
+    if (!why.empty()) return failed(why);
+    hand_over(self, {leaver}, view, [=](std::string why) mutable {
+      if (!why.empty()) return failed(why);
+      auto& st = self->state;
+      st.joining = false;
+      // It leaves the membership: its end is no failure, and it gets no more news.
+      st.copies.erase(std::remove(st.copies.begin(), st.copies.end(), leaver), st.copies.end());
+      st.shard_ids.erase(leaver.address());
+      st.members.erase(leaver.address());
+      auto& waiting = st.draining_clients[id];
+      for (const auto& [addr, worker] : st.subscriber_workers)
+        if (worker < st.worker_done.size() && !st.worker_done[worker]) waiting.insert(worker);
+      auto text = who + " left; its keys and rows were handed over in " + ms_since(started) + " ms; epoch " +
+                  std::to_string(view.epoch) + ", " + std::to_string(st.shards.size() - st.retired.size()) +
+                  " shards now";
+      tell_news(opts, "coordinator: " + text);
+      announce_view(self, opts, [=]() mutable {
+        rp.deliver(text);
+        stop_if_drained(self, id);
+      });
+    });
+  });
   return rp;
 }
 
@@ -770,11 +879,19 @@ coordinator_actor::behavior_type coordinator(self_ptr self, coordinator_options 
     [=](wait_report_atom) { report_waiting(self, opts); },
     [=](checkpoint_now_atom) { return checkpoint_now(self, opts); },
     [=](status_atom) { return cluster_status(self); },
-    [=](view_atom, std::uint32_t) {
+    [=](remove_shard_atom, std::uint32_t id) { return remove_shard(self, opts, id); },
+    [=](idle_atom, std::uint32_t shard, std::uint32_t worker) {
+      auto it = self->state.draining_clients.find(shard);
+      if (it == self->state.draining_clients.end()) return;
+      it->second.erase(worker);
+      stop_if_drained(self, shard);
+    },
+    [=](view_atom, std::uint32_t worker) {
       auto& st = self->state;
       auto sub = caf::actor_cast<client_actor>(self->current_sender());
       if (!sub) return;
       st.view_subscribers.push_back(sub);
+      st.subscriber_workers[sub.address()] = worker;
       if (st.epoch > 1) caf::anon_send(sub, view_atom::value, make_view(self, opts));  // missed one
     },
     [=](done_atom, const worker_result& result) {

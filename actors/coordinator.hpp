@@ -1,4 +1,5 @@
 #pragma once
+#include <set>
 // The coordinator: members register with it; once the expected number of servers has
 // registered it hands every member the shard map. It monitors every member, runs
 // barriers among the live workers, and forwards progress and results to an observer.
@@ -82,7 +83,12 @@ struct coordinator_state {
   bool view_ready = false;                             // the map (and chains) are complete
   std::vector<client_actor> view_subscribers;      // workers' key-value clients
   partitioner::placement_list placement;           // after joins: the dense buckets' owners (empty: fresh)
-  bool joining = false;                            // a shard is joining: its keys are being handed over
+  bool joining = false;  // a shard is joining or leaving: keys are being handed over
+  std::set<std::uint32_t> retired;  // shards removed from the map (psctl remove-shard); ids are not reused
+  // A shard that left the map stops once every running worker's client has no request
+  // left for it: per such shard, the workers still to say so.
+  std::map<std::uint32_t, std::set<std::uint32_t>> draining_clients;
+  std::map<caf::actor_addr, std::uint32_t> subscriber_workers;  // a client -> its worker
   static inline const char* name = "coordinator";
 };
 

@@ -175,6 +175,8 @@ struct shard_route {
   std::uint64_t acked_tick = 0;   // highest clock tick it acknowledged
   std::uint64_t generation = 0;   // bumped per failover (stale timers ignore)
   bool abandoned = false;         // the coordinator said no replacement will come
+  bool retired = false;           // it left the map (psctl remove-shard): nothing new goes to it
+  bool idle_reported = false;     // ... and the coordinator knows this client is done with it
   std::optional<std::chrono::steady_clock::time_point> down_since;  // until the first pull after
 };
 
@@ -289,6 +291,16 @@ void lift_fence(client_ptr self) {
   for (std::size_t i = 0; i < st.routes.size(); ++i) pump(self, i);
 }
 
+// A shard that left the map: once this client has nothing left for it, the coordinator
+// hears so (it stops the shard when every client has).
+void report_if_idle(client_ptr self, std::size_t idx) {
+  auto& st = self->state;
+  auto& route = st.routes[idx];
+  if (!route.retired || route.idle_reported || !route.sent.empty() || !route.queued.empty() || !st.coordinator) return;
+  route.idle_reported = true;
+  self->send(st.coordinator, idle_atom::value, route.link.id, st.worker);
+}
+
 // Sends queued requests while the shard is up and its in-flight budget allows (always
 // one when nothing is in flight). Requests to a shard leave in the order they were made
 // (read-my-writes and clock ticks depend on it).
@@ -361,6 +373,7 @@ bool settle(client_ptr self, std::size_t idx, std::uint64_t tag) {
   st.routes[idx].sent.erase(it);
   pump(self, idx);
   if (write) lift_fence(self);
+  report_if_idle(self, idx);
   return true;
 }
 
@@ -410,6 +423,7 @@ void read_moved(client_ptr self, std::size_t idx, std::uint64_t tag) {
   st.routes[idx].inflight_bytes -= r.bytes;
   st.routes[idx].sent.erase(it);
   pump(self, idx);
+  report_if_idle(self, idx);
   if (st.map_epoch > r.plan_epoch) return r.replan();
   auto batch = st.next_moved_batch;
   if (st.moved_reads.empty() || st.moved_reads.rbegin()->first != batch) {
@@ -445,6 +459,7 @@ void fail_all(client_ptr self, std::size_t idx, const std::string& reason) {
   for (auto& [tag, r] : sent) r.op->finish(r.op->what + " failed: " + reason);
   for (auto& r : queued) r.op->finish(r.op->what + " failed: " + reason);
   lift_fence(self);
+  report_if_idle(self, idx);
 }
 
 // Shard i is gone. Without a coordinator its requests fail now. Otherwise they wait for
@@ -495,8 +510,7 @@ pending_request clock_request(client_ptr self, std::size_t idx, request_header h
 
 void plane_connect_early(client_ptr self, std::size_t idx);
 
-// A shard the client has not known (it joined): a route to it, and a tick that brings
-// its clock for this worker up to date (held by the fence like any new tick).
+// A shard the client has not known (it joined): a route to it.
 void add_route(client_ptr self, const shard_entry& e, std::uint64_t epoch) {
   auto& st = self->state;
   shard_route r;
@@ -509,14 +523,19 @@ void add_route(client_ptr self, const shard_entry& e, std::uint64_t epoch) {
   st.index[e.id] = idx;
   self->monitor(e.handle);
   plane_connect_early(self, idx);
-  {
-    std::lock_guard<std::mutex> lock(st.stats->mtx);
-    st.stats->joined.push_back(st.routes[idx].link);
-  }
+  std::lock_guard<std::mutex> lock(st.stats->mtx);
+  st.stats->joined.push_back(st.routes[idx].link);
+}
+
+// A tick that brings a shard's clock for this worker up to date after a map change (a
+// joined shard never had one; one that took keys took the givers' lower clocks too).
+// Ticks are idempotent; the fence holds it until the older writes are acknowledged.
+void catch_up(client_ptr self, std::size_t idx, std::uint64_t epoch) {
+  auto& st = self->state;
   if (st.issued_tick == 0) return;
   auto op = std::make_shared<kv_op_state>();
   op->pending = 1;
-  op->what = "clock tick to " + std::to_string(st.issued_tick) + " for joined shard " + std::to_string(e.id);
+  op->what = "clock tick to " + std::to_string(st.issued_tick) + " for " + st.routes[idx].link.name + " after a map change";
   submit(self, idx, clock_request(self, idx, request_header{epoch, st.worker, st.issued_tick, 0}, op));
 }
 
@@ -548,6 +567,12 @@ void take_new_map(client_ptr self, const cluster_view& view) {
   st.fence = true;
   for (const auto& e : view.shards)
     if (!st.index.count(e.id)) add_route(self, e, view.epoch);
+  for (std::size_t idx = 0; idx < st.routes.size(); ++idx) {
+    const auto id = st.routes[idx].link.id;
+    st.routes[idx].retired = std::none_of(view.shards.begin(), view.shards.end(), [&](const shard_entry& e) { return e.id == id; });
+    if (st.routes[idx].retired) report_if_idle(self, idx);
+    else catch_up(self, idx, view.epoch);
+  }
   auto parked = std::move(st.moved_reads);
   st.moved_reads.clear();
   for (auto& [batch, reads] : parked)
@@ -766,6 +791,12 @@ void send_values(const chunk_send& s, std::uint64_t tag, const request_header& h
     self->request(handle, st.timeout, init_atom::value, h, std::move(ranges), std::move(block)).then(acked, on_error);
 }
 
+std::uint64_t count_keys_of(const std::vector<chunk>& chunks) {
+  std::uint64_t n = 0;
+  for (const auto& c : chunks) n += c.num_values;
+  return n;
+}
+
 // A push, pull or init split into chunks: each is queued to its shard, numbered here in
 // the order the shards will see them (callers on several threads could otherwise
 // overtake each other): duplicate filters rely on it.
@@ -777,7 +808,7 @@ std::map<std::size_t, std::size_t> last_chunks(client_ptr self, const op_request
   std::map<std::size_t, std::size_t> last;  // route -> chunk
   for (std::size_t c = 0; c < req.chunks.size(); ++c) last[st.index.at(req.chunks[c].shard)] = c;
   for (std::size_t idx = 0; idx < st.routes.size(); ++idx)
-    if (!last.count(idx)) untouched.push_back(idx);
+    if (!last.count(idx) && !st.routes[idx].retired) untouched.push_back(idx);
   return last;
 }
 
@@ -809,8 +840,73 @@ void queue_chunk(client_ptr self, const std::shared_ptr<op_request>& req, std::s
   submit(s.self, s.idx, std::move(r));
 }
 
+// Whether a request planned by an older map names a shard that has left it since.
+bool names_retired(const client_state& st, std::uint64_t plan_epoch, const std::vector<std::uint32_t>& shards) {
+  if (plan_epoch >= st.map_epoch) return false;
+  return std::any_of(shards.begin(), shards.end(), [&](std::uint32_t id) {
+    auto at = st.index.find(id);
+    return at == st.index.end() || st.routes[at->second].retired;
+  });
+}
+
+// The pieces of req's chunks cut again by the client's map (keeping where their values sit).
+std::vector<piece> pieces_by_map(const client_state& st, const std::vector<chunk>& chunks) {
+  std::vector<piece> out;
+  for (const auto& ch : chunks)
+    for (const auto& p : ch.pieces)
+      for (auto q : st.map->split(key_set::single(p.keys))) {
+        q.value_offset += p.value_offset;
+        out.push_back(q);
+      }
+  std::sort(out.begin(), out.end(), [](const piece& a, const piece& b) { return a.keys.begin < b.keys.begin; });
+  return out;
+}
+
+// A request the caller planned by a map that has since lost a shard (the client learned
+// it meanwhile): planned again by the client's map before anything is sent. A push's
+// values come from its source (a compressed push's decoded, as the shard would apply them).
+void replan_request(client_ptr self, op_request& req) {
+  auto& st = self->state;
+  if (req.kind != op_kind::pull && !req.encoded.empty()) {
+    std::uint64_t total = 0;
+    for (const auto& ch : req.chunks)
+      for (const auto& p : ch.pieces) total = std::max(total, p.value_offset + p.keys.size());
+    auto source = std::make_shared<std::vector<float>>(total);
+    for (std::size_t c = 0; c < req.chunks.size(); ++c) {
+      std::vector<float> values(req.chunks[c].num_values);
+      decode(std::span<const std::byte>(*req.encoded[c].bytes), values.data(), values.size());
+      scatter(values.data(), req.chunks[c], source->data());
+    }
+    req.source = source;
+    req.base = 0;
+    req.encoded.clear();
+  }
+  auto keys = req.chunks.empty() ? 0 : count_keys_of(req.chunks);
+  req.chunks = plan_chunks(pieces_by_map(st, req.chunks), st.chunk_bytes);
+  req.hdr.epoch = st.map_epoch;
+  if (req.kind == op_kind::pull) {
+    if (!req.in_place) req.op->values.resize(keys);
+    req.in_place = true;
+    req.landing.clear();
+    return;
+  }
+  req.blocks.clear();
+  for (const auto& c : req.chunks) {
+    if (c.contiguous()) {
+      req.blocks.push_back({req.source, req.base + c.first_offset(), c.num_values});
+      continue;
+    }
+    std::vector<float> gathered(c.num_values);
+    gather(req.source->data() + req.base, c, gathered.data());
+    req.blocks.push_back(float_block::own(std::move(gathered)));
+  }
+}
+
 void dispatch(client_ptr self, const std::shared_ptr<op_request>& req) {
   auto& st = self->state;
+  std::vector<std::uint32_t> shards;
+  for (const auto& ch : req->chunks) shards.push_back(ch.shard);
+  if (names_retired(st, req->hdr.epoch, shards)) replan_request(self, *req);
   auto op = req->op;
   std::vector<std::size_t> untouched;
   auto last = req->then_tick ? last_chunks(self, *req, untouched) : std::map<std::size_t, std::size_t>{};
@@ -832,12 +928,7 @@ void replan_pull(const chunk_send& s) {
   auto self = s.self;
   auto& st = self->state;
   const auto& ch = s.req->chunks[s.c];
-  std::vector<piece> pieces;
-  for (const auto& p : ch.pieces)
-    for (auto q : st.map->split(key_set::single(p.keys))) {
-      q.value_offset += p.value_offset;
-      pieces.push_back(q);
-    }
+  auto pieces = pieces_by_map(st, {ch});
   auto again = std::make_shared<op_request>();
   again->kind = op_kind::pull;
   again->hdr = s.req->hdr;
@@ -904,7 +995,36 @@ void queue_group(client_ptr self, const std::shared_ptr<rows_request>& req, std:
   submit(self, idx, std::move(r));
 }
 
+// Rows the caller grouped by a map that has since lost a shard: grouped again by the
+// client's map (a push's gradients and a pull's positions travel with their rows).
+void regroup_rows(client_state& st, rows_request& req) {
+  std::vector<rows_request::shard_rows> groups;
+  std::map<std::uint32_t, std::size_t> group_of;
+  std::vector<std::vector<float>> grads;
+  for (const auto& old : req.groups)
+    for (std::size_t k = 0; k < old.rows.ids.size(); ++k) {
+      auto owner = st.map->row_owner(req.table, old.rows.ids[k]);
+      auto [it, fresh] = group_of.emplace(owner, groups.size());
+      if (fresh) {
+        groups.push_back({owner, row_ids{req.table, {}}, {}, {}});
+        grads.emplace_back();
+      }
+      auto& g = groups[it->second];
+      g.rows.ids.push_back(old.rows.ids[k]);
+      if (!old.positions.empty()) g.positions.push_back(old.positions[k]);
+      if (old.grads.size > 0)
+        grads[it->second].insert(grads[it->second].end(), old.grads.data() + k * req.dim, old.grads.data() + (k + 1) * req.dim);
+    }
+  for (std::size_t g = 0; g < groups.size(); ++g)
+    if (!grads[g].empty()) groups[g].grads = float_block::own(std::move(grads[g]));
+  req.groups = std::move(groups);
+  req.hdr.epoch = st.map_epoch;
+}
+
 void dispatch_rows(client_ptr self, const std::shared_ptr<rows_request>& req) {
+  std::vector<std::uint32_t> shards;
+  for (const auto& g : req->groups) shards.push_back(g.shard);
+  if (names_retired(self->state, req->hdr.epoch, shards)) regroup_rows(self->state, *req);
   req->op->pending = req->groups.size();
   if (req->op->pending == 0) return req->op->finish({});
   for (std::size_t g = 0; g < req->groups.size(); ++g) queue_group(self, req, g);
@@ -1028,6 +1148,12 @@ client_impl::behavior_type kv_client_actor(client_ptr self, std::vector<shard_li
       if (st.routes[i].link.handle.address() != dm.source && st.routes[i].tail.address() != dm.source) continue;
       if (!st.routes[i].down.empty()) continue;  // head and tail of one chain: once is enough
       if (st.routes[i].abandoned) continue;  // the coordinator's word came first and failed it all
+      if (st.routes[i].retired) {  // it left the map: no replacement comes, nothing new goes there
+        st.routes[i].abandoned = true;
+        st.routes[i].down = st.routes[i].link.name + ", which left the map, is down (" + describe(dm.reason) + ")";
+        fail_all(self, i, st.routes[i].down);
+        continue;
+      }
       shard_down(self, i, st.routes[i].link.name + " is down (" + describe(dm.reason) + ")");
     }
   });
@@ -1086,9 +1212,10 @@ client_impl::behavior_type kv_client_actor(client_ptr self, std::vector<shard_li
       auto& st = self->state;
       auto op = req->op;
       st.issued_tick = std::max(st.issued_tick, req->hdr.clock);
-      op->pending = st.routes.size();
+      op->pending = 0;
+      for (const auto& route : st.routes) op->pending += !route.retired;
       for (std::size_t idx = 0; idx < st.routes.size(); ++idx)
-        submit(self, idx, clock_request(self, idx, req->hdr, op));
+        if (!st.routes[idx].retired) submit(self, idx, clock_request(self, idx, req->hdr, op));
     },
     [=](barrier_atom, std::uint32_t worker, std::uint64_t timeout_ms) {
       return barrier(self, worker, std::chrono::milliseconds(timeout_ms));

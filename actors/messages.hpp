@@ -63,6 +63,8 @@ using checkpoint_now_atom = caf::atom_constant<caf::atom("ckptnow")>;
 using wait_report_atom = caf::atom_constant<caf::atom("waitrep")>;
 using handoff_atom = caf::atom_constant<caf::atom("handoff")>;
 using takeover_atom = caf::atom_constant<caf::atom("takeover")>;
+using remove_shard_atom = caf::atom_constant<caf::atom("rmshard")>;
+using idle_atom = caf::atom_constant<caf::atom("idle")>;
 
 template <class Inspector>
 constexpr bool is_raw_io_v =
@@ -456,6 +458,12 @@ using coordinator_actor = caf::typed_actor<
   // From an operator (psctl status): members, map epoch, each shard's figures and each
   // worker's clock, as libps/cluster_status.hpp's JSON.
   caf::replies_to<status_atom>::with<std::string>,
+  // From an operator (psctl remove-shard ID): the shard's keys and rows go to the others
+  // (a new map without it); answered with a summary once they have them, or an error
+  // naming why it cannot leave. The shard stops (exit 0) once no client needs it.
+  caf::replies_to<remove_shard_atom, std::uint32_t>::with<std::string>,
+  // From a worker's client: it has no request left for this shard, which left the map.
+  caf::reacts_to<idle_atom, std::uint32_t, std::uint32_t>,
   // From an operator (psctl checkpoint): a checkpoint at the next clock boundary; the
   // reply is that boundary. An error when the job writes no checkpoints.
   caf::replies_to<checkpoint_now_atom>::with<std::uint64_t>,

@@ -3,6 +3,8 @@
 //                                                   rows, bytes, memory, disk reads and
 //                                                   request rates, each worker's clock
 //   psctl --coordinator=HOST:PORT checkpoint        a checkpoint at the next clock boundary
+//   psctl --coordinator=HOST:PORT remove-shard ID   the shard's keys and rows go to the
+//                                                   others; returns once they have them
 //   psctl --coordinator=HOST:PORT stop [REASON]     end the job: every member ends with
 //                                                   "status":"stopped", the coordinator exits 0
 //   psctl stop HOST:PORT [REASON]                   the same stop, as first written
@@ -26,6 +28,7 @@ namespace {
 constexpr const char* usage_text =
   "usage: psctl [--secret-file=PATH] [--tls-cert=PEM --tls-key=PEM --tls-ca=PEM] --coordinator=HOST:PORT status [--json]\n"
   "       psctl --coordinator=HOST:PORT checkpoint\n"
+  "       psctl --coordinator=HOST:PORT remove-shard ID\n"
   "       psctl --coordinator=HOST:PORT stop [REASON]\n"
   "       psctl stop HOST:PORT [REASON]\n";
 
@@ -65,7 +68,7 @@ std::optional<command> parse(std::vector<std::string> args) {
     c.rest.erase(c.rest.begin());
   }
   std::string wrong;
-  if (c.name != "status" && c.name != "checkpoint" && c.name != "stop")
+  if (c.name != "status" && c.name != "checkpoint" && c.name != "stop" && c.name != "remove-shard")
     wrong = "unknown command \"" + c.name + "\"";
   else if (c.address.empty())
     wrong = c.name + " needs --coordinator=HOST:PORT";
@@ -73,6 +76,10 @@ std::optional<command> parse(std::vector<std::string> args) {
     wrong = "status takes only --json";
   else if (c.name == "checkpoint" && !c.rest.empty())
     wrong = "checkpoint takes no arguments";
+  else if (c.name == "remove-shard" &&
+           (c.rest.size() != 1 || c.rest[0].empty() || c.rest[0].size() > 9 ||
+            c.rest[0].find_first_not_of("0123456789") != std::string::npos))
+    wrong = "remove-shard takes one shard id (a number, as psctl status shows it)";
   else if (c.name == "stop" && c.rest.size() > 1)
     wrong = "stop takes one reason (quote it)";
   if (!wrong.empty()) {
@@ -84,10 +91,11 @@ std::optional<command> parse(std::vector<std::string> args) {
 
 // Sends the request and waits for its answer; the error text, or "" with the answer in *out.
 template <class Answer, class... Ts>
-std::string ask(caf::actor_system& sys, const ps::coordinator_actor& coord, Answer* out, Ts... xs) {
+std::string ask(caf::actor_system& sys, const ps::coordinator_actor& coord, std::chrono::seconds timeout, Answer* out,
+                Ts... xs) {
   std::string err;
   caf::scoped_actor self{sys};
-  self->request(coord, std::chrono::seconds(15), xs...)
+  self->request(coord, timeout, xs...)
     .receive([&](Answer& a) { *out = std::move(a); }, [&](caf::error& e) { err = ps::describe(e); });
   return err;
 }
@@ -108,19 +116,29 @@ int run(caf::actor_system& sys, const command& c) {
   };
   if (c.name == "status") {
     std::string status;
-    if (auto err = ask(sys, *coord, &status, ps::status_atom::value); !err.empty()) return refused(err);
+    if (auto err = ask(sys, *coord, std::chrono::seconds(15), &status, ps::status_atom::value); !err.empty()) return refused(err);
     std::printf("%s\n", c.rest.empty() ? ps::status_table(status).c_str() : status.c_str());
     return 0;
   }
   if (c.name == "checkpoint") {
     std::uint64_t boundary = 0;
-    if (auto err = ask(sys, *coord, &boundary, ps::checkpoint_now_atom::value); !err.empty()) return refused(err);
+    if (auto err = ask(sys, *coord, std::chrono::seconds(15), &boundary, ps::checkpoint_now_atom::value); !err.empty()) return refused(err);
     line["clock"] = boundary;
+    return ps::print_status(line, true, ps::errc::stopped, "");
+  }
+  if (c.name == "remove-shard") {
+    // A drain moves the shard's whole state: far longer than a status may take.
+    auto id = static_cast<std::uint32_t>(std::stoul(c.rest[0]));
+    std::string news;
+    line["shard"] = id;
+    if (auto err = ask(sys, *coord, std::chrono::seconds(600), &news, ps::remove_shard_atom::value, id); !err.empty())
+      return refused(err);
+    line["done"] = news;
     return ps::print_status(line, true, ps::errc::stopped, "");
   }
   caf::ok_atom ok;
   const std::string reason = c.rest.empty() ? "stopped by the operator (psctl stop)" : c.rest[0];
-  if (auto err = ask(sys, *coord, &ok, ps::stop_atom::value, static_cast<std::uint8_t>(ps::errc::stopped), reason);
+  if (auto err = ask(sys, *coord, std::chrono::seconds(15), &ok, ps::stop_atom::value, static_cast<std::uint8_t>(ps::errc::stopped), reason);
       !err.empty())
     return refused(err);
   return ps::print_status(line, true, ps::errc::stopped, "");

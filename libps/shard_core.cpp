@@ -110,6 +110,7 @@ std::vector<shard_handoff> shard_core::hand_off(const partitioner& next, shard_e
     fx.fail.emplace_back(p.token, name_ + ": keys of this pull moved to another shard (epoch " +
                                       std::to_string(next.epoch()) + "): send it again by the new map");
   map_ = next;
+  was_in_map_ = true;
   saw_epoch(next.epoch());
   std::vector<shard_handoff> all;
   for (auto& [owner, h] : out) all.push_back(std::move(h));
@@ -129,7 +130,9 @@ shard_effects shard_core::take_over(const shard_handoff& h) {
   store_->restore(segments);
   for (const auto& t : h.rows) rows_.restore(t.table, t.stride, t.ids, t.rows);
   for (const auto& d : h.deferred) deferred_.push_back(from_update(d));
-  consistency_.clocks().merge_lower(h.clocks, !took_over_);
+  // A newcomer's clocks are nobody's yet: the first handoff's are taken as they are. A
+  // shard that was in the map before keeps the lower of its own and the giver's.
+  consistency_.clocks().merge_lower(h.clocks, !took_over_ && !was_in_map_);
   took_over_ = true;
   applied_.merge(h.applied);
   highest_clock_ = std::max(highest_clock_, h.highest_clock);

@@ -288,6 +288,7 @@ class shard_core {
   partitioner map_;
   std::size_t state_slots_;  // optimizer state per dense key (the rule's)
   bool took_over_ = false;   // a handoff arrived: later ones merge clocks
+  bool was_in_map_ = false;  // it handed off (was in an earlier map): handoffs merge clocks
   std::unique_ptr<param_store> store_;
   staleness_controller consistency_;
   duplicate_filter applied_;

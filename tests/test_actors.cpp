@@ -519,7 +519,7 @@ TEST_CASE_FIXTURE(fixture, "a shard joins a running job: the old shards hand it 
         std::string::npos);
 }
 
-TEST_CASE_FIXTURE(fixture, "a shard joins under BSP traffic: clients follow the new map; nothing lost, nothing twice") {
+TEST_CASE_FIXTURE(fixture, "a shard joins, then one leaves, under BSP traffic: clients follow; nothing lost, nothing twice") {
   const std::uint64_t n = 1u << 16;
   auto keys = key_set::single({0, n});
   std::vector<float> values(n), ones(n, 1.0f);
@@ -572,8 +572,58 @@ TEST_CASE_FIXTURE(fixture, "a shard joins under BSP traffic: clients follow the 
     REQUIRE(settle(kv.push(keys, ones)).empty());
     REQUIRE(settle(kv.advance_clock(3)).empty());
     CHECK(wrong(settle(kv.pull(keys)), 2.0f) == 0);
+    // Shard 0 leaves the same way: requests race with its drain.
+    auto left = std::make_shared<std::string>();
+    alive.push_back(sys.spawn([=](caf::event_based_actor* self) -> caf::behavior {
+      self->request(coord, caf::infinite, remove_shard_atom::value, std::uint32_t{0})
+        .then([=](std::string& news) { *left = news; }, [=](caf::error& e) { *left = "error: " + describe(e); });
+      return {[](caf::unit_t) {}};
+    }));
+    for (int i = 0; i < steps && sched.try_run_once(); ++i) {
+    }
+    auto push2 = kv.push(keys, ones);
+    auto tick2 = kv.advance_clock(4);
+    auto read2 = kv.pull(keys);
+    sched.run();
+    REQUIRE(read2.ready());
+    CHECK(push2.error() == "");
+    CHECK(tick2.error() == "");
+    CHECK(read2.error() == "");
+    CHECK(wrong(read2.get(), 3.0f) == 0);
+    CHECK(left->find("shard 0 left") == 0);
+    CHECK(kv.map().shard_ids() == std::vector<std::uint32_t>{1, 2});
+    REQUIRE(settle(kv.push(keys, ones)).empty());
+    REQUIRE(settle(kv.advance_clock(5)).empty());
+    CHECK(wrong(settle(kv.pull(keys)), 4.0f) == 0);
     sched.run();
   }
   CHECK(whole_join > 10);  // the steps above began before, during and after the handoffs
   CHECK(whole_join < 64);
+}
+
+TEST_CASE_FIXTURE(fixture, "remove-shard refuses, naming why: a job not formed, an unknown shard, the last shard") {
+  auto ask = [&](coordinator_actor coord, std::uint32_t id) {
+    auto answer = std::make_shared<std::string>();
+    alive.push_back(sys.spawn([=](caf::event_based_actor* self) -> caf::behavior {
+      self->request(coord, caf::infinite, remove_shard_atom::value, id)
+        .then([=](std::string& news) { *answer = news; }, [=](caf::error& e) { *answer = "error: " + describe(e); });
+      return {[](caf::unit_t) {}};
+    }));
+    sched.run();
+    return *answer;
+  };
+  auto forming = spawn_coordinator(2, 1);
+  spawn_shard(forming);
+  CHECK(ask(forming, 0).find("the job has not formed yet") != std::string::npos);
+  spawn_shard(forming);  // it forms (a coordinator left forming does not end with the test)
+  auto formed = register_worker(forming);
+  sched.run();
+  REQUIRE(formed->has_value());
+  auto coord = spawn_coordinator(1, 1);
+  spawn_shard(coord);
+  auto w = register_worker(coord);
+  sched.run();
+  REQUIRE(w->has_value());
+  CHECK(ask(coord, 3).find("shard 3 cannot leave: there is no such shard in the map") != std::string::npos);
+  CHECK(ask(coord, 0).find("shard 0 cannot leave: it is the last shard") != std::string::npos);
 }

@@ -762,10 +762,9 @@ TEST_CASE("faults: a worker joins a running job (psnode --role=worker at the coo
       CHECK(shard_value(clocksum_line(out, w), s) == static_cast<long long>(3 * 150 + 3 * (150 - start)));
 }
 
-TEST_CASE("elastic: a server joins a running job (psnode --role=server at the coordinator); the sums stay exact") {
-  // BSP, 2 workers: once the third shard has taken its keys, every key still holds
-  // exactly 3 per clock, whichever shard holds it.
-  FILE* job = popen("bin/psnode --role=local --app=clocksum --servers=2 --workers=2 --clocks=300 --clock-ms=10 2>&1", "r");
+TEST_CASE("elastic: a server joins a running job, then one of the first leaves (psctl remove-shard); sums stay exact") {
+  // BSP, 2 workers: whichever shard holds a key, it ends with exactly 3 per clock.
+  FILE* job = popen("bin/psnode --role=local --app=clocksum --servers=2 --workers=2 --clocks=400 --clock-ms=10 2>&1", "r");
   REQUIRE(job != nullptr);
   std::string out, port;
   bool running = false;
@@ -779,20 +778,39 @@ TEST_CASE("elastic: a server joins a running job (psnode --role=server at the co
   }
   REQUIRE_FALSE(port.empty());
   REQUIRE(running);
-  auto [rc, joined] = shell("bin/psnode --role=server --coordinator=127.0.0.1:" + port);
+  const auto at = " --coordinator=127.0.0.1:" + port;
+  FILE* joiner = popen(("bin/psnode --role=server" + at + " 2>&1").c_str(), "r");
+  REQUIRE(joiner != nullptr);
+  while (out.find("joined; its keys and rows were handed over in") == std::string::npos && std::fgets(line, sizeof line, job))
+    out += line;
+  auto [bad_rc, bad] = shell("bin/psctl" + at + " remove-shard 7");
+  auto [rc, removed] = shell("bin/psctl" + at + " remove-shard 0");
   while (std::fgets(line, sizeof line, job)) out += line;
   int status = pclose(job);
+  std::string joined;
+  while (std::fgets(line, sizeof line, joiner)) joined += line;
+  int joiner_status = pclose(joiner);
   INFO(out);
   INFO(joined);
-  CHECK(rc == 0);  // the joined server ends with the job, normally
+  INFO(removed);
+  CHECK(bad_rc == 1);
+  CHECK(bad.find("shard 7 cannot leave: there is no such shard in the map") != std::string::npos);
+  CHECK(rc == 0);
+  CHECK(removed.find("\"status\":\"ok\"") != std::string::npos);
+  CHECK(removed.find("shard 0 left; its keys and rows were handed over in") != std::string::npos);
   REQUIRE(WIFEXITED(status));
   REQUIRE(WEXITSTATUS(status) == 0);
+  CHECK(WIFEXITED(joiner_status));
+  CHECK(WEXITSTATUS(joiner_status) == 0);  // the joined server ends with the job, normally
   CHECK(out.find("server shard 2 (127.0.0.1:") != std::string::npos);
-  CHECK(out.find("joined; its keys and rows were handed over in") != std::string::npos);
+  // The removed shard's process ends normally once no worker needs it, before the workers end.
+  auto server_ok = out.find("{\"role\":\"server\",\"status\":\"ok\"}");
+  REQUIRE(server_ok != std::string::npos);
+  CHECK(server_ok < out.find("\"clocks\":400"));
   for (std::uint32_t w = 0; w < 2; ++w) {
     auto result = clocksum_line(out, w);
-    CHECK(result.at("shard_values").size() == 3);  // the final pull saw the new map
-    for (std::uint32_t s = 0; s < 3; ++s) CHECK(shard_value(result, s) == 3 * 300);
+    CHECK(result.at("shard_values").size() == 2);  // shards 1 and 2: the final pull saw the newest map
+    for (std::uint32_t s = 1; s < 3; ++s) CHECK(shard_value(result, s) == 3 * 400);
   }
 }
 
