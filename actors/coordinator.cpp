@@ -679,23 +679,61 @@ std::string map_change_refusal(const coordinator_options& opts, const coordinato
   return {};
 }
 
+// Before a map change: every shard must be able to hand its keys over (none keeps rows on
+// a disk tier, which do not move yet). go() once each answered so, else refused(why).
+// The map change is reserved meanwhile (another is refused).
+void when_shards_can_move(self_ptr self, std::function<void()> go, std::function<void(std::string)> refused) {
+  auto heads = live_heads(self->state);
+  self->state.joining = true;
+  auto answers = std::make_shared<std::vector<std::string>>(heads.size());
+  auto settle = [=](std::string why) {
+    self->state.joining = false;
+    if (why.empty()) return go();
+    refused(why);
+  };
+  auto ok = [=](std::vector<std::uint64_t>) {
+    for (std::size_t i = 0; i < heads.size(); ++i) {
+      try {
+        if (shard_has_disk_tier((*answers)[i]))
+          return settle("a shard keeps rows on a disk tier (--shard-memory), which do not move to another shard yet");
+      } catch (const bad_request& e) {
+        return settle(e.what());
+      }
+    }
+    settle("");
+  };
+  auto remaining = std::make_shared<std::size_t>(heads.size());
+  auto failed = std::make_shared<std::string>();
+  if (heads.empty()) return settle("");
+  for (std::size_t i = 0; i < heads.size(); ++i)
+    self->request(heads[i], std::chrono::seconds(5), stats_atom::value)
+      .then([=](std::string& text) {
+              (*answers)[i] = std::move(text);
+              if (--*remaining == 0) failed->empty() ? ok({}) : settle(*failed);
+            },
+            [=](caf::error& e) {
+              *failed = "a shard did not say whether it can move keys (" + describe(e) + ")";
+              if (--*remaining == 0) settle(*failed);
+            });
+}
+
 // A server registers while the job runs: it joins as a new shard. The ring gives it
 // about 1/(n+1) of the keys and rows; it gets its registration (the new map) first, then
 // the old shards hand it what moved, and only then do the clients learn the map.
-caf::result<registration> join_shard(self_ptr self, const coordinator_options& opts, const caf::actor& sender,
-                                     const node_info& info) {
+// The join itself: the new map, the newcomer's registration (rp), then the handoffs.
+void admit_shard(self_ptr self, const coordinator_options& opts, const caf::actor& sender, const node_info& info,
+                 caf::typed_response_promise<registration> rp) {
   auto& st = self->state;
-  auto refuse = [&](const std::string& why) { return make_error(errc::refused, "coordinator: a server cannot join this job: " + why); };
-  if (auto why = map_change_refusal(opts, st); !why.empty()) return refuse(why);
-  if (!sender) return refuse("the registration came without a handle");
   partitioner next = map_of(make_view(self, opts));
   auto id = static_cast<std::uint32_t>(st.shards.size());
   try {
     next = next.with_shard(id);
   } catch (const bad_request& e) {
-    return refuse(e.what());
+    rp.deliver(make_error(errc::refused, std::string("coordinator: a server cannot join this job: ") + e.what()));
+    return;
   }
   std::vector<shard_actor> givers = live_heads(st);
+  auto old_placement = st.placement;
   st.joining = true;
   st.epoch = next.epoch();
   st.placement = next.placement();
@@ -710,7 +748,6 @@ caf::result<registration> join_shard(self_ptr self, const coordinator_options& o
                                          std::to_string(info.pid) + ")");
   st.members[sender.address()] = who + " (joined)";
   auto view = make_view(self, opts);
-  auto rp = self->make_response_promise<registration>();
   rp.deliver(make_registration(self, opts, id));
   // Behind its registration (one sender, one order): once it has the map, the handoffs.
   self->request(shard, std::chrono::seconds(10), view_atom::value, view)
@@ -725,10 +762,30 @@ caf::result<registration> join_shard(self_ptr self, const coordinator_options& o
               announce_view(self, opts);
             });
           },
-          [=](caf::error& e) {
-            self->state.joining = false;
-            end_job(self, opts, errc::job_failed, who + " registered but did not take the map: " + describe(e));
+          [=](caf::error& e) {  // nothing moved yet: the job goes on without it
+            auto& st = self->state;
+            st.joining = false;
+            st.retired.insert(id);
+            st.placement = old_placement;
+            st.copies.erase(std::remove(st.copies.begin(), st.copies.end(), shard), st.copies.end());
+            st.shard_ids.erase(shard.address());
+            st.members.erase(shard.address());
+            tell_news(opts, "coordinator: " + who + " did not take the map (" + describe(e) + "); the job goes on without it");
           });
+}
+
+
+caf::result<registration> join_shard(self_ptr self, const coordinator_options& opts, const caf::actor& sender,
+                                     const node_info& info) {
+  auto refuse = [](const std::string& why) {
+    return make_error(errc::refused, "coordinator: a server cannot join this job: " + why);
+  };
+  if (auto why = map_change_refusal(opts, self->state); !why.empty()) return refuse(why);
+  if (!sender) return refuse("the registration came without a handle");
+  auto rp = self->make_response_promise<registration>();
+  when_shards_can_move(
+    self, [=]() mutable { admit_shard(self, opts, sender, info, rp); },
+    [=](std::string why) mutable { rp.deliver(refuse(why)); });
   return rp;
 }
 
@@ -746,6 +803,9 @@ void stop_if_drained(self_ptr self, std::uint32_t id) {
 
 // psctl remove-shard: the remaining shards take the new map first (they gain the
 // leaver's keys and rows), then the leaver hands everything over; then the map goes out.
+void drain_shard(self_ptr self, const coordinator_options& opts, std::uint32_t id,
+                 caf::typed_response_promise<std::string> rp);
+
 caf::result<std::string> remove_shard(self_ptr self, const coordinator_options& opts, std::uint32_t id) {
   auto& st = self->state;
   auto refuse = [&](const std::string& why) {
@@ -754,6 +814,16 @@ caf::result<std::string> remove_shard(self_ptr self, const coordinator_options& 
   if (auto why = map_change_refusal(opts, st); !why.empty()) return refuse(why);
   if (id >= st.shards.size() || st.retired.count(id)) return refuse("there is no such shard in the map");
   if (st.shards.size() - st.retired.size() < 2) return refuse("it is the last shard");
+  auto rp = self->make_response_promise<std::string>();
+  when_shards_can_move(
+    self, [=]() mutable { drain_shard(self, opts, id, rp); }, [=](std::string why) mutable { rp.deliver(refuse(why)); });
+  return rp;
+}
+
+// The removal itself (remove_shard checked it can be done): answered through rp.
+void drain_shard(self_ptr self, const coordinator_options& opts, std::uint32_t id,
+                 caf::typed_response_promise<std::string> rp) {
+  auto& st = self->state;
   partitioner next = map_of(make_view(self, opts)).without_shard(id);
   st.joining = true;
   st.epoch = next.epoch();
@@ -762,7 +832,6 @@ caf::result<std::string> remove_shard(self_ptr self, const coordinator_options& 
   auto leaver = st.shard_handles[id];
   auto remaining_shards = live_heads(st);
   auto view = make_view(self, opts);
-  auto rp = self->make_response_promise<std::string>();
   auto started = std::chrono::steady_clock::now();
   auto who = "shard " + std::to_string(id);
   auto failed = [=](const std::string& why) mutable {
@@ -793,7 +862,6 @@ caf::result<std::string> remove_shard(self_ptr self, const coordinator_options& 
       });
     });
   });
-  return rp;
 }
 
 caf::result<registration> register_server(self_ptr self, const coordinator_options& opts, const caf::actor& sender,

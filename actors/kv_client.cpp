@@ -514,7 +514,8 @@ void plane_connect_early(client_ptr self, std::size_t idx);
 void add_route(client_ptr self, const shard_entry& e, std::uint64_t epoch) {
   auto& st = self->state;
   shard_route r;
-  r.link = {e.id, "shard " + std::to_string(e.id) + " (joined, epoch " + std::to_string(epoch) + ")",
+  auto where = e.host.empty() ? std::string() : e.host + ":" + std::to_string(e.port) + ", ";
+  r.link = {e.id, "shard " + std::to_string(e.id) + " (" + where + "joined at epoch " + std::to_string(epoch) + ")",
             caf::actor_cast<shard_actor>(e.handle)};
   r.entry = e;
   r.tail = r.link.handle;

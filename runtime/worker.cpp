@@ -99,7 +99,7 @@ bool run_worker(caf::actor_system& sys, const node_config& cfg, coordinator_acto
   std::vector<shard_link> links;
   for (const auto& s : reg.view.shards) {
     std::string name = "shard " + std::to_string(s.id);
-    if (s.handle) {
+    if (s.handle && s.host.empty()) {  // embedded: no network (a published shard is dialled directly)
       links.push_back({s.id, name, caf::actor_cast<shard_actor>(s.handle)});
       continue;
     }
