@@ -8,6 +8,7 @@
 
 #include "libps/cluster_status.hpp"
 #include "libps/consistency.hpp"
+#include "libps/handoff.hpp"
 
 namespace ps {
 
@@ -661,6 +662,13 @@ void hand_over(self_ptr self, std::vector<shard_actor> givers, cluster_view view
             });
 }
 
+// A fraction with three decimals, for news.
+std::string fraction_text(double f) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.3f", f);
+  return text;
+}
+
 // Milliseconds since `start`, for news.
 std::string ms_since(std::chrono::steady_clock::time_point start) {
   return std::to_string(static_cast<long long>(
@@ -734,6 +742,7 @@ void admit_shard(self_ptr self, const coordinator_options& opts, const caf::acto
   }
   std::vector<shard_actor> givers = live_heads(st);
   auto old_placement = st.placement;
+  auto moved = moved_key_fraction(map_of(make_view(self, opts)), next, dense_ranges(opts.spec));
   st.joining = true;
   st.epoch = next.epoch();
   st.placement = next.placement();
@@ -757,7 +766,8 @@ void admit_shard(self_ptr self, const coordinator_options& opts, const caf::acto
               self->state.joining = false;
               if (!failed.empty()) return end_job(self, opts, errc::job_failed, who + " could not join: " + failed);
               tell_news(opts, "coordinator: " + who + " joined; its keys and rows were handed over in " + ms_since(started) +
-                                " ms; epoch " + std::to_string(view.epoch) + ", " +
+                                " ms (" + fraction_text(moved) + " of the dense keys moved); epoch " +
+                                std::to_string(view.epoch) + ", " +
                                 std::to_string(self->state.shards.size() - self->state.retired.size()) + " shards now");
               announce_view(self, opts);
             });
@@ -824,7 +834,9 @@ caf::result<std::string> remove_shard(self_ptr self, const coordinator_options& 
 void drain_shard(self_ptr self, const coordinator_options& opts, std::uint32_t id,
                  caf::typed_response_promise<std::string> rp) {
   auto& st = self->state;
-  partitioner next = map_of(make_view(self, opts)).without_shard(id);
+  auto before = map_of(make_view(self, opts));
+  partitioner next = before.without_shard(id);
+  auto moved = moved_key_fraction(before, next, dense_ranges(opts.spec));
   st.joining = true;
   st.epoch = next.epoch();
   st.placement = next.placement();
@@ -852,7 +864,8 @@ void drain_shard(self_ptr self, const coordinator_options& opts, std::uint32_t i
       auto& waiting = st.draining_clients[id];
       for (const auto& [addr, worker] : st.subscriber_workers)
         if (worker < st.worker_done.size() && !st.worker_done[worker]) waiting.insert(worker);
-      auto text = who + " left; its keys and rows were handed over in " + ms_since(started) + " ms; epoch " +
+      auto text = who + " left; its keys and rows were handed over in " + ms_since(started) + " ms (" +
+                  fraction_text(moved) + " of the dense keys moved); epoch " +
                   std::to_string(view.epoch) + ", " + std::to_string(st.shards.size() - st.retired.size()) +
                   " shards now";
       tell_news(opts, "coordinator: " + text);

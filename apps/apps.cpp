@@ -1,6 +1,7 @@
 #include "apps/apps.hpp"
 #include "apps/ctr_app.hpp"
 #include "apps/rowcheck.hpp"
+#include "apps/elastic_load.hpp"
 #include "apps/sparse_bench.hpp"
 
 #include <sys/wait.h>
@@ -572,6 +573,7 @@ void register_builtin_apps() {
     register_app({"bench", "push/pull throughput per size and window (bench_kv)", bench_app, "sum", "asp",
                   bench_tensors, bench_flags()});
     register_app(rowcheck_definition());
+    register_app(elastic_load_definition());
     register_app(sparse_bench_definition());
     register_app(ctr_definition());
   });

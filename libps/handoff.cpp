@@ -68,6 +68,22 @@ std::uint32_t crc_of(const char* data, std::size_t n) {
 }
 }  // namespace
 
+double moved_key_fraction(const partitioner& before, const partitioner& after, const std::vector<key_range>& keys) {
+  if (before.bucket_bits() != after.bucket_bits())
+    throw bad_request("maps with buckets of 2^" + std::to_string(before.bucket_bits()) + " and 2^" +
+                      std::to_string(after.bucket_bits()) + " keys cannot be compared");
+  const auto bits = before.bucket_bits();
+  std::uint64_t total = 0, moved = 0;
+  for (const auto& r : keys)
+    for (key_type at = r.begin; at < r.end;) {
+      auto next = std::min(r.end, ((at >> bits) + 1) << bits);
+      total += next - at;
+      if (before.owner(at) != after.owner(at)) moved += next - at;
+      at = next;
+    }
+  return total == 0 ? 0.0 : static_cast<double>(moved) / static_cast<double>(total);
+}
+
 std::string encode_handoff(const shard_handoff& h) {
   std::ostringstream out;
   {

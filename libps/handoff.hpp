@@ -46,6 +46,11 @@ struct shard_handoff {
 std::string encode_handoff(const shard_handoff& h);
 shard_handoff decode_handoff(const std::string& bytes);
 
+// The fraction of `keys` (a job's dense tensors) whose owner differs between two maps of
+// the same bucket size: what a map change moves (0 for no keys). Throws bad_request when
+// the bucket sizes differ.
+double moved_key_fraction(const partitioner& before, const partitioner& after, const std::vector<key_range>& keys);
+
 // Cuts segments at bucket boundaries by the owner `next` gives each bucket: per owner, its
 // pieces, values and each of `slots` state slots sliced alike. Throws bad_request for a
 // segment whose values or state do not fit its keys.

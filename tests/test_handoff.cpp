@@ -232,3 +232,15 @@ TEST_CASE("handoff: a newcomer hears from every giver, even one that gives it no
   CHECK(handoffs[0].to == 1);
   CHECK(handoffs[0].clocks.size() == 2);
 }
+
+TEST_CASE("handoff: the fraction of keys a map change moves") {
+  auto two = map_of_shards(1, {0, 1});
+  auto three = two.with_shard(2);
+  std::vector<key_range> all{{0, num_keys}};
+  auto joined = moved_key_fraction(two, three, all);
+  CHECK(joined > 0.2);
+  CHECK(joined <= 1.25 / 3);  // the issue's bound: 1.25 x 1/(n+1)
+  CHECK(moved_key_fraction(two, two, all) == 0.0);
+  CHECK(moved_key_fraction(two, three, {}) == 0.0);
+  CHECK_THROWS_AS(moved_key_fraction(two, partitioner(1, {0, 1}, partitioner::default_vnodes, bits + 1), all), bad_request);
+}

@@ -1,0 +1,185 @@
+// bench_elastic: what moving shards costs a job under sustained load. One job (psnode
+// --role=local --app=elastic: coordinator, 2 servers, 2 workers as processes, each worker
+// pushing and pulling 1 MiB back to back); after --phase-seconds a third server joins
+// (psnode --role=server), after another phase shard 0 leaves (psctl remove-shard 0).
+// One JSON line per event:
+//   event             join | leave
+//   moved_fraction    of the dense keys (the coordinator's news; ideal 1/(n+1) on a join)
+//   seconds           from the event's start to the coordinator saying it is done
+//   p99_stall_ms, max_stall_ms   latency of the requests that overlapped the move
+//   throughput_before / _during / _after   requests per second (pushes and pulls of both
+//                     workers) in the phase before, while requests overlapping the move ran,
+//                     and in the phase after
+//   lost_updates      keys x pushes of all workers - the final sum of every key (exact, the
+//                     benchmark's own check after both moves; 0 when nothing was lost)
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "apps/apps.hpp"
+#include "apps/bench_timing.hpp"
+
+namespace {
+
+using steady = std::chrono::steady_clock;
+
+std::int64_t now_us() {
+  return std::chrono::duration_cast<std::chrono::microseconds>(steady::now().time_since_epoch()).count();
+}
+
+// The job's merged stdout and stderr, read a line at a time.
+struct job_output {
+  FILE* pipe = nullptr;
+  std::string all;
+  // Reads until a line holds `what` (true) or the job's output ends (false).
+  bool until(const std::string& what, std::string* line_out = nullptr) {
+    char line[65536];
+    while (pipe && std::fgets(line, sizeof line, pipe)) {
+      all += line;
+      if (std::string(line).find(what) != std::string::npos) {
+        if (line_out) *line_out = line;
+        return true;
+      }
+    }
+    return false;
+  }
+};
+
+// "(0.333 of the dense keys moved)" in a news line; -1 when absent.
+double moved_fraction_in(const std::string& text) {
+  auto at = text.find(" of the dense keys moved");
+  if (at == std::string::npos) return -1;
+  auto from = text.rfind('(', at);
+  return from == std::string::npos ? -1 : std::atof(text.c_str() + from + 1);
+}
+
+struct sample {
+  std::int64_t end_us, took_us;
+};
+
+struct event_window {
+  const char* name;
+  std::int64_t start_us, end_us;
+  double moved_fraction;
+  std::size_t shards_before;
+};
+
+nlohmann::ordered_json measure(const event_window& ev, const std::vector<sample>& all, double phase_seconds,
+                               double lost_updates) {
+  std::vector<double> stalls;
+  std::int64_t until = ev.end_us;
+  for (const auto& s : all)
+    if (s.end_us - s.took_us <= ev.end_us && s.end_us >= ev.start_us) {
+      stalls.push_back(s.took_us / 1000.0);
+      until = std::max(until, s.end_us);
+    }
+  std::sort(stalls.begin(), stalls.end());
+  const auto phase_us = static_cast<std::int64_t>(phase_seconds * 1e6);
+  auto rate = [&](std::int64_t from, std::int64_t to) {
+    auto n = std::count_if(all.begin(), all.end(), [&](const sample& s) { return s.end_us >= from && s.end_us < to; });
+    return to > from ? static_cast<double>(n) / ((to - from) / 1e6) : 0.0;
+  };
+  auto p99 = stalls.empty() ? 0.0 : stalls[std::min(stalls.size() - 1, stalls.size() * 99 / 100)];
+  return {{"bench", "elastic"},
+          {"event", ev.name},
+          {"shards_before", ev.shards_before},
+          {"moved_fraction", ev.moved_fraction},
+          {"ideal_fraction", std::string(ev.name) == "join" ? 1.0 / (ev.shards_before + 1) : 1.0 / ev.shards_before},
+          {"seconds", (ev.end_us - ev.start_us) / 1e6},
+          {"p99_stall_ms", p99},
+          {"max_stall_ms", stalls.empty() ? 0.0 : stalls.back()},
+          {"throughput_before", rate(ev.start_us - phase_us, ev.start_us)},
+          {"throughput_during", rate(ev.start_us, until + 1)},
+          {"throughput_after", rate(until + 1, until + 1 + phase_us)},
+          {"lost_updates", lost_updates}};
+}
+
+constexpr const char* usage =
+  "usage: bench_elastic [--phase-seconds=2]\n"
+  "A job of 2 servers and 2 workers (processes, 1 MiB pushes and pulls back to back): a third server joins\n"
+  "after one phase, shard 0 leaves after the next. One JSON line per event (see the source's header).\n";
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  double phase = 2;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--help" || a == "-h") {
+      std::printf("%s", usage);
+      return 0;
+    }
+    if (a.rfind("--phase-seconds=", 0) == 0 && std::atof(a.c_str() + 16) > 0) {
+      phase = std::atof(a.c_str() + 16);
+      continue;
+    }
+    std::fprintf(stderr, "bench_elastic: unknown or bad flag %s\n%s", a.c_str(), usage);
+    return 2;
+  }
+  auto bin = std::filesystem::read_symlink("/proc/self/exe").parent_path();
+  auto psnode = (bin / "psnode").string(), psctl = (bin / "psctl").string();
+  // Load for: a phase before, each move with a phase after it, and room to spare.
+  auto load = std::to_string(4 * phase + 4);
+  job_output job{popen((psnode + " --role=local --app=elastic --servers=2 --workers=2 --load-seconds=" + load + " 2>&1").c_str(), "r")};
+  std::string line;
+  if (!job.pipe || !job.until("listening on 127.0.0.1:", &line)) {
+    std::fprintf(stderr, "bench_elastic: the job did not start:\n%s", job.all.c_str());
+    return 1;
+  }
+  auto at = line.find("listening on 127.0.0.1:") + 23;
+  auto port = line.substr(at, line.find_first_not_of("0123456789", at) - at);
+  const auto coordinator = " --coordinator=127.0.0.1:" + port;
+  if (!job.until("[worker 1] load started")) {
+    std::fprintf(stderr, "bench_elastic: the workers did not start:\n%s", job.all.c_str());
+    return 1;
+  }
+  auto pause = [&] { std::this_thread::sleep_for(std::chrono::duration<double>(phase)); };
+  pause();
+  event_window join{"join", now_us(), 0, -1, 2};
+  FILE* joiner = popen((psnode + " --role=server" + coordinator + " 2>&1").c_str(), "r");
+  if (!joiner || !job.until("joined; its keys and rows were handed over", &line)) {
+    std::fprintf(stderr, "bench_elastic: the server did not join:\n%s", job.all.c_str());
+    return 1;
+  }
+  join.end_us = now_us();
+  join.moved_fraction = moved_fraction_in(line);
+  pause();
+  event_window leave{"leave", now_us(), 0, -1, 3};
+  auto removed = ps::output_of(psctl + coordinator + " remove-shard 0");
+  leave.end_us = now_us();
+  if (!removed) return 1;
+  leave.moved_fraction = moved_fraction_in(*removed);
+  job.until(std::string(1, '\0'));  // no line holds it: the rest of the output
+  int status = pclose(job.pipe);
+  char rest[4096];
+  while (std::fgets(rest, sizeof rest, joiner)) {
+  }
+  pclose(joiner);
+  std::vector<sample> samples;
+  double expected = 0, worst_sum = -1;
+  int workers = 0;
+  for (const auto& j : ps::json_lines_of(job.all)) {
+    if (!j.contains("took_us")) continue;
+    ++workers;
+    expected += j["pushes"].get<double>();
+    auto sum = j["final_sum"].get<double>();
+    worst_sum = worst_sum < 0 ? sum : std::min(worst_sum, sum);
+    auto ends = j["ends_us"].get<std::vector<std::int64_t>>();
+    auto took = j["took_us"].get<std::vector<std::int64_t>>();
+    for (std::size_t i = 0; i < ends.size() && i < took.size(); ++i) samples.push_back({ends[i], took[i]});
+  }
+  if (status != 0 || workers != 2) {
+    std::fprintf(stderr, "bench_elastic: the job failed (status %d, %d worker results):\n%s", status, workers,
+                 job.all.c_str());
+    return 1;
+  }
+  const double keys = 1u << 18;
+  const double lost = keys * expected - worst_sum;
+  ps::bench::print_line(measure(join, samples, phase, lost));
+  ps::bench::print_line(measure(leave, samples, phase, lost));
+  return lost == 0 ? 0 : 1;
+}
