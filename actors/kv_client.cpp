@@ -204,6 +204,7 @@ struct client_state {
   std::shared_ptr<const partitioner> map;
   std::uint64_t map_epoch = 0;
   std::uint64_t chunk_bytes = 0;
+  std::function<void(const std::string&, std::uint16_t)> dial;  // kv_client_options::dial
   // The highest clock this worker has ticked (a shard that joins gets it first).
   std::uint64_t issued_tick = 0;
   // After a map change: while writes planned by an older map are unacknowledged (a shard
@@ -524,6 +525,8 @@ void add_route(client_ptr self, const shard_entry& e, std::uint64_t epoch) {
   st.index[e.id] = idx;
   self->monitor(e.handle);
   plane_connect_early(self, idx);
+  if (st.dial && !e.host.empty())
+    self->spawn<caf::detached>([dial = st.dial, host = e.host, port = e.port] { dial(host, port); });
   std::lock_guard<std::mutex> lock(st.stats->mtx);
   st.stats->joined.push_back(st.routes[idx].link);
 }
@@ -1084,6 +1087,7 @@ void init_client(client_ptr self, std::vector<shard_link> shards, std::vector<sh
   }
   st.map_epoch = st.map->epoch();
   st.chunk_bytes = opts.chunk_bytes;
+  st.dial = opts.dial;
   st.retry = opts.retry;
   if (opts.faults.touches_messages()) st.faults.emplace(opts.faults, opts.worker);
   st.plane = opts.plane;

@@ -94,6 +94,10 @@ struct kv_client_options {
   // Compression of pull answers (none, fp16 or int8; parameters are not top-k material).
   // Compressed answers come inside the messages, not over the data plane.
   codec pull_compression{};
+  // Dials a shard that joined at host:port (blocking; run on a thread of its own). Until
+  // it returns, messages to the shard go through the coordinator's node, which told of it;
+  // after, CAF takes the direct connection. None: they keep going through there.
+  std::function<void(const std::string&, std::uint16_t)> dial{};
 };
 
 // One connected shard: its id, a name for errors, and its handle.

@@ -114,7 +114,8 @@ bool run_worker(caf::actor_system& sys, const node_config& cfg, coordinator_acto
     kv_client kv(sys, reg.view, std::move(links),
                  {id, cfg.chunk_bytes, milliseconds(cfg.timeout_ms), cfg.inflight_bytes, cfg.push_codec(),
                   coord, cfg.fault_spec().kill_clock(fault_plan::role::worker, id),
-                  retry_interval(cfg), cfg.fault_spec(), plane, cfg.pull_codec()});
+                  retry_interval(cfg), cfg.fault_spec(), plane, cfg.pull_codec(),
+                  [&sys](const std::string& host, std::uint16_t port) { connect_to<shard_actor>(sys, host, port); }});
     worker_context ctx{sys, cfg, id, reg.view.num_workers, reg.view, kv, reg.start_clock, {}, {}};
     // A joiner entered each shard's clock vector at that shard's minimum; one tick puts it
     // at the start clock everywhere (else its first read would wait for itself).

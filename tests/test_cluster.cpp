@@ -1632,3 +1632,23 @@ TEST_CASE("bench_kv: the limits first (TCP loopback, memcpy), then a row per op,
   }
   CHECK(cells.size() == 8);
 }
+
+TEST_CASE("bench_elastic: a line per move, with the fraction moved, its stall and throughput, and nothing lost") {
+  auto [rc, out] = shell("bin/bench_elastic --phase-seconds=0.5 2>/dev/null");
+  INFO(out);
+  REQUIRE(rc == 0);
+  auto lines = ps::json_lines_of(out);
+  REQUIRE(lines.size() == 2);
+  CHECK(lines[0]["event"] == "join");
+  CHECK(lines[1]["event"] == "leave");
+  for (const auto& l : lines) {
+    CAPTURE(l.dump());
+    // About 1/(n+1) of the keys move (the issue's bound: 1.25 times that), none are lost.
+    CHECK(l["moved_fraction"].get<double>() > 0.2);
+    CHECK(l["moved_fraction"].get<double>() <= 1.25 * l["ideal_fraction"].get<double>());
+    CHECK(l["lost_updates"].get<double>() == 0);
+    CHECK(l["seconds"].get<double>() > 0);
+    CHECK(l["p99_stall_ms"].get<double>() <= l["max_stall_ms"].get<double>());
+    for (auto f : {"throughput_before", "throughput_during", "throughput_after"}) CHECK(l[f].get<double>() > 0);
+  }
+}
