@@ -470,16 +470,29 @@ TEST_CASE_FIXTURE(fixture, "write tracker: drained is answered once as many payl
   alive.push_back(caf::actor_cast<caf::actor>(tracker));
 }
 
-TEST_CASE_FIXTURE(fixture, "a shard joins a running job: the old shards hand it what the new map moves, with values") {
-  coordinator_options o;
-  o.servers = 2;
-  o.workers = 1;
-  auto coord = spawn_coordinator(o);
-  spawn_shard(coord);
-  spawn_shard(coord);
-  auto first = register_worker(coord);
-  sched.run();
-  REQUIRE(first->has_value());
+namespace {
+
+// A coordinator with 2 shards and 1 worker registered (the job runs), at this staleness.
+struct running_pair : fixture {
+  std::pair<coordinator_actor, std::shared_ptr<std::optional<registration>>> two_shards_running(std::uint64_t staleness) {
+    coordinator_options o;
+    o.servers = 2;
+    o.workers = 1;
+    o.staleness = staleness;
+    auto coord = spawn_coordinator(o);
+    spawn_shard(coord);
+    spawn_shard(coord);
+    auto reg = register_worker(coord);
+    sched.run();
+    REQUIRE(reg->has_value());
+    return {coord, reg};
+  }
+};
+
+}  // namespace
+
+TEST_CASE_FIXTURE(running_pair, "a shard joins a running job: the old shards hand it what the new map moves, with values") {
+  auto [coord, first] = two_shards_running(infinite_staleness);
   const std::uint64_t n = 1u << 16;  // 16 buckets of 4096 keys
   auto keys = key_set::single({0, n});
   std::vector<float> values(n);
@@ -519,7 +532,7 @@ TEST_CASE_FIXTURE(fixture, "a shard joins a running job: the old shards hand it 
         std::string::npos);
 }
 
-TEST_CASE_FIXTURE(fixture, "a shard joins, then one leaves, under BSP traffic: clients follow; nothing lost, nothing twice") {
+TEST_CASE_FIXTURE(running_pair, "a shard joins, then one leaves, under BSP traffic: clients follow; nothing lost, nothing twice") {
   const std::uint64_t n = 1u << 16;
   auto keys = key_set::single({0, n});
   std::vector<float> values(n), ones(n, 1.0f);
@@ -534,16 +547,7 @@ TEST_CASE_FIXTURE(fixture, "a shard joins, then one leaves, under BSP traffic: c
   int whole_join = 0;  // steps the join took when nothing else ran
   for (int steps = 0; steps <= 64; steps += 2) {
     CAPTURE(steps);
-    coordinator_options o;
-    o.servers = 2;
-    o.workers = 1;
-    o.staleness = 0;
-    auto coord = spawn_coordinator(o);
-    spawn_shard(coord);
-    spawn_shard(coord);
-    auto reg = register_worker(coord);
-    sched.run();
-    REQUIRE(reg->has_value());
+    auto [coord, reg] = two_shards_running(0);
     kv_client_options ko{(*reg)->id, 16384, milliseconds(5000)};  // 1,024 keys a chunk: many requests in flight
     ko.coordinator = coord;
     kv_client kv(sys, (*reg)->view, links_of((*reg)->view), ko);

@@ -724,10 +724,15 @@ TEST_CASE("faults: train_fmnist with 1% of messages dropped ends within 1 point 
   CHECK(lossy >= clean - 0.01);
 }
 
-TEST_CASE("faults: a worker joins a running job (psnode --role=worker at the coordinator); its pushes count") {
-  // The job prints the coordinator's address, then progress; the joiner starts at the
-  // first progress line, so the job is surely running.
-  FILE* job = popen("bin/psnode --role=local --app=clocksum --servers=2 --workers=2 --clocks=150 --clock-ms=20 2>&1", "r");
+// A clocksum job of 2 servers and 2 workers as processes, once it runs: the job prints
+// the coordinator's address, then progress; this returns at the first progress line.
+struct running_job {
+  FILE* pipe;
+  std::string out, port;
+};
+running_job running_clocksum(int clocks, int clock_ms) {
+  FILE* job = popen(("bin/psnode --role=local --app=clocksum --servers=2 --workers=2 --clocks=" + std::to_string(clocks) +
+                     " --clock-ms=" + std::to_string(clock_ms) + " 2>&1").c_str(), "r");
   REQUIRE(job != nullptr);
   std::string out, port;
   bool running = false;
@@ -741,6 +746,12 @@ TEST_CASE("faults: a worker joins a running job (psnode --role=worker at the coo
   }
   REQUIRE_FALSE(port.empty());
   REQUIRE(running);
+  return {job, out, port};
+}
+
+TEST_CASE("faults: a worker joins a running job (psnode --role=worker at the coordinator); its pushes count") {
+  auto [job, out, port] = running_clocksum(150, 20);
+  char line[4096];
   auto [rc, joined] = shell("bin/psnode --role=worker --coordinator=127.0.0.1:" + port +
                             " --app=clocksum --clocks=150 --clock-ms=20");
   while (std::fgets(line, sizeof line, job)) out += line;
@@ -764,20 +775,8 @@ TEST_CASE("faults: a worker joins a running job (psnode --role=worker at the coo
 
 TEST_CASE("elastic: a server joins a running job, then one of the first leaves (psctl remove-shard); sums stay exact") {
   // BSP, 2 workers: whichever shard holds a key, it ends with exactly 3 per clock.
-  FILE* job = popen("bin/psnode --role=local --app=clocksum --servers=2 --workers=2 --clocks=400 --clock-ms=10 2>&1", "r");
-  REQUIRE(job != nullptr);
-  std::string out, port;
-  bool running = false;
+  auto [job, out, port] = running_clocksum(400, 10);
   char line[4096];
-  while (!running && std::fgets(line, sizeof line, job)) {
-    out += line;
-    std::string l = line;
-    if (auto at = l.find("listening on 127.0.0.1:"); at != std::string::npos)
-      port = l.substr(at + 23, l.find_first_not_of("0123456789", at + 23) - at - 23);
-    running = l.find("[worker 0] clock ") != std::string::npos;
-  }
-  REQUIRE_FALSE(port.empty());
-  REQUIRE(running);
   const auto at = " --coordinator=127.0.0.1:" + port;
   FILE* joiner = popen(("bin/psnode --role=server" + at + " 2>&1").c_str(), "r");
   REQUIRE(joiner != nullptr);
