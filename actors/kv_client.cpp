@@ -844,15 +844,6 @@ void queue_chunk(client_ptr self, const std::shared_ptr<op_request>& req, std::s
   submit(s.self, s.idx, std::move(r));
 }
 
-// Whether a request planned by an older map names a shard that has left it since.
-bool names_retired(const client_state& st, std::uint64_t plan_epoch, const std::vector<std::uint32_t>& shards) {
-  if (plan_epoch >= st.map_epoch) return false;
-  return std::any_of(shards.begin(), shards.end(), [&](std::uint32_t id) {
-    auto at = st.index.find(id);
-    return at == st.index.end() || st.routes[at->second].retired;
-  });
-}
-
 // The pieces of req's chunks cut again by the client's map (keeping where their values sit).
 std::vector<piece> pieces_by_map(const client_state& st, const std::vector<chunk>& chunks) {
   std::vector<piece> out;
@@ -866,9 +857,11 @@ std::vector<piece> pieces_by_map(const client_state& st, const std::vector<chunk
   return out;
 }
 
-// A request the caller planned by a map that has since lost a shard (the client learned
-// it meanwhile): planned again by the client's map before anything is sent. A push's
-// values come from its source (a compressed push's decoded, as the shard would apply them).
+// A request the caller planned by an older map than the client's (the client learned the
+// new one meanwhile): planned again by the client's map before anything is sent, so it
+// names no shard that left, and its tick is one of the new map (a shard that took keys
+// ignores older ticks: they could overtake writes passed on to it). A push's values come
+// from its source (a compressed push's decoded, as the shard would apply them).
 void replan_request(client_ptr self, op_request& req) {
   auto& st = self->state;
   if (req.kind != op_kind::pull && !req.encoded.empty()) {
@@ -908,9 +901,7 @@ void replan_request(client_ptr self, op_request& req) {
 
 void dispatch(client_ptr self, const std::shared_ptr<op_request>& req) {
   auto& st = self->state;
-  std::vector<std::uint32_t> shards;
-  for (const auto& ch : req->chunks) shards.push_back(ch.shard);
-  if (names_retired(st, req->hdr.epoch, shards)) replan_request(self, *req);
+  if (req->hdr.epoch < st.map_epoch) replan_request(self, *req);
   auto op = req->op;
   std::vector<std::size_t> untouched;
   auto last = req->then_tick ? last_chunks(self, *req, untouched) : std::map<std::size_t, std::size_t>{};
@@ -999,8 +990,8 @@ void queue_group(client_ptr self, const std::shared_ptr<rows_request>& req, std:
   submit(self, idx, std::move(r));
 }
 
-// Rows the caller grouped by a map that has since lost a shard: grouped again by the
-// client's map (a push's gradients and a pull's positions travel with their rows).
+// Rows the caller grouped by an older map than the client's: grouped again by the client's
+// map (a push's gradients and a pull's positions travel with their rows).
 void regroup_rows(client_state& st, rows_request& req) {
   std::vector<rows_request::shard_rows> groups;
   std::map<std::uint32_t, std::size_t> group_of;
@@ -1026,9 +1017,7 @@ void regroup_rows(client_state& st, rows_request& req) {
 }
 
 void dispatch_rows(client_ptr self, const std::shared_ptr<rows_request>& req) {
-  std::vector<std::uint32_t> shards;
-  for (const auto& g : req->groups) shards.push_back(g.shard);
-  if (names_retired(self->state, req->hdr.epoch, shards)) regroup_rows(self->state, *req);
+  if (req->hdr.epoch < self->state.map_epoch) regroup_rows(self->state, *req);
   req->op->pending = req->groups.size();
   if (req->op->pending == 0) return req->op->finish({});
   for (std::size_t g = 0; g < req->groups.size(); ++g) queue_group(self, req, g);
@@ -1217,6 +1206,7 @@ client_impl::behavior_type kv_client_actor(client_ptr self, std::vector<shard_li
       auto& st = self->state;
       auto op = req->op;
       st.issued_tick = std::max(st.issued_tick, req->hdr.clock);
+      req->hdr.epoch = std::max(req->hdr.epoch, st.map_epoch);  // a tick of the client's map (replan_request says why)
       op->pending = 0;
       for (const auto& route : st.routes) op->pending += !route.retired;
       for (std::size_t idx = 0; idx < st.routes.size(); ++idx)

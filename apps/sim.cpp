@@ -1,6 +1,8 @@
 // sim: the whole cluster on CAF's deterministic scheduler, one seeded schedule and fault
 // plan per seed (apps/sim_cluster.hpp says what runs and which invariants are checked).
-//   sim [--seeds=1000] [--from=1] [--break=dedupe|ssp-gate] [--log-level=error]
+//   sim [--seeds=1000] [--from=1] [--break=dedupe|ssp-gate] [--elastic] [--log-level=error]
+// --elastic: plans with one copy per shard may also have a server join and a shard leave
+// (psctl remove-shard) while the workers push; off by default until every such seed passes.
 // One JSON line per failing seed, with the command that replays it, then
 //   {"seeds":N,"failures":K,"trace_hash":"...","messages":M,"seconds":T}
 // where trace_hash covers every run's message trace (the same seeds give the same hash).
@@ -21,11 +23,13 @@
 
 namespace {
 
-constexpr const char* usage_text = "usage: sim [--seeds=N] [--from=S] [--break=dedupe|ssp-gate] [--log-level=error]\n";
+constexpr const char* usage_text =
+  "usage: sim [--seeds=N] [--from=S] [--break=dedupe|ssp-gate] [--elastic] [--log-level=error]\n";
 
 struct options {
   std::uint64_t seeds = 1000, from = 1;
   std::string broken;
+  bool elastic = false;
   ps::log_level log = ps::log_level::error;  // the members' news would drown the results
 };
 
@@ -52,6 +56,8 @@ options parse(const std::vector<std::string>& args) {
       o.from = number_flag(a, "--from=");
     else if (a.rfind("--break=", 0) == 0)
       o.broken = a.substr(8);
+    else if (a == "--elastic")
+      o.elastic = true;
     else if (a.rfind("--log-level=", 0) == 0) {
       auto level = ps::parse_log_level(a.substr(12));
       if (!level) throw ps::bad_request("--log-level is error, warning, info or debug, not \"" + a.substr(12) + "\"");
@@ -64,8 +70,9 @@ options parse(const std::vector<std::string>& args) {
   return o;
 }
 
-std::string replay_command(std::uint64_t seed, const std::string& broken) {
-  return "build/bin/sim --seeds=1 --from=" + std::to_string(seed) + (broken.empty() ? "" : " --break=" + broken);
+std::string replay_command(std::uint64_t seed, const options& o) {
+  return "build/bin/sim --seeds=1 --from=" + std::to_string(seed) + (o.broken.empty() ? "" : " --break=" + o.broken) +
+         (o.elastic ? " --elastic" : "");
 }
 
 std::string hex(std::uint64_t x) {
@@ -82,7 +89,7 @@ int run(const options& o) {
   auto last_progress = t0;
   std::uint64_t failures = 0, messages = 0, combined = 0xcbf29ce484222325ull;
   for (std::uint64_t seed = o.from; seed < o.from + o.seeds; ++seed) {
-    auto plan = ps::plan_for_seed(seed);
+    auto plan = ps::plan_for_seed(seed, o.elastic);
     auto out = ps::run_simulation(plan);
     combined = (combined ^ out.trace_hash) * 0x100000001b3ull;
     messages += out.messages;
@@ -90,7 +97,7 @@ int run(const options& o) {
       ++failures;
       nlohmann::ordered_json line{{"seed", seed}, {"failure", out.failure},
                                   {"plan", nlohmann::json::parse(ps::to_json(plan))},
-                                  {"replay", replay_command(seed, o.broken)}};
+                                  {"replay", replay_command(seed, o)}};
       std::printf("%s\n", line.dump().c_str());
       std::fflush(stdout);
     }

@@ -118,6 +118,8 @@ class sim_run {
   bool step(bool timers = true);
   std::vector<caf::actor> server_actors(std::uint32_t server) const;
   void kill_server(std::uint32_t server);
+  void join_server();
+  void remove_server(std::uint32_t shard);
   void run_fault_plan();
   bool cut_off(caf::resumable* job) const;
   bool timer_after_partition();
@@ -149,6 +151,9 @@ class sim_run {
   std::vector<std::optional<kv_future>> leaving_;        // the leaver's leave_clock_vector
   std::uint32_t reader_ = 0;                             // reads the final sums
   bool killed_ = false, killed_worker_ = false;
+  bool joined_ = false, remove_asked_ = false;  // the plan's join and removal have begun
+  bool removal_while_running_ = false;           // asked before every worker was done
+  std::shared_ptr<std::string> removed_ = std::make_shared<std::string>();  // the removal's answer
   std::set<caf::actor_id> cut_off_;  // a partitioned server's actors (their messages wait)
   bool partitioned_ = false;
   std::uint64_t events_ = 0, heal_at_ = 0;  // messages delivered and timers fired
@@ -361,6 +366,12 @@ void sim_run::run_fault_plan() {
   const auto since_start = steps_ - started_at_;
   if (plan_.kill_server && !killed_ && since_start >= plan_.kill_step) kill_server(*plan_.kill_server);
   if (plan_.kill_worker && !killed_worker_ && since_start >= plan_.kill_worker_step) kill_worker(*plan_.kill_worker);
+  if (plan_.join_step && !joined_ && since_start >= *plan_.join_step) join_server();
+  // With a join planned too, the removal waits until a client has the joined map (one map
+  // change at a time; a second would be refused).
+  if (plan_.remove_shard && !remove_asked_ && since_start >= plan_.remove_step &&
+      (!plan_.join_step || (clients_[reader_] && clients_[reader_]->map().shard_ids().size() > plan_.servers)))
+    remove_server(*plan_.remove_shard);
   if (plan_.partition_server && !partitioned_ && heal_at_ == 0 && since_start >= plan_.partition_step) {
     partitioned_ = true;
     heal_at_ = events_ + plan_.partition_events;
@@ -398,6 +409,31 @@ std::vector<caf::actor> sim_run::server_actors(std::uint32_t k) const {
   std::vector<caf::actor> out;
   for (std::uint32_t j = 0; j < plan_.replication; ++j) out.push_back(view_.shards[(k + n - j) % n].chain.at(j));
   return out;
+}
+
+// One more server: it registers with the running job and joins as a new shard.
+void sim_run::join_server() {
+  joined_ = true;
+  hash_ = mix(hash_, 0x701a);
+  shard_options sopts;
+  sopts.trace_path = trace_path_;
+  auto s = sys_.spawn(server_shard, coord_, sopts);
+  caf::anon_send(s, start_atom::value, std::uint16_t{0});
+  alive_.push_back(caf::actor_cast<caf::actor>(s));
+}
+
+// An operator's psctl remove-shard: the answer is checked at the end.
+void sim_run::remove_server(std::uint32_t shard) {
+  remove_asked_ = true;
+  removal_while_running_ = !all_done();
+  hash_ = mix(hash_, 0x1ea5e);
+  auto coord = coord_;
+  auto answer = removed_;
+  alive_.push_back(sys_.spawn([=](caf::event_based_actor* self) -> caf::behavior {
+    self->request(coord, caf::infinite, remove_shard_atom::value, shard)
+      .then([=](std::string& news) { *answer = news; }, [=](caf::error& e) { *answer = "refused: " + describe(e); });
+    return {[](caf::unit_t) {}};
+  }));
 }
 
 void sim_run::kill_server(std::uint32_t k) {
@@ -459,6 +495,12 @@ void sim_run::finish() {
                     "] (acknowledged pushes, pushes sent)");
   }
   if (!failure_.empty()) return;
+  // The removal (when planned) was answered: done, or refused only because the job was ending.
+  while (remove_asked_ && removed_->empty() && failure_.empty() && steps_ <= step_budget)
+    if (!step()) break;
+  if (remove_asked_ && removed_->empty()) return fail("psctl remove-shard was never answered");
+  if (removal_while_running_ && removed_->rfind("refused: ", 0) == 0 && removed_->find("ending") == std::string::npos)
+    return fail("psctl remove-shard: " + *removed_);
   auto report = check_trace(read_trace(trace_path_));
   if (!report.violations.empty()) fail("consistency trace: " + report.violations.front());
 }

@@ -63,9 +63,13 @@ void vector_clock::advance(std::uint32_t w, std::uint64_t c) {
 }
 
 void vector_clock::merge_lower(const std::vector<std::uint64_t>& other, bool fresh) {
-  if (fresh) clocks_.assign(other.begin(), other.end());
   if (clocks_.size() < other.size()) clocks_.resize(other.size(), left_clock);
-  for (std::size_t w = 0; w < other.size(); ++w) clocks_[w] = std::min(clocks_[w], other[w]);
+  for (std::size_t w = 0; w < other.size(); ++w) {
+    if (clocks_[w] == left_clock || other[w] == left_clock)
+      clocks_[w] = left_clock;  // leaving is for good: a giver that has not heard of it yet will
+    else
+      clocks_[w] = fresh ? other[w] : std::min(clocks_[w], other[w]);
+  }
 }
 
 void vector_clock::join(std::uint32_t w, std::uint64_t c) {

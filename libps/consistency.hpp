@@ -49,7 +49,7 @@ class vector_clock {
   // Keys handed over from another shard: each worker's clock becomes the lower of the two
   // (the updates it holds are known up to there on both); workers only `other` knows of
   // take its clock. A shard that never heard from anyone (fresh: every clock 0) takes
-  // `other` as it is.
+  // `other` as it is. A worker that left either stays left.
   void merge_lower(const std::vector<std::uint64_t>& other, bool fresh);
 
  private:

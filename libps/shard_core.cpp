@@ -264,7 +264,7 @@ void shard_core::take_push(const shard_request& r, const std::vector<key_range>&
     return;
   }
   store_->push(ranges, values, n);
-  if (head_) fx.traces.push_back({trace_event::push, r.worker, r.clock, id_, 0, 0});
+  if (head_) fx.traces.push_back({trace_event::push, r.worker, r.clock, id_, 0, 0, 0, r.epoch < map_.epoch()});
 }
 
 shard_effects shard_core::init(const shard_request& r, const std::vector<key_range>& ranges, const float* values,
@@ -357,7 +357,7 @@ void shard_core::push_admitted_rows(const shard_request& r, std::uint32_t table,
   bool held = rows_.want(table, ids, true, fx.reads);
   if (held && row_queue_.empty()) {
     rows_.table(table).push(ids, grads, r.clock);
-    if (head_) fx.traces.push_back({trace_event::push, r.worker, r.clock, id_, 0, 0});
+    if (head_) fx.traces.push_back({trace_event::push, r.worker, r.clock, id_, 0, 0, 0, r.epoch < map_.epoch()});
   } else {  // kept (copied): the sender may reuse its buffer once acknowledged
     row_op op{row_op::kind::push, r, table, ids, {}, 0};
     op.grads.assign(grads, grads + ids.size() * rows_.table(table).spec().dim);
@@ -412,7 +412,7 @@ void shard_core::run(const row_op& op, shard_effects& fx) {
   switch (op.what) {
     case row_op::kind::push:
       rows_.table(op.table).push(op.ids, op.grads.data(), op.req.clock);
-      if (head_) fx.traces.push_back({trace_event::push, op.req.worker, op.req.clock, id_, 0, 0});
+      if (head_) fx.traces.push_back({trace_event::push, op.req.worker, op.req.clock, id_, 0, 0, 0, op.req.epoch < map_.epoch()});
       if (op.ack != 0) fx.applied.push_back(op.ack);
       return;
     case row_op::kind::pull: {
@@ -573,7 +573,7 @@ void shard_core::release(shard_effects& fx) {
       continue;
     }
     store_->push(d.ranges, d.values.data(), d.values.size());  // checked on arrival
-    if (head_) fx.traces.push_back({trace_event::push, d.req.worker, d.req.clock, id_, 0, 0});
+    if (head_) fx.traces.push_back({trace_event::push, d.req.worker, d.req.clock, id_, 0, 0, 0, d.req.epoch < map_.epoch()});
   }
   deferred_ = std::move(keep);
   // Every update below a boundary the minimum clock crossed is applied (exactly those

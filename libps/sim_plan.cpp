@@ -33,7 +33,7 @@ void plan_message_faults(std::mt19937_64& rng, sim_plan& p) {
 
 }  // namespace
 
-sim_plan plan_for_seed(std::uint64_t seed) {
+sim_plan plan_for_seed(std::uint64_t seed, bool elastic) {
   std::mt19937_64 rng(seed * 0x9E3779B97F4A7C15ull + 1);
   sim_plan p;
   p.seed = seed;
@@ -67,6 +67,14 @@ sim_plan plan_for_seed(std::uint64_t seed) {
     p.partition_events = between(rng, 20, 200);
   }
   plan_message_faults(rng, p);
+  // Drawn last, so the earlier choices of every seed stay what they were.
+  if (elastic && p.replication == 1 && one_in(rng, 2)) {
+    if (!one_in(rng, 3)) p.join_step = between(rng, 0, 400);
+    if (!one_in(rng, 3)) {
+      p.remove_shard = static_cast<std::uint32_t>(rng() % p.servers);
+      p.remove_step = between(rng, 0, 400);
+    }
+  }
   return p;
 }
 
@@ -84,6 +92,8 @@ std::string to_json(const sim_plan& p) {
   if (p.partition_server)
     j["partition"] = {{"server", *p.partition_server}, {"step", p.partition_step}, {"events", p.partition_events}};
   if (p.kill_worker) j["kill_worker"] = {{"worker", *p.kill_worker}, {"step", p.kill_worker_step}};
+  if (p.join_step) j["join"] = {{"step", *p.join_step}};
+  if (p.remove_shard) j["remove"] = {{"shard", *p.remove_shard}, {"step", p.remove_step}};
   return j.dump();
 }
 

@@ -40,11 +40,19 @@ struct sim_plan {
   std::uint64_t leave_at = 0;
   // How often each worker is picked to act, relative to the others (slow workers lag).
   std::vector<std::uint32_t> speed;
+  // Elasticity (one copy per shard, no server killed): a server joins after this many
+  // scheduler steps, and/or shard `remove_shard` leaves (psctl remove-shard) after this
+  // many, or once the join is done when both are planned.
+  std::optional<std::uint64_t> join_step;
+  std::optional<std::uint32_t> remove_shard;
+  std::uint64_t remove_step = 0;
   fault_plan messages;       // drop, duplicate, delay of the clients' requests
   std::uint64_t retry_ms = 0;  // a request unanswered this long goes out again
 };
 
-sim_plan plan_for_seed(std::uint64_t seed);
+// elastic: with one copy per shard, a join and a removal may be drawn too (last, so the
+// other choices of a seed are the same either way).
+sim_plan plan_for_seed(std::uint64_t seed, bool elastic = false);
 // One JSON object naming every choice, for a failing seed's report.
 std::string to_json(const sim_plan& p);
 

@@ -46,6 +46,7 @@ std::string to_json(const trace_event& e) {
     j["staleness"] = clock_json(e.staleness, infinite_staleness);
   }
   if (e.copy != 0) j["copy"] = e.copy;
+  if (e.moved) j["moved"] = true;
   return j.dump();
 }
 
@@ -71,6 +72,10 @@ trace_event parse_trace_line(const std::string& line) {
     e.staleness = number(j, line, "staleness", true);
   }
   if (j.contains("copy")) e.copy = number(j, line, "copy", false);
+  if (j.contains("moved")) {
+    if (!j["moved"].is_boolean()) throw bad_request("trace line: \"moved\" is not true or false: " + line);
+    e.moved = j["moved"].get<bool>();
+  }
   return e;
 }
 
@@ -94,8 +99,9 @@ trace_report check_trace(const std::vector<trace_event>& events) {
   trace_report rep;
   std::map<std::pair<std::uint32_t, std::uint64_t>, std::vector<const trace_event*>> by_copy;
   for (const auto& e : events) {
-    by_copy[{e.shard, e.copy}].push_back(&e);
     if (e.kind == trace_event::push) ++rep.pushes;
+    if (e.kind == trace_event::push && e.moved) continue;  // not bound by this copy's order (trace_event::moved)
+    by_copy[{e.shard, e.copy}].push_back(&e);
     if (e.kind == trace_event::pull) ++rep.pulls;
   }
   for (auto& [copy, evs] : by_copy) {

@@ -24,6 +24,11 @@ struct trace_event {
   std::uint64_t min_clock = 0;  // pull only (left_clock when no worker is live: "inf")
   std::uint64_t staleness = 0;  // pull only; infinite_staleness for ASP
   std::uint64_t copy = 0;       // the copy of the shard that wrote it (0: not named)
+  // push only: planned by an older map than the shard's (passed on by the shard that gave
+  // the keys away, or handed over deferred). The trace names no keys, and such a push is
+  // of keys that were elsewhere, so the per-copy order below does not bind it; reads of
+  // moved keys are checked by whoever reads them (sim checks every value it reads).
+  bool moved = false;
 };
 
 std::string to_json(const trace_event& e);
