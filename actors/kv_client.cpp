@@ -1129,28 +1129,42 @@ caf::result<std::uint64_t> barrier(client_ptr self, std::uint32_t worker, std::c
   return rp;
 }
 
+// The coordinator or a shard copy went down.
+void peer_down(client_ptr self, const caf::down_msg& dm) {
+  auto& st = self->state;
+  if (st.coordinator && dm.source == st.coordinator.address()) {
+    if (dm.reason && dm.reason != caf::exit_reason::normal) coordinator_gone(self, dm.reason);
+    return;
+  }
+  for (std::size_t i = 0; i < st.routes.size(); ++i) {
+    if (st.routes[i].link.handle.address() != dm.source && st.routes[i].tail.address() != dm.source) continue;
+    if (!st.routes[i].down.empty()) continue;  // head and tail of one chain: once is enough
+    if (st.routes[i].abandoned) continue;  // the coordinator's word came first and failed it all
+    if (st.routes[i].retired) {  // it left the map: no replacement comes, nothing new goes there
+      st.routes[i].abandoned = true;
+      st.routes[i].down = st.routes[i].link.name + ", which left the map, is down (" + describe(dm.reason) + ")";
+      fail_all(self, i, st.routes[i].down);
+      continue;
+    }
+    shard_down(self, i, st.routes[i].link.name + " is down (" + describe(dm.reason) + ")");
+  }
+}
+
+// Reads refused as moved (batch) whose new map did not come within the request timeout.
+void expire_moved_reads(client_ptr self, std::uint64_t batch) {
+  auto it = self->state.moved_reads.find(batch);
+  if (it == self->state.moved_reads.end()) return;
+  auto reads = std::move(it->second);
+  self->state.moved_reads.erase(it);
+  for (auto& r : reads)
+    r.op->finish(r.op->what + " failed: its keys moved to another shard and no map naming the new owner came within " +
+                 std::to_string(self->state.timeout.count()) + " ms");
+}
+
 client_impl::behavior_type kv_client_actor(client_ptr self, std::vector<shard_link> shards, std::vector<shard_entry> entries,
                               kv_client_options opts, std::uint64_t epoch, std::shared_ptr<kv_cluster_events> stats) {
   init_client(self, std::move(shards), std::move(entries), opts, epoch, std::move(stats));
-  self->set_down_handler([=](caf::down_msg& dm) {
-    auto& st = self->state;
-    if (st.coordinator && dm.source == st.coordinator.address()) {
-      if (dm.reason && dm.reason != caf::exit_reason::normal) coordinator_gone(self, dm.reason);
-      return;
-    }
-    for (std::size_t i = 0; i < st.routes.size(); ++i) {
-      if (st.routes[i].link.handle.address() != dm.source && st.routes[i].tail.address() != dm.source) continue;
-      if (!st.routes[i].down.empty()) continue;  // head and tail of one chain: once is enough
-      if (st.routes[i].abandoned) continue;  // the coordinator's word came first and failed it all
-      if (st.routes[i].retired) {  // it left the map: no replacement comes, nothing new goes there
-        st.routes[i].abandoned = true;
-        st.routes[i].down = st.routes[i].link.name + ", which left the map, is down (" + describe(dm.reason) + ")";
-        fail_all(self, i, st.routes[i].down);
-        continue;
-      }
-      shard_down(self, i, st.routes[i].link.name + " is down (" + describe(dm.reason) + ")");
-    }
-  });
+  self->set_down_handler([=](caf::down_msg& dm) { peer_down(self, dm); });
   return {
     [=](failover_atom, std::uint64_t idx, std::uint64_t gen) {
       auto& st = self->state;
@@ -1158,15 +1172,7 @@ client_impl::behavior_type kv_client_actor(client_ptr self, std::vector<shard_li
       fail_all(self, idx, st.routes[idx].down + " and no replacement came within " + std::to_string(st.timeout.count()) + " ms");
     },
     [=](view_atom, const cluster_view& view) { apply_view(self, view); },
-    [=](handoff_atom, std::uint64_t batch) {
-      auto it = self->state.moved_reads.find(batch);
-      if (it == self->state.moved_reads.end()) return;
-      auto reads = std::move(it->second);
-      self->state.moved_reads.erase(it);
-      for (auto& r : reads)
-        r.op->finish(r.op->what + " failed: its keys moved to another shard and no map naming the new owner came "
-                     "within " + std::to_string(self->state.timeout.count()) + " ms");
-    },
+    [=](handoff_atom, std::uint64_t batch) { expire_moved_reads(self, batch); },
     [=](members_atom, std::vector<std::uint32_t>& live) {
       std::lock_guard<std::mutex> guard(self->state.stats->mtx);
       self->state.stats->live_workers = std::move(live);

@@ -358,7 +358,7 @@ caf::result<std::uint64_t> apply_write(self_ptr self, const shard_options& opts,
                                        bool is_push, const request_header& hdr, const range_list& ranges,
                                        const float_block& values, std::optional<ack_promise> made = std::nullopt) {
   auto& st = self->state;
-  if (hdr.epoch < st.core->map_epoch()) {
+  if (hdr.epoch < st.core->map_epoch() && !st.core->owns(ranges.ranges)) {
     auto parts = st.core->route_stale({hdr.epoch, hdr.worker, hdr.clock, hdr.seq, ranges.ranges,
                                        {values.data(), values.data() + values.size}});
     if (!parts.empty()) return forward_stale(self, opts, coordinator, is_push ? write_kind::push : write_kind::init, hdr,
@@ -419,7 +419,7 @@ caf::result<std::uint64_t> write_rows(self_ptr self, const shard_options& opts, 
   return claim_then(self, opts, "push of rows", hdr, sent, [=](const float_block& values, std::optional<ack_promise> made)
                                                               -> caf::result<std::uint64_t> {
     auto& st = self->state;
-    if (hdr.epoch < st.core->map_epoch()) {
+    if (hdr.epoch < st.core->map_epoch() && rows.table < st.core->num_tables() && !st.core->owns_rows(rows.table, rows.ids)) {
       auto parts = st.core->route_stale({hdr.epoch, hdr.worker, hdr.clock, hdr.seq, {},
                                          {values.data(), values.data() + values.size}, rows.table, rows.ids});
       if (!parts.empty()) return forward_stale(self, opts, coordinator, write_kind::rows, hdr, std::move(parts), made);

@@ -98,6 +98,28 @@ nlohmann::ordered_json measure(const event_window& ev, const std::vector<sample>
           {"lost_updates", lost_updates}};
 }
 
+// The workers' result lines: every request's end and latency, their pushes, the lowest sum
+// of every key any of them read at the end.
+struct worker_results {
+  std::vector<sample> samples;
+  double pushes = 0, worst_sum = -1;
+  int workers = 0;
+};
+worker_results results_of(const std::string& output) {
+  worker_results r;
+  for (const auto& j : ps::json_lines_of(output)) {
+    if (!j.contains("took_us")) continue;
+    ++r.workers;
+    r.pushes += j["pushes"].get<double>();
+    auto sum = j["final_sum"].get<double>();
+    r.worst_sum = r.worst_sum < 0 ? sum : std::min(r.worst_sum, sum);
+    auto ends = j["ends_us"].get<std::vector<std::int64_t>>();
+    auto took = j["took_us"].get<std::vector<std::int64_t>>();
+    for (std::size_t i = 0; i < ends.size() && i < took.size(); ++i) r.samples.push_back({ends[i], took[i]});
+  }
+  return r;
+}
+
 constexpr const char* usage =
   "usage: bench_elastic [--phase-seconds=2]\n"
   "A job of 2 servers and 2 workers (processes, 1 MiB pushes and pulls back to back): a third server joins\n"
@@ -162,27 +184,15 @@ int main(int argc, char** argv) {
   while (std::fgets(rest, sizeof rest, joiner)) {
   }
   pclose(joiner);
-  std::vector<sample> samples;
-  double expected = 0, worst_sum = -1;
-  int workers = 0;
-  for (const auto& j : ps::json_lines_of(job.all)) {
-    if (!j.contains("took_us")) continue;
-    ++workers;
-    expected += j["pushes"].get<double>();
-    auto sum = j["final_sum"].get<double>();
-    worst_sum = worst_sum < 0 ? sum : std::min(worst_sum, sum);
-    auto ends = j["ends_us"].get<std::vector<std::int64_t>>();
-    auto took = j["took_us"].get<std::vector<std::int64_t>>();
-    for (std::size_t i = 0; i < ends.size() && i < took.size(); ++i) samples.push_back({ends[i], took[i]});
-  }
-  if (status != 0 || workers != 2) {
-    std::fprintf(stderr, "bench_elastic: the job failed (status %d, %d worker results):\n%s", status, workers,
+  auto results = results_of(job.all);
+  if (status != 0 || results.workers != 2) {
+    std::fprintf(stderr, "bench_elastic: the job failed (status %d, %d worker results):\n%s", status, results.workers,
                  job.all.c_str());
     return 1;
   }
   const double keys = 1u << 18;
-  const double lost = keys * expected - worst_sum;
-  ps::bench::print_line(measure(join, samples, phase, lost));
-  ps::bench::print_line(measure(leave, samples, phase, lost));
+  const double lost = keys * results.pushes - results.worst_sum;
+  ps::bench::print_line(measure(join, results.samples, phase, lost));
+  ps::bench::print_line(measure(leave, results.samples, phase, lost));
   return lost == 0 ? 0 : 1;
 }

@@ -141,6 +141,18 @@ shard_effects shard_core::take_over(const shard_handoff& h) {
   return fx;
 }
 
+bool shard_core::owns(const std::vector<key_range>& ranges) const {
+  const auto bits = map_.bucket_bits();
+  for (const auto& r : ranges)
+    for (key_type at = r.begin; at < r.end; at = ((at >> bits) + 1) << bits)
+      if (map_.owner(at) != id_) return false;
+  return true;
+}
+
+bool shard_core::owns_rows(std::uint32_t table, const std::vector<std::uint64_t>& ids) const {
+  return std::all_of(ids.begin(), ids.end(), [&](std::uint64_t id) { return map_.row_owner(table, id) == id_; });
+}
+
 std::map<std::uint32_t, deferred_update> shard_core::route_stale(const deferred_update& u) const {
   if (u.epoch >= map_.epoch()) return {};
   std::uint32_t dim = 0;

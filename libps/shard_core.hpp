@@ -186,6 +186,10 @@ class shard_core {
   // part under its id. Empty when it is all this shard's, or malformed (the write's own
   // checks report it then).
   std::map<std::uint32_t, deferred_update> route_stale(const deferred_update& u) const;
+  // Whether every key of `ranges`, or every row `ids` of `table`, is this shard's under its
+  // map (cheap: a stale write is cut, and its values copied, only when not).
+  bool owns(const std::vector<key_range>& ranges) const;
+  bool owns_rows(std::uint32_t table, const std::vector<std::uint64_t>& ids) const;
   // Replaces the parameters and adds the rows (a replica's state from --restore); throws
   // bad_request.
   void restore(const std::vector<stored_segment>& segments, const std::vector<table_rows>& rows = {});

@@ -135,6 +135,8 @@ TEST_CASE("handoff: a third shard joins two; about a third of the keys move, eac
   key_type gone = 0;
   while (c.after.owner(gone) != 2 || c.before.owner(gone) != 0) gone += 4;
   std::vector<float> one{1.0f};
+  CHECK_FALSE(c.cores[0]->owns({{gone, gone + 1}}));
+  CHECK(c.cores[2]->owns({{gone, gone + 1}}));
   auto refused = c.cores[0]->push({2, 1, 1, 5000}, {{gone, gone + 1}}, one.data(), 1);
   CHECK(refused.error.find("belong to shard 2") != std::string::npos);
 }
