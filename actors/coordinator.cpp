@@ -48,7 +48,8 @@ cluster_view make_view(self_ptr self, const coordinator_options& opts) {
 // A registration answer: the member's id, the map and the job contract.
 registration make_registration(self_ptr self, const coordinator_options& opts, std::uint32_t id,
                                encoded_block state = {}, std::uint64_t start_clock = 0) {
-  return {id, make_view(self, opts), std::move(state), start_clock, job_spec_msg::from(opts.spec)};
+  return {id, make_view(self, opts), std::move(state), start_clock, job_spec_msg::from(opts.spec),
+          self->state.barrier_generation};
 }
 
 // The heads of the shards in the map (not those that left it).
@@ -80,13 +81,57 @@ void tell_members(self_ptr self) {
   for (auto& sub : st.view_subscribers) caf::anon_send(sub, members_atom::value, live);
 }
 
-void release_barrier_if_complete(self_ptr self) {
+coordinator_record record_of(const coordinator_state& st, const coordinator_options& opts) {
+  coordinator_record r;
+  r.job_fingerprint = fingerprint_hex(opts.spec);
+  r.servers = opts.servers;
+  r.workers = opts.workers;
+  r.epoch = st.epoch;
+  r.placement = st.placement;
+  r.retired.assign(st.retired.begin(), st.retired.end());
+  for (const auto& e : st.shards) r.shards.push_back({e.id, e.host, e.port, e.pid});
+  r.worker_done = st.worker_done;
+  r.results = st.results;
+  r.barrier_generation = st.barrier_generation;
+  return r;
+}
+
+// --state-dir: saves what a resumed coordinator needs, once the job has formed (before,
+// there is nothing to resume: members started afresh find a fresh coordinator).
+void persist(self_ptr self, const coordinator_options& opts) {
+  auto& st = self->state;
+  if (opts.state_dir.empty() || st.resuming || st.ending || !st.view_ready || st.next_worker < opts.workers) return;
+  try {
+    save_record(opts.state_dir, record_of(st, opts));
+  } catch (const bad_request& e) {
+    tell_news(opts, std::string("coordinator: ") + e.what() + "; a restart could not resume from it");
+  }
+}
+
+// The barrier is released once every running worker reached it; saved first, so a
+// coordinator resumed after its death answers a barrier sent again at once.
+void release_barrier_if_complete(self_ptr self, const coordinator_options& opts) {
   auto& st = self->state;
   auto live = st.worker_done.size() - st.finished_workers;
-  if (st.barrier.empty() || st.barrier.size() < live) return;
+  if (st.resuming || st.barrier.empty() || st.barrier.size() < live) return;
   auto gen = st.barrier_generation++;
-  for (auto& rp : st.barrier) rp.deliver(gen);
+  persist(self, opts);
+  for (auto& [worker, rp] : st.barrier) rp.deliver(gen);
   st.barrier.clear();
+}
+
+// A worker's barrier number `generation`: answered at once when released before.
+caf::result<std::uint64_t> enter_barrier(self_ptr self, const coordinator_options& opts, std::uint32_t worker,
+                                         std::uint64_t generation) {
+  auto& st = self->state;
+  if (st.ending) return st.end_reason;
+  if (generation < st.barrier_generation) return generation;
+  if (worker >= st.worker_done.size() || st.worker_done[worker])
+    return make_ps_error("coordinator: worker " + std::to_string(worker) + " is not running, it has no barrier");
+  auto rp = self->make_response_promise<std::uint64_t>();
+  st.barrier[worker] = rp;  // one sent again (after a restart) replaces the first
+  release_barrier_if_complete(self, opts);
+  return rp;
 }
 
 // The job cannot go on, or was stopped: parked registrations and barriers get the
@@ -107,8 +152,10 @@ void end_job(self_ptr self, const coordinator_options& opts, errc code, const st
   auto wire_code = completed ? std::uint8_t{0} : static_cast<std::uint8_t>(code);
   for (auto& w : st.waiting) w.promise.deliver(err);
   st.waiting.clear();
-  for (auto& rp : st.barrier) rp.deliver(err);
+  for (auto& [worker, rp] : st.barrier) rp.deliver(err);
   st.barrier.clear();
+  // Nothing is left to resume (a restart with --resume is refused, naming why).
+  if (!opts.state_dir.empty()) std::remove(record_path(opts.state_dir).c_str());
   if (!completed) {
     for (auto& w : st.worker_handles) caf::anon_send(w, stop_atom::value, wire_code, text);
     for (auto& sub : st.view_subscribers)
@@ -233,6 +280,7 @@ void worker_finished(self_ptr self, const coordinator_options& opts, std::uint32
   if (id >= st.worker_done.size() || st.worker_done[id]) return;
   st.worker_done[id] = true;
   ++st.finished_workers;
+  st.barrier.erase(id);
   std::vector<std::uint32_t> drained;
   for (auto& [shard, workers] : st.draining_clients)
     if (workers.erase(id) && workers.empty()) drained.push_back(shard);
@@ -240,11 +288,13 @@ void worker_finished(self_ptr self, const coordinator_options& opts, std::uint32
   // It leaves the clock vector: BSP and SSP reads stop waiting for it.
   for (auto& copy : st.copies) caf::anon_send(copy, leave_atom::value, id);
   tell_members(self);
+  persist(self, opts);
+  if (st.resuming) return;  // the job goes on (or ends) once its members are back
   if (st.finished_workers == st.worker_done.size()) {
     if (st.reported_workers == 0) return end_job(self, opts, errc::job_failed, "every worker went down before finishing");
     return finish_job(self, opts);
   }
-  release_barrier_if_complete(self);
+  release_barrier_if_complete(self, opts);
 }
 
 // Why a member cannot join this job (empty: it can): another protocol version, or job
@@ -270,6 +320,7 @@ void recover_shard(self_ptr self, const coordinator_options& opts, std::uint32_t
 void announce_view(self_ptr self, const coordinator_options& opts, std::function<void()> then = {}) {
   auto& st = self->state;
   auto view = make_view(self, opts);
+  persist(self, opts);
   auto remaining = std::make_shared<std::size_t>(st.copies.size());
   if (opts.checkpointer) caf::anon_send(opts.checkpointer, view_atom::value, view.epoch);
   auto to_workers = [=] {
@@ -443,6 +494,7 @@ caf::result<registration> join_running_job(self_ptr self, const coordinator_opti
     auto reg = make_registration(self, opts, id, {}, *start);
     rp.deliver(std::move(reg));
     tell_members(self);
+    persist(self, opts);
   };
   for (auto& copy : st.copies)
     self->request(copy, std::chrono::seconds(10), join_atom::value, id)
@@ -640,6 +692,7 @@ caf::result<registration> park_registration(self_ptr self, const coordinator_opt
     // wait until every chain is complete.
     deliver_waiting(self, opts, !st.view_ready);
   }
+  persist(self, opts);
   return rp;
 }
 
@@ -681,6 +734,7 @@ std::string map_change_refusal(const coordinator_options& opts, const coordinato
     return "the job keeps chains of copies (--replication=" + std::to_string(opts.replication) +
            "), which a map change does not rebuild yet";
   if (opts.checkpointer) return "the job writes checkpoints (--checkpoint-dir), whose files do not follow a map change yet";
+  if (st.resuming) return "the coordinator is resuming the job; try again once its members are back";
   if (st.joining) return "another shard is joining or leaving; try again once it has";
   if (st.ending) return "the job is ending";
   if (!st.view_ready) return "the job has not formed yet";
@@ -925,11 +979,169 @@ caf::result<registration> register_member(self_ptr self, const coordinator_optio
     if (!st.view_ready || st.next_worker < opts.workers) end_job(self, opts, errc::job_failed, text);
     return rp;
   }
+  if (st.resuming)
+    return make_error(errc::refused, "coordinator: " + member_name(info) + " cannot register while the coordinator "
+                                     "resumes the job; register again once its members are back");
   auto sender = caf::actor_cast<caf::actor>(self->current_sender());
   if (info.role == "server") return register_server(self, opts, sender, info);
   if (info.role == "worker") return register_worker(self, opts, sender, info);
   if (info.role == "replica") return register_replica(self, opts, sender, info);
   return make_ps_error("coordinator: unknown role \"" + info.role + "\"");
+}
+
+// ---- a resumed job (--resume) ------------------------------------------------------
+
+// Every member is back (or given up): the job goes on under a new epoch, whose map names
+// this coordinator's checkpointer, and is saved again.
+void finish_resume(self_ptr self, const coordinator_options& opts) {
+  auto& st = self->state;
+  if (!st.resuming || !st.absent_shards.empty() || !st.absent_workers.empty()) return;
+  st.resuming = false;
+  ++st.epoch;
+  tell_news(opts, "coordinator: resumed the job: " + std::to_string(st.copies.size()) + " shards and " +
+                    std::to_string(st.worker_done.size() - st.finished_workers) + " running workers are back; epoch " +
+                    std::to_string(st.epoch));
+  tell_members(self);
+  announce_view(self, opts);
+  if (st.finished_workers == st.worker_done.size()) {
+    if (st.reported_workers == 0) return end_job(self, opts, errc::job_failed, "every worker went down before finishing");
+    return finish_job(self, opts);
+  }
+  release_barrier_if_complete(self, opts);
+}
+
+// Takes over the dead coordinator's job from its saved state: the map as it was, the
+// shards without handles until they rejoin, the finished workers' results (the observer
+// hears them again), the barriers released.
+void resume_job(self_ptr self, const coordinator_options& opts) {
+  auto& st = self->state;
+  const auto& r = *opts.resume;
+  st.epoch = r.epoch;
+  st.placement = r.placement;
+  st.retired.insert(r.retired.begin(), r.retired.end());
+  for (const auto& s : r.shards) {
+    st.shards.push_back({s.id, s.host, s.port, s.pid, {}, {}, 1});
+    if (!st.retired.count(s.id)) st.absent_shards.insert(s.id);
+  }
+  st.shard_handles.resize(r.shards.size());
+  st.worker_done = r.worker_done;
+  st.next_worker = static_cast<std::uint32_t>(r.worker_done.size());
+  for (std::uint32_t w = 0; w < r.worker_done.size(); ++w) {
+    if (r.worker_done[w]) ++st.finished_workers;
+    else st.absent_workers.insert(w);
+  }
+  st.results = r.results;
+  for (const auto& [w, res] : r.results) {
+    if (res.ok) ++st.reported_workers;
+    tell(opts, "worker " + std::to_string(w) + " finished: " + res.json, done_atom::value, worker_result{w, res.ok, res.json});
+  }
+  st.barrier_generation = r.barrier_generation;
+  st.view_out = st.view_ready = true;
+  st.resuming = true;
+  tell_news(opts, "coordinator: resuming the job at epoch " + std::to_string(st.epoch) + "; waiting up to " +
+                    std::to_string(opts.rejoin_patience.count()) + " ms for " + std::to_string(st.absent_shards.size()) +
+                    " shards and " + std::to_string(st.absent_workers.size()) + " workers to come back");
+  self->delayed_send(self, opts.rejoin_patience, rejoin_atom::value);
+  finish_resume(self, opts);
+}
+
+// The rejoin deadline: a shard still away is dead (recovered from a checkpoint, or the
+// job fails), a worker still away leaves the clock vector.
+void give_up_absent(self_ptr self, const coordinator_options& opts) {
+  auto& st = self->state;
+  if (!st.resuming) return;
+  const auto why = make_ps_error("it did not come back within " + std::to_string(opts.rejoin_patience.count()) +
+                                 " ms of the coordinator's restart");
+  auto workers = std::move(st.absent_workers);
+  st.absent_workers.clear();
+  for (auto w : workers) {
+    tell_news(opts, "worker " + std::to_string(w) + " went down (" + describe(why) + "); it leaves the clock vector");
+    worker_finished(self, opts, w);
+  }
+  auto shards = std::move(st.absent_shards);
+  st.absent_shards.clear();
+  if (shards.empty()) return finish_resume(self, opts);
+  st.resuming = false;  // the replacements' maps go out as they are placed
+  for (auto id : shards) recover_shard(self, opts, id, "server shard " + std::to_string(id), why);
+}
+
+caf::result<registration> rejoin_shard(self_ptr self, const coordinator_options& opts, const caf::actor& sender,
+                                       const node_info& info) {
+  auto& st = self->state;
+  auto id = info.shard;
+  auto who = "server shard " + std::to_string(id) +
+             (info.host.empty() ? "" : " (" + info.host + ":" + std::to_string(info.port) + ", pid " +
+                                         std::to_string(info.pid) + ")");
+  if (id >= st.shards.size() || st.retired.count(id) || !st.absent_shards.count(id))
+    return make_error(errc::refused, "coordinator: " + who + " cannot rejoin: the resumed job " +
+                                       (id < st.shards.size() && !st.retired.count(id) ? "has it back already or gave it up"
+                                                                                     : "has no such shard"));
+  st.absent_shards.erase(id);
+  auto& entry = st.shards[id];
+  std::tie(entry.host, entry.port, entry.pid) = std::tie(info.host, info.port, info.pid);
+  auto shard = caf::actor_cast<shard_actor>(sender);
+  st.shard_handles[id] = shard;
+  st.copies.push_back(shard);
+  st.shard_ids[sender.address()] = id;
+  st.members[sender.address()] = who + " (rejoined)";
+  self->monitor(sender);
+  auto reg = make_registration(self, opts, id);
+  finish_resume(self, opts);
+  return reg;
+}
+
+// A worker's client rejoins for its worker (info.handle, told when the job ends); a
+// worker that finished only comes back to send its result again.
+caf::result<registration> rejoin_worker(self_ptr self, const coordinator_options& opts, const caf::actor& sender,
+                                        const node_info& info) {
+  auto& st = self->state;
+  auto id = info.shard;
+  auto who = "worker " + std::to_string(id) + " (pid " + std::to_string(info.pid) + ")";
+  if (id >= st.worker_done.size()) return make_error(errc::refused, "coordinator: " + who + " cannot rejoin: no such worker");
+  if (st.worker_done[id]) return make_registration(self, opts, id);
+  if (!st.absent_workers.count(id))
+    return make_error(errc::refused, "coordinator: " + who + " cannot rejoin: the resumed job has it back already or gave it up");
+  st.absent_workers.erase(id);
+  if (info.handle) {
+    self->monitor(info.handle);
+    st.worker_ids[info.handle.address()] = id;
+    st.worker_handles.push_back(caf::actor_cast<worker_actor>(info.handle));
+    st.members[info.handle.address()] = who + " (rejoined)";
+  }
+  auto sub = caf::actor_cast<client_actor>(sender);
+  st.view_subscribers.push_back(sub);
+  st.subscriber_workers[sub.address()] = id;
+  auto reg = make_registration(self, opts, id);
+  finish_resume(self, opts);
+  return reg;
+}
+
+// A member of the dead coordinator's job comes back: only to a coordinator that resumed it.
+caf::result<registration> rejoin_member(self_ptr self, const coordinator_options& opts, const node_info& info) {
+  auto& st = self->state;
+  auto refuse = [&](const std::string& why) {
+    return make_error(errc::refused, "coordinator: " + member_name(info) + " cannot rejoin: " + why);
+  };
+  if (!opts.resume) return refuse("this coordinator did not resume a job (start it with --state-dir=DIR --resume)");
+  if (st.ending) return refuse("the job is ending");
+  if (auto why = refusal(opts, info); !why.empty()) return refuse(why);
+  auto sender = caf::actor_cast<caf::actor>(self->current_sender());
+  if (!sender) return refuse("the message came without a sender");
+  if (info.role == "server") return rejoin_shard(self, opts, sender, info);
+  if (info.role == "worker") return rejoin_worker(self, opts, sender, info);
+  return refuse("a " + info.role + " does not rejoin");
+}
+
+// A worker's end: its result is kept (saved for a resume) and it leaves; one sent again
+// after a restart is acknowledged and changes nothing.
+caf::ok_atom worker_done(self_ptr self, const coordinator_options& opts, const worker_result& result) {
+  auto& st = self->state;
+  if (result.worker >= st.worker_done.size() || st.worker_done[result.worker]) return caf::ok_atom::value;
+  if (result.ok) ++st.reported_workers;
+  st.results[result.worker] = {result.ok, result.json};
+  tell(opts, "worker " + std::to_string(result.worker) + " finished: " + result.json, done_atom::value, result);
+  worker_finished(self, opts, result.worker);
+  return caf::ok_atom::value;
 }
 
 }  // namespace
@@ -938,18 +1150,17 @@ coordinator_actor::behavior_type coordinator(self_ptr self, coordinator_options 
   self->state.worker_done.assign(opts.workers, false);
   if (opts.checkpoint_seconds > 0 && opts.checkpointer)
     self->delayed_send(self, checkpoint_period(opts), checkpoint_atom::value);
-  if (opts.wait_report.count() > 0) self->delayed_send(self, opts.wait_report, wait_report_atom::value);
+  if (opts.wait_report.count() > 0 && !opts.resume) self->delayed_send(self, opts.wait_report, wait_report_atom::value);
   self->set_down_handler([=](caf::down_msg& dm) { member_down(self, opts, dm); });
+  if (opts.resume) resume_job(self, opts);
   return {
     [=](register_atom, node_info& info) { return register_member(self, opts, info); },
     [=](end_atom) { self->quit(self->state.end_reason); },
-    [=](barrier_atom, std::uint32_t) -> caf::result<std::uint64_t> {
-      if (self->state.ending) return self->state.end_reason;
-      auto rp = self->make_response_promise<std::uint64_t>();
-      self->state.barrier.push_back(rp);
-      release_barrier_if_complete(self);
-      return rp;
+    [=](barrier_atom, std::uint32_t worker, std::uint64_t generation) {
+      return enter_barrier(self, opts, worker, generation);
     },
+    [=](rejoin_atom, const node_info& info) { return rejoin_member(self, opts, info); },
+    [=](rejoin_atom) { give_up_absent(self, opts); },
     [=](report_atom, std::uint32_t worker, const std::string& text) {
       tell(opts, "worker " + std::to_string(worker) + ": " + text, report_atom::value, worker, text);
     },
@@ -975,11 +1186,7 @@ coordinator_actor::behavior_type coordinator(self_ptr self, coordinator_options 
       st.subscriber_workers[sub.address()] = worker;
       if (st.epoch > 1) caf::anon_send(sub, view_atom::value, make_view(self, opts));  // missed one
     },
-    [=](done_atom, const worker_result& result) {
-      if (result.ok) ++self->state.reported_workers;
-      tell(opts, "worker " + std::to_string(result.worker) + " finished: " + result.json, done_atom::value, result);
-      worker_finished(self, opts, result.worker);
-    },
+    [=](done_atom, const worker_result& result) { return worker_done(self, opts, result); },
     [=](stop_atom, std::uint8_t code, std::string& why) -> caf::result<caf::ok_atom> {
       auto kind = static_cast<errc>(code);
       if (kind != errc::stopped && kind != errc::interrupted && kind != errc::terminated && kind != errc::job_failed)

@@ -12,6 +12,7 @@
 #include "actors/messages.hpp"
 #include "actors/server_shard.hpp"
 #include "libps/checkpoint.hpp"
+#include "libps/coordinator_record.hpp"
 #include "libps/job_spec.hpp"
 #include "libps/update_rule.hpp"
 
@@ -51,6 +52,13 @@ struct coordinator_options {
   // The job contract: handed to every member; a member whose given settings or protocol
   // version differ is refused (before the job has formed, that fails the job).
   job_spec spec;
+  // --state-dir: what a resume needs (libps/coordinator_record.hpp) is saved here as it
+  // changes, once the job has formed. Empty: nothing is saved.
+  std::string state_dir;
+  // --resume: the job this coordinator takes over from a dead one (its saved state); its
+  // members have rejoin_patience to come back, after which the missing ones count as dead.
+  std::shared_ptr<const coordinator_record> resume;
+  std::chrono::milliseconds rejoin_patience{10000};
 };
 
 struct coordinator_state {
@@ -66,8 +74,12 @@ struct coordinator_state {
   std::uint32_t next_worker = 0;
   std::uint32_t finished_workers = 0;  // done or dead
   std::uint32_t reported_workers = 0;  // done with a result
-  std::vector<caf::typed_response_promise<std::uint64_t>> barrier;
-  std::uint64_t barrier_generation = 0;
+  std::map<std::uint32_t, caf::typed_response_promise<std::uint64_t>> barrier;  // by worker
+  std::uint64_t barrier_generation = 0;  // barriers released so far
+  std::map<std::uint32_t, coordinator_record::result> results;  // the workers' ends, saved for a resume
+  // A resumed job waits for its members to come back (rejoin): these have not yet.
+  bool resuming = false;
+  std::set<std::uint32_t> absent_shards, absent_workers;
   std::map<caf::actor_addr, std::string> members;  // monitored address -> description
   std::map<caf::actor_addr, std::uint32_t> worker_ids;
   std::vector<worker_actor> worker_handles;  // the registered workers: told when the job ends

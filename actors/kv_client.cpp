@@ -5,6 +5,8 @@
 #include "libps/faults.hpp"
 
 #include <atomic>
+#include <unistd.h>
+
 #include <cstdio>
 #include <deque>
 #include <map>
@@ -188,10 +190,28 @@ struct client_state {
   std::uint32_t worker = 0;
   coordinator_actor coordinator;  // none: no failover, a dead shard fails its requests at once
   std::string coordinator_down;   // non-empty: the coordinator is gone (why); no failover can come
-  // Barriers under way at the coordinator: failed at once if it goes down (a request to a
-  // dead remote actor would wait for its whole timeout).
-  std::map<std::uint64_t, caf::typed_response_promise<std::uint64_t>> barriers;
+  // Barriers under way at the coordinator, by tag: failed at once if it is gone for good (a
+  // request to a dead remote actor would wait for its whole timeout), sent again to a
+  // coordinator that resumed the job. `attempt` tells a stale answer from the live one.
+  struct pending_barrier {
+    caf::typed_response_promise<std::uint64_t> promise;
+    std::uint64_t generation = 0;
+    std::chrono::milliseconds timeout{0};
+    std::uint64_t attempt = 0;
+  };
+  std::map<std::uint64_t, pending_barrier> barriers;
   std::uint64_t next_barrier = 0;
+  std::uint64_t barrier_generation = 0;  // this worker's next barrier's number
+  // The worker's end, until the coordinator acknowledged it (sent again after a rejoin).
+  struct pending_done {
+    worker_result result;
+    caf::typed_response_promise<caf::ok_atom> promise;
+    std::uint64_t attempt = 0;
+  };
+  std::optional<pending_done> done;
+  reconnect_options reconnect;    // kv_client_options::reconnect
+  caf::actor worker_handle;       // kv_client_options::worker_handle
+  std::string coordinator_lost;   // non-empty while the coordinator is away (why it went down)
   std::chrono::milliseconds timeout;
   // Flow control per shard: CAF's broker buffers every queued message in one growing
   // buffer and shifts it after each partial write, so hundreds of MB queued on one
@@ -244,7 +264,15 @@ using client_impl = client_actor::extend<
   // Reads refused as moved (batch) whose new map did not come in time: they fail.
   caf::reacts_to<handoff_atom, std::uint64_t>,
   // From the caller's thread: worker w's barrier at the coordinator (timeout in ms).
-  caf::replies_to<barrier_atom, std::uint32_t, std::uint64_t>::with<std::uint64_t>>;
+  caf::replies_to<barrier_atom, std::uint32_t, std::uint64_t>::with<std::uint64_t>,
+  // From the caller's thread: a progress line, and the worker's end (answered once the
+  // coordinator has it).
+  caf::reacts_to<report_atom, std::string>,
+  caf::replies_to<done_atom, worker_result>::with<caf::ok_atom>,
+  // From the dialer (actors/reconnect.hpp): a coordinator answers at the old address again,
+  // or none did in time (why).
+  caf::reacts_to<rejoin_atom, caf::actor>,
+  caf::reacts_to<rejoin_atom, std::string>>;
 using client_ptr = client_impl::stateful_pointer<client_state>;
 
 void launch(client_ptr self, std::size_t idx, pending_request r);
@@ -1067,6 +1095,9 @@ void init_client(client_ptr self, std::vector<shard_link> shards, std::vector<sh
   st.timeout = opts.timeout;
   st.inflight_limit = opts.inflight_bytes;
   st.coordinator = opts.coordinator;
+  st.reconnect = opts.reconnect;
+  st.worker_handle = opts.worker_handle;
+  st.barrier_generation = opts.first_barrier;
   st.worker = opts.worker;
   st.epoch = epoch;
   st.stats = std::move(stats);
@@ -1099,43 +1130,121 @@ void init_client(client_ptr self, std::vector<shard_link> shards, std::vector<sh
   }
 }
 
-// The coordinator is gone without ending the job: barriers fail now, and so do the
-// requests waiting for a shard's replacement (only the coordinator could send one).
-void coordinator_gone(client_ptr self, const caf::error& reason) {
+// The coordinator is gone for good without ending the job (`why`): barriers and the
+// worker's end fail now, and so do the requests waiting for a shard's replacement (only
+// the coordinator could send one).
+void coordinator_gone(client_ptr self, const std::string& why) {
   auto& st = self->state;
-  st.coordinator_down = "the coordinator went down (" + describe(reason) + ")";
-  for (auto& [tag, rp] : st.barriers) rp.deliver(make_ps_error(st.coordinator_down));
+  st.coordinator_down = why;
+  st.coordinator_lost.clear();
+  for (auto& [tag, b] : st.barriers) b.promise.deliver(make_ps_error(why));
   st.barriers.clear();
+  if (st.done) st.done->promise.deliver(make_ps_error(why));
+  st.done.reset();
   for (std::size_t i = 0; i < st.routes.size(); ++i)
     if (!st.routes[i].down.empty() && !st.routes[i].abandoned) abandon_for_coordinator(self, i);
 }
 
+// Sends barrier `tag` to the coordinator (again, after a rejoin).
+void send_barrier(client_ptr self, std::uint64_t tag) {
+  auto& st = self->state;
+  auto& b = st.barriers.at(tag);
+  auto attempt = ++b.attempt;
+  auto settle = [=](auto answer) {
+    auto it = self->state.barriers.find(tag);
+    if (it == self->state.barriers.end() || it->second.attempt != attempt) return;  // failed, or sent again
+    it->second.promise.deliver(std::move(answer));
+    self->state.barriers.erase(it);
+  };
+  self->request(st.coordinator, b.timeout, barrier_atom::value, st.worker, b.generation)
+    .then([=](std::uint64_t generation) { settle(generation); },
+          [=](caf::error& e) {
+            if (!self->state.coordinator_lost.empty()) return;  // sent again once a coordinator is back
+            settle(std::move(e));
+          });
+}
+
 // A barrier at the coordinator, answered here (so that a dead coordinator fails it).
-caf::result<std::uint64_t> barrier(client_ptr self, std::uint32_t worker, std::chrono::milliseconds timeout) {
+caf::result<std::uint64_t> barrier(client_ptr self, std::chrono::milliseconds timeout) {
   auto& st = self->state;
   if (!st.coordinator) return make_ps_error("this client has no coordinator");
   if (!st.coordinator_down.empty()) return make_ps_error(st.coordinator_down);
   auto tag = st.next_barrier++;
   auto rp = self->make_response_promise<std::uint64_t>();
-  st.barriers.emplace(tag, rp);
-  auto settle = [=](auto answer) {
-    auto it = self->state.barriers.find(tag);
-    if (it == self->state.barriers.end()) return;  // failed already: the coordinator went down
-    it->second.deliver(std::move(answer));
-    self->state.barriers.erase(it);
-  };
-  self->request(st.coordinator, timeout, barrier_atom::value, worker)
-    .then([=](std::uint64_t generation) { settle(generation); }, [=](caf::error& e) { settle(std::move(e)); });
+  st.barriers[tag] = {rp, st.barrier_generation++, timeout, 0};
+  if (st.coordinator_lost.empty()) send_barrier(self, tag);
   return rp;
+}
+
+// Sends the worker's end to the coordinator (again, after a rejoin).
+void send_done(client_ptr self) {
+  auto& st = self->state;
+  auto attempt = ++st.done->attempt;
+  auto settle = [=](auto answer) {
+    auto& done = self->state.done;
+    if (!done || done->attempt != attempt) return;
+    done->promise.deliver(std::move(answer));
+    done.reset();
+  };
+  self->request(st.coordinator, st.timeout, done_atom::value, st.done->result)
+    .then([=](caf::ok_atom ok) { settle(ok); },
+          [=](caf::error& e) {
+            if (!self->state.coordinator_lost.empty()) return;  // sent again once a coordinator is back
+            settle(std::move(e));
+          });
+}
+
+caf::result<caf::ok_atom> finish_worker(client_ptr self, worker_result& result) {
+  auto& st = self->state;
+  if (!st.coordinator) return make_ps_error("this client has no coordinator");
+  if (!st.coordinator_down.empty()) return make_ps_error(st.coordinator_down);
+  auto rp = self->make_response_promise<caf::ok_atom>();
+  st.done = client_state::pending_done{std::move(result), rp, 0};
+  if (st.coordinator_lost.empty()) send_done(self);
+  return rp;
+}
+
+// The coordinator went down without ending the job: with a dial, its address is dialled
+// again while requests to the shards go on; else it is gone for good.
+void coordinator_down(client_ptr self, const caf::error& reason) {
+  auto& st = self->state;
+  if (!reason || reason == caf::exit_reason::normal) return;  // the job ended
+  if (!st.reconnect.enabled()) return coordinator_gone(self, "the coordinator went down (" + describe(reason) + ")");
+  st.coordinator_lost = describe(reason);
+  std::fprintf(stderr, "worker %u: the coordinator at %s went down (%s); working on, waiting up to %lld ms for it to come back\n",
+               st.worker, st.reconnect.address.c_str(), st.coordinator_lost.c_str(),
+               static_cast<long long>(st.reconnect.patience.count()));
+  redial_coordinator(self, st.reconnect);
+}
+
+// A coordinator answers at the old address: the client rejoins it for its worker (which
+// also subscribes it to new maps), then sends what waited: barriers and the worker's end.
+void rejoin(client_ptr self, coordinator_actor coordinator) {
+  auto& st = self->state;
+  node_info me{"worker", "", 0, static_cast<std::uint32_t>(getpid()), st.worker_handle, st.worker, 0,
+               protocol_version, {}};
+  self->request(coordinator, std::chrono::seconds(5), rejoin_atom::value, me)
+    .then(
+      [=](registration&) {
+        auto& st = self->state;
+        st.coordinator = coordinator;
+        self->monitor(coordinator);
+        st.coordinator_lost.clear();
+        std::fprintf(stderr, "worker %u: rejoined the coordinator at %s\n", st.worker, st.reconnect.address.c_str());
+        for (auto& [tag, b] : st.barriers) send_barrier(self, tag);
+        if (st.done) send_done(self);
+      },
+      [=](caf::error& e) {
+        auto& st = self->state;
+        if (code_of(e) != errc::refused) return redial_coordinator(self, st.reconnect);
+        coordinator_gone(self, "the coordinator at " + st.reconnect.address + " came back without this job: " + describe(e));
+      });
 }
 
 // The coordinator or a shard copy went down.
 void peer_down(client_ptr self, const caf::down_msg& dm) {
   auto& st = self->state;
-  if (st.coordinator && dm.source == st.coordinator.address()) {
-    if (dm.reason && dm.reason != caf::exit_reason::normal) coordinator_gone(self, dm.reason);
-    return;
-  }
+  if (st.coordinator && dm.source == st.coordinator.address()) return coordinator_down(self, dm.reason);
   for (std::size_t i = 0; i < st.routes.size(); ++i) {
     if (st.routes[i].link.handle.address() != dm.source && st.routes[i].tail.address() != dm.source) continue;
     if (!st.routes[i].down.empty()) continue;  // head and tail of one chain: once is enough
@@ -1218,8 +1327,20 @@ client_impl::behavior_type kv_client_actor(client_ptr self, std::vector<shard_li
       for (std::size_t idx = 0; idx < st.routes.size(); ++idx)
         if (!st.routes[idx].retired) submit(self, idx, clock_request(self, idx, req->hdr, op));
     },
-    [=](barrier_atom, std::uint32_t worker, std::uint64_t timeout_ms) {
-      return barrier(self, worker, std::chrono::milliseconds(timeout_ms));
+    [=](barrier_atom, std::uint32_t, std::uint64_t timeout_ms) {
+      return barrier(self, std::chrono::milliseconds(timeout_ms));
+    },
+    [=](report_atom, std::string& text) {
+      auto& st = self->state;
+      if (st.coordinator && st.coordinator_lost.empty()) self->send(st.coordinator, report_atom::value, st.worker, std::move(text));
+    },
+    [=](done_atom, worker_result& result) { return finish_worker(self, result); },
+    [=](rejoin_atom, const caf::actor& coordinator) { rejoin(self, caf::actor_cast<coordinator_actor>(coordinator)); },
+    [=](rejoin_atom, const std::string& why) {
+      auto& st = self->state;
+      auto text = coordinator_gone_text(st.reconnect, st.coordinator_lost) + " (" + why + ")";
+      std::fprintf(stderr, "worker %u: %s\n", st.worker, text.c_str());
+      coordinator_gone(self, text);
     },
     [=](dispatch_atom, std::shared_ptr<op_request>& req) { dispatch(self, req); },
     [=](dispatch_atom, std::shared_ptr<rows_request>& req) { dispatch_rows(self, req); },
@@ -1323,6 +1444,19 @@ void kv_client::barrier(std::chrono::milliseconds timeout) {
                 static_cast<std::uint64_t>(timeout.count()))
     .receive([](std::uint64_t) {}, [&](caf::error& e) { err = describe(e); });
   if (!err.empty()) throw kv_error("barrier failed: " + err);
+}
+
+void kv_client::report(std::string text) {
+  caf::anon_send(caf::actor_cast<client_impl>(actor_), report_atom::value, std::move(text));
+}
+
+void kv_client::finish(worker_result result) {
+  caf::scoped_actor self{sys_};
+  std::string err;
+  // The client answers: with the coordinator's acknowledgment, or why it cannot come.
+  self->request(caf::actor_cast<client_impl>(actor_), caf::infinite, done_atom::value, std::move(result))
+    .receive([](caf::ok_atom) {}, [&](caf::error& e) { err = describe(e); });
+  if (!err.empty()) throw kv_error("the worker's result did not reach the coordinator: " + err);
 }
 
 std::vector<double> kv_client::recovery_times_ms() const {

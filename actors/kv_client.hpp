@@ -16,6 +16,7 @@
 
 #include "actors/data_plane.hpp"
 #include "actors/messages.hpp"
+#include "actors/reconnect.hpp"
 #include "libps/latency.hpp"
 #include "libps/chunking.hpp"
 #include "libps/codec.hpp"
@@ -98,6 +99,12 @@ struct kv_client_options {
   // it returns, messages to the shard go through the coordinator's node, which told of it;
   // after, CAF takes the direct connection. None: they keep going through there.
   std::function<void(const std::string&, std::uint16_t)> dial{};
+  // When the coordinator goes down: dial its address again and rejoin a coordinator that
+  // resumed the job there (barriers and the worker's result wait meanwhile). No dial: it
+  // is gone for good at once.
+  reconnect_options reconnect{};
+  caf::actor worker_handle{};  // the worker the coordinator tells when the job ends (a rejoin names it)
+  std::uint64_t first_barrier = 0;  // the registration's barrier_generation: this worker's next barrier
 };
 
 // One connected shard: its id, a name for errors, and its handle.
@@ -184,6 +191,12 @@ class kv_client {
   // kv_error when it fails: its timeout passed, the job ended, or the coordinator went down
   // (known at once: the client watches it).
   void barrier(std::chrono::milliseconds timeout);
+  // A progress line for the job's observer, through the coordinator (dropped while the
+  // coordinator is away).
+  void report(std::string text);
+  // The worker's end, to the coordinator; waits for its acknowledgment (across a
+  // coordinator's restart). Throws kv_error when it cannot be delivered.
+  void finish(worker_result result);
   // Tags later requests with this clock without telling the shards (tests).
   void set_clock(std::uint64_t c) { clock_ = c; }
   std::uint64_t clock() const { return clock_; }

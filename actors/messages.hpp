@@ -65,6 +65,7 @@ using handoff_atom = caf::atom_constant<caf::atom("handoff")>;
 using takeover_atom = caf::atom_constant<caf::atom("takeover")>;
 using remove_shard_atom = caf::atom_constant<caf::atom("rmshard")>;
 using idle_atom = caf::atom_constant<caf::atom("idle")>;
+using rejoin_atom = caf::atom_constant<caf::atom("rejoin")>;
 
 template <class Inspector>
 constexpr bool is_raw_io_v =
@@ -326,10 +327,12 @@ struct registration {
   encoded_block state;   // a shard's parameters from --restore (libps/checkpoint.hpp); else empty
   std::uint64_t start_clock = 0;  // a worker joining a running job starts here
   job_spec_msg spec;              // the job contract (the member adopts what it was not given)
+  std::uint64_t barrier_generation = 0;  // barriers released so far: a worker's next one has this number
 };
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, registration& x) {
-  return f(caf::meta::type_name("registration"), x.id, x.view, x.state, x.start_clock, x.spec);
+  return f(caf::meta::type_name("registration"), x.id, x.view, x.state, x.start_clock, x.spec,
+           x.barrier_generation);
 }
 
 template <class Inspector>
@@ -419,6 +422,11 @@ using shard_actor = caf::typed_actor<
   // Internal: fails pulls parked for longer than the limit, naming whom they wait for.
   caf::reacts_to<sweep_atom>,
   caf::reacts_to<start_atom, std::uint16_t>,
+  // From this shard's dialer (actors/reconnect.hpp) after the coordinator went down: a
+  // coordinator answers at its address again (the shard rejoins it), or none did in time
+  // (why; the shard ends with that error).
+  caf::reacts_to<rejoin_atom, caf::actor>,
+  caf::reacts_to<rejoin_atom, std::string>,
   // From the coordinator: the job ended (errc code, reason; code 0: it completed); the
   // shard acknowledges and ends with that reason, so its process exits with the job's status.
   caf::replies_to<stop_atom, std::uint8_t, std::string>::with<caf::ok_atom>>;
@@ -442,11 +450,21 @@ using worker_actor = caf::typed_actor<
 
 using coordinator_actor = caf::typed_actor<
   caf::replies_to<register_atom, node_info>::with<registration>,
-  caf::replies_to<barrier_atom, std::uint32_t>::with<std::uint64_t>,
+  // Worker w's barrier number g (counted from the registration's barrier_generation): answered
+  // with g once every running worker has reached it (at once when it was released before,
+  // so a barrier sent again after a coordinator restart does not wait for a second round).
+  caf::replies_to<barrier_atom, std::uint32_t, std::uint64_t>::with<std::uint64_t>,
+  // A member of the job comes back after the coordinator's process died and a new one
+  // resumed the job (--resume): a server shard (info.shard: its id; the sender is the
+  // shard) or a worker's client (info.shard: the worker's id; info.handle: the worker,
+  // told when the job ends; the sender gets new maps). Refused by a coordinator that did
+  // not resume this job.
+  caf::replies_to<rejoin_atom, node_info>::with<registration>,
   // A worker's progress line, passed on to the observer.
   caf::reacts_to<report_atom, std::uint32_t, std::string>,
-  // A worker finished or failed: it leaves the barriers and the clock vector.
-  caf::reacts_to<done_atom, worker_result>,
+  // A worker finished or failed: it leaves the barriers and the clock vector. Acknowledged,
+  // so a result sent while the coordinator was down is sent again, not lost.
+  caf::replies_to<done_atom, worker_result>::with<caf::ok_atom>,
   // From a replacement shard: a worker's updates lost with the dead shard.
   caf::reacts_to<loss_atom, update_loss>,
   // From a worker's key-value client: send me every new shard map (failovers).
@@ -472,7 +490,9 @@ using coordinator_actor = caf::typed_actor<
   // the reply comes before the coordinator quits.
   caf::replies_to<stop_atom, std::uint8_t, std::string>::with<caf::ok_atom>,
   // Internal: the job has ended and late registrations had their grace period: quit.
-  caf::reacts_to<end_atom>>;
+  caf::reacts_to<end_atom>,
+  // Internal: a resumed job's members had their time to rejoin; the missing ones are dead.
+  caf::reacts_to<rejoin_atom>>;
 
 // Registers every type above under the same names on every node.
 void register_types(caf::actor_system_config& cfg);

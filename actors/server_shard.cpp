@@ -497,6 +497,7 @@ std::uint64_t take_view(self_ptr self, const cluster_view& view) {
   auto& st = self->state;
   if (!st.core) return view.epoch;
   st.core->saw_epoch(view.epoch);
+  if (view.checkpointer) st.checkpointer = view.checkpointer;
   for (const auto& e : view.shards)
     if (e.handle) st.owners[e.id] = caf::actor_cast<shard_actor>(e.handle);
   auto id = st.core->id();
@@ -726,6 +727,7 @@ caf::actor spawn_replacement(self_ptr self, const shard_options& opts, const coo
 // Registers with the coordinator (published at `port`); awaits the answer, so no push or
 // pull is handled before the shard knows its map.
 void start_server(self_ptr self, const shard_options& opts, const coordinator_actor& coordinator, std::uint16_t port) {
+  self->state.port = port;
   self->request(coordinator, opts.register_timeout, register_atom::value,
                 node_info{"server", opts.host, port, static_cast<std::uint32_t>(getpid()),
                           opts.host.empty() ? caf::actor_cast<caf::actor>(self) : caf::actor{}, 0, 0, protocol_version,
@@ -737,17 +739,54 @@ void start_server(self_ptr self, const shard_options& opts, const coordinator_ac
            });
 }
 
+// The coordinator went down without ending the job. A configured shard that may wait for
+// it (opts.reconnect) serves on while its address is dialled again: a coordinator resumed
+// there (--resume) takes it back. Otherwise, or once that wait is over, the shard ends
+// with an error naming the coordinator.
+void coordinator_down(self_ptr self, const shard_options& opts, const caf::error& reason) {
+  auto& st = self->state;
+  if (!reason || reason == caf::exit_reason::normal) return self->quit(reason);  // the job ended
+  if (!opts.reconnect.enabled() || !st.core || opts.replica)
+    return self->quit(make_ps_error(st.name + ": the coordinator went down (" + describe(reason) + ")"));
+  st.coordinator_lost = describe(reason);
+  std::fprintf(stderr, "%s: the coordinator at %s went down (%s); serving on, waiting up to %lld ms for it to come back\n",
+               st.name.c_str(), opts.reconnect.address.c_str(), st.coordinator_lost.c_str(),
+               static_cast<long long>(opts.reconnect.patience.count()));
+  redial_coordinator(self, opts.reconnect);
+}
+
+// A coordinator answers at the old address: this shard tells it who it is. A coordinator
+// that did not resume this job refuses, and the shard ends naming why; one that cannot be
+// reached yet is dialled again.
+void rejoin(self_ptr self, const shard_options& opts, coordinator_actor coordinator) {
+  auto& st = self->state;
+  node_info me{"server", opts.host, st.port, static_cast<std::uint32_t>(getpid()), {}, st.core->id(), 0,
+               protocol_version, opts.given};
+  self->request(coordinator, std::chrono::seconds(5), rejoin_atom::value, me)
+    .then(
+      [=](registration&) {
+        auto& st = self->state;
+        st.coordinator = coordinator;
+        self->monitor(coordinator);
+        std::fprintf(stderr, "%s: rejoined the coordinator at %s\n", st.name.c_str(), opts.reconnect.address.c_str());
+        st.coordinator_lost.clear();
+      },
+      [=](caf::error& e) {
+        auto& st = self->state;
+        if (code_of(e) != errc::refused) return redial_coordinator(self, opts.reconnect);
+        auto text = st.name + ": the coordinator at " + opts.reconnect.address + " came back without this job: " + describe(e);
+        std::fprintf(stderr, "%s\n", text.c_str());
+        self->quit(make_error(errc::job_failed, text));
+      });
+}
+
 // Watches the coordinator and the successor, starts the helpers, and a copy or a
 // replacement configures itself at once.
 void start_shard(self_ptr self, const shard_options& opts, const coordinator_actor& coordinator) {
+  self->state.coordinator = coordinator;
   self->monitor(coordinator);
-  // The job ends when the coordinator goes: nothing else will talk to this shard.
   self->set_down_handler([=](caf::down_msg& dm) {
-    if (dm.source == coordinator.address()) {  // gone without ending the job: say so
-      const bool quiet = !dm.reason || dm.reason == caf::exit_reason::normal;
-      self->quit(quiet ? dm.reason
-                       : make_ps_error(self->state.name + ": the coordinator went down (" + describe(dm.reason) + ")"));
-    }
+    if (dm.source == self->state.coordinator.address()) return coordinator_down(self, opts, dm.reason);
     if (dm.source == self->state.successor.address()) self->state.successor_down = true;  // new chain coming
   });
   if (opts.plane) {
@@ -845,14 +884,14 @@ shard_actor::behavior_type server_shard(self_ptr self, coordinator_actor coordin
   return {
     [=](push_atom, const request_header& hdr, const range_list& ranges, const float_block& values) {
       ++self->state.pushes_received;
-      return write(self, opts, coordinator, true, hdr, ranges, values);
+      return write(self, opts, self->state.coordinator, true, hdr, ranges, values);
     },
     [=](push_atom, const request_header& hdr, const range_list& ranges, const encoded_block& data) {
       ++self->state.pushes_received;
-      return write_encoded(self, opts, coordinator, hdr, ranges, data);
+      return write_encoded(self, opts, self->state.coordinator, hdr, ranges, data);
     },
     [=](init_atom, const request_header& hdr, const range_list& ranges, const float_block& values) {
-      return write(self, opts, coordinator, false, hdr, ranges, values);
+      return write(self, opts, self->state.coordinator, false, hdr, ranges, values);
     },
     [=](data_atom) -> caf::result<std::string, std::uint16_t, std::uint64_t> {
       if (!opts.plane) return {std::string{}, std::uint16_t{0}, std::uint64_t{0}};
@@ -860,33 +899,33 @@ shard_actor::behavior_type server_shard(self_ptr self, coordinator_actor coordin
     },
     [=](pull_atom, const request_header& hdr, range_list& ranges) {
       ++self->state.pulls_received;
-      return gated_pull(self, opts, coordinator, hdr, [&](std::uint64_t token) {
+      return gated_pull(self, opts, self->state.coordinator, hdr, [&](std::uint64_t token) {
         return self->state.core->pull(request_of(hdr), std::move(ranges.ranges), token, self->clock().now());
       });
     },
     [=](push_rows_atom, const request_header& hdr, const row_ids& rows, const float_block& grads) {
       ++self->state.pushes_received;
-      return write_rows(self, opts, coordinator, hdr, rows, grads);
+      return write_rows(self, opts, self->state.coordinator, hdr, rows, grads);
     },
     [=](pull_rows_atom, const request_header& hdr, row_ids& rows) {
       ++self->state.pulls_received;
-      return gated_pull(self, opts, coordinator, hdr, [&](std::uint64_t token) {
+      return gated_pull(self, opts, self->state.coordinator, hdr, [&](std::uint64_t token) {
         return self->state.core->pull_rows(request_of(hdr), rows.table, std::move(rows.ids), token,
                                            self->clock().now());
       });
     },
     [=](prefetch_atom, const request_header& hdr, const row_ids& rows) {
-      feed(self, opts, coordinator, [&](shard_core& c) { return c.prefetch_rows(request_of(hdr), rows.table, rows.ids); });
+      feed(self, opts, self->state.coordinator, [&](shard_core& c) { return c.prefetch_rows(request_of(hdr), rows.table, rows.ids); });
     },
-    [=](clock_atom, const request_header& hdr) { return tick(self, opts, coordinator, hdr); },
+    [=](clock_atom, const request_header& hdr) { return tick(self, opts, self->state.coordinator, hdr); },
     [=](leave_atom, std::uint32_t worker) {
-      feed(self, opts, coordinator, [&](shard_core& c) { return c.leave(worker); });
+      feed(self, opts, self->state.coordinator, [&](shard_core& c) { return c.leave(worker); });
     },
     [=](join_atom, std::uint32_t worker) { return join(self, worker); },
     // From the coordinator: host a replacement for a dead shard in this process.
     [=](restore_atom, registration& reg, std::uint64_t clock, std::vector<std::uint32_t>& departed,
         std::string& source) -> caf::actor {
-      return spawn_replacement(self, opts, coordinator, {std::move(reg), clock, std::move(departed), std::move(source)});
+      return spawn_replacement(self, opts, self->state.coordinator, {std::move(reg), clock, std::move(departed), std::move(source)});
     },
     [=](min_clock_atom) -> std::uint64_t { return self->state.core ? self->state.core->min_clock() : 0; },
     [=](fill_atom, std::uint32_t table, std::uint64_t count) { return fill(self, table, count); },
@@ -897,21 +936,28 @@ shard_actor::behavior_type server_shard(self_ptr self, coordinator_actor coordin
     },
     [=](final_atom) -> std::uint64_t { return self->state.core ? self->state.core->highest_clock() : 0; },
     [=](final_atom, std::uint64_t clock) {
-      feed(self, opts, coordinator, [&](shard_core& c) { return c.final_checkpoint(clock); });
+      feed(self, opts, self->state.coordinator, [&](shard_core& c) { return c.final_checkpoint(clock); });
     },
     [=](view_atom, const cluster_view& view) -> std::uint64_t { return take_view(self, view); },
-    [=](handoff_atom, const cluster_view& view) { return hand_off(self, opts, coordinator, view); },
-    [=](takeover_atom, const encoded_block& block) { return take_over(self, opts, coordinator, block); },
+    [=](handoff_atom, const cluster_view& view) { return hand_off(self, opts, self->state.coordinator, view); },
+    [=](takeover_atom, const encoded_block& block) { return take_over(self, opts, self->state.coordinator, block); },
     [=](sweep_atom) {
       self->state.sweep_scheduled = false;
-      feed(self, opts, coordinator, [&](shard_core& c) { return c.expire(self->clock().now(), opts.park_limit); });
+      feed(self, opts, self->state.coordinator, [&](shard_core& c) { return c.expire(self->clock().now(), opts.park_limit); });
       schedule_sweep(self, opts);
     },
     [=](stop_atom, std::uint8_t code, std::string& why) -> caf::ok_atom {
       self->quit(code == 0 ? caf::error{} : make_error(static_cast<errc>(code), std::move(why)));  // 0: completed
       return caf::ok_atom::value;
     },
-    [=](start_atom, std::uint16_t port) { start_server(self, opts, coordinator, port); },
+    [=](start_atom, std::uint16_t port) { start_server(self, opts, self->state.coordinator, port); },
+    [=](rejoin_atom, const caf::actor& coordinator) { rejoin(self, opts, caf::actor_cast<coordinator_actor>(coordinator)); },
+    [=](rejoin_atom, const std::string& why) {
+      auto& st = self->state;
+      auto text = st.name + ": " + coordinator_gone_text(opts.reconnect, st.coordinator_lost) + " (" + why + ")";
+      std::fprintf(stderr, "%s\n", text.c_str());
+      self->quit(make_error(errc::job_failed, text));
+    },
   };
 }
 

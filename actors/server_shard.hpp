@@ -14,6 +14,7 @@
 
 #include "actors/data_plane.hpp"
 #include "actors/messages.hpp"
+#include "actors/reconnect.hpp"
 #include "actors/row_io.hpp"
 #include "libps/checkpoint.hpp"
 #include "libps/faults.hpp"
@@ -61,10 +62,16 @@ struct shard_options {
   std::uint64_t shard_memory = 0;
   std::string shard_dir = "/var/tmp";
   eviction_policy eviction = eviction_policy::slru;
+  // Whether and how long the shard waits for a coordinator that went down to come back
+  // (resumed at its address); no dial: it ends at once.
+  reconnect_options reconnect;
 };
 
 struct shard_state {
-  std::optional<shard_core> core;  // the decisions; set once the shard knows its map
+  std::optional<shard_core> core;
+  coordinator_actor coordinator;  // the one it registered with, or the one it rejoined after a restart
+  std::string coordinator_lost;   // non-empty while the coordinator is away: why it went down
+  std::uint16_t port = 0;         // where it is published (a rejoin says so)  // the decisions; set once the shard knows its map
   std::string name = "shard ?";    // for error messages ("shard 3", "shard 3 copy 1")
   // Pulls the core has under a token, with what only the actor knows of them.
   struct waiting_pull {

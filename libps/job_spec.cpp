@@ -1,5 +1,7 @@
 #include "libps/job_spec.hpp"
 
+#include <cstdio>
+
 #include <algorithm>
 
 namespace ps {
@@ -119,6 +121,12 @@ std::string version_mismatch(std::uint32_t member_version, std::uint32_t job_ver
   return "protocol version " + std::to_string(member_version) + " cannot join a job of protocol version " +
          std::to_string(job_version) + " (members meet only at the same version: run the coordinator's build, " +
          "version " + std::to_string(job_version) + ")";
+}
+
+std::string fingerprint_hex(const job_spec& spec) {
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(spec.fingerprint()));
+  return buf;
 }
 
 }  // namespace ps

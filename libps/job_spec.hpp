@@ -15,7 +15,8 @@ namespace ps {
 // The version of the messages between members. A member of another version is refused
 // with both versions named (checkpoint files carry their own, libps/checkpoint.hpp).
 // 3: observer events typed, a worker's end is a worker_result, checkpoint atoms split.
-inline constexpr std::uint32_t protocol_version = 3;
+// 4: members rejoin a resumed coordinator; barriers are numbered; a worker's end is acknowledged.
+inline constexpr std::uint32_t protocol_version = 4;
 
 struct job_setting {
   std::string name;   // the flag's name without dashes, e.g. "model", "ps.vnodes"
@@ -65,6 +66,9 @@ class job_spec {
   std::vector<job_setting> settings_;
   std::vector<tensor_spec> tensors_;
 };
+
+// The spec's fingerprint as 16 hex digits (logs, JSON lines, the coordinator's saved state).
+std::string fingerprint_hex(const job_spec& spec);
 
 // The spec's tensors' keys, ascending (they never overlap).
 std::vector<key_range> dense_ranges(const job_spec& spec);

@@ -84,6 +84,10 @@ node_config::node_config() {
                                      "pulls from the tail); a dead copy is spliced out, nothing lost")
     .add(restore, "restore", "DIR: the shards start from the newest intact checkpoint in DIR")
     .add(restore_non_finite, "restore-non-finite", "restore a checkpoint even if some of its values are NaN or Inf (refused otherwise)")
+    .add(state_dir, "state-dir", "DIR: psnode's coordinator saves the job's state here (members, map, finished workers) "
+                                 "so that it can be restarted with --resume")
+    .add(resume, "resume", "the coordinator takes over the job saved in --state-dir (same address and flags): its "
+                           "members rejoin within --ps.failure-timeout-ms")
     .add(shard_memory, "shard-memory", "BYTES: a shard's sparse-table rows in RAM; the rest on disk (0: all in RAM)")
     .add(shard_dir, "shard-dir", "DIR: where shards keep their disk tier (a disk; direct I/O; removed at exit)")
     .add(eviction, "eviction", "lru|slru: which rows leave a shard's RAM first (slru: rows used twice are kept "
@@ -439,6 +443,19 @@ void node_config::validate_checkpoints() const {
                       " needs --checkpoint-dir=DIR");
   if (!restore.empty() && !std::filesystem::is_directory(restore))
     throw bad_request("--restore=" + restore + ": no such directory");
+  validate_state_dir();
+}
+
+// A coordinator that can be restarted (--state-dir, --resume).
+void node_config::validate_state_dir() const {
+  if (resume && state_dir.empty()) throw bad_request("--resume needs --state-dir=DIR (where the coordinator saved the job)");
+  if (state_dir.empty()) return;
+  if (role != "coordinator")
+    throw bad_request("--state-dir is for psnode --role=coordinator (a launcher's coordinator ends with its job)");
+  if (replication >= 2)
+    throw bad_request("--state-dir with --replication=" + std::to_string(replication) +
+                      ": chains of copies are not rebuilt after a coordinator restart yet");
+  if (auto why = unwritable_directory(state_dir); !why.empty()) throw bad_request("--state-dir: " + why);
 }
 
 fault_plan node_config::fault_spec() const {

@@ -20,7 +20,7 @@ const std::map<std::string, std::vector<std::string>>& help_topics() {
     {"wire", {"compression", "topk-ratio", "pull-compression", "ps.chunk-bytes", "ps.inflight-bytes",
               "ps.data-plane-bytes"}},
     {"checkpoints", {"checkpoint-dir", "checkpoint-every", "checkpoint-seconds", "restore", "restore-non-finite",
-                     "replication", "out"}},
+                     "replication", "out", "state-dir", "resume"}},
     {"tables", {"shard-memory", "shard-dir", "eviction"}},
     {"faults", {"faults", "ps.timeout-ms", "ps.heartbeat-ms", "ps.failure-timeout-ms", "ps.retry-ms"}},
     {"security", {"secret-file", "tls-cert", "tls-key", "tls-ca", "ps.max-message-bytes"}},

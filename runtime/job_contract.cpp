@@ -133,11 +133,7 @@ void adopt(node_config& cfg, const job_spec& spec) {
   cfg.validate();
 }
 
-std::string fingerprint_text(const job_spec& spec) {
-  char buf[17];
-  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(spec.fingerprint()));
-  return buf;
-}
+std::string fingerprint_text(const job_spec& spec) { return fingerprint_hex(spec); }
 
 partitioner job_map(const node_config& cfg, const job_settings& settings) {
   std::vector<std::uint32_t> ids(cfg.servers);

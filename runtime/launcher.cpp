@@ -130,6 +130,27 @@ checkpointer_actor spawn_checkpointer(caf::actor_system& sys, const node_config&
 
 // --restore: the newest intact checkpoint in the directory, if it fits this job; throws
 // bad_request naming the file and the mismatch. Refused newer files are told on stderr.
+// --state-dir, --resume: the saved job, when it is this job. A fresh coordinator refuses a
+// directory that holds a job (resuming it, or removing the file, is the operator's call).
+std::shared_ptr<const coordinator_record> load_resume(const node_config& cfg, const job_settings& settings) {
+  if (cfg.state_dir.empty()) return nullptr;
+  if (!cfg.resume) {
+    if (std::filesystem::exists(record_path(cfg.state_dir)))
+      throw bad_request("--state-dir=" + cfg.state_dir + " holds the state of a job whose coordinator did not end it (" +
+                        record_path(cfg.state_dir) + "): resume it with --resume, or remove that file to start afresh");
+    return nullptr;
+  }
+  auto record = load_record(cfg.state_dir);
+  if (record.job_fingerprint != fingerprint_text(settings.spec))
+    throw bad_request("cannot resume: " + record_path(cfg.state_dir) + " holds job " + record.job_fingerprint +
+                      ", these flags make job " + fingerprint_text(settings.spec) + " (start it with the same flags)");
+  std::fprintf(stderr, "resume: job %s from %s (epoch %llu, %zu of %zu workers finished)\n", record.job_fingerprint.c_str(),
+               record_path(cfg.state_dir).c_str(), static_cast<unsigned long long>(record.epoch),
+               static_cast<std::size_t>(std::count(record.worker_done.begin(), record.worker_done.end(), true)),
+               record.worker_done.size());
+  return std::make_shared<const coordinator_record>(std::move(record));
+}
+
 std::shared_ptr<const checkpoint> load_restore(const node_config& cfg, const job_settings& settings,
                                                const std::string& app_name) {
   if (cfg.restore.empty()) return nullptr;
@@ -350,6 +371,9 @@ running_coordinator start_coordinator(caf::actor_system& sys, const node_config&
   auto copts = coordinator_options_from(cfg, settings);
   copts.restore = load_restore(cfg, settings, app_name);
   if (copts.restore && find_app_definition(app_name).resumes) copts.restore_clock = copts.restore->header.clock;
+  copts.state_dir = cfg.state_dir;
+  copts.resume = load_resume(cfg, settings);
+  copts.rejoin_patience = std::chrono::milliseconds(cfg.failure_timeout_ms);
   copts.observer = observer;
   copts.checkpointer = spawn_checkpointer(sys, cfg, settings, app_name, observer);
   return {sys.spawn(coordinator, copts), copts.checkpointer};

@@ -87,6 +87,8 @@ struct node_config : caf::actor_system_config {
   double checkpoint_seconds = 0;       // or every T seconds
   std::string restore;                 // DIR: start from its newest intact checkpoint
   bool restore_non_finite = false;     // restore one whose values hold NaN or Inf
+  std::string state_dir;               // DIR: the coordinator saves what a restart needs here
+  bool resume = false;                 // the coordinator takes over the job saved in --state-dir
   std::size_t replication = 1;         // copies of each shard (chain replication)
   // sparse tables' tiered store (servers)
   std::size_t shard_memory = 0;        // bytes of rows in RAM per shard (0: unlimited, no disk tier)
@@ -148,6 +150,7 @@ struct node_config : caf::actor_system_config {
   void validate() const;
   void validate_metrics() const;      // part of validate
   void validate_checkpoints() const;  // part of validate
+  void validate_state_dir() const;    // part of validate_checkpoints
   void validate_security() const;     // part of validate
   void declare_tuning_options();       // part of the constructor: the [ps] group
   // The fault plan --faults selects (checked against the cluster size).

@@ -30,6 +30,11 @@ caf::expected<Handle> connect_to(caf::actor_system& sys, const std::string& host
   return h;
 }
 
+// How a member of a job at --coordinator waits for that coordinator when it goes down:
+// dials it again for --ps.failure-timeout-ms (a coordinator resumed there takes the member
+// back). No --coordinator (embedded): no waiting.
+reconnect_options reconnect_from(caf::actor_system& sys, const node_config& cfg);
+
 // What this job's checkpoints say about it (the clock is filled in per file).
 checkpoint_header job_header(const node_config& cfg, const job_settings& settings, const std::string& app_name);
 // The checkpoint writer, when --checkpoint-dir is given (else an empty handle).

@@ -119,6 +119,7 @@ int run_server_role(caf::actor_system& sys, const node_config& cfg) {
   auto at = cfg.endpoint_of();
   auto sopts = shard_options_from(cfg, at.advertise_host);
   sopts.plane = data_plane_from(cfg);  // cannot listen: bad_request, reported by psnode
+  sopts.reconnect = reconnect_from(sys, cfg);
   auto shard = sys.spawn(server_shard, *coord, sopts);
   auto port = publish_at(shard, at);
   if (!port) {

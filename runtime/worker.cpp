@@ -41,6 +41,16 @@ std::shared_ptr<data_plane> data_plane_from(const node_config& cfg) {
                                                               : std::optional(read_secret_file(cfg.secret_file)));
 }
 
+reconnect_options reconnect_from(caf::actor_system& sys, const node_config& cfg) {
+  reconnect_options o;
+  if (cfg.coordinator.empty()) return o;
+  auto [host, port] = parse_host_port(cfg.coordinator);
+  o.dial = [&sys, host = host, port = port] { return connect_to<coordinator_actor>(sys, host, port); };
+  o.address = cfg.coordinator;
+  o.patience = milliseconds(cfg.failure_timeout_ms);
+  return o;
+}
+
 // The scoped actor that registered stays alive until `done` is sent: the coordinator
 // monitors it, and its end means the worker is gone.
 
@@ -85,8 +95,20 @@ bool run_worker(caf::actor_system& sys, const node_config& cfg, coordinator_acto
                   caf::after(milliseconds(0)) >> [] {});
     return c;
   };
+  // The worker's end goes through its client once there is one: the client waits for the
+  // coordinator's acknowledgment, across a restart of the coordinator.
+  kv_client* client = nullptr;
   auto finish = [&](const std::string& text, bool ok) {
-    self->send(coord, done_atom::value, worker_result{id, ok, ok ? text : json_line{{"error", text}}.dump()});
+    worker_result result{id, ok, ok ? text : json_line{{"error", text}}.dump()};
+    if (!client) {
+      self->send(coord, done_atom::value, result);
+    } else {
+      try {
+        client->finish(result);
+      } catch (const kv_error& e) {
+        return fail(job_end_code(), ok ? std::string(e.what()) : text + "; " + e.what());
+      }
+    }
     return ok ? true : fail(job_end_code(), text);
   };
   if (!err.empty()) return fail(code, err);
@@ -115,16 +137,19 @@ bool run_worker(caf::actor_system& sys, const node_config& cfg, coordinator_acto
                  {id, cfg.chunk_bytes, milliseconds(cfg.timeout_ms), cfg.inflight_bytes, cfg.push_codec(),
                   coord, cfg.fault_spec().kill_clock(fault_plan::role::worker, id),
                   retry_interval(cfg), cfg.fault_spec(), plane, cfg.pull_codec(),
-                  [&sys](const std::string& host, std::uint16_t port) { connect_to<shard_actor>(sys, host, port); }});
+                  [&sys](const std::string& host, std::uint16_t port) { connect_to<shard_actor>(sys, host, port); },
+                  reconnect_from(sys, cfg), caf::actor_cast<caf::actor>(self), reg.barrier_generation});
+    client = &kv;
     worker_context ctx{sys, cfg, id, reg.view.num_workers, reg.view, kv, reg.start_clock, {}, {}};
     // A joiner entered each shard's clock vector at that shard's minimum; one tick puts it
     // at the start clock everywhere (else its first read would wait for itself).
     if (reg.start_clock > 0) kv.advance_clock(reg.start_clock).get();
     ctx.barrier = [&] { kv.barrier(milliseconds(cfg.barrier_timeout_ms)); };
-    ctx.report = [&](std::string text) { self->send(coord, report_atom::value, id, std::move(text)); };
+    ctx.report = [&](std::string text) { kv.report(std::move(text)); };
     auto result = app(ctx);
     return finish(result, true);
   } catch (const std::exception& e) {
+    client = nullptr;  // gone with the try block
     return finish("worker " + std::to_string(id) + ": " + e.what(), false);
   }
 }

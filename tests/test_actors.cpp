@@ -161,6 +161,8 @@ shard_actor::behavior_type silent_shard(shard_actor::stateful_pointer<silent_sta
     [=](takeover_atom, const encoded_block&) { return std::uint64_t{0}; },
     [=](sweep_atom) {},
     [=](start_atom, std::uint16_t) {},
+    [=](rejoin_atom, const caf::actor&) {},
+    [=](rejoin_atom, const std::string&) {},
     [=](stop_atom, std::uint8_t, const std::string&) { return caf::ok_atom::value; },
   };
 }
@@ -264,9 +266,9 @@ TEST_CASE_FIXTURE(fixture, "barriers release when all live workers arrive; a dea
   auto worker = [&](bool enter_barrier) {
     return alive.emplace_back() = sys.spawn([=](caf::event_based_actor* self) -> caf::behavior {
       self->request(coord, caf::infinite, register_atom::value, node_info{"worker", "", 0, 0, {}, 0, 0, protocol_version, {}})
-        .then([=](registration&) {
+        .then([=](registration& reg) {
           if (enter_barrier)
-            self->request(coord, caf::infinite, barrier_atom::value, std::uint32_t{0})
+            self->request(coord, caf::infinite, barrier_atom::value, reg.id, reg.barrier_generation)
               .then([=](std::uint64_t) { ++*arrivals; });
         });
       return {[](caf::unit_t) {}};  // stay alive: leaving means going down
