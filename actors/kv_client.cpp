@@ -209,6 +209,7 @@ struct client_state {
     std::uint64_t attempt = 0;
   };
   std::optional<pending_done> done;
+  bool finished = false;  // the coordinator has the worker's end: shards may end with the job now
   reconnect_options reconnect;    // kv_client_options::reconnect
   caf::actor worker_handle;       // kv_client_options::worker_handle
   std::string coordinator_lost;   // non-empty while the coordinator is away (why it went down)
@@ -1186,8 +1187,12 @@ void send_done(client_ptr self) {
     done->promise.deliver(std::move(answer));
     done.reset();
   };
+  auto acknowledged = [=](caf::ok_atom ok) {
+    self->state.finished = true;
+    settle(ok);
+  };
   self->request(st.coordinator, st.timeout, done_atom::value, st.done->result)
-    .then([=](caf::ok_atom ok) { settle(ok); },
+    .then(acknowledged,
           [=](caf::error& e) {
             if (!self->state.coordinator_lost.empty()) return;  // sent again once a coordinator is back
             settle(std::move(e));
@@ -1244,6 +1249,7 @@ void rejoin(client_ptr self, coordinator_actor coordinator) {
 // The coordinator or a shard copy went down.
 void peer_down(client_ptr self, const caf::down_msg& dm) {
   auto& st = self->state;
+  if (st.finished) return;  // the worker has ended: its shards end with the job
   if (st.coordinator && dm.source == st.coordinator.address()) return coordinator_down(self, dm.reason);
   for (std::size_t i = 0; i < st.routes.size(); ++i) {
     if (st.routes[i].link.handle.address() != dm.source && st.routes[i].tail.address() != dm.source) continue;

@@ -93,7 +93,10 @@ int run_coordinator_role(caf::actor_system& sys, const node_config& cfg, const j
     caf::anon_send_exit(coord, caf::exit_reason::user_shutdown);
     return print_status(line, false, errc::failed, describe(port.error()));
   }
-  if (logs(log_level::info))
+  if (logs(log_level::info) && cfg.resume)
+    std::fprintf(stderr, "coordinator listening on %s:%u, resuming job %s; its members rejoin on their own\n",
+                 at.bind_host.c_str(), *port, fingerprint_text(settings.spec).c_str());
+  else if (logs(log_level::info))
     std::fprintf(stderr, "coordinator listening on %s:%u, waiting for %zu servers and %zu workers (job %s); members "
                "need only --coordinator=HOST:%u\n",
                at.bind_host.c_str(), *port, cfg.servers, cfg.workers, fingerprint_text(settings.spec).c_str(), *port);

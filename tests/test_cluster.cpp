@@ -1260,6 +1260,76 @@ TEST_CASE("contract: a coordinator started again on its port right after a job b
   check_end(again, "coordinator", 0, "stopped", "psctl stop");
 }
 
+namespace {
+
+// A fresh directory for a coordinator's --state-dir.
+std::string fresh_dir(const std::string& name) {
+  std::filesystem::remove_all(name);
+  std::filesystem::create_directories(name);
+  return name;
+}
+
+// Members that give a coordinator 2 s to come back (heartbeats must be half of that).
+const std::string quick_patience = " --ps.failure-timeout-ms=2000 --ps.heartbeat-ms=500";
+
+}  // namespace
+
+TEST_CASE("restart: a coordinator killed with SIGKILL and started again with --resume finishes the job, sums exact") {
+  const auto dir = fresh_dir("state-restart");
+  const auto port = std::to_string(free_port());
+  const std::string job = "--role=coordinator --app=clocksum --servers=2 --workers=2 --clocks=300 --clock-ms=10 "
+                          "--state-dir=" + dir + " --port=" + port;
+  node_process first(job);
+  REQUIRE(first.wait_for("listening on "));
+  const auto at = " --coordinator=127.0.0.1:" + port;
+  node_process s0("--role=server" + at), s1("--role=server" + at);
+  node_process w0("--role=worker --app=clocksum" + at), w1("--role=worker --app=clocksum" + at);
+  REQUIRE(first.wait_for("[worker 1] clock "));  // training runs, the job is saved
+  CHECK(std::filesystem::exists(dir + "/coordinator.json"));
+  kill(first.pid, SIGKILL);
+  CHECK(first.finish() == 128 + SIGKILL);
+  node_process second(job + " --resume");
+  check_end(second, "resumed coordinator", 0, "ok", "");
+  INFO(second.out);
+  CHECK(second.out.find("resumed the job: 2 shards and 2 running workers are back") != std::string::npos);
+  for (std::uint32_t w = 0; w < 2; ++w) {
+    auto line = clocksum_line(second.out, w);
+    CHECK(line["pushes"] == 300);
+    for (std::uint32_t s = 0; s < 2; ++s) CHECK(shard_value(line, s) == 3 * 300);  // workers push 1 and 2 per clock
+  }
+  for (auto* member : {&s0, &s1, &w0, &w1}) {
+    check_end(*member, "member", 0, "ok", "");
+    CHECK(member->out.find("rejoined the coordinator at 127.0.0.1:" + port) != std::string::npos);
+  }
+  CHECK_FALSE(std::filesystem::exists(dir + "/coordinator.json"));  // the job ended: nothing to resume
+}
+
+TEST_CASE("restart: without --resume the members end non-zero naming the coordinator; a fresh one refuses its state dir") {
+  const auto dir = fresh_dir("state-gone");
+  const auto port = std::to_string(free_port());
+  const std::string job = "--role=coordinator --app=clocksum --servers=1 --workers=1 --clocks=2000 --clock-ms=5 "
+                          "--state-dir=" + dir + " --port=" + port + quick_patience;
+  node_process coord(job);
+  REQUIRE(coord.wait_for("listening on "));
+  const auto at = " --coordinator=127.0.0.1:" + port + quick_patience;
+  node_process server("--role=server" + at), worker("--role=worker --app=clocksum" + at);
+  REQUIRE(coord.wait_for("[worker 0] clock "));
+  kill(coord.pid, SIGKILL);
+  CHECK(coord.finish() == 128 + SIGKILL);
+  const auto gone = "the coordinator at 127.0.0.1:" + port + " went down";
+  check_end(server, "server", 1, "failed", gone);
+  CHECK(server.last_json()["reason"].get<std::string>().find("did not come back within 2000 ms") != std::string::npos);
+  check_end(worker, "worker", 1, "failed", gone);
+  // The saved job is not overwritten by a coordinator that was not asked to resume it.
+  auto [rc, out] = shell("bin/psnode " + job);
+  CHECK(rc != 0);
+  CHECK(out.find("holds the state of a job whose coordinator did not end it") != std::string::npos);
+  CHECK(out.find("resume it with --resume") != std::string::npos);
+  auto [rc2, out2] = shell("bin/psnode " + job + " --resume --clocks=7");
+  CHECK(rc2 != 0);
+  CHECK(out2.find("start it with the same flags") != std::string::npos);
+}
+
 TEST_CASE("contract: while members are missing the coordinator says which it has and which it waits for") {
   node_process coord("--role=coordinator --app=clocksum --servers=1 --workers=1 --clocks=5 --ps.wait-report-ms=50");
   const auto port = coord.port();
