@@ -1352,13 +1352,13 @@ TEST_CASE("contract: psctl checkpoint on a job without --checkpoint-dir says how
   job.check_ends(0, "stopped", "psctl stop");
 }
 
-TEST_CASE("faults: a coordinator killed with SIGKILL ends its server and a worker in a barrier at once, naming it") {
+TEST_CASE("faults: a coordinator killed with SIGKILL ends its server and a worker in a barrier once it stays away, naming it") {
   // Two workers expected, one started: under ASP it runs its clocks, leaves the clock
   // vector and waits in the final barrier for a worker that never comes.
   node_process coord("--role=coordinator --app=clocksum --servers=1 --workers=2 --clocks=3 --consistency=asp");
   const auto port = coord.port();
-  node_process server("--role=server --coordinator=127.0.0.1:" + port);
-  node_process worker("--role=worker --app=clocksum --coordinator=127.0.0.1:" + port);
+  node_process server("--role=server --coordinator=127.0.0.1:" + port + quick_patience);
+  node_process worker("--role=worker --app=clocksum --coordinator=127.0.0.1:" + port + quick_patience);
   bool in_barrier = false;  // the shard says worker 0 left its clock vector: it is at the barrier
   for (int attempt = 0; attempt < 300 && !in_barrier; ++attempt) {
     auto [rc, out] = shell("bin/psctl --coordinator=127.0.0.1:" + port + " status --json");
@@ -1369,8 +1369,10 @@ TEST_CASE("faults: a coordinator killed with SIGKILL ends its server and a worke
   }
   REQUIRE(in_barrier);
   kill(coord.pid, SIGKILL);
-  check_end(server, "server", 1, "failed", "shard 0: the coordinator went down");
-  check_end(worker, "worker", 1, "failed", "barrier failed: the coordinator went down");
+  const auto gone = "the coordinator at 127.0.0.1:" + port + " went down";
+  check_end(server, "server", 1, "failed", "shard 0: " + gone);
+  check_end(worker, "worker", 1, "failed", "barrier failed: " + gone);
+  CHECK(worker.last_json()["reason"].get<std::string>().find("did not come back within 2000 ms") != std::string::npos);
 }
 
 TEST_CASE("gen_ctr writes Criteo-format files a reader takes, and a truth whose bayes_auc is a real AUC") {
