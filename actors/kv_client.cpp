@@ -294,6 +294,10 @@ bool read_would_overtake(const shard_route& r) {
   return std::any_of(r.sent.begin(), r.sent.end(), [](const auto& kv) { return !kv.second.read; });
 }
 
+bool writes_in_flight(const shard_route& r) {
+  return std::any_of(r.sent.begin(), r.sent.end(), [](const auto& kv) { return kv.second.write; });
+}
+
 // Whether a write planned by an older map than the client's is still unacknowledged.
 bool stale_writes_outstanding(const client_state& st) {
   auto stale = [&](const pending_request& r) { return r.write && r.plan_epoch < st.map_epoch; };
@@ -338,8 +342,9 @@ void pump(client_ptr self, std::size_t idx) {
   auto& st = self->state;
   while (!st.routes[idx].queued.empty() && st.routes[idx].down.empty()) {
     // With retries a request may be lost and sent again later: a tick must not overtake
-    // the pushes before it, so it waits until they are acknowledged.
-    if (st.retry.count() > 0 && st.routes[idx].queued.front().tick && !st.routes[idx].sent.empty()) return;
+    // the pushes before it, so it waits until they are acknowledged. Not for reads: a
+    // read parked at the shard may wait for this very tick (found by `sim --elastic`).
+    if (st.retry.count() > 0 && st.routes[idx].queued.front().tick && writes_in_flight(st.routes[idx])) return;
     if (read_would_overtake(st.routes[idx])) return;
     if (held_by_fence(st, st.routes[idx].queued.front())) return;
     auto bytes = st.routes[idx].queued.front().bytes;
