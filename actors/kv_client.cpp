@@ -484,15 +484,21 @@ void request_failed(client_ptr self, std::size_t idx, std::uint64_t tag, const c
 }
 
 // Fails every request of shard idx (sent or queued) with the reason.
-void fail_all(client_ptr self, std::size_t idx, const std::string& reason) {
+// Every request to shard idx fails with `reason`; with ticks_done, its clock ticks count
+// as done instead (a shard that left the map holds no keys: its clocks gate nothing).
+void fail_all(client_ptr self, std::size_t idx, const std::string& reason, bool ticks_done = false) {
   auto& st = self->state;
   auto sent = std::move(st.routes[idx].sent);
   auto queued = std::move(st.routes[idx].queued);
   st.routes[idx].sent.clear();
   st.routes[idx].queued.clear();
   st.routes[idx].inflight_bytes = 0;
-  for (auto& [tag, r] : sent) r.op->finish(r.op->what + " failed: " + reason);
-  for (auto& r : queued) r.op->finish(r.op->what + " failed: " + reason);
+  auto end = [&](pending_request& r) {
+    if (ticks_done && r.tick) return chunk_answered(r.op.get());
+    r.op->finish(r.op->what + " failed: " + reason);
+  };
+  for (auto& [tag, r] : sent) end(r);
+  for (auto& r : queued) end(r);
   lift_fence(self);
   report_if_idle(self, idx);
 }
@@ -1263,7 +1269,7 @@ void peer_down(client_ptr self, const caf::down_msg& dm) {
     if (st.routes[i].retired) {  // it left the map: no replacement comes, nothing new goes there
       st.routes[i].abandoned = true;
       st.routes[i].down = st.routes[i].link.name + ", which left the map, is down (" + describe(dm.reason) + ")";
-      fail_all(self, i, st.routes[i].down);
+      fail_all(self, i, st.routes[i].down, true);
       continue;
     }
     shard_down(self, i, st.routes[i].link.name + " is down (" + describe(dm.reason) + ")");

@@ -134,6 +134,7 @@ shard_effects shard_core::take_over(const shard_handoff& h) {
   // shard that was in the map before keeps the lower of its own and the giver's.
   consistency_.clocks().merge_lower(h.clocks, !took_over_ && !was_in_map_);
   took_over_ = true;
+  took_over_at_ = std::max(took_over_at_, h.epoch);
   applied_.merge(h.applied);
   highest_clock_ = std::max(highest_clock_, h.highest_clock);
   shard_effects fx;
@@ -519,7 +520,8 @@ shard_effects shard_core::tick(const shard_request& r) {
 // bad_request for a worker this shard does not know.
 void shard_core::advance(const shard_request& r, shard_effects& fx) {
   auto& clocks = consistency_.clocks();
-  if (r.clock == left_clock) {  // the worker is done: it leaves, behind its last pushes
+  if (r.epoch < took_over_at_) {  // planned before this shard took keys over: see took_over_at_
+  } else if (r.clock == left_clock) {  // the worker is done: it leaves, behind its last pushes
     if (r.worker < clocks.size() && clocks.live(r.worker)) {
       clocks.leave(r.worker);
       fx.traces.push_back({trace_event::leave, r.worker, 0, id_, 0, 0});

@@ -292,6 +292,11 @@ class shard_core {
   partitioner map_;
   std::size_t state_slots_;  // optimizer state per dense key (the rule's)
   bool took_over_ = false;   // a handoff arrived: later ones merge clocks
+  // The newest map under which this shard took keys over. A tick planned by an older map
+  // may overtake the writes of its clocks that reach the keys through the giver, so it
+  // does not move clocks here; the client ticks again by the new map once those writes
+  // are acknowledged (kv_client's fence and catch-up).
+  std::uint64_t took_over_at_ = 0;
   bool was_in_map_ = false;  // it handed off (was in an earlier map): handoffs merge clocks
   std::unique_ptr<param_store> store_;
   staleness_controller consistency_;
