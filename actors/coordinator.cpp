@@ -1085,6 +1085,9 @@ caf::result<registration> rejoin_shard(self_ptr self, const coordinator_options&
   st.shard_ids[sender.address()] = id;
   st.members[sender.address()] = who + " (rejoined)";
   self->monitor(sender);
+  // Workers that ended while it was away (or before it came back) leave its clock vector.
+  for (std::uint32_t w = 0; w < st.worker_done.size(); ++w)
+    if (st.worker_done[w]) caf::anon_send(shard, leave_atom::value, w);
   auto reg = make_registration(self, opts, id);
   finish_resume(self, opts);
   return reg;

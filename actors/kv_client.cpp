@@ -1227,9 +1227,9 @@ void coordinator_down(client_ptr self, const caf::error& reason) {
   if (!reason || reason == caf::exit_reason::normal) return;  // the job ended
   if (!st.reconnect.enabled()) return coordinator_gone(self, "the coordinator went down (" + describe(reason) + ")");
   st.coordinator_lost = describe(reason);
-  std::fprintf(stderr, "worker %u: the coordinator at %s went down (%s); working on, waiting up to %lld ms for it to come back\n",
-               st.worker, st.reconnect.address.c_str(), st.coordinator_lost.c_str(),
-               static_cast<long long>(st.reconnect.patience.count()));
+  log_line(log_level::warning, "worker " + std::to_string(st.worker) + ": the coordinator at " + st.reconnect.address +
+                                   " went down (" + st.coordinator_lost + "); working on, waiting up to " +
+                                   std::to_string(st.reconnect.patience.count()) + " ms for it to come back");
   redial_coordinator(self, st.reconnect);
 }
 
@@ -1246,7 +1246,8 @@ void rejoin(client_ptr self, coordinator_actor coordinator) {
         st.coordinator = coordinator;
         self->monitor(coordinator);
         st.coordinator_lost.clear();
-        std::fprintf(stderr, "worker %u: rejoined the coordinator at %s\n", st.worker, st.reconnect.address.c_str());
+        log_line(log_level::warning, "worker " + std::to_string(st.worker) + ": rejoined the coordinator at " +
+                                         st.reconnect.address);
         for (auto& [tag, b] : st.barriers) send_barrier(self, tag);
         if (st.done) send_done(self);
       },

@@ -6,7 +6,7 @@ namespace {
 
 // Each (rejoin_atom) is one dial; between dials the dialer waits by a delayed message.
 caf::behavior dialer(caf::event_based_actor* self, caf::actor member, reconnect_options opts,
-                     std::chrono::steady_clock::time_point deadline) {
+                     caf::actor_clock::time_point deadline) {
   self->send(self, rejoin_atom::value);
   return {
     [=](rejoin_atom) {
@@ -15,7 +15,7 @@ caf::behavior dialer(caf::event_based_actor* self, caf::actor member, reconnect_
         self->send(member, rejoin_atom::value, caf::actor_cast<caf::actor>(*coordinator));
         return self->quit();
       }
-      if (std::chrono::steady_clock::now() >= deadline) {
+      if (self->clock().now() >= deadline) {  // the actor system's clock: simulated time in `sim`
         self->send(member, rejoin_atom::value, "last attempt: " + describe(coordinator.error()));
         return self->quit();
       }
@@ -27,8 +27,10 @@ caf::behavior dialer(caf::event_based_actor* self, caf::actor member, reconnect_
 }  // namespace
 
 void redial_coordinator(caf::local_actor* member, const reconnect_options& opts) {
-  auto deadline = std::chrono::steady_clock::now() + opts.patience;
-  auto d = member->home_system().spawn<caf::detached>(dialer, caf::actor_cast<caf::actor>(member), opts, deadline);
+  auto deadline = member->clock().now() + opts.patience;
+  auto& sys = member->home_system();
+  auto me = caf::actor_cast<caf::actor>(member);
+  auto d = opts.dial_blocks ? sys.spawn<caf::detached>(dialer, me, opts, deadline) : sys.spawn(dialer, me, opts, deadline);
   member->attach_functor([d] { caf::anon_send_exit(d, caf::exit_reason::user_shutdown); });
 }
 

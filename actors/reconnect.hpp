@@ -18,6 +18,7 @@ struct reconnect_options {
   std::string address;                        // HOST:PORT, for messages
   std::chrono::milliseconds patience{10000};  // how long a coordinator may stay away
   std::chrono::milliseconds interval{200};    // between dials
+  bool dial_blocks = true;  // false: the dialer runs on the scheduler (a simulation's dial never blocks)
   bool enabled() const { return static_cast<bool>(dial); }
 };
 

@@ -1,4 +1,5 @@
 #include "actors/server_shard.hpp"
+#include "libps/log.hpp"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -749,9 +750,9 @@ void coordinator_down(self_ptr self, const shard_options& opts, const caf::error
   if (!opts.reconnect.enabled() || !st.core || opts.replica)
     return self->quit(make_ps_error(st.name + ": the coordinator went down (" + describe(reason) + ")"));
   st.coordinator_lost = describe(reason);
-  std::fprintf(stderr, "%s: the coordinator at %s went down (%s); serving on, waiting up to %lld ms for it to come back\n",
-               st.name.c_str(), opts.reconnect.address.c_str(), st.coordinator_lost.c_str(),
-               static_cast<long long>(opts.reconnect.patience.count()));
+  log_line(log_level::warning, st.name + ": the coordinator at " + opts.reconnect.address + " went down (" +
+                                   st.coordinator_lost + "); serving on, waiting up to " +
+                                   std::to_string(opts.reconnect.patience.count()) + " ms for it to come back");
   redial_coordinator(self, opts.reconnect);
 }
 
@@ -768,7 +769,7 @@ void rejoin(self_ptr self, const shard_options& opts, coordinator_actor coordina
         auto& st = self->state;
         st.coordinator = coordinator;
         self->monitor(coordinator);
-        std::fprintf(stderr, "%s: rejoined the coordinator at %s\n", st.name.c_str(), opts.reconnect.address.c_str());
+        log_line(log_level::warning, st.name + ": rejoined the coordinator at " + opts.reconnect.address);
         st.coordinator_lost.clear();
       },
       [=](caf::error& e) {

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <memory>
 #include <optional>
 #include <random>
@@ -57,6 +58,7 @@ class sim_run {
         plan_(plan),
         rng_(plan.seed),
         trace_path_(trace_dir + "/actorps-sim-" + std::to_string(::getpid()) + ".jsonl"),
+        state_dir_(trace_dir + "/actorps-sim-state-" + std::to_string(::getpid())),
         pushes_(plan.workers, 0),
         done_(plan.workers, false),
         dead_(plan.workers, false),
@@ -68,6 +70,8 @@ class sim_run {
         leaving_(plan.workers) {
     while (reader_ == plan.leaver || reader_ == plan.kill_worker) ++reader_;
     std::remove(trace_path_.c_str());
+    std::filesystem::remove_all(state_dir_);
+    std::filesystem::create_directories(state_dir_);
     sys_.await_actors_before_shutdown(false);
   }
 
@@ -76,6 +80,7 @@ class sim_run {
     for (auto& a : alive_) caf::anon_send_exit(a, caf::exit_reason::kill);
     sched_.run();
     std::remove(trace_path_.c_str());
+    std::filesystem::remove_all(state_dir_);
   }
 
   sim_outcome run() {
@@ -119,6 +124,8 @@ class sim_run {
   std::vector<caf::actor> server_actors(std::uint32_t server) const;
   void kill_server(std::uint32_t server);
   void join_server();
+  reconnect_options reconnect();
+  void restart_coordinator();
   void remove_server(std::uint32_t shard);
   void run_fault_plan();
   bool cut_off(caf::resumable* job) const;
@@ -132,7 +139,12 @@ class sim_run {
   sim_plan plan_;
   std::mt19937_64 rng_;
   std::string trace_path_;
+  std::string state_dir_;  // the coordinator's --state-dir
   coordinator_actor coord_;
+  coordinator_options coordinator_options_;  // a restarted coordinator gets them again, with the saved state
+  bool coordinator_dead_ = false;            // killed by the plan, not started again yet
+  std::uint64_t restart_at_ = 0;             // the event at which it is started again
+  bool restarted_ = false;
   std::vector<caf::actor> alive_;  // killed at the end (the system does not wait for them)
   std::vector<caf::actor> registered_;  // by worker id: the actor each worker registered from
   std::vector<std::unique_ptr<kv_client>> clients_;
@@ -198,10 +210,16 @@ void sim_run::start() {
   });
   alive_.push_back(quiet);
   o.observer = caf::actor_cast<observer_actor>(quiet);
+  if (plan_.restart_step) {
+    o.state_dir = state_dir_;
+    o.rejoin_patience = std::chrono::seconds(10);  // the default --ps.failure-timeout-ms: below the shards' park limit (27 s)
+  }
+  coordinator_options_ = o;
   coord_ = sys_.spawn(coordinator, o);
   alive_.push_back(caf::actor_cast<caf::actor>(coord_));
   shard_options sopts;
   sopts.trace_path = trace_path_;
+  sopts.reconnect = reconnect();
   for (std::uint32_t i = 0; i < plan_.servers; ++i) {
     auto s = sys_.spawn(server_shard, coord_, sopts);
     caf::anon_send(s, start_atom::value, std::uint16_t{0});
@@ -224,6 +242,9 @@ void sim_run::start_clients(const std::vector<std::shared_ptr<std::optional<regi
     view_ = (*r)->view;
     kv_client_options opts{(*r)->id, default_chunk_bytes, std::chrono::milliseconds(60000)};
     opts.coordinator = coord_;  // follows failovers
+    opts.reconnect = reconnect();
+    opts.worker_handle = registered_[(*r)->id];
+    opts.first_barrier = (*r)->barrier_generation;
     opts.retry = std::chrono::milliseconds(plan_.retry_ms);
     opts.faults = plan_.messages;
     std::vector<shard_link> links;
@@ -366,6 +387,13 @@ void sim_run::run_fault_plan() {
   const auto since_start = steps_ - started_at_;
   if (plan_.kill_server && !killed_ && since_start >= plan_.kill_step) kill_server(*plan_.kill_server);
   if (plan_.kill_worker && !killed_worker_ && since_start >= plan_.kill_worker_step) kill_worker(*plan_.kill_worker);
+  if (plan_.restart_step && !coordinator_dead_ && !restarted_ && since_start >= *plan_.restart_step) {
+    coordinator_dead_ = true;
+    restart_at_ = events_ + plan_.restart_events;
+    hash_ = mix(hash_, 0xc0de);
+    caf::anon_send_exit(coord_, caf::exit_reason::kill);
+  }
+  if (coordinator_dead_ && events_ >= restart_at_) restart_coordinator();
   if (plan_.join_step && !joined_ && since_start >= *plan_.join_step) join_server();
   // With a join planned too, the removal waits until a client has the joined map (one map
   // change at a time; a second would be refused).
@@ -417,9 +445,42 @@ void sim_run::join_server() {
   hash_ = mix(hash_, 0x701a);
   shard_options sopts;
   sopts.trace_path = trace_path_;
+  sopts.reconnect = reconnect();
   auto s = sys_.spawn(server_shard, coord_, sopts);
   caf::anon_send(s, start_atom::value, std::uint16_t{0});
   alive_.push_back(caf::actor_cast<caf::actor>(s));
+}
+
+// How members find the coordinator again after the plan killed it: the dial answers
+// once it runs again (no network here, and the dial never blocks).
+reconnect_options sim_run::reconnect() {
+  reconnect_options r;
+  r.dial = [this]() -> caf::expected<coordinator_actor> {
+    if (coordinator_dead_) return caf::make_error(caf::sec::cannot_connect_to_node);
+    return coord_;
+  };
+  r.address = "the simulated coordinator";
+  r.patience = std::chrono::seconds(60);
+  r.dial_blocks = false;
+  return r;
+}
+
+// The plan's coordinator restart: a new one resumes the job from what the dead one saved;
+// the workers that had finished say so again (a result sent while it was down is lost).
+void sim_run::restart_coordinator() {
+  restarted_ = true;
+  coordinator_dead_ = false;
+  hash_ = mix(hash_, 0x4e57a47);
+  auto o = coordinator_options_;
+  try {
+    o.resume = std::make_shared<const coordinator_record>(load_record(state_dir_));
+  } catch (const bad_request& e) {
+    return fail(std::string("the coordinator cannot resume: ") + e.what());
+  }
+  coord_ = sys_.spawn(coordinator, o);
+  alive_.push_back(caf::actor_cast<caf::actor>(coord_));
+  for (std::uint32_t w = 0; w < plan_.workers; ++w)
+    if (done_[w] && !dead_[w]) caf::anon_send(coord_, done_atom::value, worker_result{w, true, "{}"});
 }
 
 // An operator's psctl remove-shard: the answer is checked at the end.

@@ -75,6 +75,10 @@ sim_plan plan_for_seed(std::uint64_t seed, bool elastic) {
       p.remove_step = between(rng, 0, 400);
     }
   }
+  if (p.replication == 1 && !p.join_step && !p.remove_shard && one_in(rng, 4)) {
+    p.restart_step = between(rng, 0, 400);
+    p.restart_events = between(rng, 0, 150);
+  }
   return p;
 }
 
@@ -94,6 +98,7 @@ std::string to_json(const sim_plan& p) {
   if (p.kill_worker) j["kill_worker"] = {{"worker", *p.kill_worker}, {"step", p.kill_worker_step}};
   if (p.join_step) j["join"] = {{"step", *p.join_step}};
   if (p.remove_shard) j["remove"] = {{"shard", *p.remove_shard}, {"step", p.remove_step}};
+  if (p.restart_step) j["restart"] = {{"step", *p.restart_step}, {"events", p.restart_events}};
   return j.dump();
 }
 

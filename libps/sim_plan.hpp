@@ -1,7 +1,8 @@
 #pragma once
 // What one seed of the whole-cluster simulation (`sim`) does: the cluster's shape and
 // consistency model, the workers' speeds, and its fault plan (a server or a worker killed
-// at a step, a worker leaving early, requests dropped, sent twice or late). A pure function of the
+// at a step, a worker leaving early, requests dropped, sent twice or late, the coordinator
+// restarted). A pure function of the
 // seed, so `sim --seeds=1 --from=S` replays seed S exactly.
 #include <cstdint>
 #include <optional>
@@ -46,6 +47,11 @@ struct sim_plan {
   std::optional<std::uint64_t> join_step;
   std::optional<std::uint32_t> remove_shard;
   std::uint64_t remove_step = 0;
+  // The coordinator killed after this many scheduler steps and started again with its
+  // saved state (--resume) after this many more events; its members rejoin it. Only with
+  // one copy per shard and no map change planned (neither is resumed yet).
+  std::optional<std::uint64_t> restart_step;
+  std::uint64_t restart_events = 0;
   fault_plan messages;       // drop, duplicate, delay of the clients' requests
   std::uint64_t retry_ms = 0;  // a request unanswered this long goes out again
 };
