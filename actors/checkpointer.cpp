@@ -1,5 +1,6 @@
 #include "actors/checkpointer.hpp"
 
+#include <algorithm>
 #include <cstdio>
 
 namespace ps {
@@ -22,18 +23,29 @@ void fail_job(const checkpointer_options& opts, const std::string& text) {
     std::fprintf(stderr, "%s\n", text.c_str());
 }
 
-// The file for `clock` once every shard's part is in; nullptr while parts are missing.
-std::shared_ptr<const checkpoint> complete(self_ptr self, const checkpointer_options& opts, std::uint64_t clock) {
+// The epoch at which the map of `epoch` began its shape.
+std::uint64_t shape_epoch(const checkpointer_state& st, std::uint64_t epoch) {
+  auto it = st.shapes.upper_bound(epoch);
+  return it == st.shapes.begin() ? st.shapes.begin()->first : std::prev(it)->first;
+}
+
+// The file for `clock` of the map shaped at `shape` once each of its shards' parts is in;
+// nullptr while parts are missing.
+std::shared_ptr<const checkpoint> complete(self_ptr self, const checkpointer_options& opts, std::uint64_t clock,
+                                           std::uint64_t shape) {
   auto& st = self->state;
-  auto& parts = st.pending[clock];
-  if (parts.size() < opts.header.shard_ids.size()) return nullptr;
+  auto& parts = st.pending[{clock, shape}];
+  const auto& map = st.shapes.at(shape);
+  if (parts.size() < map.shard_ids.size()) return nullptr;
   auto c = std::make_shared<checkpoint>();
   c->header = opts.header;
   c->header.clock = clock;
   c->header.epoch = std::max(opts.header.epoch, st.epoch);
-  for (auto id : opts.header.shard_ids) c->shards.push_back(std::move(parts[id]));
+  c->header.shard_ids = map.shard_ids;
+  c->header.placement = map.placement;
+  for (auto id : map.shard_ids) c->shards.push_back(std::move(parts[id]));
   // Older clocks still incomplete can never complete consistently now: drop them.
-  st.pending.erase(st.pending.begin(), st.pending.upper_bound(clock));
+  st.pending.erase(st.pending.begin(), st.pending.upper_bound({clock, UINT64_MAX}));
   return c;
 }
 
@@ -70,10 +82,18 @@ checkpoint_file_writer_actor::behavior_type checkpoint_file_writer(checkpoint_fi
 }
 
 checkpointer_actor::behavior_type checkpointer(self_ptr self, checkpointer_options opts) {
+  self->state.shapes[0] = {opts.header.shard_ids, opts.header.placement};
   self->state.file_writer = opts.file_writer ? opts.file_writer
                                              : self->spawn<caf::linked + caf::detached>(checkpoint_file_writer, opts.dir);
   return {
-    [=](view_atom, std::uint64_t epoch) { self->state.epoch = std::max(self->state.epoch, epoch); },
+    [=](view_atom, std::uint64_t epoch, std::vector<std::uint32_t>& shard_ids, const std::vector<std::uint64_t>& buckets,
+        const std::vector<std::uint32_t>& owners) {
+      auto& st = self->state;
+      st.epoch = std::max(st.epoch, epoch);
+      checkpointer_state::map_shape shape{std::move(shard_ids), {}};
+      for (std::size_t i = 0; i < buckets.size() && i < owners.size(); ++i) shape.placement.emplace_back(buckets[i], owners[i]);
+      if (!(shape == st.shapes.rbegin()->second)) st.shapes[epoch] = std::move(shape);
+    },
     [=](flush_atom) -> caf::result<caf::ok_atom> {
       if (self->state.writing == 0) return caf::ok_atom::value;
       auto rp = self->make_response_promise<caf::ok_atom>();
@@ -89,19 +109,22 @@ checkpointer_actor::behavior_type checkpointer(self_ptr self, checkpointer_optio
       self->state.awaits[clock].push_back(rp);
       return rp;
     },
-    [=](snapshot_atom, std::uint32_t shard, std::uint64_t clock, const encoded_block& data) {
+    [=](snapshot_atom, std::uint32_t shard, std::uint64_t clock, std::uint64_t epoch, const encoded_block& data) {
       auto refused = [&](const std::string& why) {
         tell(opts, "checkpoint at clock " + std::to_string(clock) + ": part from shard " + std::to_string(shard) +
                      " refused: " + why);
       };
+      const auto shape = shape_epoch(self->state, epoch);
       try {
         auto snap = snapshot_of(data);
         if (snap.shard != shard) return refused("holds the state of shard " + std::to_string(snap.shard));
-        self->state.pending[clock][shard] = std::move(snap);
+        const auto& ids = self->state.shapes.at(shape).shard_ids;
+        if (std::find(ids.begin(), ids.end(), shard) == ids.end()) return;  // it left that map: it holds nothing
+        self->state.pending[{clock, shape}][shard] = std::move(snap);
       } catch (const bad_request& e) {
         return refused(e.what());
       }
-      auto file = complete(self, opts, clock);
+      auto file = complete(self, opts, clock, shape);
       if (!file) return;
       // Files are written in the order their clocks completed: the writer's mailbox is a queue.
       ++self->state.writing;

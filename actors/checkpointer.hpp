@@ -32,7 +32,17 @@ struct checkpointer_options {
 };
 
 struct checkpointer_state {
-  std::map<std::uint64_t, std::map<std::uint32_t, shard_snapshot>> pending;  // clock -> shard -> state
+  // The shards of each map and its placement, by the epoch at which that map began (a
+  // failover's epoch keeps the shape it follows).
+  struct map_shape {
+    std::vector<std::uint32_t> shard_ids;
+    partitioner::placement_list placement;
+    bool operator==(const map_shape&) const = default;
+  };
+  std::map<std::uint64_t, map_shape> shapes;
+  // (clock, the epoch its map's shape began at) -> shard -> state: a file holds the parts
+  // of one map, so a part taken before a shard joined never meets one taken after.
+  std::map<std::pair<std::uint64_t, std::uint64_t>, std::map<std::uint32_t, shard_snapshot>> pending;
   std::uint64_t epoch = 0;  // of the newest shard map heard of
   checkpoint_file_writer_actor file_writer;
   std::size_t writing = 0;  // files handed to the writer, not yet answered

@@ -315,6 +315,14 @@ encoded_block encoded_state(const checkpoint& c, std::uint32_t shard);
 void recover_shard(self_ptr self, const coordinator_options& opts, std::uint32_t id, const std::string& who,
                    const caf::error& reason);
 
+// The checkpoint writer follows the map: which shards a file holds, and where their keys are.
+void tell_checkpointer(const coordinator_options& opts, const cluster_view& view) {
+  if (!opts.checkpointer) return;
+  std::vector<std::uint32_t> ids;
+  for (const auto& e : view.shards) ids.push_back(e.id);
+  caf::anon_send(opts.checkpointer, view_atom::value, view.epoch, std::move(ids), view.placed_buckets, view.placed_owners);
+}
+
 // Hands the new map to every live shard first, then (once they all have it) to the
 // workers' clients, so no request of the new epoch reaches a shard that lacks it.
 void announce_view(self_ptr self, const coordinator_options& opts, std::function<void()> then = {}) {
@@ -322,7 +330,7 @@ void announce_view(self_ptr self, const coordinator_options& opts, std::function
   auto view = make_view(self, opts);
   persist(self, opts);
   auto remaining = std::make_shared<std::size_t>(st.copies.size());
-  if (opts.checkpointer) caf::anon_send(opts.checkpointer, view_atom::value, view.epoch);
+  tell_checkpointer(opts, view);
   auto to_workers = [=] {
     for (auto& sub : self->state.view_subscribers) caf::anon_send(sub, view_atom::value, view);
     if (then) then();
@@ -408,7 +416,12 @@ void shard_failed(self_ptr self, const coordinator_options& opts, std::uint32_t 
     tell_news(opts, "checkpoint refused: " + r);
   if (!latest.found)
     return fail("no checkpoint has been written to " + opts.checkpoint_dir + " yet");
-  const auto& ckpt = *latest.found;
+  checkpoint ckpt;
+  try {  // written under another map (before shards joined or left): its keys go where they are now
+    ckpt = laid_out_for(*latest.found, map_of(make_view(self, opts)));
+  } catch (const bad_request& e) {
+    return fail(latest.path + " cannot be laid out for the current map: " + e.what());
+  }
   auto section = std::find_if(ckpt.shards.begin(), ckpt.shards.end(), [&](const shard_snapshot& s) { return s.shard == id; });
   if (section == ckpt.shards.end())
     return fail(latest.path + " has no section for shard " + std::to_string(id));
@@ -552,6 +565,7 @@ void propose_cut(self_ptr self, std::vector<shard_actor> heads, std::uint64_t bo
 // the same clocks (exactly, under BSP): cut(boundary) once every head took it, or
 // failed(why) when a head did not answer (that round's file could not complete).
 void cut_checkpoint(self_ptr self, std::function<void(std::uint64_t)> cut, std::function<void(std::string)> failed) {
+  if (self->state.joining) return failed("coordinator: no checkpoint while a shard joins or leaves; try again once it has");
   auto heads = live_heads(self->state);
   if (heads.empty()) return failed("coordinator: no checkpoint: no shard yet");
   auto with_minimums = [=](std::vector<std::uint64_t> mins) {
@@ -733,7 +747,6 @@ std::string map_change_refusal(const coordinator_options& opts, const coordinato
   if (opts.replication >= 2)
     return "the job keeps chains of copies (--replication=" + std::to_string(opts.replication) +
            "), which a map change does not rebuild yet";
-  if (opts.checkpointer) return "the job writes checkpoints (--checkpoint-dir), whose files do not follow a map change yet";
   if (st.resuming) return "the coordinator is resuming the job; try again once its members are back";
   if (st.joining) return "another shard is joining or leaving; try again once it has";
   if (st.ending) return "the job is ending";
@@ -811,6 +824,7 @@ void admit_shard(self_ptr self, const coordinator_options& opts, const caf::acto
                                          std::to_string(info.pid) + ")");
   st.members[sender.address()] = who + " (joined)";
   auto view = make_view(self, opts);
+  tell_checkpointer(opts, view);  // before any shard takes parts under the new map
   rp.deliver(make_registration(self, opts, id));
   // Behind its registration (one sender, one order): once it has the map, the handoffs.
   self->request(shard, std::chrono::seconds(10), view_atom::value, view)
@@ -898,6 +912,7 @@ void drain_shard(self_ptr self, const coordinator_options& opts, std::uint32_t i
   auto leaver = st.shard_handles[id];
   auto remaining_shards = live_heads(st);
   auto view = make_view(self, opts);
+  tell_checkpointer(opts, view);  // before any shard takes parts under the new map
   auto started = std::chrono::steady_clock::now();
   auto who = "shard " + std::to_string(id);
   auto failed = [=](const std::string& why) mutable {

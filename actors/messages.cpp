@@ -190,6 +190,7 @@ void register_types(caf::actor_system_config& cfg) {
   cfg.add_message_type<worker_result>("ps::worker_result");
   cfg.add_message_type<update_loss>("ps::update_loss");
   cfg.add_message_type<std::vector<std::uint32_t>>("std::vector<uint32_t>");
+  cfg.add_message_type<std::vector<std::uint64_t>>("std::vector<uint64_t>");
   cfg.add_error_category(ps_category, render_ps_error);
 }
 

@@ -235,11 +235,14 @@ typename Inspector::result_type inspect(Inspector& f, shard_entry& x) {
 
 // Writes checkpoint files from the shards' parts (actors/checkpointer.hpp).
 using checkpointer_actor = caf::typed_actor<
-  // Shard `shard`'s state at clock boundary `clock`; a file is written once every
-  // shard's part for that clock is in.
-  caf::reacts_to<snapshot_atom, std::uint32_t, std::uint64_t, encoded_block>,
-  // The epoch of a newer shard map (after a failover): later files carry it.
-  caf::reacts_to<view_atom, std::uint64_t>,
+  // Shard `shard`'s state at clock boundary `clock`, taken under its map of this epoch; a
+  // file is written once every shard of that map has sent its part for that clock.
+  caf::reacts_to<snapshot_atom, std::uint32_t, std::uint64_t, std::uint64_t, encoded_block>,
+  // A newer shard map: its epoch, its shards and (after joins or removals) the owners of
+  // the placed buckets (buckets, owners); later files follow it. Told before shards hand
+  // keys over, so no part of a new map comes before the map.
+  caf::reacts_to<view_atom, std::uint64_t, std::vector<std::uint32_t>, std::vector<std::uint64_t>,
+                 std::vector<std::uint32_t>>,
   // Answered once every complete checkpoint handed to the file writer so far is written
   // (or failed): the coordinator asks before it recovers a shard from the newest file.
   caf::replies_to<flush_atom>::with<caf::ok_atom>,

@@ -196,15 +196,16 @@ void send_checkpoint_part(self_ptr self, std::uint64_t clock) {
   shard_snapshot part{st.core->id(), st.core->store().snapshot(), {}, {}, 0};
   if (!st.disk) {
     part.tables = st.core->table_snapshot();
-    caf::anon_send(st.checkpointer, snapshot_atom::value, part.shard, clock, snapshot_block(part));
+    caf::anon_send(st.checkpointer, snapshot_atom::value, part.shard, clock, st.core->epoch(), snapshot_block(part));
     return;
   }
   part.disk_rows = disk_rows_name(clock, part.shard);
   part.disk_row_count = st.core->rows().rows_live();
   auto into = (std::filesystem::path(st.checkpoint_dir) / part.disk_rows).string();
   auto changed = std::make_shared<const row_write>(st.core->rows().dirty_rows());
+  auto epoch = st.core->epoch();
   self->request(st.disk, caf::infinite, save_rows_atom::value, changed, into)
-    .then([=](caf::ok_atom) { caf::anon_send(self->state.checkpointer, snapshot_atom::value, part.shard, clock,
+    .then([=](caf::ok_atom) { caf::anon_send(self->state.checkpointer, snapshot_atom::value, part.shard, clock, epoch,
                                              snapshot_block(part)); },
           [=](caf::error& e) { disk_failed(self, e); });
 }

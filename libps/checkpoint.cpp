@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cereal/archives/binary.hpp>
 #include <cereal/types/string.hpp>
+#include <cereal/types/utility.hpp>
 #include <cereal/types/vector.hpp>
 #include <cerrno>
 #include <cmath>
@@ -40,6 +41,7 @@ struct shard_snapshot_v1 {
 template <class Archive>
 void serialize(Archive& ar, checkpoint_header& h) {
   ar(h.version, h.model, h.epoch, h.clock, h.shard_ids, h.vnodes, h.bucket_bits, h.rule, h.state_slots);
+  if (h.version >= 3) ar(h.placement);
 }
 
 namespace {
@@ -183,7 +185,7 @@ checkpoint read_checkpoint(const std::string& path) {
   if (std::memcmp(data.data(), magic, sizeof(magic)) != 0) r.fail("not an ActorPS checkpoint (bad magic)");
   r.at = sizeof(magic);
   auto version = r.pod<std::uint32_t>("the format version");
-  if (version != 1 && version != checkpoint_format_version)
+  if (version < 1 || version > checkpoint_format_version)
     r.fail("format version " + std::to_string(version) + ", this build reads 1 to " +
            std::to_string(checkpoint_format_version));
   checkpoint c;
@@ -333,7 +335,18 @@ checkpoint reshard(const checkpoint& c, const partitioner& map) {
   }
   for (auto& s : out.shards)
     std::sort(s.segments.begin(), s.segments.end(), [](const auto& a, const auto& b) { return a.begin < b.begin; });
+  out.header.placement = map.placement();
   return out;
+}
+
+bool same_map(const checkpoint_header& h, const partitioner& map) {
+  if (h.shard_ids != map.shard_ids() || h.vnodes != map.vnodes() || h.bucket_bits != map.bucket_bits()) return false;
+  if (!h.placement.empty()) return h.placement == map.placement();
+  return partitioner(map.epoch(), h.shard_ids, h.vnodes, h.bucket_bits, map.balanced()).placement() == map.placement();
+}
+
+checkpoint laid_out_for(const checkpoint& c, const partitioner& map) {
+  return same_map(c.header, map) ? c : reshard(c, map);
 }
 
 }  // namespace ps

@@ -18,9 +18,10 @@
 
 namespace ps {
 
-// 2: a shard's section also holds its sparse tables' rows. Files of version 1 (dense
-// tensors only) still read.
-inline constexpr std::uint32_t checkpoint_format_version = 2;
+// 2: a shard's section also holds its sparse tables' rows. 3: the header holds the map's
+// placement after shards joined or left. Files of versions 1 (dense tensors only) and 2
+// still read.
+inline constexpr std::uint32_t checkpoint_format_version = 3;
 
 struct checkpoint_header {
   std::uint32_t version = checkpoint_format_version;
@@ -31,6 +32,9 @@ struct checkpoint_header {
   std::uint32_t vnodes = 0, bucket_bits = 0;
   std::uint8_t rule = 0;        // rule_kind
   std::uint32_t state_slots = 0;
+  // After joins or removals: the dense buckets' owners (partitioner::placement); empty:
+  // the ring's own placement for shard_ids.
+  partitioner::placement_list placement = {};
 };
 
 // A sparse table's rows in a shard's snapshot: ids and each row's `stride` floats (its
@@ -71,6 +75,14 @@ shard_snapshot decode_shard(const std::string& bytes);
 // state, each row moved to its row_owner. The header's shard_ids become map's. Throws
 // bad_request for rows on a disk tier (one RocksDB checkpoint per old shard: not split).
 checkpoint reshard(const checkpoint& c, const partitioner& map);
+
+// Whether the checkpoint's shards own what `map`'s do: the same shards, ring and buckets,
+// and the same owner for every balanced bucket (the header's placement, or the ring's own
+// when it has none). When not, its state must be resharded before a shard takes its section.
+bool same_map(const checkpoint_header& h, const partitioner& map);
+
+// The checkpoint laid out for `map`: c itself when the maps agree, else reshard(c, map).
+checkpoint laid_out_for(const checkpoint& c, const partitioner& map);
 
 // Writes atomically (see above); returns the final path. Throws bad_request naming the
 // directory or file on an I/O error, or when shards do not match header.shard_ids.

@@ -172,11 +172,12 @@ std::shared_ptr<const checkpoint> load_restore(const node_config& cfg, const job
   }
   std::fprintf(stderr, "restore: parameters from %s (clock %llu)\n", latest.path.c_str(),
                static_cast<unsigned long long>(got.clock));
-  if (got.shard_ids == want.shard_ids && got.vnodes == want.vnodes && got.bucket_bits == want.bucket_bits)
-    return std::make_shared<const checkpoint>(std::move(*latest.found));
-  // Another number of shards (or another ring): every key and row goes to its new owner.
+  const auto map = job_map(cfg, settings);
+  if (same_map(got, map)) return std::make_shared<const checkpoint>(std::move(*latest.found));
+  // Another number of shards (or another ring, or shards that joined or left): every key
+  // and row goes to its new owner.
   try {
-    auto moved = reshard(*latest.found, job_map(cfg, settings));
+    auto moved = reshard(*latest.found, map);
     moved.header.vnodes = want.vnodes;
     moved.header.bucket_bits = want.bucket_bits;
     std::fprintf(stderr, "restore: the state of %zu shards laid out for %zu\n", got.shard_ids.size(),

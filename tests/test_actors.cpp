@@ -431,7 +431,8 @@ TEST_CASE_FIXTURE(fixture, "checkpointer: a flush is answered once the complete 
   sched.run();
   CHECK(*flushed == 1);  // nothing being written: at once
   for (std::uint32_t shard : {0u, 1u})
-    caf::anon_send(ckpt, snapshot_atom::value, shard, std::uint64_t{8}, snapshot_block(shard_snapshot{shard, {}, {}, {}, 0}));
+    caf::anon_send(ckpt, snapshot_atom::value, shard, std::uint64_t{8}, std::uint64_t{1},
+                   snapshot_block(shard_snapshot{shard, {}, {}, {}, 0}));
   sched.run();
   REQUIRE(pending->size() == 1);  // both parts in: the file went to the writer
   ask_flush();

@@ -303,3 +303,34 @@ TEST_CASE("reshard: every key and row of a 2-shard checkpoint lands once, at its
   c.shards[1].disk_rows = "/somewhere/shard-1";
   CHECK_THROWS_AS(reshard(c, map), ps::bad_request);
 }
+
+TEST_CASE("a checkpoint cut after a shard joined carries the map's placement; its state is laid out again only for another map") {
+  temp_dir dir;
+  const std::vector<key_range> tensors{{0, 9000}};
+  ps::partitioner before(1, {0, 1}, 16, 6, tensors);
+  auto after = before.with_shard(2);  // placed: the newcomer took buckets from both
+  auto c = sample(40);
+  c.header.vnodes = 16;
+  c.header.bucket_bits = 6;
+  CHECK(same_map(c.header, before));  // no placement in the header: the ring's own
+  CHECK_FALSE(same_map(c.header, after));
+  // Laid out for the newer map: each key once, at its owner there; the header says so.
+  auto moved = laid_out_for(c, after);
+  CHECK(moved.header.shard_ids == std::vector<std::uint32_t>{0, 1, 2});
+  CHECK(moved.header.placement == after.placement());
+  CHECK(same_map(moved.header, after));
+  std::uint64_t keys = 0;
+  for (const auto& s : moved.shards)
+    for (const auto& seg : s.segments) {
+      for (auto k = seg.begin; k < seg.end; ++k) CHECK(after.owner(k) == s.shard);
+      keys += seg.end - seg.begin;
+    }
+  CHECK(keys == 8 + 4);  // sample()'s keys: [0, 5), [100, 103) and [4096, 4100)
+  CHECK(laid_out_for(c, before).shards.size() == 2);  // the same map: as it was
+  // The placement survives the file (format version 3).
+  fs::create_directories(dir.path);
+  auto path = write_checkpoint(dir.str(), moved);
+  auto back = read_checkpoint(path);
+  CHECK(back.header.placement == after.placement());
+  CHECK(same_map(back.header, after));
+}

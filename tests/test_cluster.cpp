@@ -730,9 +730,9 @@ struct running_job {
   FILE* pipe;
   std::string out, port;
 };
-running_job running_clocksum(int clocks, int clock_ms) {
+running_job running_clocksum(int clocks, int clock_ms, const std::string& flags = "") {
   FILE* job = popen(("bin/psnode --role=local --app=clocksum --servers=2 --workers=2 --clocks=" + std::to_string(clocks) +
-                     " --clock-ms=" + std::to_string(clock_ms) + " 2>&1").c_str(), "r");
+                     " --clock-ms=" + std::to_string(clock_ms) + " " + flags + " 2>&1").c_str(), "r");
   REQUIRE(job != nullptr);
   std::string out, port;
   bool running = false;
@@ -811,6 +811,73 @@ TEST_CASE("elastic: a server joins a running job, then one of the first leaves (
     CHECK(result.at("shard_values").size() == 2);  // shards 1 and 2: the final pull saw the newest map
     for (std::uint32_t s = 1; s < 3; ++s) CHECK(shard_value(result, s) == 3 * 400);
   }
+}
+
+// Every key of every checkpoint in `dir` holds exactly (1 + 2) per clock below the file's
+// clock, once (clocksum under BSP, 2 workers): consistent cuts whatever map they were cut
+// under. Returns the files' headers, oldest first.
+std::vector<checkpoint_header> check_clocksum_checkpoints(const std::string& dir) {
+  std::map<std::uint64_t, checkpoint_header> headers;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    if (entry.path().extension() != ".apsckpt") continue;
+    auto c = read_checkpoint(entry.path().string());
+    CAPTURE(entry.path().string());
+    std::size_t keys = 0, wrong = 0;
+    for (const auto& sh : c.shards)
+      for (const auto& seg : sh.segments)
+        for (auto v : seg.values) {
+          ++keys;
+          wrong += v != 3.0f * c.header.clock;
+        }
+    CHECK(keys == 65536);  // each key in one section
+    CHECK(wrong == 0);
+    headers[c.header.clock] = c.header;
+  }
+  std::vector<checkpoint_header> out;
+  for (auto& [clock, h] : headers) out.push_back(h);
+  return out;
+}
+
+TEST_CASE("elastic: with checkpoints, a server joins and a shard leaves; the files follow the map and restore exactly") {
+  std::filesystem::remove_all("ckpt-elastic");
+  std::filesystem::create_directory("ckpt-elastic");
+  auto [job, out, port] = running_clocksum(300, 10, "--checkpoint-dir=ckpt-elastic --checkpoint-every=10");
+  char line[4096];
+  const auto at = " --coordinator=127.0.0.1:" + port;
+  FILE* joiner = popen(("bin/psnode --role=server" + at + " 2>&1").c_str(), "r");
+  REQUIRE(joiner != nullptr);
+  while (out.find("joined; its keys and rows were handed over in") == std::string::npos && std::fgets(line, sizeof line, job))
+    out += line;
+  auto [rc, removed] = shell("bin/psctl" + at + " remove-shard 0");
+  while (std::fgets(line, sizeof line, job)) out += line;
+  int status = pclose(job);
+  std::string joined;
+  while (std::fgets(line, sizeof line, joiner)) joined += line;
+  pclose(joiner);
+  INFO(out);
+  INFO(removed);
+  CHECK(rc == 0);
+  REQUIRE(WIFEXITED(status));
+  REQUIRE(WEXITSTATUS(status) == 0);
+  for (std::uint32_t w = 0; w < 2; ++w)
+    for (std::uint32_t s = 1; s < 3; ++s) CHECK(shard_value(clocksum_line(out, w), s) == 3 * 300);
+  auto headers = check_clocksum_checkpoints("ckpt-elastic");
+  REQUIRE(!headers.empty());
+  // The last files hold shards 1 and 2 (0 left, 2 joined), with the placement that says
+  // where each key is; the first ones were cut before the join.
+  CHECK(headers.front().shard_ids == std::vector<std::uint32_t>{0, 1});
+  CHECK(headers.back().shard_ids == std::vector<std::uint32_t>{1, 2});
+  CHECK_FALSE(headers.back().placement.empty());
+  CHECK(headers.back().clock == 300);  // the final checkpoint
+  // A new job of 2 shards restores the last file (its keys laid out for the fresh ring)
+  // and runs 20 clocks more: every key ends at exactly 3 per clock of both.
+  auto [rc2, again] = shell("bin/psnode --role=local --app=clocksum --servers=2 --workers=2 --clocks=320 "
+                            "--restore=ckpt-elastic");
+  INFO(again);
+  CHECK(rc2 == 0);
+  CHECK(again.find("laid out for 2") != std::string::npos);
+  for (std::uint32_t s = 0; s < 2; ++s) CHECK(shard_value(clocksum_line(again, 0), s) == 3 * 320);
+  std::filesystem::remove_all("ckpt-elastic");
 }
 
 TEST_CASE("faults: time-based checkpoints (--checkpoint-seconds) are consistent cuts: under BSP exactly the clocks below theirs") {
