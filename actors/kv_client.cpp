@@ -1239,23 +1239,18 @@ void rejoin(client_ptr self, coordinator_actor coordinator) {
   auto& st = self->state;
   node_info me{"worker", "", 0, static_cast<std::uint32_t>(getpid()), st.worker_handle, st.worker, 0,
                protocol_version, {}};
-  self->request(coordinator, std::chrono::seconds(5), rejoin_atom::value, me)
-    .then(
-      [=](registration&) {
-        auto& st = self->state;
-        st.coordinator = coordinator;
-        self->monitor(coordinator);
-        st.coordinator_lost.clear();
-        log_line(log_level::warning, "worker " + std::to_string(st.worker) + ": rejoined the coordinator at " +
-                                         st.reconnect.address);
-        for (auto& [tag, b] : st.barriers) send_barrier(self, tag);
-        if (st.done) send_done(self);
-      },
-      [=](caf::error& e) {
-        auto& st = self->state;
-        if (code_of(e) != errc::refused) return redial_coordinator(self, st.reconnect);
-        coordinator_gone(self, "the coordinator at " + st.reconnect.address + " came back without this job: " + describe(e));
-      });
+  rejoin_coordinator(
+    self, coordinator, me, st.reconnect,
+    [=] {
+      auto& st = self->state;
+      st.coordinator = coordinator;
+      st.coordinator_lost.clear();
+      log_line(log_level::warning, "worker " + std::to_string(st.worker) + ": rejoined the coordinator at " +
+                                       st.reconnect.address);
+      for (auto& [tag, b] : st.barriers) send_barrier(self, tag);
+      if (st.done) send_done(self);
+    },
+    [=](const std::string& why) { coordinator_gone(self, why); });
 }
 
 // The coordinator or a shard copy went down.

@@ -27,6 +27,25 @@ struct reconnect_options {
 // The dialer ends with `member`.
 void redial_coordinator(caf::local_actor* member, const reconnect_options& opts);
 
+// Tells a coordinator that answers at the old address who this member is (`me`), then
+// rejoined() once it took the member back (the member monitors it); refused(why) when it
+// did not resume this job; a coordinator not reachable yet is dialled again.
+template <class Self>
+void rejoin_coordinator(Self* self, const coordinator_actor& coordinator, const node_info& me,
+                        const reconnect_options& opts, std::function<void()> rejoined,
+                        std::function<void(const std::string&)> refused) {
+  self->request(coordinator, std::chrono::seconds(5), rejoin_atom::value, me)
+    .then(
+      [=](registration&) {
+        self->monitor(coordinator);
+        rejoined();
+      },
+      [=](caf::error& e) {
+        if (code_of(e) != errc::refused) return redial_coordinator(self, opts);
+        refused("the coordinator at " + opts.address + " came back without this job: " + describe(e));
+      });
+}
+
 // The error a member ends with when its coordinator did not come back: names the
 // coordinator, its address and the patience.
 std::string coordinator_gone_text(const reconnect_options& opts, const std::string& first_reason);

@@ -761,25 +761,21 @@ void coordinator_down(self_ptr self, const shard_options& opts, const caf::error
 // that did not resume this job refuses, and the shard ends naming why; one that cannot be
 // reached yet is dialled again.
 void rejoin(self_ptr self, const shard_options& opts, coordinator_actor coordinator) {
-  auto& st = self->state;
-  node_info me{"server", opts.host, st.port, static_cast<std::uint32_t>(getpid()), {}, st.core->id(), 0,
+  node_info me{"server", opts.host, self->state.port, static_cast<std::uint32_t>(getpid()), {}, self->state.core->id(), 0,
                protocol_version, opts.given};
-  self->request(coordinator, std::chrono::seconds(5), rejoin_atom::value, me)
-    .then(
-      [=](registration&) {
-        auto& st = self->state;
-        st.coordinator = coordinator;
-        self->monitor(coordinator);
-        log_line(log_level::warning, st.name + ": rejoined the coordinator at " + opts.reconnect.address);
-        st.coordinator_lost.clear();
-      },
-      [=](caf::error& e) {
-        auto& st = self->state;
-        if (code_of(e) != errc::refused) return redial_coordinator(self, opts.reconnect);
-        auto text = st.name + ": the coordinator at " + opts.reconnect.address + " came back without this job: " + describe(e);
-        std::fprintf(stderr, "%s\n", text.c_str());
-        self->quit(make_error(errc::job_failed, text));
-      });
+  rejoin_coordinator(
+    self, coordinator, me, opts.reconnect,
+    [=] {
+      auto& st = self->state;
+      st.coordinator = coordinator;
+      st.coordinator_lost.clear();
+      log_line(log_level::warning, st.name + ": rejoined the coordinator at " + opts.reconnect.address);
+    },
+    [=](const std::string& why) {
+      auto text = self->state.name + ": " + why;
+      std::fprintf(stderr, "%s\n", text.c_str());
+      self->quit(make_error(errc::job_failed, text));
+    });
 }
 
 // Watches the coordinator and the successor, starts the helpers, and a copy or a

@@ -146,7 +146,8 @@ int main(int argc, char** argv) {
   auto psnode = (bin / "psnode").string(), psctl = (bin / "psctl").string();
   // Load for: a phase before, each move with a phase after it, and room to spare.
   auto load = std::to_string(4 * phase + 4);
-  job_output job{popen((psnode + " --role=local --app=elastic --servers=2 --workers=2 --load-seconds=" + load + " 2>&1").c_str(), "r")};
+  job_output job;
+  job.pipe = popen((psnode + " --role=local --app=elastic --servers=2 --workers=2 --load-seconds=" + load + " 2>&1").c_str(), "r");
   std::string line;
   if (!job.pipe || !job.until("listening on 127.0.0.1:", &line)) {
     std::fprintf(stderr, "bench_elastic: the job did not start:\n%s", job.all.c_str());

@@ -773,22 +773,34 @@ TEST_CASE("faults: a worker joins a running job (psnode --role=worker at the coo
       CHECK(shard_value(clocksum_line(out, w), s) == static_cast<long long>(3 * 150 + 3 * (150 - start)));
 }
 
-TEST_CASE("elastic: a server joins a running job, then one of the first leaves (psctl remove-shard); sums stay exact") {
-  // BSP, 2 workers: whichever shard holds a key, it ends with exactly 3 per clock.
-  auto [job, out, port] = running_clocksum(400, 10);
+// A running clocksum job through a join (a psnode server started at its coordinator),
+// then `psctl remove-shard 7` (no such shard) and `remove-shard 0`, read to its end.
+struct moved_job {
+  std::string out, joined, bad, removed;
+  int status = 0, joiner_status = 0, bad_rc = 0, removed_rc = 0;
+};
+moved_job join_then_remove(running_job job) {
+  moved_job m;
+  m.out = job.out;
   char line[4096];
-  const auto at = " --coordinator=127.0.0.1:" + port;
+  const auto at = " --coordinator=127.0.0.1:" + job.port;
   FILE* joiner = popen(("bin/psnode --role=server" + at + " 2>&1").c_str(), "r");
   REQUIRE(joiner != nullptr);
-  while (out.find("joined; its keys and rows were handed over in") == std::string::npos && std::fgets(line, sizeof line, job))
-    out += line;
-  auto [bad_rc, bad] = shell("bin/psctl" + at + " remove-shard 7");
-  auto [rc, removed] = shell("bin/psctl" + at + " remove-shard 0");
-  while (std::fgets(line, sizeof line, job)) out += line;
-  int status = pclose(job);
-  std::string joined;
-  while (std::fgets(line, sizeof line, joiner)) joined += line;
-  int joiner_status = pclose(joiner);
+  while (m.out.find("joined; its keys and rows were handed over in") == std::string::npos &&
+         std::fgets(line, sizeof line, job.pipe))
+    m.out += line;
+  std::tie(m.bad_rc, m.bad) = shell("bin/psctl" + at + " remove-shard 7");
+  std::tie(m.removed_rc, m.removed) = shell("bin/psctl" + at + " remove-shard 0");
+  while (std::fgets(line, sizeof line, job.pipe)) m.out += line;
+  m.status = pclose(job.pipe);
+  while (std::fgets(line, sizeof line, joiner)) m.joined += line;
+  m.joiner_status = pclose(joiner);
+  return m;
+}
+
+TEST_CASE("elastic: a server joins a running job, then one of the first leaves (psctl remove-shard); sums stay exact") {
+  // BSP, 2 workers: whichever shard holds a key, it ends with exactly 3 per clock.
+  auto [out, joined, bad, removed, status, joiner_status, bad_rc, rc] = join_then_remove(running_clocksum(400, 10));
   INFO(out);
   INFO(joined);
   INFO(removed);
@@ -841,22 +853,12 @@ std::vector<checkpoint_header> check_clocksum_checkpoints(const std::string& dir
 TEST_CASE("elastic: with checkpoints, a server joins and a shard leaves; the files follow the map and restore exactly") {
   std::filesystem::remove_all("ckpt-elastic");
   std::filesystem::create_directory("ckpt-elastic");
-  auto [job, out, port] = running_clocksum(300, 10, "--checkpoint-dir=ckpt-elastic --checkpoint-every=10");
-  char line[4096];
-  const auto at = " --coordinator=127.0.0.1:" + port;
-  FILE* joiner = popen(("bin/psnode --role=server" + at + " 2>&1").c_str(), "r");
-  REQUIRE(joiner != nullptr);
-  while (out.find("joined; its keys and rows were handed over in") == std::string::npos && std::fgets(line, sizeof line, job))
-    out += line;
-  auto [rc, removed] = shell("bin/psctl" + at + " remove-shard 0");
-  while (std::fgets(line, sizeof line, job)) out += line;
-  int status = pclose(job);
-  std::string joined;
-  while (std::fgets(line, sizeof line, joiner)) joined += line;
-  pclose(joiner);
+  auto moved = join_then_remove(running_clocksum(300, 10, "--checkpoint-dir=ckpt-elastic --checkpoint-every=10"));
+  const auto& out = moved.out;
+  const auto status = moved.status;
   INFO(out);
-  INFO(removed);
-  CHECK(rc == 0);
+  INFO(moved.removed);
+  CHECK(moved.removed_rc == 0);
   REQUIRE(WIFEXITED(status));
   REQUIRE(WEXITSTATUS(status) == 0);
   for (std::uint32_t w = 0; w < 2; ++w)
