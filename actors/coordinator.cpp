@@ -1053,6 +1053,7 @@ void resume_job(self_ptr self, const coordinator_options& opts) {
   st.barrier_generation = r.barrier_generation;
   st.view_out = st.view_ready = true;
   st.resuming = true;
+  tell_checkpointer(opts, make_view(self, opts));  // the map as it was: parts may come before the members
   tell_news(opts, "coordinator: resuming the job at epoch " + std::to_string(st.epoch) + "; waiting up to " +
                     std::to_string(opts.rejoin_patience.count()) + " ms for " + std::to_string(st.absent_shards.size()) +
                     " shards and " + std::to_string(st.absent_workers.size()) + " workers to come back");

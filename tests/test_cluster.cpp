@@ -1345,9 +1345,12 @@ const std::string quick_patience = " --ps.failure-timeout-ms=2000 --ps.heartbeat
 
 TEST_CASE("restart: a coordinator killed with SIGKILL and started again with --resume finishes the job, sums exact") {
   const auto dir = fresh_dir("state-restart");
+  const auto checkpoints = fresh_dir("ckpt-restart");
   const auto port = std::to_string(free_port());
+  // Servers and workers adopt --checkpoint-every; only the coordinator has the directory.
   const std::string job = "--role=coordinator --app=clocksum --servers=2 --workers=2 --clocks=300 --clock-ms=10 "
-                          "--state-dir=" + dir + " --port=" + port;
+                          "--state-dir=" + dir + " --port=" + port + " --checkpoint-dir=" + checkpoints +
+                          " --checkpoint-every=20";
   node_process first(job);
   REQUIRE(first.wait_for("listening on "));
   const auto at = " --coordinator=127.0.0.1:" + port;
@@ -1371,6 +1374,11 @@ TEST_CASE("restart: a coordinator killed with SIGKILL and started again with --r
     CHECK(member->out.find("rejoined the coordinator at 127.0.0.1:" + port) != std::string::npos);
   }
   CHECK_FALSE(std::filesystem::exists(dir + "/coordinator.json"));  // the job ended: nothing to resume
+  // The resumed coordinator's checkpoint writer took over: exact files up to the last clock
+  // (a round whose parts went to the dead one is missing).
+  auto headers = check_clocksum_checkpoints(checkpoints);
+  CHECK(headers.size() >= 10);
+  CHECK(headers.back().clock == 300);
 }
 
 TEST_CASE("restart: without --resume the members end non-zero naming the coordinator; a fresh one refuses its state dir") {
