@@ -331,6 +331,7 @@ void announce_view(self_ptr self, const coordinator_options& opts, std::function
   persist(self, opts);
   auto remaining = std::make_shared<std::size_t>(st.copies.size());
   tell_checkpointer(opts, view);
+  if (opts.observer) caf::anon_send(opts.observer, view_atom::value, view);
   auto to_workers = [=] {
     for (auto& sub : self->state.view_subscribers) caf::anon_send(sub, view_atom::value, view);
     if (then) then();

@@ -367,7 +367,9 @@ using observer_actor = caf::typed_actor<
   // A worker finished (its result) or failed (its error).
   caf::reacts_to<done_atom, worker_result>,
   // The job cannot complete (the reason); the coordinator ends it next.
-  caf::reacts_to<job_failed_atom, std::string>>;
+  caf::reacts_to<job_failed_atom, std::string>,
+  // A new shard map (a shard joined or left, a failover): where the keys are now.
+  caf::reacts_to<view_atom, cluster_view>>;
 
 using shard_actor = caf::typed_actor<
   caf::replies_to<push_atom, request_header, range_list, float_block>::with<std::uint64_t>,

@@ -70,7 +70,7 @@ int main(int argc, char** argv) {
                        {"pipelined", cfg.pipeline == "on"},
                        {"target_accuracy", cfg.target_accuracy},
                        {"seconds", res.seconds},
-                       {"shard_keys", ps::shard_keys(cfg, settings)}};
+                       {"shard_keys", ps::final_shard_keys(cfg, settings, res)}};
     if (staleness == ps::infinite_staleness)
       out["staleness"] = "inf";
     else

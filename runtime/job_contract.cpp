@@ -1,5 +1,6 @@
 #include "runtime/job_contract.hpp"
 
+#include <algorithm>
 #include <cstdio>
 #include <functional>
 #include <sstream>
@@ -142,8 +143,16 @@ partitioner job_map(const node_config& cfg, const job_settings& settings) {
 }
 
 std::vector<std::uint64_t> shard_keys(const node_config& cfg, const job_settings& settings) {
-  auto map = job_map(cfg, settings);
-  std::vector<std::uint64_t> out(cfg.servers, 0);
+  return shard_keys(job_map(cfg, settings), settings);
+}
+
+std::vector<std::uint64_t> final_shard_keys(const node_config& cfg, const job_settings& settings, const job_result& res) {
+  return res.map ? shard_keys(*res.map, settings) : shard_keys(cfg, settings);
+}
+
+std::vector<std::uint64_t> shard_keys(const partitioner& map, const job_settings& settings) {
+  const auto& ids = map.shard_ids();
+  std::vector<std::uint64_t> out(ids.empty() ? 0 : *std::max_element(ids.begin(), ids.end()) + 1, 0);
   for (const auto& t : settings.spec.tensors())
     for (const auto& p : map.split(key_set::single(t.keys))) out[p.shard] += p.keys.size();
   return out;

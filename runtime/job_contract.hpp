@@ -30,5 +30,9 @@ std::string fingerprint_text(const job_spec& spec);
 // The map a job of these settings starts with (the coordinator's first epoch).
 partitioner job_map(const node_config& cfg, const job_settings& settings);
 std::vector<std::uint64_t> shard_keys(const node_config& cfg, const job_settings& settings);
+// The same for `map` (after shards joined or left: by shard id, 0 for one that left).
+std::vector<std::uint64_t> shard_keys(const partitioner& map, const job_settings& settings);
+// The job's last line's shard_keys: by the map at its end (res.map), else the first one.
+std::vector<std::uint64_t> final_shard_keys(const node_config& cfg, const job_settings& settings, const job_result& res);
 
 }  // namespace ps

@@ -251,6 +251,12 @@ bool watch_coordinator(caf::scoped_actor& observer, const coordinator_actor& coo
         if (!r.ok) res.failures.push_back("worker " + std::to_string(r.worker) + ": " + r.json);
         res.results[r.worker] = std::move(r.json);
       },
+      [&](view_atom, const cluster_view& v) {
+        try {
+          res.map = std::make_shared<const partitioner>(map_of(v));
+        } catch (const bad_request&) {  // a map the clients would refuse too: the last good one stands
+        }
+      },
       [&](job_failed_atom, std::string& text) {  // the coordinator ends the job, or the checkpointer asks to
         if (std::find(res.failures.begin(), res.failures.end(), text) == res.failures.end()) res.failures.push_back(text);
         ask_stop(errc::job_failed, text);  // a no-op for a coordinator that is ending already

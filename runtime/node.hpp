@@ -209,6 +209,7 @@ struct job_result {
   std::vector<std::string> failures;
   std::vector<std::string> faults_seen;  // processes the fault injector killed, as planned
   std::vector<update_loss> losses;       // updates lost with dead shards, per shard and worker
+  std::shared_ptr<const partitioner> map;  // the shard map at the end, when it changed while the job ran
   double seconds = 0;
   bool stopped() const;  // on request (operator, SIGINT, SIGTERM)
 };

@@ -110,7 +110,7 @@ int run_coordinator_role(caf::actor_system& sys, const node_config& cfg, const j
   conclude(res, std::nullopt);
   line["workers_reporting"] = res.results.size();
   line["updates_lost"] = losses_json(res.losses);
-  line["shard_keys"] = shard_keys(cfg, settings);
+  line["shard_keys"] = final_shard_keys(cfg, settings, res);
   line["seconds"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return print_status(line, res.ok, res.code, res.reason);
 }
@@ -164,7 +164,7 @@ int run_local_role(caf::actor_system& sys, const node_config& cfg, const app_fn&
                       {"killed_by_faults", res.faults_seen},
                       {"updates_lost", losses_json(res.losses)},
                       {"seconds", res.seconds},
-                      {"shard_keys", shard_keys(cfg, settings)}};
+                      {"shard_keys", final_shard_keys(cfg, settings, res)}};
   return print_status(line, res.ok, res.code, res.reason);
 }
 

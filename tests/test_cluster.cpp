@@ -814,6 +814,11 @@ TEST_CASE("elastic: a server joins a running job, then one of the first leaves (
   CHECK(WIFEXITED(joiner_status));
   CHECK(WEXITSTATUS(joiner_status) == 0);  // the joined server ends with the job, normally
   CHECK(out.find("server shard 2 (127.0.0.1:") != std::string::npos);
+  // The job's last line says where the keys ended: none on shard 0, all on shards 1 and 2.
+  auto keys = last_json(out)["shard_keys"];
+  REQUIRE(keys.size() == 3);
+  CHECK(keys[0] == 0);
+  CHECK(keys[1].get<std::uint64_t>() + keys[2].get<std::uint64_t>() == 65536);
   // The removed shard's process ends normally once no worker needs it, before the workers end.
   auto server_ok = out.find("{\"role\":\"server\",\"status\":\"ok\"}");
   REQUIRE(server_ok != std::string::npos);
