@@ -629,7 +629,7 @@ caf::result<std::string> cluster_status(self_ptr self) {
   for (std::uint32_t w = 0; w < st.worker_done.size(); ++w) workers.push_back({w, "", st.worker_done[w]});
   for (const auto& [addr, id] : st.worker_ids)
     if (auto m = st.members.find(addr); m != st.members.end()) workers[id].member = m->second;
-  const std::string job = st.ending ? "ending" : st.view_ready ? "running" : "forming";
+  const std::string job = st.ending ? "ending" : st.resuming ? "resuming" : st.view_ready ? "running" : "forming";
   const auto epoch = st.epoch;
   auto rp = self->make_response_promise<std::string>();
   auto remaining = std::make_shared<std::size_t>(heads.size());
