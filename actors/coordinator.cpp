@@ -529,6 +529,7 @@ void member_down(self_ptr self, const coordinator_options& opts, const caf::down
   if (it == st.members.end()) return;
   auto who = it->second;
   st.members.erase(it);
+  if (st.ending) return;  // members end with the job: no failover, no news
   if (auto s = st.shard_ids.find(dm.source); s != st.shard_ids.end()) {
     auto id = s->second;
     st.shard_ids.erase(s);
