@@ -1386,6 +1386,39 @@ TEST_CASE("restart: a coordinator killed with SIGKILL and started again with --r
   CHECK(headers.back().clock == 300);
 }
 
+TEST_CASE("restart: a server that dies while the coordinator is away is recovered from a checkpoint by the resumed one") {
+  const auto dir = fresh_dir("state-shard-lost");
+  const auto checkpoints = fresh_dir("ckpt-shard-lost");
+  const auto port = std::to_string(free_port());
+  const std::string job = "--role=coordinator --app=clocksum --servers=2 --workers=2 --clocks=300 --clock-ms=10 "
+                          "--state-dir=" + dir + " --port=" + port + " --checkpoint-dir=" + checkpoints +
+                          " --checkpoint-every=20" + quick_patience;
+  node_process first(job);
+  REQUIRE(first.wait_for("listening on "));
+  const auto at = " --coordinator=127.0.0.1:" + port + quick_patience;
+  node_process s0("--role=server" + at), s1("--role=server" + at);
+  node_process w0("--role=worker --app=clocksum" + at), w1("--role=worker --app=clocksum" + at);
+  REQUIRE(first.wait_for("checkpoint written"));
+  kill(first.pid, SIGKILL);
+  kill(s1.pid, SIGKILL);
+  CHECK(first.finish() == 128 + SIGKILL);
+  CHECK(s1.finish() == 128 + SIGKILL);
+  node_process second(job + " --resume");
+  check_end(second, "resumed coordinator", 0, "ok", "");
+  INFO(second.out);
+  CHECK(second.out.find("did not come back within 2000 ms of the coordinator's restart); its keys were restored from") !=
+        std::string::npos);
+  // What the dead shard lost since its checkpoint is reported, and the sums say exactly that.
+  auto lost = lost_clocks(second.out);
+  CHECK(lost.size() <= 1);  // only the dead shard can have lost anything
+  for (std::uint32_t shard = 0; shard < 2; ++shard) {
+    long long expect = 3 * 300;
+    for (const auto& [w, clocks] : lost[shard]) expect -= (w + 1) * clocks;
+    CHECK(shard_value(clocksum_line(second.out, 0), shard) == expect);
+  }
+  check_end(s0, "surviving server", 0, "ok", "");
+}
+
 TEST_CASE("restart: without --resume the members end non-zero naming the coordinator; a fresh one refuses its state dir") {
   const auto dir = fresh_dir("state-gone");
   const auto port = std::to_string(free_port());
