@@ -1346,21 +1346,39 @@ std::string fresh_dir(const std::string& name) {
 // Members that give a coordinator 2 s to come back (heartbeats must be half of that).
 const std::string quick_patience = " --ps.failure-timeout-ms=2000 --ps.heartbeat-ms=500";
 
+// The --coordinator flag of the members, once the coordinator listens.
+std::string members_flag(node_process& coordinator, const std::string& port, const std::string& patience) {
+  REQUIRE(coordinator.wait_for("listening on "));
+  return " --coordinator=127.0.0.1:" + port + patience;
+}
+
+// A clocksum job (2 servers, 2 workers, 300 clocks, a checkpoint every 20) as psnode
+// processes whose coordinator saves its state: `job` starts it again (with --resume).
+// Servers and workers adopt --checkpoint-every; only the coordinator has the directory.
+struct restartable_job {
+  std::string dir, checkpoints, port, job;
+  node_process first;
+  std::string at;
+  node_process s0, s1, w0, w1;
+  restartable_job(const std::string& name, const std::string& patience)
+      : dir(fresh_dir("state-" + name)),
+        checkpoints(fresh_dir("ckpt-" + name)),
+        port(std::to_string(free_port())),
+        job("--role=coordinator --app=clocksum --servers=2 --workers=2 --clocks=300 --clock-ms=10 --state-dir=" + dir +
+            " --port=" + port + " --checkpoint-dir=" + checkpoints + " --checkpoint-every=20" + patience),
+        first(job),
+        at(members_flag(first, port, patience)),
+        s0("--role=server" + at),
+        s1("--role=server" + at),
+        w0("--role=worker --app=clocksum" + at),
+        w1("--role=worker --app=clocksum" + at) {}
+};
+
 }  // namespace
 
 TEST_CASE("restart: a coordinator killed with SIGKILL and started again with --resume finishes the job, sums exact") {
-  const auto dir = fresh_dir("state-restart");
-  const auto checkpoints = fresh_dir("ckpt-restart");
-  const auto port = std::to_string(free_port());
-  // Servers and workers adopt --checkpoint-every; only the coordinator has the directory.
-  const std::string job = "--role=coordinator --app=clocksum --servers=2 --workers=2 --clocks=300 --clock-ms=10 "
-                          "--state-dir=" + dir + " --port=" + port + " --checkpoint-dir=" + checkpoints +
-                          " --checkpoint-every=20";
-  node_process first(job);
-  REQUIRE(first.wait_for("listening on "));
-  const auto at = " --coordinator=127.0.0.1:" + port;
-  node_process s0("--role=server" + at), s1("--role=server" + at);
-  node_process w0("--role=worker --app=clocksum" + at), w1("--role=worker --app=clocksum" + at);
+  restartable_job cluster("restart", "");
+  auto& [dir, checkpoints, port, job, first, at, s0, s1, w0, w1] = cluster;
   REQUIRE(first.wait_for("[worker 1] clock "));  // training runs, the job is saved
   CHECK(std::filesystem::exists(dir + "/coordinator.json"));
   kill(first.pid, SIGKILL);
@@ -1387,17 +1405,8 @@ TEST_CASE("restart: a coordinator killed with SIGKILL and started again with --r
 }
 
 TEST_CASE("restart: a server that dies while the coordinator is away is recovered from a checkpoint by the resumed one") {
-  const auto dir = fresh_dir("state-shard-lost");
-  const auto checkpoints = fresh_dir("ckpt-shard-lost");
-  const auto port = std::to_string(free_port());
-  const std::string job = "--role=coordinator --app=clocksum --servers=2 --workers=2 --clocks=300 --clock-ms=10 "
-                          "--state-dir=" + dir + " --port=" + port + " --checkpoint-dir=" + checkpoints +
-                          " --checkpoint-every=20" + quick_patience;
-  node_process first(job);
-  REQUIRE(first.wait_for("listening on "));
-  const auto at = " --coordinator=127.0.0.1:" + port + quick_patience;
-  node_process s0("--role=server" + at), s1("--role=server" + at);
-  node_process w0("--role=worker --app=clocksum" + at), w1("--role=worker --app=clocksum" + at);
+  restartable_job cluster("shard-lost", quick_patience);
+  auto& [dir, checkpoints, port, job, first, at, s0, s1, w0, w1] = cluster;
   REQUIRE(first.wait_for("checkpoint written"));
   kill(first.pid, SIGKILL);
   kill(s1.pid, SIGKILL);
