@@ -894,24 +894,9 @@ TEST_CASE("faults: time-based checkpoints (--checkpoint-seconds) are consistent 
                          "--checkpoint-dir=ckpt-seconds --checkpoint-seconds=0.15");
   INFO(out);
   REQUIRE(rc == 0);
-  int files = 0;
-  for (const auto& entry : std::filesystem::directory_iterator("ckpt-seconds")) {
-    auto c = read_checkpoint(entry.path().string());
-    CAPTURE(entry.path().string());
-    ++files;
-    REQUIRE(c.shards.size() == 2);
-    // Every key holds (1 + 2) per clock below the checkpoint's clock, on both shards.
-    std::size_t keys = 0, wrong = 0;
-    for (const auto& s : c.shards)
-      for (const auto& seg : s.segments)
-        for (auto v : seg.values) {
-          ++keys;
-          wrong += v != 3.0f * c.header.clock;
-        }
-    CHECK(keys == 65536);
-    CHECK(wrong == 0);
-  }
-  CHECK(files >= 2);  // 0.6 s of clocks, one every 0.15 s
+  auto headers = check_clocksum_checkpoints("ckpt-seconds");
+  for (const auto& h : headers) CHECK(h.shard_ids.size() == 2);
+  CHECK(headers.size() >= 2);  // 0.6 s of clocks, one every 0.15 s
   std::filesystem::remove_all("ckpt-seconds");
 }
 
