@@ -1230,7 +1230,7 @@ void coordinator_down(client_ptr self, const caf::error& reason) {
   log_line(log_level::warning, "worker " + std::to_string(st.worker) + ": the coordinator at " + st.reconnect.address +
                                    " went down (" + st.coordinator_lost + "); working on, waiting up to " +
                                    std::to_string(st.reconnect.patience.count()) + " ms for it to come back");
-  redial_coordinator(self, st.reconnect);
+  redial_coordinator(self, st.reconnect, st.coordinator.address());
 }
 
 // A coordinator answers at the old address: the client rejoins it for its worker (which

@@ -6,11 +6,13 @@ namespace {
 
 // Each (rejoin_atom) is one dial; between dials the dialer waits by a delayed message.
 caf::behavior dialer(caf::event_based_actor* self, caf::actor member, reconnect_options opts,
-                     caf::actor_clock::time_point deadline) {
+                     caf::actor_clock::time_point deadline, caf::actor_addr gone) {
   self->send(self, rejoin_atom::value);
   return {
     [=](rejoin_atom) {
       auto coordinator = opts.dial();
+      if (coordinator && coordinator->address() == gone)
+        coordinator = make_ps_error("the middleman still hands out the coordinator that went down");
       if (coordinator) {
         self->send(member, rejoin_atom::value, caf::actor_cast<caf::actor>(*coordinator));
         return self->quit();
@@ -26,11 +28,12 @@ caf::behavior dialer(caf::event_based_actor* self, caf::actor member, reconnect_
 
 }  // namespace
 
-void redial_coordinator(caf::local_actor* member, const reconnect_options& opts) {
+void redial_coordinator(caf::local_actor* member, const reconnect_options& opts, const caf::actor_addr& gone) {
   auto deadline = member->clock().now() + opts.patience;
   auto& sys = member->home_system();
   auto me = caf::actor_cast<caf::actor>(member);
-  auto d = opts.dial_blocks ? sys.spawn<caf::detached>(dialer, me, opts, deadline) : sys.spawn(dialer, me, opts, deadline);
+  auto d = opts.dial_blocks ? sys.spawn<caf::detached>(dialer, me, opts, deadline, gone)
+                            : sys.spawn(dialer, me, opts, deadline, gone);
   member->attach_functor([d] { caf::anon_send_exit(d, caf::exit_reason::user_shutdown); });
 }
 

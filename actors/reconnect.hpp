@@ -24,8 +24,10 @@ struct reconnect_options {
 
 // Starts the dialer for `member`: it gets (rejoin_atom, caf::actor coordinator) once a
 // coordinator answers, or (rejoin_atom, std::string why) when none did within patience.
-// The dialer ends with `member`.
-void redial_coordinator(caf::local_actor* member, const reconnect_options& opts);
+// A dial that hands back `gone` (the coordinator that went down: CAF's middleman keeps a
+// connection's handle until its own down message comes) counts as no answer yet. The
+// dialer ends with `member`.
+void redial_coordinator(caf::local_actor* member, const reconnect_options& opts, const caf::actor_addr& gone);
 
 // Tells a coordinator that answers at the old address who this member is (`me`), then
 // rejoined() once it took the member back (the member monitors it); refused(why) when it
@@ -41,7 +43,7 @@ void rejoin_coordinator(Self* self, const coordinator_actor& coordinator, const 
         rejoined();
       },
       [=](caf::error& e) {
-        if (code_of(e) != errc::refused) return redial_coordinator(self, opts);
+        if (code_of(e) != errc::refused) return redial_coordinator(self, opts, coordinator.address());
         refused("the coordinator at " + opts.address + " came back without this job: " + describe(e));
       });
 }

@@ -754,7 +754,7 @@ void coordinator_down(self_ptr self, const shard_options& opts, const caf::error
   log_line(log_level::warning, st.name + ": the coordinator at " + opts.reconnect.address + " went down (" +
                                    st.coordinator_lost + "); serving on, waiting up to " +
                                    std::to_string(opts.reconnect.patience.count()) + " ms for it to come back");
-  redial_coordinator(self, opts.reconnect);
+  redial_coordinator(self, opts.reconnect, st.coordinator.address());
 }
 
 // A coordinator answers at the old address: this shard tells it who it is. A coordinator
