@@ -778,6 +778,14 @@ void rejoin(self_ptr self, const shard_options& opts, coordinator_actor coordina
     });
 }
 
+// No coordinator came back in time (why): the shard ends with an error naming it.
+void coordinator_gone(self_ptr self, const shard_options& opts, const std::string& why) {
+  auto& st = self->state;
+  auto text = st.name + ": " + coordinator_gone_text(opts.reconnect, st.coordinator_lost) + " (" + why + ")";
+  std::fprintf(stderr, "%s\n", text.c_str());
+  self->quit(make_error(errc::job_failed, text));
+}
+
 // Watches the coordinator and the successor, starts the helpers, and a copy or a
 // replacement configures itself at once.
 void start_shard(self_ptr self, const shard_options& opts, const coordinator_actor& coordinator) {
@@ -950,12 +958,7 @@ shard_actor::behavior_type server_shard(self_ptr self, coordinator_actor coordin
     },
     [=](start_atom, std::uint16_t port) { start_server(self, opts, self->state.coordinator, port); },
     [=](rejoin_atom, const caf::actor& coordinator) { rejoin(self, opts, caf::actor_cast<coordinator_actor>(coordinator)); },
-    [=](rejoin_atom, const std::string& why) {
-      auto& st = self->state;
-      auto text = st.name + ": " + coordinator_gone_text(opts.reconnect, st.coordinator_lost) + " (" + why + ")";
-      std::fprintf(stderr, "%s\n", text.c_str());
-      self->quit(make_error(errc::job_failed, text));
-    },
+    [=](rejoin_atom, const std::string& why) { coordinator_gone(self, opts, why); },
   };
 }
 

@@ -64,6 +64,38 @@ job_spec spec_from(const job_spec_msg& m) {
   return spec;
 }
 
+// A link to every shard of the map: embedded ones as they are, published ones dialled
+// directly. *error names the first that cannot be reached (the links are then incomplete).
+std::vector<shard_link> connect_shards(caf::actor_system& sys, const cluster_view& view, std::string* error) {
+  std::vector<shard_link> links;
+  for (const auto& s : view.shards) {
+    std::string name = "shard " + std::to_string(s.id);
+    if (s.handle && s.host.empty()) {  // embedded: no network (a published shard is dialled directly)
+      links.push_back({s.id, name, caf::actor_cast<shard_actor>(s.handle)});
+      continue;
+    }
+    name += " (" + s.host + ":" + std::to_string(s.port) + ", pid " + std::to_string(s.pid) + ")";
+    auto h = connect_to<shard_actor>(sys, s.host, s.port);
+    if (!h) {
+      *error = "cannot connect to " + name + ": " + describe(h.error());
+      return links;
+    }
+    links.push_back({s.id, name, *h});
+  }
+  return links;
+}
+
+// The worker's client: the flags' wire and fault settings, the coordinator it registered
+// with (and how to find it again), `worker` (the registered actor) and its first barrier.
+kv_client_options client_options(caf::actor_system& sys, const node_config& cfg, const coordinator_actor& coord,
+                                 caf::actor worker, const registration& reg, std::shared_ptr<data_plane> plane) {
+  return {reg.id, cfg.chunk_bytes, milliseconds(cfg.timeout_ms), cfg.inflight_bytes, cfg.push_codec(),
+          coord, cfg.fault_spec().kill_clock(fault_plan::role::worker, reg.id),
+          retry_interval(cfg), cfg.fault_spec(), std::move(plane), cfg.pull_codec(),
+          [&sys](const std::string& host, std::uint16_t port) { connect_to<shard_actor>(sys, host, port); },
+          reconnect_from(sys, cfg), std::move(worker), reg.barrier_generation};
+}
+
 }  // namespace
 
 bool run_worker(caf::actor_system& sys, const node_config& cfg, coordinator_actor coord,
@@ -118,27 +150,12 @@ bool run_worker(caf::actor_system& sys, const node_config& cfg, coordinator_acto
   } catch (const bad_request& e) {
     return finish(std::string("worker ") + std::to_string(id) + ": " + e.what(), false);
   }
-  std::vector<shard_link> links;
-  for (const auto& s : reg.view.shards) {
-    std::string name = "shard " + std::to_string(s.id);
-    if (s.handle && s.host.empty()) {  // embedded: no network (a published shard is dialled directly)
-      links.push_back({s.id, name, caf::actor_cast<shard_actor>(s.handle)});
-      continue;
-    }
-    name += " (" + s.host + ":" + std::to_string(s.port) + ", pid " + std::to_string(s.pid) + ")";
-    auto h = connect_to<shard_actor>(sys, s.host, s.port);
-    if (!h)
-      return finish("worker " + std::to_string(id) + ": cannot connect to " + name + ": " +
-                      describe(h.error()), false);
-    links.push_back({s.id, name, *h});
-  }
+  std::string unreachable;
+  auto links = connect_shards(sys, reg.view, &unreachable);
+  if (!unreachable.empty()) return finish("worker " + std::to_string(id) + ": " + unreachable, false);
   try {
     kv_client kv(sys, reg.view, std::move(links),
-                 {id, cfg.chunk_bytes, milliseconds(cfg.timeout_ms), cfg.inflight_bytes, cfg.push_codec(),
-                  coord, cfg.fault_spec().kill_clock(fault_plan::role::worker, id),
-                  retry_interval(cfg), cfg.fault_spec(), plane, cfg.pull_codec(),
-                  [&sys](const std::string& host, std::uint16_t port) { connect_to<shard_actor>(sys, host, port); },
-                  reconnect_from(sys, cfg), caf::actor_cast<caf::actor>(self), reg.barrier_generation});
+                 client_options(sys, cfg, coord, caf::actor_cast<caf::actor>(self), reg, std::move(plane)));
     client = &kv;
     worker_context ctx{sys, cfg, id, reg.view.num_workers, reg.view, kv, reg.start_clock, {}, {}};
     // A joiner entered each shard's clock vector at that shard's minimum; one tick puts it
