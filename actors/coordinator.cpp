@@ -275,6 +275,16 @@ void finish_job(self_ptr self, const coordinator_options& opts) {
 
 void stop_if_drained(self_ptr self, std::uint32_t id);
 
+// After a worker left or the members came back: the job ends once every worker is done
+// (it failed when none left a result), else the barrier may be complete now.
+void go_on(self_ptr self, const coordinator_options& opts) {
+  auto& st = self->state;
+  if (st.finished_workers < st.worker_done.size()) return release_barrier_if_complete(self, opts);
+  const bool any_result = std::any_of(st.results.begin(), st.results.end(), [](const auto& r) { return r.second.ok; });
+  if (!any_result) return end_job(self, opts, errc::job_failed, "every worker went down before finishing");
+  finish_job(self, opts);
+}
+
 void worker_finished(self_ptr self, const coordinator_options& opts, std::uint32_t id) {
   auto& st = self->state;
   if (id >= st.worker_done.size() || st.worker_done[id]) return;
@@ -290,11 +300,7 @@ void worker_finished(self_ptr self, const coordinator_options& opts, std::uint32
   tell_members(self);
   persist(self, opts);
   if (st.resuming) return;  // the job goes on (or ends) once its members are back
-  if (st.finished_workers == st.worker_done.size()) {
-    if (st.reported_workers == 0) return end_job(self, opts, errc::job_failed, "every worker went down before finishing");
-    return finish_job(self, opts);
-  }
-  release_barrier_if_complete(self, opts);
+  go_on(self, opts);
 }
 
 // Why a member cannot join this job (empty: it can): another protocol version, or job
@@ -1020,11 +1026,7 @@ void finish_resume(self_ptr self, const coordinator_options& opts) {
                     std::to_string(st.epoch));
   tell_members(self);
   announce_view(self, opts);
-  if (st.finished_workers == st.worker_done.size()) {
-    if (st.reported_workers == 0) return end_job(self, opts, errc::job_failed, "every worker went down before finishing");
-    return finish_job(self, opts);
-  }
-  release_barrier_if_complete(self, opts);
+  go_on(self, opts);
 }
 
 // Takes over the dead coordinator's job from its saved state: the map as it was, the
@@ -1049,7 +1051,6 @@ void resume_job(self_ptr self, const coordinator_options& opts) {
   }
   st.results = r.results;
   for (const auto& [w, res] : r.results) {
-    if (res.ok) ++st.reported_workers;
     tell(opts, "worker " + std::to_string(w) + " finished: " + res.json, done_atom::value, worker_result{w, res.ok, res.json});
   }
   st.barrier_generation = r.barrier_generation;
@@ -1158,7 +1159,6 @@ caf::result<registration> rejoin_member(self_ptr self, const coordinator_options
 caf::ok_atom worker_done(self_ptr self, const coordinator_options& opts, const worker_result& result) {
   auto& st = self->state;
   if (result.worker >= st.worker_done.size() || st.worker_done[result.worker]) return caf::ok_atom::value;
-  if (result.ok) ++st.reported_workers;
   st.results[result.worker] = {result.ok, result.json};
   tell(opts, "worker " + std::to_string(result.worker) + " finished: " + result.json, done_atom::value, result);
   worker_finished(self, opts, result.worker);

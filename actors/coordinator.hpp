@@ -73,7 +73,6 @@ struct coordinator_state {
   std::vector<parked_registration> waiting;
   std::uint32_t next_worker = 0;
   std::uint32_t finished_workers = 0;  // done or dead
-  std::uint32_t reported_workers = 0;  // done with a result
   std::map<std::uint32_t, caf::typed_response_promise<std::uint64_t>> barrier;  // by worker
   std::uint64_t barrier_generation = 0;  // barriers released so far
   std::map<std::uint32_t, coordinator_record::result> results;  // the workers' ends, saved for a resume
