@@ -74,11 +74,24 @@ zipf_sampler::zipf_sampler(std::uint64_t n, double exponent) {
   double sum = 0;
   for (std::uint64_t k = 0; k < n; ++k) cdf_[k] = sum += std::pow(static_cast<double>(k + 1), -exponent);
   for (auto& c : cdf_) c /= sum;
+  if (n > UINT32_MAX) throw bad_request("zipf: at most 2^32 - 1 ids");
+  const auto m = std::min<std::uint64_t>(n, std::uint64_t{1} << 22);
+  guide_.resize(m + 1);
+  for (std::uint64_t j = 0; j <= m; ++j) {
+    const double step = static_cast<double>(j) / static_cast<double>(m);
+    guide_[j] = static_cast<std::uint32_t>(std::lower_bound(cdf_.begin(), cdf_.end(), step) - cdf_.begin());
+  }
 }
 
 std::uint64_t zipf_sampler::operator()(std::mt19937_64& rng) const {
   double u = std::uniform_real_distribution<double>(0, 1)(rng);
-  return static_cast<std::uint64_t>(std::lower_bound(cdf_.begin(), cdf_.end(), u) - cdf_.begin()) + 1;
+  // The rank a search of the whole table finds, since cdf_ rises: between where it crosses
+  // the steps below and above u (one step wider each way, for u * m's rounding).
+  const auto m = guide_.size() - 1;
+  const auto j = std::min<std::size_t>(m - 1, static_cast<std::size_t>(u * static_cast<double>(m)));
+  const auto first = cdf_.begin() + guide_[j == 0 ? 0 : j - 1];
+  const auto last = cdf_.begin() + std::min<std::size_t>(std::size_t{guide_[std::min(j + 2, m)]} + 1, cdf_.size());
+  return static_cast<std::uint64_t>(std::lower_bound(first, last, u) - cdf_.begin()) + 1;
 }
 
 double ctr_truth::logit(const criteo_row& row) const {

@@ -446,20 +446,31 @@ void shard_core::run(const row_op& op, shard_effects& fx) {
 }
 
 void shard_core::drain_rows(shard_effects& fx) {
-  auto keep_from = UINT64_MAX;
   while (!row_queue_.empty()) {
     const auto& op = row_queue_.front();
-    if (op.what == row_op::kind::push || op.what == row_op::kind::pull) {
-      const auto& ids = op.what == row_op::kind::push ? op.ids : pulls_.at(op.token).stored_ids();
-      if (!rows_.want(op.table, ids, false, fx.reads)) {  // read from disk first, keeping the rest in RAM
-        keep_from = rows_.keep(op.table, ids);
-        break;
-      }
-    }
+    if ((op.what == row_op::kind::push || op.what == row_op::kind::pull) && !front_ready(fx)) break;
     run(op, fx);
     row_queue_.pop_front();
+    front_ = {};
   }
-  if (auto w = rows_.trim(keep_from)) fx.writes.push_back(std::move(w));
+  if (auto w = rows_.trim(front_.keep_from)) fx.writes.push_back(std::move(w));
+}
+
+bool shard_core::front_ready(shard_effects& fx) {
+  const auto& op = row_queue_.front();
+  if (front_.blocked) {
+    if (rows_.want(op.table, front_.awaited, false, fx.reads)) return true;
+    std::erase_if(front_.awaited, [&](std::uint64_t id) { return rows_.table(op.table).holds(id); });
+    return false;
+  }
+  const auto& ids = op.what == row_op::kind::push ? op.ids : pulls_.at(op.token).stored_ids();
+  if (rows_.want(op.table, ids, false, fx.reads)) return true;
+  // Read from disk first, keeping the rest in RAM meanwhile.
+  front_.blocked = true;
+  front_.keep_from = rows_.keep(op.table, ids);
+  for (auto id : ids)
+    if (!rows_.table(op.table).holds(id)) front_.awaited.push_back(id);
+  return false;
 }
 
 shard_effects shard_core::prefetch_rows(const shard_request& r, std::uint32_t table,

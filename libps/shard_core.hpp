@@ -280,6 +280,8 @@ class shard_core {
   // Runs the queued work whose rows are in RAM, in order, then keeps the RAM tier within
   // its budget.
   void drain_rows(shard_effects& fx);
+  // Whether the queue's front row work has all its rows in RAM, asking for those it lacks.
+  bool front_ready(shard_effects& fx);
 
   deferred_update to_update(const deferred_push& d) const;
   static deferred_push from_update(const deferred_update& u);
@@ -306,6 +308,15 @@ class shard_core {
   std::vector<deferred_push> deferred_;
   row_tier rows_;
   std::deque<row_op> row_queue_;
+  // The queue's front while it waits for reads: its rows were kept in RAM once (rows used
+  // from keep_from on are not evicted), so each read that lands checks only the rows
+  // still awaited, not all of them again (a pull of 1024 rows read in 8 parts did 8 times
+  // the lookups and moves in the eviction order).
+  struct blocked_front {
+    bool blocked = false;
+    std::vector<std::uint64_t> awaited;
+    std::uint64_t keep_from = UINT64_MAX;
+  } front_;
   std::uint64_t next_ack_ = 0;
   std::uint64_t view_epoch_;
   std::uint64_t last_min_ = 0;

@@ -31,6 +31,23 @@ TEST_CASE("zipf sampler: rank 1 is the most frequent, at about its share") {
   CHECK_THROWS_AS(zipf_sampler(0, 1.1), bad_request);
 }
 
+TEST_CASE("zipf sampler: its guide table finds the rank a search of the whole CDF finds") {
+  for (std::uint64_t n : {1ull, 7ull, 5000ull, (1ull << 22) + 123}) {  // the last has fewer steps than ids
+    zipf_sampler z(n, 1.05);
+    std::vector<double> cdf(n);
+    double sum = 0;
+    for (std::uint64_t k = 0; k < n; ++k) cdf[k] = sum += std::pow(static_cast<double>(k + 1), -1.05);
+    for (auto& c : cdf) c /= sum;
+    std::mt19937_64 rng(11), same(11);
+    for (int i = 0; i < 200000; ++i) {
+      auto got = z(rng);
+      double u = std::uniform_real_distribution<double>(0, 1)(same);
+      auto want = static_cast<std::uint64_t>(std::lower_bound(cdf.begin(), cdf.end(), u) - cdf.begin()) + 1;
+      REQUIRE(got == want);
+    }
+  }
+}
+
 TEST_CASE("ctr truth: rows are Criteo lines, the same for a seed, and the true probability ranks clicks well") {
   ctr_truth truth{5000, 1.1, 9};
   zipf_sampler ids(5000, 1.1);
