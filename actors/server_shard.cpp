@@ -194,6 +194,7 @@ void read_from_disk(self_ptr self, const shard_options& opts, const coordinator_
 void send_checkpoint_part(self_ptr self, std::uint64_t clock) {
   auto& st = self->state;
   shard_snapshot part{st.core->id(), st.core->store().snapshot(), {}, {}, 0};
+  part.sightings = st.core->rows().sightings();
   if (!st.disk) {
     part.tables = st.core->table_snapshot();
     caf::anon_send(st.checkpointer, snapshot_atom::value, part.shard, clock, st.core->epoch(), snapshot_block(part));
@@ -201,6 +202,7 @@ void send_checkpoint_part(self_ptr self, std::uint64_t clock) {
   }
   part.disk_rows = disk_rows_name(clock, part.shard);
   part.disk_row_count = st.core->rows().rows_live();
+  part.disk_table_rows = st.core->rows().live_rows();
   auto into = (std::filesystem::path(st.checkpoint_dir) / part.disk_rows).string();
   auto changed = std::make_shared<const row_write>(st.core->rows().dirty_rows());
   auto epoch = st.core->epoch();
@@ -560,6 +562,8 @@ shard_config config_of(const registration& reg, const shard_options& opts, const
   c.restored = std::move(state.segments);
   c.restored_rows = std::move(state.tables);
   c.restored_disk_rows = state.disk_row_count;
+  c.restored_disk_table_rows = std::move(state.disk_table_rows);
+  c.restored_sightings = std::move(state.sightings);
   c.shard_memory = opts.shard_memory;
   c.eviction = opts.eviction;
   return c;

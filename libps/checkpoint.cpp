@@ -1,5 +1,6 @@
 #include "libps/checkpoint.hpp"
 #include "libps/bounded_archive.hpp"
+#include "libps/count_min.hpp"
 #include "libps/cereal_types.hpp"
 #include "libps/text.hpp"
 
@@ -18,16 +19,26 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <numeric>
 #include <sstream>
 
 namespace ps {
 
 template <class Archive>
 void serialize(Archive& ar, shard_snapshot& s) {
-  ar(s.shard, s.segments, s.tables, s.disk_rows, s.disk_row_count);
+  ar(s.shard, s.segments, s.tables, s.disk_rows, s.disk_row_count, s.disk_table_rows, s.sightings);
 }
 
 namespace {
+// A shard's section in files of format versions 2 and 3: no counts per table or of admission.
+struct shard_snapshot_v2 {
+  shard_snapshot s;
+  template <class Archive>
+  void serialize(Archive& ar) {
+    ar(s.shard, s.segments, s.tables, s.disk_rows, s.disk_row_count);
+  }
+};
+
 // A shard's section in a file of format version 1: dense tensors only.
 struct shard_snapshot_v1 {
   std::uint32_t shard = 0;
@@ -196,9 +207,15 @@ checkpoint read_checkpoint(const std::string& path) {
     if (version == 1) {
       auto old = r.section<shard_snapshot_v1>(what);
       s = {old.shard, std::move(old.segments), {}, {}, 0};
+    } else if (version <= 3) {
+      s = r.section<shard_snapshot_v2>(what).s;
     } else {
       s = r.section<shard_snapshot>(what);
     }
+    if (!s.disk_table_rows.empty() &&
+        std::accumulate(s.disk_table_rows.begin(), s.disk_table_rows.end(), std::uint64_t{0}) != s.disk_row_count)
+      r.fail(what + ": its disk tier's rows per table do not add up to its " + std::to_string(s.disk_row_count) +
+             " rows");
     for (const auto& t : s.tables)
       if (t.stride == 0 || t.rows.size() != t.ids.size() * t.stride)
         r.fail(what + ": table " + std::to_string(t.table) + " holds " + std::to_string(t.rows.size()) +
@@ -317,6 +334,11 @@ checkpoint reshard(const checkpoint& c, const partitioner& map) {
     out.shards.push_back(shard_snapshot{id, {}, {}, {}, 0});
   }
   for (const auto& old : c.shards) {
+    if (!old.sightings.empty())  // an id's sightings were counted by its owner: the sum never counts under them
+      for (auto& s : out.shards) {
+        if (s.sightings.empty()) s.sightings.assign(old.sightings.size(), 0);
+        add_counts(s.sightings, old.sightings);
+      }
     if (!old.disk_rows.empty())
       throw bad_request("shard " + std::to_string(old.shard) + "'s rows are on a disk tier (" + old.disk_rows +
                         "): they can only be restored onto as many shards as the checkpoint has");

@@ -19,9 +19,9 @@
 namespace ps {
 
 // 2: a shard's section also holds its sparse tables' rows. 3: the header holds the map's
-// placement after shards joined or left. Files of versions 1 (dense tensors only) and 2
-// still read.
-inline constexpr std::uint32_t checkpoint_format_version = 3;
+// placement after shards joined or left. 4: a shard's section holds its disk tier's rows
+// per table and row admission's counts. Files of versions 1 to 3 still read.
+inline constexpr std::uint32_t checkpoint_format_version = 4;
 
 struct checkpoint_header {
   std::uint32_t version = checkpoint_format_version;
@@ -55,6 +55,10 @@ struct shard_snapshot {
   // this many rows; `tables` is then empty.
   std::string disk_rows;
   std::uint64_t disk_row_count = 0;
+  std::vector<std::uint64_t> disk_table_rows = {};  // of disk_row_count, per table (version 4 on)
+  // Row admission's counts (row_tier::sightings; empty: no table admits after more than
+  // one push, or a file before version 4, whose ids not yet admitted count from zero).
+  std::vector<std::uint16_t> sightings = {};
 };
 // Where a shard's disk-tier rows go for the checkpoint at `clock`, relative to its
 // directory: "checkpoint-<clock>.rows/shard-<id>".

@@ -39,4 +39,15 @@ std::uint32_t count_min_sketch::add(std::uint64_t key) {
   return next;
 }
 
+void count_min_sketch::merge(const std::vector<std::uint16_t>& counters) { add_counts(counters_, counters); }
+
+void add_counts(std::vector<std::uint16_t>& into, const std::vector<std::uint16_t>& from) {
+  if (from.size() != into.size())
+    throw bad_request("count-min sketch: " + std::to_string(from.size()) + " saved counters, this sketch has " +
+                      std::to_string(into.size()));
+  for (std::size_t i = 0; i < from.size(); ++i)
+    into[i] = static_cast<std::uint16_t>(
+      std::min<std::uint32_t>(std::numeric_limits<std::uint16_t>::max(), std::uint32_t{into[i]} + from[i]));
+}
+
 }  // namespace ps

@@ -16,6 +16,11 @@ class count_min_sketch {
   // Counts one more sighting of key; returns its estimate after it.
   std::uint32_t add(std::uint64_t key);
   std::uint32_t estimate(std::uint64_t key) const;
+  // The counters, to save, and saved counters added in (saturating): a sum of sketches
+  // of the same shape never counts under the truth of the keys they saw together.
+  // merge throws bad_request for counters of another shape.
+  const std::vector<std::uint16_t>& counters() const { return counters_; }
+  void merge(const std::vector<std::uint16_t>& counters);
 
  private:
   std::size_t cell(unsigned row, std::uint64_t key) const;
@@ -23,5 +28,9 @@ class count_min_sketch {
   unsigned depth_;
   std::vector<std::uint16_t> counters_;  // row-major, depth_ rows
 };
+
+// Adds saved counters into others of the same shape, saturating at 2^16 - 1; throws
+// bad_request for another shape.
+void add_counts(std::vector<std::uint16_t>& into, const std::vector<std::uint16_t>& from);
 
 }  // namespace ps

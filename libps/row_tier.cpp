@@ -16,6 +16,7 @@ row_tier::row_tier(std::vector<sparse_table_spec> specs, std::uint64_t budget, e
     tables_.emplace_back(std::move(s), policy, clock_);
     if (budget > 0) tables_.back().set_protected_limit(budget / tables_.back().row_bytes() * 4 / 5);
   }
+  live_.assign(tables_.size(), 0);
 }
 
 namespace {
@@ -50,7 +51,7 @@ void row_tier::expire(std::uint64_t clock) {
     swept_at_[i] = clock;
     auto dropped = t.expire_before(clock - after);
     stats_.expired += dropped;
-    table_bytes_ -= dropped * t.stride() * sizeof(float);
+    live_[i] -= dropped;
   }
 }
 
@@ -62,7 +63,7 @@ std::uint64_t row_tier::keep(std::uint32_t table, std::span<const std::uint64_t>
 
 void row_tier::created(std::uint32_t table) {
   ++stats_.created;
-  table_bytes_ += tables_[table].stride() * sizeof(float);
+  ++live_[table];
 }
 
 bool row_tier::want(std::uint32_t table, std::span<const std::uint64_t> ids, bool count,
@@ -122,7 +123,33 @@ void row_tier::create(std::uint32_t table, std::uint64_t id) {
 
 void row_tier::filled_on_disk(std::uint32_t table, std::uint64_t rows) {
   stats_.created += rows;
-  table_bytes_ += rows * tables_.at(table).stride() * sizeof(float);
+  live_.at(table) += rows;
+}
+
+void row_tier::restored_on_disk(const std::vector<std::uint64_t>& rows_per_table, std::uint64_t rows) {
+  if (!rows_per_table.empty() && rows_per_table.size() != tables_.size())
+    throw bad_request("the checkpoint's disk tier counts rows of " + std::to_string(rows_per_table.size()) +
+                      " sparse tables, the job has " + std::to_string(tables_.size()));
+  stats_.created += rows;
+  for (std::size_t i = 0; i < rows_per_table.size(); ++i) live_[i] += rows_per_table[i];
+}
+
+std::vector<std::uint16_t> row_tier::sightings() const {
+  return sightings_ ? sightings_->counters() : std::vector<std::uint16_t>{};
+}
+
+void row_tier::restore_sightings(const std::vector<std::uint16_t>& counters) {
+  if (counters.empty()) return;
+  if (!sightings_)
+    throw bad_request("the checkpoint holds admission counts, but no sparse table of this job admits after more than 1 "
+                      "push (another model?)");
+  sightings_->merge(counters);
+}
+
+std::uint64_t row_tier::table_bytes() const {
+  std::uint64_t bytes = 0;
+  for (std::size_t i = 0; i < tables_.size(); ++i) bytes += live_[i] * tables_[i].stride() * sizeof(float);
+  return bytes;
 }
 
 table_rows row_tier::take_rows(std::uint32_t table, const std::function<bool(std::uint64_t)>& moves) {
@@ -140,7 +167,7 @@ table_rows row_tier::take_rows(std::uint32_t table, const std::function<bool(std
   }
   for (auto id : out.ids) t.erase(id);
   stats_.moved += out.ids.size();
-  table_bytes_ -= out.ids.size() * t.stride() * sizeof(float);
+  live_[table] -= out.ids.size();
   return out;
 }
 

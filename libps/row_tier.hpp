@@ -99,8 +99,16 @@ class row_tier {
   // lacks (changed since read), to write before the store's own checkpoint. The rows
   // stay dirty: they are written again when evicted, so no read ever needs this write.
   row_write dirty_rows() const;
-  // A restored disk tier holds `rows` rows (counted as created).
-  void restored_on_disk(std::uint64_t rows) { stats_.created += rows; }
+  // A restored disk tier holds `rows` rows (counted as created), so many of each table
+  // (a checkpoint of format 3 or older counts none per table: the tier's table_bytes then
+  // leaves them out). Throws bad_request when the table counts do not match.
+  void restored_on_disk(const std::vector<std::uint64_t>& rows_per_table, std::uint64_t rows);
+  // Admission's counts, to checkpoint (empty: no table admits after more than 1 push),
+  // and a checkpoint's counts taken in (added, so the counts of several shards of an
+  // earlier map merge, never under the truth). restore_sightings throws bad_request
+  // for counts of another size or a job without admission.
+  std::vector<std::uint16_t> sightings() const;
+  void restore_sightings(const std::vector<std::uint16_t>& counters);
   // A checkpoint's rows of a table (stride floats each), in RAM; counted as created.
   // Throws bad_request when the table is unknown or its rows are not of this stride
   // (a checkpoint of another model), or with a disk tier (a tiered shard restores its
@@ -120,7 +128,9 @@ class row_tier {
   // The rows of `table` held here for which `moves` holds, taken out (sorted by id).
   // Only without a disk tier (throws bad_request naming it otherwise).
   table_rows take_rows(std::uint32_t table, const std::function<bool(std::uint64_t)>& moves);
-  std::uint64_t table_bytes() const { return table_bytes_; }
+  std::uint64_t table_bytes() const;
+  // Live rows of each table, wherever they are.
+  const std::vector<std::uint64_t>& live_rows() const { return live_; }
 
  private:
   struct in_write {
@@ -143,7 +153,7 @@ class row_tier {
   std::unordered_map<row_key, in_write, row_key_hash> writing_;
   std::uint64_t buffered_bytes_ = 0;
   std::uint64_t next_write_ = 0;
-  std::uint64_t table_bytes_ = 0;
+  std::vector<std::uint64_t> live_;  // per table: created, less expired and moved
   std::unique_ptr<count_min_sketch> sightings_;  // admission's counts (some table admits after > 1)
   std::vector<std::uint64_t> swept_at_;          // per table, the clock of expiry's last sweep
   std::uint64_t now_ = 0;                        // the shard's minimum clock, as expire() was told

@@ -59,6 +59,8 @@ struct shard_config {
   std::vector<stored_segment> restored;    // --restore or a checkpoint section
   std::vector<table_rows> restored_rows;   // its sparse tables' rows
   std::uint64_t restored_disk_rows = 0;    // rows its disk tier starts with (a checkpoint's)
+  std::vector<std::uint64_t> restored_disk_table_rows;  // of those, per table (none: not known)
+  std::vector<std::uint16_t> restored_sightings;       // row admission's counts (row_tier::sightings)
   std::vector<sparse_table_spec> tables;   // the job's sparse tables, by index
   // Bytes for the tables' rows in RAM (--shard-memory); 0: unlimited, no disk tier.
   std::uint64_t shard_memory = 0;

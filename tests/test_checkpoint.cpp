@@ -15,7 +15,9 @@
 #include <fstream>
 #include <sstream>
 
+#include "libps/cereal_types.hpp"
 #include "libps/checkpoint.hpp"
+#include <cereal/types/utility.hpp>
 
 using namespace ps;
 namespace fs = std::filesystem;
@@ -187,6 +189,34 @@ void write_v1_file(const std::string& path, const checkpoint& c) {
   std::ofstream(path, std::ios::binary) << data;
 }
 
+// A file as format version 3 wrote it: shard sections without counts per table or of admission.
+void write_v3_file(const std::string& path, const checkpoint& c) {
+  auto section = [](std::string& out, const std::string& bytes) {
+    std::uint64_t n = bytes.size();
+    out.append(reinterpret_cast<const char*>(&n), sizeof(n));
+    out += bytes;
+    auto crc = static_cast<std::uint32_t>(crc32(0L, reinterpret_cast<const Bytef*>(bytes.data()), static_cast<uInt>(bytes.size())));
+    out.append(reinterpret_cast<const char*>(&crc), sizeof(crc));
+  };
+  auto bytes_of = [](auto&&... fields) {
+    std::ostringstream s;
+    {
+      cereal::BinaryOutputArchive ar(s);
+      ar(fields...);
+    }
+    return s.str();
+  };
+  std::string data("APSCKPT\0", 8);
+  std::uint32_t version = 3;
+  data.append(reinterpret_cast<const char*>(&version), sizeof(version));
+  const auto& h = c.header;
+  section(data, bytes_of(version, h.model, h.epoch, h.clock, h.shard_ids, h.vnodes, h.bucket_bits, h.rule, h.state_slots,
+                         h.placement));
+  for (const auto& s : c.shards) section(data, bytes_of(s.shard, s.segments, s.tables, s.disk_rows, s.disk_row_count));
+  data.append("END\0", 4);
+  std::ofstream(path, std::ios::binary) << data;
+}
+
 }  // namespace
 
 TEST_CASE("a checkpoint holds each shard's sparse table rows; files of format version 1 still read") {
@@ -333,4 +363,43 @@ TEST_CASE("a checkpoint cut after a shard joined carries the map's placement; it
   auto back = read_checkpoint(path);
   CHECK(back.header.placement == after.placement());
   CHECK(same_map(back.header, after));
+}
+
+TEST_CASE("a checkpoint holds each shard's disk-tier rows per table and admission's counts; files of format version 3 still read") {
+  temp_dir dir;
+  auto c = sample(60);
+  c.shards[0].disk_rows = disk_rows_name(60, 0);
+  c.shards[0].disk_row_count = 12;
+  c.shards[0].disk_table_rows = {5, 7};
+  c.shards[1].sightings = {0, 3, 65535, 9};
+  fs::create_directories(dir.path / "checkpoint-60.rows/shard-0");
+  auto back = read_checkpoint(write_checkpoint(dir.str(), c));
+  CHECK(back.shards[0].disk_table_rows == std::vector<std::uint64_t>{5, 7});
+  CHECK(back.shards[1].sightings == c.shards[1].sightings);
+  CHECK(back.shards[0].sightings.empty());
+
+  c.shards[0].disk_table_rows = {5, 6};
+  CHECK_THROWS_WITH_AS(read_checkpoint(write_checkpoint(dir.str(), c)),
+                       doctest::Contains("shard 0: its disk tier's rows per table do not add up to its 12 rows"), bad_request);
+
+  auto old = (dir.path / "checkpoint-61.apsckpt").string();
+  write_v3_file(old, c);
+  auto v3 = read_checkpoint(old);
+  CHECK(v3.header.clock == 60);
+  CHECK(v3.shards[0].disk_row_count == 12);
+  CHECK(v3.shards[0].disk_table_rows.empty());
+  CHECK(v3.shards[1].sightings.empty());
+  CHECK(v3.shards[1].segments[0].values == c.shards[1].segments[0].values);
+}
+
+TEST_CASE("reshard: each new shard gets the sum of admission's counts, so no id counts under its sightings") {
+  auto c = sample(70);
+  c.shards[0].sightings = {1, 2, 65535, 0};
+  c.shards[1].sightings = {4, 0, 7, 0};
+  ps::partitioner map(1, {0, 1, 2}, 16, 6);
+  auto out = reshard(c, map);
+  REQUIRE(out.shards.size() == 3);
+  for (const auto& s : out.shards) CHECK(s.sightings == std::vector<std::uint16_t>{5, 2, 65535, 0});
+  c.shards[1].sightings.pop_back();
+  CHECK_THROWS_WITH_AS(reshard(c, map), doctest::Contains("saved counters"), bad_request);
 }

@@ -156,6 +156,44 @@ TEST_CASE("shard_core rows: admission after 3 pushes: earlier gradients are drop
   CHECK_THROWS_AS(bad.validate(), bad_request);
 }
 
+TEST_CASE("shard_core rows: admission's counts go into a checkpoint, and a shard restored from it admits on the pushes still missing") {
+  auto cfg = rows_shard(infinite_staleness);
+  cfg.tables[0].admit_after = 3;
+  shard_core before(cfg);
+  std::vector<float> grads{1, 2};
+  for (std::uint64_t seq = 1; seq <= 2; ++seq) CHECK(before.push_rows({1, 0, seq, seq}, 0, {5}, grads.data(), 2).ok());
+  auto counts = before.rows().sightings();
+  REQUIRE_FALSE(counts.empty());
+
+  auto restored_cfg = cfg;
+  restored_cfg.restored_sightings = counts;
+  shard_core after(restored_cfg), fresh(cfg);
+  CHECK(after.push_rows({1, 0, 3, 3}, 0, {5}, grads.data(), 2).ok());  // the third sighting: admitted
+  CHECK(fresh.push_rows({1, 0, 3, 3}, 0, {5}, grads.data(), 2).ok());  // a first one: refused
+  CHECK(after.rows().table(0).rows() == 1);
+  CHECK(fresh.rows().table(0).rows() == 0);
+
+  auto without = rows_shard(infinite_staleness);  // no table admits after more than 1 push
+  without.restored_sightings = counts;
+  CHECK_THROWS_WITH_AS(shard_core{without}, doctest::Contains("holds admission counts"), bad_request);
+  restored_cfg.restored_sightings.pop_back();
+  CHECK_THROWS_WITH_AS(shard_core{restored_cfg}, doctest::Contains("saved counters, this sketch has"), bad_request);
+}
+
+TEST_CASE("row tier: a restored disk tier's rows count in table_bytes, per table") {
+  auto a = table_spec("a", 2), b = table_spec("b", 8);
+  row_tier tier({a, b}, 1 << 20, eviction_policy::slru);
+  tier.restored_on_disk({3, 5}, 8);
+  CHECK(tier.rows_live() == 8);
+  CHECK(tier.table_bytes() == (3 * tier.table(0).stride() + 5 * tier.table(1).stride()) * sizeof(float));
+  row_tier old_file({a, b}, 1 << 20, eviction_policy::slru);
+  old_file.restored_on_disk({}, 8);  // a file of format 3: rows but no counts per table
+  CHECK(old_file.rows_live() == 8);
+  CHECK(old_file.table_bytes() == 0);
+  CHECK_THROWS_WITH_AS(old_file.restored_on_disk({1, 2, 3}, 6), doctest::Contains("rows of 3 sparse tables, the job has 2"),
+                       bad_request);
+}
+
 TEST_CASE("shard_core rows: a copy that sees only the pushes admits and holds the same rows as the head") {
   auto cfg = rows_shard(infinite_staleness);
   cfg.tables[0].admit_after = 2;
