@@ -189,13 +189,16 @@ TEST_CASE("sparse rows: a checkpoint of tables on a disk tier (1 MiB of RAM per 
   INFO(out);
   REQUIRE(rc == 0);
   auto c = read_checkpoint("ckpt-tiered/checkpoint-1.apsckpt");
-  std::uint64_t rows = 0;
+  std::uint64_t rows = 0, first_table_rows = 0;
   for (const auto& s : c.shards) {
     CHECK(s.tables.empty());  // on disk: a RocksDB checkpoint of the shard's store
     CHECK(std::filesystem::is_directory(s.disk_rows));
     rows += s.disk_row_count;
+    REQUIRE(s.disk_table_rows.size() == 2);  // per table, so table_bytes counts them after a restore
+    first_table_rows += s.disk_table_rows[0];
   }
   CHECK(rows == 3 * 10000);
+  CHECK(first_table_rows == 3 * 10000);
   auto [rc2, out2] = shell(job + "--restore=ckpt-tiered --prior-runs=1");
   INFO(out2);
   REQUIRE(rc2 == 0);
