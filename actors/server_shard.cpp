@@ -572,7 +572,7 @@ shard_config config_of(const registration& reg, const shard_options& opts, const
 // This process also keeps copies of the shards before this one on the ring: shard id - j
 // at chain position j (so a chain spans consecutive server processes).
 void spawn_replicas(self_ptr self, const shard_options& opts, const coordinator_actor& coordinator,
-                    const registration& reg) {
+                    const registration& reg, const std::string& seed) {
   auto copies = reg.view.replication;
   auto n = static_cast<std::uint32_t>(reg.view.shards.size());
   if (opts.replica || opts.replaces || copies < 2) return;
@@ -584,6 +584,9 @@ void spawn_replicas(self_ptr self, const shard_options& opts, const coordinator_
     role->reg.state = {};
     role->reg.id = (reg.id + n - j) % n;
     role->position = j;
+    if (!seed.empty())  // the checkpoint's rows directories lie side by side (disk_rows_name)
+      role->disk_seed = (std::filesystem::path(seed).parent_path() /
+                         std::filesystem::path(disk_rows_name(0, role->reg.id)).filename()).string();
     ropts.replica = role;
     self->spawn(server_shard, coordinator, ropts);
   }
@@ -598,7 +601,7 @@ bool configure(self_ptr self, const shard_options& opts, const coordinator_actor
   std::string seed;  // a checkpoint's rows on disk to start the disk tier from
   try {
     auto state = restored_state(reg);
-    seed = state.disk_rows;
+    seed = opts.replica ? opts.replica->disk_seed : state.disk_rows;
     if (!seed.empty() && opts.shard_memory == 0)
       throw bad_request("the checkpoint holds this shard's rows on a disk tier (" + seed + "): restore it with --shard-memory");
     st.core.emplace(config_of(reg, opts, st.name, std::move(state)));
@@ -619,7 +622,7 @@ bool configure(self_ptr self, const shard_options& opts, const coordinator_actor
     for (std::uint32_t t = 0; t < st.core->num_tables(); ++t) strides.push_back(st.core->rows().table(t).stride());
     st.disk = self->spawn<caf::detached + caf::linked>(row_io, opts.shard_dir, st.name, std::move(strides), seed);
   }
-  spawn_replicas(self, opts, coordinator, reg);
+  spawn_replicas(self, opts, coordinator, reg, seed);
   return true;
 }
 
@@ -693,9 +696,11 @@ void start_replica(self_ptr self, const shard_options& opts, const coordinator_a
         auto& st = self->state;
         try {
           auto state = restored_state(reg);
-          if (!state.disk_rows.empty())
-            throw bad_request("a chain's copy does not take a checkpoint's rows on a disk tier yet (" + state.disk_rows + ")");
+          if (state.disk_rows != r->disk_seed)  // its disk tier started from disk_seed when configured
+            throw bad_request("its disk tier started from '" + r->disk_seed + "', but the checkpoint holds its rows in '" +
+                              state.disk_rows + "'");
           st.core->restore(state.segments, state.tables);
+          st.core->restore_counts(state.disk_table_rows, state.disk_row_count, state.sightings);
         } catch (const bad_request& e) {
           std::fprintf(stderr, "%s: cannot restore: %s\n", st.name.c_str(), e.what());
           self->quit(make_ps_error(st.name + ": cannot restore: " + e.what()));

@@ -47,6 +47,9 @@ struct shard_options {
   struct replica_role {
     registration reg;
     std::uint32_t position = 1;
+    // Under --restore of rows on a disk tier: the copy's own shard's rows in the same
+    // checkpoint, to start its disk tier from (empty: none).
+    std::string disk_seed;
   };
   std::shared_ptr<const replica_role> replica;
   // How long a copy waits for its successor in the chain to acknowledge.

@@ -29,8 +29,13 @@ shard_core::shard_core(shard_config cfg, std::unique_ptr<param_store> store)
       kill_at_(cfg.kill_at),
       head_(cfg.head) {
   restore(cfg.restored, cfg.restored_rows);
-  rows_.restored_on_disk(cfg.restored_disk_table_rows, cfg.restored_disk_rows);
-  rows_.restore_sightings(cfg.restored_sightings);
+  restore_counts(cfg.restored_disk_table_rows, cfg.restored_disk_rows, cfg.restored_sightings);
+}
+
+void shard_core::restore_counts(const std::vector<std::uint64_t>& disk_table_rows, std::uint64_t disk_rows,
+                                const std::vector<std::uint16_t>& sightings) {
+  rows_.restored_on_disk(disk_table_rows, disk_rows);
+  rows_.restore_sightings(sightings);
 }
 
 void shard_core::restore(const std::vector<stored_segment>& segments, const std::vector<table_rows>& rows) {

@@ -195,6 +195,10 @@ class shard_core {
   // Replaces the parameters and adds the rows (a replica's state from --restore); throws
   // bad_request.
   void restore(const std::vector<stored_segment>& segments, const std::vector<table_rows>& rows = {});
+  // A checkpoint's counts of rows already on its disk tier (in all and per table) and row
+  // admission's counts (row_tier::restored_on_disk, restore_sightings); throws bad_request.
+  void restore_counts(const std::vector<std::uint64_t>& disk_table_rows, std::uint64_t disk_rows,
+                      const std::vector<std::uint16_t>& sightings);
   // The tables' rows for a checkpoint, by table and then id (a shard with a disk tier
   // holds most rows on disk: it is refused checkpoints at start).
   std::vector<table_rows> table_snapshot() const;

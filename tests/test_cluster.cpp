@@ -157,6 +157,12 @@ TEST_CASE("sparse rows: exact sums in embedded mode under SSP") {
   check_rowcheck({"--cluster=embedded", "--staleness=2"});
 }
 
+// The launcher's last line names the server process the fault injector killed.
+bool killed_a_server(const std::string& out) {
+  auto killed = last_json(out)["killed_by_faults"];
+  return killed.size() == 1 && killed[0].get<std::string>().rfind("server process", 0) == 0;
+}
+
 TEST_CASE("sparse rows: a checkpoint holds every row; a job restored from it continues from those sums exactly") {
   std::filesystem::remove_all("ckpt-rows");
   // BSP: the checkpoint at clock 1 holds exactly the pushes of clock 0, every row.
@@ -203,6 +209,13 @@ TEST_CASE("sparse rows: a checkpoint of tables on a disk tier (1 MiB of RAM per 
   INFO(out2);
   REQUIRE(rc2 == 0);
   check_rowcheck_lines(out2, (6 * 10000 + 1000) * 8);
+  // With chains of 2: each copy starts its own disk tier from its shard's rows in the
+  // checkpoint, so when a server is killed its copy answers with every row exact.
+  auto [rc4, out4] = shell(job + "--restore=ckpt-tiered --prior-runs=1 --replication=2 --faults='kill server=1 at=1'");
+  INFO(out4);
+  REQUIRE(rc4 == 0);
+  CHECK(killed_a_server(out4));
+  check_rowcheck_lines(out4, (6 * 10000 + 1000) * 8);
   // Without a disk tier the rows cannot be taken: refused, naming why.
   auto [rc3, out3] = shell("bin/psnode --role=local --app=rowcheck --servers=2 --workers=2 --rows=10000 "
                            "--consistency=bsp --restore=ckpt-tiered");
@@ -530,12 +543,6 @@ json clocksum_line(const std::string& out, std::uint32_t worker) { return worker
 long long shard_value(const json& line, std::uint32_t shard) {
   const auto& v = line.at("shard_values").at(std::to_string(shard));
   return v.is_null() ? -1 : v.get<long long>();
-}
-
-// The launcher's last line names the server process the fault injector killed.
-bool killed_a_server(const std::string& out) {
-  auto killed = last_json(out)["killed_by_faults"];
-  return killed.size() == 1 && killed[0].get<std::string>().rfind("server process", 0) == 0;
 }
 
 // lost[shard][worker]: the clocks the replacements reported lost (the last line's
