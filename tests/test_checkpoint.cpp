@@ -153,29 +153,44 @@ TEST_CASE("restore refuses segments that do not fit the rule or overlap") {
 
 namespace {
 
+// An old file's pieces: a section (its length, the bytes, their CRC-32), fields as cereal
+// binary, and the file around the sections.
+void append_section(std::string& out, const std::string& bytes) {
+  std::uint64_t n = bytes.size();
+  out.append(reinterpret_cast<const char*>(&n), sizeof(n));
+  out += bytes;
+  auto crc = static_cast<std::uint32_t>(crc32(0L, reinterpret_cast<const Bytef*>(bytes.data()), static_cast<uInt>(bytes.size())));
+  out.append(reinterpret_cast<const char*>(&crc), sizeof(crc));
+}
+
+template <class... Fields>
+std::string bytes_of(const Fields&... fields) {
+  std::ostringstream s;
+  {
+    cereal::BinaryOutputArchive ar(s);
+    ar(fields...);
+  }
+  return s.str();
+}
+
+std::string file_start(std::uint32_t version) {
+  std::string data("APSCKPT\0", 8);
+  data.append(reinterpret_cast<const char*>(&version), sizeof(version));
+  return data;
+}
+
+void file_end(const std::string& path, std::string& data) {
+  data.append("END\0", 4);
+  std::ofstream(path, std::ios::binary) << data;
+}
+
 // A file as a build of format version 1 wrote it (dense tensors only): the header and
 // each shard's section (shard, segments) as cereal binary, each with its CRC-32.
 void write_v1_file(const std::string& path, const checkpoint& c) {
-  auto section = [](std::string& out, const std::string& bytes) {
-    std::uint64_t n = bytes.size();
-    out.append(reinterpret_cast<const char*>(&n), sizeof(n));
-    out += bytes;
-    auto crc = static_cast<std::uint32_t>(crc32(0L, reinterpret_cast<const Bytef*>(bytes.data()), static_cast<uInt>(bytes.size())));
-    out.append(reinterpret_cast<const char*>(&crc), sizeof(crc));
-  };
-  auto bytes_of = [](auto&&... fields) {
-    std::ostringstream s;
-    {
-      cereal::BinaryOutputArchive ar(s);
-      ar(fields...);
-    }
-    return s.str();
-  };
-  std::string data("APSCKPT\0", 8);
   std::uint32_t version = 1;
-  data.append(reinterpret_cast<const char*>(&version), sizeof(version));
+  auto data = file_start(version);
   const auto& h = c.header;
-  section(data, bytes_of(version, h.model, h.epoch, h.clock, h.shard_ids, h.vnodes, h.bucket_bits, h.rule, h.state_slots));
+  append_section(data, bytes_of(version, h.model, h.epoch, h.clock, h.shard_ids, h.vnodes, h.bucket_bits, h.rule, h.state_slots));
   for (const auto& s : c.shards) {
     std::ostringstream seg;
     {
@@ -183,38 +198,21 @@ void write_v1_file(const std::string& path, const checkpoint& c) {
       ar(s.shard, cereal::make_size_tag(static_cast<cereal::size_type>(s.segments.size())));
       for (const auto& g : s.segments) ar(g.begin, g.end, g.values, g.state);
     }
-    section(data, seg.str());
+    append_section(data, seg.str());
   }
-  data.append("END\0", 4);
-  std::ofstream(path, std::ios::binary) << data;
+  file_end(path, data);
 }
 
 // A file as format version 3 wrote it: shard sections without counts per table or of admission.
 void write_v3_file(const std::string& path, const checkpoint& c) {
-  auto section = [](std::string& out, const std::string& bytes) {
-    std::uint64_t n = bytes.size();
-    out.append(reinterpret_cast<const char*>(&n), sizeof(n));
-    out += bytes;
-    auto crc = static_cast<std::uint32_t>(crc32(0L, reinterpret_cast<const Bytef*>(bytes.data()), static_cast<uInt>(bytes.size())));
-    out.append(reinterpret_cast<const char*>(&crc), sizeof(crc));
-  };
-  auto bytes_of = [](auto&&... fields) {
-    std::ostringstream s;
-    {
-      cereal::BinaryOutputArchive ar(s);
-      ar(fields...);
-    }
-    return s.str();
-  };
-  std::string data("APSCKPT\0", 8);
   std::uint32_t version = 3;
-  data.append(reinterpret_cast<const char*>(&version), sizeof(version));
+  auto data = file_start(version);
   const auto& h = c.header;
-  section(data, bytes_of(version, h.model, h.epoch, h.clock, h.shard_ids, h.vnodes, h.bucket_bits, h.rule, h.state_slots,
-                         h.placement));
-  for (const auto& s : c.shards) section(data, bytes_of(s.shard, s.segments, s.tables, s.disk_rows, s.disk_row_count));
-  data.append("END\0", 4);
-  std::ofstream(path, std::ios::binary) << data;
+  append_section(data, bytes_of(version, h.model, h.epoch, h.clock, h.shard_ids, h.vnodes, h.bucket_bits, h.rule,
+                                h.state_slots, h.placement));
+  for (const auto& s : c.shards)
+    append_section(data, bytes_of(s.shard, s.segments, s.tables, s.disk_rows, s.disk_row_count));
+  file_end(path, data);
 }
 
 }  // namespace
