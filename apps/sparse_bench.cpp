@@ -21,12 +21,16 @@ namespace {
 using bench_clock = std::chrono::steady_clock;
 double since(bench_clock::time_point t) { return std::chrono::duration<double>(bench_clock::now() - t).count(); }
 
-sparse_table_spec bench_table(const node_config& cfg) {
+}  // namespace
+
+sparse_table_spec sparse_bench_table(const node_config& cfg) {
   update_rule rule;
   rule.kind = rule_kind::adagrad;
   rule.lr = 0.05f;
   return {"bench", static_cast<std::uint32_t>(cfg.app_count("bench-dim")), 0.01f, rule, cfg.seed};
 }
+
+namespace {
 
 // Rank k of the Zipf law is row (k * step) mod n: the hot rows are spread over the table
 // (and its disk blocks) as feature hashes are, each row once.
@@ -161,7 +165,7 @@ sparse_cell sparse_cell::decode(const std::string& text) { return decode_cell<sp
 app_definition sparse_bench_definition() {
   app_definition app{"sparse_bench", "sparse rows pulled and pushed under a Zipf law (bench_sparse)",
                      sparse_bench_app, "adagrad", "asp", {}, {}};
-  app.tables = [](const node_config& cfg) { return std::vector<sparse_table_spec>{bench_table(cfg)}; };
+  app.tables = [](const node_config& cfg) { return std::vector<sparse_table_spec>{sparse_bench_table(cfg)}; };
   app.flags = {
     {"table-rows", app_flag_kind::count, "10000000", "bench_sparse: rows in the table",
      [](const node_config& c) { return c.app_count("table-rows") >= 1000 ? "" : "must be >= 1000"; }},

@@ -26,6 +26,8 @@ struct sparse_cell {
 // The bytes a row of that dimension takes in a shard's RAM tier (Adagrad state beside
 // it, plus the index): the unit of --shard-memory.
 std::uint64_t sparse_bench_row_bytes(std::uint32_t dim);
+// The benchmark's table (Adagrad rows of --bench-dim floats).
+sparse_table_spec sparse_bench_table(const node_config& cfg);
 std::vector<double> sparse_bench_zipfs(const node_config& cfg);  // throws bad_request
 
 }  // namespace ps
