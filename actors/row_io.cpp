@@ -26,7 +26,7 @@ row_reader_actor::behavior_type row_reader(row_reader_actor::pointer self, std::
       auto out = std::make_shared<disk_rows>();
       out->keys = keys;
       try {
-        disk->read(*keys, out->found, out->rows);
+        disk->read(*keys, out->found, out->rows, out->pushed);
       } catch (const bad_request& e) {
         return failed(self, name, e);
       }
@@ -59,6 +59,13 @@ row_writer_actor::behavior_type row_writer(row_writer_actor::pointer self, std::
     [=](fill_atom, const std::shared_ptr<const fill_order>& f) -> caf::result<std::uint64_t> {
       try {
         return disk->fill(f->table, f->count, f->spec, f->keep);
+      } catch (const bad_request& e) {
+        return failed(self, name, e);
+      }
+    },
+    [=](sweep_rows_atom, const disk_sweep& s) -> caf::result<std::shared_ptr<const std::vector<std::uint64_t>>> {
+      try {
+        return std::make_shared<const std::vector<std::uint64_t>>(disk->expired(s.table, s.before, s.revived_at));
       } catch (const bad_request& e) {
         return failed(self, name, e);
       }
@@ -96,6 +103,7 @@ row_io_actor::behavior_type row_io(row_io_actor::stateful_pointer<row_io_state> 
     [=](fill_atom, const std::shared_ptr<const fill_order>& f) {
       return self->delegate(self->state.writer, fill_atom::value, f);
     },
+    [=](sweep_rows_atom, const disk_sweep& s) { return self->delegate(self->state.writer, sweep_rows_atom::value, s); },
   };
 }
 

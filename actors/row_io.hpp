@@ -23,6 +23,7 @@ struct disk_rows {
   std::shared_ptr<const std::vector<row_key>> keys;  // as asked
   std::vector<std::uint8_t> found;
   std::vector<float> rows;
+  std::vector<std::uint64_t> pushed;  // per key: the clock of its last push as stored
 };
 
 // A benchmark's fill (row_disk::fill).
@@ -39,12 +40,15 @@ CAF_ALLOW_UNSAFE_MESSAGE_TYPE(std::shared_ptr<const ps::fill_order>)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(std::shared_ptr<const ps::disk_rows>)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(std::shared_ptr<const ps::row_write>)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(std::shared_ptr<const std::vector<ps::row_key>>)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(ps::disk_sweep)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(std::shared_ptr<const std::vector<std::uint64_t>>)
 
 namespace ps {
 
 using read_rows_atom = caf::atom_constant<caf::atom("readrows")>;
 using write_rows_atom = caf::atom_constant<caf::atom("writerows")>;
 using save_rows_atom = caf::atom_constant<caf::atom("saverows")>;
+using sweep_rows_atom = caf::atom_constant<caf::atom("sweeprows")>;
 
 using row_io_actor = caf::typed_actor<
   caf::replies_to<read_rows_atom, std::shared_ptr<const std::vector<row_key>>>::with<std::shared_ptr<const disk_rows>>,
@@ -54,10 +58,14 @@ using row_io_actor = caf::typed_actor<
   caf::replies_to<fill_atom, std::shared_ptr<const fill_order>>::with<std::uint64_t>,
   // A checkpoint (row_disk::save): after every write asked before it, the RAM tier's
   // changed rows, then the store's checkpoint into the directory; answers once done.
-  caf::replies_to<save_rows_atom, std::shared_ptr<const row_write>, std::string>::with<caf::ok_atom>>;
+  caf::replies_to<save_rows_atom, std::shared_ptr<const row_write>, std::string>::with<caf::ok_atom>,
+  // Expiry's scan of a table's rows on disk (row_disk::expired), after the writes asked
+  // before it: the ids of the expired rows.
+  caf::replies_to<sweep_rows_atom, disk_sweep>::with<std::shared_ptr<const std::vector<std::uint64_t>>>>;
 
-// Writes, checkpoints and fills, in the order asked (row_io hands them on).
+// Writes, checkpoints, fills and sweeps, in the order asked (row_io hands them on).
 using row_writer_actor = caf::typed_actor<
+  caf::replies_to<sweep_rows_atom, disk_sweep>::with<std::shared_ptr<const std::vector<std::uint64_t>>>,
   caf::replies_to<write_rows_atom, std::shared_ptr<const row_write>>::with<std::uint64_t>,
   caf::replies_to<fill_atom, std::shared_ptr<const fill_order>>::with<std::uint64_t>,
   caf::replies_to<save_rows_atom, std::shared_ptr<const row_write>, std::string>::with<caf::ok_atom>>;

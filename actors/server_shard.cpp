@@ -160,6 +160,14 @@ void send_disk_work(self_ptr self, const shard_options& opts, const coordinator_
   for (auto& w : fx.writes)
     self->request(st.disk, caf::infinite, write_rows_atom::value, std::move(w))
       .then([=](std::uint64_t seq) { self->state.core->rows_written(seq); }, [=](caf::error& e) { disk_failed(self, e); });
+  for (const auto& s : fx.sweeps)
+    self->request(st.disk, caf::infinite, sweep_rows_atom::value, s)
+      .then(
+        [=](const std::shared_ptr<const std::vector<std::uint64_t>>& ids) {
+          auto next = self->state.core->rows_swept(s.table, *ids);
+          carry_out(self, opts, coordinator, next);
+        },
+        [=](caf::error& e) { disk_failed(self, e); });
   if (fx.reads.empty()) return;
   // A large read is split among the readers, so its parts are in flight at once.
   const auto n = fx.reads.size();
@@ -178,7 +186,7 @@ void read_from_disk(self_ptr self, const shard_options& opts, const coordinator_
       [=](std::shared_ptr<const disk_rows>& got) {
         shard_effects next;
         try {
-          next = self->state.core->rows_loaded(*got->keys, got->found, got->rows);
+          next = self->state.core->rows_loaded(*got->keys, got->found, got->rows, got->pushed);
         } catch (const bad_request& e) {
           disk_failed(self, make_ps_error(e.what()));
           return;
@@ -216,7 +224,7 @@ void send_checkpoint_part(self_ptr self, std::uint64_t clock) {
 void carry_out(self_ptr self, const shard_options& opts, const coordinator_actor& coordinator, shard_effects& fx) {
   auto& st = self->state;
   for (const auto& e : fx.traces) st.trace(e);
-  if (!fx.writes.empty() || !fx.reads.empty()) send_disk_work(self, opts, coordinator, fx);
+  if (!fx.writes.empty() || !fx.reads.empty() || !fx.sweeps.empty()) send_disk_work(self, opts, coordinator, fx);
   for (auto id : fx.applied)
     if (auto it = st.push_waiters.find(id); it != st.push_waiters.end()) {
       auto reply = std::move(it->second);

@@ -85,11 +85,12 @@ double store_rows_per_s(const ps::node_config& cfg, std::uint64_t rows, double s
     std::vector<ps::row_key> keys(32);
     std::vector<std::uint8_t> found;
     std::vector<float> values;
+    std::vector<std::uint64_t> pushed;
     while (std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() < seconds) {
       for (auto& k : keys) k = {0, rng() % rows};
       values.clear();
       try {
-        disk.read(keys, found, values);
+        disk.read(keys, found, values, pushed);
       } catch (const ps::bad_request&) {
         failed = true;
         return;

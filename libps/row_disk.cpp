@@ -156,52 +156,84 @@ row_disk::~row_disk() {
   fs::remove_all(path_, ec);
 }
 
-void row_disk::read_part(const std::vector<row_key>& keys, std::size_t begin, std::size_t end, std::uint8_t* found,
-                         std::vector<std::vector<float>>& rows) {
-  const auto n = end - begin;
+void row_disk::read(const std::vector<row_key>& keys, std::vector<std::uint8_t>& found, std::vector<float>& rows,
+                    std::vector<std::uint64_t>& pushed) {
+  const auto n = keys.size();
+  found.assign(n, 0);
+  pushed.assign(n, 0);
   std::vector<char> key_bytes(n * key_size);
   std::vector<rocksdb::Slice> slices(n);
   for (std::size_t i = 0; i < n; ++i) {
-    encode_key(keys[begin + i], key_bytes.data() + i * key_size);
+    encode_key(keys[i], key_bytes.data() + i * key_size);
     slices[i] = rocksdb::Slice(key_bytes.data() + i * key_size, key_size);
   }
   std::vector<rocksdb::PinnableSlice> values(n);
   std::vector<rocksdb::Status> status(n);
   db_->MultiGet(rocksdb::ReadOptions(), db_->DefaultColumnFamily(), n, slices.data(), values.data(), status.data());
   for (std::size_t i = 0; i < n; ++i) {
-    const auto& k = keys[begin + i];
     if (status[i].IsNotFound()) continue;
     if (!status[i].ok()) throw bad_request(problem(path_, status[i]));
-    auto stride = strides_.at(k.table);
-    if (values[i].size() != stride * sizeof(float))
-      throw bad_request("disk tier at " + path_ + ": row " + std::to_string(k.id) + " of table " +
-                        std::to_string(k.table) + " has " + std::to_string(values[i].size()) + " bytes, not " +
-                        std::to_string(stride * sizeof(float)) + " (a corrupt store)");
-    found[begin + i] = 1;
-    rows[begin + i].resize(stride);
-    std::memcpy(rows[begin + i].data(), values[i].data(), values[i].size());
+    const auto bytes = row_bytes(keys[i], values[i].size());
+    found[i] = 1;
+    const auto* floats = reinterpret_cast<const float*>(values[i].data());
+    rows.insert(rows.end(), floats, floats + bytes / sizeof(float));
+    if (values[i].size() > bytes) std::memcpy(&pushed[i], values[i].data() + bytes, sizeof(std::uint64_t));
   }
 }
 
-void row_disk::read(const std::vector<row_key>& keys, std::vector<std::uint8_t>& found, std::vector<float>& rows) {
-  const auto n = keys.size();
-  found.assign(n, 0);
-  std::vector<std::vector<float>> each(n);
-  read_part(keys, 0, n, found.data(), each);
-  for (std::size_t i = 0; i < n; ++i) rows.insert(rows.end(), each[i].begin(), each[i].end());
+std::size_t row_disk::row_bytes(const row_key& k, std::size_t stored) const {
+  const auto bytes = strides_.at(k.table) * sizeof(float);
+  if (stored != bytes && stored != bytes + sizeof(std::uint64_t))
+    throw bad_request("disk tier at " + path_ + ": row " + std::to_string(k.id) + " of table " + std::to_string(k.table) +
+                      " has " + std::to_string(stored) + " bytes, not " + std::to_string(bytes) + " (a corrupt store)");
+  return bytes;
+}
+
+std::vector<std::uint64_t> row_disk::expired(std::uint32_t table, std::uint64_t before, std::uint64_t revived_at) {
+  std::vector<std::uint64_t> ids;
+  char from[key_size], to[key_size];
+  encode_key({table, 0}, from);
+  encode_key({table + 1, 0}, to);
+  rocksdb::ReadOptions o;
+  o.fill_cache = false;  // a scan: its blocks would only push the index blocks out
+  rocksdb::Slice upper(to, key_size);
+  o.iterate_upper_bound = &upper;
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(o));
+  for (it->Seek(rocksdb::Slice(from, key_size)); it->Valid(); it->Next()) {
+    std::uint64_t id = 0;
+    for (int i = 0; i < 8; ++i) id = id << 8 | static_cast<unsigned char>(it->key()[4 + i]);
+    const auto bytes = row_bytes({table, id}, it->value().size());
+    std::uint64_t pushed = 0;
+    if (it->value().size() > bytes) std::memcpy(&pushed, it->value().data() + bytes, sizeof(pushed));
+    if (std::max(pushed, revived_at) < before) ids.push_back(id);
+  }
+  if (!it->status().ok()) throw bad_request(problem(path_, it->status()));
+  return ids;
 }
 
 void row_disk::write(const row_write& w) {
   rocksdb::WriteBatch batch;
   std::size_t at = 0;
   char key[key_size];
-  for (const auto& k : w.keys) {
+  if (!w.pushed.empty() && w.pushed.size() != w.keys.size())
+    throw bad_request("disk tier at " + path_ + ": a write carries " + std::to_string(w.pushed.size()) +
+                      " push clocks for " + std::to_string(w.keys.size()) + " rows");
+  std::string value;
+  for (std::size_t i = 0; i < w.keys.size(); ++i) {
+    const auto& k = w.keys[i];
     auto stride = strides_.at(k.table);
     if (at + stride > w.rows.size()) throw bad_request("disk tier at " + path_ + ": a write carries too few values");
     encode_key(k, key);
-    batch.Put(rocksdb::Slice(key, key_size),
-              rocksdb::Slice(reinterpret_cast<const char*>(w.rows.data() + at), stride * sizeof(float)));
+    // The row's floats, then the clock of its last push (rows written without one, as
+    // fills are, read as pushed at clock 0).
+    value.assign(reinterpret_cast<const char*>(w.rows.data() + at), stride * sizeof(float));
+    if (!w.pushed.empty()) value.append(reinterpret_cast<const char*>(&w.pushed[i]), sizeof(std::uint64_t));
+    batch.Put(rocksdb::Slice(key, key_size), value);
     at += stride;
+  }
+  for (const auto& k : w.deleted) {
+    encode_key(k, key);
+    batch.Delete(rocksdb::Slice(key, key_size));
   }
   if (at != w.rows.size())
     throw bad_request("disk tier at " + path_ + ": a write carries " + std::to_string(w.rows.size()) + " values, not " +

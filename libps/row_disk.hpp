@@ -44,7 +44,13 @@ class row_disk {
   // stored row of the wrong size. Safe to call from several threads at once (RocksDB's
   // reads are): a device serves many random reads in flight far faster than one at a
   // time, so the shard's I/O runs read_threads readers.
-  void read(const std::vector<row_key>& keys, std::vector<std::uint8_t>& found, std::vector<float>& rows);
+  // pushed[i]: the clock of the row's last push as written (0: written without one).
+  void read(const std::vector<row_key>& keys, std::vector<std::uint8_t>& found, std::vector<float>& rows,
+            std::vector<std::uint64_t>& pushed);
+  // Ids of the table's rows last pushed before `before`, rows pushed before `revived_at`
+  // counting as pushed then (rows restored from a checkpoint live from the clock the job
+  // resumed at). A scan of the table's rows; throws bad_request naming the path.
+  std::vector<std::uint64_t> expired(std::uint32_t table, std::uint64_t before, std::uint64_t revived_at);
   // Writes rows (one batch, no write-ahead log); throws bad_request naming the path
   // (a full disk among them).
   void write(const row_write& w);
@@ -67,9 +73,9 @@ class row_disk {
   static constexpr std::size_t read_threads = 8;
 
  private:
-  // keys[begin, end): found and each found row's floats at rows + offset (stride per key).
-  void read_part(const std::vector<row_key>& keys, std::size_t begin, std::size_t end, std::uint8_t* found,
-                 std::vector<std::vector<float>>& rows);
+  // The floats' bytes of a stored row of `stored` bytes (its push clock may follow them);
+  // throws bad_request for any other size (a corrupt store).
+  std::size_t row_bytes(const row_key& k, std::size_t stored) const;
   std::string path_;
   std::vector<std::size_t> strides_;
   std::unique_ptr<rocksdb::DB> db_;

@@ -10,8 +10,6 @@ namespace ps {
 row_tier::row_tier(std::vector<sparse_table_spec> specs, std::uint64_t budget, eviction_policy policy)
     : budget_(budget) {
   for (auto& s : specs) {
-    if (budget > 0 && s.expire_after > 0)
-      throw bad_request("sparse table " + s.name + ": row expiry does not work with a disk tier (--shard-memory) yet");
     if (s.admit_after > 1 && !sightings_) sightings_ = std::make_unique<count_min_sketch>();
     tables_.emplace_back(std::move(s), policy, clock_);
     if (budget > 0) tables_.back().set_protected_limit(budget / tables_.back().row_bytes() * 4 / 5);
@@ -38,21 +36,48 @@ bool row_tier::admitted(std::uint32_t table, std::uint64_t id) const {
          sightings_->estimate(sighting_key(table, id)) >= tables_[table].spec().admit_after;
 }
 
-void row_tier::expire(std::uint64_t clock) {
-  if (swept_at_.empty())  // the first clock this tier hears of: restored rows live from it
+std::vector<disk_sweep> row_tier::expire(std::uint64_t clock) {
+  if (swept_at_.empty()) {  // the first clock this tier hears of: restored rows live from it
+    revived_at_ = clock;
     for (auto& t : tables_)
       if (t.spec().expire_after > 0) t.restamp(clock);
+  }
   now_ = clock;
   swept_at_.resize(tables_.size(), clock);
-  for (std::size_t i = 0; i < tables_.size(); ++i) {
+  std::vector<disk_sweep> sweeps;
+  for (std::uint32_t i = 0; i < tables_.size(); ++i) {
     auto& t = tables_[i];
     auto after = t.spec().expire_after;
     if (after == 0 || clock <= after || clock < swept_at_[i] + std::max<std::uint64_t>(1, after / 4)) continue;
     swept_at_[i] = clock;
     auto dropped = t.expire_before(clock - after);
-    stats_.expired += dropped;
-    live_[i] -= dropped;
+    stats_.expired += dropped.size();
+    live_[i] -= dropped.size();
+    if (!tiered()) continue;
+    // A row dropped here may have an older copy on disk: it goes too, so no read finds it
+    // and counts it again; then the disk's rows not in RAM are listed (disk_sweep).
+    for (auto id : dropped) deleting_.push_back({i, id});
+    sweeps.push_back({i, clock - after, revived_at_});
   }
+  return sweeps;
+}
+
+void row_tier::swept(std::uint32_t table, const std::vector<std::uint64_t>& ids) {
+  auto& t = tables_.at(table);
+  for (auto id : ids) {
+    row_key key{table, id};
+    // Rows in RAM, being read (their read finds them expired) or in a write under way
+    // (written or deleted since the listing) are not the listing's to count.
+    if (t.holds(id) || reading_.count(key) || writing_.count(key)) continue;
+    deleting_.push_back(key);
+    ++stats_.expired;
+    --live_[table];
+  }
+}
+
+bool row_tier::expired(std::uint32_t table, std::uint64_t last_push) const {
+  const auto after = tables_[table].spec().expire_after;
+  return after > 0 && now_ > after && last_push < now_ - after;
 }
 
 std::uint64_t row_tier::keep(std::uint32_t table, std::span<const std::uint64_t> ids) {
@@ -81,8 +106,12 @@ bool row_tier::want(std::uint32_t table, std::span<const std::uint64_t> ids, boo
       create(table, id);
       continue;
     }
-    if (const float* row = row_in_write(key)) {  // evicted, its write still under way
-      t.install(id, row);
+    if (auto w = writing_.find(key); w != writing_.end()) {  // evicted or deleted, its write still under way
+      if (w->second.offset == in_write::deleted) {
+        create(table, id);
+        continue;
+      }
+      t.install(id, row_in_write(key), w->second.pushed);
       ++stats_.taken_back;
       continue;
     }
@@ -93,7 +122,7 @@ bool row_tier::want(std::uint32_t table, std::span<const std::uint64_t> ids, boo
 }
 
 void row_tier::loaded(const std::vector<row_key>& keys, const std::vector<std::uint8_t>& found,
-                      const std::vector<float>& rows) {
+                      const std::vector<float>& rows, const std::vector<std::uint64_t>& pushed) {
   if (found.size() != keys.size()) throw bad_request("a disk read answered " + std::to_string(found.size()) +
                                                      " of " + std::to_string(keys.size()) + " rows");
   std::size_t at = 0;
@@ -108,7 +137,13 @@ void row_tier::loaded(const std::vector<row_key>& keys, const std::vector<std::u
       at += t.stride();
     }
     if (t.holds(k.id)) continue;  // cannot happen while reads are tracked; the RAM copy is newer
-    t.install(k.id, stored);
+    const auto last_push = std::max(pushed.empty() ? 0 : pushed.at(i), revived_at_);
+    if (stored && expired(k.table, last_push)) {  // expired on disk, not yet swept: made afresh
+      ++stats_.expired;
+      --live_[k.table];
+      stored = nullptr;  // the new row is dirty: its write replaces the expired copy
+    }
+    t.install(k.id, stored, stored ? last_push : now_);
     if (stored) ++stats_.read;
     else created(k.table);
   }
@@ -157,7 +192,7 @@ table_rows row_tier::take_rows(std::uint32_t table, const std::function<bool(std
   auto& t = tables_.at(table);
   table_rows out{table, static_cast<std::uint32_t>(t.stride()), {}, {}};
   std::vector<std::pair<std::uint64_t, const float*>> leaving;
-  t.for_each_row([&](std::uint64_t id, const float* row, bool) {
+  t.for_each_row([&](std::uint64_t id, const float* row, bool, std::uint64_t) {
     if (moves(id)) leaving.emplace_back(id, row);
   });
   std::sort(leaving.begin(), leaving.end());
@@ -193,10 +228,11 @@ void row_tier::restore(std::uint32_t table, std::uint32_t stride, const std::vec
 row_write row_tier::dirty_rows() const {
   row_write w;
   for (std::uint32_t i = 0; i < tables_.size(); ++i)
-    tables_[i].for_each_row([&](std::uint64_t id, const float* row, bool dirty) {
+    tables_[i].for_each_row([&](std::uint64_t id, const float* row, bool dirty, std::uint64_t pushed) {
       if (!dirty) return;
       w.keys.push_back({i, id});
       w.rows.insert(w.rows.end(), row, row + tables_[i].stride());
+      w.pushed.push_back(pushed);
     });
   return w;
 }
@@ -241,9 +277,15 @@ std::shared_ptr<const row_write> row_tier::trim(std::uint64_t keep_from) {
       continue;
     }
     w->keys.push_back({*victim, out.id});
-    writing_[w->keys.back()] = {w->seq, at};
+    w->pushed.push_back(out.pushed);
+    writing_[w->keys.back()] = {w->seq, at, out.pushed};
   }
-  if (w->keys.empty()) return nullptr;
+  for (const auto& k : deleting_) {
+    w->deleted.push_back(k);
+    writing_[k] = {w->seq, in_write::deleted, 0};
+  }
+  deleting_.clear();
+  if (w->keys.empty() && w->deleted.empty()) return nullptr;
   ++next_write_;
   buffered_bytes_ += w->rows.size() * sizeof(float);
   stats_.written += w->keys.size();
@@ -254,8 +296,9 @@ std::shared_ptr<const row_write> row_tier::trim(std::uint64_t keep_from) {
 void row_tier::written(std::uint64_t seq) {
   while (!in_flight_.empty() && in_flight_.front()->seq <= seq) {
     const auto& done = *in_flight_.front();
-    for (const auto& k : done.keys)
-      if (auto it = writing_.find(k); it != writing_.end() && it->second.seq == done.seq) writing_.erase(it);
+    for (const auto* keys : {&done.keys, &done.deleted})
+      for (const auto& k : *keys)
+        if (auto it = writing_.find(k); it != writing_.end() && it->second.seq == done.seq) writing_.erase(it);
     buffered_bytes_ -= done.rows.size() * sizeof(float);
     in_flight_.pop_front();
   }

@@ -37,6 +37,15 @@ struct row_write {
   std::uint64_t seq = 0;
   std::vector<row_key> keys;
   std::vector<float> rows;
+  std::vector<std::uint64_t> pushed;  // per key: the clock of the row's last push (for expiry)
+  std::vector<row_key> deleted;       // rows to remove from the disk (expired)
+};
+
+// A scan of a table's rows on disk for those last pushed before `before` (row_disk::expired).
+struct disk_sweep {
+  std::uint32_t table = 0;
+  std::uint64_t before = 0;
+  std::uint64_t revived_at = 0;
 };
 
 struct row_tier_stats {
@@ -72,8 +81,14 @@ class row_tier {
   bool admits_all(std::uint32_t table) const { return tables_.at(table).spec().admit_after <= 1; }
   bool admitted(std::uint32_t table, std::uint64_t id) const;
   // The shard's minimum clock is now `clock`: drops the rows of tables with expiry that
-  // were not pushed to for expire_after clocks (swept every expire_after/4 clocks).
-  void expire(std::uint64_t clock);
+  // were not pushed to for expire_after clocks (swept every expire_after/4 clocks). With
+  // a disk tier, the dropped rows' copies on disk are deleted by the next trim() (call it
+  // at once: until then a read could find them),
+  // and the sweeps to run over the disk's rows are returned: their answers go to swept().
+  std::vector<disk_sweep> expire(std::uint64_t clock);
+  // A disk sweep's answer: the expired rows it listed that are not in RAM, being read or
+  // being written are counted as expired, and deleted by the next trim().
+  void swept(std::uint32_t table, const std::vector<std::uint64_t>& ids);
 
   // A request for these rows: takes back rows from writes under way and adds
   // those neither held nor being read to `to_read`. True when all are held now. count:
@@ -82,7 +97,10 @@ class row_tier {
   // The disk tier's answer to a read: per key found or not (then the row is created,
   // first touch); the found rows' stride floats back to back in `rows`. Throws
   // bad_request when the sizes do not match.
-  void loaded(const std::vector<row_key>& keys, const std::vector<std::uint8_t>& found, const std::vector<float>& rows);
+  // pushed: per key, the clock of the row's last push as stored (empty: unknown); a row
+  // found expired is made afresh (and its copy deleted).
+  void loaded(const std::vector<row_key>& keys, const std::vector<std::uint8_t>& found, const std::vector<float>& rows,
+              const std::vector<std::uint64_t>& pushed = {});
   // Marks these rows (those held) as just used and returns the stamp from which they are
   // kept by trim, so a request waiting for some of its rows keeps the others.
   std::uint64_t keep(std::uint32_t table, std::span<const std::uint64_t> ids);
@@ -134,9 +152,12 @@ class row_tier {
 
  private:
   struct in_write {
+    static constexpr std::size_t deleted = SIZE_MAX;
     std::uint64_t seq;     // the latest write of the row under way
-    std::size_t offset;    // where the row lies in that batch's rows
+    std::size_t offset;    // where the row lies in that batch's rows (deleted: it is deleted)
+    std::uint64_t pushed;  // the clock of its last push
   };
+  bool expired(std::uint32_t table, std::uint64_t last_push) const;
   void created(std::uint32_t table);
   // The table whose next victim was used longest ago, if used before keep_from.
   std::optional<std::uint32_t> oldest_table(std::uint64_t keep_from) const;
@@ -157,6 +178,8 @@ class row_tier {
   std::unique_ptr<count_min_sketch> sightings_;  // admission's counts (some table admits after > 1)
   std::vector<std::uint64_t> swept_at_;          // per table, the clock of expiry's last sweep
   std::uint64_t now_ = 0;                        // the shard's minimum clock, as expire() was told
+  std::uint64_t revived_at_ = 0;                 // the first clock it was told: restored rows live from it
+  std::vector<row_key> deleting_;                // rows to delete from the disk with the next write
   row_tier_stats stats_;
 };
 

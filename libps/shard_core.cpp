@@ -182,7 +182,7 @@ std::vector<table_rows> shard_core::table_snapshot() const {
   for (std::uint32_t i = 0; i < rows_.num_tables(); ++i) {
     const auto& table = rows_.table(i);
     std::vector<std::pair<std::uint64_t, const float*>> held;
-    table.for_each_row([&](std::uint64_t id, const float* row, bool) { held.emplace_back(id, row); });
+    table.for_each_row([&](std::uint64_t id, const float* row, bool, std::uint64_t) { held.emplace_back(id, row); });
     std::sort(held.begin(), held.end());
     table_rows t{i, static_cast<std::uint32_t>(table.stride()), {}, {}};
     t.ids.reserve(held.size());
@@ -494,10 +494,17 @@ std::uint64_t shard_core::fill_rows_in_ram(std::uint32_t table, std::uint64_t co
   return made;
 }
 
-shard_effects shard_core::rows_loaded(const std::vector<row_key>& keys, const std::vector<std::uint8_t>& found,
-                                      const std::vector<float>& rows) {
+shard_effects shard_core::rows_swept(std::uint32_t table, const std::vector<std::uint64_t>& ids) {
   shard_effects fx;
-  rows_.loaded(keys, found, rows);
+  rows_.swept(table, ids);
+  if (auto w = rows_.trim(front_.keep_from)) fx.writes.push_back(std::move(w));
+  return fx;
+}
+
+shard_effects shard_core::rows_loaded(const std::vector<row_key>& keys, const std::vector<std::uint8_t>& found,
+                                      const std::vector<float>& rows, const std::vector<std::uint64_t>& pushed) {
+  shard_effects fx;
+  rows_.loaded(keys, found, rows, pushed);
   drain_rows(fx);
   return fx;
 }
@@ -621,7 +628,8 @@ void shard_core::release(shard_effects& fx) {
   }
   if (min != left_clock) {
     last_min_ = min;
-    rows_.expire(min);
+    fx.sweeps = rows_.expire(min);
+    if (auto w = rows_.trim(front_.keep_from)) fx.writes.push_back(std::move(w));  // deletes of rows dropped from RAM
   }
   if (kill_at_ && min != left_clock && min >= *kill_at_) {  // the process ends: no read is answered
     fx.die = name_ + " reached clock " + std::to_string(min) + " (--faults: kill server=" + std::to_string(id_) +

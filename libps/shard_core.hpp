@@ -92,6 +92,9 @@ struct shard_effects {
   // to read (then rows_loaded).
   std::vector<std::shared_ptr<const row_write>> writes;
   std::vector<row_key> reads;
+  // Expiry's scans of the disk's rows, sent after the writes (which delete the rows
+  // expiry dropped from RAM); each answer goes to rows_swept.
+  std::vector<disk_sweep> sweeps;
   // A push of rows waiting for disk reads: its acknowledgment waits until it is applied
   // (applied lists it then), so a worker cannot run ahead of the disk.
   std::optional<std::uint64_t> queued_push;
@@ -136,7 +139,9 @@ class shard_core {
   // The disk tier's answers to effects.reads and effects.writes. Throws bad_request for
   // an answer that does not fit what was asked.
   shard_effects rows_loaded(const std::vector<row_key>& keys, const std::vector<std::uint8_t>& found,
-                            const std::vector<float>& rows);
+                            const std::vector<float>& rows, const std::vector<std::uint64_t>& pushed = {});
+  // A disk sweep's answer: the listed rows that expired on disk are counted and deleted.
+  shard_effects rows_swept(std::uint32_t table, const std::vector<std::uint64_t>& ids);
   void rows_written(std::uint64_t seq) { rows_.written(seq); }
   // Benchmarks: whether this shard owns row `id` of `table`; rows 0..count-1 of it that
   // this shard owns created as on first touch, in RAM (no disk tier; returns how many),

@@ -126,7 +126,7 @@ sparse_table::evicted sparse_table::evict(std::vector<float>& row_out) {
   auto slot = probation_.tail != none ? probation_.tail : protected_.tail;
   if (slot == none) throw bad_request("sparse table " + spec_.name + ": nothing to evict");
   auto& m = meta_[slot];
-  evicted out{m.id, m.dirty};
+  evicted out{m.id, m.dirty, m.pushed};
   const float* r = arena_.data() + static_cast<std::size_t>(slot) * stride_;
   row_out.insert(row_out.end(), r, r + stride_);
   remove(slot);
@@ -153,10 +153,13 @@ void sparse_table::restamp(std::uint64_t clock) {
     if (m.seg != segment::free) m.pushed = std::max(m.pushed, clock);
 }
 
-std::size_t sparse_table::expire_before(std::uint64_t clock) {
-  std::size_t dropped = 0;
+std::vector<std::uint64_t> sparse_table::expire_before(std::uint64_t clock) {
+  std::vector<std::uint64_t> dropped;
   for (std::uint32_t slot = 0; slot < meta_.size(); ++slot)
-    if (meta_[slot].seg != segment::free && meta_[slot].pushed < clock) remove(slot), ++dropped;
+    if (meta_[slot].seg != segment::free && meta_[slot].pushed < clock) {
+      dropped.push_back(meta_[slot].id);
+      remove(slot);
+    }
   return dropped;
 }
 

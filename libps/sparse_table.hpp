@@ -66,7 +66,8 @@ class sparse_table {
   // request carries each id once.
   void push(std::span<const std::uint64_t> ids, const float* grads, std::uint64_t clock = 0);
   // Drops the rows last pushed (or created) before `clock`; returns how many.
-  std::size_t expire_before(std::uint64_t clock);
+  // Drops the rows last pushed before `clock`; returns their ids.
+  std::vector<std::uint64_t> expire_before(std::uint64_t clock);
   // Counts every row as pushed at `clock` at the latest (rows restored from a checkpoint
   // live from the clock the shard resumes at).
   void restamp(std::uint64_t clock);
@@ -74,12 +75,14 @@ class sparse_table {
   bool holds(std::uint64_t id) const { return index_.count(id) != 0; }
   // Drops row id (it moved to another shard); false when it is not held.
   bool erase(std::uint64_t id);
-  // f(id, row, dirty) for every row held (stride() floats each; dirty: changed since read
-  // from disk), in no particular order.
+  // f(id, row, dirty, pushed) for every row held (stride() floats each; dirty: changed
+  // since read from disk; pushed: the clock of its last push, for expiry), in no
+  // particular order.
   template <class F>
   void for_each_row(F f) const {
     for (std::size_t slot = 0; slot < meta_.size(); ++slot)
-      if (meta_[slot].seg != segment::free) f(meta_[slot].id, arena_.data() + slot * stride_, meta_[slot].dirty);
+      if (meta_[slot].seg != segment::free)
+        f(meta_[slot].id, arena_.data() + slot * stride_, meta_[slot].dirty, meta_[slot].pushed);
   }
   // The most rows slru keeps protected (the tier sets 80% of the rows its budget holds);
   // beyond it the oldest go back on probation.
@@ -97,6 +100,7 @@ class sparse_table {
   struct evicted {
     std::uint64_t id;
     bool dirty;
+    std::uint64_t pushed;  // the clock of its last push (kept on disk beside it, for expiry)
   };
   evicted evict(std::vector<float>& row_out);
 

@@ -52,24 +52,36 @@ std::vector<std::uint64_t> ids(std::initializer_list<std::uint64_t> l) { return 
 // The disk tier as the I/O actor serves it: requests answered in the order sent.
 struct fake_disk {
   std::map<std::pair<std::uint32_t, std::uint64_t>, std::vector<float>> rows;
+  std::map<std::pair<std::uint32_t, std::uint64_t>, std::uint64_t> pushed;
   std::size_t reads = 0;
   // Rows of different tables differ in stride: stride(table) says each one's.
   template <class Stride>
   void write(const row_write& w, Stride stride) {
     std::size_t at = 0;
-    for (const auto& k : w.keys) {
+    for (std::size_t i = 0; i < w.keys.size(); ++i) {
+      const auto& k = w.keys[i];
       auto n = stride(k.table);
       rows[{k.table, k.id}].assign(w.rows.begin() + at, w.rows.begin() + at + n);
+      pushed[{k.table, k.id}] = w.pushed.empty() ? 0 : w.pushed.at(i);
       at += n;
     }
+    for (const auto& k : w.deleted) rows.erase({k.table, k.id}), pushed.erase({k.table, k.id});
   }
-  void read(const std::vector<row_key>& keys, std::vector<std::uint8_t>& found, std::vector<float>& out) {
+  void read(const std::vector<row_key>& keys, std::vector<std::uint8_t>& found, std::vector<float>& out,
+            std::vector<std::uint64_t>& clocks) {
     ++reads;
     for (const auto& k : keys) {
       auto it = rows.find({k.table, k.id});
       found.push_back(it != rows.end());
+      clocks.push_back(it != rows.end() ? pushed.at({k.table, k.id}) : 0);
       if (it != rows.end()) out.insert(out.end(), it->second.begin(), it->second.end());
     }
+  }
+  std::vector<std::uint64_t> expired(const disk_sweep& s) const {
+    std::vector<std::uint64_t> out;
+    for (const auto& [k, clock] : pushed)
+      if (k.first == s.table && std::max(clock, s.revived_at) < s.before) out.push_back(k.second);
+    return out;
   }
 };
 
@@ -147,7 +159,7 @@ struct disk_driver {
   void take(shard_effects fx) {
     REQUIRE(fx.ok());
     for (auto t : fx.answer) answers[t] = core.take_row_values(t);
-    if (!fx.writes.empty() || !fx.reads.empty()) pending.push_back(std::move(fx));
+    if (!fx.writes.empty() || !fx.reads.empty() || !fx.sweeps.empty()) pending.push_back(std::move(fx));
   }
   void step() {
     auto fx = std::move(pending.front());
@@ -156,11 +168,13 @@ struct disk_driver {
       disk.write(*w, [&](std::uint32_t table) { return core.rows().table(table).stride(); });
       core.rows_written(w->seq);
     }
+    for (const auto& s : fx.sweeps) take(core.rows_swept(s.table, disk.expired(s)));
     if (!fx.reads.empty()) {
       std::vector<std::uint8_t> found;
       std::vector<float> rows;
-      disk.read(fx.reads, found, rows);
-      take(core.rows_loaded(fx.reads, found, rows));
+      std::vector<std::uint64_t> clocks;
+      disk.read(fx.reads, found, rows, clocks);
+      take(core.rows_loaded(fx.reads, found, rows, clocks));
     }
   }
 };
@@ -207,6 +221,48 @@ TEST_CASE("shard core over a tiny RAM tier: pushes from 2 workers, shared and ow
   CHECK(tiered.rows().rows_created() == in_ram.rows().rows_created());
 }
 
+TEST_CASE("shard core over a tiered store with expiry: rows not pushed for 4 clocks expire in RAM and on disk, each counted once, and come back fresh") {
+  const std::uint64_t budget = 3 * sparse_table(emb(4, rule_kind::adagrad)).row_bytes();
+  auto cfg = tiered_shard(budget, infinite_staleness);
+  cfg.num_workers = 1;
+  cfg.tables[0].expire_after = 4;
+  shard_core core(cfg);
+  disk_driver drive{core, {}, {}, {}};
+  std::vector<float> grads(4, 1.0f);
+  std::uint64_t seq = 0;
+  auto push = [&](std::uint64_t id, std::uint64_t clock) {
+    drive.take(core.push_rows({1, 0, clock, ++seq, clock + 1}, 0, {id}, grads.data(), 4));  // pushes, then ticks
+    while (!drive.pending.empty()) drive.step();
+  };
+  // Clock 0: rows 0..9 (more than RAM holds: most go to disk). From clock 1 on only row 0
+  // and, at each clock, one of rows 20.. is pushed, so rows 1..9 expire once the minimum
+  // clock passes 4 (a sweep every clock: 4 / 4).
+  for (std::uint64_t id = 0; id < 10; ++id) push(id, 0);
+  CHECK(core.rows().stats().written > 0);
+  for (std::uint64_t clock = 1; clock < 12; ++clock) {
+    push(0, clock);
+    push(20 + clock, clock);
+  }
+  const auto& s = core.rows().stats();
+  // Rows 1..9 and 21..26 (pushed at clocks 1..6, last pushed 5+ clocks before 12) expired.
+  CHECK(s.expired == 9 + 6);
+  CHECK(core.rows().rows_live() == 1 + 5);
+  CHECK(core.rows().live_rows()[0] == 6);
+  for (const auto& [key, clock] : drive.disk.pushed)  // none expired left on disk but copies of rows in RAM
+    if (!core.rows().table(0).holds(key.second)) CHECK(clock + 4 >= 11);
+  // An expired row touched again is made afresh: its first-touch value, not its old sums.
+  auto token = 77;
+  drive.take(core.pull_rows({1, 0, 0, 0}, 0, {3}, token, {}));
+  while (!drive.pending.empty()) drive.step();
+  auto in_ram = cfg;
+  in_ram.shard_memory = 0;
+  shard_core fresh(in_ram);
+  REQUIRE(fresh.pull_rows({1, 0, 0, 0}, 0, {3}, token, {}).answer.size() == 1);
+  REQUIRE(drive.answers.count(token) == 1);
+  CHECK(drive.answers.at(token) == fresh.take_row_values(token));
+  CHECK(core.rows().stats().expired == 15);  // not counted again
+}
+
 TEST_CASE("shard core over a tiered store: a pull of keys answerable while row work waits on the disk waits its turn") {
   shard_config c = tiered_shard(1, infinite_staleness);
   c.dense = {{0, 4}};
@@ -240,9 +296,26 @@ TEST_CASE("row disk: rows written are read back; missing rows are not found; a w
     disk.write({1, {{0, 5}, {1, 5}}, {1, 2, 3, 4, 5}});
     std::vector<std::uint8_t> found;
     std::vector<float> rows;
-    disk.read({{1, 5}, {0, 6}, {0, 5}}, found, rows);
+    std::vector<std::uint64_t> pushed;
+    disk.read({{1, 5}, {0, 6}, {0, 5}}, found, rows, pushed);
     CHECK(found == std::vector<std::uint8_t>{1, 0, 1});
     CHECK(rows == std::vector<float>{3, 4, 5, 1, 2});
+    CHECK(pushed == std::vector<std::uint64_t>{0, 0, 0});  // written without push clocks
+    // With push clocks: kept beside each row; a sweep lists the rows pushed before a clock
+    // (those pushed before revived_at count as pushed then); deleted rows are gone.
+    row_write stamped{2, {{0, 7}, {0, 8}, {1, 9}}, {1, 2, 3, 4, 5, 6, 7}, {4, 9, 2}, {{0, 5}}};
+    disk.write(stamped);
+    found.clear(), rows.clear();
+    disk.read({{0, 7}, {0, 8}, {0, 5}, {1, 9}}, found, rows, pushed);
+    CHECK(found == std::vector<std::uint8_t>{1, 1, 0, 1});
+    CHECK(pushed == std::vector<std::uint64_t>{4, 9, 0, 2});
+    CHECK(rows == std::vector<float>{1, 2, 3, 4, 5, 6, 7});
+    CHECK(disk.expired(0, 5, 0) == std::vector<std::uint64_t>{7});
+    CHECK(disk.expired(0, 10, 0) == std::vector<std::uint64_t>{7, 8});
+    CHECK(disk.expired(0, 5, 6).empty());
+    CHECK(disk.expired(1, 3, 0) == std::vector<std::uint64_t>{5, 9});  // {1, 5} was written without a clock
+    stamped.pushed.pop_back();
+    CHECK_THROWS_WITH_AS(disk.write(stamped), doctest::Contains("2 push clocks for 3 rows"), bad_request);
     CHECK_THROWS_WITH_AS(disk.write({2, {{0, 9}}, {1, 2, 3}}), doctest::Contains("a write carries 3 values, not 2"),
                          bad_request);
     CHECK(disk.bytes_on_disk() > 0);
@@ -395,7 +468,8 @@ TEST_CASE("row disk: a full disk is an error naming the store's path; rows writt
   REQUIRE(written > 0);
   std::vector<std::uint8_t> found;
   std::vector<float> rows;
-  disk.read({{0, 0}, {0, written - 1}}, found, rows);
+  std::vector<std::uint64_t> pushed;
+  disk.read({{0, 0}, {0, written - 1}}, found, rows, pushed);
   CHECK(found == std::vector<std::uint8_t>{1, 1});
   CHECK(rows.at(32) == static_cast<float>(written - 1));
 }
@@ -425,6 +499,7 @@ TEST_CASE("row disk: a corrupt store file is an error naming the store's path, n
   for (std::uint64_t id = 0; id < 65536; ++id) keys.push_back({0, id});
   std::vector<std::uint8_t> found;
   std::vector<float> rows;
-  CHECK_THROWS_WITH_AS(disk.read(keys, found, rows), doctest::Contains(("disk tier at " + disk.path()).c_str()),
+  std::vector<std::uint64_t> pushed;
+  CHECK_THROWS_WITH_AS(disk.read(keys, found, rows, pushed), doctest::Contains(("disk tier at " + disk.path()).c_str()),
                        bad_request);
 }
