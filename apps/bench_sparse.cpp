@@ -72,8 +72,13 @@ double disk_reads_per_s(const std::string& dir, std::uint64_t bytes, double seco
 // Rows per second the disk tier's store itself reads (row_disk over RocksDB, no actors),
 // from `threads` threads at once, each asking for 32 uniformly random rows at a time of a
 // table of `rows` rows filled as bench_sparse's jobs fill theirs: the store's own ceiling
-// on this machine, to set beside the device's (disk_reads_per_s).
-double store_rows_per_s(const ps::node_config& cfg, std::uint64_t rows, double seconds, std::size_t threads) {
+// on this machine, to set beside the device's (disk_reads_per_s); and the rows per second
+// an expiry sweep scans (row_disk::expired over the whole table, on one thread).
+struct store_limits {
+  double reads = 0;
+  double swept = 0;
+};
+store_limits store_rows_per_s(const ps::node_config& cfg, std::uint64_t rows, double seconds, std::size_t threads) {
   const auto spec = ps::sparse_bench_table(cfg);
   ps::row_disk disk(cfg.shard_dir, "store-probe", {spec.dim * (1 + spec.rule.state_slots())});
   disk.fill(0, rows, spec, [](std::uint64_t) { return true; });
@@ -102,7 +107,13 @@ double store_rows_per_s(const ps::node_config& cfg, std::uint64_t rows, double s
   for (std::size_t t = 0; t < threads; ++t) pool.emplace_back(reader, t);
   for (auto& t : pool) t.join();
   if (failed) throw ps::bad_request("store probe: a read of " + disk.path() + " failed");
-  return static_cast<double>(read) / std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  store_limits out;
+  out.reads = static_cast<double>(read) / std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const auto sweep_start = std::chrono::steady_clock::now();
+  auto listed = disk.expired(0, 1, 0);  // filled rows carry no push clock: every one is listed
+  out.swept = static_cast<double>(listed.size()) /
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - sweep_start).count();
+  return out;
 }
 
 // The flags a psnode child gets for one job: `name` set to `value`, earlier ones dropped.
@@ -197,9 +208,10 @@ int main(int argc, char** argv) {
       double store = 0;
       if (!percents.empty()) {
         cfg.set_app_flag("bench-dim", std::to_string(dim));
-        store = store_rows_per_s(cfg, cfg.app_count("table-rows"), 3.0, threads);
+        auto limits = store_rows_per_s(cfg, cfg.app_count("table-rows"), 3.0, threads);
+        store = limits.reads;
         ps::bench::print_line({{"limit", "store_rows_per_s"}, {"dim", dim}, {"value", store}, {"threads", threads},
-                               {"table_rows", cfg.app_count("table-rows")}});
+                               {"table_rows", cfg.app_count("table-rows")}, {"sweep_rows_per_s", limits.swept}});
       }
       for (auto pct : percents) {
         auto fraction = static_cast<double>(pct) / 100.0;
