@@ -63,9 +63,9 @@ row_writer_actor::behavior_type row_writer(row_writer_actor::pointer self, std::
         return failed(self, name, e);
       }
     },
-    [=](sweep_rows_atom, const disk_sweep& s) -> caf::result<std::shared_ptr<const std::vector<std::uint64_t>>> {
+    [=](sweep_rows_atom, const disk_sweep& s) -> caf::result<std::shared_ptr<const swept_page>> {
       try {
-        return std::make_shared<const std::vector<std::uint64_t>>(disk->expired(s.table, s.before, s.revived_at));
+        return std::make_shared<const swept_page>(disk->expired(s));
       } catch (const bad_request& e) {
         return failed(self, name, e);
       }

@@ -41,7 +41,7 @@ CAF_ALLOW_UNSAFE_MESSAGE_TYPE(std::shared_ptr<const ps::disk_rows>)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(std::shared_ptr<const ps::row_write>)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(std::shared_ptr<const std::vector<ps::row_key>>)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(ps::disk_sweep)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(std::shared_ptr<const std::vector<std::uint64_t>>)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(std::shared_ptr<const ps::swept_page>)
 
 namespace ps {
 
@@ -59,13 +59,13 @@ using row_io_actor = caf::typed_actor<
   // A checkpoint (row_disk::save): after every write asked before it, the RAM tier's
   // changed rows, then the store's checkpoint into the directory; answers once done.
   caf::replies_to<save_rows_atom, std::shared_ptr<const row_write>, std::string>::with<caf::ok_atom>,
-  // Expiry's scan of a table's rows on disk (row_disk::expired), after the writes asked
-  // before it: the ids of the expired rows.
-  caf::replies_to<sweep_rows_atom, disk_sweep>::with<std::shared_ptr<const std::vector<std::uint64_t>>>>;
+  // A page of expiry's scan of a table's rows on disk (row_disk::expired), after the
+  // writes asked before it.
+  caf::replies_to<sweep_rows_atom, disk_sweep>::with<std::shared_ptr<const swept_page>>>;
 
 // Writes, checkpoints, fills and sweeps, in the order asked (row_io hands them on).
 using row_writer_actor = caf::typed_actor<
-  caf::replies_to<sweep_rows_atom, disk_sweep>::with<std::shared_ptr<const std::vector<std::uint64_t>>>,
+  caf::replies_to<sweep_rows_atom, disk_sweep>::with<std::shared_ptr<const swept_page>>,
   caf::replies_to<write_rows_atom, std::shared_ptr<const row_write>>::with<std::uint64_t>,
   caf::replies_to<fill_atom, std::shared_ptr<const fill_order>>::with<std::uint64_t>,
   caf::replies_to<save_rows_atom, std::shared_ptr<const row_write>, std::string>::with<caf::ok_atom>>;

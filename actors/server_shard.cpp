@@ -163,8 +163,8 @@ void send_disk_work(self_ptr self, const shard_options& opts, const coordinator_
   for (const auto& s : fx.sweeps)
     self->request(st.disk, caf::infinite, sweep_rows_atom::value, s)
       .then(
-        [=](const std::shared_ptr<const std::vector<std::uint64_t>>& ids) {
-          auto next = self->state.core->rows_swept(s.table, *ids);
+        [=](const std::shared_ptr<const swept_page>& page) {
+          auto next = self->state.core->rows_swept(s, *page);
           carry_out(self, opts, coordinator, next);
         },
         [=](caf::error& e) { disk_failed(self, e); });

@@ -110,8 +110,14 @@ store_limits store_rows_per_s(const ps::node_config& cfg, std::uint64_t rows, do
   store_limits out;
   out.reads = static_cast<double>(read) / std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   const auto sweep_start = std::chrono::steady_clock::now();
-  auto listed = disk.expired(0, 1, 0);  // filled rows carry no push clock: every one is listed
-  out.swept = static_cast<double>(listed.size()) /
+  std::uint64_t listed = 0;  // filled rows carry no push clock: every one is listed
+  for (ps::disk_sweep sweep{0, 1, 0, 0};;) {
+    auto page = disk.expired(sweep);
+    listed += page.ids.size();
+    if (!page.more) break;
+    sweep.from = page.next;
+  }
+  out.swept = static_cast<double>(listed) /
               std::chrono::duration<double>(std::chrono::steady_clock::now() - sweep_start).count();
   return out;
 }

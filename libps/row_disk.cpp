@@ -189,26 +189,33 @@ std::size_t row_disk::row_bytes(const row_key& k, std::size_t stored) const {
   return bytes;
 }
 
-std::vector<std::uint64_t> row_disk::expired(std::uint32_t table, std::uint64_t before, std::uint64_t revived_at) {
-  std::vector<std::uint64_t> ids;
+swept_page row_disk::expired(const disk_sweep& sweep, std::size_t page) {
+  swept_page out;
+  const auto table = sweep.table;
   char from[key_size], to[key_size];
-  encode_key({table, 0}, from);
+  encode_key({table, sweep.from}, from);
   encode_key({table + 1, 0}, to);
   rocksdb::ReadOptions o;
   o.fill_cache = false;  // a scan: its blocks would only push the index blocks out
   rocksdb::Slice upper(to, key_size);
   o.iterate_upper_bound = &upper;
   std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(o));
+  std::size_t scanned = 0;
   for (it->Seek(rocksdb::Slice(from, key_size)); it->Valid(); it->Next()) {
     std::uint64_t id = 0;
     for (int i = 0; i < 8; ++i) id = id << 8 | static_cast<unsigned char>(it->key()[4 + i]);
+    if (scanned++ == page) {
+      out.more = true;
+      out.next = id;
+      break;
+    }
     const auto bytes = row_bytes({table, id}, it->value().size());
     std::uint64_t pushed = 0;
     if (it->value().size() > bytes) std::memcpy(&pushed, it->value().data() + bytes, sizeof(pushed));
-    if (std::max(pushed, revived_at) < before) ids.push_back(id);
+    if (std::max(pushed, sweep.revived_at) < sweep.before) out.ids.push_back(id);
   }
   if (!it->status().ok()) throw bad_request(problem(path_, it->status()));
-  return ids;
+  return out;
 }
 
 void row_disk::write(const row_write& w) {

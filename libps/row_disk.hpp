@@ -47,10 +47,11 @@ class row_disk {
   // pushed[i]: the clock of the row's last push as written (0: written without one).
   void read(const std::vector<row_key>& keys, std::vector<std::uint8_t>& found, std::vector<float>& rows,
             std::vector<std::uint64_t>& pushed);
-  // Ids of the table's rows last pushed before `before`, rows pushed before `revived_at`
-  // counting as pushed then (rows restored from a checkpoint live from the clock the job
-  // resumed at). A scan of the table's rows; throws bad_request naming the path.
-  std::vector<std::uint64_t> expired(std::uint32_t table, std::uint64_t before, std::uint64_t revived_at);
+  // Of at most `page` of the table's rows from id sweep.from on, the ids of those last
+  // pushed before sweep.before, rows pushed before sweep.revived_at counting as pushed
+  // then (rows restored from a checkpoint live from the clock the job resumed at), and
+  // where the next page starts. Throws bad_request naming the path.
+  swept_page expired(const disk_sweep& sweep, std::size_t page = std::size_t{1} << 16);
   // Writes rows (one batch, no write-ahead log); throws bad_request naming the path
   // (a full disk among them).
   void write(const row_write& w);

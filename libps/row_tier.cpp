@@ -57,14 +57,18 @@ std::vector<disk_sweep> row_tier::expire(std::uint64_t clock) {
     // A row dropped here may have an older copy on disk: it goes too, so no read finds it
     // and counts it again; then the disk's rows not in RAM are listed (disk_sweep).
     for (auto id : dropped) deleting_.push_back({i, id});
-    sweeps.push_back({i, clock - after, revived_at_});
+    if (sweeping_.empty()) sweeping_.assign(tables_.size(), false);
+    if (sweeping_[i]) continue;  // the next sweep lists what this one would
+    sweeping_[i] = true;
+    sweeps.push_back({i, clock - after, revived_at_, 0});
   }
   return sweeps;
 }
 
-void row_tier::swept(std::uint32_t table, const std::vector<std::uint64_t>& ids) {
+std::optional<disk_sweep> row_tier::swept(const disk_sweep& sweep, const swept_page& page) {
+  const auto table = sweep.table;
   auto& t = tables_.at(table);
-  for (auto id : ids) {
+  for (auto id : page.ids) {
     row_key key{table, id};
     // Rows in RAM, being read (their read finds them expired) or in a write under way
     // (written or deleted since the listing) are not the listing's to count.
@@ -73,11 +77,21 @@ void row_tier::swept(std::uint32_t table, const std::vector<std::uint64_t>& ids)
     ++stats_.expired;
     --live_[table];
   }
+  if (page.more) {
+    auto next = sweep;
+    next.from = page.next;
+    return next;
+  }
+  if (table < sweeping_.size()) sweeping_[table] = false;
+  return std::nullopt;
 }
 
 bool row_tier::expired(std::uint32_t table, std::uint64_t last_push) const {
+  // As the table's last sweep judged the rows in RAM (not by the clock of now: a row in
+  // RAM past its time but not swept yet stays, so one on disk does too).
   const auto after = tables_[table].spec().expire_after;
-  return after > 0 && now_ > after && last_push < now_ - after;
+  const auto swept = table < swept_at_.size() ? swept_at_[table] : 0;
+  return after > 0 && swept > after && last_push < swept - after;
 }
 
 std::uint64_t row_tier::keep(std::uint32_t table, std::span<const std::uint64_t> ids) {

@@ -42,10 +42,20 @@ struct row_write {
 };
 
 // A scan of a table's rows on disk for those last pushed before `before` (row_disk::expired).
+// It goes in pages (from: the first id of this one), so writes queued behind it on the
+// I/O writer's thread wait for one page, not for the whole table.
 struct disk_sweep {
   std::uint32_t table = 0;
   std::uint64_t before = 0;
   std::uint64_t revived_at = 0;
+  std::uint64_t from = 0;
+};
+// A page of a sweep: the expired ids among the rows it scanned, and where the next
+// page starts (more: there is one).
+struct swept_page {
+  std::vector<std::uint64_t> ids;
+  bool more = false;
+  std::uint64_t next = 0;
 };
 
 struct row_tier_stats {
@@ -86,9 +96,10 @@ class row_tier {
   // at once: until then a read could find them),
   // and the sweeps to run over the disk's rows are returned: their answers go to swept().
   std::vector<disk_sweep> expire(std::uint64_t clock);
-  // A disk sweep's answer: the expired rows it listed that are not in RAM, being read or
-  // being written are counted as expired, and deleted by the next trim().
-  void swept(std::uint32_t table, const std::vector<std::uint64_t>& ids);
+  // A disk sweep's page: the expired rows it listed that are not in RAM, being read or
+  // being written are counted as expired, and deleted by the next trim(). Returns the
+  // sweep's next page to ask for, if any (a table has one sweep under way at a time).
+  std::optional<disk_sweep> swept(const disk_sweep& sweep, const swept_page& page);
 
   // A request for these rows: takes back rows from writes under way and adds
   // those neither held nor being read to `to_read`. True when all are held now. count:
@@ -180,6 +191,7 @@ class row_tier {
   std::uint64_t now_ = 0;                        // the shard's minimum clock, as expire() was told
   std::uint64_t revived_at_ = 0;                 // the first clock it was told: restored rows live from it
   std::vector<row_key> deleting_;                // rows to delete from the disk with the next write
+  std::vector<bool> sweeping_;                   // per table: a disk sweep under way
   row_tier_stats stats_;
 };
 

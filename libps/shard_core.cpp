@@ -494,9 +494,9 @@ std::uint64_t shard_core::fill_rows_in_ram(std::uint32_t table, std::uint64_t co
   return made;
 }
 
-shard_effects shard_core::rows_swept(std::uint32_t table, const std::vector<std::uint64_t>& ids) {
+shard_effects shard_core::rows_swept(const disk_sweep& sweep, const swept_page& page) {
   shard_effects fx;
-  rows_.swept(table, ids);
+  if (auto next = rows_.swept(sweep, page)) fx.sweeps.push_back(*next);
   if (auto w = rows_.trim(front_.keep_from)) fx.writes.push_back(std::move(w));
   return fx;
 }

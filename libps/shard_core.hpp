@@ -141,7 +141,7 @@ class shard_core {
   shard_effects rows_loaded(const std::vector<row_key>& keys, const std::vector<std::uint8_t>& found,
                             const std::vector<float>& rows, const std::vector<std::uint64_t>& pushed = {});
   // A disk sweep's answer: the listed rows that expired on disk are counted and deleted.
-  shard_effects rows_swept(std::uint32_t table, const std::vector<std::uint64_t>& ids);
+  shard_effects rows_swept(const disk_sweep& sweep, const swept_page& page);
   void rows_written(std::uint64_t seq) { rows_.written(seq); }
   // Benchmarks: whether this shard owns row `id` of `table`; rows 0..count-1 of it that
   // this shard owns created as on first touch, in RAM (no disk tier; returns how many),

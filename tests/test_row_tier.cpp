@@ -77,10 +77,18 @@ struct fake_disk {
       if (it != rows.end()) out.insert(out.end(), it->second.begin(), it->second.end());
     }
   }
-  std::vector<std::uint64_t> expired(const disk_sweep& s) const {
-    std::vector<std::uint64_t> out;
-    for (const auto& [k, clock] : pushed)
-      if (k.first == s.table && std::max(clock, s.revived_at) < s.before) out.push_back(k.second);
+  // Pages of 2 rows, as row_disk's of 2^16.
+  swept_page expired(const disk_sweep& s) const {
+    swept_page out;
+    std::size_t scanned = 0;
+    for (auto it = pushed.lower_bound({s.table, s.from}); it != pushed.end() && it->first.first == s.table; ++it) {
+      if (scanned++ == 2) {
+        out.more = true;
+        out.next = it->first.second;
+        break;
+      }
+      if (std::max(it->second, s.revived_at) < s.before) out.ids.push_back(it->first.second);
+    }
     return out;
   }
 };
@@ -168,7 +176,7 @@ struct disk_driver {
       disk.write(*w, [&](std::uint32_t table) { return core.rows().table(table).stride(); });
       core.rows_written(w->seq);
     }
-    for (const auto& s : fx.sweeps) take(core.rows_swept(s.table, disk.expired(s)));
+    for (const auto& s : fx.sweeps) take(core.rows_swept(s, disk.expired(s)));
     if (!fx.reads.empty()) {
       std::vector<std::uint8_t> found;
       std::vector<float> rows;
@@ -310,10 +318,17 @@ TEST_CASE("row disk: rows written are read back; missing rows are not found; a w
     CHECK(found == std::vector<std::uint8_t>{1, 1, 0, 1});
     CHECK(pushed == std::vector<std::uint64_t>{4, 9, 0, 2});
     CHECK(rows == std::vector<float>{1, 2, 3, 4, 5, 6, 7});
-    CHECK(disk.expired(0, 5, 0) == std::vector<std::uint64_t>{7});
-    CHECK(disk.expired(0, 10, 0) == std::vector<std::uint64_t>{7, 8});
-    CHECK(disk.expired(0, 5, 6).empty());
-    CHECK(disk.expired(1, 3, 0) == std::vector<std::uint64_t>{5, 9});  // {1, 5} was written without a clock
+    CHECK(disk.expired({0, 5, 0, 0}).ids == std::vector<std::uint64_t>{7});
+    CHECK(disk.expired({0, 10, 0, 0}).ids == std::vector<std::uint64_t>{7, 8});
+    CHECK(disk.expired({0, 5, 6, 0}).ids.empty());
+    CHECK(disk.expired({1, 3, 0, 0}).ids == std::vector<std::uint64_t>{5, 9});  // {1, 5} was written without a clock
+    auto first = disk.expired({1, 3, 0, 0}, 1);  // in pages of one row
+    CHECK(first.ids == std::vector<std::uint64_t>{5});
+    REQUIRE(first.more);
+    CHECK(first.next == 9);
+    auto second = disk.expired({1, 3, 0, first.next}, 1);
+    CHECK(second.ids == std::vector<std::uint64_t>{9});
+    CHECK_FALSE(second.more);
     stamped.pushed.pop_back();
     CHECK_THROWS_WITH_AS(disk.write(stamped), doctest::Contains("2 push clocks for 3 rows"), bad_request);
     CHECK_THROWS_WITH_AS(disk.write({2, {{0, 9}}, {1, 2, 3}}), doctest::Contains("a write carries 3 values, not 2"),
