@@ -12,7 +12,9 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <map>
+#include <optional>
 #include <random>
 #include <thread>
 #include <atomic>
@@ -33,6 +35,30 @@ double percentile(std::vector<double> v, double p) {
   return v[std::min(v.size() - 1, static_cast<std::size_t>(p * static_cast<double>(v.size() - 1) + 0.5))];
 }
 
+// Calls step(thread, rng) from `threads` threads at once for `seconds`; step returns how
+// many operations it did, or nullopt for a failure (the run stops then). The operations
+// per second, or nullopt when a step failed.
+std::optional<double> timed_rate(std::size_t threads, double seconds,
+                                 const std::function<std::optional<std::uint64_t>(std::size_t, std::mt19937_64&)>& step) {
+  std::atomic<std::uint64_t> done{0};
+  std::atomic<bool> failed{false};
+  const auto start = std::chrono::steady_clock::now();
+  auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
+  std::vector<std::thread> pool;
+  for (std::size_t t = 0; t < threads; ++t)
+    pool.emplace_back([&, t] {
+      std::mt19937_64 rng(t + 1);
+      while (!failed && elapsed() < seconds) {
+        auto n = step(t, rng);
+        if (!n) failed = true;
+        else done += *n;
+      }
+    });
+  for (auto& t : pool) t.join();
+  if (failed) return std::nullopt;
+  return static_cast<double>(done) / elapsed();
+}
+
 // Random 4 KiB reads per second from a file of `bytes` written in `dir`, read with
 // O_DIRECT (the page cache bypassed) by `threads` threads at once, as the disk tier reads
 // (row_disk::read_threads).
@@ -48,25 +74,16 @@ double disk_reads_per_s(const std::string& dir, std::uint64_t bytes, double seco
     if (::pwrite(fd, buf.get(), block, static_cast<off_t>(at)) != static_cast<ssize_t>(block))
       throw ps::bad_request("disk probe: writing " + path + ": " + std::strerror(errno));
   ::fsync(fd);
-  std::atomic<std::uint64_t> reads{0};
-  std::atomic<bool> failed{false};
-  auto start = std::chrono::steady_clock::now();
-  auto reader = [&](std::size_t t) {
-    std::unique_ptr<void, decltype(&free)> page(aligned_alloc(4096, 4096), &free);
-    std::mt19937_64 rng(t + 1);
-    while (std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() < seconds) {
-      auto at = (rng() % (bytes / 4096)) * 4096;
-      if (::pread(fd, page.get(), 4096, static_cast<off_t>(at)) != 4096) failed = true;
-      ++reads;
-    }
-  };
-  std::vector<std::thread> pool;
-  for (std::size_t t = 0; t < threads; ++t) pool.emplace_back(reader, t);
-  for (auto& t : pool) t.join();
-  double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::vector<std::unique_ptr<void, decltype(&free)>> pages;
+  for (std::size_t t = 0; t < threads; ++t) pages.emplace_back(aligned_alloc(4096, 4096), &free);
+  auto rate = timed_rate(threads, seconds, [&](std::size_t t, std::mt19937_64& rng) -> std::optional<std::uint64_t> {
+    auto at = (rng() % (bytes / 4096)) * 4096;
+    if (::pread(fd, pages[t].get(), 4096, static_cast<off_t>(at)) != 4096) return std::nullopt;
+    return 1;
+  });
   ::close(fd);
-  if (failed) throw ps::bad_request("disk probe: reading " + path + " failed");
-  return static_cast<double>(reads) / elapsed;
+  if (!rate) throw ps::bad_request("disk probe: reading " + path + " failed");
+  return *rate;
 }
 
 // Rows per second the disk tier's store itself reads (row_disk over RocksDB, no actors),
@@ -82,33 +99,22 @@ store_limits store_rows_per_s(const ps::node_config& cfg, std::uint64_t rows, do
   const auto spec = ps::sparse_bench_table(cfg);
   ps::row_disk disk(cfg.shard_dir, "store-probe", {spec.dim * (1 + spec.rule.state_slots())});
   disk.fill(0, rows, spec, [](std::uint64_t) { return true; });
-  std::atomic<std::uint64_t> read{0};
-  std::atomic<bool> failed{false};
-  const auto start = std::chrono::steady_clock::now();
-  auto reader = [&](std::size_t t) {
-    std::mt19937_64 rng(t + 1);
+  auto rate = timed_rate(threads, seconds, [&](std::size_t, std::mt19937_64& rng) -> std::optional<std::uint64_t> {
     std::vector<ps::row_key> keys(32);
+    for (auto& k : keys) k = {0, rng() % rows};
     std::vector<std::uint8_t> found;
     std::vector<float> values;
     std::vector<std::uint64_t> pushed;
-    while (std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() < seconds) {
-      for (auto& k : keys) k = {0, rng() % rows};
-      values.clear();
-      try {
-        disk.read(keys, found, values, pushed);
-      } catch (const ps::bad_request&) {
-        failed = true;
-        return;
-      }
-      read += keys.size();
+    try {
+      disk.read(keys, found, values, pushed);
+    } catch (const ps::bad_request&) {
+      return std::nullopt;
     }
-  };
-  std::vector<std::thread> pool;
-  for (std::size_t t = 0; t < threads; ++t) pool.emplace_back(reader, t);
-  for (auto& t : pool) t.join();
-  if (failed) throw ps::bad_request("store probe: a read of " + disk.path() + " failed");
+    return keys.size();
+  });
+  if (!rate) throw ps::bad_request("store probe: a read of " + disk.path() + " failed");
   store_limits out;
-  out.reads = static_cast<double>(read) / std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  out.reads = *rate;
   const auto sweep_start = std::chrono::steady_clock::now();
   std::uint64_t listed = 0;  // filled rows carry no push clock: every one is listed
   for (ps::disk_sweep sweep{0, 1, 0, 0};;) {
