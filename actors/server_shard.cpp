@@ -592,9 +592,7 @@ void spawn_replicas(self_ptr self, const shard_options& opts, const coordinator_
     role->reg.state = {};
     role->reg.id = (reg.id + n - j) % n;
     role->position = j;
-    if (!seed.empty())  // the checkpoint's rows directories lie side by side (disk_rows_name)
-      role->disk_seed = (std::filesystem::path(seed).parent_path() /
-                         std::filesystem::path(disk_rows_name(0, role->reg.id)).filename()).string();
+    if (!seed.empty()) role->disk_seed = sibling_disk_rows(seed, role->reg.id);
     ropts.replica = role;
     self->spawn(server_shard, coordinator, ropts);
   }

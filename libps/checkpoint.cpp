@@ -141,8 +141,16 @@ void check_io(bool ok, const std::string& what) {
 
 }  // namespace
 
+namespace {
+std::string shard_rows_leaf(std::uint32_t shard) { return "shard-" + std::to_string(shard); }
+}  // namespace
+
 std::string disk_rows_name(std::uint64_t clock, std::uint32_t shard) {
-  return "checkpoint-" + std::to_string(clock) + ".rows/shard-" + std::to_string(shard);
+  return "checkpoint-" + std::to_string(clock) + ".rows/" + shard_rows_leaf(shard);
+}
+
+std::string sibling_disk_rows(const std::string& disk_rows, std::uint32_t shard) {
+  return (std::filesystem::path(disk_rows).parent_path() / shard_rows_leaf(shard)).string();
 }
 
 std::string encode_shard(const shard_snapshot& s) { return to_bytes(s); }

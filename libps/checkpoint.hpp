@@ -63,6 +63,8 @@ struct shard_snapshot {
 // Where a shard's disk-tier rows go for the checkpoint at `clock`, relative to its
 // directory: "checkpoint-<clock>.rows/shard-<id>".
 std::string disk_rows_name(std::uint64_t clock, std::uint32_t shard);
+// Another shard's rows directory in the same checkpoint as `disk_rows` (a shard's).
+std::string sibling_disk_rows(const std::string& disk_rows, std::uint32_t shard);
 
 struct checkpoint {
   checkpoint_header header;

@@ -256,6 +256,8 @@ TEST_CASE("a shard's rows on a disk tier are named relative to the checkpoint; a
   CHECK(back.shards[0].disk_rows == (dir.path / "checkpoint-50.rows/shard-0").string());
   CHECK(back.shards[0].disk_row_count == 12);
   CHECK(back.shards[1].disk_rows.empty());
+  // A chain's copy of shard 1 finds its rows beside shard 0's.
+  CHECK(sibling_disk_rows(back.shards[0].disk_rows, 1) == (dir.path / "checkpoint-50.rows/shard-1").string());
 }
 
 TEST_CASE("checkpoint: a directory under a checkpoint's name is refused, named, not read") {
