@@ -36,6 +36,13 @@ void encode_key(const row_key& k, char* out) {
   for (int i = 0; i < 8; ++i) out[4 + i] = static_cast<char>(k.id >> (56 - 8 * i));
 }
 
+// The row id of a key encode_key made.
+std::uint64_t decode_id(const char* key) {
+  std::uint64_t id = 0;
+  for (int i = 0; i < 8; ++i) id = id << 8 | static_cast<unsigned char>(key[4 + i]);
+  return id;
+}
+
 rocksdb::Options store_options() {
   rocksdb::Options o;
   o.create_if_missing = true;
@@ -202,8 +209,7 @@ swept_page row_disk::expired(const disk_sweep& sweep, std::size_t page) {
   std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(o));
   std::size_t scanned = 0;
   for (it->Seek(rocksdb::Slice(from, key_size)); it->Valid(); it->Next()) {
-    std::uint64_t id = 0;
-    for (int i = 0; i < 8; ++i) id = id << 8 | static_cast<unsigned char>(it->key()[4 + i]);
+    const auto id = decode_id(it->key().data());
     if (scanned++ == page) {
       out.more = true;
       out.next = id;

@@ -436,11 +436,11 @@ void node_config::validate_security() const {
 void node_config::validate_checkpoints() const {
   if (!(checkpoint_seconds >= 0) || checkpoint_seconds > 1e6)
     throw bad_request("--checkpoint-seconds must be in [0, 1e6]");
-  if (!checkpoint_dir.empty() && (role.empty() || role == "coordinator" || role == "local"))
-    if (auto why = unwritable_directory(checkpoint_dir); !why.empty()) throw bad_request("--checkpoint-dir: " + why);
   // Only whoever writes the files needs the directory: a server or worker adopts the job's
   // --checkpoint-every from the coordinator, which has the directory.
   const bool writes_checkpoints = role.empty() || role == "coordinator" || role == "local";
+  if (!checkpoint_dir.empty() && writes_checkpoints)
+    if (auto why = unwritable_directory(checkpoint_dir); !why.empty()) throw bad_request("--checkpoint-dir: " + why);
   if (writes_checkpoints && (checkpoint_every > 0 || checkpoint_seconds > 0) && checkpoint_dir.empty())
     throw bad_request(std::string(checkpoint_every > 0 ? "--checkpoint-every" : "--checkpoint-seconds") +
                       " needs --checkpoint-dir=DIR");
