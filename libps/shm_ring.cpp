@@ -1,0 +1,222 @@
+#include "libps/shm_ring.hpp"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <semaphore.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <new>
+
+#include "libps/keys.hpp"
+
+namespace ps {
+
+// The ring's first page: who made it, its size, and the two counters (bytes ever written
+// and read: the writer alone moves head, the reader alone tail, so plain atomic loads and
+// stores suffice), each on a cache line of its own.
+struct shm_ring_control {
+  std::uint64_t magic = 0;
+  std::uint64_t nonce = 0;
+  std::uint64_t capacity = 0;
+  alignas(64) std::atomic<std::uint64_t> head{0};
+  alignas(64) std::atomic<std::uint64_t> tail{0};
+  alignas(64) sem_t data;  // posted when bytes were added
+  sem_t room;              // posted when bytes were freed
+};
+
+namespace {
+
+constexpr std::uint64_t ring_magic = 0x474e495253504141ull;  // "AAPSRING"
+constexpr std::size_t control_bytes = 4096;
+static_assert(sizeof(shm_ring_control) <= control_bytes);
+static_assert(std::atomic<std::uint64_t>::is_always_lock_free, "the counters are shared between processes");
+// Bytes copied between publications: small enough that the reader starts early, large
+// enough that the semaphore's cost is noise.
+constexpr std::size_t slice_bytes = 256u << 10;
+constexpr auto wait_slice = std::chrono::milliseconds(10);
+
+std::string errno_text() { return std::strerror(errno); }
+
+// Waits on `sem` until `changed` holds: false with *why when `alive` reports the peer
+// gone or nothing changed for `stall`.
+template <class Changed>
+bool wait_for(sem_t* sem, Changed changed, const shm_ring::alive_check& alive, std::chrono::milliseconds stall,
+              const char* what, std::string* why) {
+  const auto since = std::chrono::steady_clock::now();
+  while (!changed()) {
+    timespec ts{};
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_nsec += std::chrono::nanoseconds(wait_slice).count();
+    ts.tv_sec += ts.tv_nsec / 1000000000;
+    ts.tv_nsec %= 1000000000;
+    if (sem_timedwait(sem, &ts) == 0 || errno == EINTR) continue;
+    if (errno != ETIMEDOUT) {
+      *why = std::string("shared-memory ring: waiting for ") + what + ": " + errno_text();
+      return false;
+    }
+    if (auto gone = alive ? alive() : std::string(); !gone.empty()) {
+      *why = gone;
+      return false;
+    }
+    if (std::chrono::steady_clock::now() - since >= stall) {
+      *why = std::string("shared-memory ring: no ") + what + " for " + std::to_string(stall.count()) + " ms";
+      return false;
+    }
+  }
+  return true;
+}
+
+std::size_t page_rounded(std::size_t n) {
+  auto page = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
+  return (n + page - 1) / page * page;
+}
+
+}  // namespace
+
+std::string shm_ring::name_of(std::uint32_t pid, std::uint64_t nonce) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "/actorps-ring-%u-%016llx", pid, static_cast<unsigned long long>(nonce));
+  return buf;
+}
+
+shm_ring::shm_ring(std::string name, shm_ring_control* control, std::size_t mapped, bool owner)
+    : name_(std::move(name)), control_(control), data_(reinterpret_cast<std::byte*>(control) + control_bytes),
+      capacity_(control->capacity), mapped_(mapped), owner_(owner), linked_(owner) {}
+
+std::unique_ptr<shm_ring> shm_ring::create(std::uint64_t nonce, std::size_t capacity) {
+  capacity = page_rounded(std::max<std::size_t>(capacity, slice_bytes));
+  auto name = name_of(static_cast<std::uint32_t>(::getpid()), nonce);
+  int fd = ::shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0) throw bad_request("shared-memory ring " + name + ": " + errno_text());
+  const auto mapped = control_bytes + capacity;
+  void* at = MAP_FAILED;
+  if (::ftruncate(fd, static_cast<off_t>(mapped)) == 0)
+    at = ::mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+  auto err = errno;
+  ::close(fd);
+  if (at == MAP_FAILED) {
+    ::shm_unlink(name.c_str());
+    throw bad_request("shared-memory ring " + name + " (" + std::to_string(mapped) + " bytes): " + std::strerror(err));
+  }
+  auto* control = new (at) shm_ring_control;
+  control->nonce = nonce;
+  control->capacity = capacity;
+  sem_init(&control->data, 1, 0);
+  sem_init(&control->room, 1, 0);
+  std::atomic_thread_fence(std::memory_order_release);
+  control->magic = ring_magic;  // last: a reader checks it
+  return std::unique_ptr<shm_ring>(new shm_ring(std::move(name), control, mapped, true));
+}
+
+std::unique_ptr<shm_ring> shm_ring::open(std::uint32_t pid, std::uint64_t nonce, std::string* why) {
+  auto name = name_of(pid, nonce);
+  int fd = ::shm_open(name.c_str(), O_RDWR | O_CLOEXEC, 0);
+  if (fd < 0) {
+    *why = "no shared-memory ring " + name + " here: " + errno_text();
+    return nullptr;
+  }
+  struct stat st{};
+  void* at = MAP_FAILED;
+  if (::fstat(fd, &st) == 0 && static_cast<std::size_t>(st.st_size) > control_bytes)
+    at = ::mmap(nullptr, static_cast<std::size_t>(st.st_size), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+  ::close(fd);
+  if (at == MAP_FAILED) {
+    *why = "shared-memory ring " + name + " cannot be mapped (" + std::to_string(st.st_size) + " bytes)";
+    return nullptr;
+  }
+  auto* control = static_cast<shm_ring_control*>(at);
+  const auto size = static_cast<std::size_t>(st.st_size);
+  if (control->magic != ring_magic || control->nonce != nonce || control->capacity + control_bytes != size) {
+    ::munmap(at, size);
+    *why = "shared-memory ring " + name + " is not the one announced";
+    return nullptr;
+  }
+  ::shm_unlink(name.c_str());  // both hold it mapped: the name is no longer needed
+  return std::unique_ptr<shm_ring>(new shm_ring(std::move(name), control, size, false));
+}
+
+shm_ring::~shm_ring() {
+  if (owner_) unlink();
+  ::munmap(control_, mapped_);
+}
+
+void shm_ring::unlink() {
+  if (linked_) ::shm_unlink(name_.c_str());
+  linked_ = false;
+}
+
+std::uint64_t shm_ring::written() const { return control_->head.load(std::memory_order_acquire); }
+std::uint64_t shm_ring::consumed() const { return control_->tail.load(std::memory_order_acquire); }
+
+bool shm_ring::write(std::span<const std::span<const std::byte>> pieces, const alive_check& alive,
+                     std::chrono::milliseconds stall, std::string* why) {
+  auto& c = *control_;
+  for (auto piece : pieces) {
+    for (std::size_t off = 0; off < piece.size();) {
+      const auto head = c.head.load(std::memory_order_relaxed);
+      const auto tail = c.tail.load(std::memory_order_acquire);
+      const auto room = capacity_ - (head - tail);
+      if (room == 0) {
+        if (!wait_for(&c.room, [&] { return c.tail.load(std::memory_order_acquire) != tail; }, alive, stall, "room", why))
+          return false;
+        continue;
+      }
+      const auto at = head % capacity_;
+      const auto n = std::min({piece.size() - off, room, capacity_ - at, slice_bytes});
+      std::memcpy(data_ + at, piece.data() + off, n);
+      c.head.store(head + n, std::memory_order_release);
+      sem_post(&c.data);
+      off += n;
+    }
+  }
+  return true;
+}
+
+bool shm_ring::read(std::span<const std::span<std::byte>> into, const alive_check& alive, std::chrono::milliseconds stall,
+                    std::string* why) {
+  auto& c = *control_;
+  for (auto piece : into) {
+    for (std::size_t off = 0; off < piece.size();) {
+      const auto tail = c.tail.load(std::memory_order_relaxed);
+      const auto head = c.head.load(std::memory_order_acquire);
+      const auto ready = head - tail;
+      if (ready == 0) {
+        if (!wait_for(&c.data, [&] { return c.head.load(std::memory_order_acquire) != head; }, alive, stall, "data", why))
+          return false;
+        continue;
+      }
+      const auto at = tail % capacity_;
+      const auto n = std::min({piece.size() - off, ready, capacity_ - at, slice_bytes});
+      std::memcpy(piece.data() + off, data_ + at, n);
+      c.tail.store(tail + n, std::memory_order_release);
+      sem_post(&c.room);
+      off += n;
+    }
+  }
+  return true;
+}
+
+std::size_t remove_stale_rings() {
+  std::size_t removed = 0;
+  DIR* dir = ::opendir("/dev/shm");
+  if (!dir) return 0;
+  const std::string prefix = "actorps-ring-";
+  while (auto* e = ::readdir(dir)) {
+    std::string name = e->d_name;
+    if (name.rfind(prefix, 0) != 0) continue;
+    auto pid = std::strtoul(name.c_str() + prefix.size(), nullptr, 10);
+    if (pid == 0 || (::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH))
+      removed += ::shm_unlink(("/" + name).c_str()) == 0;
+  }
+  ::closedir(dir);
+  return removed;
+}
+
+}  // namespace ps

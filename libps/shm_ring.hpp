@@ -1,0 +1,76 @@
+#pragma once
+// A byte ring in POSIX shared memory between two processes on one host: one writer (the
+// process that made it), one reader (the peer that opened it by name). The data plane
+// moves payloads through it instead of through loopback TCP (issue 17): a payload is
+// copied in by the writer and out by the reader, in slices, so both copies run at once,
+// and no byte goes through the kernel.
+//
+// Waits are on process-shared POSIX semaphores in the ring itself, in slices of a few
+// milliseconds, and between slices the caller's `alive` check runs (the data plane asks
+// whether the TCP connection beside the ring still stands): a peer that dies mid-transfer
+// leaves the survivor an error, not a wait forever, and the ring is simply let go (it
+// holds nothing anyone claims). The name is removed from /dev/shm as soon as the reader
+// has mapped it (unlink), so nothing is left behind when either process dies; rings whose
+// creator died before that are removed by remove_stale_rings.
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+
+namespace ps {
+
+struct shm_ring_control;  // the shared header (shm_ring.cpp)
+
+class shm_ring {
+ public:
+  // Makes a ring of `capacity` bytes (rounded up to pages) named after this process and
+  // `nonce`. Throws bad_request naming the name when shared memory cannot be had.
+  static std::unique_ptr<shm_ring> create(std::uint64_t nonce, std::size_t capacity);
+  // Opens the ring a peer made (its pid and nonce name it) and removes its name. Nothing,
+  // with *why, when there is no such ring here (the peer is on another host or in another
+  // /dev/shm) or it is not one of ours (a wrong nonce or size).
+  static std::unique_ptr<shm_ring> open(std::uint32_t pid, std::uint64_t nonce, std::string* why);
+  ~shm_ring();
+  shm_ring(const shm_ring&) = delete;
+  shm_ring& operator=(const shm_ring&) = delete;
+
+  // The ring's name in /dev/shm ("/actorps-ring-<pid>-<nonce>").
+  static std::string name_of(std::uint32_t pid, std::uint64_t nonce);
+  const std::string& name() const { return name_; }
+  std::size_t capacity() const { return capacity_; }
+  // Removes the name (the mappings stay): after the peer opened it, or when it never will.
+  void unlink();
+
+  // Returns "" while the peer may still come, else why it will not (checked between waits).
+  using alive_check = std::function<std::string()>;
+  // Copies the pieces in, in order, waiting for room as the reader frees it. False, with
+  // *why, when `alive` says the peer is gone or the reader made no room for `stall`.
+  bool write(std::span<const std::span<const std::byte>> pieces, const alive_check& alive,
+             std::chrono::milliseconds stall, std::string* why);
+  // Fills the pieces, in order, with the next bytes, waiting for them as the writer adds
+  // them. False, with *why, as write.
+  bool read(std::span<const std::span<std::byte>> into, const alive_check& alive, std::chrono::milliseconds stall,
+            std::string* why);
+  // Bytes written and read through the ring so far (the peer's side included).
+  std::uint64_t written() const;
+  std::uint64_t consumed() const;
+
+ private:
+  shm_ring(std::string name, shm_ring_control* control, std::size_t mapped, bool owner);
+  std::string name_;
+  shm_ring_control* control_;
+  std::byte* data_;
+  std::size_t capacity_;
+  std::size_t mapped_;
+  bool owner_;
+  bool linked_;
+};
+
+// Removes the rings in /dev/shm made by processes no longer running (a creator that died
+// before its peer opened the ring). Returns how many.
+std::size_t remove_stale_rings();
+
+}  // namespace ps

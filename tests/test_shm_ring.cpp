@@ -1,0 +1,142 @@
+// The shared-memory ring between processes (libps/shm_ring): bytes in order across the
+// wrap-around, a reader in another process, and a writer that dies mid-payload.
+#include <doctest/doctest.h>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <numeric>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "libps/keys.hpp"
+#include "libps/shm_ring.hpp"
+
+using namespace ps;
+using namespace std::chrono_literals;
+
+namespace {
+
+std::uint64_t fresh_nonce() { return std::random_device{}() * 0x9E3779B97F4A7C15ull + 1; }
+
+std::vector<std::byte> pattern(std::size_t n, unsigned seed) {
+  std::vector<std::byte> v(n);
+  std::mt19937 rng(seed);
+  for (auto& b : v) b = static_cast<std::byte>(rng());
+  return v;
+}
+
+bool ring_listed(const std::string& name) { return ::access(("/dev/shm" + name).c_str(), F_OK) == 0; }
+
+}  // namespace
+
+TEST_CASE("shm ring: payloads larger than the ring arrive whole and in order, in pieces of any size") {
+  auto nonce = fresh_nonce();
+  auto ring = shm_ring::create(nonce, 1u << 20);
+  REQUIRE(ring_listed(ring->name()));
+  std::string why;
+  auto peer = shm_ring::open(static_cast<std::uint32_t>(::getpid()), nonce, &why);
+  REQUIRE_MESSAGE(peer, why);
+  CHECK_FALSE(ring_listed(ring->name()));  // the name goes once both have it mapped
+
+  // 3 payloads, 3.5 MiB in all through a 1 MiB ring; the reader takes them in other cuts.
+  std::vector<std::vector<std::byte>> sent{pattern(2'500'001, 1), pattern(7, 2), pattern(1'200'000, 3)};
+  std::thread writer([&] {
+    std::string wwhy;
+    for (auto& p : sent) {
+      std::span<const std::byte> halves[] = {std::span<const std::byte>(p).first(p.size() / 2),
+                                             std::span<const std::byte>(p).subspan(p.size() / 2)};
+      CHECK(ring->write(halves, {}, 5s, &wwhy));
+    }
+  });
+  for (auto& p : sent) {
+    std::vector<std::byte> got(p.size());
+    std::span<std::byte> cut[] = {std::span<std::byte>(got).first(got.size() / 3),
+                                  std::span<std::byte>(got).subspan(got.size() / 3)};
+    REQUIRE_MESSAGE(peer->read(cut, {}, 5s, &why), why);
+    CHECK(got == p);
+  }
+  writer.join();
+  CHECK(peer->consumed() == 2'500'001u + 7 + 1'200'000);
+  CHECK(ring->written() == peer->consumed());
+}
+
+TEST_CASE("shm ring: a reader in another process gets the bytes; one in another /dev/shm is told there is no ring") {
+  auto nonce = fresh_nonce();
+  auto ring = shm_ring::create(nonce, 256u << 10);
+  auto payload = pattern(3'000'000, 7);
+  pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {  // the reader: exit 0 when every byte matched
+    std::string why;
+    auto peer = shm_ring::open(static_cast<std::uint32_t>(::getppid()), nonce, &why);
+    if (!peer) ::_exit(2);
+    std::vector<std::byte> got(payload.size());
+    std::span<std::byte> all[] = {got};
+    ::_exit(peer->read(all, {}, 5s, &why) && got == payload ? 0 : 1);
+  }
+  std::string why;
+  std::span<const std::byte> all[] = {payload};
+  CHECK_MESSAGE(ring->write(all, {}, 5s, &why), why);
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+
+  auto missing = shm_ring::open(static_cast<std::uint32_t>(::getpid()), nonce + 1, &why);
+  CHECK_FALSE(missing);
+  CHECK(why.find("no shared-memory ring /actorps-ring-") != std::string::npos);
+}
+
+TEST_CASE("shm ring: a writer that dies mid-payload leaves the reader an error from its alive check, not a wait") {
+  auto nonce = fresh_nonce();
+  pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {  // writes half of 1 MiB into a 4 MiB ring, then dies without a word
+    auto ring = shm_ring::create(nonce, 4u << 20);
+    auto half = pattern(512u << 10, 9);
+    std::string why;
+    std::span<const std::byte> all[] = {half};
+    ring->write(all, {}, 5s, &why);
+    ring.release();  // no destructor: the name stays, as after a SIGKILL
+    ::kill(::getpid(), SIGKILL);
+  }
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  REQUIRE(WIFSIGNALED(status));
+  std::string why;
+  auto peer = shm_ring::open(static_cast<std::uint32_t>(child), nonce, &why);
+  REQUIRE_MESSAGE(peer, why);
+  std::vector<std::byte> got(1u << 20);
+  std::span<std::byte> all[] = {got};
+  int checks = 0;
+  auto alive = [&]() -> std::string { return ++checks < 3 ? "" : "the data connection ended (closed by the peer)"; };
+  CHECK_FALSE(peer->read(all, alive, 60s, &why));
+  CHECK(why == "the data connection ended (closed by the peer)");
+  CHECK(peer->consumed() == 512u << 10);  // what came before the death was read, no more
+
+  // A ring whose maker died before its peer came is removed by the sweep.
+  auto orphan = fresh_nonce();
+  pid_t maker = ::fork();
+  REQUIRE(maker >= 0);
+  if (maker == 0) {
+    shm_ring::create(orphan, 256u << 10).release();
+    ::_exit(0);
+  }
+  ::waitpid(maker, &status, 0);
+  auto orphan_name = shm_ring::name_of(static_cast<std::uint32_t>(maker), orphan);
+  REQUIRE(ring_listed(orphan_name));
+  CHECK(remove_stale_rings() >= 1);
+  CHECK_FALSE(ring_listed(orphan_name));
+}
+
+TEST_CASE("shm ring: a reader that stops reading stalls the writer for its limit, which then fails naming it") {
+  auto ring = shm_ring::create(fresh_nonce(), 256u << 10);
+  auto payload = pattern(1u << 20, 4);
+  std::span<const std::byte> all[] = {payload};
+  std::string why;
+  CHECK_FALSE(ring->write(all, {}, 50ms, &why));
+  CHECK(why == "shared-memory ring: no room for 50 ms");
+  CHECK(ring->written() == ring->capacity());
+}
