@@ -18,6 +18,7 @@
 
 #include "libps/codec.hpp"
 #include "libps/log.hpp"
+#include "libps/shm_ring.hpp"
 
 namespace ps {
 
@@ -43,6 +44,14 @@ struct data_plane::connection {
   bool writing = false;         // under out_mtx: a thread is writing to fd
   std::thread reader, writer;
   std::atomic<int> loops_ended{0};  // 2: both threads are done, so they join at once
+  // Shared memory (same host): our ring for payloads to the peer, usable once the peer
+  // said it mapped it (ring_ready), and the peer's ring its ring payloads come through
+  // (the reader thread's alone).
+  std::unique_ptr<shm_ring> out_ring;
+  std::uint64_t out_nonce = 0;
+  std::atomic<bool> ring_ready{false};
+  bool ring_answered = false;  // under the plane's mtx_: the peer answered our offer
+  std::unique_ptr<shm_ring> in_ring;
 };
 
 namespace {
@@ -155,10 +164,12 @@ std::uint64_t random_token() {
 }  // namespace
 
 data_plane::data_plane(const data_plane_address& at, std::uint64_t min_bytes, std::chrono::milliseconds claim_timeout,
-                       std::chrono::milliseconds stall_timeout, std::optional<shared_secret> secret)
+                       std::chrono::milliseconds stall_timeout, std::optional<shared_secret> secret,
+                       std::size_t ring_bytes)
     : host_(at.advertised_host), token_(random_token()), min_bytes_(min_bytes), claim_timeout_(claim_timeout),
-      stall_timeout_(stall_timeout), store_(claim_timeout * 2), buffers_(buffer_pool::make(512ull << 20)),
-      secret_(std::move(secret)) {
+      stall_timeout_(stall_timeout), ring_bytes_(ring_bytes), store_(claim_timeout * 2),
+      buffers_(buffer_pool::make(512ull << 20)), secret_(std::move(secret)) {
+  if (ring_bytes_ > 0) remove_stale_rings();
   listen_fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (listen_fd_ < 0) throw bad_request("data plane: socket: " + errno_text());
   const auto& host = at.bind_host;
@@ -287,21 +298,141 @@ void data_plane::accept_loop() {
 // A payload that lands in a buffer of ours. One that is large grows its buffer with the
 // bytes that come, not with what its header announced: four peers announcing 256 MiB
 // each and sending nothing held 1 GB.
-bool data_plane::read_payload(int fd, std::uint64_t bytes, std::shared_ptr<std::vector<float>>& values,
-                              std::string* why) {
+bool data_plane::read_payload(const payload_source& from, std::uint64_t bytes,
+                              std::shared_ptr<std::vector<float>>& values, std::string* why) {
   constexpr std::uint64_t step = 16u << 20;
   if (bytes <= step) {
     values = buffers_->get(bytes / sizeof(float));
-    return read_all(fd, values->data(), bytes, why);
+    iovec iov{values->data(), bytes};
+    return from(&iov, 1, why);
   }
   values = buffers_->get(0);
   values->reserve(bytes / sizeof(float));  // address space only, until written
   for (std::uint64_t have = 0; have < bytes; have += step) {
     auto n = std::min(step, bytes - have);
     values->resize((have + n) / sizeof(float));
-    if (!read_all(fd, reinterpret_cast<char*>(values->data()) + have, n, why)) return false;
+    iovec iov{reinterpret_cast<char*>(values->data()) + have, n};
+    if (!from(&iov, 1, why)) return false;
   }
   return true;
+}
+
+std::string data_plane::gone(const connection& c) const {
+  if (c.broken || stopping_) return "the " + c.name + " ended";
+  pollfd p{c.fd, POLLRDHUP, 0};
+  if (::poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR)))
+    return "the " + c.name + " ended (closed by the peer)";
+  return "";
+}
+
+bool data_plane::offer_ring(const std::shared_ptr<connection>& c) {
+  if (ring_bytes_ == 0) return false;
+  try {
+    c->out_nonce = random_token();
+    c->out_ring = shm_ring::create(c->out_nonce, ring_bytes_);
+  } catch (const bad_request& e) {
+    log_line(log_level::warning, c->name + ": no shared memory (" + e.what() + "); payloads go over TCP");
+    c->out_ring.reset();
+    return false;
+  }
+  auto pid = static_cast<std::uint64_t>(::getpid());
+  return send_or_queue(c, data_plane_frame{encode_bulk_header({bulk_kind::ring, c->out_nonce, pid}), {}, nullptr, 0,
+                                           bulk_header_bytes});
+}
+
+// A ring the peer offered: mapped when this host has it (then the peer hears ring_ok),
+// else its payloads keep coming over TCP.
+void data_plane::take_ring(const std::shared_ptr<connection>& c, const bulk_header& h) {
+  if (c->in_ring) throw bad_request("a second ring frame");
+  std::string why = "this side keeps to TCP (--ps.shm-ring-bytes=0)";
+  if (ring_bytes_ > 0) c->in_ring = shm_ring::open(static_cast<std::uint32_t>(h.bytes), h.id, &why);
+  if (!c->in_ring) log_line(log_level::debug, c->name + ": " + why + "; payloads come over TCP");
+  send_or_queue(c, data_plane_frame{encode_bulk_header({bulk_kind::ring_ok, h.id, c->in_ring ? 1u : 0u}), {}, nullptr,
+                                    0, bulk_header_bytes});
+}
+
+void data_plane::ring_answer(const std::shared_ptr<connection>& c, const bulk_header& h) {
+  if (!c->out_ring || h.id != c->out_nonce) throw bad_request("ring_ok for a ring this side did not offer");
+  if (h.bytes == 1) c->ring_ready = true;
+  else c->out_ring.reset();  // the peer cannot map it (another host): let it go
+  {
+    std::lock_guard<std::mutex> guard(mtx_);
+    c->ring_answered = true;
+  }
+  landed_.notify_all();
+}
+
+// A payload frame: its bytes, from the socket or the peer's ring, go where the claimer
+// said (expect) or into a buffer of ours. False, with *why, when they did not all come.
+bool data_plane::land(const std::shared_ptr<connection>& c, const bulk_header& h, std::string* why) {
+  payload_source from = [fd = c->fd](iovec* iov, std::size_t n, std::string* w) { return read_all(fd, iov, n, w); };
+  if (h.kind == bulk_kind::ring_payload) {
+    if (!c->in_ring) throw bad_request("a ring payload on a connection without a ring");
+    from = [this, c](iovec* iov, std::size_t n, std::string* w) {
+      std::vector<std::span<std::byte>> into;
+      for (std::size_t i = 0; i < n; ++i) into.emplace_back(static_cast<std::byte*>(iov[i].iov_base), iov[i].iov_len);
+      return c->in_ring->read(into, [&] { return gone(*c); }, stall_timeout_, w);
+    };
+  }
+  std::optional<expectation> target;
+  const auto key = std::make_pair(c->peer.load(), h.id);
+  {
+    std::lock_guard<std::mutex> guard(mtx_);
+    if (auto it = expected_.find(key); it != expected_.end()) {
+      target = std::move(it->second);
+      expected_.erase(it);
+      landing_.insert(key);  // forget() waits until the memory is left alone
+    }
+  }
+  std::uint64_t target_bytes = 0;
+  if (target)
+    for (auto s : target->into) target_bytes += s.size_bytes();
+  std::shared_ptr<std::vector<float>> values;
+  bool ok = false;
+  if (target && target_bytes == h.bytes) {  // straight into place
+    std::vector<iovec> iov;
+    for (auto s : target->into) iov.push_back({s.data(), s.size_bytes()});
+    ok = from(iov.data(), iov.size(), why);
+  }
+  if (target) {
+    {
+      std::lock_guard<std::mutex> guard(mtx_);
+      landing_.erase(key);
+    }
+    landed_.notify_all();
+  }
+  if (!target || target_bytes != h.bytes) ok = read_payload(from, h.bytes, values, why);
+  if (!ok) {
+    *why = "in the middle of payload " + std::to_string(h.id) + ": " + *why;
+    return false;
+  }
+  bytes_received_ += h.bytes;
+  store_.put(c->peer, h.id, std::move(values), h.bytes / sizeof(float));
+  return true;
+}
+
+void data_plane::read_frames(const std::shared_ptr<connection>& c, std::string* why) {
+  for (;;) {
+    std::array<std::byte, bulk_header_bytes> raw;
+    if (!read_all(c->fd, raw.data(), raw.size(), why, true)) return;
+    auto h = decode_bulk_header(raw);
+    if (h.kind == bulk_kind::hello) {
+      if (c->peer != 0) throw bad_request("a second hello frame");
+      if (h.id == 0) throw bad_request("a hello frame without a token");
+      store_.open_origin(h.id);
+      c->peer = h.id;
+      offer_ring(c);  // the peer proved the secret (if any) before its hello was read
+      continue;
+    }
+    if (c->peer == 0) throw bad_request("a frame before the hello frame");
+    if (h.kind == bulk_kind::ring) {
+      take_ring(c, h);
+    } else if (h.kind == bulk_kind::ring_ok) {
+      ring_answer(c, h);
+    } else if (!land(c, h, why)) {
+      return;
+    }
+  }
 }
 
 void data_plane::read_loop(std::shared_ptr<connection> c) {
@@ -312,53 +443,7 @@ void data_plane::read_loop(std::shared_ptr<connection> c) {
     return;
   }
   try {
-    for (;;) {
-      std::array<std::byte, bulk_header_bytes> raw;
-      if (!read_all(c->fd, raw.data(), raw.size(), &why, true)) break;
-      auto h = decode_bulk_header(raw);
-      if (h.kind == bulk_kind::hello) {
-        if (c->peer != 0) throw bad_request("a second hello frame");
-        if (h.id == 0) throw bad_request("a hello frame without a token");
-        store_.open_origin(h.id);
-        c->peer = h.id;
-        continue;
-      }
-      if (c->peer == 0) throw bad_request("a payload before the hello frame");
-      std::optional<expectation> target;
-      const auto key = std::make_pair(c->peer.load(), h.id);
-      {
-        std::lock_guard<std::mutex> guard(mtx_);
-        if (auto it = expected_.find(key); it != expected_.end()) {
-          target = std::move(it->second);
-          expected_.erase(it);
-          landing_.insert(key);  // forget() waits until the memory is left alone
-        }
-      }
-      std::uint64_t target_bytes = 0;
-      if (target)
-        for (auto s : target->into) target_bytes += s.size_bytes();
-      std::shared_ptr<std::vector<float>> values;
-      bool ok;
-      if (target && target_bytes == h.bytes) {  // straight into place
-        std::vector<iovec> iov;
-        for (auto s : target->into) iov.push_back({s.data(), s.size_bytes()});
-        ok = read_all(c->fd, iov.data(), iov.size(), &why);
-      }
-      if (target) {
-        {
-          std::lock_guard<std::mutex> guard(mtx_);
-          landing_.erase(key);
-        }
-        landed_.notify_all();
-      }
-      if (!target || target_bytes != h.bytes) ok = read_payload(c->fd, h.bytes, values, &why);
-      if (!ok) {
-        why = "in the middle of payload " + std::to_string(h.id) + ": " + why;
-        break;
-      }
-      bytes_received_ += h.bytes;
-      store_.put(c->peer, h.id, std::move(values), h.bytes / sizeof(float));
-    }
+    read_frames(c, &why);
   } catch (const bad_request& e) {
     why = e.what();
     if (!stopping_) log_line(log_level::warning, c->name + ": " + why + "; closing it");
@@ -430,7 +515,11 @@ bool data_plane::connect(std::uint64_t peer, const std::string& host, std::uint1
   c->peer = peer;
   c->name = name;
   store_.open_origin(peer);
-  add(std::move(c));
+  add(c);
+  if (offer_ring(c)) {  // its first payloads go through the ring: wait for the answer (one round trip)
+    std::unique_lock<std::mutex> lock(mtx_);
+    landed_.wait_for(lock, stall_timeout_, [&] { return c->ring_answered || c->broken; });
+  }
   return true;
 }
 
@@ -510,7 +599,8 @@ std::vector<iovec> pieces_left(const data_plane_frame& frame) {
 bool data_plane::send_or_queue(const std::shared_ptr<connection>& c, data_plane_frame frame) {
   std::unique_lock<std::mutex> lock(c->out_mtx);
   if (c->broken) return false;
-  if (c->outbox.empty() && !c->writing) {
+  const bool by_ring = frame.ticket != 0 && c->ring_ready;  // the writer thread copies it in
+  if (c->outbox.empty() && !c->writing && !by_ring) {
     c->writing = true;
     lock.unlock();
     auto iov = pieces_left(frame);
@@ -537,6 +627,36 @@ bool data_plane::send_or_queue(const std::shared_ptr<connection>& c, data_plane_
   return true;
 }
 
+// One frame, all of it: a payload through the ring once the peer mapped it (its header
+// on the socket first, so the reader knows where its bytes come from), else on the
+// socket. False, with *why, when it could not be written.
+bool data_plane::write_frame(const std::shared_ptr<connection>& c, data_plane_frame& frame, std::string* why) {
+  if (frame.ticket != 0 && frame.done == 0 && c->ring_ready) {
+    const auto payload = frame.bytes - bulk_header_bytes;
+    auto header = encode_bulk_header({bulk_kind::ring_payload, frame.ticket, payload});
+    iovec head{header.data(), header.size()};
+    if (!write_all(c->fd, &head, 1)) {
+      *why = errno == EAGAIN || errno == EWOULDBLOCK ? "no progress for " + std::to_string(stall_timeout_.count()) + " ms"
+                                                     : errno_text();
+      return false;
+    }
+    std::vector<std::span<const std::byte>> pieces;
+    for (auto p : frame.parts) pieces.push_back(std::as_bytes(p));
+    if (!c->out_ring->write(pieces, [&] { return gone(*c); }, stall_timeout_, why)) return false;
+    shm_bytes_sent_ += payload;
+    return true;
+  }
+  auto iov = pieces_left(frame);
+  bool ok = true;
+  // sendmsg takes at most IOV_MAX pieces at a time.
+  for (std::size_t at = 0; ok && at < iov.size(); at += iov_max)
+    ok = write_all(c->fd, iov.data() + at, static_cast<int>(std::min(iov_max, iov.size() - at)));
+  if (!ok)
+    *why = errno == EAGAIN || errno == EWOULDBLOCK ? "no progress for " + std::to_string(stall_timeout_.count()) + " ms"
+                                                   : errno_text();
+  return ok;
+}
+
 // The connection's writer thread: writes the queued payloads in order until the
 // connection ends or the plane stops. A write that fails ends the connection, so every
 // claim of its payloads fails at once at the receiver, naming it.
@@ -551,14 +671,8 @@ void data_plane::write_loop(std::shared_ptr<connection> c) {
       c->outbox.pop_front();
       c->writing = true;
     }
-    auto iov = pieces_left(frame);
-    bool ok = true;
-    // sendmsg takes at most IOV_MAX pieces at a time.
-    for (std::size_t at = 0; ok && at < iov.size(); at += iov_max)
-      ok = write_all(c->fd, iov.data() + at, static_cast<int>(std::min(iov_max, iov.size() - at)));
-    auto why = ok ? std::string()
-                  : errno == EAGAIN || errno == EWOULDBLOCK ? "no progress for " + std::to_string(stall_timeout_.count()) + " ms"
-                                                            : errno_text();
+    std::string why;
+    bool ok = write_frame(c, frame, &why);
     {
       std::lock_guard<std::mutex> guard(c->out_mtx);
       c->writing = false;

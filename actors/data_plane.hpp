@@ -27,6 +27,8 @@
 #include "libps/bulk.hpp"
 #include "libps/secret.hpp"
 
+#include <sys/uio.h>
+
 namespace ps {
 
 struct data_plane_frame;  // a payload on its way out (data_plane.cpp)
@@ -48,9 +50,15 @@ class data_plane {
   // claims wait at most claim_timeout for their payload; a write that makes no progress
   // for stall_timeout fails (the block then goes inline through CAF). Throws
   // bad_request when it cannot listen. With a secret, every connection proves it both ways
-  // (libps/secret.hpp) before any frame is read from it.
+  // (libps/secret.hpp) before any frame is read from it. ring_bytes > 0: each side of a
+  // connection offers the other a ring of that size in shared memory (libps/shm_ring.hpp)
+  // once the connection is proven; a peer on the same host maps it and says so, and
+  // payloads then go through the ring while the connection carries their headers (and
+  // tells when either side dies). A peer elsewhere cannot map it: payloads stay on TCP.
+  // 0: no rings offered, none taken.
   data_plane(const data_plane_address& at, std::uint64_t min_bytes, std::chrono::milliseconds claim_timeout,
-             std::chrono::milliseconds stall_timeout, std::optional<shared_secret> secret = std::nullopt);
+             std::chrono::milliseconds stall_timeout, std::optional<shared_secret> secret = std::nullopt,
+             std::size_t ring_bytes = 0);
   ~data_plane();
   data_plane(const data_plane&) = delete;
   data_plane& operator=(const data_plane&) = delete;
@@ -111,12 +119,27 @@ class data_plane {
   // Payload bytes handed to and read from data connections so far.
   std::uint64_t bytes_sent() const { return bytes_sent_; }
   std::uint64_t bytes_received() const { return bytes_received_; }
+  // Of bytes_sent, those that went through shared-memory rings.
+  std::uint64_t shm_bytes_sent() const { return shm_bytes_sent_; }
 
  private:
   struct connection;
   void accept_loop();
   void read_loop(std::shared_ptr<connection> c);
-  bool read_payload(int fd, std::uint64_t bytes, std::shared_ptr<std::vector<float>>& values, std::string* why);
+  // Fills pieces with a payload's next bytes (from the socket or the peer's ring).
+  using payload_source = std::function<bool(iovec*, std::size_t, std::string*)>;
+  bool read_payload(const payload_source& from, std::uint64_t bytes, std::shared_ptr<std::vector<float>>& values,
+                    std::string* why);
+  void read_frames(const std::shared_ptr<connection>& c, std::string* why);
+  bool land(const std::shared_ptr<connection>& c, const bulk_header& h, std::string* why);
+  // Shared memory: offers c a ring of ours; maps the ring the peer offered and says so.
+  // offer_ring: false when none was offered.
+  bool offer_ring(const std::shared_ptr<connection>& c);
+  void take_ring(const std::shared_ptr<connection>& c, const bulk_header& h);
+  void ring_answer(const std::shared_ptr<connection>& c, const bulk_header& h);
+  // "" while c stands, else why it does not (a ring's wait asks between slices).
+  std::string gone(const connection& c) const;
+  bool write_frame(const std::shared_ptr<connection>& c, data_plane_frame& frame, std::string* why);
   void write_loop(std::shared_ptr<connection> c);
   bool send_or_queue(const std::shared_ptr<connection>& c, data_plane_frame frame);
   void add(std::shared_ptr<connection> c);
@@ -135,6 +158,8 @@ class data_plane {
   std::atomic<std::uint64_t> next_ticket_{1};
   std::atomic<std::uint64_t> bytes_sent_{0};
   std::atomic<std::uint64_t> bytes_received_{0};
+  std::atomic<std::uint64_t> shm_bytes_sent_{0};
+  std::size_t ring_bytes_ = 0;  // of each ring we offer (0: none)
   payload_store store_;
   struct expectation {
     std::vector<std::span<float>> into;

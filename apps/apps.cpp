@@ -145,12 +145,14 @@ straggler_model fmnist_stragglers(const worker_context& ctx) {
                          straggle.probability, straggle.factor);
 }
 
-// A worker's result line, with "data_plane_sent" and "data_plane_received" when it has a
-// data plane: the bytes of its blocks that went beside CAF.
+// A worker's result line, with "data_plane_sent", "data_plane_received" and
+// "data_plane_shm_sent" when it has a data plane: the bytes of its blocks that went beside
+// CAF (and of those sent, the ones through shared memory).
 std::string with_data_plane(json_line line, worker_context& ctx) {
   if (const auto& plane = ctx.kv.options().plane) {
     line["data_plane_sent"] = plane->bytes_sent();
     line["data_plane_received"] = plane->bytes_received();
+    line["data_plane_shm_sent"] = plane->shm_bytes_sent();
   }
   return line.dump();
 }
@@ -430,7 +432,7 @@ std::string bench_app(worker_context& ctx) {
       }
   }
   ctx.barrier();
-  return json_line{{"worker", ctx.id}}.dump();
+  return with_data_plane({{"worker", ctx.id}}, ctx);
 }
 
 }  // namespace
@@ -554,7 +556,12 @@ std::vector<app_flag> bench_flags() {
           {"windows", app_flag_kind::counts, "[]", "bench_kv: requests in flight, e.g. [1,8]",
            each("windows", [](std::int64_t w) { return w >= 1 && w <= 1024; }, "is not in [1, 1024]")},
           {"cell-seconds", app_flag_kind::number, "0.5", "bench_kv: seconds per measured cell",
-           [](const node_config& c) { return c.app_number("cell-seconds") > 0 ? "" : "must be > 0"; }}};
+           [](const node_config& c) { return c.app_number("cell-seconds") > 0 ? "" : "must be > 0"; }},
+          {"transport", app_flag_kind::text, "both", "bench_kv: tcp, shm (shared memory between processes) or both",
+           [](const node_config& c) -> std::string {
+             auto t = c.app_text("transport");
+             return t == "tcp" || t == "shm" || t == "both" ? "" : "must be tcp, shm or both";
+           }}};
 }
 
 }  // namespace

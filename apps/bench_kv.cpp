@@ -20,6 +20,61 @@ double percentile(std::vector<double> v, double p) {
   return v[std::min(idx, v.size() - 1)];
 }
 
+struct shape {
+  std::size_t servers, workers;
+  std::string transport;  // tcp | shm
+  double limit_gbps;      // of that transport
+  std::string ring_arg;   // the job's --ps.shm-ring-bytes=N (0 for tcp)
+};
+
+const std::string ring_flag = "--ps.shm-ring-bytes=";
+
+// The JSON line of one cell, merged over the workers' measurements of it.
+ps::json_line cell_line(const std::vector<ps::bench_cell>& list, const shape& s, const std::string& transport) {
+  double gbps = 0;
+  std::vector<double> lat;
+  for (const auto& w : list) {
+    gbps += static_cast<double>(w.ops * w.bytes) / w.seconds / 1e9;
+    lat.insert(lat.end(), w.latencies_us.begin(), w.latencies_us.end());
+  }
+  const auto& c = list.front();
+  return {{"op", c.op}, {"bytes", c.bytes}, {"window", c.window}, {"servers", s.servers}, {"workers", s.workers},
+          {"transport", transport}, {"gbps", gbps}, {"limit_fraction", gbps / s.limit_gbps},
+          {"p50_us", percentile(lat, 0.5)}, {"p99_us", percentile(lat, 0.99)}};
+}
+
+// One job of this shape over this transport (children get --ps.shm-ring-bytes accordingly and
+// --sizes/--windows from the same command line). Its rows are printed once it ends,
+// labelled by what the workers' planes did: a shm job whose payloads all went over TCP
+// (no ring could be shared) is said to be tcp, with a warning.
+int run_shape(caf::actor_system& sys, ps::node_config& cfg, const ps::job_settings& settings, const shape& s) {
+  cfg.servers = s.servers;
+  cfg.workers = s.workers;
+  std::erase_if(cfg.args, [](const std::string& a) { return a.rfind(ring_flag, 0) == 0; });
+  cfg.args.push_back(s.ring_arg);
+  using cell_key = std::tuple<std::string, std::uint64_t, std::uint64_t>;
+  std::map<cell_key, std::vector<ps::bench_cell>> cells;
+  std::vector<cell_key> order;  // as measured
+  auto res = ps::run_job(sys, cfg, ps::find_app("bench"), "bench", settings,
+                         {[&](std::uint32_t, const std::string& text) {
+                            auto c = ps::bench_cell::decode(text);
+                            auto key = std::make_tuple(c.op, c.bytes, c.window);
+                            if (!cells.count(key)) order.push_back(key);
+                            cells[key].push_back(std::move(c));
+                          }, {}});
+  std::uint64_t shm_sent = 0;
+  for (const auto& [id, result] : res.results)
+    shm_sent += nlohmann::json::parse(result, nullptr, false).value("data_plane_shm_sent", std::uint64_t{0});
+  auto transport = s.transport == "shm" && shm_sent == 0 ? "tcp" : s.transport;
+  if (transport != s.transport)
+    std::fprintf(stderr, "bench_kv: no payload went through shared memory (no ring could be shared); rows say tcp\n");
+  for (const auto& key : order)
+    if (cells[key].size() == s.workers) ps::bench::print_line(cell_line(cells[key], s, transport));
+  if (res.ok) return 0;
+  for (const auto& f : res.failures) std::fprintf(stderr, "error: %s\n", f.c_str());
+  return 1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -46,39 +101,18 @@ int main(int argc, char** argv) {
     std::vector<std::pair<std::size_t, std::size_t>> shapes = {{1, 1}, {2, 2}};
     for (const auto& a : cfg.args)
       if (a.rfind("--servers=", 0) == 0 || a.rfind("--workers=", 0) == 0) shapes = {{cfg.servers, cfg.workers}};
+    auto asked = cfg.app_text("transport");
+    std::vector<std::string> transports;
+    for (std::string t : {"tcp", "shm"})
+      if (asked == "both" || asked == t) transports.push_back(t);
+    // Rings of the size asked (--ps.shm-ring-bytes, 8 MiB by default) for the shm jobs.
+    auto ring_arg = ring_flag + std::to_string(cfg.shm_ring_bytes == 0 ? std::size_t{8} << 20 : cfg.shm_ring_bytes);
     int rc = 0;
-    for (auto [servers, workers] : shapes) {
-      // The job reads servers/workers from the config; children get --sizes/--windows
-      // from the same command line, with the same defaults.
-      cfg.servers = servers;
-      cfg.workers = workers;
-      // Cells from all workers, merged per (op, bytes, window).
-      std::map<std::tuple<std::string, std::uint64_t, std::uint64_t>, std::vector<ps::bench_cell>> cells;
-      auto res = ps::run_job(sys, cfg, ps::find_app("bench"), "bench", settings,
-                             {[&](std::uint32_t, const std::string& text) {
-                               auto c = ps::bench_cell::decode(text);
-                               auto key = std::make_tuple(c.op, c.bytes, c.window);
-                               auto& list = cells[key];
-                               list.push_back(std::move(c));
-                               if (list.size() < workers) return;
-                               double gbps = 0;
-                               std::vector<double> lat;
-                               for (const auto& w : list) {
-                                 gbps += static_cast<double>(w.ops * w.bytes) / w.seconds / 1e9;
-                                 lat.insert(lat.end(), w.latencies_us.begin(), w.latencies_us.end());
-                               }
-                               ps::bench::print_line({{"op", std::get<0>(key)}, {"bytes", std::get<1>(key)},
-                                                      {"window", std::get<2>(key)}, {"servers", servers},
-                                                      {"workers", workers}, {"transport", "tcp"},
-                                                      {"gbps", gbps}, {"limit_fraction", gbps / limit.gbps},
-                                                      {"p50_us", percentile(lat, 0.5)},
-                                                      {"p99_us", percentile(lat, 0.99)}});
-                             }, {}});
-      if (!res.ok) {
-        for (const auto& f : res.failures) std::fprintf(stderr, "error: %s\n", f.c_str());
-        rc = 1;
-      }
-    }
+    for (auto [servers, workers] : shapes)
+      for (const auto& transport : transports)
+        rc |= run_shape(sys, cfg, settings,
+                        {servers, workers, transport, transport == "shm" ? copy.gbps : limit.gbps,
+                         transport == "shm" ? ring_arg : ring_flag + "0"});
     return rc;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());

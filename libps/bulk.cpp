@@ -55,9 +55,18 @@ bulk_header decode_bulk_header(std::span<const std::byte, bulk_header_bytes> in)
   h.bytes = get_le<std::uint64_t>(in.data() + 16);
   if (get_le<std::uint64_t>(in.data() + 24) != check_word(kind, h.id, h.bytes))
     throw bad_request("corrupt data-connection frame header (check word mismatch)");
-  if (kind != static_cast<std::uint32_t>(bulk_kind::hello) && kind != static_cast<std::uint32_t>(bulk_kind::payload))
+  if (kind < static_cast<std::uint32_t>(bulk_kind::hello) || kind > static_cast<std::uint32_t>(bulk_kind::ring_payload))
     throw bad_request("unknown data-connection frame kind " + std::to_string(kind));
   h.kind = static_cast<bulk_kind>(kind);
+  if (h.kind == bulk_kind::ring) {
+    if (h.id == 0 || h.bytes == 0 || h.bytes > UINT32_MAX)
+      throw bad_request("ring frame with nonce " + std::to_string(h.id) + " and process id " + std::to_string(h.bytes));
+    return h;
+  }
+  if (h.kind == bulk_kind::ring_ok) {
+    if (h.bytes > 1) throw bad_request("ring_ok frame with answer " + std::to_string(h.bytes) + " (1: mapped, 0: not)");
+    return h;
+  }
   if (h.kind == bulk_kind::hello && h.bytes != 0)
     throw bad_request("hello frame announces a payload of " + std::to_string(h.bytes) + " bytes");
   if (h.bytes % sizeof(float) != 0)

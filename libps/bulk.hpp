@@ -26,6 +26,10 @@ namespace ps {
 enum class bulk_kind : std::uint32_t {
   hello = 1,    // first frame of a connection: id = the sender's token
   payload = 2,  // id = ticket, bytes = the floats that follow
+  // Shared memory between processes on one host (libps/shm_ring.hpp):
+  ring = 3,          // the sender's ring for its payloads: id = its nonce, bytes = the sender's pid
+  ring_ok = 4,       // the answer to ring `id`: bytes = 1, mapped (later payloads may come through it), 0, not
+  ring_payload = 5,  // id = ticket, bytes = the floats, which come through the ring
 };
 
 struct bulk_header {

@@ -113,6 +113,8 @@ void node_config::declare_tuning_options() {
     .add(data_plane_port, "data-plane-port", "port of the data connections' listener (0: any free port)")
     .add(data_plane_bytes, "data-plane-bytes", "value blocks of at least this many bytes travel over a plain TCP "
                                                "data connection beside CAF (0: all inside CAF messages)")
+    .add(shm_ring_bytes, "shm-ring-bytes", "data connections between processes on one host move their payloads "
+                                           "through a ring of this many bytes in shared memory each way (0: over TCP)")
     .add(timeout_ms, "timeout-ms", "timeout of every push/pull request")
     .add(max_message_bytes, "max-message-bytes", "largest message a peer may announce; a larger one closes its "
                                                  "connection, naming the peer (handshakes: at most 64 KiB)")

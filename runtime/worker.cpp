@@ -38,7 +38,8 @@ std::shared_ptr<data_plane> data_plane_from(const node_config& cfg) {
   return std::make_shared<data_plane>(data_plane_address{at.bind_host, at.advertise_host, cfg.data_plane_port},
                                       cfg.data_plane_bytes, patience, patience,
                                       cfg.secret_file.empty() ? std::nullopt
-                                                              : std::optional(read_secret_file(cfg.secret_file)));
+                                                              : std::optional(read_secret_file(cfg.secret_file)),
+                                      cfg.shm_ring_bytes);
 }
 
 reconnect_options reconnect_from(caf::actor_system& sys, const node_config& cfg) {

@@ -62,6 +62,13 @@ TEST_CASE("bulk headers round trip and refuse what is not one, naming the fault"
   CHECK(refusal(encode_bulk_header({bulk_kind::payload, 1, bulk_max_payload + 4})).find("exceeds the limit") !=
         std::string::npos);
   CHECK(refusal(encode_bulk_header({bulk_kind::hello, 1, 4})).find("hello frame announces") != std::string::npos);
+  // Shared-memory frames: a ring names its maker's pid, an answer is 1 or 0.
+  CHECK(decode_bulk_header(encode_bulk_header({bulk_kind::ring, 7, 4242})).bytes == 4242);
+  CHECK(refusal(encode_bulk_header({bulk_kind::ring, 0, 4242})).find("ring frame with nonce 0") != std::string::npos);
+  CHECK(refusal(encode_bulk_header({bulk_kind::ring, 7, 1ull << 40})).find("ring frame") != std::string::npos);
+  CHECK(decode_bulk_header(encode_bulk_header({bulk_kind::ring_ok, 7, 1})).bytes == 1);
+  CHECK(refusal(encode_bulk_header({bulk_kind::ring_ok, 7, 2})).find("ring_ok frame with answer 2") != std::string::npos);
+  CHECK(refusal(encode_bulk_header({bulk_kind::ring_payload, 1, 6})).find("not a whole number") != std::string::npos);
 }
 
 TEST_CASE("the payload store hands each payload to its claim once, also when the claim comes first") {

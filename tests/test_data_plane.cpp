@@ -14,6 +14,7 @@
 #include <limits>
 
 #include "actors/data_plane.hpp"
+#include "libps/shm_ring.hpp"
 
 using namespace ps;
 using namespace std::chrono_literals;
@@ -169,6 +170,77 @@ TEST_CASE("data plane: a peer that dies in the middle of a payload fails the cla
   auto start = std::chrono::steady_clock::now();
   CHECK_THROWS_WITH_AS(server.claim(named), doctest::Contains("in the middle of payload 1"), bad_request);
   CHECK(std::chrono::steady_clock::now() - start < 20s);  // the end of the connection, not the 30 s limit
+}
+
+TEST_CASE("data plane: with rings on both sides payloads cross through shared memory both ways, bit-exact and "
+          "into expected places; a side without rings keeps both ways on TCP") {
+  constexpr std::size_t ring = 1u << 20;  // smaller than the payloads: they wrap around it
+  data_plane worker("127.0.0.1", 1024, 10s, 10s, std::nullopt, ring);
+  data_plane server("127.0.0.1", 1024, 10s, 10s, std::nullopt, ring);
+  std::string why;
+  REQUIRE(worker.connect(server.token(), "127.0.0.1", server.port(), &why));  // it waits for the ring's answer
+  auto push = special_values(3 << 20);
+  auto named = worker.offload(server.token(), push);
+  REQUIRE(named);
+  CHECK(same_bits(server.claim(*named), push));
+  CHECK(worker.shm_bytes_sent() == push.size * sizeof(float));
+  // The server's answer, into two places of the worker's buffer; its ring was answered
+  // before the push above came (the same connection, in order).
+  auto a = special_values(300000), b = special_values(500000);
+  std::span<const float> parts[] = {{a.data(), a.size}, {b.data(), b.size}};
+  auto dest = std::make_shared<std::vector<float>>(900000, 42.0f);
+  worker.expect(server.token(), 7, {{dest->data(), 600000}, {dest->data() + 650000, 200000}}, dest);
+  auto answer = server.offload(worker.token(), parts, 800000, 7, nullptr);
+  REQUIRE(answer);
+  CHECK(!worker.claim(*answer).storage);  // in place
+  CHECK(std::memcmp(dest->data(), a.data(), 300000 * sizeof(float)) == 0);
+  CHECK(std::memcmp(dest->data() + 300000, b.data(), 300000 * sizeof(float)) == 0);
+  CHECK(std::memcmp(dest->data() + 650000, b.data() + 300000, 200000 * sizeof(float)) == 0);
+  CHECK((*dest)[600000] == 42.0f);
+  CHECK(server.shm_bytes_sent() == 800000 * sizeof(float));
+
+  data_plane tcp_only("127.0.0.1", 1024, 10s, 10s);  // --ps.shm-ring-bytes=0
+  REQUIRE(worker.connect(tcp_only.token(), "127.0.0.1", tcp_only.port(), &why));
+  auto before = worker.shm_bytes_sent();
+  auto over_tcp = worker.offload(tcp_only.token(), push);
+  REQUIRE(over_tcp);
+  CHECK(same_bits(tcp_only.claim(*over_tcp), push));
+  CHECK(worker.shm_bytes_sent() == before);
+  CHECK(worker.bytes_sent() == before + push.size * sizeof(float));
+}
+
+TEST_CASE("data plane: a peer that dies in the middle of a payload through its ring fails the claim, naming it") {
+  data_plane server("127.0.0.1", 1024, 30s, 10s, std::nullopt, 1u << 20);
+  int fd = raw_connection(server);
+  const std::uint64_t token = 0x5eed, nonce = 0xfeed;
+  auto ring = shm_ring::create(nonce, 1u << 20);
+  auto hello = encode_bulk_header({bulk_kind::hello, token, 0});
+  auto offer = encode_bulk_header({bulk_kind::ring, nonce, static_cast<std::uint64_t>(::getpid())});
+  write_bytes(fd, hello.data(), hello.size());
+  write_bytes(fd, offer.data(), offer.size());
+  // The server offers its own ring, then answers ours: mapped.
+  std::array<std::byte, bulk_header_bytes> raw;
+  for (bool answered = false; !answered;) {
+    REQUIRE(::recv(fd, raw.data(), raw.size(), MSG_WAITALL) == static_cast<ssize_t>(raw.size()));
+    auto h = decode_bulk_header(raw);
+    answered = h.kind == bulk_kind::ring_ok;
+    if (answered) CHECK(h.bytes == 1);
+  }
+  auto header = encode_bulk_header({bulk_kind::ring_payload, 1, 4000});
+  write_bytes(fd, header.data(), header.size());
+  std::vector<std::byte> part(400, std::byte{1});
+  std::span<const std::byte> pieces[] = {part};
+  std::string why;
+  REQUIRE(ring->write(pieces, {}, 1s, &why));
+  ::close(fd);  // dies with 3600 bytes still to come
+  float_block named;
+  named.size = 1000;
+  named.ticket = 1;
+  named.origin = token;
+  auto start = std::chrono::steady_clock::now();
+  CHECK_THROWS_WITH_AS(server.claim(named), doctest::Contains("in the middle of payload 1: the data connection from"),
+                       bad_request);
+  CHECK(std::chrono::steady_clock::now() - start < 5s);  // the end of the connection, not the 10 s stall limit
 }
 
 TEST_CASE("data plane: a payload is queued for the connection's writer, not written by the caller; a stalled write "
