@@ -1821,7 +1821,7 @@ TEST_CASE("faults: train_fmnist restored from its 2-epoch checkpoint resumes the
   std::filesystem::remove_all("ckpt-resume");
 }
 
-TEST_CASE("bench_kv: the limits first (TCP loopback, memcpy), then a row per op, size, window and shape with its transport") {
+TEST_CASE("bench_kv: the limits first (TCP loopback, memcpy), then a row per op, size, window, shape and transport") {
   auto [rc, out] = shell("bin/bench_kv --servers=1 --workers=1 --sizes=[4096,1048576] --windows=[1,2] "
                          "--cell-seconds=0.05");
   INFO(out);
@@ -1830,21 +1830,28 @@ TEST_CASE("bench_kv: the limits first (TCP loopback, memcpy), then a row per op,
   std::vector<nlohmann::json> rows;
   for (std::string line; std::getline(lines, line);)  // stdout: the bench's lines, then the members' status lines
     if (auto j = nlohmann::json::parse(line, nullptr, false); j.contains("limit") || j.contains("op")) rows.push_back(j);
-  REQUIRE(rows.size() == 2 + 2 * 2 * 2);
+  REQUIRE(rows.size() == 2 + 2 * 2 * 2 * 2);
   CHECK(rows[0]["limit"] == "tcp_loopback");
   CHECK(rows[1]["limit"] == "memcpy");
   CHECK(rows[1]["gbps"] > 0);
-  const double tcp = rows[0]["gbps"];
-  std::set<std::tuple<std::string, std::uint64_t, std::uint64_t>> cells;
+  const double tcp = rows[0]["gbps"], copy = rows[1]["gbps"];
+  // Both transports, each measuring every cell against its own limit.
+  std::set<std::tuple<std::string, std::string, std::uint64_t, std::uint64_t>> cells;
   for (std::size_t i = 2; i < rows.size(); ++i) {
     const auto& r = rows[i];
-    cells.insert({r["op"].get<std::string>(), r["bytes"].get<std::uint64_t>(), r["window"].get<std::uint64_t>()});
-    CHECK(r["transport"] == "tcp");
+    const std::string transport = r["transport"];
+    cells.insert({transport, r["op"].get<std::string>(), r["bytes"].get<std::uint64_t>(), r["window"].get<std::uint64_t>()});
     CHECK(r["gbps"] > 0);
-    CHECK(r["limit_fraction"] == doctest::Approx(r["gbps"].get<double>() / tcp));
+    CHECK(r["limit_fraction"] == doctest::Approx(r["gbps"].get<double>() / (transport == "shm" ? copy : tcp)));
     CHECK(r["p50_us"] <= r["p99_us"]);
   }
-  CHECK(cells.size() == 8);
+  CHECK(cells.size() == 16);
+  CHECK(std::count_if(cells.begin(), cells.end(), [](const auto& c) { return std::get<0>(c) == "shm"; }) == 8);
+  auto [tcp_rc, tcp_out] = shell("bin/bench_kv --servers=1 --workers=1 --sizes=[1048576] --windows=[1] "
+                                 "--cell-seconds=0.05 --transport=tcp");
+  CHECK(tcp_rc == 0);
+  CHECK(tcp_out.find(R"("transport":"shm")") == std::string::npos);
+  CHECK(tcp_out.find(R"("transport":"tcp")") != std::string::npos);
 }
 
 TEST_CASE("bench_elastic: a line per move, with the fraction moved, its stall and throughput, and nothing lost") {
