@@ -39,6 +39,10 @@ struct shard_handoff {
   std::vector<std::uint64_t> clocks;        // the giver's clock vector
   duplicate_filter applied;                 // the (worker, seq) the giver had applied
   std::uint64_t highest_clock = 0;
+  // Row admission's counts (row_tier::sightings; empty: no table admits after more than
+  // one push): the taker adds them to its own, so an id the giver had seen is admitted on
+  // the pushes it still lacked, never later.
+  std::vector<std::uint16_t> sightings = {};
 };
 
 // A handoff as bytes (cereal binary, then a CRC-32 of them), and back: decode throws

@@ -94,10 +94,12 @@ std::vector<shard_handoff> shard_core::hand_off(const partitioner& next, shard_e
   if (rows_.tiered())
     throw bad_request(name_ + ": rows on a disk tier (--shard-memory) cannot be handed over to another shard yet");
   std::map<std::uint32_t, shard_handoff> out;
+  const auto sightings = rows_.sightings();
   auto to = [&](std::uint32_t owner) -> shard_handoff& {
     auto [it, fresh] = out.try_emplace(owner);
     if (fresh)
-      it->second = {id_, owner, next.epoch(), {}, {}, {}, consistency_.clocks().values(), applied_, highest_clock_};
+      it->second = {id_,    owner, next.epoch(), {}, {}, {}, consistency_.clocks().values(), applied_, highest_clock_,
+                    sightings};
     return it->second;
   };
   // A newcomer hears from every giver, even of nothing: the handoff carries the clocks.
@@ -130,6 +132,7 @@ shard_effects shard_core::take_over(const shard_handoff& h) {
   if (h.epoch > map_.epoch())
     throw bad_request(name_ + ": a handoff of epoch " + std::to_string(h.epoch) + " came before this shard's map of it "
                       "(epoch " + std::to_string(map_.epoch()) + ")");
+  if (!h.sightings.empty()) rows_.restore_sightings(h.sightings);  // first: it refuses counts of another size
   auto segments = store_->snapshot();
   segments.insert(segments.end(), h.segments.begin(), h.segments.end());
   std::sort(segments.begin(), segments.end(), [](const stored_segment& a, const stored_segment& b) { return a.begin < b.begin; });

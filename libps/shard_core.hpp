@@ -182,8 +182,8 @@ class shard_core {
   // the new map). Throws bad_request for a map that is not newer, or a disk tier (rows on
   // disk do not move yet); nothing changes then.
   std::vector<shard_handoff> hand_off(const partitioner& next, shard_effects& fx);
-  // Takes what a handoff carries (this shard's map must give it all of it): keys, rows and
-  // deferred pushes; clocks merged (the first handoff's as they are, later ones the lower);
+  // Takes what a handoff carries (this shard's map must give it all of it): keys, rows,
+  // admission's counts (added) and deferred pushes; clocks merged (the first handoff's as they are, later ones the lower);
   // its applied (worker, seq) count as applied here. Its effects: deferred pushes and
   // parked pulls the clocks now release. Throws bad_request for a handoff meant for
   // another shard or of a map newer than this shard's.

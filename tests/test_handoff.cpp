@@ -186,6 +186,37 @@ TEST_CASE("handoff: rows move to their new owner; deferred BSP pushes travel and
   for (key_type k = 0; k < num_keys; k += 61) CHECK(c.value(c.after.owner(k), k) == static_cast<float>(k) - 1.0f);
 }
 
+TEST_CASE("handoff: admission's counts travel, so an id the giver saw is admitted on the pushes it still lacked") {
+  auto admitting = [](std::uint32_t id, std::uint64_t epoch, std::vector<std::uint32_t> ids) {
+    auto cfg = shard(id, epoch, std::move(ids), infinite_staleness);  // ASP: pushes apply as they come
+    cfg.tables[0].admit_after = 3;
+    return cfg;
+  };
+  auto before = map_of_shards(1, {0, 1}), after = before.with_shard(2);
+  shard_core giver(admitting(0, 1, {0, 1})), newcomer(admitting(2, 2, {0, 1, 2}));
+  // An id shard 0 owns now and shard 2 after the join, seen twice by shard 0: not admitted.
+  std::uint64_t id = 1;
+  while (before.row_owner(0, id) != 0 || after.row_owner(0, id) != 2) ++id;
+  std::vector<float> grads{1, 1};
+  for (std::uint64_t seq = 1; seq <= 2; ++seq) REQUIRE(giver.push_rows({1, 0, 0, seq}, 0, {id}, grads.data(), 2).ok());
+  REQUIRE(giver.rows().table(0).rows() == 0);
+  shard_effects fx;
+  auto parts = giver.hand_off(after, fx);
+  auto to_newcomer = std::find_if(parts.begin(), parts.end(), [](const shard_handoff& h) { return h.to == 2; });
+  REQUIRE(to_newcomer != parts.end());
+  CHECK(to_newcomer->sightings == giver.rows().sightings());
+  auto bytes = encode_handoff(*to_newcomer);  // they cross the wire whole
+  REQUIRE(newcomer.take_over(decode_handoff(bytes)).ok());
+  // The third sighting, on the new owner: admitted and applied (a fresh count would refuse it).
+  REQUIRE(newcomer.push_rows({2, 0, 0, 3}, 0, {id}, grads.data(), 2).ok());
+  CHECK(newcomer.rows().table(0).rows() == 1);
+  // Counts of another sketch size are refused, naming them, before anything is taken.
+  auto odd = *to_newcomer;
+  odd.sightings.pop_back();
+  shard_core other(admitting(2, 2, {0, 1, 2}));
+  CHECK_THROWS_WITH_AS(other.take_over(odd), doctest::Contains("saved counters, this sketch has"), bad_request);
+}
+
 TEST_CASE("handoff: parked pulls of keys that moved fail, naming why; bad handoffs are refused") {
   two_and_a_newcomer c(0);
   key_type k = 0;
