@@ -6,6 +6,7 @@
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -96,14 +97,19 @@ std::unique_ptr<shm_ring> shm_ring::create(std::uint64_t nonce, std::size_t capa
   int fd = ::shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
   if (fd < 0) throw bad_request("shared-memory ring " + name + ": " + errno_text());
   const auto mapped = control_bytes + capacity;
+  // The room is taken now (fallocate), or refused now: a ring mapped over a full /dev/shm
+  // (a container's 64 MiB) would end the process with SIGBUS at its first touch.
+  struct statvfs fs{};
+  int err = ::fstatvfs(fd, &fs) == 0 && fs.f_bavail * fs.f_bsize < mapped ? ENOSPC : 0;
+  if (err == 0) err = ::posix_fallocate(fd, 0, static_cast<off_t>(mapped));
   void* at = MAP_FAILED;
-  if (::ftruncate(fd, static_cast<off_t>(mapped)) == 0)
-    at = ::mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
-  auto err = errno;
+  if (err == 0) at = ::mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+  if (err == 0 && at == MAP_FAILED) err = errno;
   ::close(fd);
   if (at == MAP_FAILED) {
     ::shm_unlink(name.c_str());
-    throw bad_request("shared-memory ring " + name + " (" + std::to_string(mapped) + " bytes): " + std::strerror(err));
+    throw bad_request("shared-memory ring " + name + " (" + std::to_string(mapped) + " bytes): " + std::strerror(err) +
+                      (err == ENOSPC ? " (/dev/shm is full or too small)" : ""));
   }
   auto* control = new (at) shm_ring_control;
   control->nonce = nonce;

@@ -140,3 +140,10 @@ TEST_CASE("shm ring: a reader that stops reading stalls the writer for its limit
   CHECK(why == "shared-memory ring: no room for 50 ms");
   CHECK(ring->written() == ring->capacity());
 }
+
+TEST_CASE("shm ring: a ring larger than /dev/shm can hold is refused at once, naming it, not mapped to crash later") {
+  auto nonce = fresh_nonce();
+  CHECK_THROWS_WITH_AS(shm_ring::create(nonce, std::size_t{1} << 50),
+                       doctest::Contains("No space left on device (/dev/shm is full or too small)"), bad_request);
+  CHECK_FALSE(ring_listed(shm_ring::name_of(static_cast<std::uint32_t>(::getpid()), nonce)));
+}
