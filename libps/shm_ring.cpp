@@ -161,52 +161,56 @@ void shm_ring::unlink() {
 std::uint64_t shm_ring::written() const { return control_->head.load(std::memory_order_acquire); }
 std::uint64_t shm_ring::consumed() const { return control_->tail.load(std::memory_order_acquire); }
 
-bool shm_ring::write(std::span<const std::span<const std::byte>> pieces, const alive_check& alive,
-                     std::chrono::milliseconds stall, std::string* why) {
-  auto& c = *control_;
+namespace {
+
+// One side's pass over its pieces: `mine` is the counter this side moves (head for the
+// writer, tail for the reader), `theirs` the other side's; `open(mine, theirs)` is how many
+// bytes this side may move now, `copy(at, piece_offset, n)` moves them, and `post` tells
+// the other side. Waits on `wait_on` while nothing may move.
+template <class Piece, class Open, class Copy>
+bool pass(std::span<const Piece> pieces, std::atomic<std::uint64_t>& mine, std::atomic<std::uint64_t>& theirs,
+          std::size_t capacity, sem_t* wait_on, sem_t* post, Open open, Copy copy, const shm_ring::alive_check& alive,
+          std::chrono::milliseconds stall, const char* what, std::string* why) {
   for (auto piece : pieces) {
     for (std::size_t off = 0; off < piece.size();) {
-      const auto head = c.head.load(std::memory_order_relaxed);
-      const auto tail = c.tail.load(std::memory_order_acquire);
-      const auto room = capacity_ - (head - tail);
-      if (room == 0) {
-        if (!wait_for(&c.room, [&] { return c.tail.load(std::memory_order_acquire) != tail; }, alive, stall, "room", why))
-          return false;
+      const auto at = mine.load(std::memory_order_relaxed);
+      const auto other = theirs.load(std::memory_order_acquire);
+      const auto ready = open(at, other);
+      if (ready == 0) {
+        auto moved = [&] { return theirs.load(std::memory_order_acquire) != other; };
+        if (!wait_for(wait_on, moved, alive, stall, what, why)) return false;
         continue;
       }
-      const auto at = head % capacity_;
-      const auto n = std::min({piece.size() - off, room, capacity_ - at, slice_bytes});
-      std::memcpy(data_ + at, piece.data() + off, n);
-      c.head.store(head + n, std::memory_order_release);
-      sem_post(&c.data);
+      const auto n = std::min({piece.size() - off, ready, capacity - at % capacity, slice_bytes});
+      copy(piece, at % capacity, off, n);
+      mine.store(at + n, std::memory_order_release);
+      sem_post(post);
       off += n;
     }
   }
   return true;
 }
 
+}  // namespace
+
+bool shm_ring::write(std::span<const std::span<const std::byte>> pieces, const alive_check& alive,
+                     std::chrono::milliseconds stall, std::string* why) {
+  auto& c = *control_;
+  auto room = [cap = capacity_](std::uint64_t head, std::uint64_t tail) { return cap - (head - tail); };
+  auto copy_in = [this](std::span<const std::byte> piece, std::size_t at, std::size_t off, std::size_t n) {
+    std::memcpy(data_ + at, piece.data() + off, n);
+  };
+  return pass(pieces, c.head, c.tail, capacity_, &c.room, &c.data, room, copy_in, alive, stall, "room", why);
+}
+
 bool shm_ring::read(std::span<const std::span<std::byte>> into, const alive_check& alive, std::chrono::milliseconds stall,
                     std::string* why) {
   auto& c = *control_;
-  for (auto piece : into) {
-    for (std::size_t off = 0; off < piece.size();) {
-      const auto tail = c.tail.load(std::memory_order_relaxed);
-      const auto head = c.head.load(std::memory_order_acquire);
-      const auto ready = head - tail;
-      if (ready == 0) {
-        if (!wait_for(&c.data, [&] { return c.head.load(std::memory_order_acquire) != head; }, alive, stall, "data", why))
-          return false;
-        continue;
-      }
-      const auto at = tail % capacity_;
-      const auto n = std::min({piece.size() - off, ready, capacity_ - at, slice_bytes});
-      std::memcpy(piece.data() + off, data_ + at, n);
-      c.tail.store(tail + n, std::memory_order_release);
-      sem_post(&c.room);
-      off += n;
-    }
-  }
-  return true;
+  auto ready = [](std::uint64_t tail, std::uint64_t head) { return head - tail; };
+  auto copy_out = [this](std::span<std::byte> piece, std::size_t at, std::size_t off, std::size_t n) {
+    std::memcpy(piece.data() + off, data_ + at, n);
+  };
+  return pass(into, c.tail, c.head, capacity_, &c.data, &c.room, ready, copy_out, alive, stall, "data", why);
 }
 
 std::size_t remove_stale_rings() {
