@@ -30,6 +30,7 @@ struct data_plane_frame {
   std::uint64_t ticket = 0;
   std::uint64_t bytes = 0;  // header and parts
   std::uint64_t done = 0;   // of those, written already
+  std::size_t ring_header_done = 0;  // through the ring: bytes of its ring_payload header written
 };
 
 struct data_plane::connection {
@@ -593,14 +594,50 @@ std::vector<iovec> pieces_left(const data_plane_frame& frame) {
 
 }  // namespace
 
+// A ring payload when the ring has room for all of it and the socket takes its header at
+// once: header and floats go now, on the caller's thread (as a TCP write takes what the
+// socket takes at once), with no hop to the writer thread. Returns the header bytes
+// written (all of them: the floats are in too), or -1 on an error.
+std::int64_t data_plane::copy_in_now(const std::shared_ptr<connection>& c, const data_plane_frame& frame) {
+  auto header = encode_bulk_header({bulk_kind::ring_payload, frame.ticket, frame.bytes - bulk_header_bytes});
+  iovec head{header.data(), header.size()};
+  auto k = write_now(c->fd, &head, 1);
+  if (k != static_cast<std::int64_t>(bulk_header_bytes)) return k;
+  std::vector<std::span<const std::byte>> pieces;
+  for (auto p : frame.parts) pieces.push_back(std::as_bytes(p));
+  std::string why;
+  c->out_ring->write(pieces, {}, stall_timeout_, &why);  // room was there: no wait
+  shm_bytes_sent_ += frame.bytes - bulk_header_bytes;
+  return k;
+}
+
 // Writes what the socket takes at once when nothing is queued before the frame (most
 // frames fit: no thread hop), and queues the rest for the writer thread. Never waits
 // for the socket. False when the connection is broken (the caller sends the block).
 bool data_plane::send_or_queue(const std::shared_ptr<connection>& c, data_plane_frame frame) {
   std::unique_lock<std::mutex> lock(c->out_mtx);
   if (c->broken) return false;
-  const bool by_ring = frame.ticket != 0 && c->ring_ready;  // the writer thread copies it in
-  if (c->outbox.empty() && !c->writing && !by_ring) {
+  const bool by_ring = frame.ticket != 0 && c->ring_ready;
+  if (by_ring && c->outbox.empty() && !c->writing && c->out_ring->room() >= frame.bytes - bulk_header_bytes) {
+    c->writing = true;
+    lock.unlock();
+    auto k = copy_in_now(c, frame);
+    lock.lock();
+    c->writing = false;
+    if (k < 0) {
+      auto why = errno_text();
+      lock.unlock();
+      c->out_ready.notify_all();
+      drop(c, "writing payload " + std::to_string(frame.ticket) + ": " + why);
+      return false;
+    }
+    if (k == static_cast<std::int64_t>(bulk_header_bytes)) {
+      c->out_ready.notify_all();  // frames queued meanwhile
+      return true;
+    }
+    frame.ring_header_done = static_cast<std::size_t>(k);  // the writer thread goes on from there
+    c->outbox.push_front(std::move(frame));
+  } else if (c->outbox.empty() && !c->writing && !by_ring) {
     c->writing = true;
     lock.unlock();
     auto iov = pieces_left(frame);
@@ -631,10 +668,10 @@ bool data_plane::send_or_queue(const std::shared_ptr<connection>& c, data_plane_
 // on the socket first, so the reader knows where its bytes come from), else on the
 // socket. False, with *why, when it could not be written.
 bool data_plane::write_frame(const std::shared_ptr<connection>& c, data_plane_frame& frame, std::string* why) {
-  if (frame.ticket != 0 && frame.done == 0 && c->ring_ready) {
+  if (frame.ticket != 0 && frame.done == 0 && (c->ring_ready || frame.ring_header_done > 0)) {
     const auto payload = frame.bytes - bulk_header_bytes;
     auto header = encode_bulk_header({bulk_kind::ring_payload, frame.ticket, payload});
-    iovec head{header.data(), header.size()};
+    iovec head{header.data() + frame.ring_header_done, header.size() - frame.ring_header_done};
     if (!write_all(c->fd, &head, 1)) {
       *why = errno == EAGAIN || errno == EWOULDBLOCK ? "no progress for " + std::to_string(stall_timeout_.count()) + " ms"
                                                      : errno_text();

@@ -57,6 +57,8 @@ class shm_ring {
   // Bytes written and read through the ring so far (the peer's side included).
   std::uint64_t written() const;
   std::uint64_t consumed() const;
+  // Bytes the writer may copy in now without waiting.
+  std::size_t room() const { return capacity_ - static_cast<std::size_t>(written() - consumed()); }
 
  private:
   shm_ring(std::string name, shm_ring_control* control, std::size_t mapped, bool owner);
