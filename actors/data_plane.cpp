@@ -594,65 +594,55 @@ std::vector<iovec> pieces_left(const data_plane_frame& frame) {
 
 }  // namespace
 
-// A ring payload when the ring has room for all of it and the socket takes its header at
-// once: header and floats go now, on the caller's thread (as a TCP write takes what the
-// socket takes at once), with no hop to the writer thread. Returns the header bytes
-// written (all of them: the floats are in too), or -1 on an error.
-std::int64_t data_plane::copy_in_now(const std::shared_ptr<connection>& c, const data_plane_frame& frame) {
+// What goes at once of a frame nothing is queued before, without waiting: on the socket,
+// what it takes; through the ring (which has room for all of it), the header if the
+// socket takes it whole, then the floats. True when the frame is out, false when the
+// writer thread must finish it (frame says where it stands), nothing on a socket error.
+std::optional<bool> data_plane::write_at_once(const std::shared_ptr<connection>& c, data_plane_frame& frame,
+                                              bool by_ring) {
+  if (!by_ring) {
+    auto iov = pieces_left(frame);
+    auto k = write_now(c->fd, iov.data(), iov.size());
+    if (k < 0) return std::nullopt;
+    frame.done += static_cast<std::uint64_t>(k);
+    return frame.done == frame.bytes;
+  }
   auto header = encode_bulk_header({bulk_kind::ring_payload, frame.ticket, frame.bytes - bulk_header_bytes});
   iovec head{header.data(), header.size()};
   auto k = write_now(c->fd, &head, 1);
-  if (k != static_cast<std::int64_t>(bulk_header_bytes)) return k;
+  if (k < 0) return std::nullopt;
+  frame.ring_header_done = static_cast<std::size_t>(k);  // the writer thread goes on from there
+  if (frame.ring_header_done < bulk_header_bytes) return false;
   std::vector<std::span<const std::byte>> pieces;
   for (auto p : frame.parts) pieces.push_back(std::as_bytes(p));
   std::string why;
   c->out_ring->write(pieces, {}, stall_timeout_, &why);  // room was there: no wait
   shm_bytes_sent_ += frame.bytes - bulk_header_bytes;
-  return k;
+  return true;
 }
 
-// Writes what the socket takes at once when nothing is queued before the frame (most
-// frames fit: no thread hop), and queues the rest for the writer thread. Never waits
-// for the socket. False when the connection is broken (the caller sends the block).
+// Writes what goes at once when nothing is queued before the frame (most frames: no
+// thread hop; a ring payload when the ring has room for all of it), and queues the rest
+// for the writer thread. Never waits for the socket. False when the connection is broken
+// (the caller sends the block).
 bool data_plane::send_or_queue(const std::shared_ptr<connection>& c, data_plane_frame frame) {
   std::unique_lock<std::mutex> lock(c->out_mtx);
   if (c->broken) return false;
   const bool by_ring = frame.ticket != 0 && c->ring_ready;
-  if (by_ring && c->outbox.empty() && !c->writing && c->out_ring->room() >= frame.bytes - bulk_header_bytes) {
+  if (c->outbox.empty() && !c->writing && (!by_ring || c->out_ring->room() >= frame.bytes - bulk_header_bytes)) {
     c->writing = true;
     lock.unlock();
-    auto k = copy_in_now(c, frame);
+    auto out = write_at_once(c, frame, by_ring);
     lock.lock();
     c->writing = false;
-    if (k < 0) {
+    if (!out) {
       auto why = errno_text();
       lock.unlock();
       c->out_ready.notify_all();
       drop(c, "writing payload " + std::to_string(frame.ticket) + ": " + why);
       return false;
     }
-    if (k == static_cast<std::int64_t>(bulk_header_bytes)) {
-      c->out_ready.notify_all();  // frames queued meanwhile
-      return true;
-    }
-    frame.ring_header_done = static_cast<std::size_t>(k);  // the writer thread goes on from there
-    c->outbox.push_front(std::move(frame));
-  } else if (c->outbox.empty() && !c->writing && !by_ring) {
-    c->writing = true;
-    lock.unlock();
-    auto iov = pieces_left(frame);
-    auto k = write_now(c->fd, iov.data(), iov.size());
-    lock.lock();
-    c->writing = false;
-    if (k < 0) {
-      auto why = errno_text();
-      lock.unlock();
-      c->out_ready.notify_all();
-      drop(c, "writing payload " + std::to_string(frame.ticket) + ": " + why);
-      return false;
-    }
-    frame.done += static_cast<std::uint64_t>(k);
-    if (frame.done == frame.bytes) {
+    if (*out) {
       c->out_ready.notify_all();  // frames queued meanwhile
       return true;
     }

@@ -142,7 +142,7 @@ class data_plane {
   bool write_frame(const std::shared_ptr<connection>& c, data_plane_frame& frame, std::string* why);
   void write_loop(std::shared_ptr<connection> c);
   bool send_or_queue(const std::shared_ptr<connection>& c, data_plane_frame frame);
-  std::int64_t copy_in_now(const std::shared_ptr<connection>& c, const data_plane_frame& frame);
+  std::optional<bool> write_at_once(const std::shared_ptr<connection>& c, data_plane_frame& frame, bool by_ring);
   void add(std::shared_ptr<connection> c);
   void drop(const std::shared_ptr<connection>& c, const std::string& why);
   // Joins the threads of ended connections and closes their descriptors.
