@@ -613,12 +613,8 @@ std::optional<bool> data_plane::write_at_once(const std::shared_ptr<connection>&
   if (k < 0) return std::nullopt;
   frame.ring_header_done = static_cast<std::size_t>(k);  // the writer thread goes on from there
   if (frame.ring_header_done < bulk_header_bytes) return false;
-  std::vector<std::span<const std::byte>> pieces;
-  for (auto p : frame.parts) pieces.push_back(std::as_bytes(p));
   std::string why;
-  c->out_ring->write(pieces, {}, stall_timeout_, &why);  // room was there: no wait
-  shm_bytes_sent_ += frame.bytes - bulk_header_bytes;
-  return true;
+  return into_ring(c, frame, {}, &why);  // room was there: no wait, so no failure
 }
 
 // Writes what goes at once when nothing is queued before the frame (most frames: no
@@ -658,30 +654,33 @@ bool data_plane::send_or_queue(const std::shared_ptr<connection>& c, data_plane_
 // on the socket first, so the reader knows where its bytes come from), else on the
 // socket. False, with *why, when it could not be written.
 bool data_plane::write_frame(const std::shared_ptr<connection>& c, data_plane_frame& frame, std::string* why) {
-  if (frame.ticket != 0 && frame.done == 0 && (c->ring_ready || frame.ring_header_done > 0)) {
-    const auto payload = frame.bytes - bulk_header_bytes;
-    auto header = encode_bulk_header({bulk_kind::ring_payload, frame.ticket, payload});
-    iovec head{header.data() + frame.ring_header_done, header.size() - frame.ring_header_done};
-    if (!write_all(c->fd, &head, 1)) {
-      *why = errno == EAGAIN || errno == EWOULDBLOCK ? "no progress for " + std::to_string(stall_timeout_.count()) + " ms"
-                                                     : errno_text();
-      return false;
-    }
-    std::vector<std::span<const std::byte>> pieces;
-    for (auto p : frame.parts) pieces.push_back(std::as_bytes(p));
-    if (!c->out_ring->write(pieces, [&] { return gone(*c); }, stall_timeout_, why)) return false;
-    shm_bytes_sent_ += payload;
-    return true;
-  }
-  auto iov = pieces_left(frame);
   bool ok = true;
-  // sendmsg takes at most IOV_MAX pieces at a time.
-  for (std::size_t at = 0; ok && at < iov.size(); at += iov_max)
-    ok = write_all(c->fd, iov.data() + at, static_cast<int>(std::min(iov_max, iov.size() - at)));
+  if (frame.ticket != 0 && frame.done == 0 && c->ring_ready) {  // ring_ready also covers a header begun at once
+    auto header = encode_bulk_header({bulk_kind::ring_payload, frame.ticket, frame.bytes - bulk_header_bytes});
+    iovec head{header.data() + frame.ring_header_done, header.size() - frame.ring_header_done};
+    ok = write_all(c->fd, &head, 1);
+    if (ok) return into_ring(c, frame, [&] { return gone(*c); }, why);
+  } else {
+    auto iov = pieces_left(frame);
+    // sendmsg takes at most IOV_MAX pieces at a time.
+    for (std::size_t at = 0; ok && at < iov.size(); at += iov_max)
+      ok = write_all(c->fd, iov.data() + at, static_cast<int>(std::min(iov_max, iov.size() - at)));
+  }
   if (!ok)
     *why = errno == EAGAIN || errno == EWOULDBLOCK ? "no progress for " + std::to_string(stall_timeout_.count()) + " ms"
                                                    : errno_text();
   return ok;
+}
+
+// A payload's floats into c's ring (after its header went on the socket), counted as sent
+// through shared memory.
+bool data_plane::into_ring(const std::shared_ptr<connection>& c, const data_plane_frame& frame,
+                           const shm_ring::alive_check& alive, std::string* why) {
+  std::vector<std::span<const std::byte>> pieces;
+  for (auto p : frame.parts) pieces.push_back(std::as_bytes(p));
+  if (!c->out_ring->write(pieces, alive, stall_timeout_, why)) return false;
+  shm_bytes_sent_ += frame.bytes - bulk_header_bytes;
+  return true;
 }
 
 // The connection's writer thread: writes the queued payloads in order until the

@@ -26,6 +26,7 @@
 #include "actors/messages.hpp"
 #include "libps/bulk.hpp"
 #include "libps/secret.hpp"
+#include "libps/shm_ring.hpp"
 
 #include <sys/uio.h>
 
@@ -140,6 +141,8 @@ class data_plane {
   // "" while c stands, else why it does not (a ring's wait asks between slices).
   std::string gone(const connection& c) const;
   bool write_frame(const std::shared_ptr<connection>& c, data_plane_frame& frame, std::string* why);
+  bool into_ring(const std::shared_ptr<connection>& c, const data_plane_frame& frame, const shm_ring::alive_check& alive,
+                 std::string* why);
   void write_loop(std::shared_ptr<connection> c);
   bool send_or_queue(const std::shared_ptr<connection>& c, data_plane_frame frame);
   std::optional<bool> write_at_once(const std::shared_ptr<connection>& c, data_plane_frame& frame, bool by_ring);
