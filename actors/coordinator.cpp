@@ -762,40 +762,27 @@ std::string map_change_refusal(const coordinator_options& opts, const coordinato
   return {};
 }
 
-// Before a map change: every shard must be able to hand its keys over (none keeps rows on
-// a disk tier, which do not move yet). go() once each answered so, else refused(why).
-// The map change is reserved meanwhile (another is refused).
+// Before a map change: every shard must answer (a shard that cannot would leave its part
+// of the handoffs undone). go() once each answered, else refused(why). The map change
+// is reserved meanwhile (another is refused).
 void when_shards_can_move(self_ptr self, std::function<void()> go, std::function<void(std::string)> refused) {
   auto heads = live_heads(self->state);
   self->state.joining = true;
-  auto answers = std::make_shared<std::vector<std::string>>(heads.size());
   auto settle = [=](std::string why) {
     self->state.joining = false;
     if (why.empty()) return go();
     refused(why);
-  };
-  auto ok = [=](std::vector<std::uint64_t>) {
-    for (std::size_t i = 0; i < heads.size(); ++i) {
-      try {
-        if (shard_has_disk_tier((*answers)[i]))
-          return settle("a shard keeps rows on a disk tier (--shard-memory), which do not move to another shard yet");
-      } catch (const bad_request& e) {
-        return settle(e.what());
-      }
-    }
-    settle("");
   };
   auto remaining = std::make_shared<std::size_t>(heads.size());
   auto failed = std::make_shared<std::string>();
   if (heads.empty()) return settle("");
   for (std::size_t i = 0; i < heads.size(); ++i)
     self->request(heads[i], std::chrono::seconds(5), stats_atom::value)
-      .then([=](std::string& text) {
-              (*answers)[i] = std::move(text);
-              if (--*remaining == 0) failed->empty() ? ok({}) : settle(*failed);
+      .then([=](std::string&) {
+              if (--*remaining == 0) settle(*failed);
             },
             [=](caf::error& e) {
-              *failed = "a shard did not say whether it can move keys (" + describe(e) + ")";
+              *failed = "a shard did not answer before the map change (" + describe(e) + ")";
               if (--*remaining == 0) settle(*failed);
             });
 }

@@ -70,6 +70,13 @@ row_writer_actor::behavior_type row_writer(row_writer_actor::pointer self, std::
         return failed(self, name, e);
       }
     },
+    [=](move_rows_atom, const disk_move& m) -> caf::result<std::shared_ptr<const moved_page>> {
+      try {
+        return std::make_shared<const moved_page>(disk->take_moved(m));
+      } catch (const bad_request& e) {
+        return failed(self, name, e);
+      }
+    },
   };
 }
 
@@ -104,6 +111,7 @@ row_io_actor::behavior_type row_io(row_io_actor::stateful_pointer<row_io_state> 
       return self->delegate(self->state.writer, fill_atom::value, f);
     },
     [=](sweep_rows_atom, const disk_sweep& s) { return self->delegate(self->state.writer, sweep_rows_atom::value, s); },
+    [=](move_rows_atom, const disk_move& m) { return self->delegate(self->state.writer, move_rows_atom::value, m); },
   };
 }
 

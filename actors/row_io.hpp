@@ -42,6 +42,8 @@ CAF_ALLOW_UNSAFE_MESSAGE_TYPE(std::shared_ptr<const ps::row_write>)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(std::shared_ptr<const std::vector<ps::row_key>>)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(ps::disk_sweep)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(std::shared_ptr<const ps::swept_page>)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(ps::disk_move)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(std::shared_ptr<const ps::moved_page>)
 
 namespace ps {
 
@@ -49,6 +51,7 @@ using read_rows_atom = caf::atom_constant<caf::atom("readrows")>;
 using write_rows_atom = caf::atom_constant<caf::atom("writerows")>;
 using save_rows_atom = caf::atom_constant<caf::atom("saverows")>;
 using sweep_rows_atom = caf::atom_constant<caf::atom("sweeprows")>;
+using move_rows_atom = caf::atom_constant<caf::atom("moverows")>;
 
 using row_io_actor = caf::typed_actor<
   caf::replies_to<read_rows_atom, std::shared_ptr<const std::vector<row_key>>>::with<std::shared_ptr<const disk_rows>>,
@@ -61,11 +64,14 @@ using row_io_actor = caf::typed_actor<
   caf::replies_to<save_rows_atom, std::shared_ptr<const row_write>, std::string>::with<caf::ok_atom>,
   // A page of expiry's scan of a table's rows on disk (row_disk::expired), after the
   // writes asked before it.
-  caf::replies_to<sweep_rows_atom, disk_sweep>::with<std::shared_ptr<const swept_page>>>;
+  caf::replies_to<sweep_rows_atom, disk_sweep>::with<std::shared_ptr<const swept_page>>,
+  // A page of a map change's scan (row_disk::take_moved), after the writes asked before it.
+  caf::replies_to<move_rows_atom, disk_move>::with<std::shared_ptr<const moved_page>>>;
 
-// Writes, checkpoints, fills and sweeps, in the order asked (row_io hands them on).
+// Writes, checkpoints, fills, sweeps and moves, in the order asked (row_io hands them on).
 using row_writer_actor = caf::typed_actor<
   caf::replies_to<sweep_rows_atom, disk_sweep>::with<std::shared_ptr<const swept_page>>,
+  caf::replies_to<move_rows_atom, disk_move>::with<std::shared_ptr<const moved_page>>,
   caf::replies_to<write_rows_atom, std::shared_ptr<const row_write>>::with<std::uint64_t>,
   caf::replies_to<fill_atom, std::shared_ptr<const fill_order>>::with<std::uint64_t>,
   caf::replies_to<save_rows_atom, std::shared_ptr<const row_write>, std::string>::with<caf::ok_atom>>;

@@ -841,44 +841,111 @@ caf::result<std::string> stats(self_ptr self) {
   return stats_json(self->state);
 }
 
-// The map changes under this shard (a shard joined): it adopts `view`'s map and hands
-// what moved to each new owner; the answer (the new epoch) waits until every taker has
-// taken its part. A taker that fails to take it fails the handoff: the coordinator ends
-// the job then (the part is not held anywhere else).
+// One handoff under way (the map changed under this shard): its answer, the new epoch,
+// waits until every part was taken. With a disk tier the moved rows come off the disk in
+// pages that leave as they are read; the parts themselves leave after the last page
+// (CAF keeps one sender's order), as their deferred pushes may touch the pages' rows.
+struct handoff_run {
+  caf::typed_response_promise<std::uint64_t> rp;
+  cluster_view view;
+  std::vector<shard_handoff> parts;  // sent once no scan is left
+  std::size_t scans = 0;             // disk_move scans not finished
+  std::size_t untaken = 0;           // parts sent, not taken yet
+  bool parts_sent = false, settled = false;
+  void fail(std::string why) {
+    if (!settled) rp.deliver(make_ps_error(std::move(why)));
+    settled = true;
+  }
+};
+using handoff_run_ptr = std::shared_ptr<handoff_run>;
+
+void send_parts(self_ptr self, const handoff_run_ptr& run, std::vector<shard_handoff> parts);
+
+// Sends the parts once the scans are done, answers once they were all taken.
+void advance_handoff(self_ptr self, const handoff_run_ptr& run) {
+  if (run->settled || run->scans > 0) return;
+  if (!run->parts_sent) {
+    run->parts_sent = true;
+    send_parts(self, run, std::move(run->parts));
+  }
+  if (run->untaken == 0 && !run->settled) {
+    run->settled = true;
+    run->rp.deliver(run->view.epoch);
+  }
+}
+
+// A taker that fails to take its part fails the handoff: the coordinator ends the job
+// then (the part is not held anywhere else).
+void send_parts(self_ptr self, const handoff_run_ptr& run, std::vector<shard_handoff> parts) {
+  for (const auto& part : parts) {
+    const auto& shards = run->view.shards;
+    auto entry = std::find_if(shards.begin(), shards.end(), [&](const shard_entry& e) { return e.id == part.to; });
+    if (entry == shards.end() || !entry->handle)
+      return run->fail(self->state.name + ": the map names no handle for shard " + std::to_string(part.to));
+    auto bytes = encode_handoff(part);
+    encoded_block block{std::make_shared<std::vector<std::byte>>(bytes.size())};
+    std::memcpy(block.bytes->data(), bytes.data(), bytes.size());
+    ++run->untaken;
+    auto to = part.to;
+    self->request(caf::actor_cast<shard_actor>(entry->handle), std::chrono::seconds(60), takeover_atom::value, block)
+      .then(
+        [=](std::uint64_t) {
+          --run->untaken;
+          advance_handoff(self, run);
+        },
+        [=](caf::error& e) {
+          run->fail(self->state.name + ": shard " + std::to_string(to) + " did not take its keys: " + describe(e));
+        });
+  }
+}
+
+// One page of a scan that takes moved rows off the disk tier, then the next.
+void scan_moved_rows(self_ptr self, const handoff_run_ptr& run, disk_move move) {
+  self->request(self->state.disk, caf::infinite, move_rows_atom::value, move)
+    .then(
+      [=](const std::shared_ptr<const moved_page>& page) mutable {
+        try {
+          send_parts(self, run, self->state.core->rows_moved(*page));
+        } catch (const bad_request& e) {
+          return run->fail(e.what());
+        }
+        if (page->more) {
+          move.from = page->next;
+          return scan_moved_rows(self, run, std::move(move));
+        }
+        --run->scans;
+        advance_handoff(self, run);
+      },
+      [=](caf::error& e) {
+        run->fail(self->state.name + ": the disk tier failed while handing rows over: " + describe(e));
+        disk_failed(self, e);
+      });
+}
+
+// The map changes under this shard (a shard joined or leaves): it adopts `view`'s map
+// and hands what moved to each new owner; the answer (the new epoch) waits until every
+// taker has taken its part.
 caf::result<std::uint64_t> hand_off(self_ptr self, const shard_options& opts, const coordinator_actor& coordinator,
                                     const cluster_view& view) {
   auto& st = self->state;
   if (!st.core) return make_ps_error(st.name + ": not configured yet, cannot hand keys over");
-  std::vector<shard_handoff> parts;
+  auto run = std::make_shared<handoff_run>();
   shard_effects fx;
   try {
-    parts = st.core->hand_off(map_of(view), fx);
+    run->parts = st.core->hand_off(map_of(view), fx);
   } catch (const bad_request& e) {
     return make_ps_error(e.what());
   }
-  carry_out(self, opts, coordinator, fx);  // parked pulls of moved keys fail (errc::moved)
+  auto moves = std::move(fx.moves);
+  carry_out(self, opts, coordinator, fx);  // parked pulls of moved keys fail (errc::moved); moved rows go to disk
   take_view(self, view);
-  if (parts.empty()) return view.epoch;
-  auto rp = self->make_response_promise<std::uint64_t>();
-  auto remaining = std::make_shared<std::size_t>(parts.size());
-  for (const auto& part : parts) {
-    auto entry = std::find_if(view.shards.begin(), view.shards.end(), [&](const shard_entry& e) { return e.id == part.to; });
-    if (entry == view.shards.end() || !entry->handle) {
-      rp.deliver(make_ps_error(st.name + ": the map names no handle for shard " + std::to_string(part.to)));
-      return rp;
-    }
-    auto bytes = encode_handoff(part);
-    encoded_block block{std::make_shared<std::vector<std::byte>>(bytes.size())};
-    std::memcpy(block.bytes->data(), bytes.data(), bytes.size());
-    auto to = part.to;
-    self->request(caf::actor_cast<shard_actor>(entry->handle), std::chrono::seconds(60), takeover_atom::value, block)
-      .then([=](std::uint64_t) mutable { if (--*remaining == 0) rp.deliver(view.epoch); },
-            [=](caf::error& e) mutable {
-              rp.deliver(make_ps_error(self->state.name + ": shard " + std::to_string(to) + " did not take its keys: " +
-                                       describe(e)));
-            });
-  }
-  return rp;
+  if (run->parts.empty() && moves.empty()) return view.epoch;
+  run->rp = self->make_response_promise<std::uint64_t>();
+  run->view = view;
+  run->scans = moves.size();
+  for (auto& m : moves) scan_moved_rows(self, run, std::move(m));  // after the writes carry_out sent
+  advance_handoff(self, run);
+  return run->rp;
 }
 
 // A giver's part: this shard now owns it.

@@ -21,20 +21,23 @@ namespace {
 struct options {
   std::string out;
   std::uint64_t train_rows = 1000000, test_rows = 100000, vocabulary = 100000, seed = 1;
+  std::uint64_t head = ps::ctr_truth{}.head, interaction_head = ps::ctr_truth{}.interaction_head;
   double zipf = 1.1;
 };
 
 options parse(int argc, char** argv) {
   options o;
   std::map<std::string, std::uint64_t*> counts{{"--train-rows", &o.train_rows}, {"--test-rows", &o.test_rows},
-                                               {"--vocabulary", &o.vocabulary}, {"--seed", &o.seed}};
+                                               {"--vocabulary", &o.vocabulary}, {"--seed", &o.seed},
+                                               {"--head", &o.head}, {"--interaction-head", &o.interaction_head}};
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto eq = a.find('=');
     std::string flag = a.substr(0, eq), value = eq == std::string::npos ? "" : a.substr(eq + 1);
     if (flag == "--help") {
       std::printf("gen_ctr --out=DIR [--train-rows=1000000] [--test-rows=100000] [--vocabulary=100000] "
-                  "[--zipf=1.1] [--seed=1]\n");
+                  "[--zipf=1.1] [--seed=1] [--head=%llu] [--interaction-head=%llu]\n",
+                  static_cast<unsigned long long>(o.head), static_cast<unsigned long long>(o.interaction_head));
       std::exit(0);
     }
     if (eq == std::string::npos) throw ps::bad_request("flag " + a + " needs a value (--name=value)");
@@ -81,7 +84,7 @@ int main(int argc, char** argv) {
   try {
     auto o = parse(argc, argv);
     std::filesystem::create_directories(o.out);
-    ps::ctr_truth truth{o.vocabulary, o.zipf, o.seed};
+    ps::ctr_truth truth{o.vocabulary, o.zipf, o.seed, o.head, o.interaction_head};
     ps::zipf_sampler ids(o.vocabulary, o.zipf);
     write_rows(o.out + "/train.tsv", o.train_rows, truth, ids, 1, nullptr, nullptr);
     std::vector<double> p;
@@ -90,7 +93,8 @@ int main(int argc, char** argv) {
     double clicks = 0;
     for (auto v : y) clicks += v;
     nlohmann::ordered_json out{{"train_rows", o.train_rows}, {"test_rows", o.test_rows}, {"vocabulary", o.vocabulary},
-                               {"zipf", o.zipf},           {"seed", o.seed},           {"bayes_auc", ps::auc(p, y)},
+                               {"zipf", o.zipf},           {"seed", o.seed},           {"head", o.head},
+                               {"interaction_head", o.interaction_head},               {"bayes_auc", ps::auc(p, y)},
                                {"bayes_logloss", ps::logloss(p, y)}, {"test_click_rate", clicks / y.size()}};
     std::ofstream(o.out + "/truth.json") << out.dump() << '\n';
     std::printf("%s\n", out.dump().c_str());

@@ -104,13 +104,6 @@ std::string status_json(std::uint64_t epoch, const std::string& job, const std::
   return out.dump();
 }
 
-bool shard_has_disk_tier(const std::string& stats) {
-  auto j = json::parse(stats, nullptr, false);
-  if (j.is_discarded() || !j.is_object() || !j.contains("ram_budget") || !j["ram_budget"].is_number_unsigned())
-    throw bad_request("a shard's figures have no ram_budget: " + stats.substr(0, 200));
-  return j["ram_budget"].get<std::uint64_t>() > 0;
-}
-
 std::string status_table(const std::string& status) {
   json st = json::parse(status);
   std::string out = "job: " + cell(st["job"]) + ", map epoch " + cell(st["epoch"]) + ", slowest worker " +

@@ -35,8 +35,4 @@ std::string status_json(std::uint64_t epoch, const std::string& job, const std::
 // status_json's object as aligned text: a line for the job, a table of shards, one of workers.
 std::string status_table(const std::string& status);
 
-// Whether a shard's figures (server_shard's stats JSON) show a disk tier (a RAM budget
-// for its rows); throws bad_request for text that is not such figures.
-bool shard_has_disk_tier(const std::string& stats);
-
 }  // namespace ps

@@ -43,6 +43,10 @@ struct shard_handoff {
   // one push): the taker adds them to its own, so an id the giver had seen is admitted on
   // the pushes it still lacked, never later.
   std::vector<std::uint16_t> sightings = {};
+  // A page of rows a giver with a disk tier took off its disk: only `rows` count (the
+  // taker holds them as rows it never had). Such pages come before the giver's last part,
+  // which carries the rest (its deferred pushes apply to rows the pages brought).
+  bool rows_only = false;
 };
 
 // A handoff as bytes (cereal binary, then a CRC-32 of them), and back: decode throws

@@ -224,6 +224,40 @@ swept_page row_disk::expired(const disk_sweep& sweep, std::size_t page) {
   return out;
 }
 
+moved_page row_disk::take_moved(const disk_move& move, std::size_t page) {
+  moved_page out{move.table, {}, {}, false, 0};
+  char from[key_size], to[key_size];
+  encode_key({move.table, move.from}, from);
+  encode_key({move.table + 1, 0}, to);
+  rocksdb::ReadOptions o;
+  o.fill_cache = false;  // a scan, as expired()'s
+  rocksdb::Slice upper(to, key_size);
+  o.iterate_upper_bound = &upper;
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(o));
+  rocksdb::WriteBatch gone;
+  std::size_t scanned = 0;
+  for (it->Seek(rocksdb::Slice(from, key_size)); it->Valid(); it->Next()) {
+    const auto id = decode_id(it->key().data());
+    if (scanned++ == page) {
+      out.more = true;
+      out.next = id;
+      break;
+    }
+    if (!move.moves(id)) continue;
+    const auto bytes = row_bytes({move.table, id}, it->value().size());
+    const auto* row = reinterpret_cast<const float*>(it->value().data());
+    out.ids.push_back(id);
+    out.rows.insert(out.rows.end(), row, row + bytes / sizeof(float));
+    gone.Delete(it->key());
+  }
+  if (!it->status().ok()) throw bad_request(problem(path_, it->status()));
+  if (out.ids.empty()) return out;
+  rocksdb::WriteOptions w;
+  w.disableWAL = true;
+  if (auto s = db_->Write(w, &gone); !s.ok()) throw bad_request(problem(path_, s));
+  return out;
+}
+
 void row_disk::write(const row_write& w) {
   rocksdb::WriteBatch batch;
   std::size_t at = 0;

@@ -52,6 +52,10 @@ class row_disk {
   // then (rows restored from a checkpoint live from the clock the job resumed at), and
   // where the next page starts. Throws bad_request naming the path.
   swept_page expired(const disk_sweep& sweep, std::size_t page = std::size_t{1} << 16);
+  // Of at most `page` of the table's rows from move.from on, those move.moves picks, with
+  // their floats, deleted from the store in the same call; and where the next page starts.
+  // Throws bad_request naming the path.
+  moved_page take_moved(const disk_move& move, std::size_t page = std::size_t{1} << 14);
   // Writes rows (one batch, no write-ahead log); throws bad_request naming the path
   // (a full disk among them).
   void write(const row_write& w);

@@ -150,6 +150,7 @@ void row_tier::loaded(const std::vector<row_key>& keys, const std::vector<std::u
       stored = rows.data() + at;
       at += t.stride();
     }
+    if (dropped_.erase(k) != 0) continue;  // moved to another shard while it was read
     if (t.holds(k.id)) continue;  // cannot happen while reads are tracked; the RAM copy is newer
     const auto last_push = std::max(pushed.empty() ? 0 : pushed.at(i), revived_at_);
     if (stored && expired(k.table, last_push)) {  // expired on disk, not yet swept: made afresh
@@ -220,23 +221,71 @@ table_rows row_tier::take_rows(std::uint32_t table, const std::function<bool(std
   return out;
 }
 
+sparse_table& row_tier::table_of_stride(std::uint32_t table, std::uint32_t stride, const std::vector<std::uint64_t>& ids,
+                                        const std::vector<float>& rows, const std::string& what) {
+  if (table >= tables_.size())
+    throw bad_request(what + " has rows of sparse table " + std::to_string(table) + ", the job has " +
+                      std::to_string(tables_.size()) + " tables");
+  auto& t = tables_[table];
+  if (stride != t.stride() || rows.size() != ids.size() * stride)
+    throw bad_request(what + "'s rows of sparse table " + t.spec().name + " have " + std::to_string(stride) +
+                      " floats each, the job's " + std::to_string(t.stride()) + " (another model?)");
+  return t;
+}
+
 void row_tier::restore(std::uint32_t table, std::uint32_t stride, const std::vector<std::uint64_t>& ids,
                        const std::vector<float>& rows) {
   if (tiered())
     throw bad_request("a checkpoint of rows held in RAM is not restored into a disk tier (--shard-memory) yet; "
                       "restore it without --shard-memory");
-  if (table >= tables_.size())
-    throw bad_request("the checkpoint has rows of sparse table " + std::to_string(table) + ", the job has " +
-                      std::to_string(tables_.size()) + " tables");
-  auto& t = tables_[table];
-  if (stride != t.stride() || rows.size() != ids.size() * stride)
-    throw bad_request("the checkpoint's rows of sparse table " + t.spec().name + " have " + std::to_string(stride) +
-                      " floats each, the job's " + std::to_string(t.stride()) + " (another model?)");
+  auto& t = table_of_stride(table, stride, ids, rows, "the checkpoint");
   for (std::size_t i = 0; i < ids.size(); ++i) {
     if (t.holds(ids[i])) continue;
     t.install(ids[i], rows.data() + i * stride, now_);
     created(table);
   }
+}
+
+void row_tier::adopt(std::uint32_t table, std::uint32_t stride, const std::vector<std::uint64_t>& ids,
+                     const std::vector<float>& rows) {
+  auto& t = table_of_stride(table, stride, ids, rows, "a handoff");
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    if (t.holds(ids[i])) continue;
+    t.install(ids[i], rows.data() + i * stride, now_, true);
+    created(table);
+  }
+}
+
+std::shared_ptr<const row_write> row_tier::flush_moved(const std::function<bool(const row_key&)>& moves) {
+  auto w = std::make_shared<row_write>();
+  w->seq = next_write_ + 1;
+  for (std::uint32_t i = 0; i < tables_.size(); ++i) {
+    auto& t = tables_[i];
+    std::vector<std::uint64_t> leaving;
+    t.for_each_row([&](std::uint64_t id, const float* row, bool dirty, std::uint64_t pushed) {
+      if (!moves({i, id})) return;
+      leaving.push_back(id);
+      if (!dirty) return;  // on disk already, or in a write under way
+      writing_[{i, id}] = {w->seq, w->rows.size(), pushed};
+      w->keys.push_back({i, id});
+      w->pushed.push_back(pushed);
+      w->rows.insert(w->rows.end(), row, row + t.stride());
+    });
+    for (auto id : leaving) t.erase(id);
+  }
+  for (const auto& k : reading_)
+    if (moves(k)) dropped_.insert(k);
+  if (w->keys.empty()) return nullptr;
+  ++next_write_;
+  buffered_bytes_ += w->rows.size() * sizeof(float);
+  stats_.written += w->keys.size();
+  in_flight_.push_back(w);
+  return w;
+}
+
+void row_tier::moved_from_disk(std::uint32_t table, std::uint64_t rows) {
+  stats_.moved += rows;
+  live_.at(table) -= rows;
 }
 
 row_write row_tier::dirty_rows() const {

@@ -13,6 +13,7 @@
 #include <memory>
 #include <optional>
 #include <span>
+#include <string>
 #include <unordered_map>
 #include <unordered_set>
 #include <vector>
@@ -54,6 +55,25 @@ struct disk_sweep {
 // page starts (more: there is one).
 struct swept_page {
   std::vector<std::uint64_t> ids;
+  bool more = false;
+  std::uint64_t next = 0;
+};
+
+// A scan of a table's rows on disk for those a map change gives to other shards
+// (row_disk::take_moved): each page's rows leave the disk as they are returned, so a row
+// handed over is nowhere here afterwards. Pages, as a sweep's, so writes queued behind
+// it wait for one page.
+struct disk_move {
+  std::uint32_t table = 0;
+  std::uint64_t from = 0;
+  std::function<bool(std::uint64_t)> moves;  // by id: the new map gives it to another shard
+};
+// A page of it: the moved rows (the table's stride floats each, back to back), and where
+// the next page starts (more: there is one).
+struct moved_page {
+  std::uint32_t table = 0;
+  std::vector<std::uint64_t> ids;
+  std::vector<float> rows;
   bool more = false;
   std::uint64_t next = 0;
 };
@@ -157,6 +177,20 @@ class row_tier {
   // The rows of `table` held here for which `moves` holds, taken out (sorted by id).
   // Only without a disk tier (throws bad_request naming it otherwise).
   table_rows take_rows(std::uint32_t table, const std::function<bool(std::uint64_t)>& moves);
+  // With a disk tier, a map change gives rows to other shards: those in RAM for which
+  // `moves` holds leave it, the changed ones as one write (returned; null when none
+  // changed), so once it and the writes before it have landed the disk holds every
+  // moved row exactly once, for disk_move scans to take. Reads of moved rows under way
+  // are dropped when they land.
+  std::shared_ptr<const row_write> flush_moved(const std::function<bool(const row_key&)>& moves);
+  // A disk_move page took `rows` rows of `table` off the disk (counted as moved).
+  void moved_from_disk(std::uint32_t table, std::uint64_t rows);
+  // Rows another shard handed over (stride floats each): held in RAM as changed, since
+  // no disk here has them (trim writes them when they are evicted); rows held already
+  // are kept. Counted as created. Throws bad_request for an unknown table or a stride
+  // not the table's.
+  void adopt(std::uint32_t table, std::uint32_t stride, const std::vector<std::uint64_t>& ids,
+             const std::vector<float>& rows);
   std::uint64_t table_bytes() const;
   // Live rows of each table, wherever they are.
   const std::vector<std::uint64_t>& live_rows() const { return live_; }
@@ -169,6 +203,9 @@ class row_tier {
     std::uint64_t pushed;  // the clock of its last push
   };
   bool expired(std::uint32_t table, std::uint64_t last_push) const;
+  // Throws bad_request unless `table` is known and its rows have `stride` floats (what: whose rows, e.g. "the checkpoint").
+  sparse_table& table_of_stride(std::uint32_t table, std::uint32_t stride, const std::vector<std::uint64_t>& ids,
+                                const std::vector<float>& rows, const std::string& what);
   void created(std::uint32_t table);
   // The table whose next victim was used longest ago, if used before keep_from.
   std::optional<std::uint32_t> oldest_table(std::uint64_t keep_from) const;
@@ -178,6 +215,7 @@ class row_tier {
   std::vector<sparse_table> tables_;
   std::uint64_t budget_;
   std::unordered_set<row_key, row_key_hash> reading_;  // keys asked of the disk, not answered yet
+  std::unordered_set<row_key, row_key_hash> dropped_;  // of those, keys that moved to another shard meanwhile
   // Writes under way, in order (their seqs are consecutive), and where each row with one
   // lies in the latest. A row taken back and evicted unchanged needs no new write: it
   // stays readable from the one under way.

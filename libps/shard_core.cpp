@@ -87,12 +87,80 @@ void shard_core::hand_off_deferred(const partitioner& next, const std::function<
   deferred_ = std::move(kept);
 }
 
+void shard_core::split_row_queue(const partitioner& next, const std::function<shard_handoff&(std::uint32_t)>& to,
+                                 shard_effects& fx) {
+  std::deque<row_op> kept;
+  for (auto& op : row_queue_) {
+    if (op.what == row_op::kind::pull || op.what == row_op::kind::key_pull) {
+      if (touches_other_shards(pulls_.at(op.token), next)) {
+        fx.fail.emplace_back(op.token, name_ + ": rows of this pull moved to another shard (epoch " +
+                                           std::to_string(next.epoch()) + "): send it again by the new map");
+        continue;
+      }
+    } else if (op.what == row_op::kind::push) {
+      const auto dim = rows_.table(op.table).spec().dim;
+      deferred_update stay;
+      std::map<std::uint32_t, deferred_update> moved;
+      for (std::size_t i = 0; i < op.ids.size(); ++i) {
+        auto owner = next.row_owner(op.table, op.ids[i]);
+        auto& part = owner == id_ ? stay : moved.try_emplace(owner, to_update({op.req, {}, {}, op.table, {}})).first->second;
+        part.ids.push_back(op.ids[i]);
+        part.values.insert(part.values.end(), op.grads.begin() + static_cast<std::ptrdiff_t>(i * dim),
+                           op.grads.begin() + static_cast<std::ptrdiff_t>((i + 1) * dim));
+      }
+      for (auto& [owner, part] : moved) to(owner).deferred.push_back(std::move(part));
+      if (stay.ids.empty()) {  // all of it moved: acknowledged now, its new owners apply it
+        if (op.ack != 0) fx.applied.push_back(op.ack);
+        continue;
+      }
+      op.ids = std::move(stay.ids);
+      op.grads = std::move(stay.values);
+    }
+    kept.push_back(std::move(op));
+  }
+  row_queue_ = std::move(kept);
+  front_ = {};  // the front may have changed: its rows are looked at afresh
+}
+
+void shard_core::hand_off_tiered(const partitioner& next, const std::function<shard_handoff&(std::uint32_t)>& to,
+                                 shard_effects& fx) {
+  split_row_queue(next, to, fx);
+  auto map = std::make_shared<const partitioner>(next);
+  const auto self = id_;
+  if (auto w = rows_.flush_moved([&](const row_key& k) { return map->row_owner(k.table, k.id) != self; }))
+    fx.writes.push_back(std::move(w));
+  for (std::uint32_t t = 0; t < rows_.num_tables(); ++t)
+    fx.moves.push_back({t, 0, [map, t, self](std::uint64_t id) { return map->row_owner(t, id) != self; }});
+}
+
+std::vector<shard_handoff> shard_core::rows_moved(const moved_page& page) {
+  const auto stride = rows_.table(page.table).stride();
+  if (page.rows.size() != page.ids.size() * stride)
+    throw bad_request(name_ + ": a page of moved rows holds " + std::to_string(page.rows.size()) + " floats for " +
+                      std::to_string(page.ids.size()) + " rows of " + std::to_string(stride));
+  rows_.moved_from_disk(page.table, page.ids.size());
+  std::map<std::uint32_t, shard_handoff> out;
+  for (std::size_t i = 0; i < page.ids.size(); ++i) {
+    auto owner = map_.row_owner(page.table, page.ids[i]);
+    auto [it, fresh] = out.try_emplace(owner);
+    auto& h = it->second;
+    if (fresh) {
+      h.from = id_, h.to = owner, h.epoch = map_.epoch(), h.rows_only = true;
+      h.rows.push_back({page.table, static_cast<std::uint32_t>(stride), {}, {}});
+    }
+    h.rows.back().ids.push_back(page.ids[i]);
+    h.rows.back().rows.insert(h.rows.back().rows.end(), page.rows.begin() + static_cast<std::ptrdiff_t>(i * stride),
+                              page.rows.begin() + static_cast<std::ptrdiff_t>((i + 1) * stride));
+  }
+  std::vector<shard_handoff> parts;
+  for (auto& [owner, h] : out) parts.push_back(std::move(h));
+  return parts;
+}
+
 std::vector<shard_handoff> shard_core::hand_off(const partitioner& next, shard_effects& fx) {
   if (next.epoch() <= map_.epoch())
     throw bad_request(name_ + ": a handoff needs a newer map than epoch " + std::to_string(map_.epoch()) + ", got epoch " +
                       std::to_string(next.epoch()));
-  if (rows_.tiered())
-    throw bad_request(name_ + ": rows on a disk tier (--shard-memory) cannot be handed over to another shard yet");
   std::map<std::uint32_t, shard_handoff> out;
   const auto sightings = rows_.sightings();
   auto to = [&](std::uint32_t owner) -> shard_handoff& {
@@ -111,7 +179,8 @@ std::vector<shard_handoff> shard_core::hand_off(const partitioner& next, shard_e
     else for (auto& s : segments) to(owner).segments.push_back(std::move(s));
   }
   store_->restore(kept);
-  hand_off_rows(next, to);
+  if (rows_.tiered()) hand_off_tiered(next, to, fx);
+  else hand_off_rows(next, to);
   hand_off_deferred(next, to);
   auto moved = parked_.release_if([&](const parked& p) { return touches_other_shards(pulls_.at(p.token), next); });
   for (const auto& p : moved)
@@ -120,6 +189,7 @@ std::vector<shard_handoff> shard_core::hand_off(const partitioner& next, shard_e
   map_ = next;
   was_in_map_ = true;
   saw_epoch(next.epoch());
+  if (rows_.tiered()) drain_rows(fx);  // the queue's front may have lost what it waited for
   std::vector<shard_handoff> all;
   for (auto& [owner, h] : out) all.push_back(std::move(h));
   return all;
@@ -132,12 +202,18 @@ shard_effects shard_core::take_over(const shard_handoff& h) {
   if (h.epoch > map_.epoch())
     throw bad_request(name_ + ": a handoff of epoch " + std::to_string(h.epoch) + " came before this shard's map of it "
                       "(epoch " + std::to_string(map_.epoch()) + ")");
+  shard_effects fx;
+  if (h.rows_only) {
+    for (const auto& t : h.rows) rows_.adopt(t.table, t.stride, t.ids, t.rows);
+    if (auto w = rows_.trim(front_.keep_from)) fx.writes.push_back(std::move(w));
+    return fx;
+  }
   if (!h.sightings.empty()) rows_.restore_sightings(h.sightings);  // first: it refuses counts of another size
   auto segments = store_->snapshot();
   segments.insert(segments.end(), h.segments.begin(), h.segments.end());
   std::sort(segments.begin(), segments.end(), [](const stored_segment& a, const stored_segment& b) { return a.begin < b.begin; });
   store_->restore(segments);
-  for (const auto& t : h.rows) rows_.restore(t.table, t.stride, t.ids, t.rows);
+  for (const auto& t : h.rows) rows_.adopt(t.table, t.stride, t.ids, t.rows);
   for (const auto& d : h.deferred) deferred_.push_back(from_update(d));
   // A newcomer's clocks are nobody's yet: the first handoff's are taken as they are. A
   // shard that was in the map before keeps the lower of its own and the giver's.
@@ -146,8 +222,8 @@ shard_effects shard_core::take_over(const shard_handoff& h) {
   took_over_at_ = std::max(took_over_at_, h.epoch);
   applied_.merge(h.applied);
   highest_clock_ = std::max(highest_clock_, h.highest_clock);
-  shard_effects fx;
   release(fx);
+  if (auto w = rows_.trim(front_.keep_from)) fx.writes.push_back(std::move(w));
   return fx;
 }
 

@@ -99,6 +99,9 @@ struct shard_effects {
   // (applied lists it then), so a worker cannot run ahead of the disk.
   std::optional<std::uint64_t> queued_push;
   std::vector<std::uint64_t> applied;
+  // A map change under a disk tier: scans that take the moved rows off the disk, sent
+  // after the writes (their pages go to rows_moved, then to the rows' new owners).
+  std::vector<disk_move> moves;
   bool ok() const { return error.empty(); }
 };
 
@@ -179,9 +182,16 @@ class shard_core {
   // rows to other shards. They are taken out, one handoff per new owner (libps/handoff.hpp),
   // and this shard adopts `next`: later requests for them are refused as another shard's,
   // and parked pulls touching them fail now (fx.fail; their clients send them again by
-  // the new map). Throws bad_request for a map that is not newer, or a disk tier (rows on
-  // disk do not move yet); nothing changes then.
+  // the new map). Throws bad_request for a map that is not newer; nothing changes then.
+  // With a disk tier the moved rows are not in the handoffs: the rows in RAM go to the
+  // disk (fx.writes) and fx.moves take them all off it in pages (rows_moved), which must
+  // reach their owners before these handoffs (whose deferred pushes may touch them).
+  // Queued row work is split the same way: pulls touching moved rows fail, the moved
+  // part of a queued push travels as a deferred push.
   std::vector<shard_handoff> hand_off(const partitioner& next, shard_effects& fx);
+  // A page of a disk_move: its rows, one rows-only handoff per owner under this shard's
+  // map. Throws bad_request for a page whose rows do not fit its ids.
+  std::vector<shard_handoff> rows_moved(const moved_page& page);
   // Takes what a handoff carries (this shard's map must give it all of it): keys, rows,
   // admission's counts (added) and deferred pushes; clocks merged (the first handoff's as they are, later ones the lower);
   // its applied (worker, seq) count as applied here. Its effects: deferred pushes and
@@ -299,6 +309,10 @@ class shard_core {
   bool touches_other_shards(const pending_pull& p, const partitioner& next) const;
   void hand_off_rows(const partitioner& next, const std::function<shard_handoff&(std::uint32_t)>& to);
   void hand_off_deferred(const partitioner& next, const std::function<shard_handoff&(std::uint32_t)>& to);
+  void hand_off_tiered(const partitioner& next, const std::function<shard_handoff&(std::uint32_t)>& to,
+                       shard_effects& fx);
+  void split_row_queue(const partitioner& next, const std::function<shard_handoff&(std::uint32_t)>& to,
+                       shard_effects& fx);
 
   std::uint32_t id_;
   std::string name_;

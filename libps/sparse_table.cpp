@@ -65,11 +65,11 @@ float* sparse_table::row(std::uint64_t id, std::uint64_t clock) {
   return arena_.data() + static_cast<std::size_t>(index_.at(id)) * stride_;
 }
 
-void sparse_table::install(std::uint64_t id, const float* stored, std::uint64_t clock) {
+void sparse_table::install(std::uint64_t id, const float* stored, std::uint64_t clock, bool changed) {
   if (holds(id)) return;
   auto slot = add(id);
   float* r = arena_.data() + static_cast<std::size_t>(slot) * stride_;
-  meta_[slot].dirty = !stored;
+  meta_[slot].dirty = !stored || changed;
   meta_[slot].pushed = clock;
   if (stored) {
     std::copy(stored, stored + stride_, r);

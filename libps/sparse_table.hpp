@@ -89,8 +89,9 @@ class sparse_table {
   void set_protected_limit(std::size_t rows) { protected_limit_ = rows; }
   // Takes a row read from the disk tier (stride() floats: value, then state), clean; or,
   // stored == nullptr, creates it (first touch), dirty: the disk has never seen it; as
-  // pushed at `clock` (for expiry).
-  void install(std::uint64_t id, const float* stored, std::uint64_t clock = 0);
+  // pushed at `clock` (for expiry). changed: the stored row came from elsewhere (another
+  // shard handed it over), so this disk has never seen it either: dirty.
+  void install(std::uint64_t id, const float* stored, std::uint64_t clock = 0, bool changed = false);
   // Counts as a use for the eviction order (a request found the row held).
   void touch(std::uint64_t id);
   // The access stamp of the row evict() would take (none held: nullopt).

@@ -55,10 +55,3 @@ TEST_CASE("status: no running worker has no slowest; stats that are not a shard'
   std::vector<status_shard> bad{{3, "h:1", 1, "{\"keys\": 1}", ""}};
   CHECK_THROWS_WITH_AS(status_json(1, "running", bad, {}), doctest::Contains("shard 3"), bad_request);
 }
-
-TEST_CASE("a shard's figures say whether it keeps rows on a disk tier; other text is refused by name") {
-  CHECK_FALSE(shard_has_disk_tier(R"({"shard":0,"ram_budget":0,"rows":5})"));
-  CHECK(shard_has_disk_tier(R"({"shard":1,"ram_budget":1048576})"));
-  CHECK_THROWS_WITH_AS(shard_has_disk_tier("{}"), doctest::Contains("no ram_budget"), bad_request);
-  CHECK_THROWS_WITH_AS(shard_has_disk_tier("not json"), doctest::Contains("no ram_budget"), bad_request);
-}

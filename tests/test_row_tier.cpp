@@ -91,6 +91,27 @@ struct fake_disk {
     }
     return out;
   }
+  // A map change's scan in pages of 2 rows scanned, taking the moved rows off.
+  moved_page take_moved(const disk_move& m) {
+    moved_page out{m.table, {}, {}, false, 0};
+    std::size_t scanned = 0;
+    for (auto it = rows.lower_bound({m.table, m.from}); it != rows.end() && it->first.first == m.table;) {
+      if (scanned++ == 2) {
+        out.more = true;
+        out.next = it->first.second;
+        break;
+      }
+      if (!m.moves(it->first.second)) {
+        ++it;
+        continue;
+      }
+      out.ids.push_back(it->first.second);
+      out.rows.insert(out.rows.end(), it->second.begin(), it->second.end());
+      pushed.erase(it->first);
+      it = rows.erase(it);
+    }
+    return out;
+  }
 };
 
 }  // namespace
@@ -164,10 +185,13 @@ struct disk_driver {
   fake_disk disk;
   std::deque<shard_effects> pending;  // disk work not done yet, in order
   std::map<std::uint64_t, std::vector<float>> answers;
+  std::vector<shard_handoff> moved = {};  // rows-only handoffs of map changes' scans, in order
+  std::vector<std::uint64_t> failed = {};  // pulls failed (their rows moved)
   void take(shard_effects fx) {
     REQUIRE(fx.ok());
     for (auto t : fx.answer) answers[t] = core.take_row_values(t);
-    if (!fx.writes.empty() || !fx.reads.empty() || !fx.sweeps.empty()) pending.push_back(std::move(fx));
+    for (const auto& f : fx.fail) failed.push_back(f.first);
+    if (!fx.writes.empty() || !fx.reads.empty() || !fx.sweeps.empty() || !fx.moves.empty()) pending.push_back(std::move(fx));
   }
   void step() {
     auto fx = std::move(pending.front());
@@ -177,6 +201,13 @@ struct disk_driver {
       core.rows_written(w->seq);
     }
     for (const auto& s : fx.sweeps) take(core.rows_swept(s, disk.expired(s)));
+    for (auto m : fx.moves)
+      for (bool more = true; more;) {
+        auto page = disk.take_moved(m);
+        for (auto& h : core.rows_moved(page)) moved.push_back(std::move(h));
+        more = page.more;
+        m.from = page.next;
+      }
     if (!fx.reads.empty()) {
       std::vector<std::uint8_t> found;
       std::vector<float> rows;
@@ -333,6 +364,21 @@ TEST_CASE("row disk: rows written are read back; missing rows are not found; a w
     CHECK_THROWS_WITH_AS(disk.write(stamped), doctest::Contains("2 push clocks for 3 rows"), bad_request);
     CHECK_THROWS_WITH_AS(disk.write({2, {{0, 9}}, {1, 2, 3}}), doctest::Contains("a write carries 3 values, not 2"),
                          bad_request);
+    // A map change's scan: the rows it picks leave the disk as they are returned, in pages.
+    disk_move odd{1, 0, [](std::uint64_t id) { return id % 2 == 1; }};
+    auto page = disk.take_moved(odd, 1);
+    CHECK(page.ids == std::vector<std::uint64_t>{5});
+    CHECK(page.rows == std::vector<float>{3, 4, 5});
+    REQUIRE(page.more);
+    odd.from = page.next;
+    page = disk.take_moved(odd, 1);
+    CHECK(page.ids == std::vector<std::uint64_t>{9});
+    CHECK(page.rows == std::vector<float>{5, 6, 7});
+    CHECK_FALSE(page.more);
+    CHECK(disk.take_moved({0, 0, [](std::uint64_t id) { return id == 8; }}).ids == std::vector<std::uint64_t>{8});
+    found.clear(), rows.clear();
+    disk.read({{1, 5}, {1, 9}, {0, 8}, {0, 7}}, found, rows, pushed);
+    CHECK(found == std::vector<std::uint8_t>{0, 0, 0, 1});
     CHECK(disk.bytes_on_disk() > 0);
   }
   CHECK_FALSE(std::filesystem::exists(path));  // scratch: removed when closed
@@ -517,4 +563,112 @@ TEST_CASE("row disk: a corrupt store file is an error naming the store's path, n
   std::vector<std::uint64_t> pushed;
   CHECK_THROWS_WITH_AS(disk.read(keys, found, rows, pushed), doctest::Contains(("disk tier at " + disk.path()).c_str()),
                        bad_request);
+}
+
+namespace {
+
+// A random push of 1 to 3 rows (shared ones and worker w's own) of a random table.
+struct row_push {
+  std::uint32_t table;
+  std::vector<std::uint64_t> ids;
+  std::vector<float> grads;
+};
+row_push random_push(std::mt19937_64& rng, std::uint32_t worker) {
+  row_push p{static_cast<std::uint32_t>(rng() % 2), {}, {}};
+  for (int i = 0; i < 3; ++i) {
+    auto id = rng() % 2 ? rng() % 8 : 100 + worker * 50 + rng() % 20;
+    if (std::find(p.ids.begin(), p.ids.end(), id) == p.ids.end()) p.ids.push_back(id);
+  }
+  p.grads.resize(p.ids.size() * (p.table == 0 ? 4 : 3));
+  for (auto& g : p.grads) g = static_cast<float>(rng() % 7) - 3.0f;
+  return p;
+}
+
+}  // namespace
+
+TEST_CASE("handoff from a tiered store: rows in RAM, on disk, being written or read, and queued pushes reach the new owner exactly") {
+  const std::uint64_t budget = 6 * sparse_table(emb(4, rule_kind::adagrad)).row_bytes();
+  shard_core giver(tiered_shard(budget, infinite_staleness)), in_ram(tiered_shard(0, infinite_staleness));
+  auto newcomer = tiered_shard(budget, infinite_staleness);
+  newcomer.id = 1;
+  newcomer.epoch = 2;
+  newcomer.shard_ids = {0, 1};
+  shard_core taker(newcomer);
+  const auto after = giver.map().with_shard(1);
+  disk_driver from{giver, {}, {}, {}}, to{taker, {}, {}, {}};
+  std::mt19937_64 rng(5);
+  std::uint64_t seq = 0;
+  auto push = [&](const partitioner& map, std::uint32_t worker) {
+    auto p = random_push(rng, worker);
+    shard_request r{map.epoch(), worker, 0, ++seq, 0};
+    REQUIRE(in_ram.push_rows({1, worker, 0, seq, 0}, p.table, p.ids, p.grads.data(), p.grads.size()).ok());
+    std::map<std::uint32_t, row_push> parts;  // as a client splits it by the map
+    for (std::size_t i = 0; i < p.ids.size(); ++i) {
+      auto& part = parts.try_emplace(map.row_owner(p.table, p.ids[i]), row_push{p.table, {}, {}}).first->second;
+      const auto dim = p.grads.size() / p.ids.size();
+      part.ids.push_back(p.ids[i]);
+      part.grads.insert(part.grads.end(), p.grads.begin() + i * dim, p.grads.begin() + (i + 1) * dim);
+    }
+    for (auto& [owner, part] : parts)
+      (owner == 0 ? from : to).take((owner == 0 ? giver : taker).push_rows(r, part.table, part.ids, part.grads.data(), part.grads.size()));
+  };
+  for (int step = 0; step < 200; ++step) {
+    push(giver.map(), step % 2);
+    while (from.pending.size() > 3 || (!from.pending.empty() && rng() % 3 == 0)) from.step();
+  }
+  REQUIRE(!from.pending.empty());  // writes and reads under way
+  // A push of rows that move and are not in RAM: it waits for their reads when the map
+  // changes, so it travels as a deferred push and the reads are dropped when they land.
+  std::vector<std::uint64_t> cold;
+  for (std::uint64_t id = 100; id < 220; ++id)
+    if (after.row_owner(0, id) == 1 && !giver.rows().table(0).holds(id)) cold.push_back(id);
+  REQUIRE(!cold.empty());
+  std::vector<float> twos(cold.size() * 4, 2.0f);
+  ++seq;
+  REQUIRE(in_ram.push_rows({1, 0, 0, seq, 0}, 0, cold, twos.data(), twos.size()).ok());
+  auto queued = giver.push_rows({1, 0, 0, seq, 0}, 0, cold, twos.data(), twos.size());
+  REQUIRE(queued.queued_push);
+  const auto ack = *queued.queued_push;
+  from.take(std::move(queued));
+  std::uint64_t pull_token = 500;
+  from.take(giver.pull_rows({1, 0, 0, 0}, 0, {0, 1, 2, 3, 4, 5, 6, 7}, pull_token, {}));
+  shard_effects fx;
+  auto parts = giver.hand_off(after, fx);
+  CHECK(std::count(fx.applied.begin(), fx.applied.end(), ack) == 1);  // all of it moved: acknowledged
+  from.take(std::move(fx));
+  while (!from.pending.empty()) from.step();
+  // The pages first, then the parts, as the shard actor sends them.
+  CHECK(!from.moved.empty());
+  for (const auto& h : from.moved) {
+    CHECK(h.rows_only);
+    to.take(taker.take_over(h));
+  }
+  for (const auto& h : parts) to.take(taker.take_over(h));
+  CHECK((from.failed == std::vector<std::uint64_t>{pull_token} || from.answers.count(pull_token) == 1));
+  for (int step = 0; step < 200; ++step) {
+    push(after, step % 2);
+    for (auto* d : {&from, &to})
+      while (d->pending.size() > 3 || (!d->pending.empty() && rng() % 3 == 0)) d->step();
+  }
+  for (auto* d : {&from, &to})
+    while (!d->pending.empty()) d->step();
+  // Every row where the new map says, exactly as in RAM; none left on the giver's disk.
+  for (const auto& [key, row] : from.disk.rows) CHECK(after.row_owner(key.first, key.second) == 0);
+  for (std::uint32_t table = 0; table < 2; ++table)
+    for (std::uint64_t id : {0, 1, 2, 3, 4, 5, 6, 7, 100, 101, 105, 110, 119, 150, 151, 160, 169}) {
+      CAPTURE(table);
+      CAPTURE(id);
+      const auto owner = after.row_owner(table, id);
+      auto& core = owner == 0 ? giver : taker;
+      auto& drive = owner == 0 ? from : to;
+      auto token = ++pull_token;
+      REQUIRE(in_ram.pull_rows({1, 0, 0, 0}, table, {id}, token, {}).answer.size() == 1);
+      auto expected = in_ram.take_row_values(token);
+      drive.take(core.pull_rows({2, 0, 0, 0}, table, {id}, token, {}));
+      while (!drive.pending.empty()) drive.step();
+      REQUIRE(drive.answers.count(token) == 1);
+      CHECK(drive.answers[token] == expected);
+    }
+  CHECK(giver.rows().rows_live() + taker.rows().rows_live() == in_ram.rows().rows_live());
+  CHECK(giver.rows().stats().moved > 0);
 }
