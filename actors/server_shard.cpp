@@ -351,17 +351,30 @@ caf::result<std::uint64_t> forward_stale(self_ptr self, const shard_options& opt
                               describe(e)));
     };
     auto values = float_block::own(std::move(u.values));
-    if (kind == write_kind::rows)
-      self->request(to->second, opts.forward_timeout, push_rows_atom::value, hdr, row_ids{*u.table, u.ids}, values)
-        .then(on_ack, on_error);
-    else if (kind == write_kind::push)
-      self->request(to->second, opts.forward_timeout, push_atom::value, hdr, range_list{u.ranges}, values)
-        .then(on_ack, on_error);
-    else
-      self->request(to->second, opts.forward_timeout, init_atom::value, hdr, range_list{u.ranges}, values)
-        .then(on_ack, on_error);
+    auto send = [=, next = to->second, u = std::move(u)]() mutable {
+      if (kind == write_kind::rows)
+        self->request(next, opts.forward_timeout, push_rows_atom::value, hdr, row_ids{*u.table, u.ids}, values)
+          .then(on_ack, on_error);
+      else if (kind == write_kind::push)
+        self->request(next, opts.forward_timeout, push_atom::value, hdr, range_list{u.ranges}, values)
+          .then(on_ack, on_error);
+      else
+        self->request(next, opts.forward_timeout, init_atom::value, hdr, range_list{u.ranges}, values)
+          .then(on_ack, on_error);
+    };
+    if (st.holding_forwards) st.held_forwards.push_back(std::move(send));
+    else send();
   }
   return rp;
+}
+
+// This shard's handoff has sent its parts (or failed): the writes held meanwhile go on.
+void release_forwards(self_ptr self) {
+  auto& st = self->state;
+  st.holding_forwards = false;
+  auto held = std::move(st.held_forwards);
+  st.held_forwards.clear();
+  for (auto& send : held) send();
 }
 
 // A push or an init with its values: handed to the core, then acknowledged and passed
@@ -846,6 +859,7 @@ caf::result<std::string> stats(self_ptr self) {
 // pages that leave as they are read; the parts themselves leave after the last page
 // (CAF keeps one sender's order), as their deferred pushes may touch the pages' rows.
 struct handoff_run {
+  self_ptr self;
   caf::typed_response_promise<std::uint64_t> rp;
   cluster_view view;
   std::vector<shard_handoff> parts;  // sent once no scan is left
@@ -855,6 +869,7 @@ struct handoff_run {
   void fail(std::string why) {
     if (!settled) rp.deliver(make_ps_error(std::move(why)));
     settled = true;
+    release_forwards(self);  // the job ends now (the coordinator sees to it): nothing waits for them
   }
 };
 using handoff_run_ptr = std::shared_ptr<handoff_run>;
@@ -867,6 +882,7 @@ void advance_handoff(self_ptr self, const handoff_run_ptr& run) {
   if (!run->parts_sent) {
     run->parts_sent = true;
     send_parts(self, run, std::move(run->parts));
+    release_forwards(self);
   }
   if (run->untaken == 0 && !run->settled) {
     run->settled = true;
@@ -940,9 +956,11 @@ caf::result<std::uint64_t> hand_off(self_ptr self, const shard_options& opts, co
   carry_out(self, opts, coordinator, fx);  // parked pulls of moved keys fail (errc::moved); moved rows go to disk
   take_view(self, view);
   if (run->parts.empty() && moves.empty()) return view.epoch;
+  run->self = self;
   run->rp = self->make_response_promise<std::uint64_t>();
   run->view = view;
   run->scans = moves.size();
+  st.holding_forwards = run->scans > 0;
   for (auto& m : moves) scan_moved_rows(self, run, std::move(m));  // after the writes carry_out sent
   advance_handoff(self, run);
   return run->rp;

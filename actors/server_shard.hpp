@@ -107,6 +107,11 @@ struct shard_state {
   // The other shards' heads, by id, where the map names them (a joined shard): writes
   // planned by an older map go on to the keys' new owners.
   std::map<std::uint32_t, shard_actor> owners;
+  // While this shard's handoff still has parts to send (a disk tier's pages go first),
+  // writes of moved keys it passes on wait here, so none reaches a new owner before the
+  // keys and rows it updates (CAF keeps one sender's order): sent once the parts are.
+  bool holding_forwards = false;
+  std::vector<std::function<void()>> held_forwards;
   struct forward {
     std::function<void(shard_actor, std::uint64_t)> send;  // (successor, tag)
     caf::typed_response_promise<std::uint64_t> reply;

@@ -298,33 +298,72 @@ std::string kvcheck_app(worker_context& ctx) {
 // ---- clocksum: exact integer sums over clocks, the fault tests' app ------------------
 
 constexpr key_type clocksum_keys = key_type{1} << 16;
+constexpr std::uint32_t clocksum_table = 0;  // with --clock-rows: "clockrows"
+constexpr std::uint32_t clocksum_row_dim = 4;
+
+std::vector<sparse_table_spec> clocksum_tables(const node_config& cfg) {
+  if (cfg.app_count("clock-rows") == 0) return {};
+  return {{"clockrows", clocksum_row_dim, 0.0f, update_rule{}, cfg.seed}};
+}
+
+// Per shard (by `owner_of` each index), the one value all its entries hold (NaN if they differ).
+template <class Owner>
+json_line values_by_owner(const std::vector<float>& values, std::size_t per_entry, Owner owner_of) {
+  std::map<std::uint32_t, double> per_shard;
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    auto [it, fresh] = per_shard.emplace(owner_of(i / per_entry), values[i]);
+    if (!fresh && it->second != values[i]) it->second = NAN;
+  }
+  json_line out = json_line::object();
+  for (auto [id, v] : per_shard)
+    out[std::to_string(id)] = std::isnan(v) ? json_line(nullptr) : json_line(static_cast<long long>(v));
+  return out;
+}
+
+// One clock of clocksum: a pull (counted stale unless every value is `expected`), a push
+// of the worker's w + 1, then the tick. With --clock-rows, the rows alike.
+struct clocksum_step {
+  worker_context& ctx;
+  key_set keys;
+  std::shared_ptr<std::vector<float>> mine;
+  std::vector<std::uint64_t> row_ids;  // empty: no rows
+  std::vector<float> row_grads;
+  bool run(std::uint64_t c, double expected) {
+    bool stale = false;
+    auto rows = row_ids.empty() ? kv_future{} : ctx.kv.pull_rows(clocksum_table, row_ids);
+    for (auto v : ctx.kv.pull(keys).get()) stale |= v != expected;
+    if (!row_ids.empty())
+      for (auto v : rows.get()) stale |= v != expected;
+    auto pushed_rows = row_ids.empty() ? kv_future{} : ctx.kv.push_rows(clocksum_table, row_ids, row_grads);
+    ctx.kv.push(keys, mine).get();
+    if (!row_ids.empty()) pushed_rows.get();
+    ctx.kv.advance_clock(c + 1).get();
+    return stale;
+  }
+};
 
 // Each clock every worker pulls the keys, pushes w + 1 to each and ticks. Under BSP the
 // pull at clock c sees exactly c * sum(w + 1) everywhere; at the end every key of a shard
-// holds (clocks minus clocks lost) * sum(w + 1), so a failover's effect is exact.
+// holds (clocks minus clocks lost) * sum(w + 1), so a failover's effect is exact. With
+// --clock-rows=N, rows 0..N-1 of a sparse table go the same way (row_values).
 std::string clocksum_app(worker_context& ctx) {
   constexpr key_type num_keys = clocksum_keys;
-  auto keys = key_set::single({0, num_keys});
   const auto clocks = ctx.cfg.app_count("clocks");
   double per_clock = 0;  // sum over workers of w + 1
   for (std::uint32_t w = 0; w < ctx.num_workers; ++w) per_clock += w + 1;
-  ctx.kv.init(keys, std::vector<float>(num_keys, 0.0f)).get();
-  auto mine = std::make_shared<std::vector<float>>(num_keys, static_cast<float>(ctx.id + 1));
-  std::uint64_t stale_reads = 0;  // pulls that did not see exactly c * per_clock
+  clocksum_step step{ctx, key_set::single({0, num_keys}),
+                     std::make_shared<std::vector<float>>(num_keys, static_cast<float>(ctx.id + 1)), {}, {}};
+  for (std::uint64_t id = 0; id < ctx.cfg.app_count("clock-rows"); ++id) step.row_ids.push_back(id);
+  step.row_grads.assign(step.row_ids.size() * clocksum_row_dim, static_cast<float>(ctx.id + 1));
+  ctx.kv.init(step.keys, std::vector<float>(num_keys, 0.0f)).get();
+  std::uint64_t stale_reads = 0;  // clocks whose pulls did not see exactly c * per_clock
   auto start = clock_type::now();
   const auto loop_start = start;
   std::uint64_t pushes = 0;
   for (std::uint64_t c = ctx.start_clock; c < clocks; ++c) {
     if (auto ms = ctx.cfg.app_count("clock-ms"); ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(ms));  // "compute"
-    auto seen = ctx.kv.pull(keys).get();
-    for (auto v : seen)
-      if (v != c * per_clock) {
-        ++stale_reads;
-        break;
-      }
-    ctx.kv.push(keys, mine).get();
+    stale_reads += step.run(c, c * per_clock);
     ++pushes;
-    ctx.kv.advance_clock(c + 1).get();
     if (seconds_since(start) > 0.5) {
       ctx.report("clock " + std::to_string(c + 1) + "/" + std::to_string(clocks));
       start = clock_type::now();
@@ -333,23 +372,23 @@ std::string clocksum_app(worker_context& ctx) {
   const auto train_seconds = seconds_since(loop_start);
   ctx.kv.leave_clock_vector().get();
   ctx.barrier();
-  auto final_values = ctx.kv.pull(keys).get();
-  // Per shard: the one value all its keys hold (NaN if they differ).
-  std::map<std::uint32_t, double> per_shard;
-  for (key_type k = 0; k < num_keys; ++k) {
-    auto owner = ctx.kv.map().owner(k);
-    auto [it, fresh] = per_shard.emplace(owner, final_values[k]);
-    if (!fresh && it->second != final_values[k]) it->second = NAN;
-  }
+  auto final_values = ctx.kv.pull(step.keys).get();
+  auto final_rows = step.row_ids.empty() ? std::vector<float>{} : ctx.kv.pull_rows(clocksum_table, step.row_ids).get();
   ctx.barrier();  // nobody leaves while others still pull
-  json_line shard_values = json_line::object();
-  for (auto [id, v] : per_shard)
-    shard_values[std::to_string(id)] = std::isnan(v) ? json_line(nullptr) : json_line(static_cast<long long>(v));
-  return with_data_plane({{"worker", ctx.id}, {"clocks", clocks}, {"start_clock", ctx.start_clock},
-                          {"pushes", pushes}, {"train_seconds", train_seconds}, {"per_clock", per_clock},
-                          {"stale_reads", stale_reads}, {"shard_values", shard_values},
-                          {"recovery_ms", ctx.kv.recovery_times_ms()}},
-                         ctx);
+  const auto& map = ctx.kv.map();
+  auto result = json_line{{"worker", ctx.id},
+                          {"clocks", clocks},
+                          {"start_clock", ctx.start_clock},
+                          {"pushes", pushes},
+                          {"train_seconds", train_seconds},
+                          {"per_clock", per_clock},
+                          {"stale_reads", stale_reads},
+                          {"shard_values", values_by_owner(final_values, 1, [&](std::size_t k) { return map.owner(k); })},
+                          {"recovery_ms", ctx.kv.recovery_times_ms()}};
+  if (!step.row_ids.empty())
+    result["row_values"] = values_by_owner(final_rows, clocksum_row_dim,
+                                           [&](std::size_t i) { return map.row_owner(clocksum_table, step.row_ids[i]); });
+  return with_data_plane(std::move(result), ctx);
 }
 
 // ---- bench: push/pull throughput and latency per (size, window) ---------------------
@@ -544,7 +583,9 @@ std::vector<tensor_spec> bench_tensors(const node_config& cfg) {
 std::vector<app_flag> clocksum_flags() {
   return {{"clocks", app_flag_kind::count, "40", "clocksum: iterations (clock ticks) per worker",
            [](const node_config& c) { return c.app_count("clocks") >= 1 ? "" : "must be >= 1"; }},
-          {"clock-ms", app_flag_kind::count, "0", "clocksum: simulated compute per clock, in ms", {}}};
+          {"clock-ms", app_flag_kind::count, "0", "clocksum: simulated compute per clock, in ms", {}},
+          {"clock-rows", app_flag_kind::count, "0",
+           "clocksum: rows 0..N-1 of a sparse table (dim 4) pulled, pushed and checked each clock too", {}}};
 }
 
 std::vector<app_flag> bench_flags() {
@@ -580,7 +621,7 @@ void register_builtin_apps() {
                   [](const node_config&) {
                     return std::vector<tensor_spec>{{"clocksum", {0, clocksum_keys}, {clocksum_keys}}};
                   },
-                  clocksum_flags(), {}, true});
+                  clocksum_flags(), clocksum_tables, true});
     register_app({"bench", "push/pull throughput per size and window (bench_kv)", bench_app, "sum", "asp",
                   bench_tensors, bench_flags()});
     register_app(rowcheck_definition());
