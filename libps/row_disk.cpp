@@ -196,61 +196,58 @@ std::size_t row_disk::row_bytes(const row_key& k, std::size_t stored) const {
   return bytes;
 }
 
-swept_page row_disk::expired(const disk_sweep& sweep, std::size_t page) {
-  swept_page out;
-  const auto table = sweep.table;
+std::optional<std::uint64_t> row_disk::scan(std::uint32_t table, std::uint64_t first, std::size_t page,
+                                            const std::function<void(std::uint64_t, std::string_view)>& f) const {
   char from[key_size], to[key_size];
-  encode_key({table, sweep.from}, from);
+  encode_key({table, first}, from);
   encode_key({table + 1, 0}, to);
   rocksdb::ReadOptions o;
   o.fill_cache = false;  // a scan: its blocks would only push the index blocks out
   rocksdb::Slice upper(to, key_size);
   o.iterate_upper_bound = &upper;
   std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(o));
+  std::optional<std::uint64_t> next;
   std::size_t scanned = 0;
   for (it->Seek(rocksdb::Slice(from, key_size)); it->Valid(); it->Next()) {
     const auto id = decode_id(it->key().data());
     if (scanned++ == page) {
-      out.more = true;
-      out.next = id;
+      next = id;
       break;
     }
-    const auto bytes = row_bytes({table, id}, it->value().size());
-    std::uint64_t pushed = 0;
-    if (it->value().size() > bytes) std::memcpy(&pushed, it->value().data() + bytes, sizeof(pushed));
-    if (std::max(pushed, sweep.revived_at) < sweep.before) out.ids.push_back(id);
+    f(id, std::string_view(it->value().data(), it->value().size()));
   }
   if (!it->status().ok()) throw bad_request(problem(path_, it->status()));
+  return next;
+}
+
+swept_page row_disk::expired(const disk_sweep& sweep, std::size_t page) {
+  swept_page out;
+  auto next = scan(sweep.table, sweep.from, page, [&](std::uint64_t id, std::string_view value) {
+    const auto bytes = row_bytes({sweep.table, id}, value.size());
+    std::uint64_t pushed = 0;
+    if (value.size() > bytes) std::memcpy(&pushed, value.data() + bytes, sizeof(pushed));
+    if (std::max(pushed, sweep.revived_at) < sweep.before) out.ids.push_back(id);
+  });
+  out.more = next.has_value();
+  out.next = next.value_or(0);
   return out;
 }
 
 moved_page row_disk::take_moved(const disk_move& move, std::size_t page) {
   moved_page out{move.table, {}, {}, false, 0};
-  char from[key_size], to[key_size];
-  encode_key({move.table, move.from}, from);
-  encode_key({move.table + 1, 0}, to);
-  rocksdb::ReadOptions o;
-  o.fill_cache = false;  // a scan, as expired()'s
-  rocksdb::Slice upper(to, key_size);
-  o.iterate_upper_bound = &upper;
-  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(o));
   rocksdb::WriteBatch gone;
-  std::size_t scanned = 0;
-  for (it->Seek(rocksdb::Slice(from, key_size)); it->Valid(); it->Next()) {
-    const auto id = decode_id(it->key().data());
-    if (scanned++ == page) {
-      out.more = true;
-      out.next = id;
-      break;
-    }
-    if (!move.moves(id)) continue;
-    const auto bytes = row_bytes({move.table, id}, it->value().size());
-    const auto* row = reinterpret_cast<const float*>(it->value().data());
+  char key[key_size];
+  auto next = scan(move.table, move.from, page, [&](std::uint64_t id, std::string_view value) {
+    if (!move.moves(id)) return;
+    const auto bytes = row_bytes({move.table, id}, value.size());
+    const auto* row = reinterpret_cast<const float*>(value.data());
     out.ids.push_back(id);
     out.rows.insert(out.rows.end(), row, row + bytes / sizeof(float));
-    gone.Delete(it->key());
-  }
-  if (!it->status().ok()) throw bad_request(problem(path_, it->status()));
+    encode_key({move.table, id}, key);
+    gone.Delete(rocksdb::Slice(key, key_size));
+  });
+  out.more = next.has_value();
+  out.next = next.value_or(0);
   if (out.ids.empty()) return out;
   rocksdb::WriteOptions w;
   w.disableWAL = true;

@@ -10,7 +10,9 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "libps/row_tier.hpp"
@@ -78,6 +80,11 @@ class row_disk {
   static constexpr std::size_t read_threads = 8;
 
  private:
+  // Calls f(id, stored value) for at most `page` of the table's rows from id `first` on,
+  // in id order; returns the id the next page starts at (none: the table's end). Throws
+  // bad_request naming the path.
+  std::optional<std::uint64_t> scan(std::uint32_t table, std::uint64_t first, std::size_t page,
+                                    const std::function<void(std::uint64_t, std::string_view)>& f) const;
   // The floats' bytes of a stored row of `stored` bytes (its push clock may follow them);
   // throws bad_request for any other size (a corrupt store).
   std::size_t row_bytes(const row_key& k, std::size_t stored) const;
