@@ -754,6 +754,7 @@ running_job running_clocksum(int clocks, int clock_ms, const std::string& flags 
       port = l.substr(at + 23, l.find_first_not_of("0123456789", at + 23) - at - 23);
     running = l.find("[worker 0] clock ") != std::string::npos;
   }
+  INFO(out);
   REQUIRE_FALSE(port.empty());
   REQUIRE(running);
   return {job, out, port};
