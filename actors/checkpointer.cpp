@@ -46,6 +46,7 @@ std::shared_ptr<const checkpoint> complete(self_ptr self, const checkpointer_opt
   for (auto id : map.shard_ids) c->shards.push_back(std::move(parts[id]));
   // Older clocks still incomplete can never complete consistently now: drop them.
   st.pending.erase(st.pending.begin(), st.pending.upper_bound({clock, UINT64_MAX}));
+  st.dropped.erase(st.dropped.begin(), st.dropped.upper_bound({clock, UINT64_MAX}));
   return c;
 }
 
@@ -94,6 +95,7 @@ checkpointer_actor::behavior_type checkpointer(self_ptr self, checkpointer_optio
       for (std::size_t i = 0; i < buckets.size() && i < owners.size(); ++i) shape.placement.emplace_back(buckets[i], owners[i]);
       if (!(shape == st.shapes.rbegin()->second)) st.shapes[epoch] = std::move(shape);
     },
+    [=](map_change_atom, bool begins) { self->state.map_changing = begins; },
     [=](flush_atom) -> caf::result<caf::ok_atom> {
       if (self->state.writing == 0) return caf::ok_atom::value;
       auto rp = self->make_response_promise<caf::ok_atom>();
@@ -120,7 +122,11 @@ checkpointer_actor::behavior_type checkpointer(self_ptr self, checkpointer_optio
         if (snap.shard != shard) return refused("holds the state of shard " + std::to_string(snap.shard));
         const auto& ids = self->state.shapes.at(shape).shard_ids;
         if (std::find(ids.begin(), ids.end(), shard) == ids.end()) return;  // it left that map: it holds nothing
-        self->state.pending[{clock, shape}][shard] = std::move(snap);
+        auto& st = self->state;
+        if (st.map_changing && st.dropped.insert({clock, shape}).second)
+          tell(opts, "checkpoint at clock " + std::to_string(clock) + " dropped: its parts were cut while the map changed");
+        if (st.dropped.count({clock, shape})) return;
+        st.pending[{clock, shape}][shard] = std::move(snap);
       } catch (const bad_request& e) {
         return refused(e.what());
       }

@@ -4,6 +4,7 @@
 // checkpoint.hpp) goes to a file writer running on a thread of its own (writing and fsync
 // block), and the observer hears what was written. Lives in the coordinator's process.
 #include <map>
+#include <set>
 #include <memory>
 
 #include "actors/messages.hpp"
@@ -44,6 +45,8 @@ struct checkpointer_state {
   // of one map, so a part taken before a shard joined never meets one taken after.
   std::map<std::pair<std::uint64_t, std::uint64_t>, std::map<std::uint32_t, shard_snapshot>> pending;
   std::uint64_t epoch = 0;  // of the newest shard map heard of
+  bool map_changing = false;
+  std::set<std::pair<std::uint64_t, std::uint64_t>> dropped;  // rounds with a part that came while the map changed
   checkpoint_file_writer_actor file_writer;
   std::size_t writing = 0;  // files handed to the writer, not yet answered
   std::vector<caf::typed_response_promise<caf::ok_atom>> flushes;  // waiting for writing == 0

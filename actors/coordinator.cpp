@@ -322,6 +322,11 @@ void recover_shard(self_ptr self, const coordinator_options& opts, std::uint32_t
                    const caf::error& reason);
 
 // The checkpoint writer follows the map: which shards a file holds, and where their keys are.
+// A map change begins or is over (the checkpointer drops rounds cut meanwhile).
+void tell_map_change(const coordinator_options& opts, bool begins) {
+  if (opts.checkpointer) caf::anon_send(opts.checkpointer, map_change_atom::value, begins);
+}
+
 void tell_checkpointer(const coordinator_options& opts, const cluster_view& view) {
   if (!opts.checkpointer) return;
   std::vector<std::uint32_t> ids;
@@ -337,6 +342,7 @@ void announce_view(self_ptr self, const coordinator_options& opts, std::function
   persist(self, opts);
   auto remaining = std::make_shared<std::size_t>(st.copies.size());
   tell_checkpointer(opts, view);
+  tell_map_change(opts, false);  // every shard has what the map gives it (if it changed)
   if (opts.observer) caf::anon_send(opts.observer, view_atom::value, view);
   auto to_workers = [=] {
     for (auto& sub : self->state.view_subscribers) caf::anon_send(sub, view_atom::value, view);
@@ -820,6 +826,7 @@ void admit_shard(self_ptr self, const coordinator_options& opts, const caf::acto
   st.members[sender.address()] = who + " (joined)";
   auto view = make_view(self, opts);
   tell_checkpointer(opts, view);  // before any shard takes parts under the new map
+  tell_map_change(opts, true);
   rp.deliver(make_registration(self, opts, id));
   // Behind its registration (one sender, one order): once it has the map, the handoffs.
   self->request(shard, std::chrono::seconds(10), view_atom::value, view)
@@ -843,6 +850,7 @@ void admit_shard(self_ptr self, const coordinator_options& opts, const caf::acto
             st.copies.erase(std::remove(st.copies.begin(), st.copies.end(), shard), st.copies.end());
             st.shard_ids.erase(shard.address());
             st.members.erase(shard.address());
+            tell_map_change(opts, false);
             tell_news(opts, "coordinator: " + who + " did not take the map (" + describe(e) + "); the job goes on without it");
           });
 }
@@ -908,6 +916,7 @@ void drain_shard(self_ptr self, const coordinator_options& opts, std::uint32_t i
   auto remaining_shards = live_heads(st);
   auto view = make_view(self, opts);
   tell_checkpointer(opts, view);  // before any shard takes parts under the new map
+  tell_map_change(opts, true);
   auto started = std::chrono::steady_clock::now();
   auto who = "shard " + std::to_string(id);
   auto failed = [=](const std::string& why) mutable {

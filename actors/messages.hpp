@@ -66,6 +66,7 @@ using takeover_atom = caf::atom_constant<caf::atom("takeover")>;
 using remove_shard_atom = caf::atom_constant<caf::atom("rmshard")>;
 using idle_atom = caf::atom_constant<caf::atom("idle")>;
 using rejoin_atom = caf::atom_constant<caf::atom("rejoin")>;
+using map_change_atom = caf::atom_constant<caf::atom("mapchange")>;
 
 template <class Inspector>
 constexpr bool is_raw_io_v =
@@ -243,6 +244,10 @@ using checkpointer_actor = caf::typed_actor<
   // keys over, so no part of a new map comes before the map.
   caf::reacts_to<view_atom, std::uint64_t, std::vector<std::uint32_t>, std::vector<std::uint64_t>,
                  std::vector<std::uint32_t>>,
+  // A map change begins (true: told before any shard hands keys over) or is over (false).
+  // A part cut meanwhile may lack what is still on its way to its shard (a disk tier's
+  // rows take hundreds of ms): the rounds of parts that arrive meanwhile are dropped.
+  caf::reacts_to<map_change_atom, bool>,
   // Answered once every complete checkpoint handed to the file writer so far is written
   // (or failed): the coordinator asks before it recovers a shard from the newest file.
   caf::replies_to<flush_atom>::with<caf::ok_atom>,

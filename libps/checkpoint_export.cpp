@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <deque>
 #include <map>
 #include <filesystem>
 #include <fstream>
@@ -10,6 +11,8 @@
 #include <nlohmann/json.hpp>
 
 #include "libps/npy.hpp"
+#include "libps/row_disk.hpp"
+#include "libps/sparse_table.hpp"
 
 namespace ps {
 
@@ -63,10 +66,22 @@ std::vector<key_range> key_runs(const std::vector<const stored_segment*>& segs) 
 void export_tables(const checkpoint& c, const std::vector<sparse_table_spec>& tables, const std::string& out_dir,
                    std::vector<exported_file>& files) {
   std::map<std::uint32_t, std::vector<const table_rows*>> by_table;
+  std::vector<std::size_t> strides;  // of the job's tables, for rows on a disk tier
+  for (const auto& spec : tables) strides.push_back(sparse_table(spec).stride());
+  std::deque<std::vector<table_rows>> from_disk;  // rows of shards with a disk tier, loaded (pointers stay valid)
   for (const auto& s : c.shards) {
-    if (!s.disk_rows.empty())
-      throw bad_request("export: shard " + std::to_string(s.shard) + " kept its rows in a disk tier (" + s.disk_rows +
-                        "); exporting those is not supported yet");
+    if (!s.disk_rows.empty()) {
+      if (tables.empty())
+        throw bad_request("export: shard " + std::to_string(s.shard) + "'s rows are on a disk tier (" + s.disk_rows +
+                          "): give --app=NAME (and its flags) so that the tables' row sizes are known");
+      try {
+        from_disk.push_back(read_saved_rows(s.disk_rows, strides));
+      } catch (const bad_request& e) {
+        throw bad_request("export: shard " + std::to_string(s.shard) + "'s rows: " + e.what());
+      }
+      for (const auto& t : from_disk.back())
+        if (!t.ids.empty()) by_table[t.table].push_back(&t);
+    }
     for (const auto& t : s.tables) by_table[t.table].push_back(&t);
   }
   for (const auto& [index, parts] : by_table) {

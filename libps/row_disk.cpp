@@ -188,12 +188,50 @@ void row_disk::read(const std::vector<row_key>& keys, std::vector<std::uint8_t>&
   }
 }
 
-std::size_t row_disk::row_bytes(const row_key& k, std::size_t stored) const {
-  const auto bytes = strides_.at(k.table) * sizeof(float);
+namespace {
+// The floats' bytes of row k stored in `stored` bytes in the store at `path`.
+std::size_t stored_row_bytes(const std::string& path, const std::vector<std::size_t>& strides, const row_key& k,
+                             std::size_t stored) {
+  if (k.table >= strides.size())
+    throw bad_request("disk tier at " + path + ": row " + std::to_string(k.id) + " of table " + std::to_string(k.table) +
+                      ", the job has " + std::to_string(strides.size()) + " tables (a corrupt store?)");
+  const auto bytes = strides[k.table] * sizeof(float);
   if (stored != bytes && stored != bytes + sizeof(std::uint64_t))
-    throw bad_request("disk tier at " + path_ + ": row " + std::to_string(k.id) + " of table " + std::to_string(k.table) +
+    throw bad_request("disk tier at " + path + ": row " + std::to_string(k.id) + " of table " + std::to_string(k.table) +
                       " has " + std::to_string(stored) + " bytes, not " + std::to_string(bytes) + " (a corrupt store)");
   return bytes;
+}
+}  // namespace
+
+std::size_t row_disk::row_bytes(const row_key& k, std::size_t stored) const {
+  return stored_row_bytes(path_, strides_, k, stored);
+}
+
+std::vector<table_rows> read_saved_rows(const std::string& dir, const std::vector<std::size_t>& strides) {
+  if (!fs::is_directory(dir)) throw bad_request("disk tier rows at " + dir + ": not a directory");
+  auto options = store_options();
+  options.create_if_missing = false;
+  options.error_if_exists = false;
+  rocksdb::DB* raw = nullptr;
+  if (auto s = rocksdb::DB::OpenForReadOnly(options, dir, &raw); !s.ok()) throw bad_request(problem(dir, s));
+  std::unique_ptr<rocksdb::DB> db(raw);
+  std::vector<table_rows> out;
+  for (std::uint32_t t = 0; t < strides.size(); ++t) out.push_back({t, static_cast<std::uint32_t>(strides[t]), {}, {}});
+  rocksdb::ReadOptions o;
+  o.fill_cache = false;
+  std::unique_ptr<rocksdb::Iterator> it(db->NewIterator(o));
+  for (it->SeekToFirst(); it->Valid(); it->Next()) {
+    if (it->key().size() != key_size) throw bad_request("disk tier at " + dir + ": a key of " + std::to_string(it->key().size()) + " bytes (a corrupt store)");
+    std::uint32_t table = 0;
+    for (int i = 0; i < 4; ++i) table = table << 8 | static_cast<unsigned char>(it->key()[i]);
+    const row_key k{table, decode_id(it->key().data())};
+    const auto bytes = stored_row_bytes(dir, strides, k, it->value().size());
+    const auto* row = reinterpret_cast<const float*>(it->value().data());
+    out[table].ids.push_back(k.id);
+    out[table].rows.insert(out[table].rows.end(), row, row + bytes / sizeof(float));
+  }
+  if (!it->status().ok()) throw bad_request(problem(dir, it->status()));
+  return out;
 }
 
 std::optional<std::uint64_t> row_disk::scan(std::uint32_t table, std::uint64_t first, std::size_t page,

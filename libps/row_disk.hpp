@@ -93,6 +93,12 @@ class row_disk {
   std::unique_ptr<rocksdb::DB> db_;
 };
 
+// The rows a checkpoint saved from a disk tier (row_disk::save's directory), opened
+// read-only and loaded whole (an export's use): per table (strides: floats per row of
+// each, as the store's), ids ascending. Throws bad_request naming the path when it is
+// missing or corrupt, or holds a row of another size.
+std::vector<table_rows> read_saved_rows(const std::string& dir, const std::vector<std::size_t>& strides);
+
 // This process's bytes read from storage devices (/proc/self/io read_bytes) and its
 // peak resident memory (VmHWM in /proc/self/status), in bytes; 0 where unreadable.
 std::uint64_t process_disk_read_bytes();

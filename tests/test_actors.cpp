@@ -445,6 +445,36 @@ TEST_CASE_FIXTURE(fixture, "checkpointer: a flush is answered once the complete 
   alive.push_back(caf::actor_cast<caf::actor>(ckpt));
 }
 
+TEST_CASE_FIXTURE(fixture, "checkpointer: a round with a part that came while the map changed is never written; later ones are") {
+  auto clocks = std::make_shared<std::vector<std::uint64_t>>();  // of the files handed to the writer
+  auto writer_actor = sys.spawn([=](caf::event_based_actor*) -> caf::behavior {
+    return {[=](write_atom, const std::shared_ptr<const checkpoint>& c) -> std::string {
+      clocks->push_back(c->header.clock);
+      return "dir/checkpoint-" + std::to_string(c->header.clock) + ".apsckpt";
+    }};
+  });
+  checkpointer_options o;
+  o.header.shard_ids = {0, 1};
+  o.file_writer = caf::actor_cast<checkpoint_file_writer_actor>(writer_actor);
+  auto ckpt = sys.spawn(checkpointer, o);
+  auto part = [&](std::uint32_t shard, std::uint64_t clock) {
+    caf::anon_send(ckpt, snapshot_atom::value, shard, clock, std::uint64_t{1}, snapshot_block(shard_snapshot{shard, {}, {}, {}, 0}));
+    sched.run();
+  };
+  part(0, 10);  // before the change: its round would be complete with shard 1's part
+  caf::anon_send(ckpt, map_change_atom::value, true);
+  part(1, 10);  // cut while keys may be on their way to it
+  part(0, 12);
+  caf::anon_send(ckpt, map_change_atom::value, false);
+  part(1, 12);  // the change is over, but its round had a part from during it
+  CHECK(clocks->empty());
+  part(0, 14);
+  part(1, 14);
+  CHECK(*clocks == std::vector<std::uint64_t>{14});
+  alive.push_back(writer_actor);
+  alive.push_back(caf::actor_cast<caf::actor>(ckpt));
+}
+
 TEST_CASE_FIXTURE(fixture, "write tracker: drained is answered once as many payloads as issued are written or dropped") {
   auto tracker = sys.spawn(write_tracker);
   auto done = std::make_shared<std::atomic<std::uint64_t>>(0);

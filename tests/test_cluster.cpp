@@ -1234,6 +1234,35 @@ TEST_CASE("a job with --checkpoint-dir ends with a final checkpoint; psnode --ro
   std::filesystem::remove_all("empty-ckpt");
 }
 
+TEST_CASE("a checkpoint of rows on a disk tier exports with --app: every row at its exact value") {
+  std::filesystem::remove_all("tier-ckpt");
+  std::filesystem::remove_all("tier-export");
+  // 20,000 rows of 80 bytes in RAM terms over 2 shards of 1 MiB: some on disk at the end.
+  const std::string app = "--app=clocksum --clock-rows=20000";
+  auto [rc, out] = shell("bin/psnode --role=local " + app + " --clocks=30 --shard-memory=1048576 --checkpoint-dir=tier-ckpt");
+  INFO(out);
+  REQUIRE(rc == 0);
+  auto [bare_rc, bare] = shell("bin/psnode --role=export --checkpoint-dir=tier-ckpt --out=tier-export");
+  CHECK(bare_rc == 1);
+  CHECK(bare.find("are on a disk tier") != std::string::npos);
+  CHECK(bare.find("give --app=NAME") != std::string::npos);
+  auto [export_rc, export_out] = shell("bin/psnode --role=export " + app + " --checkpoint-dir=tier-ckpt --out=tier-export");
+  INFO(export_out);
+  REQUIRE(export_rc == 0);
+  auto [np_rc, np_out] = shell("/usr/bin/python3 -c \"import numpy, json; i = numpy.load('tier-export/clockrows.ids.npy'); "
+                               "a = numpy.load('tier-export/clockrows.npy'); print(json.dumps({'ids': int(numpy.unique(i).size), "
+                               "'shape': list(a.shape), 'min': float(a.min()), 'max': float(a.max())}))\"");
+  INFO(np_out);
+  REQUIRE(np_rc == 0);
+  auto np = last_json(np_out);
+  CHECK(np["ids"] == 20000);
+  CHECK(np["shape"] == json::array({20000, 4}));
+  CHECK(np["min"] == 90.0);
+  CHECK(np["max"] == 90.0);
+  std::filesystem::remove_all("tier-ckpt");
+  std::filesystem::remove_all("tier-export");
+}
+
 namespace {
 
 // A port nobody listens on now (the kernel's pick for a socket bound to port 0).
