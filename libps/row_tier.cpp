@@ -275,12 +275,7 @@ std::shared_ptr<const row_write> row_tier::flush_moved(const std::function<bool(
   }
   for (const auto& k : reading_)
     if (moves(k)) dropped_.insert(k);
-  if (w->keys.empty()) return nullptr;
-  ++next_write_;
-  buffered_bytes_ += w->rows.size() * sizeof(float);
-  stats_.written += w->keys.size();
-  in_flight_.push_back(w);
-  return w;
+  return start_write(std::move(w));
 }
 
 void row_tier::moved_from_disk(std::uint32_t table, std::uint64_t rows) {
@@ -348,6 +343,10 @@ std::shared_ptr<const row_write> row_tier::trim(std::uint64_t keep_from) {
     writing_[k] = {w->seq, in_write::deleted, 0};
   }
   deleting_.clear();
+  return start_write(std::move(w));
+}
+
+std::shared_ptr<const row_write> row_tier::start_write(std::shared_ptr<row_write> w) {
   if (w->keys.empty() && w->deleted.empty()) return nullptr;
   ++next_write_;
   buffered_bytes_ += w->rows.size() * sizeof(float);

@@ -209,6 +209,8 @@ class row_tier {
   void created(std::uint32_t table);
   // The table whose next victim was used longest ago, if used before keep_from.
   std::optional<std::uint32_t> oldest_table(std::uint64_t keep_from) const;
+  // A batch built with seq next_write_ + 1 goes under way (none: it writes nothing).
+  std::shared_ptr<const row_write> start_write(std::shared_ptr<row_write> w);
   // The row's floats in its latest write under way (none: nullptr).
   const float* row_in_write(const row_key& key) const;
   std::shared_ptr<std::uint64_t> clock_ = std::make_shared<std::uint64_t>(0);  // one eviction order across tables

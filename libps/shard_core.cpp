@@ -60,18 +60,27 @@ bool shard_core::touches_other_shards(const pending_pull& p, const partitioner& 
   return false;
 }
 
+namespace {
+// Rows `ids` of `table` (stride floats each in `rows`) cut by the owner `map` gives each.
+std::map<std::uint32_t, table_rows> rows_by_owner(std::uint32_t table, std::uint32_t stride,
+                                                  const std::vector<std::uint64_t>& ids, const std::vector<float>& rows,
+                                                  const partitioner& map) {
+  std::map<std::uint32_t, table_rows> out;
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    auto& part = out.try_emplace(map.row_owner(table, ids[i]), table_rows{table, stride, {}, {}}).first->second;
+    part.ids.push_back(ids[i]);
+    part.rows.insert(part.rows.end(), rows.begin() + static_cast<std::ptrdiff_t>(i * stride),
+                     rows.begin() + static_cast<std::ptrdiff_t>((i + 1) * stride));
+  }
+  return out;
+}
+}  // namespace
+
 void shard_core::hand_off_rows(const partitioner& next, const std::function<shard_handoff&(std::uint32_t)>& to) {
   for (std::uint32_t t = 0; t < rows_.num_tables(); ++t) {
     auto leaving = rows_.take_rows(t, [&](std::uint64_t id) { return next.row_owner(t, id) != id_; });
-    std::map<std::uint32_t, table_rows> by_owner;
-    for (std::size_t i = 0; i < leaving.ids.size(); ++i) {
-      auto owner = next.row_owner(t, leaving.ids[i]);
-      auto [it, fresh] = by_owner.try_emplace(owner, table_rows{t, leaving.stride, {}, {}});
-      it->second.ids.push_back(leaving.ids[i]);
-      it->second.rows.insert(it->second.rows.end(), leaving.rows.begin() + static_cast<std::ptrdiff_t>(i * leaving.stride),
-                             leaving.rows.begin() + static_cast<std::ptrdiff_t>((i + 1) * leaving.stride));
-    }
-    for (auto& [owner, rows] : by_owner) to(owner).rows.push_back(std::move(rows));
+    for (auto& [owner, rows] : rows_by_owner(t, leaving.stride, leaving.ids, leaving.rows, next))
+      to(owner).rows.push_back(std::move(rows));
   }
 }
 
@@ -98,23 +107,16 @@ void shard_core::split_row_queue(const partitioner& next, const std::function<sh
         continue;
       }
     } else if (op.what == row_op::kind::push) {
-      const auto dim = rows_.table(op.table).spec().dim;
-      deferred_update stay;
-      std::map<std::uint32_t, deferred_update> moved;
-      for (std::size_t i = 0; i < op.ids.size(); ++i) {
-        auto owner = next.row_owner(op.table, op.ids[i]);
-        auto& part = owner == id_ ? stay : moved.try_emplace(owner, to_update({op.req, {}, {}, op.table, {}})).first->second;
-        part.ids.push_back(op.ids[i]);
-        part.values.insert(part.values.end(), op.grads.begin() + static_cast<std::ptrdiff_t>(i * dim),
-                           op.grads.begin() + static_cast<std::ptrdiff_t>((i + 1) * dim));
-      }
-      for (auto& [owner, part] : moved) to(owner).deferred.push_back(std::move(part));
-      if (stay.ids.empty()) {  // all of it moved: acknowledged now, its new owners apply it
+      auto parts = split_by_owner(to_update({op.req, {}, op.grads, op.table, op.ids}), next,
+                                  rows_.table(op.table).spec().dim);
+      auto own = parts.extract(id_);
+      for (auto& [owner, part] : parts) to(owner).deferred.push_back(std::move(part));
+      if (own.empty()) {  // all of it moved: acknowledged now, its new owners apply it
         if (op.ack != 0) fx.applied.push_back(op.ack);
         continue;
       }
-      op.ids = std::move(stay.ids);
-      op.grads = std::move(stay.values);
+      op.ids = std::move(own.mapped().ids);
+      op.grads = std::move(own.mapped().values);
     }
     kept.push_back(std::move(op));
   }
@@ -131,6 +133,7 @@ void shard_core::hand_off_tiered(const partitioner& next, const std::function<sh
     fx.writes.push_back(std::move(w));
   for (std::uint32_t t = 0; t < rows_.num_tables(); ++t)
     fx.moves.push_back({t, 0, [map, t, self](std::uint64_t id) { return map->row_owner(t, id) != self; }});
+  drain_rows(fx);  // the queue's front may have lost what it waited for
 }
 
 std::vector<shard_handoff> shard_core::rows_moved(const moved_page& page) {
@@ -139,21 +142,13 @@ std::vector<shard_handoff> shard_core::rows_moved(const moved_page& page) {
     throw bad_request(name_ + ": a page of moved rows holds " + std::to_string(page.rows.size()) + " floats for " +
                       std::to_string(page.ids.size()) + " rows of " + std::to_string(stride));
   rows_.moved_from_disk(page.table, page.ids.size());
-  std::map<std::uint32_t, shard_handoff> out;
-  for (std::size_t i = 0; i < page.ids.size(); ++i) {
-    auto owner = map_.row_owner(page.table, page.ids[i]);
-    auto [it, fresh] = out.try_emplace(owner);
-    auto& h = it->second;
-    if (fresh) {
-      h.from = id_, h.to = owner, h.epoch = map_.epoch(), h.rows_only = true;
-      h.rows.push_back({page.table, static_cast<std::uint32_t>(stride), {}, {}});
-    }
-    h.rows.back().ids.push_back(page.ids[i]);
-    h.rows.back().rows.insert(h.rows.back().rows.end(), page.rows.begin() + static_cast<std::ptrdiff_t>(i * stride),
-                              page.rows.begin() + static_cast<std::ptrdiff_t>((i + 1) * stride));
-  }
   std::vector<shard_handoff> parts;
-  for (auto& [owner, h] : out) parts.push_back(std::move(h));
+  for (auto& [owner, rows] : rows_by_owner(page.table, static_cast<std::uint32_t>(stride), page.ids, page.rows, map_)) {
+    parts.emplace_back();
+    auto& h = parts.back();
+    h.from = id_, h.to = owner, h.epoch = map_.epoch(), h.rows_only = true;
+    h.rows.push_back(std::move(rows));
+  }
   return parts;
 }
 
@@ -189,7 +184,6 @@ std::vector<shard_handoff> shard_core::hand_off(const partitioner& next, shard_e
   map_ = next;
   was_in_map_ = true;
   saw_epoch(next.epoch());
-  if (rows_.tiered()) drain_rows(fx);  // the queue's front may have lost what it waited for
   std::vector<shard_handoff> all;
   for (auto& [owner, h] : out) all.push_back(std::move(h));
   return all;
