@@ -592,6 +592,11 @@ std::vector<iovec> pieces_left(const data_plane_frame& frame) {
   return iov;
 }
 
+// The socket's header of a payload whose floats go through the ring.
+auto ring_header(const data_plane_frame& frame) {
+  return encode_bulk_header({bulk_kind::ring_payload, frame.ticket, frame.bytes - bulk_header_bytes});
+}
+
 }  // namespace
 
 // What goes at once of a frame nothing is queued before, without waiting: on the socket,
@@ -607,7 +612,7 @@ std::optional<bool> data_plane::write_at_once(const std::shared_ptr<connection>&
     frame.done += static_cast<std::uint64_t>(k);
     return frame.done == frame.bytes;
   }
-  auto header = encode_bulk_header({bulk_kind::ring_payload, frame.ticket, frame.bytes - bulk_header_bytes});
+  auto header = ring_header(frame);
   iovec head{header.data(), header.size()};
   auto k = write_now(c->fd, &head, 1);
   if (k < 0) return std::nullopt;
@@ -656,7 +661,7 @@ bool data_plane::send_or_queue(const std::shared_ptr<connection>& c, data_plane_
 bool data_plane::write_frame(const std::shared_ptr<connection>& c, data_plane_frame& frame, std::string* why) {
   bool ok = true;
   if (frame.ticket != 0 && frame.done == 0 && c->ring_ready) {  // ring_ready also covers a header begun at once
-    auto header = encode_bulk_header({bulk_kind::ring_payload, frame.ticket, frame.bytes - bulk_header_bytes});
+    auto header = ring_header(frame);
     iovec head{header.data() + frame.ring_header_done, header.size() - frame.ring_header_done};
     ok = write_all(c->fd, &head, 1);
     if (ok) return into_ring(c, frame, [&] { return gone(*c); }, why);
