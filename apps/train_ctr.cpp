@@ -18,21 +18,24 @@
 
 namespace {
 
-// The job's figures from the workers' results: samples, time and bytes from every
+// The job's figures from the workers' results: samples, time, bytes and backend from every
 // worker, test metrics from worker 0 (the one that evaluates).
 void add_worker_figures(const ps::job_result& res, ps::json_line& out) {
   const char* summed[] = {"samples", "embedding_bytes", "embedding_bytes_bound", "embedding_bytes_uncached",
                           "dense_bytes", "worker_cache_hits", "worker_cache_misses"};
   std::map<std::string, std::uint64_t> sums;
   double train_seconds = 0;
+  auto backends = nlohmann::json::array();  // in worker order: where each one's tower ran
   for (const auto& [w, text] : res.results) {
     auto r = nlohmann::json::parse(text, nullptr, false);
     if (r.is_discarded()) throw ps::bad_request("worker " + std::to_string(w) + " sent a result that is not JSON");
+    backends.push_back(r.value("backend", ""));
     for (const char* field : summed) sums[field] += r.value(field, std::uint64_t{0});
     train_seconds = std::max(train_seconds, r.value("train_seconds", 0.0));
     for (const char* field : {"test_auc", "test_logloss", "per_epoch"})
       if (r.contains(field)) out[field] = r[field];
   }
+  out["backends"] = backends;
   out["samples"] = sums["samples"];
   out["train_seconds"] = train_seconds;
   out["samples_per_s"] = train_seconds > 0 ? sums["samples"] / train_seconds : 0;

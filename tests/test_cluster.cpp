@@ -1607,6 +1607,7 @@ TEST_CASE("train_ctr learns clicks from gen_ctr's data across processes, and nam
   auto result = last_json(out);
   CHECK(result["status"] == "ok");
   CHECK(result["samples"] == 2 * 20000);
+  CHECK(result["backends"] == nlohmann::json::array({"host", "host"}));  // the default
   REQUIRE(result["per_epoch"].size() == 2);
   // Far above chance, and no better than the truth allows.
   CHECK(result["test_auc"] > 0.65);
