@@ -1,6 +1,7 @@
 #include "libps/checkpoint.hpp"
 #include "libps/bounded_archive.hpp"
 #include "libps/count_min.hpp"
+#include "libps/row_disk.hpp"
 #include "libps/cereal_types.hpp"
 #include "libps/text.hpp"
 
@@ -330,9 +331,35 @@ stored_segment slice(const stored_segment& seg, std::uint64_t offset, std::uint6
   return out;
 }
 
+// The rows c's shards kept on a disk tier, laid out for map's shards in stores under
+// rows_into (out's sections then name them, with their counts).
+void lay_out_disk_tiers(const checkpoint& c, const partitioner& map, const std::string& rows_into, checkpoint& out) {
+  std::vector<std::string> saved;
+  std::size_t tables = 0;
+  for (const auto& old : c.shards) {
+    if (old.disk_rows.empty()) continue;
+    const auto shard = "shard " + std::to_string(old.shard) + "'s rows are on a disk tier (" + old.disk_rows + ")";
+    if (rows_into.empty())
+      throw bad_request(shard + ": they can only be laid out for other shards when a job restores from the checkpoint");
+    if (old.disk_table_rows.empty())
+      throw bad_request(shard + ", saved before checkpoints counted them per table (format 4): restore it onto as "
+                        "many shards as it has");
+    saved.push_back(old.disk_rows);
+    tables = std::max(tables, old.disk_table_rows.size());
+  }
+  if (saved.empty()) return;
+  auto owner = [&map](const row_key& k) { return map.row_owner(k.table, k.id); };
+  auto counts = lay_out_saved_rows(saved, tables, owner, map.shard_ids(), rows_into);
+  for (auto& s : out.shards) {
+    s.disk_rows = saved_rows_path(rows_into, s.shard);
+    s.disk_table_rows = counts.at(s.shard);
+    s.disk_row_count = std::accumulate(s.disk_table_rows.begin(), s.disk_table_rows.end(), std::uint64_t{0});
+  }
+}
+
 }  // namespace
 
-checkpoint reshard(const checkpoint& c, const partitioner& map) {
+checkpoint reshard(const checkpoint& c, const partitioner& map, const std::string& rows_into) {
   checkpoint out;
   out.header = c.header;
   out.header.shard_ids = map.shard_ids();
@@ -347,9 +374,6 @@ checkpoint reshard(const checkpoint& c, const partitioner& map) {
         if (s.sightings.empty()) s.sightings.assign(old.sightings.size(), 0);
         add_counts(s.sightings, old.sightings);
       }
-    if (!old.disk_rows.empty())
-      throw bad_request("shard " + std::to_string(old.shard) + "'s rows are on a disk tier (" + old.disk_rows +
-                        "): they can only be restored onto as many shards as the checkpoint has");
     for (const auto& seg : old.segments)
       if (seg.end > seg.begin)
         for (const auto& p : map.split(key_set::single({seg.begin, seg.end})))
@@ -365,6 +389,7 @@ checkpoint reshard(const checkpoint& c, const partitioner& map) {
   }
   for (auto& s : out.shards)
     std::sort(s.segments.begin(), s.segments.end(), [](const auto& a, const auto& b) { return a.begin < b.begin; });
+  lay_out_disk_tiers(c, map, rows_into, out);
   out.header.placement = map.placement();
   return out;
 }

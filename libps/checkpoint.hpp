@@ -78,9 +78,12 @@ shard_snapshot decode_shard(const std::string& bytes);
 
 // The checkpoint's state laid out for `map`'s shards (another count, another ring): each
 // dense segment cut where ownership changes and handed to its owner with its optimizer
-// state, each row moved to its row_owner. The header's shard_ids become map's. Throws
-// bad_request for rows on a disk tier (one RocksDB checkpoint per old shard: not split).
-checkpoint reshard(const checkpoint& c, const partitioner& map);
+// state, each row moved to its row_owner. The header's shard_ids become map's. Rows on a
+// disk tier are streamed from the old shards' stores into a new store per shard under
+// rows_into (lay_out_saved_rows; blocking I/O, the whole table read once), which the new
+// sections name; without rows_into such a checkpoint throws bad_request, as does one
+// saved before format 4 (no rows per table).
+checkpoint reshard(const checkpoint& c, const partitioner& map, const std::string& rows_into = {});
 
 // Whether the checkpoint's shards own what `map`'s do: the same shards, ring and buckets,
 // and the same owner for every balanced bucket (the header's placement, or the ring's own

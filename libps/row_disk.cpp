@@ -13,12 +13,14 @@
 #include <rocksdb/options.h>
 #include <rocksdb/sst_file_writer.h>
 #include <rocksdb/table.h>
+#include <rocksdb/write_batch.h>
 
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 
 #include "libps/keys.hpp"
@@ -207,7 +209,12 @@ std::size_t row_disk::row_bytes(const row_key& k, std::size_t stored) const {
   return stored_row_bytes(path_, strides_, k, stored);
 }
 
-std::vector<table_rows> read_saved_rows(const std::string& dir, const std::vector<std::size_t>& strides) {
+namespace {
+
+// Calls f(key, stored value) for every row of a saved store (row_disk::save's directory),
+// opened read-only, in key order. Throws bad_request naming the path when it is missing
+// or corrupt.
+void each_saved_row(const std::string& dir, const std::function<void(const row_key&, std::string_view)>& f) {
   if (!fs::is_directory(dir)) throw bad_request("disk tier rows at " + dir + ": not a directory");
   auto options = store_options();
   options.create_if_missing = false;
@@ -215,8 +222,6 @@ std::vector<table_rows> read_saved_rows(const std::string& dir, const std::vecto
   rocksdb::DB* raw = nullptr;
   if (auto s = rocksdb::DB::OpenForReadOnly(options, dir, &raw); !s.ok()) throw bad_request(problem(dir, s));
   std::unique_ptr<rocksdb::DB> db(raw);
-  std::vector<table_rows> out;
-  for (std::uint32_t t = 0; t < strides.size(); ++t) out.push_back({t, static_cast<std::uint32_t>(strides[t]), {}, {}});
   rocksdb::ReadOptions o;
   o.fill_cache = false;
   std::unique_ptr<rocksdb::Iterator> it(db->NewIterator(o));
@@ -224,14 +229,93 @@ std::vector<table_rows> read_saved_rows(const std::string& dir, const std::vecto
     if (it->key().size() != key_size) throw bad_request("disk tier at " + dir + ": a key of " + std::to_string(it->key().size()) + " bytes (a corrupt store)");
     std::uint32_t table = 0;
     for (int i = 0; i < 4; ++i) table = table << 8 | static_cast<unsigned char>(it->key()[i]);
-    const row_key k{table, decode_id(it->key().data())};
-    const auto bytes = stored_row_bytes(dir, strides, k, it->value().size());
-    const auto* row = reinterpret_cast<const float*>(it->value().data());
-    out[table].ids.push_back(k.id);
-    out[table].rows.insert(out[table].rows.end(), row, row + bytes / sizeof(float));
+    f(row_key{table, decode_id(it->key().data())}, std::string_view(it->value().data(), it->value().size()));
   }
   if (!it->status().ok()) throw bad_request(problem(dir, it->status()));
+}
+
+// A fresh store at `path` that rows are written into in batches, then flushed to table
+// files and closed (a directory a disk tier can start from, as from a checkpoint's).
+class store_builder {
+ public:
+  explicit store_builder(std::string path) : path_(std::move(path)) {
+    auto options = store_options();
+    options.use_direct_io_for_flush_and_compaction = false;  // written once, wherever the checkpoints are
+    rocksdb::DB* db = nullptr;
+    if (auto s = rocksdb::DB::Open(options, path_, &db); !s.ok()) throw bad_request(problem(path_, s));
+    db_.reset(db);
+  }
+  void put(const row_key& k, std::string_view value) {
+    char key[key_size];
+    encode_key(k, key);
+    batch_.Put(rocksdb::Slice(key, key_size), rocksdb::Slice(value.data(), value.size()));
+    if (static_cast<std::size_t>(batch_.Count()) >= batch_rows) write();
+  }
+  void finish() {
+    write();
+    if (auto s = db_->Flush(rocksdb::FlushOptions()); !s.ok()) throw bad_request(problem(path_, s));
+    if (auto s = db_->Close(); !s.ok()) throw bad_request(problem(path_, s));
+    db_.reset();
+  }
+
+ private:
+  static constexpr std::size_t batch_rows = 16384;
+  void write() {
+    rocksdb::WriteOptions o;
+    o.disableWAL = true;  // flushed before it is used
+    if (auto s = db_->Write(o, &batch_); !s.ok()) throw bad_request(problem(path_, s));
+    batch_.Clear();
+  }
+  std::string path_;
+  std::unique_ptr<rocksdb::DB> db_;
+  rocksdb::WriteBatch batch_;
+};
+
+}  // namespace
+
+std::vector<table_rows> read_saved_rows(const std::string& dir, const std::vector<std::size_t>& strides) {
+  std::vector<table_rows> out;
+  for (std::uint32_t t = 0; t < strides.size(); ++t) out.push_back({t, static_cast<std::uint32_t>(strides[t]), {}, {}});
+  each_saved_row(dir, [&](const row_key& k, std::string_view value) {
+    const auto bytes = stored_row_bytes(dir, strides, k, value.size());
+    const auto* row = reinterpret_cast<const float*>(value.data());
+    out[k.table].ids.push_back(k.id);
+    out[k.table].rows.insert(out[k.table].rows.end(), row, row + bytes / sizeof(float));
+  });
   return out;
+}
+
+std::map<std::uint32_t, std::vector<std::uint64_t>> lay_out_saved_rows(const std::vector<std::string>& saved,
+                                                                       std::size_t tables, const row_owner_fn& owner,
+                                                                       const std::vector<std::uint32_t>& shards,
+                                                                       const std::string& into) {
+  std::error_code ec;
+  fs::remove_all(into, ec);  // an earlier restore's: made again
+  fs::create_directories(into, ec);
+  if (ec) throw bad_request("cannot make " + into + ": " + ec.message());
+  std::map<std::uint32_t, store_builder> stores;
+  std::map<std::uint32_t, std::vector<std::uint64_t>> counts;
+  for (auto id : shards) {
+    stores.emplace(id, saved_rows_path(into, id));
+    counts[id].assign(tables, 0);
+  }
+  for (const auto& dir : saved)
+    each_saved_row(dir, [&](const row_key& k, std::string_view value) {
+      if (k.table >= tables)
+        throw bad_request("disk tier rows at " + dir + ": a row of table " + std::to_string(k.table) + ", the job has " +
+                          std::to_string(tables) + " tables (a corrupt store?)");
+      auto to = owner(k);
+      auto store = stores.find(to);
+      if (store == stores.end()) throw bad_request("row " + std::to_string(k.id) + " belongs to shard " + std::to_string(to) + ", not among the new shards");
+      store->second.put(k, value);
+      ++counts[to][k.table];
+    });
+  for (auto& [id, store] : stores) store.finish();
+  return counts;
+}
+
+std::string saved_rows_path(const std::string& into, std::uint32_t shard) {
+  return (fs::path(into) / ("shard-" + std::to_string(shard))).string();
 }
 
 std::optional<std::uint64_t> row_disk::scan(std::uint32_t table, std::uint64_t first, std::size_t page,

@@ -9,6 +9,7 @@
 // running left behind.
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -98,6 +99,21 @@ class row_disk {
 // each, as the store's), ids ascending. Throws bad_request naming the path when it is
 // missing or corrupt, or holds a row of another size.
 std::vector<table_rows> read_saved_rows(const std::string& dir, const std::vector<std::size_t>& strides);
+
+// Whose a row is under a shard map: the id of its owner shard.
+using row_owner_fn = std::function<std::uint32_t(const row_key&)>;
+// The rows of saved stores (row_disk::save's directories, one per shard of a checkpoint)
+// laid out for other shards: each row, bytes as stored, goes to its owner's fresh store,
+// into/shard-<id> (saved_rows_path) for each id in `shards`, which a disk tier can start
+// from as from a checkpoint's. `into` is made afresh. Streams: it holds one batch of rows
+// per new shard, not the table. Returns each new shard's rows per table (`tables` of them).
+// Throws bad_request naming the path: a missing or corrupt store, a row of a table the job
+// does not have, a row whose owner is not among `shards`, a store that cannot be written.
+std::map<std::uint32_t, std::vector<std::uint64_t>> lay_out_saved_rows(const std::vector<std::string>& saved,
+                                                                       std::size_t tables, const row_owner_fn& owner,
+                                                                       const std::vector<std::uint32_t>& shards,
+                                                                       const std::string& into);
+std::string saved_rows_path(const std::string& into, std::uint32_t shard);
 
 // This process's bytes read from storage devices (/proc/self/io read_bytes) and its
 // peak resident memory (VmHWM in /proc/self/status), in bytes; 0 where unreadable.

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -177,11 +178,21 @@ std::shared_ptr<const checkpoint> load_restore(const node_config& cfg, const job
   // Another number of shards (or another ring, or shards that joined or left): every key
   // and row goes to its new owner.
   try {
-    auto moved = reshard(*latest.found, map);
+    // Rows on a disk tier: new stores beside the checkpoint's own, read by the new shards.
+    const auto rows_into = std::filesystem::path(latest.path).parent_path() /
+                           ("checkpoint-" + std::to_string(got.clock) + ".rows") /
+                           ("onto-" + std::to_string(want.shard_ids.size()) + "-shards");
+    const auto start = std::chrono::steady_clock::now();
+    auto moved = reshard(*latest.found, map, rows_into.string());
     moved.header.vnodes = want.vnodes;
     moved.header.bucket_bits = want.bucket_bits;
-    std::fprintf(stderr, "restore: the state of %zu shards laid out for %zu\n", got.shard_ids.size(),
-                 want.shard_ids.size());
+    std::uint64_t disk_rows = 0;
+    for (const auto& s : moved.shards) disk_rows += s.disk_row_count;
+    std::fprintf(stderr, "restore: the state of %zu shards laid out for %zu", got.shard_ids.size(), want.shard_ids.size());
+    if (disk_rows > 0)
+      std::fprintf(stderr, " (%llu rows on disk, into %s, in %.1f s)", static_cast<unsigned long long>(disk_rows),
+                   rows_into.c_str(), std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    std::fprintf(stderr, "\n");
     return std::make_shared<const checkpoint>(std::move(moved));
   } catch (const bad_request& e) {
     throw bad_request(latest.path + ": cannot restore onto " + std::to_string(want.shard_ids.size()) + " shards: " +

@@ -330,8 +330,14 @@ TEST_CASE("reshard: every key and row of a 2-shard checkpoint lands once, at its
   }
   CHECK(keys == 9000);
   CHECK(rows_seen == 50);
+  // Rows on a disk tier are laid out only where the caller gives a place for new stores
+  // (a restoring job), and only from files that count them per table (format 4 on).
   c.shards[1].disk_rows = "/somewhere/shard-1";
-  CHECK_THROWS_AS(reshard(c, map), ps::bad_request);
+  c.shards[1].disk_table_rows = {3, 4};
+  CHECK_THROWS_WITH_AS(reshard(c, map), doctest::Contains("when a job restores from the checkpoint"), ps::bad_request);
+  c.shards[1].disk_table_rows.clear();
+  CHECK_THROWS_WITH_AS(reshard(c, map, "/somewhere/onto-3-shards"), doctest::Contains("restore it onto as many shards"),
+                       ps::bad_request);
 }
 
 TEST_CASE("a checkpoint cut after a shard joined carries the map's placement; its state is laid out again only for another map") {

@@ -216,6 +216,17 @@ TEST_CASE("sparse rows: a checkpoint of tables on a disk tier (1 MiB of RAM per 
   REQUIRE(rc4 == 0);
   CHECK(killed_a_server(out4));
   check_rowcheck_lines(out4, (6 * 10000 + 1000) * 8);
+  // Onto 3 shards and onto 1: the rows on disk are laid out for the new shards first.
+  for (int servers : {3, 1}) {
+    auto [rc5, out5] = shell("bin/psnode --role=local --app=rowcheck --servers=" + std::to_string(servers) +
+                             " --workers=2 --rows=10000 --consistency=bsp --shard-memory=1048576 --restore=ckpt-tiered "
+                             "--prior-runs=1");
+    INFO(out5);
+    REQUIRE(rc5 == 0);
+    CHECK(out5.find("restore: the state of 2 shards laid out for " + std::to_string(servers) + " (30000 rows on disk") !=
+          std::string::npos);
+    check_rowcheck_lines(out5, (6 * 10000 + 1000) * 8);
+  }
   // Without a disk tier the rows cannot be taken: refused, naming why.
   auto [rc3, out3] = shell("bin/psnode --role=local --app=rowcheck --servers=2 --workers=2 --rows=10000 "
                            "--consistency=bsp --restore=ckpt-tiered");

@@ -384,6 +384,63 @@ TEST_CASE("row disk: rows written are read back; missing rows are not found; a w
   CHECK_FALSE(std::filesystem::exists(path));  // scratch: removed when closed
 }
 
+TEST_CASE("row disk: saved stores laid out for other shards: every row, as stored, at its new owner") {
+  scratch_dir scratch;
+  const auto& dir = scratch.path;
+  if (auto why = direct_io_problem(dir.string()); !why.empty()) {
+    MESSAGE("skipped: " << why);
+    return;
+  }
+  // Two old shards' saved stores: rows 0..99 of table 0 (stride 2) and of table 1 (stride 3),
+  // split between them by id parity, some with a push clock stored beside them.
+  std::vector<std::string> saved;
+  for (std::uint64_t parity : {0, 1}) {
+    row_disk disk(dir.string(), "old " + std::to_string(parity), {2, 3});
+    row_write w{1, {}, {}, {}, {}};
+    for (std::uint64_t id = parity; id < 100; id += 2) {
+      w.keys.push_back({0, id});
+      w.rows.insert(w.rows.end(), {float(id), 0.5f});
+      w.keys.push_back({1, id});
+      w.rows.insert(w.rows.end(), {float(id), 1.0f, 2.0f});
+      w.pushed.insert(w.pushed.end(), {id, id + 1});
+    }
+    saved.push_back((dir / ("saved-" + std::to_string(parity))).string());
+    disk.save(w, saved.back());
+  }
+  const auto into = (dir / "onto-3").string();
+  auto owner = [](const row_key& k) { return static_cast<std::uint32_t>((k.id + k.table) % 3) + 10; };
+  auto counts = lay_out_saved_rows(saved, 2, owner, {10, 11, 12}, into);
+  std::uint64_t rows = 0;
+  for (std::uint32_t shard : {10, 11, 12}) {
+    auto got = read_saved_rows(saved_rows_path(into, shard), {2, 3});
+    REQUIRE(got.size() == 2);
+    CHECK(counts.at(shard) == std::vector<std::uint64_t>{got[0].ids.size(), got[1].ids.size()});
+    for (const auto& t : got)
+      for (std::size_t i = 0; i < t.ids.size(); ++i) {
+        CHECK(owner({t.table, t.ids[i]}) == shard);
+        CHECK(t.rows[i * t.stride] == float(t.ids[i]));  // the row's own floats
+      }
+    rows += got[0].ids.size() + got[1].ids.size();
+    // The push clocks travel too: a disk tier started from the new store reads them.
+    row_disk started(dir.string(), "new " + std::to_string(shard), {2, 3}, nullptr, saved_rows_path(into, shard));
+    std::vector<std::uint8_t> found;
+    std::vector<float> values;
+    std::vector<std::uint64_t> pushed;
+    started.read({{1, got[1].ids.front()}}, found, values, pushed);
+    CHECK(found == std::vector<std::uint8_t>{1});
+    CHECK(pushed == std::vector<std::uint64_t>{got[1].ids.front() + 1});
+  }
+  CHECK(rows == 200);
+  // A row of a table the job does not have, an owner not among the shards, a missing store.
+  CHECK_THROWS_WITH_AS(lay_out_saved_rows(saved, 1, owner, {10, 11, 12}, into), doctest::Contains("a row of table 1, the job has 1"),
+                       bad_request);
+  CHECK_THROWS_WITH_AS(lay_out_saved_rows(saved, 2, owner, {10, 11}, into), doctest::Contains("not among the new shards"),
+                       bad_request);
+  const auto missing = (dir / "none").string(), says = missing + ": not a directory";
+  CHECK_THROWS_WITH_AS(lay_out_saved_rows({missing}, 2, owner, {10, 11, 12}, into), doctest::Contains(says.c_str()),
+                       bad_request);
+}
+
 TEST_CASE("row disk: a directory that cannot hold it is named, with why") {
   CHECK(direct_io_problem("/nonexistent-actorps") == "/nonexistent-actorps is not a directory");
   if (std::filesystem::is_directory("/dev/shm"))
