@@ -4,15 +4,32 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <functional>
+#include <optional>
 
 #include "libps/cluster_status.hpp"
 #include "libps/consistency.hpp"
 #include "libps/handoff.hpp"
 
+namespace ps::detail {
+// What a recovery reads: the checkpoint laid out for the map, its file, the newer files
+// refused and why; or why there is none (error).
+struct recovery_source {
+  std::optional<checkpoint> found;
+  std::string path;
+  std::vector<std::string> refused;
+  std::string error;
+};
+}  // namespace ps::detail
+
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(std::shared_ptr<const ps::detail::recovery_source>)
+
 namespace ps {
 
 namespace {
+
+using detail::recovery_source;
 
 using self_ptr = coordinator_actor::stateful_pointer<coordinator_state>;
 
@@ -407,37 +424,83 @@ void recover_shard(self_ptr self, const coordinator_options& opts, std::uint32_t
           [=](caf::error&) { shard_failed(self, opts, id, who, reason); });  // recovers from what is there
 }
 
+// The newest intact checkpoint in dir laid out for map, or why there is none; read on a
+// thread of its own (the file holds the whole model, and rows on a disk tier laid out for
+// another map are streamed into new stores), never in a handler.
+void read_recovery_source(self_ptr self, const coordinator_options& opts, const partitioner& map,
+                          std::function<void(std::shared_ptr<const recovery_source>)> then) {
+  auto read = [dir = opts.checkpoint_dir, map](caf::event_based_actor* reader) -> caf::behavior {
+    return {[=](restore_atom) {
+      auto out = std::make_shared<recovery_source>();
+      try {
+        auto latest = load_latest(dir);
+        out->refused = std::move(latest.refused);
+        out->path = latest.path;
+        if (!latest.found) {
+          out->error = "no checkpoint has been written to " + dir + " yet";
+        } else {
+          const auto rows_into = std::filesystem::path(dir) / ("checkpoint-" + std::to_string(latest.found->header.clock) +
+                                                               ".rows") / ("for-epoch-" + std::to_string(map.epoch()));
+          try {  // written under another map (before shards joined or left): its keys go where they are now
+            out->found = same_map(latest.found->header, map) ? std::move(*latest.found)
+                                                              : reshard(*latest.found, map, rows_into.string());
+          } catch (const bad_request& e) {
+            out->error = latest.path + " cannot be laid out for the current map: " + e.what();
+          }
+        }
+      } catch (const bad_request& e) {
+        out->error = std::string("no checkpoint to recover from: ") + e.what();
+      }
+      reader->quit();
+      return std::shared_ptr<const recovery_source>(std::move(out));
+    }};
+  };
+  auto reader = opts.checkpoint_reads_on_scheduler ? self->spawn(read) : self->spawn<caf::detached>(read);
+  self->request(reader, caf::infinite, restore_atom::value)
+    .then([then](std::shared_ptr<const recovery_source>& source) { then(std::move(source)); },
+          [then](caf::error& e) {
+            auto failed = std::make_shared<recovery_source>();
+            failed->error = "reading the checkpoint failed: " + describe(e);
+            then(std::move(failed));
+          });
+}
+
+void recover_from(self_ptr self, const coordinator_options& opts, std::uint32_t id, const std::string& who,
+                  const caf::error& reason, const checkpoint& ckpt, const std::string& source);
+
 // A shard died. Without replicas its keys come back from the newest intact checkpoint,
 // onto a replacement shard in a live server process; what the checkpoint lacks is reported.
 void shard_failed(self_ptr self, const coordinator_options& opts, std::uint32_t id, const std::string& who,
                   const caf::error& reason) {
   auto& st = self->state;
   // Workers stop waiting for a replacement that will not come; the job ends.
-  auto fail = [&](const std::string& why) {
+  auto fail = [=](const std::string& why) {
     end_job(self, opts, errc::job_failed, who + " went down (" + describe(reason) + "); " + why);
   };
   if (!st.view_out) return fail("the cluster never formed");
   if (opts.checkpoint_dir.empty())
     return fail("its keys are lost: recovery needs checkpoints (--checkpoint-dir, --checkpoint-every)");
-  latest_checkpoint latest;
-  try {
-    latest = load_latest(opts.checkpoint_dir);
-  } catch (const bad_request& e) {
-    return fail(std::string("no checkpoint to recover from: ") + e.what());
-  }
-  for (const auto& r : latest.refused)
-    tell_news(opts, "checkpoint refused: " + r);
-  if (!latest.found)
-    return fail("no checkpoint has been written to " + opts.checkpoint_dir + " yet");
-  checkpoint ckpt;
-  try {  // written under another map (before shards joined or left): its keys go where they are now
-    ckpt = laid_out_for(*latest.found, map_of(make_view(self, opts)));
-  } catch (const bad_request& e) {
-    return fail(latest.path + " cannot be laid out for the current map: " + e.what());
-  }
+  const auto map = map_of(make_view(self, opts));
+  read_recovery_source(self, opts, map, [=](std::shared_ptr<const recovery_source> source) {
+    if (self->state.ending) return;
+    for (const auto& r : source->refused) tell_news(opts, "checkpoint refused: " + r);
+    if (!source->error.empty()) return fail(source->error);
+    if (self->state.epoch != map.epoch())  // the map changed meanwhile: laid out again for the new one
+      return shard_failed(self, opts, id, who, reason);
+    recover_from(self, opts, id, who, reason, *source->found, source->path);
+  });
+}
+
+// The dead shard's section of ckpt (laid out for the current map) onto a replacement.
+void recover_from(self_ptr self, const coordinator_options& opts, std::uint32_t id, const std::string& who,
+                  const caf::error& reason, const checkpoint& ckpt, const std::string& source) {
+  auto& st = self->state;
+  auto fail = [=](const std::string& why) {
+    end_job(self, opts, errc::job_failed, who + " went down (" + describe(reason) + "); " + why);
+  };
   auto section = std::find_if(ckpt.shards.begin(), ckpt.shards.end(), [&](const shard_snapshot& s) { return s.shard == id; });
   if (section == ckpt.shards.end())
-    return fail(latest.path + " has no section for shard " + std::to_string(id));
+    return fail(source + " has no section for shard " + std::to_string(id));
   // The dead entry stays in the map until the replacement is placed; the epoch moves then
   // (each announced map needs its own epoch: clients ignore one they have seen).
   auto reg = make_registration(self, opts, id, encoded_state(ckpt, id));
@@ -445,7 +508,6 @@ void shard_failed(self_ptr self, const coordinator_options& opts, std::uint32_t 
   for (std::uint32_t w = 0; w < st.worker_done.size(); ++w)
     if (st.worker_done[w]) departed.push_back(w);
   auto clock = ckpt.header.clock;
-  auto source = latest.path;
   auto placed = [=](shard_actor shard, const std::string& where, std::uint32_t pid) {
     auto& st = self->state;
     ++st.epoch;

@@ -38,6 +38,9 @@ struct coordinator_options {
   // Recovery of a dead shard (no replicas): the newest intact checkpoint here is loaded
   // onto a replacement shard in this process. Empty: a dead shard ends the job.
   std::string checkpoint_dir;
+  // A recovery reads the checkpoint on a thread of its own; true: on the actor system's
+  // scheduler (tests on the deterministic scheduler, where no other thread may answer).
+  bool checkpoint_reads_on_scheduler = false;
   shard_options replacement;  // options of replacement shards
   // While members are missing: how often to say which are there and which are awaited (0:
   // never; psnode's --ps.wait-report-ms gives 5 s). The timer holds the coordinator alive.

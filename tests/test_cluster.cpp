@@ -877,6 +877,44 @@ TEST_CASE("elastic: rows on a disk tier move too: a server joins and one leaves 
   }
 }
 
+TEST_CASE("elastic: a shard dying after a join comes back from a checkpoint cut before it; its rows on disk are laid out for the new map") {
+  std::filesystem::remove_all("ckpt-tier-join");
+  std::filesystem::create_directory("ckpt-tier-join");
+  auto job = running_clocksum(400, 20, "--clock-rows=20000 --shard-memory=1048576 --checkpoint-dir=ckpt-tier-join "
+                                       "--faults='kill server=1 at=300'");
+  const auto at = " --coordinator=127.0.0.1:" + job.port;
+  auto [ck_rc, ck_out] = shell("bin/psctl" + at + " checkpoint");
+  INFO(ck_out);
+  REQUIRE(ck_rc == 0);
+  const auto clock = last_json(ck_out)["clock"].get<std::uint64_t>();
+  char line[4096];
+  std::string& out = job.out;
+  while (out.find("checkpoint written: ") == std::string::npos && std::fgets(line, sizeof line, job.pipe)) out += line;
+  FILE* joiner = popen(("bin/psnode --role=server" + at + " --shard-memory=1048576 2>&1").c_str(), "r");
+  REQUIRE(joiner != nullptr);
+  while (std::fgets(line, sizeof line, job.pipe)) out += line;
+  const int status = pclose(job.pipe);
+  std::string joined;
+  while (std::fgets(line, sizeof line, joiner)) joined += line;
+  const int joiner_status = pclose(joiner);
+  INFO(out);
+  INFO(joined);
+  REQUIRE(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+  CHECK(WEXITSTATUS(joiner_status) == 0);
+  CHECK(out.find("joined; its keys and rows were handed over in") < out.find("server process 1"));
+  // The only checkpoint was cut under the 2-shard map; the replacement of shard 1 took its
+  // section laid out for the 3-shard map, rows on disk included.
+  const auto file = "ckpt-tier-join/checkpoint-" + std::to_string(clock) + ".apsckpt";
+  CHECK(out.find("its keys were restored from " + file + " (clock " + std::to_string(clock) + ")") != std::string::npos);
+  bool laid_out = false;
+  for (const auto& e : std::filesystem::directory_iterator("ckpt-tier-join/checkpoint-" + std::to_string(clock) + ".rows"))
+    laid_out |= e.path().filename().string().rfind("for-epoch-", 0) == 0;
+  CHECK(laid_out);
+  for (std::uint32_t w = 0; w < 2; ++w) CHECK(clocksum_line(out, w).at("row_values").size() == 3);
+  std::filesystem::remove_all("ckpt-tier-join");
+}
+
 // Every key of every checkpoint in `dir` holds exactly (1 + 2) per clock below the file's
 // clock, once (clocksum under BSP, 2 workers): consistent cuts whatever map they were cut
 // under. Returns the files' headers, oldest first.

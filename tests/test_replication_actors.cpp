@@ -195,6 +195,7 @@ TEST_CASE("recovery from a checkpoint (one copy): a shard killed at any step of 
     o.checkpoint_every = 2;
     o.checkpointer = writer;
     o.checkpoint_dir = dir.string();
+    o.checkpoint_reads_on_scheduler = true;  // deterministic: no thread of its own
     c.start(o, 2, {}, true);
     std::vector<kv_future> ops;
     for (int clock = 0; clock < 6; ++clock) {
