@@ -433,7 +433,7 @@ std::vector<app_flag> ctr_flags() {
              return n >= 1 && n <= 65535 ? "" : "must be in [1, 65535]";
            }},
           {"row-expiry", app_flag_kind::count, "0",
-           "ctr: clocks (batches) after which a row not pushed to is dropped (0: never); not with --shard-memory",
+           "ctr: clocks (batches) after which a row not pushed to is dropped (0: never)",
            {}},
           {"embedding-cache", app_flag_kind::count, "0",
            "ctr: rows a worker caches over all tables (0: none); a cached row is used while at most "
