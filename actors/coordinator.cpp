@@ -427,9 +427,12 @@ void recover_shard(self_ptr self, const coordinator_options& opts, std::uint32_t
 // The newest intact checkpoint in dir laid out for map, or why there is none; read on a
 // thread of its own (the file holds the whole model, and rows on a disk tier laid out for
 // another map are streamed into new stores), never in a handler.
-void read_recovery_source(self_ptr self, const coordinator_options& opts, const partitioner& map,
+void read_recovery_source(self_ptr self, const coordinator_options& opts, const partitioner& map, std::uint32_t dead,
                           std::function<void(std::shared_ptr<const recovery_source>)> then) {
-  auto read = [dir = opts.checkpoint_dir, map](caf::event_based_actor* reader) -> caf::behavior {
+  // Rows on a disk tier go to a directory of this recovery's own: two shards that die
+  // together are recovered side by side.
+  const auto layout = "for-epoch-" + std::to_string(map.epoch()) + "-shard-" + std::to_string(dead);
+  auto read = [dir = opts.checkpoint_dir, map, layout](caf::event_based_actor* reader) -> caf::behavior {
     return {[=](restore_atom) {
       auto out = std::make_shared<recovery_source>();
       try {
@@ -440,7 +443,7 @@ void read_recovery_source(self_ptr self, const coordinator_options& opts, const 
           out->error = "no checkpoint has been written to " + dir + " yet";
         } else {
           const auto rows_into = std::filesystem::path(dir) / ("checkpoint-" + std::to_string(latest.found->header.clock) +
-                                                               ".rows") / ("for-epoch-" + std::to_string(map.epoch()));
+                                                               ".rows") / layout;
           try {  // written under another map (before shards joined or left): its keys go where they are now
             out->found = same_map(latest.found->header, map) ? std::move(*latest.found)
                                                               : reshard(*latest.found, map, rows_into.string());
@@ -481,7 +484,7 @@ void shard_failed(self_ptr self, const coordinator_options& opts, std::uint32_t 
   if (opts.checkpoint_dir.empty())
     return fail("its keys are lost: recovery needs checkpoints (--checkpoint-dir, --checkpoint-every)");
   const auto map = map_of(make_view(self, opts));
-  read_recovery_source(self, opts, map, [=](std::shared_ptr<const recovery_source> source) {
+  read_recovery_source(self, opts, map, id, [=](std::shared_ptr<const recovery_source> source) {
     if (self->state.ending) return;
     for (const auto& r : source->refused) tell_news(opts, "checkpoint refused: " + r);
     if (!source->error.empty()) return fail(source->error);
