@@ -442,11 +442,9 @@ void read_recovery_source(self_ptr self, const coordinator_options& opts, const 
         if (!latest.found) {
           out->error = "no checkpoint has been written to " + dir + " yet";
         } else {
-          const auto rows_into = std::filesystem::path(dir) / ("checkpoint-" + std::to_string(latest.found->header.clock) +
-                                                               ".rows") / layout;
+          const auto rows_into = std::filesystem::path(dir) / disk_rows_dir_name(latest.found->header.clock) / layout;
           try {  // written under another map (before shards joined or left): its keys go where they are now
-            out->found = same_map(latest.found->header, map) ? std::move(*latest.found)
-                                                              : reshard(*latest.found, map, rows_into.string());
+            out->found = laid_out_for(std::move(*latest.found), map, rows_into.string());
           } catch (const bad_request& e) {
             out->error = latest.path + " cannot be laid out for the current map: " + e.what();
           }
@@ -471,15 +469,19 @@ void read_recovery_source(self_ptr self, const coordinator_options& opts, const 
 void recover_from(self_ptr self, const coordinator_options& opts, std::uint32_t id, const std::string& who,
                   const caf::error& reason, const checkpoint& ckpt, const std::string& source);
 
+// A dead shard that cannot be recovered (why): workers stop waiting for a replacement
+// that will not come; the job ends.
+void unrecoverable(self_ptr self, const coordinator_options& opts, const std::string& who, const caf::error& reason,
+                   const std::string& why) {
+  end_job(self, opts, errc::job_failed, who + " went down (" + describe(reason) + "); " + why);
+}
+
 // A shard died. Without replicas its keys come back from the newest intact checkpoint,
 // onto a replacement shard in a live server process; what the checkpoint lacks is reported.
 void shard_failed(self_ptr self, const coordinator_options& opts, std::uint32_t id, const std::string& who,
                   const caf::error& reason) {
   auto& st = self->state;
-  // Workers stop waiting for a replacement that will not come; the job ends.
-  auto fail = [=](const std::string& why) {
-    end_job(self, opts, errc::job_failed, who + " went down (" + describe(reason) + "); " + why);
-  };
+  auto fail = [=](const std::string& why) { unrecoverable(self, opts, who, reason, why); };
   if (!st.view_out) return fail("the cluster never formed");
   if (opts.checkpoint_dir.empty())
     return fail("its keys are lost: recovery needs checkpoints (--checkpoint-dir, --checkpoint-every)");
@@ -498,12 +500,9 @@ void shard_failed(self_ptr self, const coordinator_options& opts, std::uint32_t 
 void recover_from(self_ptr self, const coordinator_options& opts, std::uint32_t id, const std::string& who,
                   const caf::error& reason, const checkpoint& ckpt, const std::string& source) {
   auto& st = self->state;
-  auto fail = [=](const std::string& why) {
-    end_job(self, opts, errc::job_failed, who + " went down (" + describe(reason) + "); " + why);
-  };
   auto section = std::find_if(ckpt.shards.begin(), ckpt.shards.end(), [&](const shard_snapshot& s) { return s.shard == id; });
   if (section == ckpt.shards.end())
-    return fail(source + " has no section for shard " + std::to_string(id));
+    return unrecoverable(self, opts, who, reason, source + " has no section for shard " + std::to_string(id));
   // The dead entry stays in the map until the replacement is placed; the epoch moves then
   // (each announced map needs its own epoch: clients ignore one they have seen).
   auto reg = make_registration(self, opts, id, encoded_state(ckpt, id));

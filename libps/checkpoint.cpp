@@ -142,16 +142,14 @@ void check_io(bool ok, const std::string& what) {
 
 }  // namespace
 
-namespace {
-std::string shard_rows_leaf(std::uint32_t shard) { return "shard-" + std::to_string(shard); }
-}  // namespace
+std::string disk_rows_dir_name(std::uint64_t clock) { return "checkpoint-" + std::to_string(clock) + ".rows"; }
 
 std::string disk_rows_name(std::uint64_t clock, std::uint32_t shard) {
-  return "checkpoint-" + std::to_string(clock) + ".rows/" + shard_rows_leaf(shard);
+  return saved_rows_path(disk_rows_dir_name(clock), shard);
 }
 
 std::string sibling_disk_rows(const std::string& disk_rows, std::uint32_t shard) {
-  return (std::filesystem::path(disk_rows).parent_path() / shard_rows_leaf(shard)).string();
+  return saved_rows_path(std::filesystem::path(disk_rows).parent_path().string(), shard);
 }
 
 std::string encode_shard(const shard_snapshot& s) { return to_bytes(s); }
@@ -400,8 +398,8 @@ bool same_map(const checkpoint_header& h, const partitioner& map) {
   return partitioner(map.epoch(), h.shard_ids, h.vnodes, h.bucket_bits, map.balanced()).placement() == map.placement();
 }
 
-checkpoint laid_out_for(const checkpoint& c, const partitioner& map) {
-  return same_map(c.header, map) ? c : reshard(c, map);
+checkpoint laid_out_for(checkpoint c, const partitioner& map, const std::string& rows_into) {
+  return same_map(c.header, map) ? std::move(c) : reshard(c, map, rows_into);
 }
 
 }  // namespace ps

@@ -63,6 +63,9 @@ struct shard_snapshot {
 // Where a shard's disk-tier rows go for the checkpoint at `clock`, relative to its
 // directory: "checkpoint-<clock>.rows/shard-<id>".
 std::string disk_rows_name(std::uint64_t clock, std::uint32_t shard);
+// The directory of that checkpoint's rows on disk: "checkpoint-<clock>.rows" (rows laid
+// out for another map go beside the shards' own, in a directory of their own in it).
+std::string disk_rows_dir_name(std::uint64_t clock);
 // Another shard's rows directory in the same checkpoint as `disk_rows` (a shard's).
 std::string sibling_disk_rows(const std::string& disk_rows, std::uint32_t shard);
 
@@ -90,8 +93,9 @@ checkpoint reshard(const checkpoint& c, const partitioner& map, const std::strin
 // when it has none). When not, its state must be resharded before a shard takes its section.
 bool same_map(const checkpoint_header& h, const partitioner& map);
 
-// The checkpoint laid out for `map`: c itself when the maps agree, else reshard(c, map).
-checkpoint laid_out_for(const checkpoint& c, const partitioner& map);
+// The checkpoint laid out for `map`: c itself when the maps agree, else
+// reshard(c, map, rows_into).
+checkpoint laid_out_for(checkpoint c, const partitioner& map, const std::string& rows_into = {});
 
 // Writes atomically (see above); returns the final path. Throws bad_request naming the
 // directory or file on an I/O error, or when shards do not match header.shard_ids.

@@ -179,8 +179,7 @@ std::shared_ptr<const checkpoint> load_restore(const node_config& cfg, const job
   // and row goes to its new owner.
   try {
     // Rows on a disk tier: new stores beside the checkpoint's own, read by the new shards.
-    const auto rows_into = std::filesystem::path(latest.path).parent_path() /
-                           ("checkpoint-" + std::to_string(got.clock) + ".rows") /
+    const auto rows_into = std::filesystem::path(latest.path).parent_path() / disk_rows_dir_name(got.clock) /
                            ("onto-" + std::to_string(want.shard_ids.size()) + "-shards");
     const auto start = std::chrono::steady_clock::now();
     auto moved = reshard(*latest.found, map, rows_into.string());

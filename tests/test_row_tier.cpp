@@ -35,6 +35,12 @@ struct scratch_dir {
     std::error_code ec;
     std::filesystem::remove_all(path, ec);
   }
+  // Whether a disk tier can live here (direct I/O); says why the test is skipped if not.
+  bool holds_disk_tier() const {
+    auto why = direct_io_problem(path.string());
+    if (!why.empty()) MESSAGE("skipped: " << why);
+    return why.empty();
+  }
 };
 
 sparse_table_spec emb(std::uint32_t dim = 2, rule_kind kind = rule_kind::sum) {
@@ -320,10 +326,7 @@ TEST_CASE("shard core over a tiered store: a pull of keys answerable while row w
 TEST_CASE("row disk: rows written are read back; missing rows are not found; a write of the wrong size is refused") {
   scratch_dir scratch;
   const auto& dir = scratch.path;
-  if (auto why = direct_io_problem(dir.string()); !why.empty()) {
-    MESSAGE("skipped: " << why);
-    return;
-  }
+  if (!scratch.holds_disk_tier()) return;
   auto orphan = dir / "actorps-rows-shard-9-2147483647";  // no process has that pid
   std::filesystem::create_directories(orphan);
   std::string path;
@@ -387,10 +390,7 @@ TEST_CASE("row disk: rows written are read back; missing rows are not found; a w
 TEST_CASE("row disk: saved stores laid out for other shards: every row, as stored, at its new owner") {
   scratch_dir scratch;
   const auto& dir = scratch.path;
-  if (auto why = direct_io_problem(dir.string()); !why.empty()) {
-    MESSAGE("skipped: " << why);
-    return;
-  }
+  if (!scratch.holds_disk_tier()) return;
   // Two old shards' saved stores: rows 0..99 of table 0 (stride 2) and of table 1 (stride 3),
   // split between them by id parity, some with a push clock stored beside them.
   std::vector<std::string> saved;
@@ -562,10 +562,7 @@ row_write rows_of(std::uint64_t seq, std::uint64_t from, std::uint64_t count) {
 TEST_CASE("row disk: a full disk is an error naming the store's path; rows written before it still read back") {
   scratch_dir scratch;
   const auto& dir = scratch.path;
-  if (auto why = direct_io_problem(dir.string()); !why.empty()) {
-    MESSAGE("skipped: " << why);
-    return;
-  }
+  if (!scratch.holds_disk_tier()) return;
   auto fs = std::make_shared<filling_fs>(std::uint64_t{8} << 20);  // 8 MiB of room
   auto env = rocksdb::NewCompositeEnv(fs);
   row_disk disk(dir.string(), "full", {32}, env.get());
@@ -595,10 +592,7 @@ TEST_CASE("row disk: a full disk is an error naming the store's path; rows writt
 TEST_CASE("row disk: a corrupt store file is an error naming the store's path, not a wrong row") {
   scratch_dir scratch;
   const auto& dir = scratch.path;
-  if (auto why = direct_io_problem(dir.string()); !why.empty()) {
-    MESSAGE("skipped: " << why);
-    return;
-  }
+  if (!scratch.holds_disk_tier()) return;
   row_disk disk(dir.string(), "corrupt", {32});
   disk.write(rows_of(1, 0, 65536));
   disk.flush();
