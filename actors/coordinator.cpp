@@ -106,7 +106,13 @@ coordinator_record record_of(const coordinator_state& st, const coordinator_opti
   r.epoch = st.epoch;
   r.placement = st.placement;
   r.retired.assign(st.retired.begin(), st.retired.end());
-  for (const auto& e : st.shards) r.shards.push_back({e.id, e.host, e.port, e.pid});
+  for (const auto& e : st.shards) {
+    r.shards.push_back({e.id, e.host, e.port, e.pid, {}});
+    for (const auto& copy : e.chain) {
+      auto at = st.copy_positions.find(copy.address());
+      r.shards.back().chain.push_back(at == st.copy_positions.end() ? 0 : at->second);
+    }
+  }
   r.worker_done = st.worker_done;
   r.results = st.results;
   r.barrier_generation = st.barrier_generation;
@@ -302,10 +308,13 @@ void go_on(self_ptr self, const coordinator_options& opts) {
   finish_job(self, opts);
 }
 
+void finish_resume(self_ptr self, const coordinator_options& opts);
+
 void worker_finished(self_ptr self, const coordinator_options& opts, std::uint32_t id) {
   auto& st = self->state;
   if (id >= st.worker_done.size() || st.worker_done[id]) return;
   st.worker_done[id] = true;
+  st.absent_workers.erase(id);
   ++st.finished_workers;
   st.barrier.erase(id);
   std::vector<std::uint32_t> drained;
@@ -316,7 +325,8 @@ void worker_finished(self_ptr self, const coordinator_options& opts, std::uint32
   for (auto& copy : st.copies) caf::anon_send(copy, leave_atom::value, id);
   tell_members(self);
   persist(self, opts);
-  if (st.resuming) return;  // the job goes on (or ends) once its members are back
+  // A resumed job goes on (or ends) once its members are back: one that ended is.
+  if (st.resuming) return finish_resume(self, opts);
   go_on(self, opts);
 }
 
@@ -390,6 +400,23 @@ void deliver_waiting(self_ptr self, const coordinator_options& opts, bool server
   st.waiting = std::move(keep);
 }
 
+// A copy that had come back to a resuming coordinator died: it leaves the chain being
+// assembled. True when it was the shard's last (back or awaited): the shard is recovered.
+bool copy_failed_while_resuming(self_ptr self, std::uint32_t id, const caf::actor_addr& gone) {
+  auto& st = self->state;
+  auto back = st.rejoined_copies.find(id);
+  if (back != st.rejoined_copies.end()) {
+    for (auto it = back->second.begin(); it != back->second.end(); ++it)
+      if (it->second.address() == gone) {
+        back->second.erase(it);
+        break;
+      }
+    if (back->second.empty()) st.rejoined_copies.erase(back);
+  }
+  // Another copy is back or may come (the resume finishes when the last one does).
+  return !st.rejoined_copies.count(id) && !st.absent_copies.count(id);
+}
+
 // A copy of shard `id` died. With a copy left, the chain closes over the gap; with none,
 // the shard is recovered from a checkpoint (or the job ends).
 void copy_failed(self_ptr self, const coordinator_options& opts, std::uint32_t id, const caf::actor_addr& gone,
@@ -397,6 +424,7 @@ void copy_failed(self_ptr self, const coordinator_options& opts, std::uint32_t i
   auto& st = self->state;
   st.copies.erase(std::remove_if(st.copies.begin(), st.copies.end(), [&](const shard_actor& c) { return c.address() == gone; }),
                   st.copies.end());
+  if (st.resuming && !copy_failed_while_resuming(self, id, gone)) return;
   auto& chain = st.shards[id].chain;
   chain.erase(std::remove_if(chain.begin(), chain.end(), [&](const caf::actor& c) { return c.address() == gone; }),
               chain.end());
@@ -745,6 +773,7 @@ caf::result<registration> register_replica(self_ptr self, const coordinator_opti
   st.members[sender.address()] = "copy " + std::to_string(info.position) + " of shard " + std::to_string(info.shard) +
                                  " (pid " + std::to_string(info.pid) + ")";
   st.shard_ids[sender.address()] = info.shard;
+  st.copy_positions[sender.address()] = info.position;
   st.copies.push_back(caf::actor_cast<shard_actor>(sender));
   auto& chain = st.shards[info.shard].chain;
   if (chain.size() <= info.position) chain.resize(info.position + 1);
@@ -1074,14 +1103,42 @@ caf::result<registration> register_member(self_ptr self, const coordinator_optio
 
 // ---- a resumed job (--resume) ------------------------------------------------------
 
+// The chain of shard `id` in a resumed job's saved order: its copies by the place they
+// were started at (a job without chains: its one copy at 0).
+std::vector<std::uint32_t> saved_chain(const coordinator_options& opts, std::uint32_t id) {
+  if (!opts.resume || id >= opts.resume->shards.size() || opts.resume->shards[id].chain.empty()) return {0};
+  return opts.resume->shards[id].chain;
+}
+
+// The copies that came back take their places: each shard's chain in its saved order,
+// closed over those that did not, and its head.
+void assemble_chains(self_ptr self, const coordinator_options& opts) {
+  auto& st = self->state;
+  for (auto& [id, back] : st.rejoined_copies) {
+    std::vector<caf::actor> chain;
+    for (auto position : saved_chain(opts, id))
+      if (auto copy = back.find(position); copy != back.end()) chain.push_back(copy->second);
+    if (chain.empty()) continue;
+    st.shard_handles[id] = caf::actor_cast<shard_actor>(chain.front());
+    st.shards[id].since_epoch = st.epoch + 1;  // the map that announces it (clients take newer entries only)
+    if (opts.replication >= 2) {
+      st.shards[id].handle = chain.front();
+      st.shards[id].chain = std::move(chain);
+    }
+  }
+  st.rejoined_copies.clear();
+}
+
 // Every member is back (or given up): the job goes on under a new epoch, whose map names
 // this coordinator's checkpointer, and is saved again.
 void finish_resume(self_ptr self, const coordinator_options& opts) {
   auto& st = self->state;
-  if (!st.resuming || !st.absent_shards.empty() || !st.absent_workers.empty()) return;
+  if (!st.resuming || !st.absent_copies.empty() || !st.absent_workers.empty()) return;
+  assemble_chains(self, opts);
   st.resuming = false;
   ++st.epoch;
-  tell_news(opts, "coordinator: resumed the job: " + std::to_string(st.copies.size()) + " shards and " +
+  tell_news(opts, "coordinator: resumed the job: " + std::to_string(live_heads(st).size()) + " shards" +
+                    (opts.replication >= 2 ? " (" + std::to_string(st.copies.size()) + " copies)" : "") + " and " +
                     std::to_string(st.worker_done.size() - st.finished_workers) + " running workers are back; epoch " +
                     std::to_string(st.epoch));
   tell_members(self);
@@ -1098,9 +1155,13 @@ void resume_job(self_ptr self, const coordinator_options& opts) {
   st.epoch = r.epoch;
   st.placement = r.placement;
   st.retired.insert(r.retired.begin(), r.retired.end());
+  std::size_t copies = 0;
   for (const auto& s : r.shards) {
     st.shards.push_back({s.id, s.host, s.port, s.pid, {}, {}, 1});
-    if (!st.retired.count(s.id)) st.absent_shards.insert(s.id);
+    if (st.retired.count(s.id)) continue;
+    auto chain = saved_chain(opts, s.id);
+    st.absent_copies[s.id].insert(chain.begin(), chain.end());
+    copies += chain.size();
   }
   st.shard_handles.resize(r.shards.size());
   st.worker_done = r.worker_done;
@@ -1118,14 +1179,16 @@ void resume_job(self_ptr self, const coordinator_options& opts) {
   st.resuming = true;
   tell_checkpointer(opts, make_view(self, opts));  // the map as it was: parts may come before the members
   tell_news(opts, "coordinator: resuming the job at epoch " + std::to_string(st.epoch) + "; waiting up to " +
-                    std::to_string(opts.rejoin_patience.count()) + " ms for " + std::to_string(st.absent_shards.size()) +
-                    " shards and " + std::to_string(st.absent_workers.size()) + " workers to come back");
+                    std::to_string(opts.rejoin_patience.count()) + " ms for " + std::to_string(st.absent_copies.size()) +
+                    " shards" + (opts.replication >= 2 ? " (" + std::to_string(copies) + " copies)" : "") + " and " +
+                    std::to_string(st.absent_workers.size()) + " workers to come back");
   self->delayed_send(self, opts.rejoin_patience, rejoin_atom::value);
   finish_resume(self, opts);
 }
 
-// The rejoin deadline: a shard still away is dead (recovered from a checkpoint, or the
-// job fails), a worker still away leaves the clock vector.
+// The rejoin deadline: a shard with no copy back is dead (recovered from a checkpoint,
+// or the job fails), its chain closes over the copies still away; a worker still away
+// leaves the clock vector.
 void give_up_absent(self_ptr self, const coordinator_options& opts) {
   auto& st = self->state;
   if (!st.resuming) return;
@@ -1137,36 +1200,58 @@ void give_up_absent(self_ptr self, const coordinator_options& opts) {
     tell_news(opts, "worker " + std::to_string(w) + " went down (" + describe(why) + "); it leaves the clock vector");
     worker_finished(self, opts, w);
   }
-  auto shards = std::move(st.absent_shards);
-  st.absent_shards.clear();
-  if (shards.empty()) return finish_resume(self, opts);
-  st.resuming = false;  // the replacements' maps go out as they are placed
-  for (auto id : shards) recover_shard(self, opts, id, "server shard " + std::to_string(id), why);
+  if (!st.resuming) return;  // the last worker's end finished the resume
+  auto absent = std::move(st.absent_copies);
+  st.absent_copies.clear();
+  std::vector<std::uint32_t> dead;
+  for (const auto& [id, positions] : absent) {
+    if (!st.rejoined_copies.count(id)) {
+      dead.push_back(id);
+      continue;
+    }
+    for (auto position : positions)
+      tell_news(opts, "copy " + std::to_string(position) + " of shard " + std::to_string(id) + " went down (" +
+                        describe(why) + "); the shard's chain closes over it, nothing lost");
+  }
+  if (dead.empty()) return finish_resume(self, opts);
+  assemble_chains(self, opts);  // the shards that are back, before the replacements' maps go out
+  st.resuming = false;          // the replacements' maps go out as they are placed
+  for (auto id : dead) recover_shard(self, opts, id, "server shard " + std::to_string(id), why);
 }
 
+// A copy of a shard comes back (role "server": the shard's own, or its replacement;
+// "replica": a copy further down its chain, by the place it was started at).
 caf::result<registration> rejoin_shard(self_ptr self, const coordinator_options& opts, const caf::actor& sender,
                                        const node_info& info) {
   auto& st = self->state;
   auto id = info.shard;
-  auto who = "server shard " + std::to_string(id) +
+  const bool replica = info.role == "replica";
+  const auto position = replica ? info.position : 0;
+  auto who = (replica ? "copy " + std::to_string(position) + " of shard " : "server shard ") + std::to_string(id) +
              (info.host.empty() ? "" : " (" + info.host + ":" + std::to_string(info.port) + ", pid " +
                                          std::to_string(info.pid) + ")");
-  if (id >= st.shards.size() || st.retired.count(id) || !st.absent_shards.count(id))
+  auto absent = st.absent_copies.find(id);
+  if (id >= st.shards.size() || st.retired.count(id) || absent == st.absent_copies.end() ||
+      !absent->second.count(position))
     return make_error(errc::refused, "coordinator: " + who + " cannot rejoin: the resumed job " +
                                        (id < st.shards.size() && !st.retired.count(id) ? "has it back already or gave it up"
                                                                                      : "has no such shard"));
-  st.absent_shards.erase(id);
-  auto& entry = st.shards[id];
-  std::tie(entry.host, entry.port, entry.pid) = std::tie(info.host, info.port, info.pid);
-  auto shard = caf::actor_cast<shard_actor>(sender);
-  st.shard_handles[id] = shard;
-  st.copies.push_back(shard);
+  absent->second.erase(position);
+  if (absent->second.empty()) st.absent_copies.erase(absent);
+  if (!replica) {
+    auto& entry = st.shards[id];
+    std::tie(entry.host, entry.port, entry.pid) = std::tie(info.host, info.port, info.pid);
+  } else {
+    st.copy_positions[sender.address()] = position;
+  }
+  st.rejoined_copies[id][position] = sender;
+  st.copies.push_back(caf::actor_cast<shard_actor>(sender));
   st.shard_ids[sender.address()] = id;
   st.members[sender.address()] = who + " (rejoined)";
   self->monitor(sender);
   // Workers that ended while it was away (or before it came back) leave its clock vector.
   for (std::uint32_t w = 0; w < st.worker_done.size(); ++w)
-    if (st.worker_done[w]) caf::anon_send(shard, leave_atom::value, w);
+    if (st.worker_done[w]) caf::anon_send(sender, leave_atom::value, w);
   auto reg = make_registration(self, opts, id);
   finish_resume(self, opts);
   return reg;
@@ -1209,7 +1294,7 @@ caf::result<registration> rejoin_member(self_ptr self, const coordinator_options
   if (auto why = refusal(opts, info); !why.empty()) return refuse(why);
   auto sender = caf::actor_cast<caf::actor>(self->current_sender());
   if (!sender) return refuse("the message came without a sender");
-  if (info.role == "server") return rejoin_shard(self, opts, sender, info);
+  if (info.role == "server" || info.role == "replica") return rejoin_shard(self, opts, sender, info);
   if (info.role == "worker") return rejoin_worker(self, opts, sender, info);
   return refuse("a " + info.role + " does not rejoin");
 }

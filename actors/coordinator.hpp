@@ -81,7 +81,11 @@ struct coordinator_state {
   std::map<std::uint32_t, coordinator_record::result> results;  // the workers' ends, saved for a resume
   // A resumed job waits for its members to come back (rejoin): these have not yet.
   bool resuming = false;
-  std::set<std::uint32_t> absent_shards, absent_workers;
+  std::set<std::uint32_t> absent_workers;
+  // Per shard, the copies (by the place they were started at, as in the record's chains)
+  // not back yet, and those back.
+  std::map<std::uint32_t, std::set<std::uint32_t>> absent_copies;
+  std::map<std::uint32_t, std::map<std::uint32_t, caf::actor>> rejoined_copies;
   std::map<caf::actor_addr, std::string> members;  // monitored address -> description
   std::map<caf::actor_addr, std::uint32_t> worker_ids;
   std::vector<worker_actor> worker_handles;  // the registered workers: told when the job ends
@@ -92,6 +96,7 @@ struct coordinator_state {
   std::uint64_t epoch = 1;
   bool view_out = false;                           // the map has been handed out
   std::map<caf::actor_addr, std::uint32_t> shard_ids;  // every copy of a shard (heads, replicas) -> its id
+  std::map<caf::actor_addr, std::uint32_t> copy_positions;  // a replica -> where it was started (others: 0)
   std::vector<shard_actor> copies;                     // every copy: told views and departures
   std::size_t replicas_registered = 0;
   bool view_ready = false;                             // the map (and chains) are complete

@@ -776,7 +776,7 @@ void start_server(self_ptr self, const shard_options& opts, const coordinator_ac
 void coordinator_down(self_ptr self, const shard_options& opts, const caf::error& reason) {
   auto& st = self->state;
   if (!reason || reason == caf::exit_reason::normal) return self->quit(reason);  // the job ended
-  if (!opts.reconnect.enabled() || !st.core || opts.replica)
+  if (!opts.reconnect.enabled() || !st.core)
     return self->quit(make_ps_error(st.name + ": the coordinator went down (" + describe(reason) + ")"));
   st.coordinator_lost = describe(reason);
   log_line(log_level::warning, st.name + ": the coordinator at " + opts.reconnect.address + " went down (" +
@@ -789,11 +789,13 @@ void coordinator_down(self_ptr self, const shard_options& opts, const caf::error
 // that did not resume this job refuses, and the shard ends naming why; one that cannot be
 // reached yet is dialled again.
 void rejoin(self_ptr self, const shard_options& opts, coordinator_actor coordinator) {
-  node_info me{"server", opts.host, self->state.port, static_cast<std::uint32_t>(getpid()), {}, self->state.core->id(), 0,
-               protocol_version, opts.given};
+  // A copy further down a chain names the place it was started at: the coordinator's
+  // record keeps each chain's order by it.
+  node_info me{opts.replica ? "replica" : "server", opts.host, self->state.port, static_cast<std::uint32_t>(getpid()), {},
+               self->state.core->id(), opts.replica ? opts.replica->position : 0, protocol_version, opts.given};
   rejoin_coordinator(
     self, coordinator, me, opts.reconnect,
-    [=] {
+    [=](const registration&) {  // the resumed job's map comes to every copy once all are back
       auto& st = self->state;
       st.coordinator = coordinator;
       st.coordinator_lost.clear();

@@ -8,6 +8,8 @@
 // where trace_hash covers every run's message trace (the same seeds give the same hash).
 // Exit 0 when no seed failed, 1 when some did, 2 for a bad command line. --break turns a
 // safety mechanism off (libps/sabotage.hpp) to show that the simulator finds what it prevents.
+// --log-level=warning replays a seed with the coordinator's news (failovers, the restart)
+// and the members' warnings.
 #include <chrono>
 #include <cstdio>
 #include <string>

@@ -16,6 +16,7 @@
 #include "actors/kv_client.hpp"
 #include "actors/server_shard.hpp"
 #include "libps/consistency.hpp"
+#include "libps/log.hpp"
 #include "libps/trace.hpp"
 
 namespace ps {
@@ -61,6 +62,7 @@ class sim_run {
         state_dir_(trace_dir + "/actorps-sim-state-" + std::to_string(::getpid())),
         pushes_(plan.workers, 0),
         done_(plan.workers, false),
+        reported_(plan.workers, false),
         dead_(plan.workers, false),
         key_pushes_(plan.workers),
         row_pushes_(plan.workers),
@@ -155,6 +157,7 @@ class sim_run {
   std::vector<std::uint64_t> pushes_;
   std::uint64_t total_ = 0;
   std::vector<bool> done_;
+  std::vector<bool> reported_;  // sent its end to the coordinator (the others' ends would end the job before the final read)
   std::vector<bool> dead_;
   // A worker's iterations: its pushes of keys and of rows (acknowledged ones count once dead).
   std::vector<std::vector<kv_future>> key_pushes_, row_pushes_;
@@ -209,7 +212,8 @@ void sim_run::start() {
     return {[](caf::unit_t) {}};
   });
   alive_.push_back(quiet);
-  o.observer = caf::actor_cast<observer_actor>(quiet);
+  // From --log-level=warning on (replaying a seed) the coordinator prints its news itself.
+  if (!logs(log_level::warning)) o.observer = caf::actor_cast<observer_actor>(quiet);
   if (plan_.restart_step) {
     o.state_dir = state_dir_;
     o.rejoin_patience = std::chrono::seconds(10);  // the default --ps.failure-timeout-ms: below the shards' park limit (27 s)
@@ -288,7 +292,7 @@ void sim_run::act(std::uint32_t w) {
   if (leaving_[w]) {  // as a finishing worker does: out of the clock vectors, then done
     if (!leaving_[w]->ready()) return;
     if (auto err = leaving_[w]->error(); !err.empty()) return fail("worker " + std::to_string(w) + ": " + err);
-    done_[w] = true;
+    done_[w] = reported_[w] = true;
     caf::anon_send(coord_, done_atom::value, worker_result{w, true, "{}"});
     return;
   }
@@ -480,7 +484,7 @@ void sim_run::restart_coordinator() {
   coord_ = sys_.spawn(coordinator, o);
   alive_.push_back(caf::actor_cast<caf::actor>(coord_));
   for (std::uint32_t w = 0; w < plan_.workers; ++w)
-    if (done_[w] && !dead_[w]) caf::anon_send(coord_, done_atom::value, worker_result{w, true, "{}"});
+    if (reported_[w] && !dead_[w]) caf::anon_send(coord_, done_atom::value, worker_result{w, true, "{}"});
 }
 
 // An operator's psctl remove-shard: the answer is checked at the end.

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <set>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -18,7 +19,8 @@ using json = nlohmann::json;
 
 json to_json(const coordinator_record& r) {
   json shards = json::array();
-  for (const auto& s : r.shards) shards.push_back({{"id", s.id}, {"host", s.host}, {"port", s.port}, {"pid", s.pid}});
+  for (const auto& s : r.shards)
+    shards.push_back({{"id", s.id}, {"host", s.host}, {"port", s.port}, {"pid", s.pid}, {"chain", s.chain}});
   json results = json::array();
   for (const auto& [w, res] : r.results) results.push_back({{"worker", w}, {"ok", res.ok}, {"json", res.json}});
   json placement = json::array();
@@ -39,7 +41,8 @@ coordinator_record from_json(const json& j) {
   r.retired = j.at("retired").get<std::vector<std::uint32_t>>();
   for (const auto& s : j.at("shards"))
     r.shards.push_back({s.at("id").get<std::uint32_t>(), s.at("host").get<std::string>(),
-                        s.at("port").get<std::uint16_t>(), s.at("pid").get<std::uint32_t>()});
+                        s.at("port").get<std::uint16_t>(), s.at("pid").get<std::uint32_t>(),
+                        s.value("chain", std::vector<std::uint32_t>{})});  // absent in records of jobs without chains
   r.worker_done = j.at("worker_done").get<std::vector<bool>>();
   for (const auto& res : j.at("results"))
     r.results[res.at("worker").get<std::uint32_t>()] = {res.at("ok").get<bool>(), res.at("json").get<std::string>()};
@@ -52,6 +55,13 @@ coordinator_record from_json(const json& j) {
 std::string inconsistency(const coordinator_record& r) {
   for (std::size_t i = 0; i < r.shards.size(); ++i)
     if (r.shards[i].id != i) return "shard entry " + std::to_string(i) + " has id " + std::to_string(r.shards[i].id);
+  for (const auto& s : r.shards) {
+    std::set<std::uint32_t> seen;
+    for (auto position : s.chain)
+      if (position >= r.shards.size() || !seen.insert(position).second)
+        return "shard " + std::to_string(s.id) + "'s chain lists copy " + std::to_string(position) +
+               (position < r.shards.size() ? " twice" : ", beyond its " + std::to_string(r.shards.size()) + " shards");
+  }
   for (auto id : r.retired)
     if (id >= r.shards.size()) return "retired shard " + std::to_string(id) + " is not among its shards";
   for (const auto& [w, res] : r.results)

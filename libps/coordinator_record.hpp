@@ -23,6 +23,11 @@ struct coordinator_record {
     std::string host;  // empty: embedded in the coordinator's process (cannot be resumed)
     std::uint16_t port = 0;
     std::uint32_t pid = 0;
+    // With --replication >= 2: the chain in order, each copy by the place it was started
+    // at (0: the shard's own server, or its replacement; j: the copy kept by the server
+    // j places on). A closed gap leaves it shorter; a resume rebuilds it from the copies
+    // that come back.
+    std::vector<std::uint32_t> chain;
   };
   struct result {
     bool ok = false;

@@ -457,9 +457,6 @@ void node_config::validate_state_dir() const {
   if (state_dir.empty()) return;
   if (role != "coordinator")
     throw bad_request("--state-dir is for psnode --role=coordinator (a launcher's coordinator ends with its job)");
-  if (replication >= 2)
-    throw bad_request("--state-dir with --replication=" + std::to_string(replication) +
-                      ": chains of copies are not rebuilt after a coordinator restart yet");
   if (auto why = unwritable_directory(state_dir); !why.empty()) throw bad_request("--state-dir: " + why);
 }
 

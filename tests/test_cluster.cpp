@@ -1541,6 +1541,40 @@ TEST_CASE("restart: a server that dies while the coordinator is away is recovere
   check_end(s0, "surviving server", 0, "ok", "");
 }
 
+TEST_CASE("restart: with --replication=2, a server killed while the coordinator is away loses nothing: the chains close over it") {
+  // Server 1's process holds shard 1's head and shard 0's second copy; the resumed
+  // coordinator gives both up 4 s after it starts and closes each chain over its copy.
+  restartable_job cluster("chains", " --replication=2 --ps.failure-timeout-ms=4000 --ps.heartbeat-ms=500");
+  auto& [dir, checkpoints, port, job, first, at, s0, s1, w0, w1] = cluster;
+  REQUIRE(first.wait_for("[worker 1] clock "));
+  kill(first.pid, SIGKILL);
+  kill(s1.pid, SIGKILL);
+  CHECK(first.finish() == 128 + SIGKILL);
+  CHECK(s1.finish() == 128 + SIGKILL);
+  node_process second(job + " --resume");
+  check_end(second, "resumed coordinator", 0, "ok", "");
+  INFO(second.out);
+  CHECK(second.out.find("waiting up to 4000 ms for 2 shards (4 copies)") != std::string::npos);
+  // Which shard's head the killed process held depends on the order the servers registered in.
+  const auto gone = " went down (it did not come back within 4000 ms";
+  const bool s1_head_of_1 = second.out.find("copy 0 of shard 1" + std::string(gone)) != std::string::npos;
+  CHECK(second.out.find("copy 0 of shard " + std::to_string(s1_head_of_1 ? 1 : 0) + gone) != std::string::npos);
+  CHECK(second.out.find("copy 1 of shard " + std::to_string(s1_head_of_1 ? 0 : 1) + gone) != std::string::npos);
+  CHECK(second.out.find("resumed the job: 2 shards (2 copies) and 2 running workers are back") != std::string::npos);
+  CHECK(second.out.find("restored from") == std::string::npos);  // no checkpoint was needed
+  for (std::uint32_t w = 0; w < 2; ++w) {
+    auto line = clocksum_line(second.out, w);
+    CHECK(line["pushes"] == 300);
+    for (std::uint32_t s = 0; s < 2; ++s) CHECK(shard_value(line, s) == 3 * 300);  // nothing lost, nothing twice
+  }
+  check_end(s0, "surviving server", 0, "ok", "");
+  // Both copies in the surviving process came back: its own shard's head and the other's copy.
+  CHECK(s0.out.find("shard " + std::to_string(s1_head_of_1 ? 0 : 1) + ": rejoined the coordinator") != std::string::npos);
+  CHECK(s0.out.find("shard " + std::to_string(s1_head_of_1 ? 1 : 0) + " copy 1: rejoined the coordinator") !=
+        std::string::npos);
+  for (auto* worker : {&w0, &w1}) check_end(*worker, "worker", 0, "ok", "");
+}
+
 TEST_CASE("restart: Fashion-MNIST whose coordinator is killed after epoch 2 and resumed ends at the accuracy of a run without") {
   const auto dir = fresh_dir("state-fmnist");
   const auto port = std::to_string(free_port());

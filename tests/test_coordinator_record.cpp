@@ -32,7 +32,7 @@ coordinator_record sample() {
   r.epoch = 4;
   r.placement = {{3, 2}, {17, 0}};
   r.retired = {1};
-  r.shards = {{0, "127.0.0.1", 4001, 11}, {1, "127.0.0.1", 4002, 12}, {2, "10.0.0.3", 4003, 13}};
+  r.shards = {{0, "127.0.0.1", 4001, 11, {0, 1}}, {1, "127.0.0.1", 4002, 12, {}}, {2, "10.0.0.3", 4003, 13, {1}}};
   r.worker_done = {true, false, false};
   r.results[0] = {true, R"({"app":"clocksum","sum":12})"};
   r.barrier_generation = 7;
@@ -56,6 +56,9 @@ TEST_CASE("coordinator record: what is saved is loaded, and a save replaces the 
   CHECK(back.shards[2].host == "10.0.0.3");
   CHECK(back.shards[2].port == 4003);
   CHECK(back.shards[2].pid == 13);
+  CHECK(back.shards[0].chain == std::vector<std::uint32_t>{0, 1});
+  CHECK(back.shards[1].chain.empty());
+  CHECK(back.shards[2].chain == std::vector<std::uint32_t>{1});  // a chain closed over its head
   CHECK(back.worker_done == std::vector<bool>{true, false, false});
   REQUIRE(back.results.count(0) == 1);
   CHECK(back.results[0].json == R"({"app":"clocksum","sum":12})");
@@ -83,5 +86,12 @@ TEST_CASE("coordinator record: missing, truncated or inconsistent files are refu
   r.results[9] = {true, "{}"};
   save_record(dir.path, r);
   CHECK_THROWS_WITH_AS(load_record(dir.path), doctest::Contains("worker 9"), bad_request);
+  r = sample();
+  r.shards[0].chain = {1, 1};
+  save_record(dir.path, r);
+  CHECK_THROWS_WITH_AS(load_record(dir.path), doctest::Contains("shard 0's chain lists copy 1 twice"), bad_request);
+  r.shards[0].chain = {0, 3};
+  save_record(dir.path, r);
+  CHECK_THROWS_WITH_AS(load_record(dir.path), doctest::Contains("copy 3, beyond its 3 shards"), bad_request);
   CHECK_THROWS_WITH_AS(save_record(dir.path + "/no/such/dir", r), doctest::Contains("cannot write"), bad_request);
 }
