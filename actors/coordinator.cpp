@@ -457,10 +457,9 @@ void recover_shard(self_ptr self, const coordinator_options& opts, std::uint32_t
 // another map are streamed into new stores), never in a handler.
 void read_recovery_source(self_ptr self, const coordinator_options& opts, const partitioner& map, std::uint32_t dead,
                           std::function<void(std::shared_ptr<const recovery_source>)> then) {
-  // Rows on a disk tier go to a directory of this recovery's own: two shards that die
-  // together are recovered side by side.
-  const auto layout = "for-epoch-" + std::to_string(map.epoch()) + "-shard-" + std::to_string(dead);
-  auto read = [dir = opts.checkpoint_dir, map, layout](caf::event_based_actor* reader) -> caf::behavior {
+  // Rows on a disk tier go to a directory of this recovery's own (two shards that die
+  // together are recovered side by side), only the dead shard's.
+  auto read = [dir = opts.checkpoint_dir, map, dead](caf::event_based_actor* reader) -> caf::behavior {
     return {[=](restore_atom) {
       auto out = std::make_shared<recovery_source>();
       try {
@@ -470,9 +469,9 @@ void read_recovery_source(self_ptr self, const coordinator_options& opts, const 
         if (!latest.found) {
           out->error = "no checkpoint has been written to " + dir + " yet";
         } else {
-          const auto rows_into = std::filesystem::path(dir) / disk_rows_dir_name(latest.found->header.clock) / layout;
+          const auto rows_dir = (std::filesystem::path(dir) / disk_rows_dir_name(latest.found->header.clock)).string();
           try {  // written under another map (before shards joined or left): its keys go where they are now
-            out->found = laid_out_for(std::move(*latest.found), map, rows_into.string());
+            out->found = laid_out_for(std::move(*latest.found), map, recovery_layout_dir(rows_dir, map.epoch(), dead), dead);
           } catch (const bad_request& e) {
             out->error = latest.path + " cannot be laid out for the current map: " + e.what();
           }

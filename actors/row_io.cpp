@@ -1,8 +1,11 @@
 #include "actors/row_io.hpp"
 
 #include <cstdio>
+#include <filesystem>
 
 #include "actors/messages.hpp"
+#include "libps/checkpoint.hpp"
+#include "libps/log.hpp"
 
 namespace ps {
 
@@ -80,6 +83,16 @@ row_writer_actor::behavior_type row_writer(row_writer_actor::pointer self, std::
   };
 }
 
+// The recovery layout the store was seeded from: its rows are in the store now.
+void drop_recovery_layout(const std::string& name, const std::string& seed) {
+  const auto layout = std::filesystem::path(seed).parent_path();
+  std::error_code ec;
+  std::filesystem::remove_all(layout, ec);
+  log_line(log_level::warning, name + ": took its rows in from " + seed +
+                                   (ec ? "; could not remove " + layout.string() + ": " + ec.message()
+                                       : " and removed that layout"));
+}
+
 }  // namespace
 
 row_io_actor::behavior_type row_io(row_io_actor::stateful_pointer<row_io_state> self, std::string dir,
@@ -87,6 +100,7 @@ row_io_actor::behavior_type row_io(row_io_actor::stateful_pointer<row_io_state> 
   try {
     auto& st = self->state;
     st.disk = std::make_shared<row_disk>(dir, name, std::move(strides), nullptr, seed);
+    if (!seed.empty() && in_recovery_layout(seed)) drop_recovery_layout(name, seed);
     for (std::size_t i = 0; i < row_disk::read_threads; ++i)
       st.readers.push_back(self->spawn<caf::detached + caf::linked>(row_reader, st.disk, name));
     st.writer = self->spawn<caf::detached + caf::linked>(row_writer, st.disk, name);

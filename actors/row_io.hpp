@@ -89,7 +89,9 @@ struct row_io_state {
 
 // dir: where the store's directory is made; name: the shard's (in errors and the
 // directory's name); strides: floats per row of each table; seed: a checkpoint's rows to
-// start from (empty: none).
+// start from (empty: none). A seed laid out for a recovery (in_recovery_layout) is
+// removed once the store took its rows in: nothing else reads it, and it would otherwise
+// stay on disk, a copy of the dead shard's rows per recovery.
 row_io_actor::behavior_type row_io(row_io_actor::stateful_pointer<row_io_state> self, std::string dir,
                                    std::string name, std::vector<std::size_t> strides, std::string seed);
 

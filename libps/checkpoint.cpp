@@ -152,6 +152,15 @@ std::string sibling_disk_rows(const std::string& disk_rows, std::uint32_t shard)
   return saved_rows_path(std::filesystem::path(disk_rows).parent_path().string(), shard);
 }
 
+std::string recovery_layout_dir(const std::string& rows_dir, std::uint64_t epoch, std::uint32_t dead) {
+  return (std::filesystem::path(rows_dir) / ("for-epoch-" + std::to_string(epoch) + "-shard-" + std::to_string(dead)))
+    .string();
+}
+
+bool in_recovery_layout(const std::string& disk_rows) {
+  return std::filesystem::path(disk_rows).parent_path().filename().string().rfind("for-epoch-", 0) == 0;
+}
+
 std::string encode_shard(const shard_snapshot& s) { return to_bytes(s); }
 
 shard_snapshot decode_shard(const std::string& bytes) { return from_bytes<shard_snapshot>(bytes, "shard snapshot"); }
@@ -346,8 +355,14 @@ void lay_out_disk_tiers(const checkpoint& c, const partitioner& map, const std::
     tables = std::max(tables, old.disk_table_rows.size());
   }
   if (saved.empty()) return;
-  auto owner = [&map](const row_key& k) { return map.row_owner(k.table, k.id); };
-  auto counts = lay_out_saved_rows(saved, tables, owner, map.shard_ids(), rows_into);
+  std::vector<std::uint32_t> wanted;
+  for (const auto& s : out.shards) wanted.push_back(s.shard);
+  auto owner = [&](const row_key& k) -> std::optional<std::uint32_t> {
+    auto o = map.row_owner(k.table, k.id);
+    if (std::find(wanted.begin(), wanted.end(), o) == wanted.end()) return std::nullopt;  // another shard's
+    return o;
+  };
+  auto counts = lay_out_saved_rows(saved, tables, owner, wanted, rows_into);
   for (auto& s : out.shards) {
     s.disk_rows = saved_rows_path(rows_into, s.shard);
     s.disk_table_rows = counts.at(s.shard);
@@ -357,7 +372,8 @@ void lay_out_disk_tiers(const checkpoint& c, const partitioner& map, const std::
 
 }  // namespace
 
-checkpoint reshard(const checkpoint& c, const partitioner& map, const std::string& rows_into) {
+checkpoint reshard(const checkpoint& c, const partitioner& map, const std::string& rows_into,
+                   std::optional<std::uint32_t> only) {
   checkpoint out;
   out.header = c.header;
   out.header.shard_ids = map.shard_ids();
@@ -387,6 +403,11 @@ checkpoint reshard(const checkpoint& c, const partitioner& map, const std::strin
   }
   for (auto& s : out.shards)
     std::sort(s.segments.begin(), s.segments.end(), [](const auto& a, const auto& b) { return a.begin < b.begin; });
+  if (only) {
+    if (!index.count(*only)) throw bad_request("shard " + std::to_string(*only) + " is not in the map laid out for");
+    auto section = std::move(out.shards[index.at(*only)]);
+    out.shards = {std::move(section)};
+  }
   lay_out_disk_tiers(c, map, rows_into, out);
   out.header.placement = map.placement();
   return out;
@@ -398,8 +419,9 @@ bool same_map(const checkpoint_header& h, const partitioner& map) {
   return partitioner(map.epoch(), h.shard_ids, h.vnodes, h.bucket_bits, map.balanced()).placement() == map.placement();
 }
 
-checkpoint laid_out_for(checkpoint c, const partitioner& map, const std::string& rows_into) {
-  return same_map(c.header, map) ? std::move(c) : reshard(c, map, rows_into);
+checkpoint laid_out_for(checkpoint c, const partitioner& map, const std::string& rows_into,
+                        std::optional<std::uint32_t> only) {
+  return same_map(c.header, map) ? std::move(c) : reshard(c, map, rows_into, only);
 }
 
 }  // namespace ps

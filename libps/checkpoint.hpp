@@ -68,6 +68,12 @@ std::string disk_rows_name(std::uint64_t clock, std::uint32_t shard);
 std::string disk_rows_dir_name(std::uint64_t clock);
 // Another shard's rows directory in the same checkpoint as `disk_rows` (a shard's).
 std::string sibling_disk_rows(const std::string& disk_rows, std::uint32_t shard);
+// Where a recovery of shard `dead` under the map of `epoch` lays the checkpoint's rows
+// out (in its rows directory `rows_dir`): "for-epoch-<epoch>-shard-<dead>". Scratch: the
+// replacement's disk tier takes the rows in (hard links) and removes it.
+std::string recovery_layout_dir(const std::string& rows_dir, std::uint64_t epoch, std::uint32_t dead);
+// Whether `disk_rows` (a shard's rows directory) lies in such a layout.
+bool in_recovery_layout(const std::string& disk_rows);
 
 struct checkpoint {
   checkpoint_header header;
@@ -86,7 +92,10 @@ shard_snapshot decode_shard(const std::string& bytes);
 // rows_into (lay_out_saved_rows; blocking I/O, the whole table read once), which the new
 // sections name; without rows_into such a checkpoint throws bad_request, as does one
 // saved before format 4 (no rows per table).
-checkpoint reshard(const checkpoint& c, const partitioner& map, const std::string& rows_into = {});
+// only: the one shard whose section is wanted (a recovery's): the result holds that
+// section alone, and only its rows are laid out.
+checkpoint reshard(const checkpoint& c, const partitioner& map, const std::string& rows_into = {},
+                   std::optional<std::uint32_t> only = std::nullopt);
 
 // Whether the checkpoint's shards own what `map`'s do: the same shards, ring and buckets,
 // and the same owner for every balanced bucket (the header's placement, or the ring's own
@@ -95,7 +104,8 @@ bool same_map(const checkpoint_header& h, const partitioner& map);
 
 // The checkpoint laid out for `map`: c itself when the maps agree, else
 // reshard(c, map, rows_into).
-checkpoint laid_out_for(checkpoint c, const partitioner& map, const std::string& rows_into = {});
+checkpoint laid_out_for(checkpoint c, const partitioner& map, const std::string& rows_into = {},
+                        std::optional<std::uint32_t> only = std::nullopt);
 
 // Writes atomically (see above); returns the final path. Throws bad_request naming the
 // directory or file on an I/O error, or when shards do not match header.shard_ids.

@@ -305,10 +305,13 @@ std::map<std::uint32_t, std::vector<std::uint64_t>> lay_out_saved_rows(const std
         throw bad_request("disk tier rows at " + dir + ": a row of table " + std::to_string(k.table) + ", the job has " +
                           std::to_string(tables) + " tables (a corrupt store?)");
       auto to = owner(k);
-      auto store = stores.find(to);
-      if (store == stores.end()) throw bad_request("row " + std::to_string(k.id) + " belongs to shard " + std::to_string(to) + ", not among the new shards");
+      if (!to) return;
+      auto store = stores.find(*to);
+      if (store == stores.end())
+        throw bad_request("row " + std::to_string(k.id) + " belongs to shard " + std::to_string(*to) +
+                          ", not among the new shards");
       store->second.put(k, value);
-      ++counts[to][k.table];
+      ++counts[*to][k.table];
     });
   for (auto& [id, store] : stores) store.finish();
   return counts;

@@ -100,8 +100,9 @@ class row_disk {
 // missing or corrupt, or holds a row of another size.
 std::vector<table_rows> read_saved_rows(const std::string& dir, const std::vector<std::size_t>& strides);
 
-// Whose a row is under a shard map: the id of its owner shard.
-using row_owner_fn = std::function<std::uint32_t(const row_key&)>;
+// Whose a row is under a shard map: the id of its owner shard; none: a shard's whose
+// rows are not being laid out (a recovery lays out only the dead shard's).
+using row_owner_fn = std::function<std::optional<std::uint32_t>(const row_key&)>;
 // The rows of saved stores (row_disk::save's directories, one per shard of a checkpoint)
 // laid out for other shards: each row, bytes as stored, goes to its owner's fresh store,
 // into/shard-<id> (saved_rows_path) for each id in `shards`, which a disk tier can start

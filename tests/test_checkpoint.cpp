@@ -330,6 +330,13 @@ TEST_CASE("reshard: every key and row of a 2-shard checkpoint lands once, at its
   }
   CHECK(keys == 9000);
   CHECK(rows_seen == 50);
+  // A recovery's layout: the one section it asks for, as the full layout has it.
+  auto one = reshard(c, map, {}, 2);
+  REQUIRE(one.shards.size() == 1);
+  CHECK(one.shards[0].shard == 2);
+  CHECK(one.shards[0].segments.size() == out.shards[2].segments.size());
+  CHECK(one.shards[0].tables.size() == out.shards[2].tables.size());
+  CHECK_THROWS_WITH_AS(reshard(c, map, {}, 7), doctest::Contains("shard 7 is not in the map"), ps::bad_request);
   // Rows on a disk tier are laid out only where the caller gives a place for new stores
   // (a restoring job), and only from files that count them per table (format 4 on).
   c.shards[1].disk_rows = "/somewhere/shard-1";

@@ -917,10 +917,14 @@ TEST_CASE("elastic: a shard dying after a join comes back from a checkpoint cut 
   // section laid out for the 3-shard map, rows on disk included.
   const auto file = "ckpt-tier-join/checkpoint-" + std::to_string(clock) + ".apsckpt";
   CHECK(out.find("its keys were restored from " + file + " (clock " + std::to_string(clock) + ")") != std::string::npos);
-  bool laid_out = false;
-  for (const auto& e : std::filesystem::directory_iterator("ckpt-tier-join/checkpoint-" + std::to_string(clock) + ".rows"))
-    laid_out |= e.path().filename().string().rfind("for-epoch-", 0) == 0;
-  CHECK(laid_out);
+  // The replacement's disk tier took the rows laid out for it in and removed that layout.
+  const auto rows_dir = "ckpt-tier-join/checkpoint-" + std::to_string(clock) + ".rows";
+  CHECK(out.find("shard 1: took its rows in from " + rows_dir + "/for-epoch-") != std::string::npos);
+  CHECK(out.find("and removed that layout") != std::string::npos);
+  bool layout_left = false;
+  for (const auto& e : std::filesystem::directory_iterator(rows_dir))
+    layout_left |= e.path().filename().string().rfind("for-epoch-", 0) == 0;
+  CHECK_FALSE(layout_left);
   for (std::uint32_t w = 0; w < 2; ++w) CHECK(clocksum_line(out, w).at("row_values").size() == 3);
   std::filesystem::remove_all("ckpt-tier-join");
 }

@@ -431,6 +431,18 @@ TEST_CASE("row disk: saved stores laid out for other shards: every row, as store
     CHECK(pushed == std::vector<std::uint64_t>{got[1].ids.front() + 1});
   }
   CHECK(rows == 200);
+  // A recovery's layout: one shard's rows (the owner answers none for the others' rows).
+  const auto only = (dir / "only-11").string();
+  auto only_11 = [&](const row_key& k) -> std::optional<std::uint32_t> {
+    if (owner(k) != 11) return std::nullopt;
+    return 11;
+  };
+  auto one = lay_out_saved_rows(saved, 2, only_11, {11}, only);
+  CHECK(one.size() == 1);
+  CHECK(one.at(11) == counts.at(11));
+  auto got = read_saved_rows(saved_rows_path(only, 11), {2, 3});
+  CHECK(got[0].ids.size() + got[1].ids.size() == counts.at(11)[0] + counts.at(11)[1]);
+  CHECK_FALSE(std::filesystem::exists(saved_rows_path(only, 10)));
   // A row of a table the job does not have, an owner not among the shards, a missing store.
   CHECK_THROWS_WITH_AS(lay_out_saved_rows(saved, 1, owner, {10, 11, 12}, into), doctest::Contains("a row of table 1, the job has 1"),
                        bad_request);
