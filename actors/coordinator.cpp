@@ -116,6 +116,8 @@ coordinator_record record_of(const coordinator_state& st, const coordinator_opti
   r.worker_done = st.worker_done;
   r.results = st.results;
   r.barrier_generation = st.barrier_generation;
+  r.change = st.change;
+  r.change_shard = st.change_shard;
   return r;
 }
 
@@ -848,6 +850,22 @@ std::string ms_since(std::chrono::steady_clock::time_point start) {
     std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count()));
 }
 
+// A map change begins: saved with the new map, so a coordinator resumed before it ends
+// finishes it (finish_change).
+void begin_change(self_ptr self, const coordinator_options& opts, const std::string& kind, std::uint32_t shard) {
+  auto& st = self->state;
+  st.joining = true;
+  st.change = kind;
+  st.change_shard = shard;
+  persist(self, opts);
+}
+
+// The map change is over (its map is saved with the announcement that follows).
+void end_change(self_ptr self) {
+  self->state.joining = false;
+  self->state.change.clear();
+}
+
 // Why the map cannot change now (empty: it can).
 std::string map_change_refusal(const coordinator_options& opts, const coordinator_state& st) {
   if (opts.replication >= 2)
@@ -903,7 +921,6 @@ void admit_shard(self_ptr self, const coordinator_options& opts, const caf::acto
   std::vector<shard_actor> givers = live_heads(st);
   auto old_placement = st.placement;
   auto moved = moved_key_fraction(map_of(make_view(self, opts)), next, dense_ranges(opts.spec));
-  st.joining = true;
   st.epoch = next.epoch();
   st.placement = next.placement();
   st.shards.push_back({id, info.host, info.port, info.pid, sender, {}, st.epoch});
@@ -916,6 +933,7 @@ void admit_shard(self_ptr self, const coordinator_options& opts, const caf::acto
              (info.host.empty() ? "" : " (" + info.host + ":" + std::to_string(info.port) + ", pid " +
                                          std::to_string(info.pid) + ")");
   st.members[sender.address()] = who + " (joined)";
+  begin_change(self, opts, "join", id);
   auto view = make_view(self, opts);
   tell_checkpointer(opts, view);  // before any shard takes parts under the new map
   tell_map_change(opts, true);
@@ -925,8 +943,8 @@ void admit_shard(self_ptr self, const coordinator_options& opts, const caf::acto
     .then([=](std::uint64_t) {
             auto started = std::chrono::steady_clock::now();
             hand_over(self, givers, view, [=](std::string failed) {
-              self->state.joining = false;
               if (!failed.empty()) return end_job(self, opts, errc::job_failed, who + " could not join: " + failed);
+              end_change(self);
               tell_news(opts, "coordinator: " + who + " joined; its keys and rows were handed over in " + ms_since(started) +
                                 " ms (" + fraction_text(moved) + " of the dense keys moved); epoch " +
                                 std::to_string(view.epoch) + ", " +
@@ -936,7 +954,7 @@ void admit_shard(self_ptr self, const coordinator_options& opts, const caf::acto
           },
           [=](caf::error& e) {  // nothing moved yet: the job goes on without it
             auto& st = self->state;
-            st.joining = false;
+            end_change(self);
             st.retired.insert(id);
             st.placement = old_placement;
             st.copies.erase(std::remove(st.copies.begin(), st.copies.end(), shard), st.copies.end());
@@ -944,6 +962,7 @@ void admit_shard(self_ptr self, const coordinator_options& opts, const caf::acto
             st.members.erase(shard.address());
             tell_map_change(opts, false);
             tell_news(opts, "coordinator: " + who + " did not take the map (" + describe(e) + "); the job goes on without it");
+            persist(self, opts);
           });
 }
 
@@ -993,6 +1012,20 @@ caf::result<std::string> remove_shard(self_ptr self, const coordinator_options& 
   return rp;
 }
 
+// A leaver has handed everything over: it leaves the membership (its end is no failure,
+// and it gets no more news) and stops once no running worker's client needs it.
+void let_leaver_go(self_ptr self, std::uint32_t id) {
+  auto& st = self->state;
+  end_change(self);
+  auto leaver = st.shard_handles[id];
+  st.copies.erase(std::remove(st.copies.begin(), st.copies.end(), leaver), st.copies.end());
+  st.shard_ids.erase(leaver.address());
+  st.members.erase(leaver.address());
+  auto& waiting = st.draining_clients[id];
+  for (const auto& [addr, worker] : st.subscriber_workers)
+    if (worker < st.worker_done.size() && !st.worker_done[worker]) waiting.insert(worker);
+}
+
 // The removal itself (remove_shard checked it can be done): answered through rp.
 void drain_shard(self_ptr self, const coordinator_options& opts, std::uint32_t id,
                  caf::typed_response_promise<std::string> rp) {
@@ -1000,10 +1033,10 @@ void drain_shard(self_ptr self, const coordinator_options& opts, std::uint32_t i
   auto before = map_of(make_view(self, opts));
   partitioner next = before.without_shard(id);
   auto moved = moved_key_fraction(before, next, dense_ranges(opts.spec));
-  st.joining = true;
   st.epoch = next.epoch();
   st.placement = next.placement();
   st.retired.insert(id);
+  begin_change(self, opts, "leave", id);
   auto leaver = st.shard_handles[id];
   auto remaining_shards = live_heads(st);
   auto view = make_view(self, opts);
@@ -1012,7 +1045,7 @@ void drain_shard(self_ptr self, const coordinator_options& opts, std::uint32_t i
   auto started = std::chrono::steady_clock::now();
   auto who = "shard " + std::to_string(id);
   auto failed = [=](const std::string& why) mutable {
-    self->state.joining = false;
+    end_change(self);
     rp.deliver(make_ps_error("coordinator: " + who + " could not leave: " + why));
     end_job(self, opts, errc::job_failed, who + " could not leave: " + why);
   };
@@ -1021,14 +1054,7 @@ void drain_shard(self_ptr self, const coordinator_options& opts, std::uint32_t i
     hand_over(self, {leaver}, view, [=](std::string why) mutable {
       if (!why.empty()) return failed(why);
       auto& st = self->state;
-      st.joining = false;
-      // It leaves the membership: its end is no failure, and it gets no more news.
-      st.copies.erase(std::remove(st.copies.begin(), st.copies.end(), leaver), st.copies.end());
-      st.shard_ids.erase(leaver.address());
-      st.members.erase(leaver.address());
-      auto& waiting = st.draining_clients[id];
-      for (const auto& [addr, worker] : st.subscriber_workers)
-        if (worker < st.worker_done.size() && !st.worker_done[worker]) waiting.insert(worker);
+      let_leaver_go(self, id);
       auto text = who + " left; its keys and rows were handed over in " + ms_since(started) + " ms (" +
                   fraction_text(moved) + " of the dense keys moved); epoch " +
                   std::to_string(view.epoch) + ", " + std::to_string(st.shards.size() - st.retired.size()) +
@@ -1102,6 +1128,10 @@ caf::result<registration> register_member(self_ptr self, const coordinator_optio
 
 // ---- a resumed job (--resume) ------------------------------------------------------
 
+// Whether shard `id` was leaving when the coordinator died: out of the map, yet holding
+// keys it has not handed over, so it must come back.
+bool leaving_now(const coordinator_state& st, std::uint32_t id) { return st.change == "leave" && st.change_shard == id; }
+
 // The chain of shard `id` in a resumed job's saved order: its copies by the place they
 // were started at (a job without chains: its one copy at 0).
 std::vector<std::uint32_t> saved_chain(const coordinator_options& opts, std::uint32_t id) {
@@ -1128,12 +1158,55 @@ void assemble_chains(self_ptr self, const coordinator_options& opts) {
   st.rejoined_copies.clear();
 }
 
-// Every member is back (or given up): the job goes on under a new epoch, whose map names
-// this coordinator's checkpointer, and is saved again.
+void finish_change(self_ptr self, const coordinator_options& opts);
+void go_on_resumed(self_ptr self, const coordinator_options& opts);
+
+// Every member is back (or given up): a map change that was under way is finished, then
+// the job goes on.
 void finish_resume(self_ptr self, const coordinator_options& opts) {
   auto& st = self->state;
   if (!st.resuming || !st.absent_copies.empty() || !st.absent_workers.empty()) return;
   assemble_chains(self, opts);
+  if (!st.change.empty()) return finish_change(self, opts);
+  go_on_resumed(self, opts);
+}
+
+// A map change was under way when the coordinator died: its shards are asked for their
+// handoffs again under the saved (new) map, in the order the change asks them; those that
+// had made theirs answer once it is complete. A leaver then goes, as it would have.
+void finish_change(self_ptr self, const coordinator_options& opts) {
+  auto& st = self->state;
+  const auto view = make_view(self, opts);
+  const bool leaving = st.change == "leave";
+  const auto id = st.change_shard;
+  const auto what = std::string(leaving ? "shard " : "server shard ") + std::to_string(id) + (leaving ? " leaving" : " joining");
+  tell_news(opts, "coordinator: " + what + " was under way when the coordinator went down; finishing its handoffs (epoch " +
+                    std::to_string(view.epoch) + ")");
+  auto failed = [=](const std::string& why) {
+    end_job(self, opts, errc::job_failed, what + " could not be finished after the coordinator's restart: " + why);
+  };
+  auto done = [=] {
+    if (leaving) let_leaver_go(self, id);
+    else end_change(self);
+    tell_news(opts, "coordinator: " + what + ": done");
+    go_on_resumed(self, opts);
+    if (leaving) stop_if_drained(self, id);
+  };
+  tell_map_change(opts, true);
+  hand_over(self, live_heads(st), view, [=](const std::string& why) {
+    if (!why.empty()) return failed(why);
+    if (!leaving) return done();
+    hand_over(self, {self->state.shard_handles[id]}, view, [=](const std::string& why) {
+      if (!why.empty()) return failed(why);
+      done();
+    });
+  });
+}
+
+// The resumed job goes on under a new epoch, whose map names this coordinator's
+// checkpointer, and is saved again.
+void go_on_resumed(self_ptr self, const coordinator_options& opts) {
+  auto& st = self->state;
   st.resuming = false;
   ++st.epoch;
   tell_news(opts, "coordinator: resumed the job: " + std::to_string(live_heads(st).size()) + " shards" +
@@ -1154,10 +1227,13 @@ void resume_job(self_ptr self, const coordinator_options& opts) {
   st.epoch = r.epoch;
   st.placement = r.placement;
   st.retired.insert(r.retired.begin(), r.retired.end());
+  st.change = r.change;
+  st.change_shard = r.change_shard;
+  st.joining = !st.change.empty();  // finished once the members are back; no other change before
   std::size_t copies = 0;
   for (const auto& s : r.shards) {
     st.shards.push_back({s.id, s.host, s.port, s.pid, {}, {}, 1});
-    if (st.retired.count(s.id)) continue;
+    if (st.retired.count(s.id) && !leaving_now(st, s.id)) continue;
     auto chain = saved_chain(opts, s.id);
     st.absent_copies[s.id].insert(chain.begin(), chain.end());
     copies += chain.size();
@@ -1213,6 +1289,15 @@ void give_up_absent(self_ptr self, const coordinator_options& opts) {
                         describe(why) + "); the shard's chain closes over it, nothing lost");
   }
   if (dead.empty()) return finish_resume(self, opts);
+  if (!st.change.empty()) {  // the change cannot be finished: a shard's keys would have no owner
+    std::string ids;
+    for (auto id : dead) ids += (ids.empty() ? "" : ", ") + std::to_string(id);
+    return end_job(self, opts, errc::job_failed,
+                   "a " + st.change + " of shard " + std::to_string(st.change_shard) +
+                     " was under way when the coordinator went down, and shard " + ids + " did not come back within " +
+                     std::to_string(opts.rejoin_patience.count()) +
+                     " ms: the change cannot be finished; restart the job from its newest checkpoint (--restore)");
+  }
   assemble_chains(self, opts);  // the shards that are back, before the replacements' maps go out
   st.resuming = false;          // the replacements' maps go out as they are placed
   for (auto id : dead) recover_shard(self, opts, id, "server shard " + std::to_string(id), why);
@@ -1230,7 +1315,7 @@ caf::result<registration> rejoin_shard(self_ptr self, const coordinator_options&
              (info.host.empty() ? "" : " (" + info.host + ":" + std::to_string(info.port) + ", pid " +
                                          std::to_string(info.pid) + ")");
   auto absent = st.absent_copies.find(id);
-  if (id >= st.shards.size() || st.retired.count(id) || absent == st.absent_copies.end() ||
+  if (id >= st.shards.size() || (st.retired.count(id) && !leaving_now(st, id)) || absent == st.absent_copies.end() ||
       !absent->second.count(position))
     return make_error(errc::refused, "coordinator: " + who + " cannot rejoin: the resumed job " +
                                        (id < st.shards.size() && !st.retired.count(id) ? "has it back already or gave it up"

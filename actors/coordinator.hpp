@@ -103,6 +103,8 @@ struct coordinator_state {
   std::vector<client_actor> view_subscribers;      // workers' key-value clients
   partitioner::placement_list placement;           // after joins: the dense buckets' owners (empty: fresh)
   bool joining = false;  // a shard is joining or leaving: keys are being handed over
+  std::string change;    // that map change, saved for a resume: "join" or "leave" (empty: none)
+  std::uint32_t change_shard = 0;
   std::set<std::uint32_t> retired;  // shards removed from the map (psctl remove-shard); ids are not reused
   // A shard that left the map stops once every running worker's client has no request
   // left for it: per such shard, the workers still to say so.

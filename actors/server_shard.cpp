@@ -863,13 +863,17 @@ caf::result<std::string> stats(self_ptr self) {
 struct handoff_run {
   self_ptr self;
   caf::typed_response_promise<std::uint64_t> rp;
+  std::vector<caf::typed_response_promise<std::uint64_t>> again;  // the same map asked for again
   cluster_view view;
   std::vector<shard_handoff> parts;  // sent once no scan is left
   std::size_t scans = 0;             // disk_move scans not finished
   std::size_t untaken = 0;           // parts sent, not taken yet
   bool parts_sent = false, settled = false;
   void fail(std::string why) {
-    if (!settled) rp.deliver(make_ps_error(std::move(why)));
+    if (!settled) {
+      for (auto& p : again) p.deliver(make_ps_error(why));
+      rp.deliver(make_ps_error(std::move(why)));
+    }
     settled = true;
     release_forwards(self);  // the job ends now (the coordinator sees to it): nothing waits for them
   }
@@ -888,6 +892,7 @@ void advance_handoff(self_ptr self, const handoff_run_ptr& run) {
   }
   if (run->untaken == 0 && !run->settled) {
     run->settled = true;
+    for (auto& p : run->again) p.deliver(run->view.epoch);
     run->rp.deliver(run->view.epoch);
   }
 }
@@ -947,6 +952,12 @@ caf::result<std::uint64_t> hand_off(self_ptr self, const shard_options& opts, co
                                     const cluster_view& view) {
   auto& st = self->state;
   if (!st.core) return make_ps_error(st.name + ": not configured yet, cannot hand keys over");
+  if (view.epoch == st.core->map_epoch()) {  // handed over already: asked again by a resumed coordinator
+    auto under_way = std::static_pointer_cast<handoff_run>(st.handoff);
+    if (!under_way || under_way->settled) return view.epoch;
+    under_way->again.push_back(self->make_response_promise<std::uint64_t>());
+    return under_way->again.back();
+  }
   auto run = std::make_shared<handoff_run>();
   shard_effects fx;
   try {
@@ -962,6 +973,7 @@ caf::result<std::uint64_t> hand_off(self_ptr self, const shard_options& opts, co
   run->rp = self->make_response_promise<std::uint64_t>();
   run->view = view;
   run->scans = moves.size();
+  st.handoff = run;
   st.holding_forwards = run->scans > 0;
   for (auto& m : moves) scan_moved_rows(self, run, std::move(m));  // after the writes carry_out sent
   advance_handoff(self, run);

@@ -111,6 +111,9 @@ struct shard_state {
   // writes of moved keys it passes on wait here, so none reaches a new owner before the
   // keys and rows it updates (CAF keeps one sender's order): sent once the parts are.
   bool holding_forwards = false;
+  // The handoff under way (its answer waits for its parts to be taken): a resumed
+  // coordinator that asks again for the same map is answered with it.
+  std::shared_ptr<void> handoff;
   std::vector<std::function<void()>> held_forwards;
   struct forward {
     std::function<void(shard_actor, std::uint64_t)> send;  // (successor, tag)

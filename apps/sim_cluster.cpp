@@ -129,6 +129,7 @@ class sim_run {
   reconnect_options reconnect();
   void restart_coordinator();
   void remove_server(std::uint32_t shard);
+  void ask_again_when_refused();
   void run_fault_plan();
   bool cut_off(caf::resumable* job) const;
   bool timer_after_partition();
@@ -168,6 +169,12 @@ class sim_run {
   bool killed_ = false, killed_worker_ = false;
   bool joined_ = false, remove_asked_ = false;  // the plan's join and removal have begun
   bool removal_while_running_ = false;           // asked before every worker was done
+  // The coordinator died while the removal was asked: its answer is lost, the resumed
+  // coordinator finishes what was saved, and the operator asks again.
+  bool removal_cut_ = false;
+  std::shared_ptr<bool> joiner_refused_ = std::make_shared<bool>(false);  // the joiner ended before it joined
+  std::uint64_t join_again_at_ = 0, ask_again_at_ = 0;  // the event at which a refused one is tried again
+  bool cut_asked_again_ = false;
   std::shared_ptr<std::string> removed_ = std::make_shared<std::string>();  // the removal's answer
   std::set<caf::actor_id> cut_off_;  // a partitioned server's actors (their messages wait)
   bool partitioned_ = false;
@@ -396,12 +403,14 @@ void sim_run::run_fault_plan() {
     restart_at_ = events_ + plan_.restart_events;
     hash_ = mix(hash_, 0xc0de);
     caf::anon_send_exit(coord_, caf::exit_reason::kill);
+    if (remove_asked_ && removed_->empty()) removal_cut_ = true;
   }
   if (coordinator_dead_ && events_ >= restart_at_) restart_coordinator();
-  if (plan_.join_step && !joined_ && since_start >= *plan_.join_step) join_server();
+  ask_again_when_refused();
+  if (plan_.join_step && !joined_ && !coordinator_dead_ && since_start >= *plan_.join_step) join_server();
   // With a join planned too, the removal waits until a client has the joined map (one map
   // change at a time; a second would be refused).
-  if (plan_.remove_shard && !remove_asked_ && since_start >= plan_.remove_step &&
+  if (plan_.remove_shard && !remove_asked_ && !coordinator_dead_ && since_start >= plan_.remove_step &&
       (!plan_.join_step || (clients_[reader_] && clients_[reader_]->map().shard_ids().size() > plan_.servers)))
     remove_server(*plan_.remove_shard);
   if (plan_.partition_server && !partitioned_ && heal_at_ == 0 && since_start >= plan_.partition_step) {
@@ -453,6 +462,38 @@ void sim_run::join_server() {
   auto s = sys_.spawn(server_shard, coord_, sopts);
   caf::anon_send(s, start_atom::value, std::uint16_t{0});
   alive_.push_back(caf::actor_cast<caf::actor>(s));
+  // A joiner refused (the coordinator resumes the job, or came back without its join)
+  // ends with an error before it joined: the operator starts it again.
+  auto refused = joiner_refused_;
+  alive_.push_back(sys_.spawn([=](caf::event_based_actor* self) -> caf::behavior {
+    self->monitor(s);
+    self->set_down_handler([=](caf::down_msg& dm) {
+      if (dm.reason && dm.reason != caf::exit_reason::normal) *refused = true;
+    });
+    return {[](caf::unit_t) {}};
+  }));
+}
+
+// An operator's join or removal that a restarting coordinator refused ("try again once
+// its members are back"), or whose coordinator died under it, is tried again.
+void sim_run::ask_again_when_refused() {
+  if (*joiner_refused_) {  // started again some events later, as an operator would
+    *joiner_refused_ = false;
+    join_again_at_ = events_ + 200;
+  }
+  if (join_again_at_ != 0 && events_ >= join_again_at_) {
+    join_again_at_ = 0;
+    joined_ = false;
+  }
+  const bool resuming = removed_->find("try again once its members are back") != std::string::npos;
+  const bool cut = removal_cut_ && !cut_asked_again_ && restarted_ && !coordinator_dead_;
+  if (cut) cut_asked_again_ = true;
+  if (remove_asked_ && (resuming || cut) && ask_again_at_ == 0) ask_again_at_ = events_ + 200;
+  if (ask_again_at_ != 0 && events_ >= ask_again_at_) {
+    ask_again_at_ = 0;
+    remove_asked_ = false;
+    removed_ = std::make_shared<std::string>();  // a late answer to the first asking goes to the old one
+  }
 }
 
 // How members find the coordinator again after the plan killed it: the dial answers
@@ -563,8 +604,13 @@ void sim_run::finish() {
   // The removal (when planned) was answered: done, or refused only because the job was ending.
   while (remove_asked_ && removed_->empty() && failure_.empty() && steps_ <= step_budget)
     if (!step()) break;
-  if (remove_asked_ && removed_->empty()) return fail("psctl remove-shard was never answered");
-  if (removal_while_running_ && removed_->rfind("refused: ", 0) == 0 && removed_->find("ending") == std::string::npos)
+  // A removal the coordinator's restart cut off or refused may end with the job before it
+  // is asked again (the job's sums and map were checked above); any other must be answered,
+  // done or refused only because the job was ending.
+  const bool restart_interfered = removal_cut_ || ask_again_at_ != 0;
+  if (remove_asked_ && removed_->empty() && !restart_interfered) return fail("psctl remove-shard was never answered");
+  if (removal_while_running_ && !restart_interfered && removed_->rfind("refused: ", 0) == 0 &&
+      removed_->find("ending") == std::string::npos)
     return fail("psctl remove-shard: " + *removed_);
   auto report = check_trace(read_trace(trace_path_));
   if (!report.violations.empty()) fail("consistency trace: " + report.violations.front());

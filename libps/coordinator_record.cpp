@@ -28,7 +28,8 @@ json to_json(const coordinator_record& r) {
   return {{"job_fingerprint", r.job_fingerprint}, {"servers", r.servers},   {"workers", r.workers},
           {"epoch", r.epoch},                     {"placement", placement}, {"retired", r.retired},
           {"shards", shards},                     {"worker_done", r.worker_done}, {"results", results},
-          {"barrier_generation", r.barrier_generation}, {"saves", r.saves}};
+          {"barrier_generation", r.barrier_generation}, {"saves", r.saves},
+          {"change", r.change}, {"change_shard", r.change_shard}};
 }
 
 coordinator_record from_json(const json& j) {
@@ -48,6 +49,8 @@ coordinator_record from_json(const json& j) {
     r.results[res.at("worker").get<std::uint32_t>()] = {res.at("ok").get<bool>(), res.at("json").get<std::string>()};
   r.barrier_generation = j.at("barrier_generation").get<std::uint64_t>();
   r.saves = j.at("saves").get<std::uint64_t>();
+  r.change = j.value("change", std::string());  // absent in records saved before map changes were
+  r.change_shard = j.value("change_shard", std::uint32_t{0});
   return r;
 }
 
@@ -67,6 +70,10 @@ std::string inconsistency(const coordinator_record& r) {
   for (const auto& [w, res] : r.results)
     if (w >= r.worker_done.size()) return "a result of worker " + std::to_string(w) + ", which it does not list";
   if (r.shards.empty()) return "it lists no shards";
+  if (!r.change.empty() && r.change != "join" && r.change != "leave")
+    return "a map change of kind \"" + r.change + "\" (join or leave)";
+  if (!r.change.empty() && r.change_shard >= r.shards.size())
+    return "a map change of shard " + std::to_string(r.change_shard) + ", which it does not list";
   return {};
 }
 

@@ -42,6 +42,11 @@ struct coordinator_record {
   std::vector<bool> worker_done;                                   // by id, joiners included
   std::map<std::uint32_t, result> results;                         // the workers that reported
   std::uint64_t barrier_generation = 0;                            // barriers released so far
+  // A map change under way when saved ("join" or "leave", and the shard; empty: none):
+  // the map above is already the new one, and a resumed coordinator finishes the
+  // handoffs before the job goes on (a shard that has handed over answers again at once).
+  std::string change;
+  std::uint32_t change_shard = 0;
   std::uint64_t saves = 0;                                         // this record's number of saves
 };
 

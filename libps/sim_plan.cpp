@@ -75,7 +75,7 @@ sim_plan plan_for_seed(std::uint64_t seed, bool elastic) {
       p.remove_step = between(rng, 0, 400);
     }
   }
-  if (!p.join_step && !p.remove_shard && one_in(rng, 4)) {
+  if ((elastic || (!p.join_step && !p.remove_shard)) && one_in(rng, 4)) {
     p.restart_step = between(rng, 0, 400);
     p.restart_events = between(rng, 0, 150);
   }

@@ -37,6 +37,8 @@ coordinator_record sample() {
   r.results[0] = {true, R"({"app":"clocksum","sum":12})"};
   r.barrier_generation = 7;
   r.saves = 9;
+  r.change = "join";
+  r.change_shard = 2;
   return r;
 }
 
@@ -63,6 +65,8 @@ TEST_CASE("coordinator record: what is saved is loaded, and a save replaces the 
   REQUIRE(back.results.count(0) == 1);
   CHECK(back.results[0].json == R"({"app":"clocksum","sum":12})");
   CHECK(back.barrier_generation == 7);
+  CHECK(back.change == "join");
+  CHECK(back.change_shard == 2);
   r.epoch = 5;
   r.worker_done[1] = true;
   save_record(dir.path, r);
@@ -86,6 +90,14 @@ TEST_CASE("coordinator record: missing, truncated or inconsistent files are refu
   r.results[9] = {true, "{}"};
   save_record(dir.path, r);
   CHECK_THROWS_WITH_AS(load_record(dir.path), doctest::Contains("worker 9"), bad_request);
+  r = sample();
+  r.change = "split";
+  save_record(dir.path, r);
+  CHECK_THROWS_WITH_AS(load_record(dir.path), doctest::Contains(R"(a map change of kind "split")"), bad_request);
+  r = sample();
+  r.change_shard = 3;
+  save_record(dir.path, r);
+  CHECK_THROWS_WITH_AS(load_record(dir.path), doctest::Contains("a map change of shard 3"), bad_request);
   r = sample();
   r.shards[0].chain = {1, 1};
   save_record(dir.path, r);
