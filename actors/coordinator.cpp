@@ -1303,6 +1303,21 @@ void give_up_absent(self_ptr self, const coordinator_options& opts) {
   for (auto id : dead) recover_shard(self, opts, id, "server shard " + std::to_string(id), why);
 }
 
+// A shard that left the map before the coordinator died, still serving the requests
+// clients had sent it: it stops as it would have, once they say they need it no more
+// (their word to the dead coordinator is lost: at the latest, when the job ends).
+caf::result<registration> rejoin_drained_leaver(self_ptr self, const coordinator_options& opts, const caf::actor& sender,
+                                                std::uint32_t id) {
+  auto& st = self->state;
+  st.shard_handles[id] = caf::actor_cast<shard_actor>(sender);
+  auto& waiting = st.draining_clients[id];
+  for (std::uint32_t w = 0; w < st.worker_done.size(); ++w)
+    if (!st.worker_done[w]) waiting.insert(w);
+  auto reg = make_registration(self, opts, id);
+  stop_if_drained(self, id);
+  return reg;
+}
+
 // A copy of a shard comes back (role "server": the shard's own, or its replacement;
 // "replica": a copy further down its chain, by the place it was started at).
 caf::result<registration> rejoin_shard(self_ptr self, const coordinator_options& opts, const caf::actor& sender,
@@ -1314,6 +1329,8 @@ caf::result<registration> rejoin_shard(self_ptr self, const coordinator_options&
   auto who = (replica ? "copy " + std::to_string(position) + " of shard " : "server shard ") + std::to_string(id) +
              (info.host.empty() ? "" : " (" + info.host + ":" + std::to_string(info.port) + ", pid " +
                                          std::to_string(info.pid) + ")");
+  if (id < st.shards.size() && st.retired.count(id) && !leaving_now(st, id) && !replica)
+    return rejoin_drained_leaver(self, opts, sender, id);
   auto absent = st.absent_copies.find(id);
   if (id >= st.shards.size() || (st.retired.count(id) && !leaving_now(st, id)) || absent == st.absent_copies.end() ||
       !absent->second.count(position))
