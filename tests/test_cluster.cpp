@@ -1489,6 +1489,15 @@ struct restartable_job {
         w1("--role=worker --app=clocksum" + at) {}
 };
 
+// Kills the job's coordinator and the server s1 with SIGKILL once the coordinator printed `after`.
+void kill_coordinator_and_s1(restartable_job& cluster, const std::string& after) {
+  REQUIRE(cluster.first.wait_for(after));
+  kill(cluster.first.pid, SIGKILL);
+  kill(cluster.s1.pid, SIGKILL);
+  CHECK(cluster.first.finish() == 128 + SIGKILL);
+  CHECK(cluster.s1.finish() == 128 + SIGKILL);
+}
+
 }  // namespace
 
 TEST_CASE("restart: a coordinator killed with SIGKILL and started again with --resume finishes the job, sums exact") {
@@ -1524,11 +1533,7 @@ TEST_CASE("restart: a server that dies while the coordinator is away is recovere
   // rejoin within a fraction of that, even on a loaded machine).
   restartable_job cluster("shard-lost", " --ps.failure-timeout-ms=4000 --ps.heartbeat-ms=500");
   auto& [dir, checkpoints, port, job, first, at, s0, s1, w0, w1] = cluster;
-  REQUIRE(first.wait_for("checkpoint written"));
-  kill(first.pid, SIGKILL);
-  kill(s1.pid, SIGKILL);
-  CHECK(first.finish() == 128 + SIGKILL);
-  CHECK(s1.finish() == 128 + SIGKILL);
+  kill_coordinator_and_s1(cluster, "checkpoint written");
   node_process second(job + " --resume");
   check_end(second, "resumed coordinator", 0, "ok", "");
   INFO(second.out);
@@ -1550,11 +1555,7 @@ TEST_CASE("restart: with --replication=2, a server killed while the coordinator 
   // coordinator gives both up 4 s after it starts and closes each chain over its copy.
   restartable_job cluster("chains", " --replication=2 --ps.failure-timeout-ms=4000 --ps.heartbeat-ms=500");
   auto& [dir, checkpoints, port, job, first, at, s0, s1, w0, w1] = cluster;
-  REQUIRE(first.wait_for("[worker 1] clock "));
-  kill(first.pid, SIGKILL);
-  kill(s1.pid, SIGKILL);
-  CHECK(first.finish() == 128 + SIGKILL);
-  CHECK(s1.finish() == 128 + SIGKILL);
+  kill_coordinator_and_s1(cluster, "[worker 1] clock ");
   node_process second(job + " --resume");
   check_end(second, "resumed coordinator", 0, "ok", "");
   INFO(second.out);
