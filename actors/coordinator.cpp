@@ -728,7 +728,7 @@ caf::result<std::string> cluster_status(self_ptr self) {
   for (const auto& e : st.shards) {
     if (st.retired.count(e.id)) continue;
     shards->push_back({e.id, e.host.empty() ? "in the coordinator's process" : e.host + ":" + std::to_string(e.port),
-                       e.pid, "", ""});
+                       e.pid, "", "", static_cast<std::uint32_t>(std::max<std::size_t>(e.chain.size(), 1))});
     heads.push_back(st.shard_handles[e.id]);
   }
   std::vector<status_worker> workers;

@@ -15,7 +15,7 @@ namespace {
 using json = nlohmann::json;
 
 json shard_part(const status_shard& s) {
-  json out{{"id", s.id}, {"address", s.address}, {"pid", s.pid}};
+  json out{{"id", s.id}, {"address", s.address}, {"pid", s.pid}, {"copies", s.copies}};
   if (s.stats.empty()) {
     out["state"] = "not answering";
     out["error"] = s.error;
@@ -108,12 +108,12 @@ std::string status_table(const std::string& status) {
   json st = json::parse(status);
   std::string out = "job: " + cell(st["job"]) + ", map epoch " + cell(st["epoch"]) + ", slowest worker " +
                     cell(st["slowest_worker"]) + "\n\n";
-  std::vector<std::vector<std::string>> shards{{"shard", "address", "pid", "state", "keys", "rows", "bytes",
+  std::vector<std::vector<std::string>> shards{{"shard", "address", "pid", "copies", "state", "keys", "rows", "bytes",
                                                 "ram_bytes", "disk_read", "peak_rss", "push/s", "pull/s"}};
   for (const auto& s : st["shards"]) {
     std::vector<std::string> r;
-    for (const char* k : {"id", "address", "pid", "state", "keys", "rows", "bytes", "ram_bytes", "disk_bytes_read",
-                          "peak_rss", "push_rate", "pull_rate"})
+    for (const char* k : {"id", "address", "pid", "copies", "state", "keys", "rows", "bytes", "ram_bytes",
+                          "disk_bytes_read", "peak_rss", "push_rate", "pull_rate"})
       r.push_back(cell(s.value(k, json())));
     shards.push_back(std::move(r));
   }

@@ -15,6 +15,7 @@ struct status_shard {
   std::uint32_t pid = 0;
   std::string stats;  // the shard's stats JSON; empty when it did not answer
   std::string error;  // why it did not
+  std::uint32_t copies = 1;  // in its chain (--replication): fewer than configured once a copy died
 };
 
 struct status_worker {
@@ -23,7 +24,7 @@ struct status_worker {
   bool finished = false;
 };
 
-// {"epoch","job","shards":[{"id","address","pid","state","keys","rows","bytes","ram_bytes",
+// {"epoch","job","shards":[{"id","address","pid","copies","state","keys","rows","bytes","ram_bytes",
 // "disk_bytes_read","peak_rss","pushes","pulls","push_rate","pull_rate","min_clock"}],
 // "workers":[{"id","member","state","clock"}],"slowest_worker"}. A worker's clock is the
 // lowest any shard has seen from it (null once it left or finished); the slowest is the

@@ -24,7 +24,7 @@ std::string shard_stats(std::uint64_t keys, std::uint64_t table_bytes, json cloc
 TEST_CASE("status: a worker's clock is the lowest a shard saw; the slowest running worker is named") {
   std::vector<status_shard> shards{{0, "10.0.0.1:4000", 11, shard_stats(100, 64, json{5, 9, nullptr}), ""},
                                    {1, "10.0.0.2:4000", 12, shard_stats(200, 0, json{6, 7, nullptr}), ""},
-                                   {2, "10.0.0.3:4000", 13, "", "request timed out"}};
+                                   {2, "10.0.0.3:4000", 13, "", "request timed out", 2}};
   std::vector<status_worker> workers{{0, "worker 0 (pid 21)", false}, {1, "worker 1 (pid 22)", false},
                                      {2, "worker 2 (joined, pid 23)", true}};
   auto st = json::parse(status_json(4, "running", shards, workers));
@@ -37,6 +37,8 @@ TEST_CASE("status: a worker's clock is the lowest a shard saw; the slowest runni
   CHECK(st["shards"][1]["address"] == "10.0.0.2:4000");
   CHECK(st["shards"][2]["state"] == "not answering");
   CHECK(st["shards"][2]["error"] == "request timed out");
+  CHECK(st["shards"][0]["copies"] == 1);
+  CHECK(st["shards"][2]["copies"] == 2);  // a chain of two
   CHECK(st["workers"][0]["clock"] == 5);
   CHECK(st["workers"][1]["clock"] == 7);
   CHECK(st["workers"][2]["clock"].is_null());
@@ -44,6 +46,7 @@ TEST_CASE("status: a worker's clock is the lowest a shard saw; the slowest runni
   CHECK(st["slowest_worker"] == 0);
   auto table = status_table(st.dump());
   CHECK(table.find("map epoch 4") != std::string::npos);
+  CHECK(table.find("copies") != std::string::npos);
   CHECK(table.find("not answering") != std::string::npos);
   CHECK(table.find("worker 2 (joined, pid 23)") != std::string::npos);
 }
