@@ -1241,7 +1241,7 @@ void rejoin(client_ptr self, coordinator_actor coordinator) {
                protocol_version, {}};
   rejoin_coordinator(
     self, coordinator, me, st.reconnect,
-    [=](const registration&) {  // the resumed job's map comes once every member is back (and a map change is done)
+    [=] {
       auto& st = self->state;
       st.coordinator = coordinator;
       st.coordinator_lost.clear();

@@ -30,18 +30,18 @@ struct reconnect_options {
 void redial_coordinator(caf::local_actor* member, const reconnect_options& opts, const caf::actor_addr& gone);
 
 // Tells a coordinator that answers at the old address who this member is (`me`), then
-// rejoined(its answer: the map as it is now) once it took the member back (the member
-// monitors it); refused(why) when it
-// did not resume this job; a coordinator not reachable yet is dialled again.
+// rejoined() once it took the member back (the member monitors it; the resumed job's map
+// comes once every member is back and a map change under way is done); refused(why) when
+// it did not resume this job; a coordinator not reachable yet is dialled again.
 template <class Self>
 void rejoin_coordinator(Self* self, const coordinator_actor& coordinator, const node_info& me,
-                        const reconnect_options& opts, std::function<void(const registration&)> rejoined,
+                        const reconnect_options& opts, std::function<void()> rejoined,
                         std::function<void(const std::string&)> refused) {
   self->request(coordinator, std::chrono::seconds(5), rejoin_atom::value, me)
     .then(
-      [=](registration& reg) {
+      [=](registration&) {
         self->monitor(coordinator);
-        rejoined(reg);
+        rejoined();
       },
       [=](caf::error& e) {
         if (code_of(e) != errc::refused) return redial_coordinator(self, opts, coordinator.address());

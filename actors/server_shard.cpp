@@ -795,7 +795,7 @@ void rejoin(self_ptr self, const shard_options& opts, coordinator_actor coordina
                self->state.core->id(), opts.replica ? opts.replica->position : 0, protocol_version, opts.given};
   rejoin_coordinator(
     self, coordinator, me, opts.reconnect,
-    [=](const registration&) {  // the resumed job's map comes to every copy once all are back
+    [=] {
       auto& st = self->state;
       st.coordinator = coordinator;
       st.coordinator_lost.clear();
@@ -862,19 +862,21 @@ caf::result<std::string> stats(self_ptr self) {
 // (CAF keeps one sender's order), as their deferred pushes may touch the pages' rows.
 struct handoff_run {
   self_ptr self;
-  caf::typed_response_promise<std::uint64_t> rp;
-  std::vector<caf::typed_response_promise<std::uint64_t>> again;  // the same map asked for again
+  // Who waits for its answer: the coordinator that asked, and one resumed since that asked again.
+  std::vector<caf::typed_response_promise<std::uint64_t>> answers;
   cluster_view view;
   std::vector<shard_handoff> parts;  // sent once no scan is left
   std::size_t scans = 0;             // disk_move scans not finished
   std::size_t untaken = 0;           // parts sent, not taken yet
   bool parts_sent = false, settled = false;
-  void fail(std::string why) {
-    if (!settled) {
-      for (auto& p : again) p.deliver(make_ps_error(why));
-      rp.deliver(make_ps_error(std::move(why)));
-    }
+  template <class Answer>
+  void settle(const Answer& answer) {
+    if (!settled)
+      for (auto& p : answers) p.deliver(answer);
     settled = true;
+  }
+  void fail(const std::string& why) {
+    settle(make_ps_error(why));
     release_forwards(self);  // the job ends now (the coordinator sees to it): nothing waits for them
   }
 };
@@ -890,11 +892,7 @@ void advance_handoff(self_ptr self, const handoff_run_ptr& run) {
     send_parts(self, run, std::move(run->parts));
     release_forwards(self);
   }
-  if (run->untaken == 0 && !run->settled) {
-    run->settled = true;
-    for (auto& p : run->again) p.deliver(run->view.epoch);
-    run->rp.deliver(run->view.epoch);
-  }
+  if (run->untaken == 0) run->settle(run->view.epoch);
 }
 
 // A taker that fails to take its part fails the handoff: the coordinator ends the job
@@ -955,8 +953,8 @@ caf::result<std::uint64_t> hand_off(self_ptr self, const shard_options& opts, co
   if (view.epoch == st.core->map_epoch()) {  // handed over already: asked again by a resumed coordinator
     auto under_way = std::static_pointer_cast<handoff_run>(st.handoff);
     if (!under_way || under_way->settled) return view.epoch;
-    under_way->again.push_back(self->make_response_promise<std::uint64_t>());
-    return under_way->again.back();
+    under_way->answers.push_back(self->make_response_promise<std::uint64_t>());
+    return under_way->answers.back();
   }
   auto run = std::make_shared<handoff_run>();
   shard_effects fx;
@@ -970,14 +968,14 @@ caf::result<std::uint64_t> hand_off(self_ptr self, const shard_options& opts, co
   take_view(self, view);
   if (run->parts.empty() && moves.empty()) return view.epoch;
   run->self = self;
-  run->rp = self->make_response_promise<std::uint64_t>();
+  run->answers.push_back(self->make_response_promise<std::uint64_t>());
   run->view = view;
   run->scans = moves.size();
   st.handoff = run;
   st.holding_forwards = run->scans > 0;
   for (auto& m : moves) scan_moved_rows(self, run, std::move(m));  // after the writes carry_out sent
   advance_handoff(self, run);
-  return run->rp;
+  return run->answers.front();
 }
 
 // A giver's part: this shard now owns it.
