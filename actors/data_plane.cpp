@@ -678,14 +678,18 @@ bool data_plane::write_frame(const std::shared_ptr<connection>& c, data_plane_fr
 }
 
 // A payload's floats into c's ring (after its header went on the socket), counted as sent
-// through shared memory.
+// through shared memory before the write: the peer may have read the last byte and its
+// claimer returned before this thread is scheduled again (as bytes_sent_ is counted when
+// the payload is handed over). A write that fails takes its count back.
 bool data_plane::into_ring(const std::shared_ptr<connection>& c, const data_plane_frame& frame,
                            const shm_ring::alive_check& alive, std::string* why) {
   std::vector<std::span<const std::byte>> pieces;
   for (auto p : frame.parts) pieces.push_back(std::as_bytes(p));
-  if (!c->out_ring->write(pieces, alive, stall_timeout_, why)) return false;
-  shm_bytes_sent_ += frame.bytes - bulk_header_bytes;
-  return true;
+  const auto bytes = frame.bytes - bulk_header_bytes;
+  shm_bytes_sent_ += bytes;
+  if (c->out_ring->write(pieces, alive, stall_timeout_, why)) return true;
+  shm_bytes_sent_ -= bytes;
+  return false;
 }
 
 // The connection's writer thread: writes the queued payloads in order until the
