@@ -221,6 +221,15 @@ shard_effects shard_core::take_over(const shard_handoff& h) {
   return fx;
 }
 
+shard_handoff shard_core::whole_copy() const {
+  if (rows_.tiered())
+    throw bad_request(name_ + ": its rows live on a disk tier, which a new copy cannot be seeded from while it serves");
+  shard_handoff h{id_, id_, 0, store_->snapshot(), table_snapshot(), {}, consistency_.clocks().values(), applied_,
+                  highest_clock_, rows_.sightings()};
+  for (const auto& d : deferred_) h.deferred.push_back(to_update(d));
+  return h;
+}
+
 bool shard_core::owns(const std::vector<key_range>& ranges) const {
   const auto bits = map_.bucket_bits();
   for (const auto& r : ranges)

@@ -277,3 +277,38 @@ TEST_CASE("handoff: the fraction of keys a map change moves") {
   CHECK(moved_key_fraction(two, three, {}) == 0.0);
   CHECK_THROWS_AS(moved_key_fraction(two, partitioner(1, {0, 1}, partitioner::default_vnodes, bits + 1), all), bad_request);
 }
+
+TEST_CASE("handoff: a whole copy seeds a new copy of the shard that then answers as the shard does; nothing is taken "
+          "out; a disk tier refuses it") {
+  two_and_a_newcomer c(0);  // BSP: deferred pushes must travel too
+  std::vector<std::uint64_t> ids;
+  for (std::uint64_t i = 1; ids.size() < 20; ++i)
+    if (c.before.row_owner(0, i * 7919) == 0) ids.push_back(i * 7919);
+  std::vector<float> grads(ids.size() * 2, 1.0f);
+  REQUIRE(c.cores[0]->push_rows({1, 0, 0, 900}, 0, ids, grads.data(), grads.size()).ok());
+  c.push_all(c.before, 0, 0, 1.0f, 2000);  // deferred: worker 1 has not finished clock 0
+  auto copy = c.cores[0]->whole_copy();
+  CHECK(copy.from == 0);
+  CHECK(copy.to == 0);
+  CHECK_FALSE(copy.deferred.empty());
+  shard_core seeded(shard(0, 1, {0, 1}, 0));
+  REQUIRE(seeded.take_over(decode_handoff(encode_handoff(copy))).ok());
+  // A push applied before the copy and resent is filtered on the copy too; clocks go on alike.
+  REQUIRE(seeded.push_rows({1, 0, 0, 900}, 0, ids, grads.data(), grads.size()).ok());
+  for (auto* core : {c.cores[0].get(), &seeded})
+    for (std::uint32_t w = 0; w < 2; ++w) REQUIRE(core->tick({1, w, 1, 0}).ok());
+  for (key_type k = 0; k < num_keys; k += 37)
+    if (c.before.owner(k) == 0) {
+      float v = 0;
+      seeded.store().pull({{k, k + 1}}, &v, 1);
+      CHECK(v == static_cast<float>(k) - 1.0f);  // the deferred push applied once, on both
+      CHECK(c.value(0, k) == v);
+    }
+  auto pull = seeded.pull_rows({1, 0, 1, 0}, 0, ids, 1, t0);
+  REQUIRE(pull.answer.size() == 1);
+  CHECK(seeded.take_row_values(pull.answer[0]) == std::vector<float>(ids.size() * 2, 1.0f));  // once, not twice
+  auto tiered_config = shard(0, 1, {0, 1}, 0);
+  tiered_config.shard_memory = 1 << 20;
+  shard_core tiered(tiered_config);
+  CHECK_THROWS_WITH_AS(tiered.whole_copy(), doctest::Contains("disk tier"), bad_request);
+}
