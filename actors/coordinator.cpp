@@ -419,6 +419,109 @@ bool copy_failed_while_resuming(self_ptr self, std::uint32_t id, const caf::acto
   return !st.rejoined_copies.count(id) && !st.absent_copies.count(id);
 }
 
+// The server process that holds copy `position` of shard `id` (spawn_replicas' placement,
+// which grown copies follow).
+std::uint32_t process_of(const coordinator_options& opts, std::uint32_t id, std::uint32_t position) {
+  return (id + position) % opts.servers;
+}
+
+// A live process of the job's start that holds no copy of shard `id`, the one that holds
+// the fewest copies (then the lowest); nullopt: none.
+std::optional<std::uint32_t> host_for_copy(const coordinator_options& opts, const coordinator_state& st,
+                                           std::uint32_t id) {
+  std::map<std::uint32_t, std::size_t> held;
+  std::set<std::uint32_t> holding_it;
+  for (const auto& copy : st.copies) {
+    auto shard = st.shard_ids.find(copy.address());
+    if (shard == st.shard_ids.end() || shard->second >= opts.servers) continue;
+    auto at = st.copy_positions.find(copy.address());
+    auto process = process_of(opts, shard->second, at == st.copy_positions.end() ? 0 : at->second);
+    ++held[process];
+    if (shard->second == id) holding_it.insert(process);
+  }
+  std::optional<std::uint32_t> best;
+  for (const auto& [process, head] : st.process_heads)
+    if (!holding_it.count(process) && (!best || held[process] < held[*best])) best = process;
+  return best;
+}
+
+void grow_chain(self_ptr self, const coordinator_options& opts, std::uint32_t id, std::uint32_t process);
+
+// Chains shorter than --replication grow back, one copy at a time, in live server
+// processes that hold no copy of the shard yet (none left: the chain stays as it is).
+void grow_chains(self_ptr self, const coordinator_options& opts) {
+  auto& st = self->state;
+  if (opts.replication < 2 || st.growing || st.resuming || st.joining || st.ending || !st.view_ready) return;
+  for (std::uint32_t id = 0; id < st.shards.size() && id < opts.servers; ++id) {
+    const auto& chain = st.shards[id].chain;
+    if (chain.empty() || chain.size() >= opts.replication) continue;
+    if (auto process = host_for_copy(opts, st, id)) return grow_chain(self, opts, id, *process);
+  }
+}
+
+// The new copy is seeded: it joins the end of the chain (a new epoch), unless the tail
+// that seeded it is no longer the tail (it died meanwhile): then it goes, and the chain
+// grows again from its tail now.
+void chain_grown(self_ptr self, const coordinator_options& opts, std::uint32_t id, std::uint32_t position,
+                 const caf::actor& tail, const caf::actor& copy) {
+  auto& st = self->state;
+  st.growing = false;
+  auto& chain = st.shards[id].chain;
+  if (st.ending || chain.empty() || chain.back() != tail) {
+    caf::anon_send_exit(copy, caf::exit_reason::kill);
+    return grow_chains(self, opts);
+  }
+  self->monitor(copy);
+  const auto process = process_of(opts, id, position);
+  st.members[copy.address()] = "copy " + std::to_string(position) + " of shard " + std::to_string(id) +
+                               " (grown back in the process of server shard " + std::to_string(process) + ")";
+  st.shard_ids[copy.address()] = id;
+  st.copy_positions[copy.address()] = position;
+  st.copies.push_back(caf::actor_cast<shard_actor>(copy));
+  chain.push_back(copy);
+  ++st.epoch;
+  tell_news(opts, "shard " + std::to_string(id) + "'s chain grew back to " + std::to_string(chain.size()) +
+                    " copies: copy " + std::to_string(position) + " in the process of server shard " +
+                    std::to_string(process) + ", seeded by the chain's tail; epoch " + std::to_string(st.epoch));
+  announce_view(self, opts);
+  grow_chains(self, opts);
+}
+
+// A copy of shard `id` starts in `process` and its chain's tail seeds it (extend_atom).
+// A failure is named in the news; the chain grows again in another process when that
+// one did not answer, when its tail changed meanwhile, or at the next death (a tail that
+// refuses, with a disk tier, is not asked again).
+void grow_chain(self_ptr self, const coordinator_options& opts, std::uint32_t id, std::uint32_t process) {
+  auto& st = self->state;
+  st.growing = true;
+  const auto position = (process + opts.servers - id) % opts.servers;
+  const auto tail = st.shards[id].chain.back();
+  auto failed = [=](const std::string& why) {
+    self->state.growing = false;
+    tell_news(opts, "shard " + std::to_string(id) + "'s chain was not grown back: " + why);
+    const auto& chain = self->state.shards[id].chain;
+    if (!chain.empty() && chain.back() != tail) grow_chains(self, opts);
+  };
+  self->request(st.process_heads[process], std::chrono::seconds(5), host_copy_atom::value,
+                make_registration(self, opts, id), position)
+    .then(
+      [=](caf::actor& copy) {
+        self->request(caf::actor_cast<shard_actor>(tail), std::chrono::seconds(60), extend_atom::value, copy)
+          .then([=](std::uint64_t) { chain_grown(self, opts, id, position, tail, copy); },
+                [=](caf::error& e) {
+                  caf::anon_send_exit(copy, caf::exit_reason::kill);
+                  failed(describe(e));
+                });
+      },
+      [=](caf::error& e) {
+        // Its process died (its down message may still be on the way) or does not answer:
+        // it hosts no copy from now on, and another may.
+        self->state.process_heads.erase(process);
+        failed("the process of server shard " + std::to_string(process) + " did not start a copy: " + describe(e));
+        grow_chains(self, opts);
+      });
+}
+
 // A copy of shard `id` died. With a copy left, the chain closes over the gap; with none,
 // the shard is recovered from a checkpoint (or the job ends).
 void copy_failed(self_ptr self, const coordinator_options& opts, std::uint32_t id, const caf::actor_addr& gone,
@@ -439,6 +542,7 @@ void copy_failed(self_ptr self, const coordinator_options& opts, std::uint32_t i
     std::to_string(chain.size()) + " cop" + (chain.size() == 1 ? "y" : "ies") + " left, epoch " +
     std::to_string(st.epoch) + "; nothing lost");
   announce_view(self, opts);
+  grow_chains(self, opts);
 }
 
 void shard_failed(self_ptr self, const coordinator_options& opts, std::uint32_t id, const std::string& who,
@@ -635,6 +739,11 @@ void member_down(self_ptr self, const coordinator_options& opts, const caf::down
   auto who = it->second;
   st.members.erase(it);
   if (st.ending) return;  // members end with the job: no failover, no news
+  for (auto p = st.process_heads.begin(); p != st.process_heads.end(); ++p)
+    if (p->second.address() == dm.source) {
+      st.process_heads.erase(p);
+      break;
+    }
   if (auto s = st.shard_ids.find(dm.source); s != st.shard_ids.end()) {
     auto id = s->second;
     st.shard_ids.erase(s);
@@ -1081,6 +1190,7 @@ caf::result<registration> register_server(self_ptr self, const coordinator_optio
   st.shards.push_back({id, info.host, info.port, info.pid, info.handle, {}, 1});
   st.shard_handles.push_back(caf::actor_cast<shard_actor>(sender));
   st.copies.push_back(caf::actor_cast<shard_actor>(sender));
+  st.process_heads[id] = caf::actor_cast<shard_actor>(sender);
   st.shard_ids[sender.address()] = id;
   auto who = "server shard " + std::to_string(id) +
              (info.host.empty() ? "" : " (" + info.host + ":" + std::to_string(info.port) + ", pid " +
@@ -1216,6 +1326,7 @@ void go_on_resumed(self_ptr self, const coordinator_options& opts) {
   tell_members(self);
   announce_view(self, opts);
   go_on(self, opts);
+  grow_chains(self, opts);  // over copies that did not come back
 }
 
 // Takes over the dead coordinator's job from its saved state: the map as it was, the
@@ -1342,6 +1453,7 @@ caf::result<registration> rejoin_shard(self_ptr self, const coordinator_options&
   if (!replica) {
     auto& entry = st.shards[id];
     std::tie(entry.host, entry.port, entry.pid) = std::tie(info.host, info.port, info.pid);
+    if (id < opts.servers) st.process_heads[id] = caf::actor_cast<shard_actor>(sender);
   } else {
     st.copy_positions[sender.address()] = position;
   }

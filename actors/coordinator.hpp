@@ -98,6 +98,11 @@ struct coordinator_state {
   std::map<caf::actor_addr, std::uint32_t> shard_ids;  // every copy of a shard (heads, replicas) -> its id
   std::map<caf::actor_addr, std::uint32_t> copy_positions;  // a replica -> where it was started (others: 0)
   std::vector<shard_actor> copies;                     // every copy: told views and departures
+  // Chains grow back after a copy died: per server process of the job's start (by its
+  // shard's id), the shard it was started with, while it lives. Copy j of shard s lives
+  // in process (s + j) % servers, grown ones too (their position says where).
+  std::map<std::uint32_t, shard_actor> process_heads;
+  bool growing = false;  // a chain is growing by a copy (one at a time)
   std::size_t replicas_registered = 0;
   bool view_ready = false;                             // the map (and chains) are complete
   std::vector<client_actor> view_subscribers;      // workers' key-value clients

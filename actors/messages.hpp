@@ -67,6 +67,8 @@ using remove_shard_atom = caf::atom_constant<caf::atom("rmshard")>;
 using idle_atom = caf::atom_constant<caf::atom("idle")>;
 using rejoin_atom = caf::atom_constant<caf::atom("rejoin")>;
 using map_change_atom = caf::atom_constant<caf::atom("mapchange")>;
+using host_copy_atom = caf::atom_constant<caf::atom("hostcopy")>;
+using extend_atom = caf::atom_constant<caf::atom("extend")>;
 
 template <class Inspector>
 constexpr bool is_raw_io_v =
@@ -414,6 +416,14 @@ using shard_actor = caf::typed_actor<
   // From the coordinator: start a replacement for a dead shard here (registration with
   // the checkpoint's section, the checkpoint's clock, departed workers, the file's name).
   caf::replies_to<restore_atom, registration, std::uint64_t, std::vector<std::uint32_t>, std::string>::with<caf::actor>,
+  // From the coordinator, when a chain is shorter than --replication after a copy died:
+  // start a copy of the registration's shard in this process, at this position (it
+  // waits for its seed, and does not register); answered with the copy.
+  caf::replies_to<host_copy_atom, registration, std::uint32_t>::with<caf::actor>,
+  // From the coordinator to the chain's tail: seed that copy with everything held here
+  // (a takeover of shard_core::whole_copy) and forward every later update to it; answered
+  // with the epoch once the copy took the seed. The copy joins the map after that.
+  caf::replies_to<extend_atom, caf::actor>::with<std::uint64_t>,
   // From the coordinator, for time-based checkpoints: this copy's minimum clock now ...
   caf::replies_to<min_clock_atom>::with<std::uint64_t>,
   // What the shard's tables hold and its tiers did, with its process's peak memory and

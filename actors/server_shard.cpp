@@ -516,6 +516,35 @@ caf::result<std::uint64_t> tick(self_ptr self, const shard_options& opts, const 
   });
 }
 
+encoded_block block_of(const std::string& bytes) {
+  encoded_block block{std::make_shared<std::vector<std::byte>>(bytes.size())};
+  std::memcpy(block.bytes->data(), bytes.data(), bytes.size());
+  return block;
+}
+
+// `next` follows this copy in its chain now (none: this copy is the tail). The updates
+// the old successor had not acknowledged go to it again, in order; a tail owes their
+// replies itself (they are applied here).
+void follow(self_ptr self, const shard_actor& next) {
+  auto& st = self->state;
+  st.successor = next;
+  st.successor_down = false;
+  st.successor_unannounced = false;
+  if (next) self->monitor(next);
+  auto pending = std::move(st.forwards);
+  st.forwards.clear();
+  for (auto& [tag, f] : pending) {
+    if (!next) {
+      f.reply.deliver(f.value);
+      continue;
+    }
+    auto fresh = ++st.next_forward;
+    auto send = f.send;
+    st.forwards.emplace(fresh, std::move(f));
+    send(next, fresh);
+  }
+}
+
 // A new map: this copy's place in its chain. A new successor (the old one died) gets
 // what it may lack again, in order; a copy that became the tail owes the replies itself.
 std::uint64_t take_view(self_ptr self, const cluster_view& view) {
@@ -532,22 +561,12 @@ std::uint64_t take_view(self_ptr self, const cluster_view& view) {
   if (me == chain.end()) return st.core->epoch();  // one copy per shard, or not (yet) in the chain
   st.core->set_head(me == chain.begin());
   auto next = me + 1 == chain.end() ? shard_actor{} : caf::actor_cast<shard_actor>(*(me + 1));
-  if (next == st.successor) return st.core->epoch();
-  st.successor = next;
-  st.successor_down = false;
-  if (next) self->monitor(next);
-  auto pending = std::move(st.forwards);
-  st.forwards.clear();
-  for (auto& [tag, f] : pending) {
-    if (!next) {
-      f.reply.deliver(f.value);
-      continue;
-    }
-    auto fresh = ++st.next_forward;
-    auto send = f.send;
-    st.forwards.emplace(fresh, std::move(f));
-    send(next, fresh);
+  if (!next && st.successor_unannounced) return st.core->epoch();  // named once it took its seed
+  if (next == st.successor) {
+    st.successor_unannounced = false;
+    return st.core->epoch();
   }
+  follow(self, next);
   return st.core->epoch();
 }
 
@@ -706,7 +725,7 @@ std::string stats_json(const shard_state& st) {
 // registers as a replica (the answer carries its state under --restore).
 void start_replica(self_ptr self, const shard_options& opts, const coordinator_actor& coordinator) {
   const auto& r = opts.replica;
-  if (!configure(self, opts, coordinator, r->reg)) return;
+  if (!configure(self, opts, coordinator, r->reg) || r->seeded_by_tail) return;
   self->request(coordinator, opts.register_timeout, register_atom::value,
                 node_info{"replica", opts.host, 0, static_cast<std::uint32_t>(getpid()),
                           caf::actor_cast<caf::actor>(self), r->reg.id, r->position, protocol_version, opts.given})
@@ -743,6 +762,53 @@ void start_replacement(self_ptr self, const shard_options& opts, const coordinat
     std::fprintf(stderr, "%s: cannot restore from %s: %s\n", st.name.c_str(), r->source.c_str(), e.what());
     self->quit(make_ps_error(st.name + ": cannot restore from " + r->source + ": " + e.what()));
   }
+}
+
+// A copy of another shard in this process, as its chain grows back (host_copy_atom): it
+// waits for its seed from the chain's tail. It ends with this actor when that ends
+// abnormally, as it would with the process (one process holds them all in the simulation).
+caf::actor host_copy(self_ptr self, const shard_options& opts, const coordinator_actor& coordinator, registration reg,
+                     std::uint32_t position) {
+  auto ropts = opts;
+  ropts.faults = {};  // a kill names the original shard's process
+  ropts.replaces = nullptr;
+  auto role = std::make_shared<shard_options::replica_role>();
+  role->reg = std::move(reg);
+  role->reg.state = {};
+  role->position = position;
+  role->seeded_by_tail = true;
+  ropts.replica = role;
+  auto copy = caf::actor_cast<caf::actor>(self->spawn(server_shard, coordinator, ropts));
+  self->attach_functor([copy](const caf::error& reason) {
+    if (reason) caf::anon_send_exit(copy, caf::exit_reason::kill);
+  });
+  return copy;
+}
+
+// The coordinator grows this copy's chain (it is the tail): the new copy takes all that
+// is held here first, then every update applied from now on, in order (CAF keeps one
+// sender's order). Answered once the copy took its seed; refused with a disk tier.
+caf::result<std::uint64_t> extend_chain(self_ptr self, const shard_options& opts, const caf::actor& next) {
+  auto& st = self->state;
+  if (!st.core) return make_ps_error(st.name + ": not configured yet");
+  if (st.successor) return make_ps_error(st.name + ": not the tail of its chain");
+  if (!next) return make_ps_error(st.name + ": no copy to seed");
+  encoded_block seed;
+  try {
+    seed = block_of(encode_handoff(st.core->whole_copy()));
+  } catch (const bad_request& e) {
+    return make_ps_error(std::string(e.what()));
+  }
+  auto copy = caf::actor_cast<shard_actor>(next);
+  auto rp = self->make_response_promise<std::uint64_t>();
+  self->request(copy, opts.forward_timeout, takeover_atom::value, seed)
+    .then([=](std::uint64_t) mutable { rp.deliver(self->state.core->epoch()); },
+          [=](caf::error& e) mutable {
+            rp.deliver(make_ps_error(self->state.name + ": the new copy did not take its seed: " + describe(e)));
+          });
+  follow(self, copy);
+  st.successor_unannounced = true;
+  return rp;
 }
 
 caf::actor spawn_replacement(self_ptr self, const shard_options& opts, const coordinator_actor& coordinator,
@@ -823,7 +889,9 @@ void start_shard(self_ptr self, const shard_options& opts, const coordinator_act
   self->monitor(coordinator);
   self->set_down_handler([=](caf::down_msg& dm) {
     if (dm.source == self->state.coordinator.address()) return coordinator_down(self, opts, dm.reason);
-    if (dm.source == self->state.successor.address()) self->state.successor_down = true;  // new chain coming
+    if (dm.source != self->state.successor.address()) return;
+    if (self->state.successor_unannounced) return follow(self, {});  // the chain did not grow: the tail again
+    self->state.successor_down = true;  // new chain coming
   });
   if (opts.plane) {
     self->state.claimer = self->spawn<caf::linked>(payload_claimer, opts.plane);
@@ -903,9 +971,7 @@ void send_parts(self_ptr self, const handoff_run_ptr& run, std::vector<shard_han
     auto entry = std::find_if(shards.begin(), shards.end(), [&](const shard_entry& e) { return e.id == part.to; });
     if (entry == shards.end() || !entry->handle)
       return run->fail(self->state.name + ": the map names no handle for shard " + std::to_string(part.to));
-    auto bytes = encode_handoff(part);
-    encoded_block block{std::make_shared<std::vector<std::byte>>(bytes.size())};
-    std::memcpy(block.bytes->data(), bytes.data(), bytes.size());
+    auto block = block_of(encode_handoff(part));
     ++run->untaken;
     auto to = part.to;
     self->request(caf::actor_cast<shard_actor>(entry->handle), std::chrono::seconds(60), takeover_atom::value, block)
@@ -1057,6 +1123,10 @@ shard_actor::behavior_type server_shard(self_ptr self, coordinator_actor coordin
       feed(self, opts, self->state.coordinator, [&](shard_core& c) { return c.final_checkpoint(clock); });
     },
     [=](view_atom, const cluster_view& view) -> std::uint64_t { return take_view(self, view); },
+    [=](host_copy_atom, registration& reg, std::uint32_t position) -> caf::actor {
+      return host_copy(self, opts, self->state.coordinator, std::move(reg), position);
+    },
+    [=](extend_atom, const caf::actor& next) { return extend_chain(self, opts, next); },
     [=](handoff_atom, const cluster_view& view) { return hand_off(self, opts, self->state.coordinator, view); },
     [=](takeover_atom, const encoded_block& block) { return take_over(self, opts, self->state.coordinator, block); },
     [=](sweep_atom) {

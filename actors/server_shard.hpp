@@ -50,6 +50,8 @@ struct shard_options {
     // Under --restore of rows on a disk tier: the copy's own shard's rows in the same
     // checkpoint, to start its disk tier from (empty: none).
     std::string disk_seed;
+    // A copy a chain grew back with: seeded by the tail (takeover), never registers.
+    bool seeded_by_tail = false;
   };
   std::shared_ptr<const replica_role> replica;
   // How long a copy waits for its successor in the chain to acknowledge.
@@ -104,6 +106,9 @@ struct shard_state {
   // the updates passed to it and not yet acknowledged, in order, with the reply owed.
   shard_actor successor;
   bool successor_down = false;
+  // The successor is a copy this tail seeded as its chain grew back (extend), which the
+  // coordinator's maps do not name yet: a map naming none keeps it, its death drops it.
+  bool successor_unannounced = false;
   // The other shards' heads, by id, where the map names them (a joined shard): writes
   // planned by an older map go on to the keys' new owners.
   std::map<std::uint32_t, shard_actor> owners;

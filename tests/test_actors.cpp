@@ -159,6 +159,8 @@ shard_actor::behavior_type silent_shard(shard_actor::stateful_pointer<silent_sta
     [=](view_atom, const cluster_view& v) { return v.epoch; },
     [=](handoff_atom, const cluster_view& v) { return v.epoch; },
     [=](takeover_atom, const encoded_block&) { return std::uint64_t{0}; },
+    [=](host_copy_atom, const registration&, std::uint32_t) { return caf::actor{}; },
+    [=](extend_atom, const caf::actor&) { return std::uint64_t{0}; },
     [=](sweep_atom) {},
     [=](start_atom, std::uint16_t) {},
     [=](rejoin_atom, const caf::actor&) {},

@@ -598,6 +598,24 @@ TEST_CASE("faults: r=2, a server killed at clock 20 of 40 under BSP: final param
   }
 }
 
+TEST_CASE("faults: r=2, chains grow back after a server dies, so a second server killed later loses nothing either") {
+  // Without the copies grown back, shard 1 (its copies in processes 1 and 2) would be lost
+  // with the second kill, and no checkpoint is configured.
+  auto [rc, out] = shell("bin/psnode --role=local --app=clocksum --servers=3 --workers=2 --clocks=200 --replication=2 "
+                         "--faults='kill server=1 at=10;kill server=2 at=150'");
+  INFO(out);
+  REQUIRE(rc == 0);
+  CHECK(out.find("shard 1's chain grew back to 2 copies: copy 2 in the process of server shard 0") != std::string::npos);
+  CHECK(out.find("shard 0's chain grew back to 2 copies: copy 2 in the process of server shard 2") != std::string::npos);
+  CHECK(out.find("fault injector: shard 2 reached clock 150") != std::string::npos);
+  CHECK(out.find("restored from") == std::string::npos);
+  for (std::uint32_t w = 0; w < 2; ++w) {
+    auto line = clocksum_line(out, w);
+    for (std::uint32_t s = 0; s < 3; ++s) CHECK(shard_value(line, s) == 3 * 200);
+    CHECK(line["stale_reads"] == 0);
+  }
+}
+
 TEST_CASE("faults: sparse rows on a tiered store (1 MiB of RAM, the rest on disk), r=2, a server killed after every push: exact sums from its copy") {
   // Killed once both workers ticked clock 1, after every push was acknowledged: the
   // pulls that follow are answered by the dead shard's copy, with its own disk tier.
