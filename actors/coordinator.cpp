@@ -299,6 +299,7 @@ void finish_job(self_ptr self, const coordinator_options& opts) {
 }
 
 void stop_if_drained(self_ptr self, std::uint32_t id);
+void stop_leavers_copies(self_ptr self, std::uint32_t id);
 
 // After a worker left or the members came back: the job ends once every worker is done
 // (it failed when none left a result), else the barrier may be complete now.
@@ -384,6 +385,16 @@ void announce_view(self_ptr self, const coordinator_options& opts, std::function
             [=](caf::error&) { if (--*remaining == 0) to_workers(); });  // a dead one fails over next
 }
 
+// A chain closed while the map changes: the shards get the view (a head needs its new
+// successor to finish its part of the change), the clients only the change's own
+// announcement, so none of them routes by the new map before its keys have moved.
+void tell_chains(self_ptr self, const coordinator_options& opts) {
+  auto& st = self->state;
+  auto view = make_view(self, opts);
+  persist(self, opts);
+  for (auto& copy : st.copies) caf::anon_send(copy, view_atom::value, view);
+}
+
 // Registrations waiting for the map: servers (role true) get theirs once every server is
 // in; workers once the chains are complete too.
 void deliver_waiting(self_ptr self, const coordinator_options& opts, bool servers_only) {
@@ -454,7 +465,7 @@ void grow_chains(self_ptr self, const coordinator_options& opts) {
   if (opts.replication < 2 || st.growing || st.resuming || st.joining || st.ending || !st.view_ready) return;
   for (std::uint32_t id = 0; id < st.shards.size() && id < opts.servers; ++id) {
     const auto& chain = st.shards[id].chain;
-    if (chain.empty() || chain.size() >= opts.replication) continue;
+    if (st.retired.count(id) || st.ungrowable.count(id) || chain.empty() || chain.size() >= opts.replication) continue;
     if (auto process = host_for_copy(opts, st, id)) return grow_chain(self, opts, id, *process);
   }
 }
@@ -494,9 +505,8 @@ void chain_grown(self_ptr self, const coordinator_options& opts, std::uint32_t i
 }
 
 // A copy of shard `id` starts in `process` and its chain's tail seeds it (extend_atom).
-// A failure is named in the news; the chain grows again in another process when that
-// one did not answer, when its tail changed meanwhile, or at the next death (a tail that
-// refuses, with a disk tier, is not asked again).
+// A failure is named in the news, and the chains grow on: a process that did not answer
+// hosts none from then on, a tail that refused (a disk tier) is not asked again.
 void grow_chain(self_ptr self, const coordinator_options& opts, std::uint32_t id, std::uint32_t process) {
   auto& st = self->state;
   st.growing = true;
@@ -505,8 +515,7 @@ void grow_chain(self_ptr self, const coordinator_options& opts, std::uint32_t id
   auto failed = [=](const std::string& why) {
     self->state.growing = false;
     tell_news(opts, "shard " + std::to_string(id) + "'s chain was not grown back: " + why);
-    const auto& chain = self->state.shards[id].chain;
-    if (!chain.empty() && chain.back() != tail) grow_chains(self, opts);
+    grow_chains(self, opts);
   };
   self->request(st.process_heads[process], std::chrono::seconds(5), host_copy_atom::value,
                 make_registration(self, opts, id), position)
@@ -516,6 +525,10 @@ void grow_chain(self_ptr self, const coordinator_options& opts, std::uint32_t id
           .then([=](std::uint64_t) { chain_grown(self, opts, id, position, tail, copy); },
                 [=](caf::error& e) {
                   caf::anon_send_exit(copy, caf::exit_reason::kill);
+                  // A tail that refused (a disk tier) is not asked again; one that died
+                  // or did not answer is replaced in its chain, which then grows from it.
+                  if (e != caf::sec::request_receiver_down && e != caf::sec::request_timeout)
+                    self->state.ungrowable.insert(id);
                   failed(describe(e));
                 });
       },
@@ -547,6 +560,7 @@ void copy_failed(self_ptr self, const coordinator_options& opts, std::uint32_t i
   tell_news(opts, who + " went down (" + describe(reason) + "); shard " + std::to_string(id) + "'s chain closed over it: " +
     std::to_string(chain.size()) + " cop" + (chain.size() == 1 ? "y" : "ies") + " left, epoch " +
     std::to_string(st.epoch) + "; nothing lost");
+  if (st.joining) return tell_chains(self, opts);  // the clients get the map once the change is over
   announce_view(self, opts);
   grow_chains(self, opts);
 }
@@ -982,10 +996,10 @@ void end_change(self_ptr self) {
 }
 
 // Why the map cannot change now (empty: it can).
-std::string map_change_refusal(const coordinator_options& opts, const coordinator_state& st) {
-  if (opts.replication >= 2)
+std::string map_change_refusal(const coordinator_options& opts, const coordinator_state& st, bool join) {
+  if (join && opts.replication >= 2)
     return "the job keeps chains of copies (--replication=" + std::to_string(opts.replication) +
-           "), which a map change does not rebuild yet";
+           "), which a join does not build for the new shard yet (removals are done)";
   if (st.resuming) return "the coordinator is resuming the job; try again once its members are back";
   if (st.joining) return "another shard is joining or leaving; try again once it has";
   if (st.ending) return "the job is ending";
@@ -1087,7 +1101,7 @@ caf::result<registration> join_shard(self_ptr self, const coordinator_options& o
   auto refuse = [](const std::string& why) {
     return make_error(errc::refused, "coordinator: a server cannot join this job: " + why);
   };
-  if (auto why = map_change_refusal(opts, self->state); !why.empty()) return refuse(why);
+  if (auto why = map_change_refusal(opts, self->state, true); !why.empty()) return refuse(why);
   if (!sender) return refuse("the registration came without a handle");
   auto rp = self->make_response_promise<registration>();
   when_shards_can_move(
@@ -1103,6 +1117,7 @@ void stop_if_drained(self_ptr self, std::uint32_t id) {
   auto it = st.draining_clients.find(id);
   if (it == st.draining_clients.end() || !it->second.empty()) return;
   st.draining_clients.erase(it);
+  stop_leavers_copies(self, id);
   self->request(st.shard_handles[id], std::chrono::seconds(5), stop_atom::value, std::uint8_t{0},
                 std::string("removed from the job (psctl remove-shard)"))
     .then([](caf::ok_atom) {}, [](caf::error&) {});
@@ -1113,18 +1128,59 @@ void stop_if_drained(self_ptr self, std::uint32_t id) {
 void drain_shard(self_ptr self, const coordinator_options& opts, std::uint32_t id,
                  caf::typed_response_promise<std::string> rp);
 
+// The copies a leaver's process holds end with it (ends_with): why it cannot go when one
+// of them is the last of its shard (nullopt: it can).
+std::optional<std::string> last_copy_in_process(const coordinator_options& opts, const coordinator_state& st,
+                                                std::uint32_t id) {
+  auto head = st.process_heads.find(id);
+  if (opts.replication < 2 || head == st.process_heads.end() || head->second != st.shard_handles[id]) return std::nullopt;
+  for (std::uint32_t other = 0; other < st.shards.size(); ++other) {
+    if (other == id || st.retired.count(other)) continue;
+    std::size_t elsewhere = 0, here = 0;
+    for (const auto& copy : st.shards[other].chain) {
+      auto at = st.copy_positions.find(copy.address());
+      (process_of(opts, other, at == st.copy_positions.end() ? 0 : at->second) == id ? here : elsewhere) += 1;
+    }
+    if (here > 0 && elsewhere == 0)
+      return "its process holds the last copy of shard " + std::to_string(other) +
+             " (the other copies died); add a server or wait until that chain grew back";
+  }
+  return std::nullopt;
+}
+
 caf::result<std::string> remove_shard(self_ptr self, const coordinator_options& opts, std::uint32_t id) {
   auto& st = self->state;
   auto refuse = [&](const std::string& why) {
     return make_error(errc::refused, "coordinator: shard " + std::to_string(id) + " cannot leave: " + why);
   };
-  if (auto why = map_change_refusal(opts, st); !why.empty()) return refuse(why);
+  if (auto why = map_change_refusal(opts, st, false); !why.empty()) return refuse(why);
   if (id >= st.shards.size() || st.retired.count(id)) return refuse("there is no such shard in the map");
   if (st.shards.size() - st.retired.size() < 2) return refuse("it is the last shard");
+  if (auto last = last_copy_in_process(opts, st, id)) return refuse(*last);
   auto rp = self->make_response_promise<std::string>();
   when_shards_can_move(
     self, [=]() mutable { drain_shard(self, opts, id, rp); }, [=](std::string why) mutable { rp.deliver(refuse(why)); });
   return rp;
+}
+
+// A copy leaves the membership: its end is no failure, and it gets no more news.
+void forget_copy(coordinator_state& st, const caf::actor_addr& copy) {
+  st.copies.erase(std::remove_if(st.copies.begin(), st.copies.end(), [&](const shard_actor& c) { return c.address() == copy; }),
+                  st.copies.end());
+  st.shard_ids.erase(copy);
+  st.copy_positions.erase(copy);
+  st.members.erase(copy);
+}
+
+// The copies further down a leaver's chain hold nothing the map gives them (they dropped
+// it as the leaver handed it over): they stop with it, once the clients drained it.
+void stop_leavers_copies(self_ptr self, std::uint32_t id) {
+  auto& st = self->state;
+  for (const auto& copy : st.leavers_copies[id])
+    self->request(caf::actor_cast<shard_actor>(copy), std::chrono::seconds(5), stop_atom::value, std::uint8_t{0},
+                  std::string("its shard left the job (psctl remove-shard)"))
+      .then([](caf::ok_atom) {}, [](caf::error&) {});
+  st.leavers_copies.erase(id);
 }
 
 // A leaver has handed everything over: it leaves the membership (its end is no failure,
@@ -1133,9 +1189,15 @@ void let_leaver_go(self_ptr self, std::uint32_t id) {
   auto& st = self->state;
   end_change(self);
   auto leaver = st.shard_handles[id];
-  st.copies.erase(std::remove(st.copies.begin(), st.copies.end(), leaver), st.copies.end());
-  st.shard_ids.erase(leaver.address());
-  st.members.erase(leaver.address());
+  auto& chain = st.shards[id].chain;
+  for (std::size_t i = 1; i < chain.size(); ++i) {
+    forget_copy(st, chain[i].address());
+    st.leavers_copies[id].push_back(chain[i]);
+  }
+  if (chain.size() > 1) chain.resize(1);
+  forget_copy(st, leaver.address());
+  if (auto p = st.process_heads.find(id); p != st.process_heads.end() && p->second == leaver)
+    st.process_heads.erase(p);  // its process ends with it: it hosts no copy from now on
   auto& waiting = st.draining_clients[id];
   for (const auto& [addr, worker] : st.subscriber_workers)
     if (worker < st.worker_done.size() && !st.worker_done[worker]) waiting.insert(worker);
@@ -1179,6 +1241,7 @@ void drain_shard(self_ptr self, const coordinator_options& opts, std::uint32_t i
         rp.deliver(text);
         stop_if_drained(self, id);
       });
+      grow_chains(self, opts);  // over copies that died while it left
     });
   });
 }
@@ -1446,8 +1509,12 @@ caf::result<registration> rejoin_shard(self_ptr self, const coordinator_options&
   auto who = (replica ? "copy " + std::to_string(position) + " of shard " : "server shard ") + std::to_string(id) +
              (info.host.empty() ? "" : " (" + info.host + ":" + std::to_string(info.port) + ", pid " +
                                          std::to_string(info.pid) + ")");
-  if (id < st.shards.size() && st.retired.count(id) && !leaving_now(st, id) && !replica)
-    return rejoin_drained_leaver(self, opts, sender, id);
+  if (id < st.shards.size() && st.retired.count(id) && !leaving_now(st, id)) {
+    if (!replica) return rejoin_drained_leaver(self, opts, sender, id);
+    // A copy of a shard that left, not stopped yet: it stops with its shard, as it would have.
+    st.leavers_copies[id].push_back(sender);
+    return make_registration(self, opts, id);
+  }
   auto absent = st.absent_copies.find(id);
   if (id >= st.shards.size() || (st.retired.count(id) && !leaving_now(st, id)) || absent == st.absent_copies.end() ||
       !absent->second.count(position))

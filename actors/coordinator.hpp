@@ -103,6 +103,9 @@ struct coordinator_state {
   // in process (s + j) % servers, grown ones too (their position says where).
   std::map<std::uint32_t, shard_actor> process_heads;
   bool growing = false;  // a chain is growing by a copy (one at a time)
+  std::set<std::uint32_t> ungrowable;  // shards whose tail refused to seed a copy (a disk tier)
+  // A leaver's copies further down its chain: stopped with it once clients drained it.
+  std::map<std::uint32_t, std::vector<caf::actor>> leavers_copies;
   std::size_t replicas_registered = 0;
   bool view_ready = false;                             // the map (and chains) are complete
   std::vector<client_actor> view_subscribers;      // workers' key-value clients

@@ -522,6 +522,12 @@ encoded_block block_of(const std::string& bytes) {
   return block;
 }
 
+// Whether the shard's map still has it (a shard that left has handed all over).
+bool in_own_map(const shard_core& core) {
+  const auto& ids = core.map().shard_ids();
+  return std::find(ids.begin(), ids.end(), core.id()) != ids.end();
+}
+
 // `next` follows this copy in its chain now (none: this copy is the tail). The updates
 // the old successor had not acknowledged go to it again, in order; a tail owes their
 // replies itself (they are applied here).
@@ -555,8 +561,13 @@ std::uint64_t take_view(self_ptr self, const cluster_view& view) {
   for (const auto& e : view.shards)
     if (e.handle) st.owners[e.id] = caf::actor_cast<shard_actor>(e.handle);
   auto id = st.core->id();
-  if (id >= view.shards.size()) return st.core->epoch();
-  const auto& chain = view.shards[id].chain;
+  // By id: a map after a removal lacks the shards that left.
+  auto entry = std::find_if(view.shards.begin(), view.shards.end(), [&](const shard_entry& e) { return e.id == id; });
+  if (entry == view.shards.end()) {  // it left the map: what it applied is handed over, it answers alone
+    if (st.successor && st.successor_down) follow(self, {});
+    return st.core->epoch();
+  }
+  const auto& chain = entry->chain;
   auto me = std::find(chain.begin(), chain.end(), caf::actor_cast<caf::actor>(self));
   if (me == chain.end()) return st.core->epoch();  // one copy per shard, or not (yet) in the chain
   st.core->set_head(me == chain.begin());
@@ -609,6 +620,17 @@ shard_config config_of(const registration& reg, const shard_options& opts, const
   return c;
 }
 
+// A copy this shard started in its process ends when this shard does, as with the
+// process: a shard that left the job (psctl remove-shard) takes them along, and the
+// chains they were in close over them and grow back elsewhere (in one process, the
+// simulation's and an embedded job's, too).
+void ends_with(self_ptr self, const caf::actor& copy) {
+  self->attach_functor([copy](const caf::error& reason) {
+    caf::anon_send_exit(copy, reason && reason != caf::exit_reason::normal ? caf::exit_reason::kill
+                                                                            : caf::exit_reason::user_shutdown);
+  });
+}
+
 // This process also keeps copies of the shards before this one on the ring: shard id - j
 // at chain position j (so a chain spans consecutive server processes).
 void spawn_replicas(self_ptr self, const shard_options& opts, const coordinator_actor& coordinator,
@@ -626,7 +648,7 @@ void spawn_replicas(self_ptr self, const shard_options& opts, const coordinator_
     role->position = j;
     if (!seed.empty()) role->disk_seed = sibling_disk_rows(seed, role->reg.id);
     ropts.replica = role;
-    self->spawn(server_shard, coordinator, ropts);
+    ends_with(self, caf::actor_cast<caf::actor>(self->spawn(server_shard, coordinator, ropts)));
   }
 }
 
@@ -765,8 +787,7 @@ void start_replacement(self_ptr self, const shard_options& opts, const coordinat
 }
 
 // A copy of another shard in this process, as its chain grows back (host_copy_atom): it
-// waits for its seed from the chain's tail. It ends with this actor when that ends
-// abnormally, as it would with the process (one process holds them all in the simulation).
+// waits for its seed from the chain's tail.
 caf::actor host_copy(self_ptr self, const shard_options& opts, const coordinator_actor& coordinator, registration reg,
                      std::uint32_t position) {
   auto ropts = opts;
@@ -779,9 +800,7 @@ caf::actor host_copy(self_ptr self, const shard_options& opts, const coordinator
   role->seeded_by_tail = true;
   ropts.replica = role;
   auto copy = caf::actor_cast<caf::actor>(self->spawn(server_shard, coordinator, ropts));
-  self->attach_functor([copy](const caf::error& reason) {
-    if (reason) caf::anon_send_exit(copy, caf::exit_reason::kill);
-  });
+  ends_with(self, copy);
   return copy;
 }
 
@@ -889,9 +908,12 @@ void start_shard(self_ptr self, const shard_options& opts, const coordinator_act
   self->monitor(coordinator);
   self->set_down_handler([=](caf::down_msg& dm) {
     if (dm.source == self->state.coordinator.address()) return coordinator_down(self, opts, dm.reason);
-    if (dm.source != self->state.successor.address()) return;
-    if (self->state.successor_unannounced) return follow(self, {});  // the chain did not grow: the tail again
-    self->state.successor_down = true;  // new chain coming
+    auto& st = self->state;
+    if (dm.source != st.successor.address()) return;
+    // A seeded copy no map named (the chain did not grow), or the copies of a shard that
+    // left the map (stopped by the coordinator): this copy is the tail again.
+    if (st.successor_unannounced || (st.core && !in_own_map(*st.core))) return follow(self, {});
+    st.successor_down = true;  // new chain coming
   });
   if (opts.plane) {
     self->state.claimer = self->spawn<caf::linked>(payload_claimer, opts.plane);
@@ -1012,10 +1034,41 @@ void scan_moved_rows(self_ptr self, const handoff_run_ptr& run, disk_move move) 
 // The map changes under this shard (a shard joined or leaves): it adopts `view`'s map
 // and hands what moved to each new owner; the answer (the new epoch) waits until every
 // taker has taken its part.
+// Sends a map change (handoff_atom) down the chain, as pass_down sends updates.
+std::function<void(shard_actor, std::uint64_t)> handoff_sender(self_ptr self, const shard_options& opts,
+                                                               const cluster_view& view) {
+  return [=](shard_actor next, std::uint64_t tag) {
+    self->request(next, opts.forward_timeout, handoff_atom::value, view)
+      .then([=](std::uint64_t) { forwarded(self, tag, {}); }, [=](caf::error& e) { forwarded(self, tag, e); });
+  };
+}
+
+// A copy further down a chain adopts the map its predecessor adopted (passed down in
+// order with the updates before and after it): what the map moves away is dropped here,
+// as its head hands it over; what it gains comes down the chain with the head's
+// takeovers. Answered once the rest of the chain has done the same.
+caf::result<std::uint64_t> adopt_as_copy(self_ptr self, const shard_options& opts, const coordinator_actor& coordinator,
+                                         const cluster_view& view) {
+  auto& st = self->state;
+  if (view.epoch <= st.core->map_epoch()) return view.epoch;  // adopted already
+  shard_effects fx;
+  try {
+    st.core->hand_off(map_of(view), fx);  // the parts are the head's to send
+  } catch (const bad_request& e) {
+    return make_ps_error(e.what());
+  }
+  fx.moves.clear();  // rows on this copy's disk that moved away are left there, never read again
+  carry_out(self, opts, coordinator, fx);
+  take_view(self, view);
+  if (!st.successor) return view.epoch;
+  return pass_down(self, handoff_sender(self, opts, view), view.epoch, std::nullopt);
+}
+
 caf::result<std::uint64_t> hand_off(self_ptr self, const shard_options& opts, const coordinator_actor& coordinator,
                                     const cluster_view& view) {
   auto& st = self->state;
   if (!st.core) return make_ps_error(st.name + ": not configured yet, cannot hand keys over");
+  if (!st.core->head()) return adopt_as_copy(self, opts, coordinator, view);
   if (view.epoch == st.core->map_epoch()) {  // handed over already: asked again by a resumed coordinator
     auto under_way = std::static_pointer_cast<handoff_run>(st.handoff);
     if (!under_way || under_way->settled) return view.epoch;
@@ -1032,7 +1085,12 @@ caf::result<std::uint64_t> hand_off(self_ptr self, const shard_options& opts, co
   auto moves = std::move(fx.moves);
   carry_out(self, opts, coordinator, fx);  // parked pulls of moved keys fail (errc::moved); moved rows go to disk
   take_view(self, view);
-  if (run->parts.empty() && moves.empty()) return view.epoch;
+  if (run->parts.empty() && moves.empty()) {  // it gives nothing: answered once its copies have the map too
+    if (!st.successor) return view.epoch;
+    return pass_down(self, handoff_sender(self, opts, view), view.epoch, std::nullopt);
+  }
+  if (st.successor)  // its copies drop what it gives (their answer is not waited for: it is the parts' takers')
+    self->request(st.successor, opts.forward_timeout, handoff_atom::value, view).then([](std::uint64_t) {}, [](caf::error&) {});
   run->self = self;
   run->answers.push_back(self->make_response_promise<std::uint64_t>());
   run->view = view;
@@ -1058,7 +1116,12 @@ caf::result<std::uint64_t> take_over(self_ptr self, const shard_options& opts, c
     return make_ps_error(st.name + ": " + e.what());
   }
   carry_out(self, opts, coordinator, fx);
-  return st.core->epoch();
+  if (!st.successor) return st.core->epoch();
+  // Down the chain, in order: every copy holds what this shard took before the giver hears.
+  return pass_down(self, [=](shard_actor next, std::uint64_t tag) {
+    self->request(next, std::chrono::seconds(60), takeover_atom::value, block)
+      .then([=](std::uint64_t) { forwarded(self, tag, {}); }, [=](caf::error& e) { forwarded(self, tag, e); });
+  }, st.core->epoch(), std::nullopt);
 }
 
 }  // namespace

@@ -223,6 +223,7 @@ class shard_core {
   // holds most rows on disk: it is refused checkpoints at start).
   std::vector<table_rows> table_snapshot() const;
   void set_head(bool head) { head_ = head; }
+  bool head() const { return head_; }
 
   // The ranges and token of a parked or just-answerable pull (valid until answered).
   const std::vector<key_range>& pull_ranges(std::uint64_t token) const;

@@ -774,8 +774,9 @@ struct running_job {
   FILE* pipe;
   std::string out, port;
 };
-running_job running_clocksum(int clocks, int clock_ms, const std::string& flags = "") {
-  FILE* job = popen(("bin/psnode --role=local --app=clocksum --servers=2 --workers=2 --clocks=" + std::to_string(clocks) +
+running_job running_clocksum(int clocks, int clock_ms, const std::string& flags = "", int servers = 2) {
+  FILE* job = popen(("bin/psnode --role=local --app=clocksum --servers=" + std::to_string(servers) +
+                     " --workers=2 --clocks=" + std::to_string(clocks) +
                      " --clock-ms=" + std::to_string(clock_ms) + " " + flags + " 2>&1").c_str(), "r");
   REQUIRE(job != nullptr);
   std::string out, port;
@@ -872,6 +873,37 @@ TEST_CASE("elastic: a server joins a running job, then one of the first leaves (
     auto result = clocksum_line(out, w);
     CHECK(result.at("shard_values").size() == 2);  // shards 1 and 2: the final pull saw the newest map
     for (std::uint32_t s = 1; s < 3; ++s) CHECK(shard_value(result, s) == 3 * 400);
+  }
+}
+
+TEST_CASE("elastic: with --replication=2 a shard leaves: its copies stop with it, the chain that lost the copy its "
+          "process held grows back elsewhere, sums stay exact; a join is refused, naming why") {
+  auto job = running_clocksum(300, 10, "--replication=2", 3);
+  const auto at = " --coordinator=127.0.0.1:" + job.port;
+  auto [join_rc, joined] = shell("bin/psnode --role=server" + at);
+  auto [rc, removed] = shell("bin/psctl" + at + " remove-shard 0");
+  char line[4096];
+  while (std::fgets(line, sizeof line, job.pipe)) job.out += line;
+  int status = pclose(job.pipe);
+  INFO(job.out);
+  INFO(joined);
+  INFO(removed);
+  CHECK(join_rc != 0);
+  CHECK(joined.find("which a join does not build for the new shard yet") != std::string::npos);
+  CHECK(rc == 0);
+  CHECK(removed.find("shard 0 left; its keys and rows were handed over in") != std::string::npos);
+  REQUIRE(WIFEXITED(status));
+  REQUIRE(WEXITSTATUS(status) == 0);
+  // Process 0 held copy 1 of shard 2; it grows back in the one process left that has none.
+  CHECK(job.out.find("shard 2's chain grew back to 2 copies: copy 2 in the process of server shard 1") != std::string::npos);
+  CHECK(job.out.find("restored from") == std::string::npos);
+  auto server_ok = job.out.find("{\"role\":\"server\",\"status\":\"ok\"}");
+  CHECK(server_ok != std::string::npos);  // the leaver's process ended normally
+  for (std::uint32_t w = 0; w < 2; ++w) {
+    auto result = clocksum_line(job.out, w);
+    CHECK(result["stale_reads"] == 0);
+    REQUIRE(result.at("shard_values").size() == 2);
+    for (std::uint32_t s = 1; s < 3; ++s) CHECK(shard_value(result, s) == 3 * 300);
   }
 }
 
