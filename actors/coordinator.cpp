@@ -430,11 +430,16 @@ bool copy_failed_while_resuming(self_ptr self, std::uint32_t id, const caf::acto
   return !st.rejoined_copies.count(id) && !st.absent_copies.count(id);
 }
 
-// The server process that holds copy `position` of shard `id` (spawn_replicas' placement,
-// which grown copies follow).
+// The server process that holds copy `position` of shard `id`: a head its own (numbered
+// by its shard), a copy of the job's start as spawn_replicas placed it, a grown copy the
+// one its position names (grown_position).
 std::uint32_t process_of(const coordinator_options& opts, std::uint32_t id, std::uint32_t position) {
-  return (id + position) % opts.servers;
+  if (position == 0) return id;
+  return position < opts.servers ? (id + position) % opts.servers : position - opts.servers;
 }
+
+// The position a grown copy of a shard takes in `process`: it names that process.
+std::uint32_t grown_position(const coordinator_options& opts, std::uint32_t process) { return opts.servers + process; }
 
 // A live process of the job's start that holds no copy of shard `id`, the one that holds
 // the fewest copies (then the lowest); nullopt: none.
@@ -444,7 +449,7 @@ std::optional<std::uint32_t> host_for_copy(const coordinator_options& opts, cons
   std::set<std::uint32_t> holding_it;
   for (const auto& copy : st.copies) {
     auto shard = st.shard_ids.find(copy.address());
-    if (shard == st.shard_ids.end() || shard->second >= opts.servers) continue;
+    if (shard == st.shard_ids.end()) continue;
     auto at = st.copy_positions.find(copy.address());
     auto process = process_of(opts, shard->second, at == st.copy_positions.end() ? 0 : at->second);
     ++held[process];
@@ -456,14 +461,15 @@ std::optional<std::uint32_t> host_for_copy(const coordinator_options& opts, cons
   return best;
 }
 
-void grow_chain(self_ptr self, const coordinator_options& opts, std::uint32_t id, std::uint32_t process);
+void grow_chain(self_ptr self, const coordinator_options& opts, std::uint32_t id, std::uint32_t process,
+                std::function<void()> next = {});
 
 // Chains shorter than --replication grow back, one copy at a time, in live server
 // processes that hold no copy of the shard yet (none left: the chain stays as it is).
 void grow_chains(self_ptr self, const coordinator_options& opts) {
   auto& st = self->state;
   if (opts.replication < 2 || st.growing || st.resuming || st.joining || st.ending || !st.view_ready) return;
-  for (std::uint32_t id = 0; id < st.shards.size() && id < opts.servers; ++id) {
+  for (std::uint32_t id = 0; id < st.shards.size(); ++id) {
     const auto& chain = st.shards[id].chain;
     if (st.retired.count(id) || st.ungrowable.count(id) || chain.empty() || chain.size() >= opts.replication) continue;
     if (auto process = host_for_copy(opts, st, id)) return grow_chain(self, opts, id, *process);
@@ -474,13 +480,13 @@ void grow_chains(self_ptr self, const coordinator_options& opts) {
 // that seeded it is no longer the tail (it died meanwhile): then it goes, and the chain
 // grows again from its tail now.
 void chain_grown(self_ptr self, const coordinator_options& opts, std::uint32_t id, std::uint32_t position,
-                 const caf::actor& tail, const caf::actor& copy) {
+                 const caf::actor& tail, const caf::actor& copy, std::function<void()> next) {
   auto& st = self->state;
   st.growing = false;
   auto& chain = st.shards[id].chain;
   if (st.ending || chain.empty() || chain.back() != tail) {
     caf::anon_send_exit(copy, caf::exit_reason::kill);
-    return grow_chains(self, opts);
+    return next ? next() : grow_chains(self, opts);
   }
   self->monitor(copy);
   const auto process = process_of(opts, id, position);
@@ -497,32 +503,34 @@ void chain_grown(self_ptr self, const coordinator_options& opts, std::uint32_t i
     else caf::anon_send(caf::actor_cast<shard_actor>(copy), join_atom::value, w);
   }
   ++st.epoch;
-  tell_news(opts, "shard " + std::to_string(id) + "'s chain grew back to " + std::to_string(chain.size()) +
+  tell_news(opts, "shard " + std::to_string(id) + "'s chain grew to " + std::to_string(chain.size()) +
                     " copies: copy " + std::to_string(position) + " in the process of server shard " +
                     std::to_string(process) + ", seeded by the chain's tail; epoch " + std::to_string(st.epoch));
-  announce_view(self, opts);
-  grow_chains(self, opts);
+  if (st.joining) tell_chains(self, opts);  // a joiner's chain: the clients get it with the join's map
+  else announce_view(self, opts);
+  next ? next() : grow_chains(self, opts);
 }
 
 // A copy of shard `id` starts in `process` and its chain's tail seeds it (extend_atom).
 // A failure is named in the news, and the chains grow on: a process that did not answer
 // hosts none from then on, a tail that refused (a disk tier) is not asked again.
-void grow_chain(self_ptr self, const coordinator_options& opts, std::uint32_t id, std::uint32_t process) {
+void grow_chain(self_ptr self, const coordinator_options& opts, std::uint32_t id, std::uint32_t process,
+                std::function<void()> next) {
   auto& st = self->state;
   st.growing = true;
-  const auto position = (process + opts.servers - id) % opts.servers;
+  const auto position = grown_position(opts, process);
   const auto tail = st.shards[id].chain.back();
   auto failed = [=](const std::string& why) {
     self->state.growing = false;
-    tell_news(opts, "shard " + std::to_string(id) + "'s chain was not grown back: " + why);
-    grow_chains(self, opts);
+    tell_news(opts, "shard " + std::to_string(id) + "'s chain was not grown: " + why);
+    next ? next() : grow_chains(self, opts);
   };
   self->request(st.process_heads[process], std::chrono::seconds(5), host_copy_atom::value,
                 make_registration(self, opts, id), position)
     .then(
       [=](caf::actor& copy) {
         self->request(caf::actor_cast<shard_actor>(tail), std::chrono::seconds(60), extend_atom::value, copy)
-          .then([=](std::uint64_t) { chain_grown(self, opts, id, position, tail, copy); },
+          .then([=](std::uint64_t) { chain_grown(self, opts, id, position, tail, copy, next); },
                 [=](caf::error& e) {
                   caf::anon_send_exit(copy, caf::exit_reason::kill);
                   // A tail that refused (a disk tier) is not asked again; one that died
@@ -996,10 +1004,7 @@ void end_change(self_ptr self) {
 }
 
 // Why the map cannot change now (empty: it can).
-std::string map_change_refusal(const coordinator_options& opts, const coordinator_state& st, bool join) {
-  if (join && opts.replication >= 2)
-    return "the job keeps chains of copies (--replication=" + std::to_string(opts.replication) +
-           "), which a join does not build for the new shard yet (removals are done)";
+std::string map_change_refusal(const coordinator_options& opts, const coordinator_state& st) {
   if (st.resuming) return "the coordinator is resuming the job; try again once its members are back";
   if (st.joining) return "another shard is joining or leaving; try again once it has";
   if (st.ending) return "the job is ending";
@@ -1032,6 +1037,22 @@ void when_shards_can_move(self_ptr self, std::function<void()> go, std::function
             });
 }
 
+// With chains of copies, a joiner's chain is built before anything moves to it: copies in
+// other processes seeded by it (it holds nothing yet), as chains grow back; then(). When
+// no process can host another copy (or one refused), it goes on with the copies it has.
+void build_joiner_chain(self_ptr self, const coordinator_options& opts, std::uint32_t id, std::function<void()> then) {
+  auto& st = self->state;
+  const auto& chain = st.shards[id].chain;
+  if (opts.replication < 2 || chain.empty() || chain.size() >= opts.replication) return then();
+  auto host = st.ungrowable.count(id) ? std::nullopt : host_for_copy(opts, st, id);
+  if (!host) {
+    tell_news(opts, "server shard " + std::to_string(id) + " joins with " + std::to_string(chain.size()) + " of " +
+                      std::to_string(opts.replication) + " copies: no other live server process can hold one");
+    return then();
+  }
+  grow_chain(self, opts, id, *host, [=] { build_joiner_chain(self, opts, id, then); });
+}
+
 // A server registers while the job runs: it joins as a new shard. The ring gives it
 // about 1/(n+1) of the keys and rows; it gets its registration (the new map) first, then
 // the old shards hand it what moved, and only then do the clients learn the map.
@@ -1053,8 +1074,10 @@ void admit_shard(self_ptr self, const coordinator_options& opts, const caf::acto
   st.epoch = next.epoch();
   st.placement = next.placement();
   st.shards.push_back({id, info.host, info.port, info.pid, sender, {}, st.epoch});
+  if (opts.replication >= 2) st.shards.back().chain = {sender};
   auto shard = caf::actor_cast<shard_actor>(sender);
   st.shard_handles.push_back(shard);
+  st.process_heads[id] = shard;
   st.copies.push_back(shard);
   st.shard_ids[sender.address()] = id;
   self->monitor(sender);
@@ -1070,6 +1093,7 @@ void admit_shard(self_ptr self, const coordinator_options& opts, const caf::acto
   // Behind its registration (one sender, one order): once it has the map, the handoffs.
   self->request(shard, std::chrono::seconds(10), view_atom::value, view)
     .then([=](std::uint64_t) {
+            build_joiner_chain(self, opts, id, [=] {
             auto started = std::chrono::steady_clock::now();
             hand_over(self, givers, view, [=](std::string failed) {
               if (!failed.empty()) return end_job(self, opts, errc::job_failed, who + " could not join: " + failed);
@@ -1079,6 +1103,8 @@ void admit_shard(self_ptr self, const coordinator_options& opts, const caf::acto
                                 std::to_string(view.epoch) + ", " +
                                 std::to_string(self->state.shards.size() - self->state.retired.size()) + " shards now");
               announce_view(self, opts);
+              grow_chains(self, opts);  // over copies that died while it joined
+            });
             });
           },
           [=](caf::error& e) {  // nothing moved yet: the job goes on without it
@@ -1101,7 +1127,7 @@ caf::result<registration> join_shard(self_ptr self, const coordinator_options& o
   auto refuse = [](const std::string& why) {
     return make_error(errc::refused, "coordinator: a server cannot join this job: " + why);
   };
-  if (auto why = map_change_refusal(opts, self->state, true); !why.empty()) return refuse(why);
+  if (auto why = map_change_refusal(opts, self->state); !why.empty()) return refuse(why);
   if (!sender) return refuse("the registration came without a handle");
   auto rp = self->make_response_promise<registration>();
   when_shards_can_move(
@@ -1153,7 +1179,7 @@ caf::result<std::string> remove_shard(self_ptr self, const coordinator_options& 
   auto refuse = [&](const std::string& why) {
     return make_error(errc::refused, "coordinator: shard " + std::to_string(id) + " cannot leave: " + why);
   };
-  if (auto why = map_change_refusal(opts, st, false); !why.empty()) return refuse(why);
+  if (auto why = map_change_refusal(opts, st); !why.empty()) return refuse(why);
   if (id >= st.shards.size() || st.retired.count(id)) return refuse("there is no such shard in the map");
   if (st.shards.size() - st.retired.size() < 2) return refuse("it is the last shard");
   if (auto last = last_copy_in_process(opts, st, id)) return refuse(*last);

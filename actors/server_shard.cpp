@@ -265,10 +265,7 @@ void forwarded(self_ptr self, std::uint64_t tag, const caf::error& err) {
   if (it == st.forwards.end()) return;  // sent again to a new successor since
   if (err == caf::sec::request_receiver_down) st.successor_down = true;  // bounced: it has ended
   if (err && st.successor_down) return;
-  if (err)
-    it->second.reply.deliver(make_ps_error(st.name + ": the next copy in the chain failed: " + describe(err)));
-  else
-    it->second.reply.deliver(it->second.value);
+  it->second.settle(err ? make_ps_error(st.name + ": the next copy in the chain failed: " + describe(err)) : caf::error{});
   st.forwards.erase(it);
 }
 
@@ -299,18 +296,33 @@ caf::result<std::uint64_t> acknowledge(self_ptr self, const shard_options& opts,
 
 enum class write_kind { push, init, rows };
 
-// The part of a stale write (planned by an older map) that this shard still owns.
-caf::error apply_own_part(self_ptr self, const shard_options& opts, const coordinator_actor& coordinator,
-                          write_kind kind, const request_header& hdr, const deferred_update& u) {
+// The part of a stale write (planned by an older map) that this shard still owns:
+// applied, and passed down its chain as a write of that part alone (with the same
+// header); done(outcome) once the chain has it.
+void apply_own_part(self_ptr self, const shard_options& opts, const coordinator_actor& coordinator, write_kind kind,
+                    const request_header& hdr, deferred_update u, std::function<void(caf::error)> done) {
   auto& st = self->state;
-  if (st.successor) return make_ps_error(st.name + ": a write of moved keys cannot go down a chain of copies");
   auto r = request_of(hdr);
   auto fx = kind == write_kind::rows ? st.core->push_rows(r, *u.table, u.ids, u.values.data(), u.values.size())
             : kind == write_kind::push ? st.core->push(r, u.ranges, u.values.data(), u.values.size())
                                        : st.core->init(r, u.ranges, u.values.data(), u.values.size());
-  if (!fx.ok()) return make_ps_error(fx.error);
+  if (!fx.ok()) return done(make_ps_error(fx.error));
   carry_out(self, opts, coordinator, fx);
-  return {};
+  if (!st.successor) return done({});
+  auto values = float_block::own(std::move(u.values));
+  auto send = [=, u = std::move(u)](shard_actor next, std::uint64_t tag) {
+    auto ok = [=](std::uint64_t) { forwarded(self, tag, {}); };
+    auto failed = [=](caf::error& e) { forwarded(self, tag, e); };
+    if (kind == write_kind::rows)
+      self->request(next, opts.forward_timeout, push_rows_atom::value, hdr, row_ids{*u.table, u.ids}, values).then(ok, failed);
+    else if (kind == write_kind::push)
+      self->request(next, opts.forward_timeout, push_atom::value, hdr, range_list{u.ranges}, values).then(ok, failed);
+    else
+      self->request(next, opts.forward_timeout, init_atom::value, hdr, range_list{u.ranges}, values).then(ok, failed);
+  };
+  auto tag = ++st.next_forward;
+  st.forwards.emplace(tag, shard_state::forward{send, {}, hdr.seq, std::move(done)});
+  send(st.successor, tag);
 }
 
 // A write planned by an older map (a shard joined since; the worker's client has not
@@ -336,7 +348,7 @@ caf::result<std::uint64_t> forward_stale(self_ptr self, const shard_options& opt
   };
   for (auto& [owner, u] : parts) {
     if (owner == st.core->id()) {
-      part_done(apply_own_part(self, opts, coordinator, kind, hdr, u));
+      apply_own_part(self, opts, coordinator, kind, hdr, std::move(u), part_done);
       continue;
     }
     auto to = st.owners.find(owner);
@@ -541,7 +553,7 @@ void follow(self_ptr self, const shard_actor& next) {
   st.forwards.clear();
   for (auto& [tag, f] : pending) {
     if (!next) {
-      f.reply.deliver(f.value);
+      f.settle({});
       continue;
     }
     auto fresh = ++st.next_forward;
@@ -638,6 +650,10 @@ void spawn_replicas(self_ptr self, const shard_options& opts, const coordinator_
   auto copies = reg.view.replication;
   auto n = static_cast<std::uint32_t>(reg.view.shards.size());
   if (opts.replica || opts.replaces || copies < 2) return;
+  // A shard that joined a running job (its entry is newer than the job's first map): its
+  // chain is built by the coordinator in other processes, and it keeps no copies here.
+  auto me = std::find_if(reg.view.shards.begin(), reg.view.shards.end(), [&](const shard_entry& e) { return e.id == reg.id; });
+  if (me == reg.view.shards.end() || me->since_epoch > 1) return;
   for (std::uint32_t j = 1; j < copies; ++j) {
     auto ropts = opts;
     ropts.faults = {};

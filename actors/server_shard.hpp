@@ -124,6 +124,14 @@ struct shard_state {
     std::function<void(shard_actor, std::uint64_t)> send;  // (successor, tag)
     caf::typed_response_promise<std::uint64_t> reply;
     std::uint64_t value;
+    // Instead of the reply: called with the outcome (a part of a write planned by an
+    // older map, acknowledged once every part is).
+    std::function<void(caf::error)> done = {};
+    void settle(caf::error err) {
+      if (done) return done(std::move(err));
+      if (err) reply.deliver(std::move(err));
+      else reply.deliver(value);
+    }
   };
   std::map<std::uint64_t, forward> forwards;
   std::uint64_t next_forward = 0;

@@ -59,11 +59,17 @@ std::string inconsistency(const coordinator_record& r) {
   for (std::size_t i = 0; i < r.shards.size(); ++i)
     if (r.shards[i].id != i) return "shard entry " + std::to_string(i) + " has id " + std::to_string(r.shards[i].id);
   for (const auto& s : r.shards) {
+    // Copies of the job's start are below its server count, grown ones name their
+    // process after it (actors/coordinator.cpp, grown_position).
+    const auto positions = r.servers + r.shards.size();
     std::set<std::uint32_t> seen;
     for (auto position : s.chain)
-      if (position >= r.shards.size() || !seen.insert(position).second)
+      if (position >= positions || !seen.insert(position).second)
         return "shard " + std::to_string(s.id) + "'s chain lists copy " + std::to_string(position) +
-               (position < r.shards.size() ? " twice" : ", beyond its " + std::to_string(r.shards.size()) + " shards");
+               (position < positions ? " twice"
+                                     : ", beyond the " + std::to_string(positions) + " places of a job of " +
+                                           std::to_string(r.servers) + " servers and " + std::to_string(r.shards.size()) +
+                                           " shards");
   }
   for (auto id : r.retired)
     if (id >= r.shards.size()) return "retired shard " + std::to_string(id) + " is not among its shards";

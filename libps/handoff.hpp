@@ -47,6 +47,11 @@ struct shard_handoff {
   // taker holds them as rows it never had). Such pages come before the giver's last part,
   // which carries the rest (its deferred pushes apply to rows the pages brought).
   bool rows_only = false;
+  // Everything a shard holds, seeding a new copy of it (shard_core::whole_copy; epoch is
+  // then the shard's took_over_at): its clocks are taken as they are, and `merges` says
+  // whether the copy merges later handoffs' clocks as its source would.
+  bool whole = false;
+  bool merges = false;
 };
 
 // A handoff as bytes (cereal binary, then a CRC-32 of them), and back: decode throws

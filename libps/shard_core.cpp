@@ -211,8 +211,8 @@ shard_effects shard_core::take_over(const shard_handoff& h) {
   for (const auto& d : h.deferred) deferred_.push_back(from_update(d));
   // A newcomer's clocks are nobody's yet: the first handoff's are taken as they are. A
   // shard that was in the map before keeps the lower of its own and the giver's.
-  consistency_.clocks().merge_lower(h.clocks, !took_over_ && !was_in_map_);
-  took_over_ = true;
+  consistency_.clocks().merge_lower(h.clocks, h.whole || (!took_over_ && !was_in_map_));
+  took_over_ = h.whole ? h.merges : true;
   took_over_at_ = std::max(took_over_at_, h.epoch);
   applied_.merge(h.applied);
   highest_clock_ = std::max(highest_clock_, h.highest_clock);
@@ -224,9 +224,11 @@ shard_effects shard_core::take_over(const shard_handoff& h) {
 shard_handoff shard_core::whole_copy() const {
   if (rows_.tiered())
     throw bad_request(name_ + ": its rows live on a disk tier, which a new copy cannot be seeded from while it serves");
-  shard_handoff h{id_, id_, 0, store_->snapshot(), table_snapshot(), {}, consistency_.clocks().values(), applied_,
-                  highest_clock_, rows_.sightings()};
+  shard_handoff h{id_, id_, took_over_at_, store_->snapshot(), table_snapshot(), {}, consistency_.clocks().values(),
+                  applied_, highest_clock_, rows_.sightings()};
   for (const auto& d : deferred_) h.deferred.push_back(to_update(d));
+  h.whole = true;
+  h.merges = took_over_ || was_in_map_;
   return h;
 }
 

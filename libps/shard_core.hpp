@@ -198,7 +198,7 @@ class shard_core {
   // parked pulls the clocks now release. Throws bad_request for a handoff meant for
   // another shard or of a map newer than this shard's.
   shard_effects take_over(const shard_handoff& h);
-  // Everything this shard holds, as one handoff to itself (epoch 0): what a new copy at
+  // Everything this shard holds, as one handoff to itself (whole): what a new copy at
   // the end of its chain starts from (take_over) when the chain grows back after a copy
   // died. Nothing is taken out. Throws bad_request with a disk tier, whose rows are not
   // all in RAM to copy.

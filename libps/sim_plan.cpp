@@ -68,17 +68,15 @@ sim_plan plan_for_seed(std::uint64_t seed, bool elastic) {
   }
   plan_message_faults(rng, p);
   // Drawn last, so the earlier choices of every seed stay what they were.
-  // With chains of copies a shard can leave (its process takes the copies it held along,
-  // and their chains grow back); joins need replication 1.
   if (elastic && one_in(rng, 2)) {
-    if (p.replication == 1 && !one_in(rng, 3)) p.join_step = between(rng, 0, 400);
+    if (!one_in(rng, 3)) p.join_step = between(rng, 0, 400);
     if (!one_in(rng, 3)) {
       p.remove_shard = static_cast<std::uint32_t>(rng() % p.servers);
       p.remove_step = between(rng, 0, 400);
-      // A process that dies while a shard with copies leaves ends the job (a stated
-      // limit): such plans keep their partitions and message faults, not the kill.
-      if (p.replication >= 2) p.kill_server.reset();
     }
+    // A head that dies while the map of a job with chains changes ends the job (a stated
+    // limit): such plans keep their partitions and message faults, not the kill.
+    if (p.replication >= 2 && (p.join_step || p.remove_shard)) p.kill_server.reset();
   }
   if ((elastic || (!p.join_step && !p.remove_shard)) && one_in(rng, 4)) {
     p.restart_step = between(rng, 0, 400);
