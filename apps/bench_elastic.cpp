@@ -2,7 +2,9 @@
 // --role=local --app=elastic: coordinator, 2 servers, 2 workers as processes, each worker
 // pushing and pulling 1 MiB back to back); after --phase-seconds a third server joins
 // (psnode --role=server), after another phase shard 0 leaves (psctl remove-shard 0).
-// One JSON line per event:
+// --replication=R keeps chains of R copies (the joiner's chain is built before its keys
+// move; the leaver's process takes its copies along, and their chains grow back).
+// One JSON line per event (with `replication`):
 //   event             join | leave
 //   moved_fraction    of the dense keys (the coordinator's news; ideal 1/(n+1) on a join)
 //   seconds           from the event's start to the coordinator saying it is done
@@ -121,7 +123,7 @@ worker_results results_of(const std::string& output) {
 }
 
 constexpr const char* usage =
-  "usage: bench_elastic [--phase-seconds=2]\n"
+  "usage: bench_elastic [--phase-seconds=2] [--replication=1]\n"
   "A job of 2 servers and 2 workers (processes, 1 MiB pushes and pulls back to back): a third server joins\n"
   "after one phase, shard 0 leaves after the next. One JSON line per event (see the source's header).\n";
 
@@ -129,6 +131,7 @@ constexpr const char* usage =
 
 int main(int argc, char** argv) {
   double phase = 2;
+  int replication = 1;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--help" || a == "-h") {
@@ -139,6 +142,10 @@ int main(int argc, char** argv) {
       phase = std::atof(a.c_str() + 16);
       continue;
     }
+    if (a == "--replication=1" || a == "--replication=2") {  // a third copy needs a third process: 2 at most
+      replication = a.back() - '0';
+      continue;
+    }
     std::fprintf(stderr, "bench_elastic: unknown or bad flag %s\n%s", a.c_str(), usage);
     return 2;
   }
@@ -147,7 +154,8 @@ int main(int argc, char** argv) {
   // Load for: a phase before, each move with a phase after it, and room to spare.
   auto load = std::to_string(4 * phase + 4);
   job_output job;
-  job.pipe = popen((psnode + " --role=local --app=elastic --servers=2 --workers=2 --load-seconds=" + load + " 2>&1").c_str(), "r");
+  job.pipe = popen((psnode + " --role=local --app=elastic --servers=2 --workers=2 --replication=" + std::to_string(replication) +
+                     " --load-seconds=" + load + " 2>&1").c_str(), "r");
   std::string line;
   if (!job.pipe || !job.until("listening on 127.0.0.1:", &line)) {
     std::fprintf(stderr, "bench_elastic: the job did not start:\n%s", job.all.c_str());
@@ -193,7 +201,10 @@ int main(int argc, char** argv) {
   }
   const double keys = 1u << 18;
   const double lost = keys * results.pushes - results.worst_sum;
-  ps::bench::print_line(measure(join, results.samples, phase, lost));
-  ps::bench::print_line(measure(leave, results.samples, phase, lost));
+  for (const auto* ev : {&join, &leave}) {
+    auto out = measure(*ev, results.samples, phase, lost);
+    out["replication"] = replication;
+    ps::bench::print_line(out);
+  }
   return lost == 0 ? 0 : 1;
 }
