@@ -1053,6 +1053,22 @@ void build_joiner_chain(self_ptr self, const coordinator_options& opts, std::uin
   grow_chain(self, opts, id, *host, [=] { build_joiner_chain(self, opts, id, then); });
 }
 
+// The joiner has the map (and, with chains, its copies): the givers hand it what the map
+// moves; the clients get the map once it has all of it.
+void hand_to_joiner(self_ptr self, const coordinator_options& opts, const std::string& who,
+                    std::vector<shard_actor> givers, cluster_view view, double moved) {
+  auto started = std::chrono::steady_clock::now();
+  hand_over(self, givers, view, [=](std::string failed) {
+    if (!failed.empty()) return end_job(self, opts, errc::job_failed, who + " could not join: " + failed);
+    end_change(self);
+    tell_news(opts, "coordinator: " + who + " joined; its keys and rows were handed over in " + ms_since(started) +
+                      " ms (" + fraction_text(moved) + " of the dense keys moved); epoch " + std::to_string(view.epoch) +
+                      ", " + std::to_string(self->state.shards.size() - self->state.retired.size()) + " shards now");
+    announce_view(self, opts);
+    grow_chains(self, opts);  // over copies that died while it joined
+  });
+}
+
 // A server registers while the job runs: it joins as a new shard. The ring gives it
 // about 1/(n+1) of the keys and rows; it gets its registration (the new map) first, then
 // the old shards hand it what moved, and only then do the clients learn the map.
@@ -1093,24 +1109,13 @@ void admit_shard(self_ptr self, const coordinator_options& opts, const caf::acto
   // Behind its registration (one sender, one order): once it has the map, the handoffs.
   self->request(shard, std::chrono::seconds(10), view_atom::value, view)
     .then([=](std::uint64_t) {
-            build_joiner_chain(self, opts, id, [=] {
-            auto started = std::chrono::steady_clock::now();
-            hand_over(self, givers, view, [=](std::string failed) {
-              if (!failed.empty()) return end_job(self, opts, errc::job_failed, who + " could not join: " + failed);
-              end_change(self);
-              tell_news(opts, "coordinator: " + who + " joined; its keys and rows were handed over in " + ms_since(started) +
-                                " ms (" + fraction_text(moved) + " of the dense keys moved); epoch " +
-                                std::to_string(view.epoch) + ", " +
-                                std::to_string(self->state.shards.size() - self->state.retired.size()) + " shards now");
-              announce_view(self, opts);
-              grow_chains(self, opts);  // over copies that died while it joined
-            });
-            });
+            build_joiner_chain(self, opts, id, [=] { hand_to_joiner(self, opts, who, givers, view, moved); });
           },
           [=](caf::error& e) {  // nothing moved yet: the job goes on without it
             auto& st = self->state;
             end_change(self);
             st.retired.insert(id);
+            st.process_heads.erase(id);
             st.placement = old_placement;
             st.copies.erase(std::remove(st.copies.begin(), st.copies.end(), shard), st.copies.end());
             st.shard_ids.erase(shard.address());
