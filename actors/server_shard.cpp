@@ -951,7 +951,11 @@ caf::result<std::uint64_t> join(self_ptr self, std::uint32_t worker) {
   auto& st = self->state;
   if (!st.core) return make_ps_error(st.name + ": not configured yet");
   try {
-    return st.core->join(worker);
+    auto start = st.core->join(worker);
+    // A copy this tail is seeding is not among those the coordinator tells yet: it hears
+    // here, ahead of the worker's updates that follow on the same path.
+    if (st.successor_unannounced) caf::anon_send(st.successor, join_atom::value, worker);
+    return start;
   } catch (const bad_request& e) {
     return make_ps_error(e.what());
   }
