@@ -374,6 +374,8 @@ void announce_view(self_ptr self, const coordinator_options& opts, std::function
   tell_checkpointer(opts, view);
   tell_map_change(opts, false);  // every shard has what the map gives it (if it changed)
   if (opts.observer) caf::anon_send(opts.observer, view_atom::value, view);
+  // A leaver still draining passes stale writes on to their owners: it needs their heads.
+  for (const auto& [id, workers] : st.draining_clients) caf::anon_send(st.shard_handles[id], view_atom::value, view);
   auto to_workers = [=] {
     for (auto& sub : self->state.view_subscribers) caf::anon_send(sub, view_atom::value, view);
     if (then) then();
@@ -557,6 +559,13 @@ void copy_failed(self_ptr self, const coordinator_options& opts, std::uint32_t i
   st.copies.erase(std::remove_if(st.copies.begin(), st.copies.end(), [&](const shard_actor& c) { return c.address() == gone; }),
                   st.copies.end());
   if (st.resuming && !copy_failed_while_resuming(self, id, gone)) return;
+  // A map change with chains, or a leaver still draining, does not yet survive a death
+  // (README, "Not yet"): the job ends naming both rather than risk a wrong read.
+  if (opts.replication >= 2 && (st.joining || !st.draining_clients.empty()))
+    return end_job(self, opts, errc::job_failed,
+                   who + " went down (" + describe(reason) + ") while " +
+                     (st.joining ? "the map changed" : "a shard that left was still draining") +
+                     "; with chains of copies that is not survived yet");
   auto& chain = st.shards[id].chain;
   chain.erase(std::remove_if(chain.begin(), chain.end(), [&](const caf::actor& c) { return c.address() == gone; }),
               chain.end());
@@ -1181,7 +1190,7 @@ std::optional<std::string> last_copy_in_process(const coordinator_options& opts,
 
 caf::result<std::string> remove_shard(self_ptr self, const coordinator_options& opts, std::uint32_t id) {
   auto& st = self->state;
-  auto refuse = [&](const std::string& why) {
+  auto refuse = [id](const std::string& why) {  // by value: it may answer after this handler
     return make_error(errc::refused, "coordinator: shard " + std::to_string(id) + " cannot leave: " + why);
   };
   if (auto why = map_change_refusal(opts, st); !why.empty()) return refuse(why);
