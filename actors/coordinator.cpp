@@ -466,6 +466,17 @@ std::optional<std::uint32_t> host_for_copy(const coordinator_options& opts, cons
 void grow_chain(self_ptr self, const coordinator_options& opts, std::uint32_t id, std::uint32_t process,
                 std::function<void()> next = {});
 
+void grow_chains(self_ptr self, const coordinator_options& opts);
+
+// A growth step ended: a map change that waited for it goes first (chains grow on after
+// it), else the next chain grows.
+void grow_on(self_ptr self, const coordinator_options& opts) {
+  auto waiting = std::move(self->state.after_growth);
+  self->state.after_growth = nullptr;
+  if (waiting) return waiting();
+  grow_chains(self, opts);
+}
+
 // Chains shorter than --replication grow back, one copy at a time, in live server
 // processes that hold no copy of the shard yet (none left: the chain stays as it is).
 void grow_chains(self_ptr self, const coordinator_options& opts) {
@@ -488,7 +499,7 @@ void chain_grown(self_ptr self, const coordinator_options& opts, std::uint32_t i
   auto& chain = st.shards[id].chain;
   if (st.ending || chain.empty() || chain.back() != tail) {
     caf::anon_send_exit(copy, caf::exit_reason::kill);
-    return next ? next() : grow_chains(self, opts);
+    return next ? next() : grow_on(self, opts);
   }
   self->monitor(copy);
   const auto process = process_of(opts, id, position);
@@ -510,7 +521,7 @@ void chain_grown(self_ptr self, const coordinator_options& opts, std::uint32_t i
                     std::to_string(process) + ", seeded by the chain's tail; epoch " + std::to_string(st.epoch));
   if (st.joining) tell_chains(self, opts);  // a joiner's chain: the clients get it with the join's map
   else announce_view(self, opts);
-  next ? next() : grow_chains(self, opts);
+  next ? next() : grow_on(self, opts);
 }
 
 // A copy of shard `id` starts in `process` and its chain's tail seeds it (extend_atom).
@@ -525,7 +536,7 @@ void grow_chain(self_ptr self, const coordinator_options& opts, std::uint32_t id
   auto failed = [=](const std::string& why) {
     self->state.growing = false;
     tell_news(opts, "shard " + std::to_string(id) + "'s chain was not grown: " + why);
-    next ? next() : grow_chains(self, opts);
+    next ? next() : grow_on(self, opts);
   };
   self->request(st.process_heads[process], std::chrono::seconds(5), host_copy_atom::value,
                 make_registration(self, opts, id), position)
@@ -1015,7 +1026,7 @@ void end_change(self_ptr self) {
 // Why the map cannot change now (empty: it can).
 std::string map_change_refusal(const coordinator_options& opts, const coordinator_state& st) {
   if (st.resuming) return "the coordinator is resuming the job; try again once its members are back";
-  if (st.joining) return "another shard is joining or leaving; try again once it has";
+  if (st.joining || st.after_growth) return "another shard is joining or leaving; try again once it has";
   if (st.ending) return "the job is ending";
   if (!st.view_ready) return "the job has not formed yet";
   return {};
@@ -1025,6 +1036,10 @@ std::string map_change_refusal(const coordinator_options& opts, const coordinato
 // of the handoffs undone). go() once each answered, else refused(why). The map change
 // is reserved meanwhile (another is refused).
 void when_shards_can_move(self_ptr self, std::function<void()> go, std::function<void(std::string)> refused) {
+  if (self->state.growing) {  // a copy seeded under the old map must not join its chain under the new one
+    self->state.after_growth = [=] { when_shards_can_move(self, go, refused); };
+    return;
+  }
   auto heads = live_heads(self->state);
   self->state.joining = true;
   auto settle = [=](std::string why) {

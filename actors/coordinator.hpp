@@ -4,6 +4,7 @@
 // registered it hands every member the shard map. It monitors every member, runs
 // barriers among the live workers, and forwards progress and results to an observer.
 // It quits when every worker has finished or died, which tells servers to stop.
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -103,6 +104,7 @@ struct coordinator_state {
   // in process (s + j) % servers, grown ones too (their position says where).
   std::map<std::uint32_t, shard_actor> process_heads;
   bool growing = false;  // a chain is growing by a copy (one at a time)
+  std::function<void()> after_growth;  // a map change that waits for that copy to join its chain
   std::set<std::uint32_t> ungrowable;  // shards whose tail refused to seed a copy (a disk tier)
   // A leaver's copies further down its chain: stopped with it once clients drained it.
   std::map<std::uint32_t, std::vector<caf::actor>> leavers_copies;
