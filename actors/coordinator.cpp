@@ -509,12 +509,8 @@ void chain_grown(self_ptr self, const coordinator_options& opts, std::uint32_t i
   st.copy_positions[copy.address()] = position;
   st.copies.push_back(caf::actor_cast<shard_actor>(copy));
   chain.push_back(copy);
-  // Workers that joined or ended after its seed was taken: told as every copy was (a
-  // join it has seen already is refused there, harmlessly).
-  for (std::uint32_t w = 0; w < st.worker_done.size(); ++w) {
-    if (st.worker_done[w]) caf::anon_send(caf::actor_cast<shard_actor>(copy), leave_atom::value, w);
-    else caf::anon_send(caf::actor_cast<shard_actor>(copy), join_atom::value, w);
-  }
+  // Workers that joined or ended while it was seeded heard of it through its tail
+  // (server_shard's join and leave pass them on to a copy the maps do not name yet).
   ++st.epoch;
   tell_news(opts, "shard " + std::to_string(id) + "'s chain grew to " + std::to_string(chain.size()) +
                     " copies: copy " + std::to_string(position) + " in the process of server shard " +

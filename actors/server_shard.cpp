@@ -1187,6 +1187,8 @@ shard_actor::behavior_type server_shard(self_ptr self, coordinator_actor coordin
     [=](clock_atom, const request_header& hdr) { return tick(self, opts, self->state.coordinator, hdr); },
     [=](leave_atom, std::uint32_t worker) {
       feed(self, opts, self->state.coordinator, [&](shard_core& c) { return c.leave(worker); });
+      // As a join (below): a copy this tail seeds is not among those the coordinator tells.
+      if (self->state.successor_unannounced) caf::anon_send(self->state.successor, leave_atom::value, worker);
     },
     [=](join_atom, std::uint32_t worker) { return join(self, worker); },
     // From the coordinator: host a replacement for a dead shard in this process.
