@@ -17,6 +17,7 @@ common=(--app=clocksum --servers=2 --workers=2 --replication=2 --ps.heartbeat-ms
         --ps.failure-timeout-ms=$detect_ms)
 coord="$(addr 0):7000"
 run_in c coord.log "$bin/psnode" --role=coordinator --host="$(addr 0)" --port=7000 "${common[@]}"
+coordinator=$!
 # The coordinator is up once it prints its address.
 wait_for "$work/coord.log" "coordinator listening" 20 || { cat "$work/coord.log"; exit 1; }
 run_in s0 s0.log "$bin/psnode" --role=server --host="$(addr 1)" --coordinator="$coord" "${common[@]}"
@@ -35,25 +36,28 @@ t1=$(date +%s%N)
 detected=$(( (t1 - t0) / 1000000 ))
 echo "netns: link of server 192.0.2.12 cut; coordinator declared it dead after $detected ms (failure timeout $detect_ms ms)"
 
-# The workers end by themselves. Should they not within 80 s, the watchdog shows where
-# everyone is and ends them (ctest would otherwise kill this script at 120 s, silently).
-( sleep 80 >/dev/null 2>&1; echo "netns: workers still running 80 s after the cut; the logs' tails:"
+# The workers and then the coordinator end by themselves: the coordinator acknowledges a
+# worker's result before its log prints it, so the results are read only once it has
+# exited. Should they not end within 80 s, the watchdog shows where everyone is and ends
+# them (ctest would otherwise kill this script at 120 s, silently).
+( sleep 80 >/dev/null 2>&1; echo "netns: job still running 80 s after the cut; the logs' tails:"
   for f in "$work"/*.log; do echo "== $(basename "$f")"; tail -n 20 "$f"; done
-  kill -9 "$w0" "$w1" 2>/dev/null ) &
+  kill -9 "$w0" "$w1" "$coordinator" 2>/dev/null ) &
 watchdog=$!
 status=0
 wait "$w0" || status=1
 wait "$w1" || status=1
+wait "$coordinator" || { echo "the coordinator exited $?"; status=1; }
 pkill -P "$watchdog" 2>/dev/null || true  # its sleep
 kill "$watchdog" 2>/dev/null || true
 cat "$work/coord.log"
-[ "$status" -eq 0 ] || { echo "a worker failed"; cat "$work"/w*.log; exit 1; }
+[ "$status" -eq 0 ] || { echo "a member failed"; cat "$work"/w*.log; exit 1; }
 # Detection within the timeout plus one heartbeat interval and some scheduling slack.
 [ "$detected" -le $((detect_ms + 1000)) ] || { echo "detection took $detected ms"; exit 1; }
 grep -q "chain closed over it" "$work/coord.log" || { echo "no failover"; exit 1; }
 # Exactly the fault-free result: 150 clocks of (1 + 2) on every key of both shards.
 for w in 0 1; do
-  line=$(grep "^{\"worker\":$w," "$work/coord.log")
+  line=$(grep "^{\"worker\":$w," "$work/coord.log") || { echo "no result of worker $w in coord.log"; exit 1; }
   echo "$line" | grep -q '"shard_values":{"0":450,"1":450}' || { echo "wrong result: $line"; exit 1; }
   echo "$line" | grep -q '"stale_reads":0' || { echo "stale reads: $line"; exit 1; }
 done
