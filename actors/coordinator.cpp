@@ -77,6 +77,14 @@ std::vector<shard_actor> live_heads(const coordinator_state& st) {
   return heads;
 }
 
+// The ids of the shards in the map (not those that left it).
+std::vector<std::uint32_t> live_ids(const coordinator_state& st) {
+  std::vector<std::uint32_t> ids;
+  for (std::uint32_t i = 0; i < st.shard_handles.size(); ++i)
+    if (!st.retired.count(i)) ids.push_back(i);
+  return ids;
+}
+
 // Tells the observer an event; without one (a coordinator on its own) prints `text`.
 template <class... Event>
 void tell(const coordinator_options& opts, const std::string& text, Event&&... event) {
@@ -298,7 +306,7 @@ void finish_job(self_ptr self, const coordinator_options& opts) {
   ask_heads(self, heads, "say its clock", with_clocks, not_written, final_atom::value);
 }
 
-void stop_if_drained(self_ptr self, std::uint32_t id);
+void stop_if_drained(self_ptr self, const coordinator_options& opts, std::uint32_t id);
 void stop_leavers_copies(self_ptr self, std::uint32_t id);
 
 // After a worker left or the members came back: the job ends once every worker is done
@@ -323,7 +331,7 @@ void worker_finished(self_ptr self, const coordinator_options& opts, std::uint32
   std::vector<std::uint32_t> drained;
   for (auto& [shard, workers] : st.draining_clients)
     if (workers.erase(id) && workers.empty()) drained.push_back(shard);
-  for (auto shard : drained) stop_if_drained(self, shard);
+  for (auto shard : drained) stop_if_drained(self, opts, shard);
   // It leaves the clock vector: BSP and SSP reads stop waiting for it.
   for (auto& copy : st.copies) caf::anon_send(copy, leave_atom::value, id);
   tell_members(self);
@@ -517,6 +525,7 @@ void chain_grown(self_ptr self, const coordinator_options& opts, std::uint32_t i
                     std::to_string(process) + ", seeded by the chain's tail; epoch " + std::to_string(st.epoch));
   if (st.joining) tell_chains(self, opts);  // a joiner's chain: the clients get it with the join's map
   else announce_view(self, opts);
+  for (auto held : std::set<std::uint32_t>(st.leavers_held)) stop_if_drained(self, opts, held);
   next ? next() : grow_on(self, opts);
 }
 
@@ -558,6 +567,8 @@ void grow_chain(self_ptr self, const coordinator_options& opts, std::uint32_t id
       });
 }
 
+void ask_again_after_failover(self_ptr self, const coordinator_options& opts, std::uint32_t id);
+
 // A copy of shard `id` died. With a copy left, the chain closes over the gap; with none,
 // the shard is recovered from a checkpoint (or the job ends).
 void copy_failed(self_ptr self, const coordinator_options& opts, std::uint32_t id, const caf::actor_addr& gone,
@@ -566,13 +577,6 @@ void copy_failed(self_ptr self, const coordinator_options& opts, std::uint32_t i
   st.copies.erase(std::remove_if(st.copies.begin(), st.copies.end(), [&](const shard_actor& c) { return c.address() == gone; }),
                   st.copies.end());
   if (st.resuming && !copy_failed_while_resuming(self, id, gone)) return;
-  // A map change with chains, or a leaver still draining, does not yet survive a death
-  // (README, "Not yet"): the job ends naming both rather than risk a wrong read.
-  if (opts.replication >= 2 && (st.joining || !st.draining_clients.empty()))
-    return end_job(self, opts, errc::job_failed,
-                   who + " went down (" + describe(reason) + ") while " +
-                     (st.joining ? "the map changed" : "a shard that left was still draining") +
-                     "; with chains of copies that is not survived yet");
   auto& chain = st.shards[id].chain;
   chain.erase(std::remove_if(chain.begin(), chain.end(), [&](const caf::actor& c) { return c.address() == gone; }),
               chain.end());
@@ -584,9 +588,16 @@ void copy_failed(self_ptr self, const coordinator_options& opts, std::uint32_t i
   tell_news(opts, who + " went down (" + describe(reason) + "); shard " + std::to_string(id) + "'s chain closed over it: " +
     std::to_string(chain.size()) + " cop" + (chain.size() == 1 ? "y" : "ies") + " left, epoch " +
     std::to_string(st.epoch) + "; nothing lost");
-  if (st.joining) return tell_chains(self, opts);  // the clients get the map once the change is over
+  if (!st.change.empty()) {  // the clients get the map once the change is over
+    tell_chains(self, opts);
+    return ask_again_after_failover(self, opts, id);
+  }
   announce_view(self, opts);
-  grow_chains(self, opts);
+  if (auto retry = std::move(st.retry_move)) {  // shards were being asked whether they can move
+    st.retry_move = nullptr;
+    return retry();
+  }
+  if (!st.joining) grow_chains(self, opts);  // while shards are asked whether they can move: after that
 }
 
 void shard_failed(self_ptr self, const coordinator_options& opts, std::uint32_t id, const std::string& who,
@@ -971,23 +982,59 @@ caf::result<registration> park_registration(self_ptr self, const coordinator_opt
   return rp;
 }
 
-// The givers hand over what the new map moves; once every one has (each answers after
-// its takers took their parts), done("") runs, else done(why).
-void hand_over(self_ptr self, std::vector<shard_actor> givers, cluster_view view,
-               std::function<void(std::string)> done) {
-  auto remaining = std::make_shared<std::size_t>(givers.size());
-  auto failed = std::make_shared<std::string>();
-  auto answered = [=] {
-    if (--*remaining == 0) done(*failed);
-  };
-  if (givers.empty()) return done("");
-  for (auto& giver : givers)
-    self->request(giver, std::chrono::seconds(120), handoff_atom::value, view)
-      .then([=](std::uint64_t) { answered(); },
-            [=](caf::error& e) {
-              *failed = describe(e);
-              answered();
-            });
+// The answer (or failure, why) to ask `attempt` of shard id's handoff in round r; one
+// asked again since is no longer waited for.
+void handoff_answered(self_ptr self, const std::shared_ptr<handover_round>& r, std::uint32_t id, std::uint64_t attempt,
+                      const std::string& why) {
+  auto it = r->pending.find(id);
+  if (it == r->pending.end() || it->second != attempt) return;
+  r->pending.erase(it);
+  if (!why.empty()) r->failed = "shard " + std::to_string(id) + ": " + why;
+  if (!r->pending.empty()) return;
+  if (self->state.handover == r) self->state.handover.reset();
+  r->done(r->failed);
+}
+
+// Asks shard id's head of the moment for its part of round r: the change's map, with the
+// heads and chains as they are now (a chain may have closed since the change began).
+void ask_for_handoff(self_ptr self, const coordinator_options& opts, const std::shared_ptr<handover_round>& r,
+                     std::uint32_t id) {
+  auto& st = self->state;
+  auto attempt = ++r->pending[id];
+  auto view = make_view(self, opts);
+  view.epoch = r->epoch;
+  auto head = st.shard_handles[id];
+  self->request(head, std::chrono::seconds(120), handoff_atom::value, view)
+    .then([=](std::uint64_t) { handoff_answered(self, r, id, attempt, ""); },
+          [=](caf::error& e) {
+            // A head that died: with chains it is asked again once its chain has closed
+            // (copy_failed, or now if that came first).
+            if (opts.replication >= 2 && e == caf::sec::request_receiver_down) {
+              if (self->state.shard_handles[id] != head && r->pending.count(id) && r->pending[id] == attempt)
+                ask_for_handoff(self, opts, r, id);
+              return;
+            }
+            handoff_answered(self, r, id, attempt, describe(e));
+          });
+}
+
+// The shards `ids` hand over what the change's map (view) moves; done(why) once all
+// answered (why: empty when every one could).
+void hand_over(self_ptr self, const coordinator_options& opts, const std::vector<std::uint32_t>& ids,
+               const cluster_view& view, std::function<void(std::string)> done) {
+  if (ids.empty()) return done("");
+  auto r = std::make_shared<handover_round>();
+  r->epoch = view.epoch;
+  r->done = std::move(done);
+  self->state.handover = r;
+  for (auto id : ids) ask_for_handoff(self, opts, r, id);
+}
+
+// A chain closed during a map change: a head that had not answered its handoff yet is
+// asked again through the new head.
+void ask_again_after_failover(self_ptr self, const coordinator_options& opts, std::uint32_t id) {
+  auto r = self->state.handover;
+  if (r && r->pending.count(id)) ask_for_handoff(self, opts, r, id);
 }
 
 // A fraction with three decimals, for news.
@@ -1020,7 +1067,7 @@ void end_change(self_ptr self) {
 }
 
 // Why the map cannot change now (empty: it can).
-std::string map_change_refusal(const coordinator_options& opts, const coordinator_state& st) {
+std::string map_change_refusal(const coordinator_state& st) {
   if (st.resuming) return "the coordinator is resuming the job; try again once its members are back";
   if (st.joining || st.after_growth) return "another shard is joining or leaving; try again once it has";
   if (st.ending) return "the job is ending";
@@ -1030,17 +1077,33 @@ std::string map_change_refusal(const coordinator_options& opts, const coordinato
 
 // Before a map change: every shard must answer (a shard that cannot would leave its part
 // of the handoffs undone). go() once each answered, else refused(why). The map change
-// is reserved meanwhile (another is refused).
-void when_shards_can_move(self_ptr self, std::function<void()> go, std::function<void(std::string)> refused) {
+// is reserved meanwhile (another is refused). With chains, a head that died is asked
+// again through its chain's new head, once the chain has closed (copy_failed).
+void when_shards_can_move(self_ptr self, const coordinator_options& opts, std::function<void()> go,
+                          std::function<void(std::string)> refused) {
   if (self->state.growing) {  // a copy seeded under the old map must not join its chain under the new one
-    self->state.after_growth = [=] { when_shards_can_move(self, go, refused); };
+    self->state.after_growth = [=] { when_shards_can_move(self, opts, go, refused); };
     return;
   }
   auto heads = live_heads(self->state);
   self->state.joining = true;
+  auto dead = std::make_shared<std::vector<shard_actor>>();  // heads that bounced the question
   auto settle = [=](std::string why) {
-    self->state.joining = false;
+    auto& st = self->state;
+    st.joining = false;
     if (why.empty()) return go();
+    auto again = [=] { when_shards_can_move(self, opts, go, refused); };
+    if (opts.replication >= 2 && !dead->empty()) {
+      const auto live = live_heads(st);
+      bool replaced = std::none_of(dead->begin(), dead->end(), [&](const shard_actor& h) {
+        return std::find(live.begin(), live.end(), h) != live.end();
+      });
+      st.joining = true;  // still reserved
+      if (replaced) return again();
+      st.retry_move = again;  // once the chain closed over it
+      return;
+    }
+    grow_chains(self, opts);  // over copies that died meanwhile
     refused(why);
   };
   auto remaining = std::make_shared<std::size_t>(heads.size());
@@ -1053,6 +1116,7 @@ void when_shards_can_move(self_ptr self, std::function<void()> go, std::function
             },
             [=](caf::error& e) {
               *failed = "a shard did not answer before the map change (" + describe(e) + ")";
+              if (e == caf::sec::request_receiver_down) dead->push_back(heads[i]);
               if (--*remaining == 0) settle(*failed);
             });
 }
@@ -1076,9 +1140,9 @@ void build_joiner_chain(self_ptr self, const coordinator_options& opts, std::uin
 // The joiner has the map (and, with chains, its copies): the givers hand it what the map
 // moves; the clients get the map once it has all of it.
 void hand_to_joiner(self_ptr self, const coordinator_options& opts, const std::string& who,
-                    std::vector<shard_actor> givers, cluster_view view, double moved) {
+                    std::vector<std::uint32_t> givers, cluster_view view, double moved) {
   auto started = std::chrono::steady_clock::now();
-  hand_over(self, givers, view, [=](std::string failed) {
+  hand_over(self, opts, givers, view, [=](std::string failed) {
     if (!failed.empty()) return end_job(self, opts, errc::job_failed, who + " could not join: " + failed);
     end_change(self);
     tell_news(opts, "coordinator: " + who + " joined; its keys and rows were handed over in " + ms_since(started) +
@@ -1104,7 +1168,7 @@ void admit_shard(self_ptr self, const coordinator_options& opts, const caf::acto
     rp.deliver(make_error(errc::refused, std::string("coordinator: a server cannot join this job: ") + e.what()));
     return;
   }
-  std::vector<shard_actor> givers = live_heads(st);
+  auto givers = live_ids(st);
   auto old_placement = st.placement;
   auto moved = moved_key_fraction(map_of(make_view(self, opts)), next, dense_ranges(opts.spec));
   st.epoch = next.epoch();
@@ -1152,21 +1216,32 @@ caf::result<registration> join_shard(self_ptr self, const coordinator_options& o
   auto refuse = [](const std::string& why) {
     return make_error(errc::refused, "coordinator: a server cannot join this job: " + why);
   };
-  if (auto why = map_change_refusal(opts, self->state); !why.empty()) return refuse(why);
+  if (auto why = map_change_refusal(self->state); !why.empty()) return refuse(why);
   if (!sender) return refuse("the registration came without a handle");
   auto rp = self->make_response_promise<registration>();
   when_shards_can_move(
-    self, [=]() mutable { admit_shard(self, opts, sender, info, rp); },
+    self, opts, [=]() mutable { admit_shard(self, opts, sender, info, rp); },
     [=](std::string why) mutable { rp.deliver(refuse(why)); });
   return rp;
 }
 
+std::optional<std::string> last_copy_in_process(const coordinator_options& opts, const coordinator_state& st,
+                                                std::uint32_t process);
+
 // A shard that left the map stops once no running worker's client needs it (each says
-// so, or finishes): normally, so its process exits 0.
-void stop_if_drained(self_ptr self, std::uint32_t id) {
+// so, or finishes): normally, so its process exits 0. Not while its process holds the
+// last copy of another shard (a copy elsewhere died since it was let go): that chain
+// grows elsewhere first (chain_grown asks again).
+void stop_if_drained(self_ptr self, const coordinator_options& opts, std::uint32_t id) {
   auto& st = self->state;
   auto it = st.draining_clients.find(id);
   if (it == st.draining_clients.end() || !it->second.empty()) return;
+  if (auto last = last_copy_in_process(opts, st, id)) {
+    if (st.leavers_held.insert(id).second)
+      tell_news(opts, "coordinator: shard " + std::to_string(id) + " has left but does not stop yet: " + *last);
+    return grow_chains(self, opts);
+  }
+  st.leavers_held.erase(id);
   st.draining_clients.erase(it);
   stop_leavers_copies(self, id);
   self->request(st.shard_handles[id], std::chrono::seconds(5), stop_atom::value, std::uint8_t{0},
@@ -1179,18 +1254,17 @@ void stop_if_drained(self_ptr self, std::uint32_t id) {
 void drain_shard(self_ptr self, const coordinator_options& opts, std::uint32_t id,
                  caf::typed_response_promise<std::string> rp);
 
-// The copies a leaver's process holds end with it (ends_with): why it cannot go when one
+// The copies a server process holds end with it (ends_with): why it cannot end when one
 // of them is the last of its shard (nullopt: it can).
 std::optional<std::string> last_copy_in_process(const coordinator_options& opts, const coordinator_state& st,
-                                                std::uint32_t id) {
-  auto head = st.process_heads.find(id);
-  if (opts.replication < 2 || head == st.process_heads.end() || head->second != st.shard_handles[id]) return std::nullopt;
+                                                std::uint32_t process) {
+  if (opts.replication < 2) return std::nullopt;
   for (std::uint32_t other = 0; other < st.shards.size(); ++other) {
-    if (other == id || st.retired.count(other)) continue;
+    if (other == process || st.retired.count(other)) continue;
     std::size_t elsewhere = 0, here = 0;
     for (const auto& copy : st.shards[other].chain) {
       auto at = st.copy_positions.find(copy.address());
-      (process_of(opts, other, at == st.copy_positions.end() ? 0 : at->second) == id ? here : elsewhere) += 1;
+      (process_of(opts, other, at == st.copy_positions.end() ? 0 : at->second) == process ? here : elsewhere) += 1;
     }
     if (here > 0 && elsewhere == 0)
       return "its process holds the last copy of shard " + std::to_string(other) +
@@ -1199,18 +1273,27 @@ std::optional<std::string> last_copy_in_process(const coordinator_options& opts,
   return std::nullopt;
 }
 
+// Why shard id cannot leave because of the copies its process holds (nullopt: it can);
+// a process whose first shard is no longer that shard's head has ended.
+std::optional<std::string> leaver_holds_last_copy(const coordinator_options& opts, const coordinator_state& st,
+                                                  std::uint32_t id) {
+  auto head = st.process_heads.find(id);
+  if (head == st.process_heads.end() || head->second != st.shard_handles[id]) return std::nullopt;
+  return last_copy_in_process(opts, st, id);
+}
+
 caf::result<std::string> remove_shard(self_ptr self, const coordinator_options& opts, std::uint32_t id) {
   auto& st = self->state;
   auto refuse = [id](const std::string& why) {  // by value: it may answer after this handler
     return make_error(errc::refused, "coordinator: shard " + std::to_string(id) + " cannot leave: " + why);
   };
-  if (auto why = map_change_refusal(opts, st); !why.empty()) return refuse(why);
+  if (auto why = map_change_refusal(st); !why.empty()) return refuse(why);
   if (id >= st.shards.size() || st.retired.count(id)) return refuse("there is no such shard in the map");
   if (st.shards.size() - st.retired.size() < 2) return refuse("it is the last shard");
-  if (auto last = last_copy_in_process(opts, st, id)) return refuse(*last);
+  if (auto last = leaver_holds_last_copy(opts, st, id)) return refuse(*last);
   auto rp = self->make_response_promise<std::string>();
   when_shards_can_move(
-    self, [=]() mutable { drain_shard(self, opts, id, rp); }, [=](std::string why) mutable { rp.deliver(refuse(why)); });
+    self, opts, [=]() mutable { drain_shard(self, opts, id, rp); }, [=](std::string why) mutable { rp.deliver(refuse(why)); });
   return rp;
 }
 
@@ -1265,8 +1348,7 @@ void drain_shard(self_ptr self, const coordinator_options& opts, std::uint32_t i
   st.placement = next.placement();
   st.retired.insert(id);
   begin_change(self, opts, "leave", id);
-  auto leaver = st.shard_handles[id];
-  auto remaining_shards = live_heads(st);
+  auto remaining_shards = live_ids(st);
   auto view = make_view(self, opts);
   tell_checkpointer(opts, view);  // before any shard takes parts under the new map
   tell_map_change(opts, true);
@@ -1277,9 +1359,9 @@ void drain_shard(self_ptr self, const coordinator_options& opts, std::uint32_t i
     rp.deliver(make_ps_error("coordinator: " + who + " could not leave: " + why));
     end_job(self, opts, errc::job_failed, who + " could not leave: " + why);
   };
-  hand_over(self, remaining_shards, view, [=](std::string why) mutable {
+  hand_over(self, opts, remaining_shards, view, [=](std::string why) mutable {
     if (!why.empty()) return failed(why);
-    hand_over(self, {leaver}, view, [=](std::string why) mutable {
+    hand_over(self, opts, {id}, view, [=](std::string why) mutable {
       if (!why.empty()) return failed(why);
       auto& st = self->state;
       let_leaver_go(self, id);
@@ -1290,7 +1372,7 @@ void drain_shard(self_ptr self, const coordinator_options& opts, std::uint32_t i
       tell_news(opts, "coordinator: " + text);
       announce_view(self, opts, [=]() mutable {
         rp.deliver(text);
-        stop_if_drained(self, id);
+        stop_if_drained(self, opts, id);
       });
       grow_chains(self, opts);  // over copies that died while it left
     });
@@ -1420,13 +1502,13 @@ void finish_change(self_ptr self, const coordinator_options& opts) {
     else end_change(self);
     tell_news(opts, "coordinator: " + what + ": done");
     go_on_resumed(self, opts);
-    if (leaving) stop_if_drained(self, id);
+    if (leaving) stop_if_drained(self, opts, id);
   };
   tell_map_change(opts, true);
-  hand_over(self, live_heads(st), view, [=](const std::string& why) {
+  hand_over(self, opts, live_ids(st), view, [=](const std::string& why) {
     if (!why.empty()) return failed(why);
     if (!leaving) return done();
-    hand_over(self, {self->state.shard_handles[id]}, view, [=](const std::string& why) {
+    hand_over(self, opts, {id}, view, [=](const std::string& why) {
       if (!why.empty()) return failed(why);
       done();
     });
@@ -1545,7 +1627,7 @@ caf::result<registration> rejoin_drained_leaver(self_ptr self, const coordinator
   for (std::uint32_t w = 0; w < st.worker_done.size(); ++w)
     if (!st.worker_done[w]) waiting.insert(w);
   auto reg = make_registration(self, opts, id);
-  stop_if_drained(self, id);
+  stop_if_drained(self, opts, id);
   return reg;
 }
 
@@ -1679,7 +1761,7 @@ coordinator_actor::behavior_type coordinator(self_ptr self, coordinator_options 
       auto it = self->state.draining_clients.find(shard);
       if (it == self->state.draining_clients.end()) return;
       it->second.erase(worker);
-      stop_if_drained(self, shard);
+      stop_if_drained(self, opts, shard);
     },
     [=](view_atom, std::uint32_t worker) {
       auto& st = self->state;

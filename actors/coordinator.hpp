@@ -65,6 +65,18 @@ struct coordinator_options {
   std::chrono::milliseconds rejoin_patience{10000};
 };
 
+// One round of a map change's handoffs: each shard in `pending` (by id) is asked, through
+// its head of the moment, to adopt the change's map and hand over what it moves. With
+// chains, a head that dies first is asked again through the chain's new head, which
+// holds everything the dead one had not handed over yet (heads pass a change down only
+// once its parts were taken).
+struct handover_round {
+  std::uint64_t epoch = 0;                         // the change's map
+  std::map<std::uint32_t, std::uint64_t> pending;  // shard id -> its latest ask
+  std::string failed;                              // why a shard could not (empty: none)
+  std::function<void(std::string)> done;           // once every shard answered
+};
+
 struct coordinator_state {
   std::vector<shard_entry> shards;
   std::vector<shard_actor> shard_handles;  // each shard's head
@@ -113,12 +125,15 @@ struct coordinator_state {
   std::vector<client_actor> view_subscribers;      // workers' key-value clients
   partitioner::placement_list placement;           // after joins: the dense buckets' owners (empty: fresh)
   bool joining = false;  // a shard is joining or leaving: keys are being handed over
+  std::shared_ptr<handover_round> handover;  // the change's handoffs under way (none: none)
+  std::function<void()> retry_move;  // a map change that waits for a chain to close over a dead head
   std::string change;    // that map change, saved for a resume: "join" or "leave" (empty: none)
   std::uint32_t change_shard = 0;
   std::set<std::uint32_t> retired;  // shards removed from the map (psctl remove-shard); ids are not reused
   // A shard that left the map stops once every running worker's client has no request
   // left for it: per such shard, the workers still to say so.
   std::map<std::uint32_t, std::set<std::uint32_t>> draining_clients;
+  std::set<std::uint32_t> leavers_held;  // drained, but their processes hold a shard's last copy
   std::map<caf::actor_addr, std::uint32_t> subscriber_workers;  // a client -> its worker
   static inline const char* name = "coordinator";
 };

@@ -583,6 +583,8 @@ void catch_up(client_ptr self, std::size_t idx, std::uint64_t epoch) {
   submit(self, idx, clock_request(self, idx, request_header{epoch, st.worker, st.issued_tick, 0}, op));
 }
 
+bool reroute_retired(client_ptr self, std::size_t idx);
+
 // A map whose shards differ from the client's (a shard joined): later requests are
 // planned by it; reads refused as moved meanwhile are planned again.
 void take_new_map(client_ptr self, const cluster_view& view) {
@@ -614,8 +616,8 @@ void take_new_map(client_ptr self, const cluster_view& view) {
   for (std::size_t idx = 0; idx < st.routes.size(); ++idx) {
     const auto id = st.routes[idx].link.id;
     st.routes[idx].retired = std::none_of(view.shards.begin(), view.shards.end(), [&](const shard_entry& e) { return e.id == id; });
-    if (st.routes[idx].retired) report_if_idle(self, idx);
-    else catch_up(self, idx, view.epoch);
+    if (!st.routes[idx].retired) catch_up(self, idx, view.epoch);
+    else if (st.routes[idx].down.empty() || st.routes[idx].abandoned || !reroute_retired(self, idx)) report_if_idle(self, idx);
   }
   auto parked = std::move(st.moved_reads);
   st.moved_reads.clear();
@@ -688,6 +690,8 @@ void apply_view(client_ptr self, const cluster_view& view) {
                                      " requests sent again");
     pump(self, idx);
   }
+  for (std::size_t idx = 0; idx < st.routes.size(); ++idx)
+    if (st.routes[idx].retired && !st.routes[idx].down.empty() && !st.routes[idx].abandoned) reroute_retired(self, idx);
 }
 
 // One chunk of a request on its way to shard idx: what every sending of it needs.
@@ -1253,6 +1257,45 @@ void rejoin(client_ptr self, coordinator_actor coordinator) {
     [=](const std::string& why) { coordinator_gone(self, why); });
 }
 
+// A shard that left the map is down (or went down before this client learned it left)
+// with requests still waiting for it: they go to a live shard of the new map instead,
+// with the same headers, as the leaver would have passed them on. It passes a write's
+// parts to their owners (whose duplicate filters count each once, should the leaver have
+// passed it on already) and refuses a read as moved, which is planned again by the new
+// map; a clock tick for the leaver counts as done (it gates nothing). False when no live
+// shard is left.
+bool reroute_retired(client_ptr self, std::size_t idx) {
+  auto& st = self->state;
+  auto live = std::find_if(st.routes.begin(), st.routes.end(), [](const shard_route& r) {
+    return !r.retired && r.down.empty() && !r.abandoned;
+  });
+  if (live == st.routes.end()) return false;
+  auto& route = st.routes[idx];
+  route.link.handle = live->link.handle;
+  route.tail = live->tail;
+  self->monitor(route.link.handle);
+  if (route.tail != route.link.handle) self->monitor(route.tail);
+  ++route.generation;
+  route.down.clear();
+  std::deque<pending_request> again;
+  auto keep = [&](pending_request& r) {
+    if (r.tick) return chunk_answered(r.op.get());
+    again.push_back(std::move(r));
+  };
+  for (auto& [tag, r] : route.sent) keep(r);
+  for (auto& r : route.queued) keep(r);
+  route.sent.clear();
+  route.queued.clear();
+  route.inflight_bytes = 0;
+  route.queued = std::move(again);
+  log_line(log_level::warning, "worker " + std::to_string(st.worker) + ": " + route.link.name + ", which left the map, is down; " +
+                                   std::to_string(route.queued.size()) + " requests sent again through " + live->link.name);
+  lift_fence(self);
+  pump(self, idx);
+  report_if_idle(self, idx);
+  return true;
+}
+
 // The coordinator or a shard copy went down.
 void peer_down(client_ptr self, const caf::down_msg& dm) {
   auto& st = self->state;
@@ -1263,9 +1306,9 @@ void peer_down(client_ptr self, const caf::down_msg& dm) {
     if (!st.routes[i].down.empty()) continue;  // head and tail of one chain: once is enough
     if (st.routes[i].abandoned) continue;  // the coordinator's word came first and failed it all
     if (st.routes[i].retired) {  // it left the map: no replacement comes, nothing new goes there
-      st.routes[i].abandoned = true;
-      st.routes[i].down = st.routes[i].link.name + ", which left the map, is down (" + describe(dm.reason) + ")";
-      fail_all(self, i, st.routes[i].down, true);
+      auto why = st.routes[i].link.name + ", which left the map, is down (" + describe(dm.reason) + ")";
+      st.routes[i].down = why;
+      if (!reroute_retired(self, i)) shard_down(self, i, why);  // until a map names a live shard
       continue;
     }
     shard_down(self, i, st.routes[i].link.name + " is down (" + describe(dm.reason) + ")");

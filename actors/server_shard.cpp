@@ -325,6 +325,30 @@ void apply_own_part(self_ptr self, const shard_options& opts, const coordinator_
   send(st.successor, tag);
 }
 
+// The part of a stale write that shard `owner` owns now, sent to its head of the moment
+// with the write's header; done(outcome) once acknowledged. A head that died (bounced it)
+// gets it again through its chain's new head once a map names that (pass_stale_again).
+void pass_stale_part(self_ptr self, const shard_options& opts, write_kind kind, const request_header& hdr,
+                     std::uint32_t owner, std::shared_ptr<const deferred_update> u, float_block values,
+                     std::function<void(caf::error)> done) {
+  auto next = self->state.owners.at(owner);
+  auto on_ack = [=](std::uint64_t) { done({}); };
+  auto on_error = [=](caf::error& e) {
+    if (e == caf::sec::request_receiver_down)
+      return self->state.stale_waiting.push_back(
+        {owner, next, [=] { pass_stale_part(self, opts, kind, hdr, owner, u, values, done); }});
+    done(make_ps_error(self->state.name + ": passing a write of moved keys to shard " + std::to_string(owner) + ": " +
+                       describe(e)));
+  };
+  if (kind == write_kind::rows)
+    self->request(next, opts.forward_timeout, push_rows_atom::value, hdr, row_ids{*u->table, u->ids}, values)
+      .then(on_ack, on_error);
+  else if (kind == write_kind::push)
+    self->request(next, opts.forward_timeout, push_atom::value, hdr, range_list{u->ranges}, values).then(on_ack, on_error);
+  else
+    self->request(next, opts.forward_timeout, init_atom::value, hdr, range_list{u->ranges}, values).then(on_ack, on_error);
+}
+
 // A write planned by an older map (a shard joined since; the worker's client has not
 // got the new map yet): the part this shard still owns is applied here, each other part
 // goes on to its owner with the same header, so the new owner's duplicate filter (which
@@ -357,24 +381,10 @@ caf::result<std::uint64_t> forward_stale(self_ptr self, const shard_options& opt
                               " moved to shard " + std::to_string(owner) + ", whose handle this shard lacks"));
       continue;
     }
-    auto on_ack = [=](std::uint64_t) mutable { part_done({}); };
-    auto on_error = [=, name = st.name](caf::error& e) mutable {
-      part_done(make_ps_error(name + ": passing a write of moved keys to shard " + std::to_string(owner) + ": " +
-                              describe(e)));
-    };
     auto values = float_block::own(std::move(u.values));
-    auto send = [=, next = to->second, u = std::move(u)]() mutable {
-      if (kind == write_kind::rows)
-        self->request(next, opts.forward_timeout, push_rows_atom::value, hdr, row_ids{*u.table, u.ids}, values)
-          .then(on_ack, on_error);
-      else if (kind == write_kind::push)
-        self->request(next, opts.forward_timeout, push_atom::value, hdr, range_list{u.ranges}, values)
-          .then(on_ack, on_error);
-      else
-        self->request(next, opts.forward_timeout, init_atom::value, hdr, range_list{u.ranges}, values)
-          .then(on_ack, on_error);
-    };
-    if (st.holding_forwards) st.held_forwards.push_back(std::move(send));
+    auto part = std::make_shared<const deferred_update>(std::move(u));
+    auto send = [=] { pass_stale_part(self, opts, kind, hdr, owner, part, values, part_done); };
+    if (st.holding_forwards) st.held_forwards.push_back(send);
     else send();
   }
   return rp;
@@ -387,6 +397,18 @@ void release_forwards(self_ptr self) {
   auto held = std::move(st.held_forwards);
   st.held_forwards.clear();
   for (auto& send : held) send();
+}
+
+// A map naming new heads: the writes of moved keys their old heads bounced go there.
+void pass_stale_again(self_ptr self) {
+  auto& st = self->state;
+  std::vector<shard_state::stale_write> waiting;
+  for (auto& w : std::exchange(st.stale_waiting, {})) {
+    auto owner = st.owners.find(w.owner);
+    if (owner != st.owners.end() && owner->second != w.sent_to) w.send();
+    else waiting.push_back(std::move(w));
+  }
+  for (auto& w : waiting) st.stale_waiting.push_back(std::move(w));
 }
 
 // A push or an init with its values: handed to the core, then acknowledged and passed
@@ -535,6 +557,10 @@ encoded_block block_of(const std::string& bytes) {
 }
 
 // Whether the shard's map still has it (a shard that left has handed all over).
+bool in_map(const cluster_view& view, std::uint32_t id) {
+  return std::any_of(view.shards.begin(), view.shards.end(), [&](const shard_entry& e) { return e.id == id; });
+}
+
 bool in_own_map(const shard_core& core) {
   const auto& ids = core.map().shard_ids();
   return std::find(ids.begin(), ids.end(), core.id()) != ids.end();
@@ -563,6 +589,9 @@ void follow(self_ptr self, const shard_actor& next) {
   }
 }
 
+void resend_untaken(self_ptr self);
+void pass_stale_again(self_ptr self);
+
 // A new map: this copy's place in its chain. A new successor (the old one died) gets
 // what it may lack again, in order; a copy that became the tail owes the replies itself.
 std::uint64_t take_view(self_ptr self, const cluster_view& view) {
@@ -572,6 +601,8 @@ std::uint64_t take_view(self_ptr self, const cluster_view& view) {
   if (view.checkpointer) st.checkpointer = view.checkpointer;
   for (const auto& e : view.shards)
     if (e.handle) st.owners[e.id] = caf::actor_cast<shard_actor>(e.handle);
+  resend_untaken(self);
+  pass_stale_again(self);
   auto id = st.core->id();
   // By id: a map after a removal lacks the shards that left.
   auto entry = std::find_if(view.shards.begin(), view.shards.end(), [&](const shard_entry& e) { return e.id == id; });
@@ -968,14 +999,23 @@ caf::result<std::string> stats(self_ptr self) {
 
 // One handoff under way (the map changed under this shard): its answer, the new epoch,
 // waits until every part was taken. With a disk tier the moved rows come off the disk in
-// pages that leave as they are read; the parts themselves leave after the last page
-// (CAF keeps one sender's order), as their deferred pushes may touch the pages' rows.
+// pages that leave as they are read; the parts themselves leave after the last page (CAF
+// keeps one sender's order), as their deferred pushes may touch the pages' rows.
 struct handoff_run {
   self_ptr self;
   // Who waits for its answer: the coordinator that asked, and one resumed since that asked again.
   std::vector<caf::typed_response_promise<std::uint64_t>> answers;
   cluster_view view;
   std::vector<shard_handoff> parts;  // sent once no scan is left
+  // A part on its way: sent again to its taker's new head should the taker die first.
+  struct sent_part {
+    std::uint32_t to = 0;
+    encoded_block block;
+    shard_actor taker;          // the head it was sent to
+    std::uint64_t attempt = 0;  // answers to an older sending are not waited for
+    bool taken = false;
+  };
+  std::vector<sent_part> sent;
   std::size_t scans = 0;             // disk_move scans not finished
   std::size_t untaken = 0;           // parts sent, not taken yet
   bool parts_sent = false, settled = false;
@@ -1005,26 +1045,49 @@ void advance_handoff(self_ptr self, const handoff_run_ptr& run) {
   if (run->untaken == 0) run->settle(run->view.epoch);
 }
 
-// A taker that fails to take its part fails the handoff: the coordinator ends the job
-// then (the part is not held anywhere else).
+// Sending `attempt` of part i to its taker's head of the moment. A taker that bounces it
+// (it died) gets it again through its chain's new head, once a map names that
+// (resend_untaken); any other failure fails the handoff, and the coordinator ends the job.
+void send_part(self_ptr self, const handoff_run_ptr& run, std::size_t i) {
+  auto& part = run->sent[i];
+  auto owner = self->state.owners.find(part.to);
+  if (owner == self->state.owners.end())
+    return run->fail(self->state.name + ": the map names no handle for shard " + std::to_string(part.to));
+  part.taker = owner->second;
+  auto attempt = ++part.attempt;
+  auto to = part.to;
+  self->request(part.taker, std::chrono::seconds(60), takeover_atom::value, part.block)
+    .then(
+      [=](std::uint64_t) {
+        auto& p = run->sent[i];
+        if (p.attempt != attempt || p.taken) return;
+        p.taken = true;
+        --run->untaken;
+        advance_handoff(self, run);
+      },
+      [=](caf::error& e) {
+        if (run->sent[i].attempt != attempt || e == caf::sec::request_receiver_down) return;
+        run->fail(self->state.name + ": shard " + std::to_string(to) + " did not take its keys: " + describe(e));
+      });
+}
+
 void send_parts(self_ptr self, const handoff_run_ptr& run, std::vector<shard_handoff> parts) {
   for (const auto& part : parts) {
-    const auto& shards = run->view.shards;
-    auto entry = std::find_if(shards.begin(), shards.end(), [&](const shard_entry& e) { return e.id == part.to; });
-    if (entry == shards.end() || !entry->handle)
-      return run->fail(self->state.name + ": the map names no handle for shard " + std::to_string(part.to));
-    auto block = block_of(encode_handoff(part));
+    run->sent.push_back({part.to, block_of(encode_handoff(part)), {}, 0, false});
     ++run->untaken;
-    auto to = part.to;
-    self->request(caf::actor_cast<shard_actor>(entry->handle), std::chrono::seconds(60), takeover_atom::value, block)
-      .then(
-        [=](std::uint64_t) {
-          --run->untaken;
-          advance_handoff(self, run);
-        },
-        [=](caf::error& e) {
-          run->fail(self->state.name + ": shard " + std::to_string(to) + " did not take its keys: " + describe(e));
-        });
+    send_part(self, run, run->sent.size() - 1);
+  }
+}
+
+// A map naming a new head for a shard that has not taken its part yet (its head died):
+// the part goes there (a copy that took it already from the dead head ignores it).
+void resend_untaken(self_ptr self) {
+  auto run = std::static_pointer_cast<handoff_run>(self->state.handoff);
+  if (!run || run->settled) return;
+  for (std::size_t i = 0; i < run->sent.size(); ++i) {
+    const auto& part = run->sent[i];
+    auto owner = self->state.owners.find(part.to);
+    if (!part.taken && owner != self->state.owners.end() && owner->second != part.taker) send_part(self, run, i);
   }
 }
 
@@ -1073,7 +1136,9 @@ caf::result<std::uint64_t> adopt_as_copy(self_ptr self, const shard_options& opt
   if (view.epoch <= st.core->map_epoch()) return view.epoch;  // adopted already
   shard_effects fx;
   try {
-    st.core->hand_off(map_of(view), fx);  // the parts are the head's to send
+    // The parts are the head's to send; kept here until the change is over, for this
+    // copy to send should it become the head first (the coordinator then asks it).
+    st.kept_parts = st.core->hand_off(map_of(view), fx);
   } catch (const bad_request& e) {
     return make_ps_error(e.what());
   }
@@ -1084,34 +1149,14 @@ caf::result<std::uint64_t> adopt_as_copy(self_ptr self, const shard_options& opt
   return pass_down(self, handoff_sender(self, opts, view), view.epoch, std::nullopt);
 }
 
-caf::result<std::uint64_t> hand_off(self_ptr self, const shard_options& opts, const coordinator_actor& coordinator,
-                                    const cluster_view& view) {
+// A handoff of `parts` (and, with a disk tier, of the rows `moves` take off the disk);
+// answered once every part was taken.
+caf::result<std::uint64_t> start_handoff(self_ptr self, const cluster_view& view, std::vector<shard_handoff> parts,
+                                         std::vector<disk_move> moves) {
   auto& st = self->state;
-  if (!st.core) return make_ps_error(st.name + ": not configured yet, cannot hand keys over");
-  if (!st.core->head()) return adopt_as_copy(self, opts, coordinator, view);
-  if (view.epoch == st.core->map_epoch()) {  // handed over already: asked again by a resumed coordinator
-    auto under_way = std::static_pointer_cast<handoff_run>(st.handoff);
-    if (!under_way || under_way->settled) return view.epoch;
-    under_way->answers.push_back(self->make_response_promise<std::uint64_t>());
-    return under_way->answers.back();
-  }
   auto run = std::make_shared<handoff_run>();
-  shard_effects fx;
-  try {
-    run->parts = st.core->hand_off(map_of(view), fx);
-  } catch (const bad_request& e) {
-    return make_ps_error(e.what());
-  }
-  auto moves = std::move(fx.moves);
-  carry_out(self, opts, coordinator, fx);  // parked pulls of moved keys fail (errc::moved); moved rows go to disk
-  take_view(self, view);
-  if (run->parts.empty() && moves.empty()) {  // it gives nothing: answered once its copies have the map too
-    if (!st.successor) return view.epoch;
-    return pass_down(self, handoff_sender(self, opts, view), view.epoch, std::nullopt);
-  }
-  if (st.successor)  // its copies drop what it gives (their answer is not waited for: it is the parts' takers')
-    self->request(st.successor, opts.forward_timeout, handoff_atom::value, view).then([](std::uint64_t) {}, [](caf::error&) {});
   run->self = self;
+  run->parts = std::move(parts);
   run->answers.push_back(self->make_response_promise<std::uint64_t>());
   run->view = view;
   run->scans = moves.size();
@@ -1120,6 +1165,57 @@ caf::result<std::uint64_t> hand_off(self_ptr self, const shard_options& opts, co
   for (auto& m : moves) scan_moved_rows(self, run, std::move(m));  // after the writes carry_out sent
   advance_handoff(self, run);
   return run->answers.front();
+}
+
+// Asked for a change this shard has adopted: by a resumed coordinator (answered with the
+// handoff under way), or as the new head of a chain whose head died during the change,
+// which sends what it kept as a copy (a taker that has a giver's part ignores it).
+caf::result<std::uint64_t> hand_off_again(self_ptr self, const cluster_view& view) {
+  auto& st = self->state;
+  auto under_way = std::static_pointer_cast<handoff_run>(st.handoff);
+  if (under_way && !under_way->settled && under_way->view.epoch == view.epoch) {
+    under_way->answers.push_back(self->make_response_promise<std::uint64_t>());
+    return under_way->answers.back();
+  }
+  if (st.kept_parts.empty()) return view.epoch;
+  take_view(self, view);  // the takers' heads of the moment
+  return start_handoff(self, view, std::exchange(st.kept_parts, {}), {});
+}
+
+caf::result<std::uint64_t> hand_off(self_ptr self, const shard_options& opts, const coordinator_actor& coordinator,
+                                    const cluster_view& view) {
+  auto& st = self->state;
+  if (!st.core) return make_ps_error(st.name + ": not configured yet, cannot hand keys over");
+  // The coordinator asks heads only: a copy it asks is the head of a shard that left the
+  // map (whose views name it no more) after its old head died during the change.
+  const bool from_coordinator = st.coordinator && self->current_sender() == caf::actor_cast<caf::strong_actor_ptr>(st.coordinator);
+  if (!st.core->head() && from_coordinator && !in_map(view, st.core->id())) st.core->set_head(true);
+  if (!st.core->head()) return adopt_as_copy(self, opts, coordinator, view);
+  if (view.epoch == st.core->map_epoch()) return hand_off_again(self, view);
+  st.kept_parts.clear();
+  std::vector<shard_handoff> parts;
+  shard_effects fx;
+  try {
+    parts = st.core->hand_off(map_of(view), fx);
+  } catch (const bad_request& e) {
+    return make_ps_error(e.what());
+  }
+  auto moves = std::move(fx.moves);
+  carry_out(self, opts, coordinator, fx);  // parked pulls of moved keys fail (errc::moved); moved rows go to disk
+  take_view(self, view);
+  if (parts.empty() && moves.empty()) {  // it gives nothing: answered once its copies have the map too
+    if (!st.successor) return view.epoch;
+    return pass_down(self, handoff_sender(self, opts, view), view.epoch, std::nullopt);
+  }
+  // Its copies adopt the map in order with its updates: they stop serving what moved,
+  // and keep it until the change is over (adopt_as_copy). Their answer is not waited for
+  // (it is the parts' takers'); a new successor gets it again (follow).
+  if (st.successor) {
+    auto tag = ++st.next_forward;
+    st.forwards.emplace(tag, shard_state::forward{handoff_sender(self, opts, view), {}, view.epoch, [](caf::error) {}});
+    st.forwards.at(tag).send(st.successor, tag);
+  }
+  return start_handoff(self, view, std::move(parts), std::move(moves));
 }
 
 // A giver's part: this shard now owns it.

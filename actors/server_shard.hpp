@@ -15,6 +15,7 @@
 #include "actors/data_plane.hpp"
 #include "actors/messages.hpp"
 #include "actors/reconnect.hpp"
+#include "libps/handoff.hpp"
 #include "actors/row_io.hpp"
 #include "libps/checkpoint.hpp"
 #include "libps/faults.hpp"
@@ -119,7 +120,18 @@ struct shard_state {
   // The handoff under way (its answer waits for its parts to be taken): a resumed
   // coordinator that asks again for the same map is answered with it.
   std::shared_ptr<void> handoff;
+  // A copy's share of its head's handoff: what the map change moved away from it, kept
+  // until the next change, to be handed over should this copy become the head first.
+  std::vector<shard_handoff> kept_parts;
   std::vector<std::function<void()>> held_forwards;
+  // Writes of moved keys whose owner's head bounced them (it died): sent again once a map
+  // names another head for that owner.
+  struct stale_write {
+    std::uint32_t owner = 0;
+    shard_actor sent_to;
+    std::function<void()> send;
+  };
+  std::vector<stale_write> stale_waiting;
   struct forward {
     std::function<void(shard_actor, std::uint64_t)> send;  // (successor, tag)
     caf::typed_response_promise<std::uint64_t> reply;

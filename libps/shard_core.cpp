@@ -166,8 +166,15 @@ std::vector<shard_handoff> shard_core::hand_off(const partitioner& next, shard_e
     return it->second;
   };
   // A newcomer hears from every giver, even of nothing: the handoff carries the clocks.
+  // So does every shard from one that leaves the map: a write of its keys still on its
+  // way here is passed on to their new owner later, which must not count that writer's
+  // clock before it (it keeps the lower clocks until the writer ticks it again).
+  const auto in = [](const partitioner& m, std::uint32_t id) {
+    return std::find(m.shard_ids().begin(), m.shard_ids().end(), id) != m.shard_ids().end();
+  };
+  const bool leaving = !in(next, id_);
   for (auto id : next.shard_ids())
-    if (std::find(map_.shard_ids().begin(), map_.shard_ids().end(), id) == map_.shard_ids().end() && id != id_) to(id);
+    if (id != id_ && (leaving || !in(map_, id))) to(id);
   std::vector<stored_segment> kept;
   for (auto& [owner, segments] : split_by_owner(store_->snapshot(), next, state_slots_)) {
     if (owner == id_) kept = std::move(segments);
@@ -197,6 +204,10 @@ shard_effects shard_core::take_over(const shard_handoff& h) {
     throw bad_request(name_ + ": a handoff of epoch " + std::to_string(h.epoch) + " came before this shard's map of it "
                       "(epoch " + std::to_string(map_.epoch()) + ")");
   shard_effects fx;
+  // A giver's part of a change counts once: its new head (the old one died) sends it
+  // again, and a disk tier's pages ahead of it too, which the first part covered already.
+  if (!h.whole && parts_taken_.count({h.from, h.epoch})) return fx;
+  if (!h.whole && !h.rows_only) parts_taken_.emplace(h.from, h.epoch);
   if (h.rows_only) {
     for (const auto& t : h.rows) rows_.adopt(t.table, t.stride, t.ids, t.rows);
     if (auto w = rows_.trim(front_.keep_from)) fx.writes.push_back(std::move(w));

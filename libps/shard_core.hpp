@@ -195,8 +195,10 @@ class shard_core {
   // Takes what a handoff carries (this shard's map must give it all of it): keys, rows,
   // admission's counts (added) and deferred pushes; clocks merged (the first handoff's as they are, later ones the lower);
   // its applied (worker, seq) count as applied here. Its effects: deferred pushes and
-  // parked pulls the clocks now release. Throws bad_request for a handoff meant for
-  // another shard or of a map newer than this shard's.
+  // parked pulls the clocks now release. A giver's part of a map change it took already
+  // is ignored (a giver's head died after sending it: its new head sends it again).
+  // Throws bad_request for a handoff meant for another shard or of a map newer than
+  // this shard's.
   shard_effects take_over(const shard_handoff& h);
   // Everything this shard holds, as one handoff to itself (whole): what a new copy at
   // the end of its chain starts from (take_over) when the chain grows back after a copy
@@ -331,6 +333,7 @@ class shard_core {
   // are acknowledged (kv_client's fence and catch-up).
   std::uint64_t took_over_at_ = 0;
   bool was_in_map_ = false;  // it handed off (was in an earlier map): handoffs merge clocks
+  std::set<std::pair<std::uint32_t, std::uint64_t>> parts_taken_;  // (giver, epoch of its map change)
   std::unique_ptr<param_store> store_;
   staleness_controller consistency_;
   duplicate_filter applied_;

@@ -6,6 +6,7 @@
 
 #include <map>
 #include <memory>
+#include <set>
 #include <vector>
 
 #include "libps/handoff.hpp"
@@ -264,6 +265,52 @@ TEST_CASE("handoff: a newcomer hears from every giver, even one that gives it no
   REQUIRE(handoffs.size() == 1);
   CHECK(handoffs[0].to == 1);
   CHECK(handoffs[0].clocks.size() == 2);
+}
+
+TEST_CASE("handoff: a giver's part sent again by its chain's new head counts once") {
+  two_and_a_newcomer c(infinite_staleness);
+  c.push_all(c.before, 0, 0, 1.0f, 1000);
+  key_type k = 0;
+  while (c.after.owner(k) != 2) k += 4;
+  auto giver = c.before.owner(k);
+  // The giver's copy adopts the same map and keeps the same part (its head then dies).
+  shard_core copy(shard(giver, 1, {0, 1}, infinite_staleness));
+  for (const auto& seg : c.cores[giver]->store().snapshot()) {
+    REQUIRE(copy.init({1, 0, 0, 1}, {{seg.begin, seg.end}}, seg.values.data(), seg.values.size()).ok());
+  }
+  shard_effects fx, copy_fx;
+  auto parts = c.hand_off(giver, fx);
+  auto again = copy.hand_off(c.after, copy_fx);
+  REQUIRE(parts.size() == 1);
+  REQUIRE(again.size() == 1);
+  REQUIRE(c.cores[2]->take_over(parts[0]).ok());
+  std::vector<float> g{1.0f};
+  REQUIRE(c.cores[2]->push({2, 1, 1, 5000}, {{k, k + 1}}, g.data(), 1).ok());  // an update after the first part
+  REQUIRE(c.cores[2]->take_over(again[0]).ok());  // the same part again: ignored, not merged a second time
+  CHECK(c.value(2, k) == static_cast<float>(k) - 2.5f);  // sgd with momentum 0.5: 1, then 1.5
+  std::uint64_t held = 0;
+  for (const auto& seg : c.cores[2]->store().snapshot()) held += seg.end - seg.begin;
+  std::uint64_t given = 0;
+  for (key_type x = 0; x < num_keys; ++x) given += c.after.owner(x) == 2 && c.before.owner(x) == giver;
+  CHECK(held == given);  // no key twice
+}
+
+TEST_CASE("handoff: a shard that leaves hands every other shard its clocks, even one that gains nothing now") {
+  auto three = map_of_shards(1, {0, 1, 2});
+  auto two = three.without_shard(2);
+  shard_core leaver(shard(2, 1, {0, 1, 2}, 0));
+  shard_effects fx;
+  auto handoffs = leaver.hand_off(two, fx);
+  std::set<std::uint32_t> to;
+  for (const auto& h : handoffs) {
+    to.insert(h.to);
+    CHECK(h.clocks.size() == 2);
+  }
+  CHECK(to == std::set<std::uint32_t>{0, 1});
+  // A shard that stays hands nothing to the others that gain nothing from it.
+  shard_core stays(shard(0, 1, {0, 1, 2}, 0));
+  shard_effects fx0;
+  CHECK(stays.hand_off(two, fx0).empty());
 }
 
 TEST_CASE("handoff: the fraction of keys a map change moves") {
