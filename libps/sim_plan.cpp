@@ -74,9 +74,9 @@ sim_plan plan_for_seed(std::uint64_t seed, bool elastic) {
       p.remove_shard = static_cast<std::uint32_t>(rng() % p.servers);
       p.remove_step = between(rng, 0, 400);
     }
-    // A head that dies while the map of a job with chains changes ends the job (a stated
-    // limit): such plans keep their partitions and message faults, not the kill.
-    if (p.replication >= 2 && (p.join_step || p.remove_shard)) p.kill_server.reset();
+    // A removal ends its process: a kill on top of it must leave one process with a
+    // copy, or the keys are lost by design (no checkpoints here), so it needs three.
+    if (p.remove_shard && p.servers + (p.join_step ? 1 : 0) < 3) p.kill_server.reset();
   }
   if ((elastic || (!p.join_step && !p.remove_shard)) && one_in(rng, 4)) {
     p.restart_step = between(rng, 0, 400);
