@@ -536,29 +536,48 @@ void grow_chain(self_ptr self, const coordinator_options& opts, std::uint32_t id
                 std::function<void()> next) {
   auto& st = self->state;
   st.growing = true;
+  const auto attempt = ++st.growth_attempt;
   const auto position = grown_position(opts, process);
   const auto tail = st.shards[id].chain.back();
+  auto spawned = std::make_shared<caf::actor>();
   auto failed = [=](const std::string& why) {
+    if (self->state.growth_attempt != attempt || !self->state.growing) return;  // given up on already
     self->state.growing = false;
+    self->state.growth_abort = nullptr;
+    if (*spawned) caf::anon_send_exit(*spawned, caf::exit_reason::kill);
     tell_news(opts, "shard " + std::to_string(id) + "'s chain was not grown: " + why);
     next ? next() : grow_on(self, opts);
   };
+  // Its tail dying while it seeds the copy would leave this waiting for the request's
+  // timeout: copy_failed gives up on it at once.
+  st.growth_tail = tail.address();
+  st.growth_abort = failed;
   self->request(st.process_heads[process], std::chrono::seconds(5), host_copy_atom::value,
                 make_registration(self, opts, id), position)
     .then(
       [=](caf::actor& copy) {
+        if (self->state.growth_attempt != attempt || !self->state.growing) {
+          caf::anon_send_exit(copy, caf::exit_reason::kill);
+          return;
+        }
+        *spawned = copy;
         self->request(caf::actor_cast<shard_actor>(tail), std::chrono::seconds(60), extend_atom::value, copy)
-          .then([=](std::uint64_t) { chain_grown(self, opts, id, position, tail, copy, next); },
+          .then([=](std::uint64_t) {
+                  if (self->state.growth_attempt != attempt || !self->state.growing) return;
+                  self->state.growth_abort = nullptr;
+                  chain_grown(self, opts, id, position, tail, copy, next);
+                },
                 [=](caf::error& e) {
-                  caf::anon_send_exit(copy, caf::exit_reason::kill);
                   // A tail that refused (a disk tier) is not asked again; one that died
                   // or did not answer is replaced in its chain, which then grows from it.
-                  if (e != caf::sec::request_receiver_down && e != caf::sec::request_timeout)
+                  if (e != caf::sec::request_receiver_down && e != caf::sec::request_timeout &&
+                      self->state.growth_attempt == attempt)
                     self->state.ungrowable.insert(id);
                   failed(describe(e));
                 });
       },
       [=](caf::error& e) {
+        if (self->state.growth_attempt != attempt) return;
         // Its process died (its down message may still be on the way) or does not answer:
         // it hosts no copy from now on, and another may.
         self->state.process_heads.erase(process);
@@ -577,14 +596,22 @@ void copy_failed(self_ptr self, const coordinator_options& opts, std::uint32_t i
   st.copies.erase(std::remove_if(st.copies.begin(), st.copies.end(), [&](const shard_actor& c) { return c.address() == gone; }),
                   st.copies.end());
   if (st.resuming && !copy_failed_while_resuming(self, id, gone)) return;
+  // A growth whose seeding tail this was is given up at once (its request would wait for
+  // its timeout), once the chain no longer names it.
+  auto give_up = st.growing && st.growth_tail == gone ? std::exchange(st.growth_abort, nullptr) : nullptr;
+  const std::string tail_died = "its tail went down while seeding the new copy";
   auto& chain = st.shards[id].chain;
   chain.erase(std::remove_if(chain.begin(), chain.end(), [&](const caf::actor& c) { return c.address() == gone; }),
               chain.end());
-  if (opts.replication < 2 || !st.view_ready || chain.empty()) return recover_shard(self, opts, id, who, reason);
+  if (opts.replication < 2 || !st.view_ready || chain.empty()) {
+    if (give_up) give_up(tail_died);
+    return recover_shard(self, opts, id, who, reason);
+  }
   ++st.epoch;
   st.shards[id].handle = chain.front();
   st.shards[id].since_epoch = st.epoch;
   st.shard_handles[id] = caf::actor_cast<shard_actor>(chain.front());
+  if (give_up) give_up(tail_died);
   tell_news(opts, who + " went down (" + describe(reason) + "); shard " + std::to_string(id) + "'s chain closed over it: " +
     std::to_string(chain.size()) + " cop" + (chain.size() == 1 ? "y" : "ies") + " left, epoch " +
     std::to_string(st.epoch) + "; nothing lost");

@@ -116,6 +116,9 @@ struct coordinator_state {
   // in process (s + j) % servers, grown ones too (their position says where).
   std::map<std::uint32_t, shard_actor> process_heads;
   bool growing = false;  // a chain is growing by a copy (one at a time)
+  std::uint64_t growth_attempt = 0;  // numbers growth steps: a late answer to one given up on is ignored
+  caf::actor_addr growth_tail;       // the tail seeding the copy of the growth under way
+  std::function<void(std::string)> growth_abort;  // gives that growth up (its tail died)
   std::function<void()> after_growth;  // a map change that waits for that copy to join its chain
   std::set<std::uint32_t> ungrowable;  // shards whose tail refused to seed a copy (a disk tier)
   // A leaver's copies further down its chain: stopped with it once clients drained it.

@@ -326,17 +326,24 @@ void apply_own_part(self_ptr self, const shard_options& opts, const coordinator_
 }
 
 // The part of a stale write that shard `owner` owns now, sent to its head of the moment
-// with the write's header; done(outcome) once acknowledged. A head that died (bounced it)
-// gets it again through its chain's new head once a map names that (pass_stale_again).
+// with the write's header; done(outcome) once acknowledged. It stays pending until then:
+// a map naming another head for that owner (its head died, and with it perhaps this
+// message) sends it there again (pass_stale_again), the first answer counts.
 void pass_stale_part(self_ptr self, const shard_options& opts, write_kind kind, const request_header& hdr,
                      std::uint32_t owner, std::shared_ptr<const deferred_update> u, float_block values,
-                     std::function<void(caf::error)> done) {
-  auto next = self->state.owners.at(owner);
-  auto on_ack = [=](std::uint64_t) { done({}); };
+                     std::function<void(caf::error)> done, std::uint64_t id = 0) {
+  auto& st = self->state;
+  if (id == 0) id = ++st.next_stale;
+  auto next = st.owners.at(owner);
+  st.stale_pending[id] = {owner, next, [=] { pass_stale_part(self, opts, kind, hdr, owner, u, values, done, id); }};
+  auto on_ack = [=](std::uint64_t) {
+    if (self->state.stale_pending.erase(id)) done({});
+  };
   auto on_error = [=](caf::error& e) {
-    if (e == caf::sec::request_receiver_down)
-      return self->state.stale_waiting.push_back(
-        {owner, next, [=] { pass_stale_part(self, opts, kind, hdr, owner, u, values, done); }});
+    auto it = self->state.stale_pending.find(id);
+    // Bounced by a head that died (or an older sending): a map naming the new head sends it again.
+    if (it == self->state.stale_pending.end() || it->second.sent_to != next || e == caf::sec::request_receiver_down) return;
+    self->state.stale_pending.erase(it);
     done(make_ps_error(self->state.name + ": passing a write of moved keys to shard " + std::to_string(owner) + ": " +
                        describe(e)));
   };
@@ -399,16 +406,16 @@ void release_forwards(self_ptr self) {
   for (auto& send : held) send();
 }
 
-// A map naming new heads: the writes of moved keys their old heads bounced go there.
+// A map naming new heads: the writes of moved keys not yet acknowledged by an owner's old
+// head go to the new one.
 void pass_stale_again(self_ptr self) {
   auto& st = self->state;
-  std::vector<shard_state::stale_write> waiting;
-  for (auto& w : std::exchange(st.stale_waiting, {})) {
+  std::vector<std::function<void()>> again;
+  for (const auto& [id, w] : st.stale_pending) {
     auto owner = st.owners.find(w.owner);
-    if (owner != st.owners.end() && owner->second != w.sent_to) w.send();
-    else waiting.push_back(std::move(w));
+    if (owner != st.owners.end() && owner->second != w.sent_to) again.push_back(w.send);
   }
-  for (auto& w : waiting) st.stale_waiting.push_back(std::move(w));
+  for (auto& send : again) send();
 }
 
 // A push or an init with its values: handed to the core, then acknowledged and passed

@@ -124,14 +124,15 @@ struct shard_state {
   // until the next change, to be handed over should this copy become the head first.
   std::vector<shard_handoff> kept_parts;
   std::vector<std::function<void()>> held_forwards;
-  // Writes of moved keys whose owner's head bounced them (it died): sent again once a map
-  // names another head for that owner.
+  // Parts of writes of moved keys on their way to their owners, until acknowledged: sent
+  // again should a map name another head for the owner.
   struct stale_write {
     std::uint32_t owner = 0;
     shard_actor sent_to;
     std::function<void()> send;
   };
-  std::vector<stale_write> stale_waiting;
+  std::map<std::uint64_t, stale_write> stale_pending;
+  std::uint64_t next_stale = 0;
   struct forward {
     std::function<void(shard_actor, std::uint64_t)> send;  // (successor, tag)
     caf::typed_response_promise<std::uint64_t> reply;
