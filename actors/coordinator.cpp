@@ -126,6 +126,7 @@ coordinator_record record_of(const coordinator_state& st, const coordinator_opti
   r.barrier_generation = st.barrier_generation;
   r.change = st.change;
   r.change_shard = st.change_shard;
+  r.change_epoch = st.change_epoch;
   return r;
 }
 
@@ -1084,6 +1085,7 @@ void begin_change(self_ptr self, const coordinator_options& opts, const std::str
   st.joining = true;
   st.change = kind;
   st.change_shard = shard;
+  st.change_epoch = st.epoch;
   persist(self, opts);
 }
 
@@ -1515,7 +1517,8 @@ void finish_resume(self_ptr self, const coordinator_options& opts) {
 // had made theirs answer once it is complete. A leaver then goes, as it would have.
 void finish_change(self_ptr self, const coordinator_options& opts) {
   auto& st = self->state;
-  const auto view = make_view(self, opts);
+  auto view = make_view(self, opts);
+  view.epoch = std::min(view.epoch, st.change_epoch);  // the change's own map (chains may have closed since)
   const bool leaving = st.change == "leave";
   const auto id = st.change_shard;
   const auto what = std::string(leaving ? "shard " : "server shard ") + std::to_string(id) + (leaving ? " leaving" : " joining");
@@ -1569,6 +1572,7 @@ void resume_job(self_ptr self, const coordinator_options& opts) {
   st.retired.insert(r.retired.begin(), r.retired.end());
   st.change = r.change;
   st.change_shard = r.change_shard;
+  st.change_epoch = r.change_epoch;
   st.joining = !st.change.empty();  // finished once the members are back; no other change before
   std::size_t copies = 0;
   for (const auto& s : r.shards) {

@@ -132,6 +132,7 @@ struct coordinator_state {
   std::function<void()> retry_move;  // a map change that waits for a chain to close over a dead head
   std::string change;    // that map change, saved for a resume: "join" or "leave" (empty: none)
   std::uint32_t change_shard = 0;
+  std::uint64_t change_epoch = 0;  // that change's map's epoch
   std::set<std::uint32_t> retired;  // shards removed from the map (psctl remove-shard); ids are not reused
   // A shard that left the map stops once every running worker's client has no request
   // left for it: per such shard, the workers still to say so.

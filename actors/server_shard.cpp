@@ -564,10 +564,6 @@ encoded_block block_of(const std::string& bytes) {
 }
 
 // Whether the shard's map still has it (a shard that left has handed all over).
-bool in_map(const cluster_view& view, std::uint32_t id) {
-  return std::any_of(view.shards.begin(), view.shards.end(), [&](const shard_entry& e) { return e.id == id; });
-}
-
 bool in_own_map(const shard_core& core) {
   const auto& ids = core.map().shard_ids();
   return std::find(ids.begin(), ids.end(), core.id()) != ids.end();
@@ -1193,10 +1189,11 @@ caf::result<std::uint64_t> hand_off(self_ptr self, const shard_options& opts, co
                                     const cluster_view& view) {
   auto& st = self->state;
   if (!st.core) return make_ps_error(st.name + ": not configured yet, cannot hand keys over");
-  // The coordinator asks heads only: a copy it asks is the head of a shard that left the
-  // map (whose views name it no more) after its old head died during the change.
+  // The coordinator asks heads only: a copy it asks became the head before a map told it
+  // so (its head died during the change, or did not come back to a resumed coordinator;
+  // a shard that left the map gets no more maps).
   const bool from_coordinator = st.coordinator && self->current_sender() == caf::actor_cast<caf::strong_actor_ptr>(st.coordinator);
-  if (!st.core->head() && from_coordinator && !in_map(view, st.core->id())) st.core->set_head(true);
+  if (!st.core->head() && from_coordinator) st.core->set_head(true);
   if (!st.core->head()) return adopt_as_copy(self, opts, coordinator, view);
   if (view.epoch == st.core->map_epoch()) return hand_off_again(self, view);
   st.kept_parts.clear();

@@ -29,7 +29,7 @@ json to_json(const coordinator_record& r) {
           {"epoch", r.epoch},                     {"placement", placement}, {"retired", r.retired},
           {"shards", shards},                     {"worker_done", r.worker_done}, {"results", results},
           {"barrier_generation", r.barrier_generation}, {"saves", r.saves},
-          {"change", r.change}, {"change_shard", r.change_shard}};
+          {"change", r.change}, {"change_shard", r.change_shard}, {"change_epoch", r.change_epoch}};
 }
 
 coordinator_record from_json(const json& j) {
@@ -51,6 +51,7 @@ coordinator_record from_json(const json& j) {
   r.saves = j.at("saves").get<std::uint64_t>();
   r.change = j.value("change", std::string());  // absent in records saved before map changes were
   r.change_shard = j.value("change_shard", std::uint32_t{0});
+  r.change_epoch = j.value("change_epoch", r.epoch);
   return r;
 }
 

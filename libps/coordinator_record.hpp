@@ -47,6 +47,9 @@ struct coordinator_record {
   // handoffs before the job goes on (a shard that has handed over answers again at once).
   std::string change;
   std::uint32_t change_shard = 0;
+  // The epoch of that change's map: its handoffs are asked for under it (a chain that
+  // closed during the change raised the epoch above; 0 in older records: the epoch).
+  std::uint64_t change_epoch = 0;
   std::uint64_t saves = 0;                                         // this record's number of saves
 };
 
