@@ -375,25 +375,63 @@ void tell_checkpointer(const coordinator_options& opts, const cluster_view& view
 
 // Hands the new map to every live shard first, then (once they all have it) to the
 // workers' clients, so no request of the new epoch reaches a shard that lacks it.
+void tell_leavers_chains(self_ptr self, const coordinator_options& opts);
+bool leavers_copy(const coordinator_state& st, const shard_actor& copy);
+
 void announce_view(self_ptr self, const coordinator_options& opts, std::function<void()> then = {}) {
   auto& st = self->state;
   auto view = make_view(self, opts);
   persist(self, opts);
-  auto remaining = std::make_shared<std::size_t>(st.copies.size());
+  std::vector<shard_actor> copies;
+  for (auto& copy : st.copies)
+    if (!leavers_copy(st, copy)) copies.push_back(copy);
+  auto remaining = std::make_shared<std::size_t>(copies.size());
   tell_checkpointer(opts, view);
   tell_map_change(opts, false);  // every shard has what the map gives it (if it changed)
   if (opts.observer) caf::anon_send(opts.observer, view_atom::value, view);
   // A leaver still draining passes stale writes on to their owners: it needs their heads.
-  for (const auto& [id, workers] : st.draining_clients) caf::anon_send(st.shard_handles[id], view_atom::value, view);
+  tell_leavers_chains(self, opts);
   auto to_workers = [=] {
     for (auto& sub : self->state.view_subscribers) caf::anon_send(sub, view_atom::value, view);
     if (then) then();
   };
-  if (st.copies.empty()) return to_workers();
-  for (auto& copy : st.copies)
+  if (copies.empty()) return to_workers();
+  for (auto& copy : copies)
     self->request(copy, std::chrono::seconds(5), view_atom::value, view)
       .then([=](std::uint64_t) { if (--*remaining == 0) to_workers(); },
             [=](caf::error&) { if (--*remaining == 0) to_workers(); });  // a dead one fails over next
+}
+
+// Shards that left the map but still serve: the one whose change is under way, and
+// those clients still drain.
+bool serving_leaver(const coordinator_state& st, std::uint32_t id) {
+  return st.retired.count(id) && id < st.shards.size() &&
+         ((st.change == "leave" && st.change_shard == id) || st.draining_clients.count(id));
+}
+
+// A copy of such a shard: it gets the view with its own chain (tell_leavers_chains),
+// not the map's alone, which would leave it without a successor.
+bool leavers_copy(const coordinator_state& st, const shard_actor& copy) {
+  for (auto id : st.retired)
+    if (serving_leaver(st, id)) {
+      const auto& chain = st.shards[id].chain;
+      if (std::find(chain.begin(), chain.end(), caf::actor_cast<caf::actor>(copy)) != chain.end()) return true;
+    }
+  return false;
+}
+
+// The view for the copies of serving leavers: the map's entries, and its own chain, so a
+// copy whose successor died follows the next one (a map names no shard that left).
+void tell_leavers_chains(self_ptr self, const coordinator_options& opts) {
+  auto& st = self->state;
+  for (auto id : st.retired) {
+    if (!serving_leaver(st, id)) continue;
+    auto view = make_view(self, opts);
+    view.shards.push_back(st.shards[id]);
+    view.shards.back().handle = caf::actor_cast<caf::actor>(st.shard_handles[id]);
+    for (const auto& copy : st.shards[id].chain) caf::anon_send(caf::actor_cast<shard_actor>(copy), view_atom::value, view);
+    if (st.shards[id].chain.empty()) caf::anon_send(st.shard_handles[id], view_atom::value, view);
+  }
 }
 
 // A chain closed while the map changes: the shards get the view (a head needs its new
@@ -403,7 +441,9 @@ void tell_chains(self_ptr self, const coordinator_options& opts) {
   auto& st = self->state;
   auto view = make_view(self, opts);
   persist(self, opts);
-  for (auto& copy : st.copies) caf::anon_send(copy, view_atom::value, view);
+  for (auto& copy : st.copies)
+    if (!leavers_copy(st, copy)) caf::anon_send(copy, view_atom::value, view);
+  tell_leavers_chains(self, opts);
 }
 
 // Registrations waiting for the map: servers (role true) get theirs once every server is
@@ -1535,6 +1575,9 @@ void finish_change(self_ptr self, const coordinator_options& opts) {
     if (leaving) stop_if_drained(self, opts, id);
   };
   tell_map_change(opts, true);
+  // The chains as they were assembled (copies that did not come back left them): a copy
+  // waiting on a dead successor would hold its head's takeovers, and so the change.
+  tell_chains(self, opts);
   hand_over(self, opts, live_ids(st), view, [=](const std::string& why) {
     if (!why.empty()) return failed(why);
     if (!leaving) return done();
