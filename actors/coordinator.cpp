@@ -523,19 +523,37 @@ void grow_on(self_ptr self, const coordinator_options& opts) {
   auto waiting = std::move(self->state.after_growth);
   self->state.after_growth = nullptr;
   if (waiting) return waiting();
+  for (auto held : std::set<std::uint32_t>(self->state.leavers_held)) stop_if_drained(self, opts, held);
   grow_chains(self, opts);
 }
 
-// Chains shorter than --replication grow back, one copy at a time, in live server
-// processes that hold no copy of the shard yet (none left: the chain stays as it is).
+// How many copies of shard id will outlive the processes of shards that left the map
+// (they end once drained: draining_clients names them).
+std::size_t lasting_copies(const coordinator_options& opts, const coordinator_state& st, std::uint32_t id) {
+  std::size_t lasting = 0;
+  for (const auto& copy : st.shards[id].chain) {
+    auto at = st.copy_positions.find(copy.address());
+    lasting += !st.draining_clients.count(process_of(opts, id, at == st.copy_positions.end() ? 0 : at->second));
+  }
+  return lasting;
+}
+
+// Whether shard id's chain can grow now: short of --replication once the leavers'
+// processes end, and a live process can host another copy.
+bool can_grow(const coordinator_options& opts, const coordinator_state& st, std::uint32_t id) {
+  const auto& chain = st.shards[id].chain;
+  return !st.retired.count(id) && !st.ungrowable.count(id) && !chain.empty() &&
+         lasting_copies(opts, st, id) < opts.replication && host_for_copy(opts, st, id);
+}
+
+// Chains short of --replication (counting copies in a leaver's process as gone) grow
+// back, one copy at a time, in live server processes that hold no copy of the shard yet
+// (none left: the chain stays as it is).
 void grow_chains(self_ptr self, const coordinator_options& opts) {
   auto& st = self->state;
   if (opts.replication < 2 || st.growing || st.resuming || st.joining || st.ending || !st.view_ready) return;
-  for (std::uint32_t id = 0; id < st.shards.size(); ++id) {
-    const auto& chain = st.shards[id].chain;
-    if (st.retired.count(id) || st.ungrowable.count(id) || chain.empty() || chain.size() >= opts.replication) continue;
-    if (auto process = host_for_copy(opts, st, id)) return grow_chain(self, opts, id, *process);
-  }
+  for (std::uint32_t id = 0; id < st.shards.size(); ++id)
+    if (can_grow(opts, st, id)) return grow_chain(self, opts, id, *host_for_copy(opts, st, id));
 }
 
 // The new copy is seeded: it joins the end of the chain (a new epoch), unless the tail
@@ -566,7 +584,6 @@ void chain_grown(self_ptr self, const coordinator_options& opts, std::uint32_t i
                     std::to_string(process) + ", seeded by the chain's tail; epoch " + std::to_string(st.epoch));
   if (st.joining) tell_chains(self, opts);  // a joiner's chain: the clients get it with the join's map
   else announce_view(self, opts);
-  for (auto held : std::set<std::uint32_t>(st.leavers_held)) stop_if_drained(self, opts, held);
   next ? next() : grow_on(self, opts);
 }
 
@@ -1297,17 +1314,35 @@ caf::result<registration> join_shard(self_ptr self, const coordinator_options& o
 std::optional<std::string> last_copy_in_process(const coordinator_options& opts, const coordinator_state& st,
                                                 std::uint32_t process);
 
+// Why a leaver's process must not end yet (nullopt: it may): it holds a copy of another
+// shard whose chain would be left short of --replication, and another process can take
+// one (that chain grows there first; chain_grown asks again).
+std::optional<std::string> rehoming_needed(const coordinator_options& opts, const coordinator_state& st,
+                                           std::uint32_t process) {
+  if (opts.replication < 2) return std::nullopt;
+  for (std::uint32_t other = 0; other < st.shards.size(); ++other) {
+    if (other == process || !can_grow(opts, st, other)) continue;
+    for (const auto& copy : st.shards[other].chain) {
+      auto at = st.copy_positions.find(copy.address());
+      if (process_of(opts, other, at == st.copy_positions.end() ? 0 : at->second) == process)
+        return "its process holds a copy of shard " + std::to_string(other) + ", whose chain grows elsewhere first";
+    }
+  }
+  return std::nullopt;
+}
+
 // A shard that left the map stops once no running worker's client needs it (each says
-// so, or finishes): normally, so its process exits 0. Not while its process holds the
-// last copy of another shard (a copy elsewhere died since it was let go): that chain
-// grows elsewhere first (chain_grown asks again).
+// so, or finishes): normally, so its process exits 0. Not while its process holds a copy
+// another process should take first (rehoming_needed).
 void stop_if_drained(self_ptr self, const coordinator_options& opts, std::uint32_t id) {
   auto& st = self->state;
   auto it = st.draining_clients.find(id);
   if (it == st.draining_clients.end() || !it->second.empty()) return;
-  if (auto last = last_copy_in_process(opts, st, id)) {
+  auto why = last_copy_in_process(opts, st, id);  // kept however long it takes: else the keys are lost
+  if (!why) why = rehoming_needed(opts, st, id);
+  if (why) {
     if (st.leavers_held.insert(id).second)
-      tell_news(opts, "coordinator: shard " + std::to_string(id) + " has left but does not stop yet: " + *last);
+      tell_news(opts, "coordinator: shard " + std::to_string(id) + " has left but does not stop yet: " + *why);
     return grow_chains(self, opts);
   }
   st.leavers_held.erase(id);
