@@ -90,8 +90,10 @@ int run(const options& o) {
   const auto t0 = clock::now();
   auto last_progress = t0;
   std::uint64_t failures = 0, messages = 0, combined = 0xcbf29ce484222325ull;
+  std::uint64_t kills_in_changes = 0;  // plans that kill a server process and also add or remove a shard
   for (std::uint64_t seed = o.from; seed < o.from + o.seeds; ++seed) {
     auto plan = ps::plan_for_seed(seed, o.elastic);
+    kills_in_changes += plan.kill_server && (plan.join_step || plan.remove_shard);
     auto out = ps::run_simulation(plan);
     combined = (combined ^ out.trace_hash) * 0x100000001b3ull;
     messages += out.messages;
@@ -113,6 +115,7 @@ int run(const options& o) {
   double seconds = std::chrono::duration<double>(clock::now() - t0).count();
   nlohmann::ordered_json summary{{"seeds", o.seeds}, {"failures", failures}, {"trace_hash", hex(combined)},
                                  {"messages", messages}, {"seconds", seconds}};
+  if (o.elastic) summary["kill_and_change_plans"] = kills_in_changes;
   if (!o.broken.empty()) summary["break"] = o.broken;
   std::printf("%s\n", summary.dump().c_str());
   return failures > 0 ? 1 : 0;

@@ -876,8 +876,8 @@ TEST_CASE("elastic: a server joins a running job, then one of the first leaves (
   }
 }
 
-TEST_CASE("elastic: with --replication=2 a shard leaves: its copies stop with it, the chain that lost the copy its "
-          "process held grows back elsewhere, sums stay exact") {
+TEST_CASE("elastic: with --replication=2 a shard leaves: its copies stop with it, the chain of the copy its process "
+          "held grows elsewhere first, sums stay exact") {
   auto job = running_clocksum(300, 10, "--replication=2", 3);
   const auto at = " --coordinator=127.0.0.1:" + job.port;
   auto [rc, removed] = shell("bin/psctl" + at + " remove-shard 0");
@@ -890,8 +890,13 @@ TEST_CASE("elastic: with --replication=2 a shard leaves: its copies stop with it
   CHECK(removed.find("shard 0 left; its keys and rows were handed over in") != std::string::npos);
   REQUIRE(WIFEXITED(status));
   REQUIRE(WEXITSTATUS(status) == 0);
-  // Process 0 held copy 1 of shard 2; it grows back in the one process left that has none.
-  CHECK(job.out.find("shard 2's chain grew to 2 copies: copy 4 in the process of server shard 1") != std::string::npos);
+  // Process 0 held copy 1 of shard 2: before it ends, that chain grows in the one process
+  // left that has none (a kill then would otherwise leave shard 2 one copy).
+  auto held = job.out.find("shard 0 has left but does not stop yet: its process holds a copy of shard 2");
+  auto grown = job.out.find("shard 2's chain grew to 3 copies: copy 4 in the process of server shard 1");
+  CHECK(held != std::string::npos);
+  CHECK(grown != std::string::npos);
+  CHECK(grown < job.out.find("copy 1 of shard 2 (pid"));  // the copy in process 0 ended after that
   CHECK(job.out.find("restored from") == std::string::npos);
   auto server_ok = job.out.find("{\"role\":\"server\",\"status\":\"ok\"}");
   CHECK(server_ok != std::string::npos);  // the leaver's process ended normally
@@ -904,7 +909,7 @@ TEST_CASE("elastic: with --replication=2 a shard leaves: its copies stop with it
 }
 
 TEST_CASE("elastic: with --replication=2 a server joins (its chain is built before its keys move) and one of the first "
-          "leaves; sums stay exact and every chain ends with 2 copies") {
+          "leaves; sums stay exact and every chain keeps 2 copies") {
   auto moved = join_then_remove(running_clocksum(400, 10, "--replication=2"));
   INFO(moved.out);
   INFO(moved.joined);
@@ -914,11 +919,12 @@ TEST_CASE("elastic: with --replication=2 a server joins (its chain is built befo
   REQUIRE(WEXITSTATUS(moved.status) == 0);
   CHECK(WEXITSTATUS(moved.joiner_status) == 0);
   // The joiner's copy goes to the process of shard 0 (both hold as many copies; the lower
-  // first); when shard 0's process ends, the two copies it held grow back in the others.
+  // first); before shard 0's process ends, the two copies it held grow in the others.
   CHECK(moved.out.find("shard 2's chain grew to 2 copies: copy 2 in the process of server shard 0") != std::string::npos);
   CHECK(moved.out.find("server shard 2 (127.0.0.1:") != std::string::npos);
-  CHECK(moved.out.find("shard 1's chain grew to 2 copies: copy 4 in the process of server shard 2") != std::string::npos);
-  CHECK(moved.out.find("shard 2's chain grew to 2 copies: copy 3 in the process of server shard 1") != std::string::npos);
+  CHECK(moved.out.find("shard 0 has left but does not stop yet") != std::string::npos);
+  CHECK(moved.out.find("shard 1's chain grew to 3 copies: copy 4 in the process of server shard 2") != std::string::npos);
+  CHECK(moved.out.find("shard 2's chain grew to 3 copies: copy 3 in the process of server shard 1") != std::string::npos);
   CHECK(moved.out.find("restored from") == std::string::npos);
   for (std::uint32_t w = 0; w < 2; ++w) {
     auto result = clocksum_line(moved.out, w);
