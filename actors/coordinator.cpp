@@ -1768,7 +1768,7 @@ caf::result<registration> rejoin_shard(self_ptr self, const coordinator_options&
   if (!replica) {
     auto& entry = st.shards[id];
     std::tie(entry.host, entry.port, entry.pid) = std::tie(info.host, info.port, info.pid);
-    if (id < opts.servers) st.process_heads[id] = caf::actor_cast<shard_actor>(sender);
+    if (!st.retired.count(id)) st.process_heads[id] = caf::actor_cast<shard_actor>(sender);  // joiners host copies too
   } else {
     st.copy_positions[sender.address()] = position;
   }
