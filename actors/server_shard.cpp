@@ -1244,6 +1244,20 @@ caf::result<std::uint64_t> take_over(self_ptr self, const shard_options& opts, c
   }, st.core->epoch(), std::nullopt);
 }
 
+// A checkpoint's cut at `boundary`: 0 once agreed, else this shard's minimum clock (it
+// passed the boundary already: the coordinator proposes a later one).
+std::uint64_t cut_at(self_ptr self, std::uint64_t boundary) {
+  if (!self->state.core || self->state.core->checkpoint_at(boundary)) return 0;
+  return self->state.core->min_clock();
+}
+
+// Parked pulls that waited longer than the park limit fail; the next sweep is scheduled.
+void sweep(self_ptr self, const shard_options& opts) {
+  self->state.sweep_scheduled = false;
+  feed(self, opts, self->state.coordinator, [&](shard_core& c) { return c.expire(self->clock().now(), opts.park_limit); });
+  schedule_sweep(self, opts);
+}
+
 }  // namespace
 
 shard_actor::behavior_type server_shard(self_ptr self, coordinator_actor coordinator, shard_options opts) {
@@ -1299,10 +1313,7 @@ shard_actor::behavior_type server_shard(self_ptr self, coordinator_actor coordin
     [=](min_clock_atom) -> std::uint64_t { return self->state.core ? self->state.core->min_clock() : 0; },
     [=](fill_atom, std::uint32_t table, std::uint64_t count) { return fill(self, table, count); },
     [=](stats_atom) { return stats(self); },
-    [=](cut_atom, std::uint64_t boundary) -> std::uint64_t {
-      if (!self->state.core || self->state.core->checkpoint_at(boundary)) return 0;
-      return self->state.core->min_clock();  // passed already: the coordinator proposes a later one
-    },
+    [=](cut_atom, std::uint64_t boundary) { return cut_at(self, boundary); },
     [=](final_atom) -> std::uint64_t { return self->state.core ? self->state.core->highest_clock() : 0; },
     [=](final_atom, std::uint64_t clock) {
       feed(self, opts, self->state.coordinator, [&](shard_core& c) { return c.final_checkpoint(clock); });
@@ -1314,11 +1325,7 @@ shard_actor::behavior_type server_shard(self_ptr self, coordinator_actor coordin
     [=](extend_atom, const caf::actor& next) { return extend_chain(self, opts, next); },
     [=](handoff_atom, const cluster_view& view) { return hand_off(self, opts, self->state.coordinator, view); },
     [=](takeover_atom, const encoded_block& block) { return take_over(self, opts, self->state.coordinator, block); },
-    [=](sweep_atom) {
-      self->state.sweep_scheduled = false;
-      feed(self, opts, self->state.coordinator, [&](shard_core& c) { return c.expire(self->clock().now(), opts.park_limit); });
-      schedule_sweep(self, opts);
-    },
+    [=](sweep_atom) { sweep(self, opts); },
     [=](stop_atom, std::uint8_t code, std::string& why) -> caf::ok_atom {
       self->quit(code == 0 ? caf::error{} : make_error(static_cast<errc>(code), std::move(why)));  // 0: completed
       return caf::ok_atom::value;
