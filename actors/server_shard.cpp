@@ -272,13 +272,20 @@ void forwarded(self_ptr self, std::uint64_t tag, const caf::error& err) {
 // An update applied here goes down the chain; the reply to its sender waits for the
 // successor's, so an acknowledged update is on every copy.
 // made: the reply's promise, made when the request arrived (its values came later).
+// Sends f down the chain and keeps it until the successor answers (a new successor gets
+// it again: follow).
+void send_down(self_ptr self, shard_state::forward f) {
+  auto& st = self->state;
+  auto tag = ++st.next_forward;
+  auto send = f.send;
+  st.forwards.emplace(tag, std::move(f));
+  send(st.successor, tag);
+}
+
 caf::result<std::uint64_t> pass_down(self_ptr self, std::function<void(shard_actor, std::uint64_t)> send,
                                      std::uint64_t value, std::optional<ack_promise> made) {
-  auto& st = self->state;
   auto rp = made ? *made : self->make_response_promise<std::uint64_t>();
-  auto tag = ++st.next_forward;
-  st.forwards.emplace(tag, shard_state::forward{send, rp, value});
-  send(st.successor, tag);
+  send_down(self, {std::move(send), rp, value});
   return rp;
 }
 
@@ -296,6 +303,55 @@ caf::result<std::uint64_t> acknowledge(self_ptr self, const shard_options& opts,
 
 enum class write_kind { push, init, rows };
 
+// A write of `kind` (u's ranges or rows, with `values`) to `to`, with the header it came with.
+void send_write(self_ptr self, const shard_options& opts, const shard_actor& to, write_kind kind,
+                const request_header& hdr, const deferred_update& u, const float_block& values,
+                std::function<void()> ok, std::function<void(caf::error&)> failed) {
+  auto on_ack = [ok](std::uint64_t) { ok(); };
+  if (kind == write_kind::rows)
+    self->request(to, opts.forward_timeout, push_rows_atom::value, hdr, row_ids{*u.table, u.ids}, values).then(on_ack, failed);
+  else if (kind == write_kind::push)
+    self->request(to, opts.forward_timeout, push_atom::value, hdr, range_list{u.ranges}, values).then(on_ack, failed);
+  else
+    self->request(to, opts.forward_timeout, init_atom::value, hdr, range_list{u.ranges}, values).then(on_ack, failed);
+}
+
+// Sends through `request` to shard `owner`'s head of the moment until it answers; done
+// with the outcome. A map naming another head for the owner (its head died, perhaps with
+// the message) sends it there again (send_again_to_new_heads): the first answer counts.
+// A bounce by a head that died waits for that map.
+using owner_request =
+  std::function<void(const shard_actor& head, std::function<void()> ok, std::function<void(caf::error&)> failed)>;
+void send_to_owner(self_ptr self, std::uint32_t owner, owner_request request, std::function<void(caf::error)> done,
+                   std::uint64_t id = 0) {
+  auto& st = self->state;
+  auto head = st.owners.find(owner);
+  if (head == st.owners.end())
+    return done(make_ps_error(st.name + ": the map names no handle for shard " + std::to_string(owner)));
+  if (id == 0) id = ++st.next_owner_send;
+  auto next = head->second;
+  st.owner_sends[id] = {owner, next, [=] { send_to_owner(self, owner, request, done, id); }};
+  request(next, [=] { if (self->state.owner_sends.erase(id)) done({}); },
+          [=](caf::error& e) {
+            auto it = self->state.owner_sends.find(id);
+            if (it == self->state.owner_sends.end() || it->second.sent_to != next || e == caf::sec::request_receiver_down)
+              return;
+            self->state.owner_sends.erase(it);
+            done(e);
+          });
+}
+
+// A map naming new heads: what is on its way to an owner's old head goes to the new one.
+void send_again_to_new_heads(self_ptr self) {
+  auto& st = self->state;
+  std::vector<std::function<void()>> again;
+  for (const auto& [id, pending] : st.owner_sends) {
+    auto owner = st.owners.find(pending.owner);
+    if (owner != st.owners.end() && owner->second != pending.sent_to) again.push_back(pending.send);
+  }
+  for (auto& send : again) send();
+}
+
 // The part of a stale write (planned by an older map) that this shard still owns:
 // applied, and passed down its chain as a write of that part alone (with the same
 // header); done(outcome) once the chain has it.
@@ -311,49 +367,10 @@ void apply_own_part(self_ptr self, const shard_options& opts, const coordinator_
   if (!st.successor) return done({});
   auto values = float_block::own(std::move(u.values));
   auto send = [=, u = std::move(u)](shard_actor next, std::uint64_t tag) {
-    auto ok = [=](std::uint64_t) { forwarded(self, tag, {}); };
-    auto failed = [=](caf::error& e) { forwarded(self, tag, e); };
-    if (kind == write_kind::rows)
-      self->request(next, opts.forward_timeout, push_rows_atom::value, hdr, row_ids{*u.table, u.ids}, values).then(ok, failed);
-    else if (kind == write_kind::push)
-      self->request(next, opts.forward_timeout, push_atom::value, hdr, range_list{u.ranges}, values).then(ok, failed);
-    else
-      self->request(next, opts.forward_timeout, init_atom::value, hdr, range_list{u.ranges}, values).then(ok, failed);
+    send_write(self, opts, next, kind, hdr, u, values, [=] { forwarded(self, tag, {}); },
+               [=](caf::error& e) { forwarded(self, tag, e); });
   };
-  auto tag = ++st.next_forward;
-  st.forwards.emplace(tag, shard_state::forward{send, {}, hdr.seq, std::move(done)});
-  send(st.successor, tag);
-}
-
-// The part of a stale write that shard `owner` owns now, sent to its head of the moment
-// with the write's header; done(outcome) once acknowledged. It stays pending until then:
-// a map naming another head for that owner (its head died, and with it perhaps this
-// message) sends it there again (pass_stale_again), the first answer counts.
-void pass_stale_part(self_ptr self, const shard_options& opts, write_kind kind, const request_header& hdr,
-                     std::uint32_t owner, std::shared_ptr<const deferred_update> u, float_block values,
-                     std::function<void(caf::error)> done, std::uint64_t id = 0) {
-  auto& st = self->state;
-  if (id == 0) id = ++st.next_stale;
-  auto next = st.owners.at(owner);
-  st.stale_pending[id] = {owner, next, [=] { pass_stale_part(self, opts, kind, hdr, owner, u, values, done, id); }};
-  auto on_ack = [=](std::uint64_t) {
-    if (self->state.stale_pending.erase(id)) done({});
-  };
-  auto on_error = [=](caf::error& e) {
-    auto it = self->state.stale_pending.find(id);
-    // Bounced by a head that died (or an older sending): a map naming the new head sends it again.
-    if (it == self->state.stale_pending.end() || it->second.sent_to != next || e == caf::sec::request_receiver_down) return;
-    self->state.stale_pending.erase(it);
-    done(make_ps_error(self->state.name + ": passing a write of moved keys to shard " + std::to_string(owner) + ": " +
-                       describe(e)));
-  };
-  if (kind == write_kind::rows)
-    self->request(next, opts.forward_timeout, push_rows_atom::value, hdr, row_ids{*u->table, u->ids}, values)
-      .then(on_ack, on_error);
-  else if (kind == write_kind::push)
-    self->request(next, opts.forward_timeout, push_atom::value, hdr, range_list{u->ranges}, values).then(on_ack, on_error);
-  else
-    self->request(next, opts.forward_timeout, init_atom::value, hdr, range_list{u->ranges}, values).then(on_ack, on_error);
+  send_down(self, {send, {}, hdr.seq, std::move(done)});
 }
 
 // A write planned by an older map (a shard joined since; the worker's client has not
@@ -390,7 +407,16 @@ caf::result<std::uint64_t> forward_stale(self_ptr self, const shard_options& opt
     }
     auto values = float_block::own(std::move(u.values));
     auto part = std::make_shared<const deferred_update>(std::move(u));
-    auto send = [=] { pass_stale_part(self, opts, kind, hdr, owner, part, values, part_done); };
+    auto request = [=](const shard_actor& head, std::function<void()> ok, std::function<void(caf::error&)> failed) {
+      send_write(self, opts, head, kind, hdr, *part, values, ok, failed);
+    };
+    auto name = st.name;
+    auto send = [=] {
+      send_to_owner(self, owner, request, [=](caf::error e) mutable {
+        if (e) e = make_ps_error(name + ": passing a write of moved keys to shard " + std::to_string(owner) + ": " + describe(e));
+        part_done(std::move(e));
+      });
+    };
     if (st.holding_forwards) st.held_forwards.push_back(send);
     else send();
   }
@@ -404,18 +430,6 @@ void release_forwards(self_ptr self) {
   auto held = std::move(st.held_forwards);
   st.held_forwards.clear();
   for (auto& send : held) send();
-}
-
-// A map naming new heads: the writes of moved keys not yet acknowledged by an owner's old
-// head go to the new one.
-void pass_stale_again(self_ptr self) {
-  auto& st = self->state;
-  std::vector<std::function<void()>> again;
-  for (const auto& [id, w] : st.stale_pending) {
-    auto owner = st.owners.find(w.owner);
-    if (owner != st.owners.end() && owner->second != w.sent_to) again.push_back(w.send);
-  }
-  for (auto& send : again) send();
 }
 
 // A push or an init with its values: handed to the core, then acknowledged and passed
@@ -592,9 +606,6 @@ void follow(self_ptr self, const shard_actor& next) {
   }
 }
 
-void resend_untaken(self_ptr self);
-void pass_stale_again(self_ptr self);
-
 // A new map: this copy's place in its chain. A new successor (the old one died) gets
 // what it may lack again, in order; a copy that became the tail owes the replies itself.
 std::uint64_t take_view(self_ptr self, const cluster_view& view) {
@@ -604,8 +615,7 @@ std::uint64_t take_view(self_ptr self, const cluster_view& view) {
   if (view.checkpointer) st.checkpointer = view.checkpointer;
   for (const auto& e : view.shards)
     if (e.handle) st.owners[e.id] = caf::actor_cast<shard_actor>(e.handle);
-  resend_untaken(self);
-  pass_stale_again(self);
+  send_again_to_new_heads(self);
   auto id = st.core->id();
   // By id: a map after a removal lacks the shards that left.
   auto entry = std::find_if(view.shards.begin(), view.shards.end(), [&](const shard_entry& e) { return e.id == id; });
@@ -1010,15 +1020,6 @@ struct handoff_run {
   std::vector<caf::typed_response_promise<std::uint64_t>> answers;
   cluster_view view;
   std::vector<shard_handoff> parts;  // sent once no scan is left
-  // A part on its way: sent again to its taker's new head should the taker die first.
-  struct sent_part {
-    std::uint32_t to = 0;
-    encoded_block block;
-    shard_actor taker;          // the head it was sent to
-    std::uint64_t attempt = 0;  // answers to an older sending are not waited for
-    bool taken = false;
-  };
-  std::vector<sent_part> sent;
   std::size_t scans = 0;             // disk_move scans not finished
   std::size_t untaken = 0;           // parts sent, not taken yet
   bool parts_sent = false, settled = false;
@@ -1048,49 +1049,22 @@ void advance_handoff(self_ptr self, const handoff_run_ptr& run) {
   if (run->untaken == 0) run->settle(run->view.epoch);
 }
 
-// Sending `attempt` of part i to its taker's head of the moment. A taker that bounces it
-// (it died) gets it again through its chain's new head, once a map names that
-// (resend_untaken); any other failure fails the handoff, and the coordinator ends the job.
-void send_part(self_ptr self, const handoff_run_ptr& run, std::size_t i) {
-  auto& part = run->sent[i];
-  auto owner = self->state.owners.find(part.to);
-  if (owner == self->state.owners.end())
-    return run->fail(self->state.name + ": the map names no handle for shard " + std::to_string(part.to));
-  part.taker = owner->second;
-  auto attempt = ++part.attempt;
-  auto to = part.to;
-  self->request(part.taker, std::chrono::seconds(60), takeover_atom::value, part.block)
-    .then(
-      [=](std::uint64_t) {
-        auto& p = run->sent[i];
-        if (p.attempt != attempt || p.taken) return;
-        p.taken = true;
-        --run->untaken;
-        advance_handoff(self, run);
-      },
-      [=](caf::error& e) {
-        if (run->sent[i].attempt != attempt || e == caf::sec::request_receiver_down) return;
-        run->fail(self->state.name + ": shard " + std::to_string(to) + " did not take its keys: " + describe(e));
-      });
-}
-
+// Each part goes to its taker's head of the moment, and again to its new head should that
+// one die first (send_to_owner; a copy that took it from the dead head ignores it). Any
+// other failure fails the handoff, and the coordinator ends the job.
 void send_parts(self_ptr self, const handoff_run_ptr& run, std::vector<shard_handoff> parts) {
   for (const auto& part : parts) {
-    run->sent.push_back({part.to, block_of(encode_handoff(part)), {}, 0, false});
+    auto block = block_of(encode_handoff(part));
+    auto request = [=](const shard_actor& head, std::function<void()> ok, std::function<void(caf::error&)> failed) {
+      self->request(head, std::chrono::seconds(60), takeover_atom::value, block).then([ok](std::uint64_t) { ok(); }, failed);
+    };
     ++run->untaken;
-    send_part(self, run, run->sent.size() - 1);
-  }
-}
-
-// A map naming a new head for a shard that has not taken its part yet (its head died):
-// the part goes there (a copy that took it already from the dead head ignores it).
-void resend_untaken(self_ptr self) {
-  auto run = std::static_pointer_cast<handoff_run>(self->state.handoff);
-  if (!run || run->settled) return;
-  for (std::size_t i = 0; i < run->sent.size(); ++i) {
-    const auto& part = run->sent[i];
-    auto owner = self->state.owners.find(part.to);
-    if (!part.taken && owner != self->state.owners.end() && owner->second != part.taker) send_part(self, run, i);
+    auto to = part.to;
+    send_to_owner(self, to, request, [=](caf::error e) {
+      if (e) return run->fail(self->state.name + ": shard " + std::to_string(to) + " did not take its keys: " + describe(e));
+      --run->untaken;
+      advance_handoff(self, run);
+    });
   }
 }
 
@@ -1214,11 +1188,7 @@ caf::result<std::uint64_t> hand_off(self_ptr self, const shard_options& opts, co
   // Its copies adopt the map in order with its updates: they stop serving what moved,
   // and keep it until the change is over (adopt_as_copy). Their answer is not waited for
   // (it is the parts' takers'); a new successor gets it again (follow).
-  if (st.successor) {
-    auto tag = ++st.next_forward;
-    st.forwards.emplace(tag, shard_state::forward{handoff_sender(self, opts, view), {}, view.epoch, [](caf::error) {}});
-    st.forwards.at(tag).send(st.successor, tag);
-  }
+  if (st.successor) send_down(self, {handoff_sender(self, opts, view), {}, view.epoch, [](caf::error) {}});
   return start_handoff(self, view, std::move(parts), std::move(moves));
 }
 

@@ -124,15 +124,15 @@ struct shard_state {
   // until the next change, to be handed over should this copy become the head first.
   std::vector<shard_handoff> kept_parts;
   std::vector<std::function<void()>> held_forwards;
-  // Parts of writes of moved keys on their way to their owners, until acknowledged: sent
-  // again should a map name another head for the owner.
-  struct stale_write {
+  // Handoff parts and writes of moved keys on their way to other shards' heads, until
+  // answered: sent again should a map name another head for the owner.
+  struct owner_send {
     std::uint32_t owner = 0;
     shard_actor sent_to;
     std::function<void()> send;
   };
-  std::map<std::uint64_t, stale_write> stale_pending;
-  std::uint64_t next_stale = 0;
+  std::map<std::uint64_t, owner_send> owner_sends;
+  std::uint64_t next_owner_send = 0;
   struct forward {
     std::function<void(shard_actor, std::uint64_t)> send;  // (successor, tag)
     caf::typed_response_promise<std::uint64_t> reply;
