@@ -69,20 +69,19 @@ registration make_registration(self_ptr self, const coordinator_options& opts, s
           self->state.barrier_generation};
 }
 
-// The heads of the shards in the map (not those that left it).
-std::vector<shard_actor> live_heads(const coordinator_state& st) {
-  std::vector<shard_actor> heads;
-  for (std::uint32_t i = 0; i < st.shard_handles.size(); ++i)
-    if (!st.retired.count(i)) heads.push_back(st.shard_handles[i]);
-  return heads;
-}
-
 // The ids of the shards in the map (not those that left it).
 std::vector<std::uint32_t> live_ids(const coordinator_state& st) {
   std::vector<std::uint32_t> ids;
   for (std::uint32_t i = 0; i < st.shard_handles.size(); ++i)
     if (!st.retired.count(i)) ids.push_back(i);
   return ids;
+}
+
+// The heads of those shards.
+std::vector<shard_actor> live_heads(const coordinator_state& st) {
+  std::vector<shard_actor> heads;
+  for (auto id : live_ids(st)) heads.push_back(st.shard_handles[id]);
+  return heads;
 }
 
 // Tells the observer an event; without one (a coordinator on its own) prints `text`.
@@ -492,6 +491,21 @@ std::uint32_t process_of(const coordinator_options& opts, std::uint32_t id, std:
 // The position a grown copy of a shard takes in `process`: it names that process.
 std::uint32_t grown_position(const coordinator_options& opts, std::uint32_t process) { return opts.servers + process; }
 
+// The process a copy of shard id lives in.
+std::uint32_t process_of_copy(const coordinator_options& opts, const coordinator_state& st, std::uint32_t id,
+                              const caf::actor_addr& copy) {
+  auto at = st.copy_positions.find(copy);
+  return process_of(opts, id, at == st.copy_positions.end() ? 0 : at->second);
+}
+
+// How many copies of shard id live in `process`.
+std::size_t copies_in_process(const coordinator_options& opts, const coordinator_state& st, std::uint32_t id,
+                              std::uint32_t process) {
+  const auto& chain = st.shards[id].chain;
+  return std::count_if(chain.begin(), chain.end(),
+                       [&](const caf::actor& c) { return process_of_copy(opts, st, id, c.address()) == process; });
+}
+
 // A live process of the job's start that holds no copy of shard `id`, the one that holds
 // the fewest copies (then the lowest); nullopt: none.
 std::optional<std::uint32_t> host_for_copy(const coordinator_options& opts, const coordinator_state& st,
@@ -501,8 +515,7 @@ std::optional<std::uint32_t> host_for_copy(const coordinator_options& opts, cons
   for (const auto& copy : st.copies) {
     auto shard = st.shard_ids.find(copy.address());
     if (shard == st.shard_ids.end()) continue;
-    auto at = st.copy_positions.find(copy.address());
-    auto process = process_of(opts, shard->second, at == st.copy_positions.end() ? 0 : at->second);
+    auto process = process_of_copy(opts, st, shard->second, copy.address());
     ++held[process];
     if (shard->second == id) holding_it.insert(process);
   }
@@ -531,10 +544,8 @@ void grow_on(self_ptr self, const coordinator_options& opts) {
 // (they end once drained: draining_clients names them).
 std::size_t lasting_copies(const coordinator_options& opts, const coordinator_state& st, std::uint32_t id) {
   std::size_t lasting = 0;
-  for (const auto& copy : st.shards[id].chain) {
-    auto at = st.copy_positions.find(copy.address());
-    lasting += !st.draining_clients.count(process_of(opts, id, at == st.copy_positions.end() ? 0 : at->second));
-  }
+  for (const auto& copy : st.shards[id].chain)
+    lasting += !st.draining_clients.count(process_of_copy(opts, st, id, copy.address()));
   return lasting;
 }
 
@@ -1321,12 +1332,8 @@ std::optional<std::string> rehoming_needed(const coordinator_options& opts, cons
                                            std::uint32_t process) {
   if (opts.replication < 2) return std::nullopt;
   for (std::uint32_t other = 0; other < st.shards.size(); ++other) {
-    if (other == process || !can_grow(opts, st, other)) continue;
-    for (const auto& copy : st.shards[other].chain) {
-      auto at = st.copy_positions.find(copy.address());
-      if (process_of(opts, other, at == st.copy_positions.end() ? 0 : at->second) == process)
-        return "its process holds a copy of shard " + std::to_string(other) + ", whose chain grows elsewhere first";
-    }
+    if (other != process && can_grow(opts, st, other) && copies_in_process(opts, st, other, process) > 0)
+      return "its process holds a copy of shard " + std::to_string(other) + ", whose chain grows elsewhere first";
   }
   return std::nullopt;
 }
@@ -1365,12 +1372,8 @@ std::optional<std::string> last_copy_in_process(const coordinator_options& opts,
   if (opts.replication < 2) return std::nullopt;
   for (std::uint32_t other = 0; other < st.shards.size(); ++other) {
     if (other == process || st.retired.count(other)) continue;
-    std::size_t elsewhere = 0, here = 0;
-    for (const auto& copy : st.shards[other].chain) {
-      auto at = st.copy_positions.find(copy.address());
-      (process_of(opts, other, at == st.copy_positions.end() ? 0 : at->second) == process ? here : elsewhere) += 1;
-    }
-    if (here > 0 && elsewhere == 0)
+    const auto here = copies_in_process(opts, st, other, process);
+    if (here > 0 && here == st.shards[other].chain.size())
       return "its process holds the last copy of shard " + std::to_string(other) +
              " (the other copies died); add a server or wait until that chain grew back";
   }

@@ -68,8 +68,7 @@ struct coordinator_options {
 // One round of a map change's handoffs: each shard in `pending` (by id) is asked, through
 // its head of the moment, to adopt the change's map and hand over what it moves. With
 // chains, a head that dies first is asked again through the chain's new head, which
-// holds everything the dead one had not handed over yet (heads pass a change down only
-// once its parts were taken).
+// kept what the change moved when it adopted the change as a copy (kept_parts).
 struct handover_round {
   std::uint64_t epoch = 0;                         // the change's map
   std::map<std::uint32_t, std::uint64_t> pending;  // shard id -> its latest ask
@@ -137,7 +136,7 @@ struct coordinator_state {
   // A shard that left the map stops once every running worker's client has no request
   // left for it: per such shard, the workers still to say so.
   std::map<std::uint32_t, std::set<std::uint32_t>> draining_clients;
-  std::set<std::uint32_t> leavers_held;  // drained, but their processes hold a shard's last copy
+  std::set<std::uint32_t> leavers_held;  // drained, but their processes hold copies not yet re-homed (stop_if_drained)
   std::map<caf::actor_addr, std::uint32_t> subscriber_workers;  // a client -> its worker
   static inline const char* name = "coordinator";
 };

@@ -48,7 +48,7 @@ struct coordinator_record {
   std::string change;
   std::uint32_t change_shard = 0;
   // The epoch of that change's map: its handoffs are asked for under it (a chain that
-  // closed during the change raised the epoch above; 0 in older records: the epoch).
+  // closed during the change raised the epoch above; records without it: the epoch).
   std::uint64_t change_epoch = 0;
   std::uint64_t saves = 0;                                         // this record's number of saves
 };
