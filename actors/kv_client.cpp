@@ -486,19 +486,23 @@ void request_failed(client_ptr self, std::size_t idx, std::uint64_t tag, const c
 // Fails every request of shard idx (sent or queued) with the reason.
 // Every request to shard idx fails with `reason`; with ticks_done, its clock ticks count
 // as done instead (a shard that left the map holds no keys: its clocks gate nothing).
+// Every request of a route, sent (in send order) then queued, taken out of it.
+std::deque<pending_request> take_pending(shard_route& route) {
+  std::deque<pending_request> all;
+  for (auto& [tag, r] : route.sent) all.push_back(std::move(r));
+  for (auto& r : route.queued) all.push_back(std::move(r));
+  route.sent.clear();
+  route.queued.clear();
+  route.inflight_bytes = 0;
+  return all;
+}
+
 void fail_all(client_ptr self, std::size_t idx, const std::string& reason, bool ticks_done = false) {
   auto& st = self->state;
-  auto sent = std::move(st.routes[idx].sent);
-  auto queued = std::move(st.routes[idx].queued);
-  st.routes[idx].sent.clear();
-  st.routes[idx].queued.clear();
-  st.routes[idx].inflight_bytes = 0;
-  auto end = [&](pending_request& r) {
-    if (ticks_done && r.tick) return chunk_answered(r.op.get());
-    r.op->finish(r.op->what + " failed: " + reason);
-  };
-  for (auto& [tag, r] : sent) end(r);
-  for (auto& r : queued) end(r);
+  for (auto& r : take_pending(st.routes[idx])) {
+    if (ticks_done && r.tick) chunk_answered(r.op.get());
+    else r.op->finish(r.op->what + " failed: " + reason);
+  }
   lift_fence(self);
   report_if_idle(self, idx);
 }
@@ -680,10 +684,7 @@ void apply_view(client_ptr self, const cluster_view& view) {
       op->what = "clock tick to " + std::to_string(st.routes[idx].acked_tick) + " after failover";
       again.push_back(clock_request(self, idx, request_header{0, st.worker, st.routes[idx].acked_tick, 0}, op));
     }
-    for (auto& [tag, r] : st.routes[idx].sent) again.push_back(std::move(r));
-    st.routes[idx].sent.clear();
-    st.routes[idx].inflight_bytes = 0;
-    for (auto& r : st.routes[idx].queued) again.push_back(std::move(r));
+    for (auto& r : take_pending(st.routes[idx])) again.push_back(std::move(r));
     st.routes[idx].queued = std::move(again);
     log_line(log_level::warning, "worker " + std::to_string(st.worker) + ": " + st.routes[idx].link.name +
                                      " takes over; " + std::to_string(st.routes[idx].queued.size()) +
@@ -1277,17 +1278,10 @@ bool reroute_retired(client_ptr self, std::size_t idx) {
   if (route.tail != route.link.handle) self->monitor(route.tail);
   ++route.generation;
   route.down.clear();
-  std::deque<pending_request> again;
-  auto keep = [&](pending_request& r) {
-    if (r.tick) return chunk_answered(r.op.get());
-    again.push_back(std::move(r));
-  };
-  for (auto& [tag, r] : route.sent) keep(r);
-  for (auto& r : route.queued) keep(r);
-  route.sent.clear();
-  route.queued.clear();
-  route.inflight_bytes = 0;
-  route.queued = std::move(again);
+  for (auto& r : take_pending(route)) {
+    if (r.tick) chunk_answered(r.op.get());
+    else route.queued.push_back(std::move(r));
+  }
   log_line(log_level::warning, "worker " + std::to_string(st.worker) + ": " + route.link.name + ", which left the map, is down; " +
                                    std::to_string(route.queued.size()) + " requests sent again through " + live->link.name);
   lift_fence(self);
