@@ -567,11 +567,18 @@ void grow_chains(self_ptr self, const coordinator_options& opts) {
     if (can_grow(opts, st, id)) return grow_chain(self, opts, id, *host_for_copy(opts, st, id));
 }
 
+std::string ms_since(std::chrono::steady_clock::time_point start) {
+  return std::to_string(static_cast<long long>(
+    std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count()));
+}
+
 // The new copy is seeded: it joins the end of the chain (a new epoch), unless the tail
 // that seeded it is no longer the tail (it died meanwhile): then it goes, and the chain
 // grows again from its tail now.
+// asked: when the tail was asked to seed it.
 void chain_grown(self_ptr self, const coordinator_options& opts, std::uint32_t id, std::uint32_t position,
-                 const caf::actor& tail, const caf::actor& copy, std::function<void()> next) {
+                 const caf::actor& tail, const caf::actor& copy, std::chrono::steady_clock::time_point asked,
+                 std::function<void()> next) {
   auto& st = self->state;
   st.growing = false;
   auto& chain = st.shards[id].chain;
@@ -592,7 +599,8 @@ void chain_grown(self_ptr self, const coordinator_options& opts, std::uint32_t i
   ++st.epoch;
   tell_news(opts, "shard " + std::to_string(id) + "'s chain grew to " + std::to_string(chain.size()) +
                     " copies: copy " + std::to_string(position) + " in the process of server shard " +
-                    std::to_string(process) + ", seeded by the chain's tail; epoch " + std::to_string(st.epoch));
+                    std::to_string(process) + ", seeded by the chain's tail in " + ms_since(asked) + " ms; epoch " +
+                    std::to_string(st.epoch));
   if (st.joining) tell_chains(self, opts);  // a joiner's chain: the clients get it with the join's map
   else announce_view(self, opts);
   next ? next() : grow_on(self, opts);
@@ -630,11 +638,14 @@ void grow_chain(self_ptr self, const coordinator_options& opts, std::uint32_t id
           return;
         }
         *spawned = copy;
-        self->request(caf::actor_cast<shard_actor>(tail), std::chrono::seconds(60), extend_atom::value, copy)
+        const auto asked = std::chrono::steady_clock::now();
+        // A tail with a disk tier sends its rows in pages: about 6 s per million rows here
+        // (README). A dead tail is given up on at once (growth_abort), a hung one by this.
+        self->request(caf::actor_cast<shard_actor>(tail), std::chrono::minutes(30), extend_atom::value, copy)
           .then([=](std::uint64_t) {
                   if (self->state.growth_attempt != attempt || !self->state.growing) return;
                   self->state.growth_abort = nullptr;
-                  chain_grown(self, opts, id, position, tail, copy, next);
+                  chain_grown(self, opts, id, position, tail, copy, asked, next);
                 },
                 [=](caf::error& e) {
                   // A tail that refused (a disk tier) is not asked again; one that died
@@ -1141,11 +1152,6 @@ std::string fraction_text(double f) {
 }
 
 // Milliseconds since `start`, for news.
-std::string ms_since(std::chrono::steady_clock::time_point start) {
-  return std::to_string(static_cast<long long>(
-    std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count()));
-}
-
 // A map change begins: saved with the new map, so a coordinator resumed before it ends
 // finishes it (finish_change).
 void begin_change(self_ptr self, const coordinator_options& opts, const std::string& kind, std::uint32_t shard) {

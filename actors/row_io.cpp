@@ -80,6 +80,22 @@ row_writer_actor::behavior_type row_writer(row_writer_actor::pointer self, std::
         return failed(self, name, e);
       }
     },
+    [=](pin_rows_atom, const std::shared_ptr<const row_write>& rows) -> caf::result<caf::ok_atom> {
+      try {
+        disk->pin(*rows);
+      } catch (const bad_request& e) {
+        return failed(self, name, e);
+      }
+      return caf::ok_atom::value;
+    },
+    [=](copy_rows_atom, std::uint32_t table, std::uint64_t from) -> caf::result<std::shared_ptr<const moved_page>> {
+      try {
+        return std::make_shared<const moved_page>(disk->pinned_page(table, from));
+      } catch (const bad_request& e) {
+        return failed(self, name, e);
+      }
+    },
+    [=](unpin_rows_atom) { disk->unpin(); },
   };
 }
 
@@ -126,6 +142,13 @@ row_io_actor::behavior_type row_io(row_io_actor::stateful_pointer<row_io_state> 
     },
     [=](sweep_rows_atom, const disk_sweep& s) { return self->delegate(self->state.writer, sweep_rows_atom::value, s); },
     [=](move_rows_atom, const disk_move& m) { return self->delegate(self->state.writer, move_rows_atom::value, m); },
+    [=](pin_rows_atom, const std::shared_ptr<const row_write>& rows) {
+      return self->delegate(self->state.writer, pin_rows_atom::value, rows);
+    },
+    [=](copy_rows_atom, std::uint32_t table, std::uint64_t from) {
+      return self->delegate(self->state.writer, copy_rows_atom::value, table, from);
+    },
+    [=](unpin_rows_atom) { self->send(self->state.writer, unpin_rows_atom::value); },
   };
 }
 

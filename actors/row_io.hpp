@@ -52,6 +52,9 @@ using write_rows_atom = caf::atom_constant<caf::atom("writerows")>;
 using save_rows_atom = caf::atom_constant<caf::atom("saverows")>;
 using sweep_rows_atom = caf::atom_constant<caf::atom("sweeprows")>;
 using move_rows_atom = caf::atom_constant<caf::atom("moverows")>;
+using pin_rows_atom = caf::atom_constant<caf::atom("pinrows")>;
+using copy_rows_atom = caf::atom_constant<caf::atom("copyrows")>;
+using unpin_rows_atom = caf::atom_constant<caf::atom("unpinrows")>;
 
 using row_io_actor = caf::typed_actor<
   caf::replies_to<read_rows_atom, std::shared_ptr<const std::vector<row_key>>>::with<std::shared_ptr<const disk_rows>>,
@@ -66,11 +69,20 @@ using row_io_actor = caf::typed_actor<
   // writes asked before it.
   caf::replies_to<sweep_rows_atom, disk_sweep>::with<std::shared_ptr<const swept_page>>,
   // A page of a map change's scan (row_disk::take_moved), after the writes asked before it.
-  caf::replies_to<move_rows_atom, disk_move>::with<std::shared_ptr<const moved_page>>>;
+  caf::replies_to<move_rows_atom, disk_move>::with<std::shared_ptr<const moved_page>>,
+  // A chain's tail seeding a new copy: after every write asked before it, the RAM tier's
+  // changed rows, then the store pinned as it is (row_disk::pin); pages of the pinned
+  // rows of a table from an id on (row_disk::pinned_page); the pin let go.
+  caf::replies_to<pin_rows_atom, std::shared_ptr<const row_write>>::with<caf::ok_atom>,
+  caf::replies_to<copy_rows_atom, std::uint32_t, std::uint64_t>::with<std::shared_ptr<const moved_page>>,
+  caf::reacts_to<unpin_rows_atom>>;
 
-// Writes, checkpoints, fills, sweeps and moves, in the order asked (row_io hands them on).
+// Writes, checkpoints, fills, sweeps, moves and a seed's pages, in the order asked (row_io hands them on).
 using row_writer_actor = caf::typed_actor<
   caf::replies_to<sweep_rows_atom, disk_sweep>::with<std::shared_ptr<const swept_page>>,
+  caf::replies_to<pin_rows_atom, std::shared_ptr<const row_write>>::with<caf::ok_atom>,
+  caf::replies_to<copy_rows_atom, std::uint32_t, std::uint64_t>::with<std::shared_ptr<const moved_page>>,
+  caf::reacts_to<unpin_rows_atom>,
   caf::replies_to<move_rows_atom, disk_move>::with<std::shared_ptr<const moved_page>>,
   caf::replies_to<write_rows_atom, std::shared_ptr<const row_write>>::with<std::uint64_t>,
   caf::replies_to<fill_atom, std::shared_ptr<const fill_order>>::with<std::uint64_t>,

@@ -279,7 +279,7 @@ void send_down(self_ptr self, shard_state::forward f) {
   auto tag = ++st.next_forward;
   auto send = f.send;
   st.forwards.emplace(tag, std::move(f));
-  send(st.successor, tag);
+  if (!st.seeding_copy) send(st.successor, tag);  // else once the copy has its seed (finish_seed)
 }
 
 caf::result<std::uint64_t> pass_down(self_ptr self, std::function<void(shard_actor, std::uint64_t)> send,
@@ -591,6 +591,7 @@ void follow(self_ptr self, const shard_actor& next) {
   st.successor = next;
   st.successor_down = false;
   st.successor_unannounced = false;
+  st.seeding_copy = false;
   if (next) self->monitor(next);
   auto pending = std::move(st.forwards);
   st.forwards.clear();
@@ -864,29 +865,93 @@ caf::actor host_copy(self_ptr self, const shard_options& opts, const coordinator
   return copy;
 }
 
-// The coordinator grows this copy's chain (it is the tail): the new copy takes all that
-// is held here first, then every update applied from now on, in order (CAF keeps one
-// sender's order). Answered once the copy took its seed; refused with a disk tier.
-caf::result<std::uint64_t> extend_chain(self_ptr self, const shard_options& opts, const caf::actor& next) {
-  auto& st = self->state;
-  if (!st.core) return make_ps_error(st.name + ": not configured yet");
-  if (st.successor) return make_ps_error(st.name + ": not the tail of its chain");
-  if (!next) return make_ps_error(st.name + ": no copy to seed");
-  encoded_block seed;
-  try {
-    seed = block_of(encode_handoff(st.core->whole_copy()));
-  } catch (const bad_request& e) {
-    return make_ps_error(std::string(e.what()));
-  }
-  auto copy = caf::actor_cast<shard_actor>(next);
-  auto rp = self->make_response_promise<std::uint64_t>();
+// Sends the copy being seeded (extend_chain) the pinned disk tier's rows of `table` from
+// id `from` on, a page at a time (the next is read once the copy took this one, so one
+// page is in memory), then the later tables', then calls done. Stops when the copy is no
+// longer the one being seeded (it died: this copy answers alone again).
+void seed_disk_rows(self_ptr self, const shard_options& opts, const shard_actor& copy, std::uint32_t table,
+                    std::uint64_t from, std::function<void()> done, std::function<void(const std::string&)> failed) {
+  auto seeding = [=] {
+    if (self->state.seeding_copy && self->state.successor == copy) return true;
+    caf::anon_send(self->state.disk, unpin_rows_atom::value);
+    return false;
+  };
+  auto next = [=](const moved_page& page) {
+    if (!seeding()) return;
+    if (page.more) return seed_disk_rows(self, opts, copy, table, page.next, done, failed);
+    if (table + 1 < self->state.core->num_tables()) return seed_disk_rows(self, opts, copy, table + 1, 0, done, failed);
+    done();
+  };
+  self->request(self->state.disk, caf::infinite, copy_rows_atom::value, table, from)
+    .then(
+      [=](const std::shared_ptr<const moved_page>& page) {
+        if (!seeding()) return;
+        if (page->ids.empty()) return next(*page);
+        encoded_block part;
+        try {
+          part = block_of(encode_handoff(self->state.core->seed_rows(*page)));
+        } catch (const bad_request& e) {
+          return failed(e.what());
+        }
+        self->request(copy, opts.forward_timeout, takeover_atom::value, part)
+          .then([=](std::uint64_t) { next(*page); },
+                [=](caf::error& e) { failed("the new copy did not take its rows: " + describe(e)); });
+      },
+      [=](caf::error& e) {
+        failed("the disk tier failed while seeding a new copy: " + describe(e));
+        disk_failed(self, e);
+      });
+}
+
+// Sends the copy being seeded the rest of its seed, then the updates applied here since
+// the seed was taken, which waited for it (send_down).
+void finish_seed(self_ptr self, const shard_options& opts, const shard_actor& copy, const encoded_block& seed,
+                 caf::typed_response_promise<std::uint64_t> rp) {
   self->request(copy, opts.forward_timeout, takeover_atom::value, seed)
     .then([=](std::uint64_t) mutable { rp.deliver(self->state.core->epoch()); },
           [=](caf::error& e) mutable {
             rp.deliver(make_ps_error(self->state.name + ": the new copy did not take its seed: " + describe(e)));
           });
+  auto& st = self->state;
+  if (!std::exchange(st.seeding_copy, false)) return;
+  for (auto& [tag, f] : st.forwards) f.send(st.successor, tag);
+}
+
+// The coordinator grows this copy's chain (it is the tail): the new copy takes all that
+// is held here first, then every update applied from now on, in order (CAF keeps one
+// sender's order). With a disk tier the rows go first, in pages of the tier pinned now
+// with the RAM tier's changed rows written; updates applied meanwhile wait for the rest
+// of the seed. Answered once the copy took its seed.
+caf::result<std::uint64_t> extend_chain(self_ptr self, const shard_options& opts, const caf::actor& next) {
+  auto& st = self->state;
+  if (!st.core) return make_ps_error(st.name + ": not configured yet");
+  if (st.successor) return make_ps_error(st.name + ": not the tail of its chain");
+  if (!next) return make_ps_error(st.name + ": no copy to seed");
+  const auto seed = block_of(encode_handoff(st.core->whole_copy()));
+  auto copy = caf::actor_cast<shard_actor>(next);
+  auto rp = self->make_response_promise<std::uint64_t>();
   follow(self, copy);
   st.successor_unannounced = true;
+  if (!st.disk) {
+    finish_seed(self, opts, copy, seed, rp);
+    return rp;
+  }
+  st.seeding_copy = true;
+  std::function<void(const std::string&)> failed = [=](const std::string& why) mutable {
+    caf::anon_send(self->state.disk, unpin_rows_atom::value);
+    rp.deliver(make_ps_error(self->state.name + ": " + why));
+  };
+  auto done = [=] {
+    caf::anon_send(self->state.disk, unpin_rows_atom::value);
+    finish_seed(self, opts, copy, seed, rp);
+  };
+  auto changed = std::make_shared<const row_write>(st.core->rows().dirty_rows());
+  self->request(st.disk, caf::infinite, pin_rows_atom::value, changed)
+    .then([=](caf::ok_atom) { seed_disk_rows(self, opts, copy, 0, 0, done, failed); },
+          [=](caf::error& e) {
+            failed("the disk tier failed while seeding a new copy: " + describe(e));
+            disk_failed(self, e);
+          });
   return rp;
 }
 

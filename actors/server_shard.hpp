@@ -110,6 +110,9 @@ struct shard_state {
   // The successor is a copy this tail seeded as its chain grew back (extend), which the
   // coordinator's maps do not name yet: a map naming none keeps it, its death drops it.
   bool successor_unannounced = false;
+  // That copy is being seeded from a disk tier, page by page: updates applied here wait
+  // (in forwards, unsent) until the seed's last part has gone.
+  bool seeding_copy = false;
   // The other shards' heads, by id, where the map names them (a joined shard): writes
   // planned by an older map go on to the keys' new owners.
   std::map<std::uint32_t, shard_actor> owners;

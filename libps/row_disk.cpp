@@ -156,6 +156,7 @@ row_disk::row_disk(const std::string& dir, const std::string& name, std::vector<
 }
 
 row_disk::~row_disk() {
+  unpin();
   if (db_) {
     auto s = db_->Close();
     (void)s;
@@ -322,7 +323,8 @@ std::string saved_rows_path(const std::string& into, std::uint32_t shard) {
 }
 
 std::optional<std::uint64_t> row_disk::scan(std::uint32_t table, std::uint64_t first, std::size_t page,
-                                            const std::function<void(std::uint64_t, std::string_view)>& f) const {
+                                            const std::function<void(std::uint64_t, std::string_view)>& f,
+                                            bool pinned) const {
   char from[key_size], to[key_size];
   encode_key({table, first}, from);
   encode_key({table + 1, 0}, to);
@@ -330,6 +332,7 @@ std::optional<std::uint64_t> row_disk::scan(std::uint32_t table, std::uint64_t f
   o.fill_cache = false;  // a scan: its blocks would only push the index blocks out
   rocksdb::Slice upper(to, key_size);
   o.iterate_upper_bound = &upper;
+  if (pinned) o.snapshot = pinned_;
   std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(o));
   std::optional<std::uint64_t> next;
   std::size_t scanned = 0;
@@ -358,16 +361,20 @@ swept_page row_disk::expired(const disk_sweep& sweep, std::size_t page) {
   return out;
 }
 
+void row_disk::add_row(moved_page& page, std::uint64_t id, std::string_view value) const {
+  const auto bytes = row_bytes({page.table, id}, value.size());
+  const auto* row = reinterpret_cast<const float*>(value.data());
+  page.ids.push_back(id);
+  page.rows.insert(page.rows.end(), row, row + bytes / sizeof(float));
+}
+
 moved_page row_disk::take_moved(const disk_move& move, std::size_t page) {
   moved_page out{move.table, {}, {}, false, 0};
   rocksdb::WriteBatch gone;
   char key[key_size];
   auto next = scan(move.table, move.from, page, [&](std::uint64_t id, std::string_view value) {
     if (!move.moves(id)) return;
-    const auto bytes = row_bytes({move.table, id}, value.size());
-    const auto* row = reinterpret_cast<const float*>(value.data());
-    out.ids.push_back(id);
-    out.rows.insert(out.rows.end(), row, row + bytes / sizeof(float));
+    add_row(out, id, value);
     encode_key({move.table, id}, key);
     gone.Delete(rocksdb::Slice(key, key_size));
   });
@@ -424,6 +431,29 @@ void row_disk::save(const row_write& rows, const std::string& dir) {
   std::unique_ptr<rocksdb::Checkpoint> checkpoint(made);
   if (s.ok()) s = checkpoint->CreateCheckpoint(dir, 0);  // 0: flush first, so every row is in a table file
   if (!s.ok()) throw bad_request("checkpoint of disk tier " + path_ + " into " + dir + ": " + s.ToString());
+}
+
+void row_disk::pin(const row_write& rows) {
+  if (!rows.keys.empty() || !rows.deleted.empty()) write(rows);
+  unpin();
+  pinned_ = db_->GetSnapshot();
+}
+
+moved_page row_disk::pinned_page(std::uint32_t table, std::uint64_t from, std::size_t page) const {
+  if (!pinned_) throw bad_request("disk tier at " + path_ + ": no pinned view to copy rows from");
+  if (table >= strides_.size()) throw bad_request("disk tier at " + path_ + ": no table " + std::to_string(table));
+  moved_page out{table, {}, {}, false, 0};
+  auto next = scan(table, from, page, [&](std::uint64_t id, std::string_view value) {
+    add_row(out, id, value);
+  }, true);
+  out.more = next.has_value();
+  out.next = next.value_or(0);
+  return out;
+}
+
+void row_disk::unpin() {
+  if (pinned_) db_->ReleaseSnapshot(pinned_);
+  pinned_ = nullptr;
 }
 
 void row_disk::flush() {

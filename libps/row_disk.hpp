@@ -21,6 +21,7 @@
 namespace rocksdb {
 class DB;
 class Env;
+class Snapshot;
 }
 
 namespace ps {
@@ -72,6 +73,16 @@ class row_disk {
   // the table files, so checkpoints share the files that did not change (incremental).
   // Throws bad_request naming the paths.
   void save(const row_write& rows, const std::string& dir);
+  // Writes rows (the RAM tier's changed ones), then pins the store as it is now (a
+  // RocksDB snapshot), so a chain's tail can seed a new copy with the rows it held at
+  // that moment, page by page, while it goes on writing. A new pin replaces the last.
+  // Throws bad_request naming the path.
+  void pin(const row_write& rows);
+  // Of at most `page` of the pinned store's rows of the table from id `from` on: their
+  // floats, and where the next page starts. Throws bad_request naming the path, or when
+  // nothing is pinned.
+  moved_page pinned_page(std::uint32_t table, std::uint64_t from, std::size_t page = std::size_t{1} << 14) const;
+  void unpin();
   // Writes what is buffered in memory to files and waits for it (tests: a store whose
   // rows are all in files). Throws bad_request naming the path.
   void flush();
@@ -84,14 +95,19 @@ class row_disk {
   // Calls f(id, stored value) for at most `page` of the table's rows from id `first` on,
   // in id order; returns the id the next page starts at (none: the table's end). Throws
   // bad_request naming the path.
+  // pinned: read the store as pin() left it.
   std::optional<std::uint64_t> scan(std::uint32_t table, std::uint64_t first, std::size_t page,
-                                    const std::function<void(std::uint64_t, std::string_view)>& f) const;
+                                    const std::function<void(std::uint64_t, std::string_view)>& f,
+                                    bool pinned = false) const;
   // The floats' bytes of a stored row of `stored` bytes (its push clock may follow them);
   // throws bad_request for any other size (a corrupt store).
   std::size_t row_bytes(const row_key& k, std::size_t stored) const;
+  // Appends a stored row (its floats; a push clock after them is left out) to a page.
+  void add_row(moved_page& page, std::uint64_t id, std::string_view value) const;
   std::string path_;
   std::vector<std::size_t> strides_;
   std::unique_ptr<rocksdb::DB> db_;
+  const rocksdb::Snapshot* pinned_ = nullptr;
 };
 
 // The rows a checkpoint saved from a disk tier (row_disk::save's directory), opened

@@ -152,6 +152,17 @@ std::vector<shard_handoff> shard_core::rows_moved(const moved_page& page) {
   return parts;
 }
 
+shard_handoff shard_core::seed_rows(const moved_page& page) const {
+  const auto stride = static_cast<std::uint32_t>(rows_.table(page.table).stride());
+  if (page.rows.size() != page.ids.size() * stride)
+    throw bad_request(name_ + ": a page of its disk tier holds " + std::to_string(page.rows.size()) + " floats for " +
+                      std::to_string(page.ids.size()) + " rows of " + std::to_string(stride));
+  shard_handoff h;
+  h.from = id_, h.to = id_, h.epoch = took_over_at_, h.rows_only = true;
+  h.rows.push_back({page.table, stride, page.ids, page.rows});
+  return h;
+}
+
 std::vector<shard_handoff> shard_core::hand_off(const partitioner& next, shard_effects& fx) {
   if (next.epoch() <= map_.epoch())
     throw bad_request(name_ + ": a handoff needs a newer map than epoch " + std::to_string(map_.epoch()) + ", got epoch " +
@@ -233,10 +244,9 @@ shard_effects shard_core::take_over(const shard_handoff& h) {
 }
 
 shard_handoff shard_core::whole_copy() const {
-  if (rows_.tiered())
-    throw bad_request(name_ + ": its rows live on a disk tier, which a new copy cannot be seeded from while it serves");
-  shard_handoff h{id_, id_, took_over_at_, store_->snapshot(), table_snapshot(), {}, consistency_.clocks().values(),
+  shard_handoff h{id_, id_, took_over_at_, store_->snapshot(), {}, {}, consistency_.clocks().values(),
                   applied_, highest_clock_, rows_.sightings()};
+  if (!rows_.tiered()) h.rows = table_snapshot();
   for (const auto& d : deferred_) h.deferred.push_back(to_update(d));
   h.whole = true;
   h.merges = took_over_ || was_in_map_;

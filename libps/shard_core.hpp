@@ -202,9 +202,13 @@ class shard_core {
   shard_effects take_over(const shard_handoff& h);
   // Everything this shard holds, as one handoff to itself (whole): what a new copy at
   // the end of its chain starts from (take_over) when the chain grows back after a copy
-  // died. Nothing is taken out. Throws bad_request with a disk tier, whose rows are not
-  // all in RAM to copy.
+  // died. Nothing is taken out. With a disk tier it carries no rows: they go first, as
+  // rows-only parts made by seed_rows from pages of the disk tier pinned with the RAM
+  // tier's changed rows written (row_tier::dirty_rows) at the same moment.
   shard_handoff whole_copy() const;
+  // A page of this shard's pinned disk tier, as a rows-only part of whole_copy. Throws
+  // bad_request for a page whose rows do not fit its ids.
+  shard_handoff seed_rows(const moved_page& page) const;
   // A write planned by an older map than this shard's (u.epoch below it) that touches
   // keys or rows this shard gave away: cut by the owner each has now, this shard's own
   // part under its id. Empty when it is all this shard's, or malformed (the write's own

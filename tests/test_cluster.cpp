@@ -598,11 +598,14 @@ TEST_CASE("faults: r=2, a server killed at clock 20 of 40 under BSP: final param
   }
 }
 
-TEST_CASE("faults: r=2, chains grow back after a server dies, so a second server killed later loses nothing either") {
-  // Without the copies grown back, shard 1 (its copies in processes 1 and 2) would be lost
-  // with the second kill, and no checkpoint is configured.
+namespace {
+
+// clocksum on 3 servers with chains of 2, server 1 killed at clock 10 and server 2 at 150:
+// without the copies grown back, shard 1 (its copies in processes 1 and 2) would be lost
+// with the second kill, and no checkpoint is configured. Returns the job's output.
+std::string check_chains_grow_back(const std::string& flags) {
   auto [rc, out] = shell("bin/psnode --role=local --app=clocksum --servers=3 --workers=2 --clocks=200 --replication=2 "
-                         "--faults='kill server=1 at=10;kill server=2 at=150'");
+                         "--faults='kill server=1 at=10;kill server=2 at=150' " + flags);
   INFO(out);
   REQUIRE(rc == 0);
   CHECK(out.find("shard 1's chain grew to 2 copies: copy 3 in the process of server shard 0") != std::string::npos);
@@ -611,9 +614,25 @@ TEST_CASE("faults: r=2, chains grow back after a server dies, so a second server
   CHECK(out.find("restored from") == std::string::npos);
   for (std::uint32_t w = 0; w < 2; ++w) {
     auto line = clocksum_line(out, w);
-    for (std::uint32_t s = 0; s < 3; ++s) CHECK(shard_value(line, s) == 3 * 200);
+    for (std::uint32_t s = 0; s < 3; ++s) {
+      CHECK(shard_value(line, s) == 3 * 200);
+      if (line.contains("row_values")) CHECK(line["row_values"][std::to_string(s)] == 3 * 200);
+    }
     CHECK(line["stale_reads"] == 0);
   }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("faults: r=2, chains grow back after a server dies, so a second server killed later loses nothing either") {
+  check_chains_grow_back("");
+}
+
+TEST_CASE("faults: rows on a disk tier, r=2: chains grow back (the tail seeds the copy from its disk tier pinned, a page "
+          "at a time), so a second kill loses no row either") {
+  // 40,000 rows over 1 MiB of RAM per shard: most of each shard's rows are on its disk.
+  check_chains_grow_back("--clock-rows=40000 --shard-memory=1048576");
 }
 
 TEST_CASE("faults: sparse rows on a tiered store (1 MiB of RAM, the rest on disk), r=2, a server killed after every push: exact sums from its copy") {
@@ -908,9 +927,12 @@ TEST_CASE("elastic: with --replication=2 a shard leaves: its copies stop with it
   }
 }
 
-TEST_CASE("elastic: with --replication=2 a server joins (its chain is built before its keys move) and one of the first "
-          "leaves; sums stay exact and every chain keeps 2 copies") {
-  auto moved = join_then_remove(running_clocksum(400, 10, "--replication=2"));
+namespace {
+
+// A server joins a job with chains of 2 (its chain is built before its keys move), then
+// shard 0 leaves: sums stay exact, every chain keeps 2 copies. clocks: the job's length.
+void check_chained_join_and_leave(std::uint64_t clocks, const std::string& job_flags, const std::string& joiner_flags) {
+  auto moved = join_then_remove(running_clocksum(clocks, 10, "--replication=2 " + job_flags), joiner_flags);
   INFO(moved.out);
   INFO(moved.joined);
   INFO(moved.removed);
@@ -930,8 +952,24 @@ TEST_CASE("elastic: with --replication=2 a server joins (its chain is built befo
     auto result = clocksum_line(moved.out, w);
     CHECK(result["stale_reads"] == 0);
     REQUIRE(result.at("shard_values").size() == 2);
-    for (std::uint32_t s = 1; s < 3; ++s) CHECK(shard_value(result, s) == 3 * 400);
+    for (std::uint32_t s = 1; s < 3; ++s) {
+      CHECK(shard_value(result, s) == 3 * clocks);
+      if (result.contains("row_values")) CHECK(result["row_values"][std::to_string(s)] == 3 * clocks);
+    }
   }
+}
+
+}  // namespace
+
+TEST_CASE("elastic: with --replication=2 a server joins (its chain is built before its keys move) and one of the first "
+          "leaves; sums stay exact and every chain keeps 2 copies") {
+  check_chained_join_and_leave(400, "", "");
+}
+
+TEST_CASE("elastic: rows on a disk tier with --replication=2: a server joins and one leaves; chains are seeded from "
+          "disk tiers and keep 2 copies; every row exact") {
+  const std::string tier = "--shard-memory=1048576";
+  check_chained_join_and_leave(60, "--clock-rows=40000 " + tier, tier);
 }
 
 TEST_CASE("elastic: rows on a disk tier move too: a server joins and one leaves while rows go to and from disk; every row exact") {

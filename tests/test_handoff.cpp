@@ -326,7 +326,7 @@ TEST_CASE("handoff: the fraction of keys a map change moves") {
 }
 
 TEST_CASE("handoff: a whole copy seeds a new copy of the shard that then answers as the shard does; nothing is taken "
-          "out; a disk tier refuses it") {
+          "out; with a disk tier its rows go first, a page at a time") {
   two_and_a_newcomer c(0);  // BSP: deferred pushes must travel too
   std::vector<std::uint64_t> ids;
   for (std::uint64_t i = 1; ids.size() < 20; ++i)
@@ -354,8 +354,28 @@ TEST_CASE("handoff: a whole copy seeds a new copy of the shard that then answers
   auto pull = seeded.pull_rows({1, 0, 1, 0}, 0, ids, 1, t0);
   REQUIRE(pull.answer.size() == 1);
   CHECK(seeded.take_row_values(pull.answer[0]) == std::vector<float>(ids.size() * 2, 1.0f));  // once, not twice
+  // With a disk tier the whole copy carries no rows: they go before it, in pages of the
+  // tail's pinned disk tier (seed_rows), which a copy with a disk tier of its own holds.
   auto tiered_config = shard(0, 1, {0, 1}, 0);
   tiered_config.shard_memory = 1 << 20;
   shard_core tiered(tiered_config);
-  CHECK_THROWS_WITH_AS(tiered.whole_copy(), doctest::Contains("disk tier"), bad_request);
+  const auto stride = tiered.rows().table(0).stride();
+  moved_page page{0, ids, {}, false, 0};
+  for (std::size_t i = 0; i < ids.size() * stride; ++i) page.rows.push_back(static_cast<float>(i));
+  auto part = tiered.seed_rows(page);
+  CHECK(part.rows_only);
+  CHECK(part.to == 0);
+  auto whole = tiered.whole_copy();
+  CHECK(whole.rows.empty());
+  shard_core tiered_copy(tiered_config);
+  REQUIRE(tiered_copy.take_over(decode_handoff(encode_handoff(part))).ok());
+  REQUIRE(tiered_copy.take_over(decode_handoff(encode_handoff(whole))).ok());
+  auto rows = tiered_copy.pull_rows({1, 0, 0, 0}, 0, ids, 0, t0);
+  REQUIRE(rows.answer.size() == 1);
+  auto values = tiered_copy.take_row_values(rows.answer[0]);
+  REQUIRE(values.size() == ids.size() * 2);
+  for (std::size_t i = 0; i < ids.size(); ++i)
+    for (std::size_t d = 0; d < 2; ++d) CHECK(values[i * 2 + d] == page.rows[i * stride + d]);
+  page.rows.pop_back();
+  CHECK_THROWS_WITH_AS(tiered.seed_rows(page), doctest::Contains("floats for 20 rows"), bad_request);
 }

@@ -387,6 +387,35 @@ TEST_CASE("row disk: rows written are read back; missing rows are not found; a w
   CHECK_FALSE(std::filesystem::exists(path));  // scratch: removed when closed
 }
 
+TEST_CASE("row disk: a pinned store is read as it was when pinned, in pages, while writes go on") {
+  scratch_dir scratch;
+  if (!scratch.holds_disk_tier()) return;
+  row_disk disk(scratch.path.string(), "shard 0", {2, 3});
+  CHECK_THROWS_WITH_AS(disk.pinned_page(0, 0), doctest::Contains("no pinned view"), bad_request);
+  disk.write({1, {{0, 5}, {0, 6}, {1, 5}}, {1, 2, 3, 4, 5, 6, 7}});
+  // Pinned with the RAM tier's changed rows written first (row 7 of table 0, with a clock).
+  disk.pin({2, {{0, 7}}, {8, 9}, {3}});
+  disk.write({3, {{0, 5}, {0, 9}}, {10, 11, 12, 13}, {}, {{0, 6}}});  // after the pin: not seen
+  auto page = disk.pinned_page(0, 0, 2);
+  CHECK(page.ids == std::vector<std::uint64_t>{5, 6});
+  CHECK(page.rows == std::vector<float>{1, 2, 3, 4});
+  REQUIRE(page.more);
+  page = disk.pinned_page(0, page.next, 2);
+  CHECK(page.ids == std::vector<std::uint64_t>{7});
+  CHECK(page.rows == std::vector<float>{8, 9});  // its push clock stays behind
+  CHECK_FALSE(page.more);
+  CHECK(disk.pinned_page(1, 0).rows == std::vector<float>{5, 6, 7});
+  CHECK_THROWS_WITH_AS(disk.pinned_page(2, 0), doctest::Contains("no table 2"), bad_request);
+  std::vector<std::uint8_t> found;
+  std::vector<float> rows;
+  std::vector<std::uint64_t> pushed;
+  disk.read({{0, 5}, {0, 6}}, found, rows, pushed);  // the store itself went on
+  CHECK(found == std::vector<std::uint8_t>{1, 0});
+  CHECK(rows == std::vector<float>{10, 11});
+  disk.unpin();
+  CHECK_THROWS_AS(disk.pinned_page(0, 0), bad_request);
+}
+
 TEST_CASE("row disk: saved stores laid out for other shards: every row, as stored, at its new owner") {
   scratch_dir scratch;
   const auto& dir = scratch.path;
