@@ -96,6 +96,13 @@ row_writer_actor::behavior_type row_writer(row_writer_actor::pointer self, std::
       }
     },
     [=](unpin_rows_atom) { disk->unpin(); },
+    [=](drop_rows_atom, const disk_move& m) -> caf::result<std::uint64_t> {
+      try {
+        return disk->drop_moved(m);
+      } catch (const bad_request& e) {
+        return failed(self, name, e);
+      }
+    },
   };
 }
 
@@ -149,6 +156,7 @@ row_io_actor::behavior_type row_io(row_io_actor::stateful_pointer<row_io_state> 
       return self->delegate(self->state.writer, copy_rows_atom::value, table, from);
     },
     [=](unpin_rows_atom) { self->send(self->state.writer, unpin_rows_atom::value); },
+    [=](drop_rows_atom, const disk_move& m) { return self->delegate(self->state.writer, drop_rows_atom::value, m); },
   };
 }
 

@@ -53,6 +53,7 @@ using save_rows_atom = caf::atom_constant<caf::atom("saverows")>;
 using sweep_rows_atom = caf::atom_constant<caf::atom("sweeprows")>;
 using move_rows_atom = caf::atom_constant<caf::atom("moverows")>;
 using pin_rows_atom = caf::atom_constant<caf::atom("pinrows")>;
+using drop_rows_atom = caf::atom_constant<caf::atom("droprows")>;
 using copy_rows_atom = caf::atom_constant<caf::atom("copyrows")>;
 using unpin_rows_atom = caf::atom_constant<caf::atom("unpinrows")>;
 
@@ -75,7 +76,10 @@ using row_io_actor = caf::typed_actor<
   // rows of a table from an id on (row_disk::pinned_page); the pin let go.
   caf::replies_to<pin_rows_atom, std::shared_ptr<const row_write>>::with<caf::ok_atom>,
   caf::replies_to<copy_rows_atom, std::uint32_t, std::uint64_t>::with<std::shared_ptr<const moved_page>>,
-  caf::reacts_to<unpin_rows_atom>>;
+  caf::reacts_to<unpin_rows_atom>,
+  // What a copy kept of a map change, deleted once the change is over (row_disk::drop_moved),
+  // after the writes asked before it; answers with the rows deleted.
+  caf::replies_to<drop_rows_atom, disk_move>::with<std::uint64_t>>;
 
 // Writes, checkpoints, fills, sweeps, moves and a seed's pages, in the order asked (row_io hands them on).
 using row_writer_actor = caf::typed_actor<
@@ -83,6 +87,7 @@ using row_writer_actor = caf::typed_actor<
   caf::replies_to<pin_rows_atom, std::shared_ptr<const row_write>>::with<caf::ok_atom>,
   caf::replies_to<copy_rows_atom, std::uint32_t, std::uint64_t>::with<std::shared_ptr<const moved_page>>,
   caf::reacts_to<unpin_rows_atom>,
+  caf::replies_to<drop_rows_atom, disk_move>::with<std::uint64_t>,
   caf::replies_to<move_rows_atom, disk_move>::with<std::shared_ptr<const moved_page>>,
   caf::replies_to<write_rows_atom, std::shared_ptr<const row_write>>::with<std::uint64_t>,
   caf::replies_to<fill_atom, std::shared_ptr<const fill_order>>::with<std::uint64_t>,

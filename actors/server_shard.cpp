@@ -1168,6 +1168,16 @@ std::function<void(shard_actor, std::uint64_t)> handoff_sender(self_ptr self, co
   };
 }
 
+// What this shard kept as a copy of the last map change is deleted from its disk: the
+// change is over (another begins). One call of the I/O actor's writer, so no row a later
+// write puts there is deleted (the rows it keeps are not this shard's under that map).
+void drop_kept_rows(self_ptr self) {
+  auto& st = self->state;
+  for (auto& move : std::exchange(st.kept_moves, {}))
+    self->request(st.disk, caf::infinite, drop_rows_atom::value, std::move(move))
+      .then([](std::uint64_t) {}, [=](caf::error& e) { disk_failed(self, e); });
+}
+
 // A copy further down a chain adopts the map its predecessor adopted (passed down in
 // order with the updates before and after it): what the map moves away is dropped here,
 // as its head hands it over; what it gains comes down the chain with the head's
@@ -1180,11 +1190,13 @@ caf::result<std::uint64_t> adopt_as_copy(self_ptr self, const shard_options& opt
   try {
     // The parts are the head's to send; kept here until the change is over, for this
     // copy to send should it become the head first (the coordinator then asks it).
+    drop_kept_rows(self);  // the last change's: it is over
     st.kept_parts = st.core->hand_off(map_of(view), fx);
   } catch (const bad_request& e) {
     return make_ps_error(e.what());
   }
-  fx.moves.clear();  // rows on this copy's disk that moved away are left there, never read again
+  st.kept_moves = std::move(fx.moves);  // scanned should this copy hand them over, after fx.writes
+  fx.moves.clear();
   carry_out(self, opts, coordinator, fx);
   take_view(self, view);
   if (!st.successor) return view.epoch;
@@ -1219,9 +1231,20 @@ caf::result<std::uint64_t> hand_off_again(self_ptr self, const cluster_view& vie
     under_way->answers.push_back(self->make_response_promise<std::uint64_t>());
     return under_way->answers.back();
   }
-  if (st.kept_parts.empty()) return view.epoch;
+  if (st.kept_parts.empty() && st.kept_moves.empty()) return view.epoch;
   take_view(self, view);  // the takers' heads of the moment
-  return start_handoff(self, view, std::exchange(st.kept_parts, {}), {});
+  return start_handoff(self, view, std::exchange(st.kept_parts, {}), std::exchange(st.kept_moves, {}));
+}
+
+// The fault injector's kill at=handoff: the process ends once the shard's copies adopted
+// the change (they keep what it moves), before any part is sent, so the chain's next copy
+// must hand it all over.
+caf::result<std::uint64_t> die_in_handoff(self_ptr self, const shard_options& opts, const cluster_view& view) {
+  const auto why = self->state.name + " was asked to hand keys over (epoch " + std::to_string(view.epoch) +
+                   "): killed by the fault injector (at=handoff)";
+  if (!self->state.successor) die_abruptly(why);
+  send_down(self, {handoff_sender(self, opts, view), {}, view.epoch, [why](caf::error) { die_abruptly(why); }});
+  return self->make_response_promise<std::uint64_t>();  // never answered: the process ends
 }
 
 caf::result<std::uint64_t> hand_off(self_ptr self, const shard_options& opts, const coordinator_actor& coordinator,
@@ -1236,6 +1259,7 @@ caf::result<std::uint64_t> hand_off(self_ptr self, const shard_options& opts, co
   if (!st.core->head()) return adopt_as_copy(self, opts, coordinator, view);
   if (view.epoch == st.core->map_epoch()) return hand_off_again(self, view);
   st.kept_parts.clear();
+  drop_kept_rows(self);  // before this change's scans: they would find those rows too
   std::vector<shard_handoff> parts;
   shard_effects fx;
   try {
@@ -1253,6 +1277,7 @@ caf::result<std::uint64_t> hand_off(self_ptr self, const shard_options& opts, co
   // Its copies adopt the map in order with its updates: they stop serving what moved,
   // and keep it until the change is over (adopt_as_copy). Their answer is not waited for
   // (it is the parts' takers'); a new successor gets it again (follow).
+  if (opts.faults.kills_at_handoff(st.core->id())) return die_in_handoff(self, opts, view);
   if (st.successor) send_down(self, {handoff_sender(self, opts, view), {}, view.epoch, [](caf::error) {}});
   return start_handoff(self, view, std::move(parts), std::move(moves));
 }

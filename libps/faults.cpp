@@ -99,7 +99,12 @@ fault_plan parse_faults(const std::string& spec) {
       if (server == worker) c.fail("kill needs exactly one of server=I or worker=I");
       fault_plan::kill k{server ? fault_plan::role::server : fault_plan::role::worker, 0, 0};
       k.id = static_cast<std::uint32_t>(c.take_uint(server ? "server" : "worker", 1023));
-      k.at = c.take_uint("at", UINT64_MAX - 1);
+      if (server && c.args.count("at") && c.args["at"] == "handoff") {
+        c.args.erase("at");
+        k.at = fault_plan::at_handoff;
+      } else {
+        k.at = c.take_uint("at", UINT64_MAX - 1);
+      }
       if (k.at == 0) c.fail("at=0: a kill needs a clock >= 1 (the member must have started)");
       for (const auto& other : p.kills)
         if (other.who == k.who && other.id == k.id) c.fail("that member is already killed by an earlier clause");
@@ -140,7 +145,9 @@ std::string to_string(const fault_plan& p) {
   };
   for (const auto& k : p.kills) {
     sep();
-    out << "kill " << (k.who == fault_plan::role::server ? "server=" : "worker=") << k.id << " at=" << k.at;
+    out << "kill " << (k.who == fault_plan::role::server ? "server=" : "worker=") << k.id << " at=";
+    if (k.at == fault_plan::at_handoff) out << "handoff";
+    else out << k.at;
   }
   for (const auto& s : p.slows) {
     sep();
@@ -167,8 +174,14 @@ bool fault_plan::empty() const {
 
 std::optional<std::uint64_t> fault_plan::kill_clock(role who, std::uint32_t id) const {
   for (const auto& k : kills)
-    if (k.who == who && k.id == id) return k.at;
+    if (k.who == who && k.id == id && k.at != at_handoff) return k.at;
   return std::nullopt;
+}
+
+bool fault_plan::kills_at_handoff(std::uint32_t server) const {
+  for (const auto& k : kills)
+    if (k.who == role::server && k.id == server && k.at == at_handoff) return true;
+  return false;
 }
 
 double fault_plan::slow_factor(std::uint32_t w) const {

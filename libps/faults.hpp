@@ -2,6 +2,9 @@
 // The fault injector's plan, parsed from --faults=SPEC: a ';'-separated list of
 //   kill server=I at=CLOCK    the process hosting shard I ends abruptly (SIGKILL) once its
 //                             minimum clock reaches CLOCK
+//   kill server=I at=handoff  the process hosting shard I ends abruptly (SIGKILL) once the
+//                             shard, asked to hand keys over in a map change, has passed
+//                             the change down its chain and before it sends any part
 //   kill worker=I at=CLOCK    worker I's process ends abruptly when it ticks to CLOCK
 //   slow worker=I factor=F    worker I computes F times slower
 //   drop p=P seed=S           each remote request is lost with probability P
@@ -36,7 +39,10 @@ struct fault_plan {
   std::uint64_t delay_ms = 0;
 
   bool empty() const;
-  // The clock at which that member is to be killed, if any.
+  static constexpr std::uint64_t at_handoff = UINT64_MAX;  // kill::at: in its first map change
+  // Whether shard `server`'s process is killed in its first map change (at=handoff).
+  bool kills_at_handoff(std::uint32_t server) const;
+  // The clock at which that member is to be killed, if any (at=handoff: none).
   std::optional<std::uint64_t> kill_clock(role who, std::uint32_t id) const;
   // How many times slower worker w computes (1: not slowed).
   double slow_factor(std::uint32_t w) const;

@@ -387,6 +387,16 @@ moved_page row_disk::take_moved(const disk_move& move, std::size_t page) {
   return out;
 }
 
+std::uint64_t row_disk::drop_moved(disk_move move) {
+  std::uint64_t dropped = 0;
+  for (;;) {
+    auto page = take_moved(move);
+    dropped += page.ids.size();
+    if (!page.more) return dropped;
+    move.from = page.next;
+  }
+}
+
 void row_disk::write(const row_write& w) {
   rocksdb::WriteBatch batch;
   std::size_t at = 0;

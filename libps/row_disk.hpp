@@ -60,6 +60,10 @@ class row_disk {
   // their floats, deleted from the store in the same call; and where the next page starts.
   // Throws bad_request naming the path.
   moved_page take_moved(const disk_move& move, std::size_t page = std::size_t{1} << 14);
+  // Deletes every row of move.table from move.from on that move.moves picks, in one call
+  // (pages of take_moved, none kept), and returns how many: what a copy of a chain kept
+  // of a map change once the change is over, so no later scan hands it over again.
+  std::uint64_t drop_moved(disk_move move);
   // Writes rows (one batch, no write-ahead log); throws bad_request naming the path
   // (a full disk among them).
   void write(const row_write& w);

@@ -97,7 +97,7 @@ node_config::node_config() {
                              "written by the launcher or psnode's coordinator")
     .add(metrics_port, "metrics-port", "P: serve the --metrics figures in Prometheus' text format at "
                                        "http://HOST:P/metrics (0: off); by the launcher or psnode's coordinator")
-    .add(faults, "faults", "fault injector, ';'-separated: kill server=I at=C; kill worker=I at=C; "
+    .add(faults, "faults", "fault injector, ';'-separated: kill server=I at=C|handoff; kill worker=I at=C; "
                            "slow worker=I factor=F (see README)");
   declare_tuning_options();
 }

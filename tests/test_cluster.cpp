@@ -814,6 +814,41 @@ running_job running_clocksum(int clocks, int clock_ms, const std::string& flags 
   return {job, out, port};
 }
 
+TEST_CASE("faults: rows on a disk tier, r=2: a head killed in a join's handoff (at=handoff) after its copy adopted the "
+          "change: the copy hands over what it kept, rows on its disk too; every row exact") {
+  // Shard 0's process dies once its copy (in process 1) adopted the join's map and before
+  // any part left: that copy, now the head, takes the moved rows off its own disk.
+  const std::string tier = "--shard-memory=1048576";
+  auto job = running_clocksum(80, 10, "--replication=2 --clock-rows=40000 " + tier +
+                                          " --faults='kill server=0 at=handoff'", 3);
+  FILE* joiner = popen(("bin/psnode --role=server --coordinator=127.0.0.1:" + job.port + " " + tier + " 2>&1").c_str(), "r");
+  REQUIRE(joiner != nullptr);
+  char line[4096];
+  while (std::fgets(line, sizeof line, job.pipe)) job.out += line;
+  int status = pclose(job.pipe);
+  std::string joined;
+  while (std::fgets(line, sizeof line, joiner)) joined += line;
+  int joiner_status = pclose(joiner);
+  INFO(job.out);
+  INFO(joined);
+  REQUIRE(WIFEXITED(status));
+  REQUIRE(WEXITSTATUS(status) == 0);
+  CHECK(WEXITSTATUS(joiner_status) == 0);
+  CHECK(job.out.find("shard 0 was asked to hand keys over (epoch 2): killed by the fault injector (at=handoff)") !=
+        std::string::npos);
+  CHECK(job.out.find("server shard 3 (127.0.0.1:") != std::string::npos);
+  CHECK(job.out.find("restored from") == std::string::npos);
+  for (std::uint32_t w = 0; w < 2; ++w) {
+    auto result = clocksum_line(job.out, w);
+    CHECK(result["stale_reads"] == 0);
+    REQUIRE(result.at("row_values").size() == 4);
+    for (std::uint32_t s = 0; s < 4; ++s) {
+      CHECK(shard_value(result, s) == 3 * 80);
+      CHECK(result["row_values"][std::to_string(s)] == 3 * 80);
+    }
+  }
+}
+
 TEST_CASE("faults: a worker joins a running job (psnode --role=worker at the coordinator); its pushes count") {
   auto [job, out, port] = running_clocksum(150, 20);
   char line[4096];

@@ -45,6 +45,13 @@ TEST_CASE("faults: every clause kind parses, and the plan prints back to the sam
   CHECK(again.kills.size() == 2);
   CHECK(parse_faults("").empty());
   CHECK(parse_faults(" ; ").empty());
+  // A server killed in its first map change instead of at a clock.
+  auto in_handoff = parse_faults("kill server=2 at=handoff");
+  CHECK(in_handoff.kills_at_handoff(2));
+  CHECK_FALSE(in_handoff.kills_at_handoff(1));
+  CHECK_FALSE(in_handoff.kill_clock(fault_plan::role::server, 2).has_value());
+  CHECK(to_string(in_handoff) == "kill server=2 at=handoff");
+  CHECK(parse_faults(to_string(in_handoff)).kills_at_handoff(2));
 }
 
 TEST_CASE("faults: bad clauses are refused naming the clause and the problem") {
@@ -54,6 +61,7 @@ TEST_CASE("faults: bad clauses are refused naming the clause and the problem") {
   };
   const bad cases[] = {
     {"kill server=1", "\"kill server=1\": missing at="},
+    {"kill worker=1 at=handoff", "at=handoff is not an integer"},
     {"kill at=3", "exactly one of server=I or worker=I"},
     {"kill server=1 worker=2 at=3", "exactly one of server=I or worker=I"},
     {"kill server=x at=3", "server=x is not an integer"},
