@@ -128,11 +128,16 @@ void shard_core::hand_off_tiered(const partitioner& next, const std::function<sh
                                  shard_effects& fx) {
   split_row_queue(next, to, fx);
   auto map = std::make_shared<const partitioner>(next);
+  auto was = std::make_shared<const partitioner>(map_);
   const auto self = id_;
   if (auto w = rows_.flush_moved([&](const row_key& k) { return map->row_owner(k.table, k.id) != self; }))
     fx.writes.push_back(std::move(w));
+  // Only rows this shard owned until now move: a row on its disk that it did not own is
+  // left over (a copy's of an earlier change, not yet dropped), never newer than its owner's.
   for (std::uint32_t t = 0; t < rows_.num_tables(); ++t)
-    fx.moves.push_back({t, 0, [map, t, self](std::uint64_t id) { return map->row_owner(t, id) != self; }});
+    fx.moves.push_back({t, 0, [map, was, t, self](std::uint64_t id) {
+                          return was->row_owner(t, id) == self && map->row_owner(t, id) != self;
+                        }});
   drain_rows(fx);  // the queue's front may have lost what it waited for
 }
 

@@ -561,6 +561,21 @@ long long shard_value(const json& line, std::uint32_t shard) {
   return v.is_null() ? -1 : v.get<long long>();
 }
 
+// Both workers' clocksum lines: no stale read, and every key (and row, with rows: the job
+// ran with --clock-rows) of exactly these shards at `expected`.
+void check_exact_sums(const std::string& out, const std::vector<std::uint32_t>& shards, long long expected, bool rows) {
+  for (std::uint32_t w = 0; w < 2; ++w) {
+    auto result = clocksum_line(out, w);
+    CHECK(result["stale_reads"] == 0);
+    REQUIRE(result.at("shard_values").size() == shards.size());
+    REQUIRE(result.contains("row_values") == rows);
+    for (auto s : shards) {
+      CHECK(shard_value(result, s) == expected);
+      if (rows) CHECK(result["row_values"][std::to_string(s)] == expected);
+    }
+  }
+}
+
 // lost[shard][worker]: the clocks the replacements reported lost (the last line's
 // updates_lost), summed over every report (a shard restored twice reports twice).
 std::map<std::uint32_t, std::map<std::uint32_t, long long>> lost_clocks(const std::string& out) {
@@ -612,14 +627,7 @@ std::string check_chains_grow_back(const std::string& flags) {
   CHECK(out.find("shard 0's chain grew to 2 copies: copy 5 in the process of server shard 2") != std::string::npos);
   CHECK(out.find("fault injector: shard 2 reached clock 150") != std::string::npos);
   CHECK(out.find("restored from") == std::string::npos);
-  for (std::uint32_t w = 0; w < 2; ++w) {
-    auto line = clocksum_line(out, w);
-    for (std::uint32_t s = 0; s < 3; ++s) {
-      CHECK(shard_value(line, s) == 3 * 200);
-      if (line.contains("row_values")) CHECK(line["row_values"][std::to_string(s)] == 3 * 200);
-    }
-    CHECK(line["stale_reads"] == 0);
-  }
+  check_exact_sums(out, {0, 1, 2}, 3 * 200, flags.find("--clock-rows") != std::string::npos);
   return out;
 }
 
@@ -838,15 +846,7 @@ TEST_CASE("faults: rows on a disk tier, r=2: a head killed in a join's handoff (
         std::string::npos);
   CHECK(job.out.find("server shard 3 (127.0.0.1:") != std::string::npos);
   CHECK(job.out.find("restored from") == std::string::npos);
-  for (std::uint32_t w = 0; w < 2; ++w) {
-    auto result = clocksum_line(job.out, w);
-    CHECK(result["stale_reads"] == 0);
-    REQUIRE(result.at("row_values").size() == 4);
-    for (std::uint32_t s = 0; s < 4; ++s) {
-      CHECK(shard_value(result, s) == 3 * 80);
-      CHECK(result["row_values"][std::to_string(s)] == 3 * 80);
-    }
-  }
+  check_exact_sums(job.out, {0, 1, 2, 3}, 3 * 80, true);
 }
 
 TEST_CASE("faults: a worker joins a running job (psnode --role=worker at the coordinator); its pushes count") {
@@ -983,15 +983,7 @@ void check_chained_join_and_leave(std::uint64_t clocks, const std::string& job_f
   CHECK(moved.out.find("shard 1's chain grew to 3 copies: copy 4 in the process of server shard 2") != std::string::npos);
   CHECK(moved.out.find("shard 2's chain grew to 3 copies: copy 3 in the process of server shard 1") != std::string::npos);
   CHECK(moved.out.find("restored from") == std::string::npos);
-  for (std::uint32_t w = 0; w < 2; ++w) {
-    auto result = clocksum_line(moved.out, w);
-    CHECK(result["stale_reads"] == 0);
-    REQUIRE(result.at("shard_values").size() == 2);
-    for (std::uint32_t s = 1; s < 3; ++s) {
-      CHECK(shard_value(result, s) == 3 * clocks);
-      if (result.contains("row_values")) CHECK(result["row_values"][std::to_string(s)] == 3 * clocks);
-    }
-  }
+  check_exact_sums(moved.out, {1, 2}, 3 * clocks, job_flags.find("--clock-rows") != std::string::npos);
 }
 
 }  // namespace

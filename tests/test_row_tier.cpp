@@ -683,6 +683,29 @@ row_push random_push(std::mt19937_64& rng, std::uint32_t worker) {
 
 }  // namespace
 
+TEST_CASE("handoff from a tiered store: its disk's scans take only rows it owned until then, not rows left over there") {
+  auto config = tiered_shard(1 << 20, infinite_staleness);
+  config.shard_ids = {0, 1};
+  shard_core core(config);
+  const auto before = core.map();
+  const auto after = before.with_shard(2);
+  shard_effects fx;
+  core.hand_off(after, fx);
+  REQUIRE(fx.moves.size() == 2);
+  int moved = 0, left_over = 0, kept = 0;
+  for (std::uint64_t id = 0; id < 3000; ++id) {
+    const bool mine = before.row_owner(0, id) == 0, stays = after.row_owner(0, id) == 0;
+    const bool picked = fx.moves[0].moves(id);
+    CHECK(picked == (mine && !stays));
+    moved += picked;
+    left_over += !mine && after.row_owner(0, id) != 0;  // another's before and after: never picked
+    kept += mine && stays;
+  }
+  CHECK(moved > 0);
+  CHECK(left_over > 0);
+  CHECK(kept > 0);
+}
+
 TEST_CASE("handoff from a tiered store: rows in RAM, on disk, being written or read, and queued pushes reach the new owner exactly") {
   const std::uint64_t budget = 6 * sparse_table(emb(4, rule_kind::adagrad)).row_bytes();
   shard_core giver(tiered_shard(budget, infinite_staleness)), in_ram(tiered_shard(0, infinite_staleness));
