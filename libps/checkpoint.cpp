@@ -342,6 +342,7 @@ stored_segment slice(const stored_segment& seg, std::uint64_t offset, std::uint6
 // rows_into (out's sections then name them, with their counts).
 void lay_out_disk_tiers(const checkpoint& c, const partitioner& map, const std::string& rows_into, checkpoint& out) {
   std::vector<std::string> saved;
+  std::vector<std::uint32_t> saved_by;  // the shard each store is of
   std::size_t tables = 0;
   for (const auto& old : c.shards) {
     if (old.disk_rows.empty()) continue;
@@ -352,6 +353,7 @@ void lay_out_disk_tiers(const checkpoint& c, const partitioner& map, const std::
       throw bad_request(shard + ", saved before checkpoints counted them per table (format 4): restore it onto as "
                         "many shards as it has");
     saved.push_back(old.disk_rows);
+    saved_by.push_back(old.shard);
     tables = std::max(tables, old.disk_table_rows.size());
   }
   if (saved.empty()) return;
@@ -362,7 +364,10 @@ void lay_out_disk_tiers(const checkpoint& c, const partitioner& map, const std::
     if (std::find(wanted.begin(), wanted.end(), o) == wanted.end()) return std::nullopt;  // another shard's
     return o;
   };
-  auto counts = lay_out_saved_rows(saved, tables, owner, wanted, rows_into);
+  // Rows follow the ring (row_owner): the saved map's is its shards' ring.
+  const partitioner was(c.header.epoch, c.header.shard_ids, c.header.vnodes, c.header.bucket_bits);
+  auto own = [&](std::size_t i, const row_key& k) { return was.row_owner(k.table, k.id) == saved_by[i]; };
+  auto counts = lay_out_saved_rows(saved, tables, owner, wanted, rows_into, own);
   for (auto& s : out.shards) {
     s.disk_rows = saved_rows_path(rows_into, s.shard);
     s.disk_table_rows = counts.at(s.shard);

@@ -289,7 +289,7 @@ std::vector<table_rows> read_saved_rows(const std::string& dir, const std::vecto
 std::map<std::uint32_t, std::vector<std::uint64_t>> lay_out_saved_rows(const std::vector<std::string>& saved,
                                                                        std::size_t tables, const row_owner_fn& owner,
                                                                        const std::vector<std::uint32_t>& shards,
-                                                                       const std::string& into) {
+                                                                       const std::string& into, const saved_row_fn& own) {
   std::error_code ec;
   fs::remove_all(into, ec);  // an earlier restore's: made again
   fs::create_directories(into, ec);
@@ -300,11 +300,12 @@ std::map<std::uint32_t, std::vector<std::uint64_t>> lay_out_saved_rows(const std
     stores.emplace(id, saved_rows_path(into, id));
     counts[id].assign(tables, 0);
   }
-  for (const auto& dir : saved)
-    each_saved_row(dir, [&](const row_key& k, std::string_view value) {
+  for (std::size_t i = 0; i < saved.size(); ++i)
+    each_saved_row(saved[i], [&](const row_key& k, std::string_view value) {
       if (k.table >= tables)
-        throw bad_request("disk tier rows at " + dir + ": a row of table " + std::to_string(k.table) + ", the job has " +
-                          std::to_string(tables) + " tables (a corrupt store?)");
+        throw bad_request("disk tier rows at " + saved[i] + ": a row of table " + std::to_string(k.table) +
+                          ", the job has " + std::to_string(tables) + " tables (a corrupt store?)");
+      if (own && !own(i, k)) return;
       auto to = owner(k);
       if (!to) return;
       auto store = stores.find(*to);

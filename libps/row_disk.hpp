@@ -130,10 +130,14 @@ using row_owner_fn = std::function<std::optional<std::uint32_t>(const row_key&)>
 // per new shard, not the table. Returns each new shard's rows per table (`tables` of them).
 // Throws bad_request naming the path: a missing or corrupt store, a row of a table the job
 // does not have, a row whose owner is not among `shards`, a store that cannot be written.
+// own(i, row): whether saved[i] held the row as its shard's own under the saved map (none:
+// every row); a row left over in another's store (a copy's of an earlier map change,
+// never read there) is skipped, so it cannot land beside its owner's copy of the row.
+using saved_row_fn = std::function<bool(std::size_t, const row_key&)>;
 std::map<std::uint32_t, std::vector<std::uint64_t>> lay_out_saved_rows(const std::vector<std::string>& saved,
                                                                        std::size_t tables, const row_owner_fn& owner,
                                                                        const std::vector<std::uint32_t>& shards,
-                                                                       const std::string& into);
+                                                                       const std::string& into, const saved_row_fn& own = {});
 std::string saved_rows_path(const std::string& into, std::uint32_t shard);
 
 // This process's bytes read from storage devices (/proc/self/io read_bytes) and its
