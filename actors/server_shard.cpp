@@ -1241,7 +1241,7 @@ caf::result<std::uint64_t> hand_off_again(self_ptr self, const cluster_view& vie
 // must hand it all over.
 caf::result<std::uint64_t> die_in_handoff(self_ptr self, const shard_options& opts, const cluster_view& view) {
   const auto why = self->state.name + " was asked to hand keys over (epoch " + std::to_string(view.epoch) +
-                   "): killed by the fault injector (at=handoff)";
+                   ", --faults: kill server=" + std::to_string(self->state.core->id()) + " at=handoff)";
   if (!self->state.successor) die_abruptly(why);
   send_down(self, {handoff_sender(self, opts, view), {}, view.epoch, [why](caf::error) { die_abruptly(why); }});
   return self->make_response_promise<std::uint64_t>();  // never answered: the process ends

@@ -842,8 +842,8 @@ TEST_CASE("faults: rows on a disk tier, r=2: a head killed in a join's handoff (
   REQUIRE(WIFEXITED(status));
   REQUIRE(WEXITSTATUS(status) == 0);
   CHECK(WEXITSTATUS(joiner_status) == 0);
-  CHECK(job.out.find("shard 0 was asked to hand keys over (epoch 2): killed by the fault injector (at=handoff)") !=
-        std::string::npos);
+  CHECK(job.out.find("fault injector: shard 0 was asked to hand keys over (epoch 2, --faults: kill server=0 "
+                     "at=handoff)") != std::string::npos);
   CHECK(job.out.find("server shard 3 (127.0.0.1:") != std::string::npos);
   CHECK(job.out.find("restored from") == std::string::npos);
   check_exact_sums(job.out, {0, 1, 2, 3}, 3 * 80, true);
