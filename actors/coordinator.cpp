@@ -608,7 +608,8 @@ void chain_grown(self_ptr self, const coordinator_options& opts, std::uint32_t i
 
 // A copy of shard `id` starts in `process` and its chain's tail seeds it (extend_atom).
 // A failure is named in the news, and the chains grow on: a process that did not answer
-// hosts none from then on, a tail that refused (a disk tier) is not asked again.
+// hosts none from then on, a tail that refused (or whose copy failed its seed) is not
+// asked again.
 void grow_chain(self_ptr self, const coordinator_options& opts, std::uint32_t id, std::uint32_t process,
                 std::function<void()> next) {
   auto& st = self->state;
@@ -648,8 +649,9 @@ void grow_chain(self_ptr self, const coordinator_options& opts, std::uint32_t id
                   chain_grown(self, opts, id, position, tail, copy, asked, next);
                 },
                 [=](caf::error& e) {
-                  // A tail that refused (a disk tier) is not asked again; one that died
-                  // or did not answer is replaced in its chain, which then grows from it.
+                  // A tail that refused (or whose copy failed its seed) is not asked again;
+                  // one that died or did not answer is replaced in its chain, which then
+                  // grows from it.
                   if (e != caf::sec::request_receiver_down && e != caf::sec::request_timeout &&
                       self->state.growth_attempt == attempt)
                     self->state.ungrowable.insert(id);
