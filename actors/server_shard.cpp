@@ -1173,9 +1173,12 @@ std::function<void(shard_actor, std::uint64_t)> handoff_sender(self_ptr self, co
 // write puts there is deleted (the rows it keeps are not this shard's under that map).
 void drop_kept_rows(self_ptr self) {
   auto& st = self->state;
-  for (auto& move : std::exchange(st.kept_moves, {}))
+  for (auto& move : std::exchange(st.kept_moves, {})) {
+    const auto table = move.table;
     self->request(st.disk, caf::infinite, drop_rows_atom::value, std::move(move))
-      .then([](std::uint64_t) {}, [=](caf::error& e) { disk_failed(self, e); });
+      .then([=](std::uint64_t dropped) { self->state.core->dropped_from_disk(table, dropped); },
+            [=](caf::error& e) { disk_failed(self, e); });
+  }
 }
 
 // A copy further down a chain adopts the map its predecessor adopted (passed down in

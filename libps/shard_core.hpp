@@ -154,6 +154,9 @@ class shard_core {
   std::uint64_t map_epoch() const { return map_.epoch(); }
   std::uint64_t fill_rows_in_ram(std::uint32_t table, std::uint64_t count);
   void filled_on_disk(std::uint32_t table, std::uint64_t rows) { rows_.filled_on_disk(table, rows); }
+  // Rows this shard kept on its disk as a copy of a map change that moved them away,
+  // deleted once the change was over: no longer counted as its own.
+  void dropped_from_disk(std::uint32_t table, std::uint64_t rows) { rows_.moved_from_disk(table, rows); }
   std::size_t num_tables() const { return rows_.num_tables(); }
   // The tables' rows (RAM tier) and what the tiers did.
   const row_tier& rows() const { return rows_; }

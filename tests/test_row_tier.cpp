@@ -689,7 +689,7 @@ row_push random_push(std::mt19937_64& rng, std::uint32_t worker) {
 
 }  // namespace
 
-TEST_CASE("handoff from a tiered store: its disk's scans take only rows it owned until then, not rows left over there") {
+TEST_CASE("handoff from a tiered store: its disk's scans take only rows it owned until then, not rows left over there; rows a copy drops stop counting") {
   auto config = tiered_shard(1 << 20, infinite_staleness);
   config.shard_ids = {0, 1};
   shard_core core(config);
@@ -710,6 +710,12 @@ TEST_CASE("handoff from a tiered store: its disk's scans take only rows it owned
   CHECK(moved > 0);
   CHECK(left_over > 0);
   CHECK(kept > 0);
+  // A copy deletes what it kept of the change once it is over: those rows stop counting.
+  core.filled_on_disk(0, 50);
+  core.dropped_from_disk(0, 20);
+  CHECK(core.rows().live_rows().at(0) == 30);
+  CHECK(core.rows().rows_live() == 30);
+  CHECK(core.rows().stats().moved == 20);
 }
 
 TEST_CASE("handoff from a tiered store: rows in RAM, on disk, being written or read, and queued pushes reach the new owner exactly") {
