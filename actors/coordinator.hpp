@@ -68,7 +68,7 @@ struct coordinator_options {
 // One round of a map change's handoffs: each shard in `pending` (by id) is asked, through
 // its head of the moment, to adopt the change's map and hand over what it moves. With
 // chains, a head that dies first is asked again through the chain's new head, which
-// kept what the change moved when it adopted the change as a copy (kept_parts).
+// kept what the change moved when it adopted the change as a copy (shard_state::kept).
 struct handover_round {
   std::uint64_t epoch = 0;                         // the change's map
   std::map<std::uint32_t, std::uint64_t> pending;  // shard id -> its latest ask

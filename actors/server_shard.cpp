@@ -1168,12 +1168,13 @@ std::function<void(shard_actor, std::uint64_t)> handoff_sender(self_ptr self, co
   };
 }
 
-// What this shard kept as a copy of the last map change is deleted from its disk: the
-// change is over (another begins). One call of the I/O actor's writer, so no row a later
-// write puts there is deleted (the rows it keeps are not this shard's under that map).
-void drop_kept_rows(self_ptr self) {
+// What this shard kept as a copy of the last map change is forgotten, its rows deleted
+// from its disk: the change is over (another begins). One call of the I/O actor's writer
+// per table, so no row a later write puts there is deleted (the rows it keeps are not
+// this shard's under that map); deleted rows stop counting as its own.
+void forget_kept(self_ptr self) {
   auto& st = self->state;
-  for (auto& move : std::exchange(st.kept_moves, {})) {
+  for (auto& move : std::exchange(st.kept, {}).moves) {
     const auto table = move.table;
     self->request(st.disk, caf::infinite, drop_rows_atom::value, std::move(move))
       .then([=](std::uint64_t dropped) { self->state.core->dropped_from_disk(table, dropped); },
@@ -1190,16 +1191,15 @@ caf::result<std::uint64_t> adopt_as_copy(self_ptr self, const shard_options& opt
   auto& st = self->state;
   if (view.epoch <= st.core->map_epoch()) return view.epoch;  // adopted already
   shard_effects fx;
+  forget_kept(self);  // the last change's: it is over
   try {
     // The parts are the head's to send; kept here until the change is over, for this
     // copy to send should it become the head first (the coordinator then asks it).
-    drop_kept_rows(self);  // the last change's: it is over
-    st.kept_parts = st.core->hand_off(map_of(view), fx);
+    st.kept.parts = st.core->hand_off(map_of(view), fx);
   } catch (const bad_request& e) {
     return make_ps_error(e.what());
   }
-  st.kept_moves = std::move(fx.moves);  // scanned should this copy hand them over, after fx.writes
-  fx.moves.clear();
+  st.kept.moves = std::exchange(fx.moves, {});  // scanned should this copy hand them over, after fx.writes
   carry_out(self, opts, coordinator, fx);
   take_view(self, view);
   if (!st.successor) return view.epoch;
@@ -1234,9 +1234,10 @@ caf::result<std::uint64_t> hand_off_again(self_ptr self, const cluster_view& vie
     under_way->answers.push_back(self->make_response_promise<std::uint64_t>());
     return under_way->answers.back();
   }
-  if (st.kept_parts.empty() && st.kept_moves.empty()) return view.epoch;
+  if (st.kept.empty()) return view.epoch;
   take_view(self, view);  // the takers' heads of the moment
-  return start_handoff(self, view, std::exchange(st.kept_parts, {}), std::exchange(st.kept_moves, {}));
+  auto kept = std::exchange(st.kept, {});
+  return start_handoff(self, view, std::move(kept.parts), std::move(kept.moves));
 }
 
 // The fault injector's kill at=handoff: the process ends once the shard's copies adopted
@@ -1261,8 +1262,7 @@ caf::result<std::uint64_t> hand_off(self_ptr self, const shard_options& opts, co
   if (!st.core->head() && from_coordinator) st.core->set_head(true);
   if (!st.core->head()) return adopt_as_copy(self, opts, coordinator, view);
   if (view.epoch == st.core->map_epoch()) return hand_off_again(self, view);
-  st.kept_parts.clear();
-  drop_kept_rows(self);  // before this change's scans: they would find those rows too
+  forget_kept(self);  // before this change's scans: they would find those rows too
   std::vector<shard_handoff> parts;
   shard_effects fx;
   try {

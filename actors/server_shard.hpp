@@ -124,12 +124,16 @@ struct shard_state {
   // coordinator that asks again for the same map is answered with it.
   std::shared_ptr<void> handoff;
   // A copy's share of its head's handoff: what the map change moved away from it, kept
-  // until the next change, to be handed over should this copy become the head first.
-  std::vector<shard_handoff> kept_parts;
-  // With a disk tier, the moved rows it kept there (hand_off's moves, not scanned yet):
-  // taken off and handed over should it become the head, else deleted once the change is
-  // over (drop_kept_rows), so no later change's scan hands them over again.
-  std::vector<disk_move> kept_moves;
+  // until the next change, to be handed over should this copy become the head first. With
+  // a disk tier, the moved rows stay on its disk (hand_off's moves, not scanned yet): taken
+  // off then, else deleted once the change is over (forget_kept), so no later change's
+  // scan hands them over again.
+  struct kept_change {
+    std::vector<shard_handoff> parts;
+    std::vector<disk_move> moves;
+    bool empty() const { return parts.empty() && moves.empty(); }
+  };
+  kept_change kept;
   std::vector<std::function<void()>> held_forwards;
   // Handoff parts and writes of moved keys on their way to other shards' heads, until
   // answered: sent again should a map name another head for the owner.

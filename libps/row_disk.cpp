@@ -369,33 +369,38 @@ void row_disk::add_row(moved_page& page, std::uint64_t id, std::string_view valu
   page.rows.insert(page.rows.end(), row, row + bytes / sizeof(float));
 }
 
-moved_page row_disk::take_moved(const disk_move& move, std::size_t page) {
-  moved_page out{move.table, {}, {}, false, 0};
+std::optional<std::uint64_t> row_disk::delete_picked(const disk_move& move, std::size_t page,
+                                                     const std::function<void(std::uint64_t, std::string_view)>& taken) {
   rocksdb::WriteBatch gone;
   char key[key_size];
   auto next = scan(move.table, move.from, page, [&](std::uint64_t id, std::string_view value) {
     if (!move.moves(id)) return;
-    add_row(out, id, value);
+    taken(id, value);
     encode_key({move.table, id}, key);
     gone.Delete(rocksdb::Slice(key, key_size));
   });
-  out.more = next.has_value();
-  out.next = next.value_or(0);
-  if (out.ids.empty()) return out;
+  if (gone.Count() == 0) return next;
   rocksdb::WriteOptions w;
   w.disableWAL = true;
   if (auto s = db_->Write(w, &gone); !s.ok()) throw bad_request(problem(path_, s));
+  return next;
+}
+
+moved_page row_disk::take_moved(const disk_move& move, std::size_t page) {
+  moved_page out{move.table, {}, {}, false, 0};
+  auto next = delete_picked(move, page, [&](std::uint64_t id, std::string_view value) { add_row(out, id, value); });
+  out.more = next.has_value();
+  out.next = next.value_or(0);
   return out;
 }
 
 std::uint64_t row_disk::drop_moved(disk_move move) {
   std::uint64_t dropped = 0;
-  for (;;) {
-    auto page = take_moved(move);
-    dropped += page.ids.size();
-    if (!page.more) return dropped;
-    move.from = page.next;
+  for (std::optional<std::uint64_t> from = move.from; from; ) {  // page by page, no row kept
+    move.from = *from;
+    from = delete_picked(move, std::size_t{1} << 14, [&](std::uint64_t, std::string_view) { ++dropped; });
   }
+  return dropped;
 }
 
 void row_disk::write(const row_write& w) {

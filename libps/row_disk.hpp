@@ -61,7 +61,7 @@ class row_disk {
   // Throws bad_request naming the path.
   moved_page take_moved(const disk_move& move, std::size_t page = std::size_t{1} << 14);
   // Deletes every row of move.table from move.from on that move.moves picks, in one call
-  // (pages of take_moved, none kept), and returns how many: what a copy of a chain kept
+  // (page by page, no row copied out), and returns how many: what a copy of a chain kept
   // of a map change once the change is over, so no later scan hands it over again.
   std::uint64_t drop_moved(disk_move move);
   // Writes rows (one batch, no write-ahead log); throws bad_request naming the path
@@ -106,6 +106,11 @@ class row_disk {
   // The floats' bytes of a stored row of `stored` bytes (its push clock may follow them);
   // throws bad_request for any other size (a corrupt store).
   std::size_t row_bytes(const row_key& k, std::size_t stored) const;
+  // Deletes, of at most `page` of move.table's rows from move.from on, those move.moves
+  // picks, each shown to `taken` first (id, stored value); returns where the next page
+  // starts (none: the table's end). Throws bad_request naming the path.
+  std::optional<std::uint64_t> delete_picked(const disk_move& move, std::size_t page,
+                                             const std::function<void(std::uint64_t, std::string_view)>& taken);
   // Appends a stored row (its floats; a push clock after them is left out) to a page.
   void add_row(moved_page& page, std::uint64_t id, std::string_view value) const;
   std::string path_;

@@ -141,14 +141,19 @@ void shard_core::hand_off_tiered(const partitioner& next, const std::function<sh
   drain_rows(fx);  // the queue's front may have lost what it waited for
 }
 
-std::vector<shard_handoff> shard_core::rows_moved(const moved_page& page) {
-  const auto stride = rows_.table(page.table).stride();
+std::uint32_t shard_core::page_stride(const moved_page& page) const {
+  const auto stride = static_cast<std::uint32_t>(rows_.table(page.table).stride());
   if (page.rows.size() != page.ids.size() * stride)
-    throw bad_request(name_ + ": a page of moved rows holds " + std::to_string(page.rows.size()) + " floats for " +
-                      std::to_string(page.ids.size()) + " rows of " + std::to_string(stride));
+    throw bad_request(name_ + ": a page of rows from its disk tier holds " + std::to_string(page.rows.size()) +
+                      " floats for " + std::to_string(page.ids.size()) + " rows of " + std::to_string(stride));
+  return stride;
+}
+
+std::vector<shard_handoff> shard_core::rows_moved(const moved_page& page) {
+  const auto stride = page_stride(page);
   rows_.moved_from_disk(page.table, page.ids.size());
   std::vector<shard_handoff> parts;
-  for (auto& [owner, rows] : rows_by_owner(page.table, static_cast<std::uint32_t>(stride), page.ids, page.rows, map_)) {
+  for (auto& [owner, rows] : rows_by_owner(page.table, stride, page.ids, page.rows, map_)) {
     parts.emplace_back();
     auto& h = parts.back();
     h.from = id_, h.to = owner, h.epoch = map_.epoch(), h.rows_only = true;
@@ -158,10 +163,7 @@ std::vector<shard_handoff> shard_core::rows_moved(const moved_page& page) {
 }
 
 shard_handoff shard_core::seed_rows(const moved_page& page) const {
-  const auto stride = static_cast<std::uint32_t>(rows_.table(page.table).stride());
-  if (page.rows.size() != page.ids.size() * stride)
-    throw bad_request(name_ + ": a page of its disk tier holds " + std::to_string(page.rows.size()) + " floats for " +
-                      std::to_string(page.ids.size()) + " rows of " + std::to_string(stride));
+  const auto stride = page_stride(page);
   shard_handoff h;
   h.from = id_, h.to = id_, h.epoch = took_over_at_, h.rows_only = true;
   h.rows.push_back({page.table, stride, page.ids, page.rows});

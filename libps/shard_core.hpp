@@ -322,6 +322,9 @@ class shard_core {
   deferred_update to_update(const deferred_push& d) const;
   static deferred_push from_update(const deferred_update& u);
   bool touches_other_shards(const pending_pull& p, const partitioner& next) const;
+  // A page of its disk tier's rows: its table's stride, once the rows fit its ids (else
+  // throws bad_request).
+  std::uint32_t page_stride(const moved_page& page) const;
   void hand_off_rows(const partitioner& next, const std::function<shard_handoff&(std::uint32_t)>& to);
   void hand_off_deferred(const partitioner& next, const std::function<shard_handoff&(std::uint32_t)>& to);
   void hand_off_tiered(const partitioner& next, const std::function<shard_handoff&(std::uint32_t)>& to,
