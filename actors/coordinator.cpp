@@ -11,6 +11,7 @@
 #include "libps/cluster_status.hpp"
 #include "libps/consistency.hpp"
 #include "libps/handoff.hpp"
+#include "libps/text.hpp"
 
 namespace ps::detail {
 // What a recovery reads: the checkpoint laid out for the map, its file, the newer files
@@ -565,11 +566,6 @@ void grow_chains(self_ptr self, const coordinator_options& opts) {
   if (opts.replication < 2 || st.growing || st.resuming || st.joining || st.ending || !st.view_ready) return;
   for (std::uint32_t id = 0; id < st.shards.size(); ++id)
     if (can_grow(opts, st, id)) return grow_chain(self, opts, id, *host_for_copy(opts, st, id));
-}
-
-std::string ms_since(std::chrono::steady_clock::time_point start) {
-  return std::to_string(static_cast<long long>(
-    std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count()));
 }
 
 // The new copy is seeded: it joins the end of the chain (a new epoch), unless the tail

@@ -14,6 +14,7 @@
 #include "libps/codec.hpp"
 #include "libps/handoff.hpp"
 #include "libps/row_disk.hpp"
+#include "libps/text.hpp"
 
 #include <nlohmann/json.hpp>
 
@@ -1075,6 +1076,17 @@ caf::result<std::string> stats(self_ptr self) {
   return stats_json(self->state);
 }
 
+// Deletes the rows each move picks from the disk tier, in one call of its I/O writer per
+// table (after the writes and takes asked before), and stops counting them as this shard's.
+void drop_from_disk(self_ptr self, std::vector<disk_move> drops) {
+  for (auto& move : drops) {
+    const auto table = move.table;
+    self->request(self->state.disk, caf::infinite, drop_rows_atom::value, std::move(move))
+      .then([=](std::uint64_t dropped) { self->state.core->dropped_from_disk(table, dropped); },
+            [=](caf::error& e) { disk_failed(self, e); });
+  }
+}
+
 // One handoff under way (the map changed under this shard): its answer, the new epoch,
 // waits until every part was taken. With a disk tier the moved rows come off the disk in
 // pages that leave as they are read; the parts themselves leave after the last page (CAF
@@ -1086,6 +1098,9 @@ struct handoff_run {
   cluster_view view;
   std::vector<shard_handoff> parts;  // sent once no scan is left
   std::size_t scans = 0;             // disk_move scans not finished
+  std::vector<disk_move> drops;      // after the scans (shard_effects::drops)
+  std::uint64_t rows_sent = 0;       // in its parts and pages
+  std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
   std::size_t untaken = 0;           // parts sent, not taken yet
   bool parts_sent = false, settled = false;
   template <class Answer>
@@ -1108,10 +1123,19 @@ void advance_handoff(self_ptr self, const handoff_run_ptr& run) {
   if (run->settled || run->scans > 0) return;
   if (!run->parts_sent) {
     run->parts_sent = true;
+    drop_from_disk(self, std::move(run->drops));
     send_parts(self, run, std::move(run->parts));
     release_forwards(self);
   }
-  if (run->untaken == 0) run->settle(run->view.epoch);
+  if (run->untaken != 0) return;
+  run->settle(run->view.epoch);
+  auto& st = self->state;
+  if (!st.disk) return;
+  // What moved keys and rows waited for (the cut); what was copied ahead is in the news before.
+  std::fprintf(stderr, "%s: cut of epoch %llu: %llu rows sent, every part taken in %s ms\n", st.name.c_str(),
+               static_cast<unsigned long long>(run->view.epoch), static_cast<unsigned long long>(run->rows_sent),
+               ms_since(run->started).c_str());
+  st.core->end_precopy();
 }
 
 // Each part goes to its taker's head of the moment, and again to its new head should that
@@ -1119,6 +1143,7 @@ void advance_handoff(self_ptr self, const handoff_run_ptr& run) {
 // other failure fails the handoff, and the coordinator ends the job.
 void send_parts(self_ptr self, const handoff_run_ptr& run, std::vector<shard_handoff> parts) {
   for (const auto& part : parts) {
+    for (const auto& t : part.rows) run->rows_sent += t.ids.size();
     auto block = block_of(encode_handoff(part));
     auto request = [=](const shard_actor& head, std::function<void()> ok, std::function<void(caf::error&)> failed) {
       self->request(head, std::chrono::seconds(60), takeover_atom::value, block).then([ok](std::uint64_t) { ok(); }, failed);
@@ -1172,15 +1197,7 @@ std::function<void(shard_actor, std::uint64_t)> handoff_sender(self_ptr self, co
 // from its disk: the change is over (another begins). One call of the I/O actor's writer
 // per table, so no row a later write puts there is deleted (the rows it keeps are not
 // this shard's under that map); deleted rows stop counting as its own.
-void forget_kept(self_ptr self) {
-  auto& st = self->state;
-  for (auto& move : std::exchange(st.kept, {}).moves) {
-    const auto table = move.table;
-    self->request(st.disk, caf::infinite, drop_rows_atom::value, std::move(move))
-      .then([=](std::uint64_t dropped) { self->state.core->dropped_from_disk(table, dropped); },
-            [=](caf::error& e) { disk_failed(self, e); });
-  }
-}
+void forget_kept(self_ptr self) { drop_from_disk(self, std::exchange(self->state.kept, {}).moves); }
 
 // A copy further down a chain adopts the map its predecessor adopted (passed down in
 // order with the updates before and after it): what the map moves away is dropped here,
@@ -1209,11 +1226,12 @@ caf::result<std::uint64_t> adopt_as_copy(self_ptr self, const shard_options& opt
 // A handoff of `parts` (and, with a disk tier, of the rows `moves` take off the disk);
 // answered once every part was taken.
 caf::result<std::uint64_t> start_handoff(self_ptr self, const cluster_view& view, std::vector<shard_handoff> parts,
-                                         std::vector<disk_move> moves) {
+                                         std::vector<disk_move> moves, std::vector<disk_move> drops = {}) {
   auto& st = self->state;
   auto run = std::make_shared<handoff_run>();
   run->self = self;
   run->parts = std::move(parts);
+  run->drops = std::move(drops);
   run->answers.push_back(self->make_response_promise<std::uint64_t>());
   run->view = view;
   run->scans = moves.size();
@@ -1251,6 +1269,118 @@ caf::result<std::uint64_t> die_in_handoff(self_ptr self, const shard_options& op
   return self->make_response_promise<std::uint64_t>();  // never answered: the process ends
 }
 
+// A map change's rows copied ahead by a head with a disk tier: who waits for the
+// change's answer, and how many parts of the page in flight are not taken yet.
+struct precopy_run {
+  cluster_view view;
+  std::vector<caf::typed_response_promise<std::uint64_t>> answers;
+  std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
+  std::size_t untaken = 0;
+  std::uint64_t rows = 0;
+  bool over = false;
+};
+using precopy_run_ptr = std::shared_ptr<precopy_run>;
+
+// The copy ahead is over (why: empty when every part was taken): the pin is let go and
+// the change's cut made, by asking this shard for it again (the answer goes to all who
+// asked meanwhile); the cut sends only what changed since, or everything after a failure.
+void end_copy_ahead(self_ptr self, const precopy_run_ptr& run, const std::string& why) {
+  if (std::exchange(run->over, true)) return;
+  auto& st = self->state;
+  caf::anon_send(st.disk, unpin_rows_atom::value);
+  if (why.empty()) st.core->precopied();
+  else st.core->end_precopy();
+  std::fprintf(stderr, "%s: %s\n", st.name.c_str(),
+               (why.empty() ? "copied " + std::to_string(run->rows) + " rows ahead of epoch " +
+                                std::to_string(run->view.epoch) + " in " + ms_since(run->started) + " ms"
+                            : "could not copy rows ahead of epoch " + std::to_string(run->view.epoch) + " (" + why +
+                                "): the cut sends them all")
+                 .c_str());
+  st.precopied_epoch = run->view.epoch;
+  st.precopy.reset();
+  self->request(caf::actor_cast<shard_actor>(self), caf::infinite, handoff_atom::value, run->view)
+    .then([run](std::uint64_t epoch) { for (auto& a : run->answers) a.deliver(epoch); },
+          [run](caf::error& e) { for (auto& a : run->answers) a.deliver(e); });
+}
+
+// The parts of one page, each to its taker's head as the change's map names it; then().
+void send_ahead(self_ptr self, const shard_options& opts, const precopy_run_ptr& run, std::vector<shard_handoff> parts,
+                std::function<void()> then) {
+  if (parts.empty()) return then();
+  for (const auto& part : parts) {
+    auto entry = std::find_if(run->view.shards.begin(), run->view.shards.end(),
+                              [&](const shard_entry& e) { return e.id == part.to; });
+    if (entry == run->view.shards.end() || !entry->handle)
+      return end_copy_ahead(self, run, "the map names no head for shard " + std::to_string(part.to));
+    run->rows += part.rows.front().ids.size();
+    ++run->untaken;
+    self->request(caf::actor_cast<shard_actor>(entry->handle), opts.forward_timeout, takeover_atom::value,
+                  block_of(encode_handoff(part)))
+      .then([=](std::uint64_t) {
+              if (--run->untaken == 0 && !run->over) then();
+            },
+            [=](caf::error& e) { end_copy_ahead(self, run, "shard " + std::to_string(part.to) + ": " + describe(e)); });
+  }
+}
+
+// One page of the pinned disk tier from row `from` of `table`: its rows the change moves
+// go ahead, then the next page (one in memory at a time).
+void copy_page_ahead(self_ptr self, const shard_options& opts, const precopy_run_ptr& run, std::uint32_t table,
+                     std::uint64_t from) {
+  self->request(self->state.disk, caf::infinite, copy_rows_atom::value, table, from)
+    .then(
+      [=](const std::shared_ptr<const moved_page>& page) {
+        if (run->over) return;
+        std::vector<shard_handoff> parts;
+        try {
+          parts = self->state.core->precopy_page(*page);
+        } catch (const bad_request& e) {
+          return end_copy_ahead(self, run, e.what());
+        }
+        send_ahead(self, opts, run, std::move(parts), [=] {
+          if (page->more) return copy_page_ahead(self, opts, run, table, page->next);
+          if (table + 1 < self->state.core->num_tables()) return copy_page_ahead(self, opts, run, table + 1, 0);
+          end_copy_ahead(self, run, "");
+        });
+      },
+      [=](caf::error& e) {
+        end_copy_ahead(self, run, "the disk tier failed: " + describe(e));
+        disk_failed(self, e);
+      });
+}
+
+// A head with a disk tier asked for a map change copies the rows it moves to their new
+// owners first, from its disk tier pinned now (with the RAM tier's changed rows written),
+// while it goes on serving under its map and notes which of them change; the cut comes
+// after (end_copy_ahead), so the moved rows wait only for those. The takers have the new
+// map already (a joiner, or the shards that stay when one leaves, which adopt it first).
+caf::result<std::uint64_t> copy_ahead(self_ptr self, const shard_options& opts, const cluster_view& view) {
+  auto& st = self->state;
+  try {
+    st.core->begin_precopy(map_of(view));
+  } catch (const bad_request& e) {
+    return make_ps_error(e.what());
+  }
+  auto run = std::make_shared<precopy_run>();
+  run->view = view;
+  run->answers.push_back(self->make_response_promise<std::uint64_t>());
+  st.precopy = run;
+  auto changed = std::make_shared<const row_write>(st.core->rows().dirty_rows());
+  self->request(st.disk, caf::infinite, pin_rows_atom::value, changed)
+    .then([=](caf::ok_atom) { copy_page_ahead(self, opts, run, 0, 0); },
+          [=](caf::error& e) {
+            end_copy_ahead(self, run, "the disk tier failed: " + describe(e));
+            disk_failed(self, e);
+          });
+  return run->answers.front();
+}
+
+// Whether a head copies a change's rows ahead: with a disk tier, once per change, and
+// not while it seeds a copy (one pin at a time); unless --handoff=cut.
+bool copies_ahead(const shard_state& st, const shard_options& opts, const cluster_view& view) {
+  return opts.copy_ahead && st.disk && st.core->num_tables() > 0 && st.precopied_epoch < view.epoch && !st.seeding_copy;
+}
+
 caf::result<std::uint64_t> hand_off(self_ptr self, const shard_options& opts, const coordinator_actor& coordinator,
                                     const cluster_view& view) {
   auto& st = self->state;
@@ -1262,7 +1392,12 @@ caf::result<std::uint64_t> hand_off(self_ptr self, const shard_options& opts, co
   if (!st.core->head() && from_coordinator) st.core->set_head(true);
   if (!st.core->head()) return adopt_as_copy(self, opts, coordinator, view);
   if (view.epoch == st.core->map_epoch()) return hand_off_again(self, view);
+  if (auto ahead = std::static_pointer_cast<precopy_run>(st.precopy); ahead && ahead->view.epoch == view.epoch) {
+    ahead->answers.push_back(self->make_response_promise<std::uint64_t>());
+    return ahead->answers.back();
+  }
   forget_kept(self);  // before this change's scans: they would find those rows too
+  if (copies_ahead(st, opts, view)) return copy_ahead(self, opts, view);
   std::vector<shard_handoff> parts;
   shard_effects fx;
   try {
@@ -1271,9 +1406,11 @@ caf::result<std::uint64_t> hand_off(self_ptr self, const shard_options& opts, co
     return make_ps_error(e.what());
   }
   auto moves = std::move(fx.moves);
+  auto drops = std::move(fx.drops);
   carry_out(self, opts, coordinator, fx);  // parked pulls of moved keys fail (errc::moved); moved rows go to disk
   take_view(self, view);
   if (parts.empty() && moves.empty()) {  // it gives nothing: answered once its copies have the map too
+    drop_from_disk(self, std::move(drops));
     if (!st.successor) return view.epoch;
     return pass_down(self, handoff_sender(self, opts, view), view.epoch, std::nullopt);
   }
@@ -1282,7 +1419,7 @@ caf::result<std::uint64_t> hand_off(self_ptr self, const shard_options& opts, co
   // (it is the parts' takers'); a new successor gets it again (follow).
   if (opts.faults.kills_at_handoff(st.core->id())) return die_in_handoff(self, opts, view);
   if (st.successor) send_down(self, {handoff_sender(self, opts, view), {}, view.epoch, [](caf::error) {}});
-  return start_handoff(self, view, std::move(parts), std::move(moves));
+  return start_handoff(self, view, std::move(parts), std::move(moves), std::move(drops));
 }
 
 // A giver's part: this shard now owns it.

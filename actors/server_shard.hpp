@@ -68,6 +68,8 @@ struct shard_options {
   std::uint64_t shard_memory = 0;
   std::string shard_dir = "/var/tmp";
   eviction_policy eviction = eviction_policy::slru;
+  // A map change copies the moved rows of a disk tier ahead of its cut (--handoff).
+  bool copy_ahead = true;
   // Whether and how long the shard waits for a coordinator that went down to come back
   // (resumed at its address); no dial: it ends at once.
   reconnect_options reconnect;
@@ -123,6 +125,11 @@ struct shard_state {
   // The handoff under way (its answer waits for its parts to be taken): a resumed
   // coordinator that asks again for the same map is answered with it.
   std::shared_ptr<void> handoff;
+  // With a disk tier, the rows a map change moves are copied to their new owners ahead of
+  // the cut, while this head serves on (copy_ahead): the copy under way, and the newest
+  // epoch copied ahead (or tried: the cut then sends what did not get there).
+  std::shared_ptr<void> precopy;
+  std::uint64_t precopied_epoch = 0;
   // A copy's share of its head's handoff: what the map change moved away from it, kept
   // until the next change, to be handed over should this copy become the head first. With
   // a disk tier, the moved rows stay on its disk (hand_off's moves, not scanned yet): taken

@@ -17,7 +17,9 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -105,6 +107,7 @@ nlohmann::ordered_json measure(const event_window& ev, const std::vector<sample>
 struct worker_results {
   std::vector<sample> samples;
   double pushes = 0, worst_sum = -1;
+  double row_values_pushed = 0, worst_row_sum = -1;  // with --rows
   int workers = 0;
 };
 worker_results results_of(const std::string& output) {
@@ -115,6 +118,9 @@ worker_results results_of(const std::string& output) {
     r.pushes += j["pushes"].get<double>();
     auto sum = j["final_sum"].get<double>();
     r.worst_sum = r.worst_sum < 0 ? sum : std::min(r.worst_sum, sum);
+    r.row_values_pushed += j.value("row_values_pushed", 0.0);
+    auto row_sum = j.value("final_row_sum", 0.0);
+    r.worst_row_sum = r.worst_row_sum < 0 ? row_sum : std::min(r.worst_row_sum, row_sum);
     auto ends = j["ends_us"].get<std::vector<std::int64_t>>();
     auto took = j["took_us"].get<std::vector<std::int64_t>>();
     for (std::size_t i = 0; i < ends.size() && i < took.size(); ++i) r.samples.push_back({ends[i], took[i]});
@@ -122,40 +128,90 @@ worker_results results_of(const std::string& output) {
   return r;
 }
 
+// What the givers with a disk tier said of a change's rows in `output` (the job's lines
+// while it ran): rows copied ahead of the cut, rows sent at the cut, the longest cut.
+nlohmann::ordered_json tier_figures(const std::string& output) {
+  double ahead = 0, at_cut = 0, cut_ms = 0;
+  std::size_t at = 0;
+  for (std::size_t end; (end = output.find('\n', at)) != std::string::npos; at = end + 1) {
+    const auto line = output.substr(at, end - at);
+    if (auto p = line.find(": copied "); p != std::string::npos && line.find(" rows ahead of epoch ") != std::string::npos)
+      ahead += std::atof(line.c_str() + p + 9);
+    if (auto p = line.find(": cut of epoch "); p != std::string::npos) {
+      at_cut += std::atof(line.c_str() + line.find(": ", p + 2) + 2);
+      cut_ms = std::max(cut_ms, std::atof(line.c_str() + line.rfind(" in ") + 4));
+    }
+  }
+  return {{"rows_copied_ahead", ahead}, {"rows_sent_at_cut", at_cut}, {"cut_ms", cut_ms}};
+}
+
 constexpr const char* usage =
-  "usage: bench_elastic [--phase-seconds=2] [--replication=1]\n"
+  "usage: bench_elastic [--phase-seconds=2] [--replication=1] [--rows=N --shard-memory=BYTES\n"
+  "                     [--handoff=copy-ahead|cut]]\n"
   "A job of 2 servers and 2 workers (processes, 1 MiB pushes and pulls back to back): a third server joins\n"
-  "after one phase, shard 0 leaves after the next. One JSON line per event (see the source's header).\n";
+  "after one phase, shard 0 leaves after the next. With --rows, a sparse table of N rows (filled first;\n"
+  "batches of 1,024 Zipf rows pushed and pulled each round too), on a disk tier with --shard-memory.\n"
+  "One JSON line per event (see the source's header).\n";
 
-}  // namespace
-
-int main(int argc, char** argv) {
+struct bench_flags {
   double phase = 2;
   int replication = 1;
+  std::uint64_t rows = 0, shard_memory = 0;
+  std::string handoff = "copy-ahead";
+  // The flags every psnode of the job gets (the joiner too).
+  std::string node_flags() const {
+    if (rows == 0) return "";
+    return " --elastic-rows=" + std::to_string(rows) + " --shard-memory=" + std::to_string(shard_memory) +
+           " --handoff=" + handoff;
+  }
+};
+
+// Parses argv into flags; nullopt after printing the usage (exit code in `rc`).
+std::optional<bench_flags> parse_flags(int argc, char** argv, int& rc) {
+  bench_flags f;
+  auto number_after = [](const std::string& a, const char* name) { return std::strtoull(a.c_str() + std::strlen(name), nullptr, 10); };
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--help" || a == "-h") {
       std::printf("%s", usage);
-      return 0;
+      rc = 0;
+      return std::nullopt;
     }
-    if (a.rfind("--phase-seconds=", 0) == 0 && std::atof(a.c_str() + 16) > 0) {
-      phase = std::atof(a.c_str() + 16);
-      continue;
+    if (a.rfind("--phase-seconds=", 0) == 0 && std::atof(a.c_str() + 16) > 0) f.phase = std::atof(a.c_str() + 16);
+    else if (a == "--replication=1" || a == "--replication=2") f.replication = a.back() - '0';  // a third copy needs a third process
+    else if (a.rfind("--rows=", 0) == 0 && number_after(a, "--rows=") > 0) f.rows = number_after(a, "--rows=");
+    else if (a.rfind("--shard-memory=", 0) == 0 && number_after(a, "--shard-memory=") >= (1u << 20))
+      f.shard_memory = number_after(a, "--shard-memory=");
+    else if (a == "--handoff=copy-ahead" || a == "--handoff=cut") f.handoff = a.substr(10);
+    else {
+      std::fprintf(stderr, "bench_elastic: unknown or bad flag %s\n%s", a.c_str(), usage);
+      rc = 2;
+      return std::nullopt;
     }
-    if (a == "--replication=1" || a == "--replication=2") {  // a third copy needs a third process: 2 at most
-      replication = a.back() - '0';
-      continue;
-    }
-    std::fprintf(stderr, "bench_elastic: unknown or bad flag %s\n%s", a.c_str(), usage);
-    return 2;
   }
+  if ((f.rows > 0) != (f.shard_memory > 0)) {
+    std::fprintf(stderr, "bench_elastic: --rows and --shard-memory (at least 1 MiB) go together\n%s", usage);
+    rc = 2;
+    return std::nullopt;
+  }
+  return f;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int rc = 0;
+  auto flags = parse_flags(argc, argv, rc);
+  if (!flags) return rc;
+  const double phase = flags->phase;
+  const int replication = flags->replication;
   auto bin = std::filesystem::read_symlink("/proc/self/exe").parent_path();
   auto psnode = (bin / "psnode").string(), psctl = (bin / "psctl").string();
   // Load for: a phase before, each move with a phase after it, and room to spare.
   auto load = std::to_string(4 * phase + 4);
   job_output job;
   job.pipe = popen((psnode + " --role=local --app=elastic --servers=2 --workers=2 --replication=" + std::to_string(replication) +
-                     " --load-seconds=" + load + " 2>&1").c_str(), "r");
+                     " --load-seconds=" + load + flags->node_flags() + " 2>&1").c_str(), "r");
   std::string line;
   if (!job.pipe || !job.until("listening on 127.0.0.1:", &line)) {
     std::fprintf(stderr, "bench_elastic: the job did not start:\n%s", job.all.c_str());
@@ -174,12 +230,13 @@ int main(int argc, char** argv) {
   // As the launcher starts its servers on a shared host: one passive OpenMP thread (teams
   // spinning in several processes on 2 cores halved the job's throughput).
   FILE* joiner =
-    popen(("OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive " + psnode + " --role=server" + coordinator + " 2>&1").c_str(), "r");
+    popen(("OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive " + psnode + " --role=server" + coordinator + flags->node_flags() + " 2>&1").c_str(), "r");
   if (!joiner || !job.until("joined; its keys and rows were handed over", &line)) {
     std::fprintf(stderr, "bench_elastic: the server did not join:\n%s", job.all.c_str());
     return 1;
   }
   join.end_us = now_us();
+  const auto join_output_end = job.all.size();
   join.moved_fraction = moved_fraction_in(line);
   pause();
   event_window leave{"leave", now_us(), 0, -1, 3};
@@ -200,10 +257,16 @@ int main(int argc, char** argv) {
     return 1;
   }
   const double keys = 1u << 18;
-  const double lost = keys * results.pushes - results.worst_sum;
+  const double lost = keys * results.pushes - results.worst_sum + results.row_values_pushed - results.worst_row_sum;
   for (const auto* ev : {&join, &leave}) {
     auto out = measure(*ev, results.samples, phase, lost);
     out["replication"] = replication;
+    if (flags->rows > 0) {
+      out["rows"] = flags->rows;
+      out["shard_memory"] = flags->shard_memory;
+      out["handoff"] = flags->handoff;
+      out.update(tier_figures(ev == &join ? job.all.substr(0, join_output_end) : job.all.substr(join_output_end)));
+    }
     ps::bench::print_line(out);
   }
   return lost == 0 ? 0 : 1;

@@ -23,6 +23,20 @@ double since(bench_clock::time_point t) { return std::chrono::duration<double>(b
 
 }  // namespace
 
+row_picker::row_picker(std::uint64_t rows, double exponent) : zipf(rows, exponent), n(rows), step(2654435761u % rows) {
+  while (std::gcd(step, n) != 1) ++step;
+}
+
+std::vector<std::uint64_t> row_picker::batch(std::mt19937_64& rng, std::size_t size) const {
+  std::unordered_set<std::uint64_t> seen;
+  std::vector<std::uint64_t> ids;
+  while (ids.size() < std::min<std::uint64_t>(size, n)) {
+    auto id = static_cast<std::uint64_t>((static_cast<unsigned __int128>(zipf(rng) - 1) * step) % n);
+    if (seen.insert(id).second) ids.push_back(id);
+  }
+  return ids;
+}
+
 sparse_table_spec sparse_bench_table(const node_config& cfg) {
   update_rule rule;
   rule.kind = rule_kind::adagrad;
@@ -31,25 +45,6 @@ sparse_table_spec sparse_bench_table(const node_config& cfg) {
 }
 
 namespace {
-
-// Rank k of the Zipf law is row (k * step) mod n: the hot rows are spread over the table
-// (and its disk blocks) as feature hashes are, each row once.
-struct row_picker {
-  zipf_sampler zipf;
-  std::uint64_t n, step;
-  row_picker(std::uint64_t rows, double exponent) : zipf(rows, exponent), n(rows), step(2654435761u % rows) {
-    while (std::gcd(step, n) != 1) ++step;
-  }
-  std::vector<std::uint64_t> batch(std::mt19937_64& rng, std::size_t size) const {
-    std::unordered_set<std::uint64_t> seen;
-    std::vector<std::uint64_t> ids;
-    while (ids.size() < size) {
-      auto id = static_cast<std::uint64_t>((static_cast<unsigned __int128>(zipf(rng) - 1) * step) % n);
-      if (seen.insert(id).second) ids.push_back(id);
-    }
-    return ids;
-  }
-};
 
 shard_totals ram_counts(worker_context& ctx) { return total_of(shard_figures(ctx.kv)); }
 

@@ -2,8 +2,11 @@
 // sparse_bench: the worker side of bench_sparse (apps/bench_sparse.cpp), a built-in app:
 // fills a table of --table-rows rows, then pulls and pushes batches of distinct rows
 // drawn from a Zipf law, per exponent in --zipfs, reporting one cell per (zipf, op).
+#include <random>
 #include <string>
 #include <vector>
+
+#include "libps/ctr_data.hpp"
 
 #include "runtime/app_registry.hpp"
 
@@ -29,5 +32,15 @@ std::uint64_t sparse_bench_row_bytes(std::uint32_t dim);
 // The benchmark's table (Adagrad rows of --bench-dim floats).
 sparse_table_spec sparse_bench_table(const node_config& cfg);
 std::vector<double> sparse_bench_zipfs(const node_config& cfg);  // throws bad_request
+
+// Batches of distinct rows of a table of `rows`, drawn from a Zipf law. Rank k is row
+// (k * step) mod rows: the hot rows are spread over the table (and its disk blocks) as
+// feature hashes are, each row once. Throws bad_request for 0 rows or exponent <= 0.
+struct row_picker {
+  zipf_sampler zipf;
+  std::uint64_t n, step;
+  row_picker(std::uint64_t rows, double exponent);
+  std::vector<std::uint64_t> batch(std::mt19937_64& rng, std::size_t size) const;  // at most `rows`
+};
 
 }  // namespace ps

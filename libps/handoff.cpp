@@ -57,7 +57,7 @@ void serialize(Archive& ar, deferred_update& d) {
 }
 template <class Archive>
 void serialize(Archive& ar, shard_handoff& h) {
-  ar(h.from, h.to, h.epoch, h.segments, h.rows, h.deferred, h.clocks, h.applied, h.highest_clock, h.sightings, h.rows_only, h.whole, h.merges);
+  ar(h.from, h.to, h.epoch, h.segments, h.rows, h.deferred, h.clocks, h.applied, h.highest_clock, h.sightings, h.rows_only, h.whole, h.merges, h.again);
 }
 
 namespace {

@@ -47,6 +47,10 @@ struct shard_handoff {
   // taker holds them as rows it never had). Such pages come before the giver's last part,
   // which carries the rest (its deferred pushes apply to rows the pages brought).
   bool rows_only = false;
+  // Rows-only pages of a giver that copied the moved rows ahead of the change
+  // (shard_core::begin_precopy): at the cut it sends again only the rows that changed
+  // since, marked `again` when the taker had them from the copy (not counted twice).
+  bool again = false;
   // Everything a shard holds, seeding a new copy of it (shard_core::whole_copy; epoch is
   // then the shard's took_over_at): its clocks are taken as they are, and `merges` says
   // whether the copy merges later handoffs' clocks as its source would.

@@ -386,7 +386,38 @@ std::optional<std::uint64_t> row_disk::delete_picked(const disk_move& move, std:
   return next;
 }
 
+void row_disk::check_table(std::uint32_t table) const {
+  if (table >= strides_.size()) throw bad_request("disk tier at " + path_ + ": no table " + std::to_string(table));
+}
+
+moved_page row_disk::take_listed(const disk_move& move, std::size_t page) {
+  check_table(move.table);
+  moved_page out{move.table, {}, {}, false, 0};
+  const auto end = std::min<std::uint64_t>(move.listed.size(), move.from + page);
+  std::vector<row_key> keys;
+  for (auto i = move.from; i < end; ++i) keys.push_back({move.table, move.listed[i]});
+  std::vector<std::uint8_t> found;
+  std::vector<std::uint64_t> pushed;
+  read(keys, found, out.rows, pushed);
+  rocksdb::WriteBatch gone;
+  char key[key_size];
+  for (std::size_t i = 0; i < keys.size(); ++i) {
+    if (!found[i]) continue;
+    out.ids.push_back(keys[i].id);
+    encode_key(keys[i], key);
+    gone.Delete(rocksdb::Slice(key, key_size));
+  }
+  rocksdb::WriteOptions w;
+  w.disableWAL = true;
+  if (gone.Count() > 0)
+    if (auto s = db_->Write(w, &gone); !s.ok()) throw bad_request(problem(path_, s));
+  out.more = end < move.listed.size();
+  out.next = end;
+  return out;
+}
+
 moved_page row_disk::take_moved(const disk_move& move, std::size_t page) {
+  if (!move.listed.empty()) return take_listed(move, page);
   moved_page out{move.table, {}, {}, false, 0};
   auto next = delete_picked(move, page, [&](std::uint64_t id, std::string_view value) { add_row(out, id, value); });
   out.more = next.has_value();
@@ -457,7 +488,7 @@ void row_disk::pin(const row_write& rows) {
 
 moved_page row_disk::pinned_page(std::uint32_t table, std::uint64_t from, std::size_t page) const {
   if (!pinned_) throw bad_request("disk tier at " + path_ + ": no pinned view to copy rows from");
-  if (table >= strides_.size()) throw bad_request("disk tier at " + path_ + ": no table " + std::to_string(table));
+  check_table(table);
   moved_page out{table, {}, {}, false, 0};
   auto next = scan(table, from, page, [&](std::uint64_t id, std::string_view value) {
     add_row(out, id, value);

@@ -111,6 +111,9 @@ class row_disk {
   // starts (none: the table's end). Throws bad_request naming the path.
   std::optional<std::uint64_t> delete_picked(const disk_move& move, std::size_t page,
                                              const std::function<void(std::uint64_t, std::string_view)>& taken);
+  void check_table(std::uint32_t table) const;  // throws bad_request naming the path
+  // take_moved of a listed move: the rows of up to `page` listed ids held here.
+  moved_page take_listed(const disk_move& move, std::size_t page);
   // Appends a stored row (its floats; a push clock after them is left out) to a page.
   void add_row(moved_page& page, std::uint64_t id, std::string_view value) const;
   std::string path_;

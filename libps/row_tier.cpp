@@ -247,24 +247,31 @@ void row_tier::restore(std::uint32_t table, std::uint32_t stride, const std::vec
 }
 
 void row_tier::adopt(std::uint32_t table, std::uint32_t stride, const std::vector<std::uint64_t>& ids,
-                     const std::vector<float>& rows) {
+                     const std::vector<float>& rows, bool again) {
   auto& t = table_of_stride(table, stride, ids, rows, "a handoff");
   for (std::size_t i = 0; i < ids.size(); ++i) {
-    if (t.holds(ids[i])) continue;
-    t.install(ids[i], rows.data() + i * stride, now_, true);
-    created(table);
+    const bool fresh = !t.holds(ids[i]);
+    t.replace(ids[i], rows.data() + i * stride, now_);
+    if (fresh && !again) created(table);
   }
 }
 
-std::shared_ptr<const row_write> row_tier::flush_moved(const std::function<bool(const row_key&)>& moves) {
+std::shared_ptr<const row_write> row_tier::flush_moved(const std::function<bool(const row_key&)>& moves,
+                                                      const std::function<bool(const row_key&)>& copied,
+                                                      std::vector<table_rows>* copies) {
   auto w = std::make_shared<row_write>();
   w->seq = next_write_ + 1;
   for (std::uint32_t i = 0; i < tables_.size(); ++i) {
     auto& t = tables_[i];
     std::vector<std::uint64_t> leaving;
+    table_rows copy{i, static_cast<std::uint32_t>(t.stride()), {}, {}};
     t.for_each_row([&](std::uint64_t id, const float* row, bool dirty, std::uint64_t pushed) {
       if (!moves({i, id})) return;
       leaving.push_back(id);
+      if (copies && copied({i, id})) {
+        copy.ids.push_back(id);
+        copy.rows.insert(copy.rows.end(), row, row + t.stride());
+      }
       if (!dirty) return;  // on disk already, or in a write under way
       writing_[{i, id}] = {w->seq, w->rows.size(), pushed};
       w->keys.push_back({i, id});
@@ -272,6 +279,7 @@ std::shared_ptr<const row_write> row_tier::flush_moved(const std::function<bool(
       w->rows.insert(w->rows.end(), row, row + t.stride());
     });
     for (auto id : leaving) t.erase(id);
+    if (!copy.ids.empty()) copies->push_back(std::move(copy));
   }
   for (const auto& k : reading_)
     if (moves(k)) dropped_.insert(k);

@@ -67,6 +67,10 @@ struct disk_move {
   std::uint32_t table = 0;
   std::uint64_t from = 0;
   std::function<bool(std::uint64_t)> moves;  // by id: the new map gives it to another shard
+  // Not empty: no scan, only these ids (ascending) are read by key and taken, a page of
+  // them at a time, `from` then being a position in this list. How a giver that copied
+  // the moved rows ahead takes the few changed since at the cut (shard_core::hand_off).
+  std::vector<std::uint64_t> listed = {};
 };
 // A page of it: the moved rows (the table's stride floats each, back to back), and where
 // the next page starts (more: there is one).
@@ -182,15 +186,23 @@ class row_tier {
   // changed), so once it and the writes before it have landed the disk holds every
   // moved row exactly once, for disk_move scans to take. Reads of moved rows under way
   // are dropped when they land.
-  std::shared_ptr<const row_write> flush_moved(const std::function<bool(const row_key&)>& moves);
+  // copied: of those rows, the ones to hand over from RAM as they leave (a giver that
+  // copied the moved rows ahead sends the changed ones so, not through its disk), added
+  // to `copies` by table; they are written all the same, so the disk holds every moved
+  // row as before.
+  std::shared_ptr<const row_write> flush_moved(const std::function<bool(const row_key&)>& moves,
+                                               const std::function<bool(const row_key&)>& copied = {},
+                                               std::vector<table_rows>* copies = nullptr);
   // A disk_move page took `rows` rows of `table` off the disk (counted as moved).
   void moved_from_disk(std::uint32_t table, std::uint64_t rows);
   // Rows another shard handed over (stride floats each): held in RAM as changed, since
-  // no disk here has them (trim writes them when they are evicted); rows held already
-  // are kept. Counted as created. Throws bad_request for an unknown table or a stride
-  // not the table's.
+  // no disk here has them (trim writes them when they are evicted); a row held already
+  // takes the newer floats (the giver's chain's new head sends again what its dead head
+  // sent). Those not held count as created unless `again` (rows sent before, by a giver
+  // that copied them ahead of a map change, and changed there since). Throws bad_request
+  // for an unknown table or a stride not the table's.
   void adopt(std::uint32_t table, std::uint32_t stride, const std::vector<std::uint64_t>& ids,
-             const std::vector<float>& rows);
+             const std::vector<float>& rows, bool again = false);
   std::uint64_t table_bytes() const;
   // Live rows of each table, wherever they are.
   const std::vector<std::uint64_t>& live_rows() const { return live_; }

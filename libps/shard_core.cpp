@@ -125,19 +125,39 @@ void shard_core::split_row_queue(const partitioner& next, const std::function<sh
 }
 
 void shard_core::hand_off_tiered(const partitioner& next, const std::function<shard_handoff&(std::uint32_t)>& to,
-                                 shard_effects& fx) {
+                                 shard_effects& fx, std::vector<shard_handoff>& pages) {
   split_row_queue(next, to, fx);
   auto map = std::make_shared<const partitioner>(next);
   auto was = std::make_shared<const partitioner>(map_);
   const auto self = id_;
-  if (auto w = rows_.flush_moved([&](const row_key& k) { return map->row_owner(k.table, k.id) != self; }))
+  const bool ahead = precopy_ && precopy_->complete && precopy_->next.epoch() == next.epoch();
+  std::vector<table_rows> from_ram;  // copied ahead: the changed rows in RAM go from there
+  auto changed = [&](const row_key& k) { return precopy_->changed.count(k) != 0; };
+  if (auto w = rows_.flush_moved([&](const row_key& k) { return map->row_owner(k.table, k.id) != self; }, changed,
+                                 ahead ? &from_ram : nullptr))
     fx.writes.push_back(std::move(w));
+  for (const auto& rows : from_ram) {
+    for (auto& h : changed_pages(rows, next)) pages.push_back(std::move(h));
+    for (auto id : rows.ids) precopy_->changed.erase({rows.table, id});  // the rest are taken from the disk
+  }
   // Only rows this shard owned until now move: a row on its disk that it did not own is
   // left over (a copy's of an earlier change, not yet dropped), never newer than its owner's.
-  for (std::uint32_t t = 0; t < rows_.num_tables(); ++t)
-    fx.moves.push_back({t, 0, [map, was, t, self](std::uint64_t id) {
-                          return was->row_owner(t, id) == self && map->row_owner(t, id) != self;
-                        }});
+  for (std::uint32_t t = 0; t < rows_.num_tables(); ++t) {
+    disk_move move{t, 0, [map, was, t, self](std::uint64_t id) {
+                     return was->row_owner(t, id) == self && map->row_owner(t, id) != self;
+                   }};
+    if (!ahead) {
+      fx.moves.push_back(std::move(move));
+      continue;
+    }
+    // Copied ahead: the rows changed since are taken by id, the rest deleted after.
+    std::vector<std::uint64_t> changed;
+    for (const auto& [key, created] : precopy_->changed)
+      if (key.table == t) changed.push_back(key.id);
+    std::sort(changed.begin(), changed.end());
+    if (!changed.empty()) fx.moves.push_back({t, 0, {}, std::move(changed)});
+    fx.drops.push_back(std::move(move));
+  }
   drain_rows(fx);  // the queue's front may have lost what it waited for
 }
 
@@ -149,17 +169,76 @@ std::uint32_t shard_core::page_stride(const moved_page& page) const {
   return stride;
 }
 
+std::vector<shard_handoff> shard_core::pages_by_owner(std::uint32_t table, std::uint32_t stride,
+                                                     const std::vector<std::uint64_t>& ids, const std::vector<float>& rows,
+                                                     const partitioner& map, bool again) const {
+  std::vector<shard_handoff> parts;
+  for (auto& [owner, owned] : rows_by_owner(table, stride, ids, rows, map)) {
+    parts.emplace_back();
+    auto& h = parts.back();
+    h.from = id_, h.to = owner, h.epoch = map.epoch(), h.rows_only = true, h.again = again;
+    h.rows.push_back(std::move(owned));
+  }
+  return parts;
+}
+
 std::vector<shard_handoff> shard_core::rows_moved(const moved_page& page) {
   const auto stride = page_stride(page);
   rows_.moved_from_disk(page.table, page.ids.size());
-  std::vector<shard_handoff> parts;
-  for (auto& [owner, rows] : rows_by_owner(page.table, stride, page.ids, page.rows, map_)) {
-    parts.emplace_back();
-    auto& h = parts.back();
-    h.from = id_, h.to = owner, h.epoch = map_.epoch(), h.rows_only = true;
-    h.rows.push_back(std::move(rows));
+  if (!precopy_ || !precopy_->complete || precopy_->next.epoch() != map_.epoch())
+    return pages_by_owner(page.table, stride, page.ids, page.rows, map_, false);
+  return changed_pages({page.table, stride, page.ids, page.rows}, map_);  // the listed take's
+}
+
+std::vector<shard_handoff> shard_core::changed_pages(const table_rows& rows, const partitioner& map) const {
+  // Rows created since the precopy began count at the taker as new; the others it had
+  // from the precopy (`again`).
+  std::vector<std::uint64_t> ids[2];
+  std::vector<float> values[2];
+  for (std::size_t i = 0; i < rows.ids.size(); ++i) {
+    auto it = precopy_->changed.find({rows.table, rows.ids[i]});
+    if (it == precopy_->changed.end()) continue;
+    const int again = it->second ? 0 : 1;
+    ids[again].push_back(rows.ids[i]);
+    values[again].insert(values[again].end(), rows.rows.begin() + static_cast<std::ptrdiff_t>(i * rows.stride),
+                         rows.rows.begin() + static_cast<std::ptrdiff_t>((i + 1) * rows.stride));
   }
+  auto parts = pages_by_owner(rows.table, rows.stride, ids[0], values[0], map, false);
+  for (auto& h : pages_by_owner(rows.table, rows.stride, ids[1], values[1], map, true)) parts.push_back(std::move(h));
   return parts;
+}
+
+void shard_core::begin_precopy(const partitioner& next) {
+  if (!rows_.tiered()) throw bad_request(name_ + ": a precopy needs a disk tier");
+  if (next.epoch() <= map_.epoch())
+    throw bad_request(name_ + ": a precopy needs a newer map than epoch " + std::to_string(map_.epoch()));
+  precopy_ = precopy{next, false, {}};
+}
+
+std::vector<shard_handoff> shard_core::precopy_page(const moved_page& page) const {
+  const auto stride = page_stride(page);
+  if (!precopy_) throw bad_request(name_ + ": a precopy page without a precopy");
+  const auto& next = precopy_->next;
+  std::vector<std::uint64_t> ids;
+  std::vector<float> rows;
+  for (std::size_t i = 0; i < page.ids.size(); ++i) {
+    const auto id = page.ids[i];
+    if (map_.row_owner(page.table, id) != id_ || next.row_owner(page.table, id) == id_) continue;
+    ids.push_back(id);
+    rows.insert(rows.end(), page.rows.begin() + static_cast<std::ptrdiff_t>(i * stride),
+                page.rows.begin() + static_cast<std::ptrdiff_t>((i + 1) * stride));
+  }
+  return pages_by_owner(page.table, stride, ids, rows, next, false);
+}
+
+void shard_core::precopied() {
+  if (precopy_) precopy_->complete = true;
+}
+
+void shard_core::note_precopied_change(std::uint32_t table, std::span<const std::uint64_t> ids, bool created) {
+  if (!precopy_ || precopy_->next.epoch() <= map_.epoch()) return;  // none, or the cut was made
+  for (auto id : ids)
+    if (precopy_->next.row_owner(table, id) != id_) precopy_->changed.try_emplace({table, id}, created);
 }
 
 shard_handoff shard_core::seed_rows(const moved_page& page) const {
@@ -199,7 +278,8 @@ std::vector<shard_handoff> shard_core::hand_off(const partitioner& next, shard_e
     else for (auto& s : segments) to(owner).segments.push_back(std::move(s));
   }
   store_->restore(kept);
-  if (rows_.tiered()) hand_off_tiered(next, to, fx);
+  std::vector<shard_handoff> all;  // pages of rows first (see hand_off_tiered), then the parts
+  if (rows_.tiered()) hand_off_tiered(next, to, fx, all);
   else hand_off_rows(next, to);
   hand_off_deferred(next, to);
   auto moved = parked_.release_if([&](const parked& p) { return touches_other_shards(pulls_.at(p.token), next); });
@@ -209,7 +289,6 @@ std::vector<shard_handoff> shard_core::hand_off(const partitioner& next, shard_e
   map_ = next;
   was_in_map_ = true;
   saw_epoch(next.epoch());
-  std::vector<shard_handoff> all;
   for (auto& [owner, h] : out) all.push_back(std::move(h));
   return all;
 }
@@ -227,7 +306,7 @@ shard_effects shard_core::take_over(const shard_handoff& h) {
   if (!h.whole && parts_taken_.count({h.from, h.epoch})) return fx;
   if (!h.whole && !h.rows_only) parts_taken_.emplace(h.from, h.epoch);
   if (h.rows_only) {
-    for (const auto& t : h.rows) rows_.adopt(t.table, t.stride, t.ids, t.rows);
+    for (const auto& t : h.rows) rows_.adopt(t.table, t.stride, t.ids, t.rows, h.again);
     if (auto w = rows_.trim(front_.keep_from)) fx.writes.push_back(std::move(w));
     return fx;
   }
@@ -488,6 +567,7 @@ void shard_core::push_admitted_rows(const shard_request& r, std::uint32_t table,
   bool held = rows_.want(table, ids, true, fx.reads);
   if (held && row_queue_.empty()) {
     rows_.table(table).push(ids, grads, r.clock);
+    note_precopied_change(table, ids, false);
     if (head_) fx.traces.push_back({trace_event::push, r.worker, r.clock, id_, 0, 0, 0, r.epoch < map_.epoch()});
   } else {  // kept (copied): the sender may reuse its buffer once acknowledged
     row_op op{row_op::kind::push, r, table, ids, {}, 0};
@@ -543,6 +623,7 @@ void shard_core::run(const row_op& op, shard_effects& fx) {
   switch (op.what) {
     case row_op::kind::push:
       rows_.table(op.table).push(op.ids, op.grads.data(), op.req.clock);
+      note_precopied_change(op.table, op.ids, false);
       if (head_) fx.traces.push_back({trace_event::push, op.req.worker, op.req.clock, id_, 0, 0, 0, op.req.epoch < map_.epoch()});
       if (op.ack != 0) fx.applied.push_back(op.ack);
       return;
@@ -617,6 +698,9 @@ shard_effects shard_core::rows_loaded(const std::vector<row_key>& keys, const st
                                       const std::vector<float>& rows, const std::vector<std::uint64_t>& pushed) {
   shard_effects fx;
   rows_.loaded(keys, found, rows, pushed);
+  if (precopy_)
+    for (std::size_t i = 0; i < keys.size() && i < found.size(); ++i)
+      if (!found[i]) note_precopied_change(keys[i].table, std::span(&keys[i].id, 1), true);
   drain_rows(fx);
   return fx;
 }

@@ -14,7 +14,9 @@
 #include <memory>
 #include <optional>
 #include <set>
+#include <span>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "libps/checkpoint.hpp"
@@ -102,6 +104,10 @@ struct shard_effects {
   // A map change under a disk tier: scans that take the moved rows off the disk, sent
   // after the writes (their pages go to rows_moved, then to the rows' new owners).
   std::vector<disk_move> moves;
+  // After a precopy: the moved rows whose pages went ahead, to delete from the disk
+  // (row_disk::drop_moved, counted as moved) once the moves' takes are done; the change
+  // does not wait for it.
+  std::vector<disk_move> drops;
   bool ok() const { return error.empty(); }
 };
 
@@ -193,8 +199,21 @@ class shard_core {
   // part of a queued push travels as a deferred push.
   std::vector<shard_handoff> hand_off(const partitioner& next, shard_effects& fx);
   // A page of a disk_move: its rows, one rows-only handoff per owner under this shard's
-  // map. Throws bad_request for a page whose rows do not fit its ids.
+  // map. Throws bad_request for a page whose rows do not fit its ids. After a precopy
+  // for this map, only the rows that changed since it began (the rest left the disk all
+  // the same).
   std::vector<shard_handoff> rows_moved(const moved_page& page);
+  // A map change under a disk tier, copied ahead while this shard goes on serving under
+  // its map: begin_precopy(next) as the disk tier is pinned with the RAM tier's changed
+  // rows written (row_tier::dirty_rows); from then on the rows `next` moves that are
+  // pushed or created are noted. precopy_page turns a page of the pinned tier into
+  // rows-only parts of the rows `next` moves, by owner; precopied() once every part was
+  // taken, so that hand_off(next) sends only the noted rows (rows_moved), and
+  // end_precopy() when it could not be (hand_off then sends them all).
+  void begin_precopy(const partitioner& next);
+  std::vector<shard_handoff> precopy_page(const moved_page& page) const;
+  void precopied();
+  void end_precopy() { precopy_.reset(); }
   // Takes what a handoff carries (this shard's map must give it all of it): keys, rows,
   // admission's counts (added) and deferred pushes; clocks merged (the first handoff's as they are, later ones the lower);
   // its applied (worker, seq) count as applied here. Its effects: deferred pushes and
@@ -325,10 +344,19 @@ class shard_core {
   // A page of its disk tier's rows: its table's stride, once the rows fit its ids (else
   // throws bad_request).
   std::uint32_t page_stride(const moved_page& page) const;
+  // Rows `ids` of `table` pushed or created while a precopy runs: noted when the change
+  // moves them (created: not in the pinned tier, so not sent ahead).
+  void note_precopied_change(std::uint32_t table, std::span<const std::uint64_t> ids, bool created);
+  // A page's rows grouped by owner under `map`, as rows-only parts (again: see shard_handoff).
+  std::vector<shard_handoff> pages_by_owner(std::uint32_t table, std::uint32_t stride, const std::vector<std::uint64_t>& ids,
+                                            const std::vector<float>& rows, const partitioner& map, bool again) const;
   void hand_off_rows(const partitioner& next, const std::function<shard_handoff&(std::uint32_t)>& to);
   void hand_off_deferred(const partitioner& next, const std::function<shard_handoff&(std::uint32_t)>& to);
+  // After a precopy, the changed rows in RAM leave as rows-only pages (added to `pages`).
   void hand_off_tiered(const partitioner& next, const std::function<shard_handoff&(std::uint32_t)>& to,
-                       shard_effects& fx);
+                       shard_effects& fx, std::vector<shard_handoff>& pages);
+  // Of `rows`, those a precopy noted as changed, as rows-only parts by owner under `map`.
+  std::vector<shard_handoff> changed_pages(const table_rows& rows, const partitioner& map) const;
   void split_row_queue(const partitioner& next, const std::function<shard_handoff&(std::uint32_t)>& to,
                        shard_effects& fx);
 
@@ -372,6 +400,12 @@ class shard_core {
   bool head_;
   std::optional<std::uint64_t> restored_clock_;
   std::vector<bool> loss_reported_;
+  struct precopy {
+    partitioner next;
+    bool complete = false;                                    // every part was taken
+    std::unordered_map<row_key, bool, row_key_hash> changed;  // moved rows changed since: created?
+  };
+  std::optional<precopy> precopy_;
 };
 
 // Checks that every key of the ranges belongs to shard `id` under `map`; throws bad_request.

@@ -163,6 +163,13 @@ std::vector<std::uint64_t> sparse_table::expire_before(std::uint64_t clock) {
   return dropped;
 }
 
+void sparse_table::replace(std::uint64_t id, const float* stored, std::uint64_t clock) {
+  auto it = index_.find(id);
+  if (it == index_.end()) return install(id, stored, clock, true);
+  meta_[it->second].dirty = true;
+  std::copy(stored, stored + stride_, arena_.data() + static_cast<std::size_t>(it->second) * stride_);
+}
+
 void sparse_table::pull(std::span<const std::uint64_t> ids, float* out, std::uint64_t clock) {
   for (std::size_t i = 0; i < ids.size(); ++i) {
     const float* r = row(ids[i], clock);

@@ -92,6 +92,9 @@ class sparse_table {
   // pushed at `clock` (for expiry). changed: the stored row came from elsewhere (another
   // shard handed it over), so this disk has never seen it either: dirty.
   void install(std::uint64_t id, const float* stored, std::uint64_t clock = 0, bool changed = false);
+  // A row another shard handed over again (it changed there since it was first sent):
+  // the held one takes its floats, changed; one not held is installed, changed.
+  void replace(std::uint64_t id, const float* stored, std::uint64_t clock = 0);
   // Counts as a use for the eviction order (a request found the row held).
   void touch(std::uint64_t id);
   // The access stamp of the row evict() would take (none held: nullopt).

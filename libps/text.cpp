@@ -68,3 +68,8 @@ std::vector<std::string> split(const std::string& s, char sep) {
 }
 
 }  // namespace ps
+
+std::string ps::ms_since(std::chrono::steady_clock::time_point start) {
+  return std::to_string(static_cast<long long>(
+    std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count()));
+}

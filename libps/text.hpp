@@ -1,6 +1,7 @@
 #pragma once
 // Numbers in flags and specs: the whole text must be the number (no sign on counts, no
 // trailing junk, nothing non-finite); nullopt otherwise, so the caller names the flag.
+#include <chrono>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -15,6 +16,8 @@ std::optional<std::vector<std::int64_t>> parse_counts(const std::string& text);
 
 // The pieces of s between the separators, empty ones included ("a,,b": a, "", b; "": none).
 std::vector<std::string> split(const std::string& s, char sep);
+// Whole milliseconds since `start` (steady clock), for news.
+std::string ms_since(std::chrono::steady_clock::time_point start);
 
 // A setting's value as the job spec holds it: the shortest text that parses back to the
 // same double ("0.1", not "0.10000000000000001"), counts in decimal, lists as "[a,b]".

@@ -92,6 +92,8 @@ node_config::node_config() {
     .add(shard_dir, "shard-dir", "DIR: where shards keep their disk tier (a disk; direct I/O; removed at exit)")
     .add(eviction, "eviction", "lru|slru: which rows leave a shard's RAM first (slru: rows used twice are kept "
                                "through a scan)")
+    .add(handoff, "handoff", "copy-ahead|cut: how a shard with a disk tier hands rows over when the map changes "
+                             "(copy-ahead: sent while it serves on, the cut sends those changed since; cut: all at the cut)")
     .add(metrics, "metrics", "FILE: JSON lines of the job's progress (per epoch and every --ps.metrics-ms: loss, accuracy or "
                              "AUC, samples/s, workers' clocks, per-shard keys, bytes and request rates; ./run plot FILE draws them); "
                              "written by the launcher or psnode's coordinator")
@@ -369,6 +371,8 @@ void node_config::validate() const {
     if (flag.check && declared(flag.name))
       if (auto wrong = flag.check(*this); !wrong.empty()) throw bad_request("--" + flag.name + ": " + wrong);
   eviction_policy_of(eviction);
+  if (handoff != "copy-ahead" && handoff != "cut")
+    throw bad_request("--handoff=" + handoff + ": must be copy-ahead or cut");
   if (shard_memory > 0 && shard_memory < (1u << 20)) throw bad_request("--shard-memory must be 0 or at least 1 MiB");
   if (shard_memory > 0 && (role.empty() || role == "server" || role == "local"))
     if (auto why = direct_io_problem(shard_dir); !why.empty()) throw bad_request("--shard-dir: " + why);
@@ -617,6 +621,7 @@ shard_options shard_options_from(const node_config& cfg, std::string host) {
   o.shard_memory = cfg.shard_memory;
   o.shard_dir = cfg.shard_dir;
   o.eviction = eviction_policy_of(cfg.eviction);
+  o.copy_ahead = cfg.handoff == "copy-ahead";
   o.faults = cfg.fault_spec();
   o.forward_timeout = milliseconds(cfg.timeout_ms);
   o.given = given_settings(cfg);

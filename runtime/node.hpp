@@ -94,6 +94,7 @@ struct node_config : caf::actor_system_config {
   std::size_t shard_memory = 0;        // bytes of rows in RAM per shard (0: unlimited, no disk tier)
   std::string shard_dir = "/var/tmp";  // where the disk tier lives (a disk, not tmpfs)
   std::string eviction = "slru";       // lru | slru
+  std::string handoff = "copy-ahead";  // copy-ahead | cut: how tiered rows move in a map change
   // fault injector (libps/faults.hpp)
   std::string faults;
   // [ps]: tuning.

@@ -1009,6 +1009,10 @@ TEST_CASE("elastic: rows on a disk tier move too: a server joins and one leaves 
   INFO(moved.removed);
   CHECK(moved.removed_rc == 0);
   CHECK(moved.removed.find("shard 0 left; its keys and rows were handed over in") != std::string::npos);
+  // Each giver copied its moved rows ahead of the cut, while it served on.
+  CHECK(moved.out.find("rows ahead of epoch 2 in") != std::string::npos);
+  CHECK(moved.out.find("rows ahead of epoch 3 in") != std::string::npos);
+  CHECK(moved.out.find("could not copy rows ahead") == std::string::npos);
   REQUIRE(WIFEXITED(moved.status));
   REQUIRE(WEXITSTATUS(moved.status) == 0);
   CHECK(WEXITSTATUS(moved.joiner_status) == 0);

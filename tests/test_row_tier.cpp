@@ -97,9 +97,23 @@ struct fake_disk {
     }
     return out;
   }
-  // A map change's scan in pages of 2 rows scanned, taking the moved rows off.
+  // A map change's scan in pages of 2 rows scanned, taking the moved rows off; a listed
+  // move takes 2 listed ids a page.
   moved_page take_moved(const disk_move& m) {
     moved_page out{m.table, {}, {}, false, 0};
+    if (!m.listed.empty()) {
+      for (auto i = m.from; i < std::min<std::uint64_t>(m.from + 2, m.listed.size()); ++i) {
+        auto it = rows.find({m.table, m.listed[i]});
+        if (it == rows.end()) continue;
+        out.ids.push_back(m.listed[i]);
+        out.rows.insert(out.rows.end(), it->second.begin(), it->second.end());
+        pushed.erase(it->first);
+        rows.erase(it);
+      }
+      out.next = m.from + 2;
+      out.more = out.next < m.listed.size();
+      return out;
+    }
     std::size_t scanned = 0;
     for (auto it = rows.lower_bound({m.table, m.from}); it != rows.end() && it->first.first == m.table;) {
       if (scanned++ == 2) {
@@ -115,6 +129,35 @@ struct fake_disk {
       out.rows.insert(out.rows.end(), it->second.begin(), it->second.end());
       pushed.erase(it->first);
       it = rows.erase(it);
+    }
+    return out;
+  }
+  // row_disk::drop_moved: deletes every row of the table the move picks; how many.
+  std::uint64_t drop_moved(const disk_move& m) {
+    std::uint64_t dropped = 0;
+    for (auto it = rows.lower_bound({m.table, 0}); it != rows.end() && it->first.first == m.table;) {
+      if (!m.moves(it->first.second)) {
+        ++it;
+        continue;
+      }
+      ++dropped;
+      pushed.erase(it->first);
+      it = rows.erase(it);
+    }
+    return dropped;
+  }
+  // Pages of 3 rows of a table of a pinned copy of the store, as row_disk::pinned_page's.
+  static moved_page page_of(const std::map<std::pair<std::uint32_t, std::uint64_t>, std::vector<float>>& pinned,
+                            std::uint32_t table, std::uint64_t from) {
+    moved_page out{table, {}, {}, false, 0};
+    for (auto it = pinned.lower_bound({table, from}); it != pinned.end() && it->first.first == table; ++it) {
+      if (out.ids.size() == 3) {
+        out.more = true;
+        out.next = it->first.second;
+        break;
+      }
+      out.ids.push_back(it->first.second);
+      out.rows.insert(out.rows.end(), it->second.begin(), it->second.end());
     }
     return out;
   }
@@ -197,7 +240,8 @@ struct disk_driver {
     REQUIRE(fx.ok());
     for (auto t : fx.answer) answers[t] = core.take_row_values(t);
     for (const auto& f : fx.fail) failed.push_back(f.first);
-    if (!fx.writes.empty() || !fx.reads.empty() || !fx.sweeps.empty() || !fx.moves.empty()) pending.push_back(std::move(fx));
+    if (!fx.writes.empty() || !fx.reads.empty() || !fx.sweeps.empty() || !fx.moves.empty() || !fx.drops.empty())
+      pending.push_back(std::move(fx));
   }
   void step() {
     auto fx = std::move(pending.front());
@@ -214,6 +258,7 @@ struct disk_driver {
         more = page.more;
         m.from = page.next;
       }
+    for (const auto& d : fx.drops) core.dropped_from_disk(d.table, disk.drop_moved(d));
     if (!fx.reads.empty()) {
       std::vector<std::uint8_t> found;
       std::vector<float> rows;
@@ -419,6 +464,29 @@ TEST_CASE("row disk: a pinned store is read as it was when pinned, in pages, whi
   found.clear(), rows.clear();
   disk.read({{0, 5}, {0, 7}, {0, 9}, {1, 5}}, found, rows, pushed);
   CHECK(found == std::vector<std::uint8_t>{0, 0, 1, 1});
+}
+
+TEST_CASE("row disk: a listed move takes only the listed rows held, by id, a page at a time, off the store") {
+  scratch_dir scratch;
+  if (!scratch.holds_disk_tier()) return;
+  row_disk disk(scratch.path.string(), "shard 0", {2, 3});
+  disk.write({1, {{0, 1}, {0, 2}, {0, 3}, {0, 8}, {1, 2}}, {1, 1, 2, 2, 3, 3, 8, 8, 5, 6, 7}, {4, 4, 4, 4, 4}});
+  disk_move listed{0, 0, {}, {2, 3, 5, 8}};  // row 5 is not there (an id noted, never written)
+  auto page = disk.take_moved(listed, 2);
+  CHECK(page.ids == std::vector<std::uint64_t>{2, 3});
+  CHECK(page.rows == std::vector<float>{2, 2, 3, 3});  // push clocks stay behind
+  REQUIRE(page.more);
+  listed.from = page.next;
+  page = disk.take_moved(listed, 2);
+  CHECK(page.ids == std::vector<std::uint64_t>{8});
+  CHECK(page.rows == std::vector<float>{8, 8});
+  CHECK_FALSE(page.more);
+  std::vector<std::uint8_t> found;
+  std::vector<float> rows;
+  std::vector<std::uint64_t> pushed;
+  disk.read({{0, 1}, {0, 2}, {0, 3}, {0, 8}, {1, 2}}, found, rows, pushed);
+  CHECK(found == std::vector<std::uint8_t>{1, 0, 0, 0, 1});  // taken off; row 2 of table 1 is another table's
+  CHECK_THROWS_WITH_AS(disk.take_moved({2, 0, {}, {1}}), doctest::Contains("table 2"), bad_request);
 }
 
 TEST_CASE("row disk: saved stores laid out for other shards: every row, as stored, at its new owner") {
@@ -718,23 +786,33 @@ TEST_CASE("handoff from a tiered store: its disk's scans take only rows it owned
   CHECK(core.rows().stats().moved == 20);
 }
 
-TEST_CASE("handoff from a tiered store: rows in RAM, on disk, being written or read, and queued pushes reach the new owner exactly") {
-  const std::uint64_t budget = 6 * sparse_table(emb(4, rule_kind::adagrad)).row_bytes();
-  shard_core giver(tiered_shard(budget, infinite_staleness)), in_ram(tiered_shard(0, infinite_staleness));
-  auto newcomer = tiered_shard(budget, infinite_staleness);
-  newcomer.id = 1;
-  newcomer.epoch = 2;
-  newcomer.shard_ids = {0, 1};
-  shard_core taker(newcomer);
-  const auto after = giver.map().with_shard(1);
+namespace {
+
+// A tiered giver (shard 0, alone in the map) and a newcomer (shard 1) it hands rows to,
+// beside an all-in-RAM twin that takes every push whole: what each row must end at.
+struct tiered_handoff_rig {
+  std::uint64_t budget = 6 * sparse_table(emb(4, rule_kind::adagrad)).row_bytes();
+  shard_core giver{tiered_shard(budget, infinite_staleness)}, in_ram{tiered_shard(0, infinite_staleness)};
+  shard_core taker{newcomer(budget)};
+  partitioner after = giver.map().with_shard(1);
   disk_driver from{giver, {}, {}, {}}, to{taker, {}, {}, {}};
-  std::mt19937_64 rng(5);
+  std::mt19937_64 rng{5};
   std::uint64_t seq = 0;
-  auto push = [&](const partitioner& map, std::uint32_t worker) {
-    auto p = random_push(rng, worker);
+  std::uint64_t pull_token = 500;
+
+  static shard_config newcomer(std::uint64_t budget) {
+    auto c = tiered_shard(budget, infinite_staleness);
+    c.id = 1;
+    c.epoch = 2;
+    c.shard_ids = {0, 1};
+    return c;
+  }
+  // A random push, split by `map` as a client splits it; returns it whole.
+  row_push push(const partitioner& map, std::uint32_t worker) { return push(map, worker, random_push(rng, worker)); }
+  row_push push(const partitioner& map, std::uint32_t worker, row_push p) {
     shard_request r{map.epoch(), worker, 0, ++seq, 0};
     REQUIRE(in_ram.push_rows({1, worker, 0, seq, 0}, p.table, p.ids, p.grads.data(), p.grads.size()).ok());
-    std::map<std::uint32_t, row_push> parts;  // as a client splits it by the map
+    std::map<std::uint32_t, row_push> parts;
     for (std::size_t i = 0; i < p.ids.size(); ++i) {
       auto& part = parts.try_emplace(map.row_owner(p.table, p.ids[i]), row_push{p.table, {}, {}}).first->second;
       const auto dim = p.grads.size() / p.ids.size();
@@ -743,64 +821,154 @@ TEST_CASE("handoff from a tiered store: rows in RAM, on disk, being written or r
     }
     for (auto& [owner, part] : parts)
       (owner == 0 ? from : to).take((owner == 0 ? giver : taker).push_rows(r, part.table, part.ids, part.grads.data(), part.grads.size()));
-  };
+    return p;
+  }
+  // Disk work done at random moments, as an I/O actor's.
+  void some_disk_work() {
+    for (auto* d : {&from, &to})
+      while (d->pending.size() > 3 || (!d->pending.empty() && rng() % 3 == 0)) d->step();
+  }
+  void all_disk_work() {
+    for (auto* d : {&from, &to})
+      while (!d->pending.empty()) d->step();
+  }
+  // After the change and more pushes: every row where the new map says, exactly as in
+  // RAM, counted once; none left on the giver's disk.
+  void check_rows_exact() {
+    for (int step = 0; step < 200; ++step) {
+      push(after, step % 2);
+      some_disk_work();
+    }
+    all_disk_work();
+    for (const auto& [key, row] : from.disk.rows) CHECK(after.row_owner(key.first, key.second) == 0);
+    for (std::uint32_t table = 0; table < 2; ++table)
+      for (std::uint64_t id : {0, 1, 2, 3, 4, 5, 6, 7, 100, 101, 105, 110, 119, 150, 151, 160, 169}) {
+        CAPTURE(table);
+        CAPTURE(id);
+        const auto owner = after.row_owner(table, id);
+        auto& core = owner == 0 ? giver : taker;
+        auto& drive = owner == 0 ? from : to;
+        auto token = ++pull_token;
+        REQUIRE(in_ram.pull_rows({1, 0, 0, 0}, table, {id}, token, {}).answer.size() == 1);
+        auto expected = in_ram.take_row_values(token);
+        drive.take(core.pull_rows({2, 0, 0, 0}, table, {id}, token, {}));
+        while (!drive.pending.empty()) drive.step();
+        REQUIRE(drive.answers.count(token) == 1);
+        CHECK(drive.answers[token] == expected);
+      }
+    CHECK(giver.rows().rows_live() + taker.rows().rows_live() == in_ram.rows().rows_live());
+    for (std::uint32_t table = 0; table < 2; ++table)
+      CHECK(giver.rows().live_rows().at(table) + taker.rows().live_rows().at(table) ==
+            in_ram.rows().live_rows().at(table));
+    CHECK(giver.rows().stats().moved > 0);
+  }
+};
+
+}  // namespace
+
+TEST_CASE("handoff from a tiered store: rows in RAM, on disk, being written or read, and queued pushes reach the new owner exactly") {
+  tiered_handoff_rig rig;
+  auto& from = rig.from;
+  auto& to = rig.to;
   for (int step = 0; step < 200; ++step) {
-    push(giver.map(), step % 2);
-    while (from.pending.size() > 3 || (!from.pending.empty() && rng() % 3 == 0)) from.step();
+    rig.push(rig.giver.map(), step % 2);
+    while (from.pending.size() > 3 || (!from.pending.empty() && rig.rng() % 3 == 0)) from.step();
   }
   REQUIRE(!from.pending.empty());  // writes and reads under way
   // A push of rows that move and are not in RAM: it waits for their reads when the map
   // changes, so it travels as a deferred push and the reads are dropped when they land.
   std::vector<std::uint64_t> cold;
   for (std::uint64_t id = 100; id < 220; ++id)
-    if (after.row_owner(0, id) == 1 && !giver.rows().table(0).holds(id)) cold.push_back(id);
+    if (rig.after.row_owner(0, id) == 1 && !rig.giver.rows().table(0).holds(id)) cold.push_back(id);
   REQUIRE(!cold.empty());
   std::vector<float> twos(cold.size() * 4, 2.0f);
-  ++seq;
-  REQUIRE(in_ram.push_rows({1, 0, 0, seq, 0}, 0, cold, twos.data(), twos.size()).ok());
-  auto queued = giver.push_rows({1, 0, 0, seq, 0}, 0, cold, twos.data(), twos.size());
+  const auto seq = ++rig.seq;
+  REQUIRE(rig.in_ram.push_rows({1, 0, 0, seq, 0}, 0, cold, twos.data(), twos.size()).ok());
+  auto queued = rig.giver.push_rows({1, 0, 0, seq, 0}, 0, cold, twos.data(), twos.size());
   REQUIRE(queued.queued_push);
   const auto ack = *queued.queued_push;
   from.take(std::move(queued));
-  std::uint64_t pull_token = 500;
-  from.take(giver.pull_rows({1, 0, 0, 0}, 0, {0, 1, 2, 3, 4, 5, 6, 7}, pull_token, {}));
+  const auto pull_token = rig.pull_token;
+  from.take(rig.giver.pull_rows({1, 0, 0, 0}, 0, {0, 1, 2, 3, 4, 5, 6, 7}, pull_token, {}));
   shard_effects fx;
-  auto parts = giver.hand_off(after, fx);
+  auto parts = rig.giver.hand_off(rig.after, fx);
   CHECK(std::count(fx.applied.begin(), fx.applied.end(), ack) == 1);  // all of it moved: acknowledged
+  CHECK(fx.drops.empty());  // not copied ahead: the scans take every moved row
   from.take(std::move(fx));
   while (!from.pending.empty()) from.step();
   // The pages first, then the parts, as the shard actor sends them.
   CHECK(!from.moved.empty());
   for (const auto& h : from.moved) {
     CHECK(h.rows_only);
-    to.take(taker.take_over(h));
+    CHECK_FALSE(h.again);
+    to.take(rig.taker.take_over(h));
   }
-  for (const auto& h : parts) to.take(taker.take_over(h));
+  for (const auto& h : parts) to.take(rig.taker.take_over(h));
   CHECK((from.failed == std::vector<std::uint64_t>{pull_token} || from.answers.count(pull_token) == 1));
+  rig.check_rows_exact();
+}
+
+TEST_CASE("handoff from a tiered store copied ahead: the moved rows go while it serves; the cut sends only those changed since (from RAM, or by id from disk), and every row ends exact, counted once") {
+  tiered_handoff_rig rig;
+  auto& from = rig.from;
+  auto& to = rig.to;
+  auto& giver = rig.giver;
   for (int step = 0; step < 200; ++step) {
-    push(after, step % 2);
-    for (auto* d : {&from, &to})
-      while (d->pending.size() > 3 || (!d->pending.empty() && rng() % 3 == 0)) d->step();
+    rig.push(giver.map(), step % 2);
+    rig.some_disk_work();
   }
-  for (auto* d : {&from, &to})
-    while (!d->pending.empty()) d->step();
-  // Every row where the new map says, exactly as in RAM; none left on the giver's disk.
-  for (const auto& [key, row] : from.disk.rows) CHECK(after.row_owner(key.first, key.second) == 0);
+  // The precopy: its pin lands after the writes asked before, with the RAM tier's changed
+  // rows written; the pinned store's pages of moved rows go to the taker.
+  giver.begin_precopy(rig.after);
+  while (!from.pending.empty()) from.step();
+  from.disk.write(giver.rows().dirty_rows(), [&](std::uint32_t t) { return giver.rows().table(t).stride(); });
+  const auto pinned = from.disk.rows;
+  std::uint64_t copied = 0;
   for (std::uint32_t table = 0; table < 2; ++table)
-    for (std::uint64_t id : {0, 1, 2, 3, 4, 5, 6, 7, 100, 101, 105, 110, 119, 150, 151, 160, 169}) {
-      CAPTURE(table);
-      CAPTURE(id);
-      const auto owner = after.row_owner(table, id);
-      auto& core = owner == 0 ? giver : taker;
-      auto& drive = owner == 0 ? from : to;
-      auto token = ++pull_token;
-      REQUIRE(in_ram.pull_rows({1, 0, 0, 0}, table, {id}, token, {}).answer.size() == 1);
-      auto expected = in_ram.take_row_values(token);
-      drive.take(core.pull_rows({2, 0, 0, 0}, table, {id}, token, {}));
-      while (!drive.pending.empty()) drive.step();
-      REQUIRE(drive.answers.count(token) == 1);
-      CHECK(drive.answers[token] == expected);
+    for (moved_page page{table, {}, {}, true, 0}; page.more;) {
+      page = fake_disk::page_of(pinned, table, page.next);
+      for (const auto& h : giver.precopy_page(page)) {
+        CHECK(h.to == 1);
+        CHECK(h.rows_only);
+        copied += h.rows.front().ids.size();
+        to.take(rig.taker.take_over(h));
+      }
     }
-  CHECK(giver.rows().rows_live() + taker.rows().rows_live() == in_ram.rows().rows_live());
-  CHECK(giver.rows().stats().moved > 0);
+  CHECK(copied > 0);
+  // Serving goes on under the old map meanwhile: the moved rows it changes are noted.
+  std::set<std::pair<std::uint32_t, std::uint64_t>> changed;
+  for (int step = 0; step < 60; ++step) {
+    auto p = rig.push(giver.map(), step % 2);
+    for (auto id : p.ids)
+      if (rig.after.row_owner(p.table, id) == 1) changed.insert({p.table, id});
+    rig.some_disk_work();
+  }
+  // Rows created meanwhile (never pinned): they go at the cut too, counted as new there.
+  row_push fresh{0, {}, {}};
+  for (std::uint64_t id = 300; fresh.ids.size() < 4; ++id)
+    if (rig.after.row_owner(0, id) == 1) {
+      fresh.ids.push_back(id);
+      changed.insert({0, id});
+    }
+  fresh.grads.assign(fresh.ids.size() * 4, 1.5f);
+  rig.push(giver.map(), 0, fresh);
+  rig.all_disk_work();  // their reads find nothing: created
+  REQUIRE(!changed.empty());
+  giver.precopied();
+  shard_effects fx;
+  auto parts = giver.hand_off(rig.after, fx);
+  CHECK(fx.drops.size() == 2);  // the rest of the moved rows: deleted from its disk after the cut
+  from.take(std::move(fx));
+  while (!from.pending.empty()) from.step();
+  std::set<std::pair<std::uint32_t, std::uint64_t>> sent;
+  auto take = [&](const shard_handoff& h) {
+    for (const auto& t : h.rows)
+      for (auto id : t.ids) CHECK(sent.insert({t.table, id}).second);
+    to.take(rig.taker.take_over(h));
+  };
+  for (const auto& h : from.moved) take(h);  // taken by id from its disk
+  for (const auto& h : parts) take(h);       // from RAM, then the last parts
+  CHECK(sent == changed);  // exactly the rows changed since the precopy began
+  CHECK(sent.size() < copied);
+  rig.check_rows_exact();
 }
