@@ -128,16 +128,27 @@ worker_results results_of(const std::string& output) {
   return r;
 }
 
-// What the givers with a disk tier said of a change's rows in `output` (the job's lines
-// while it ran): rows copied ahead of the cut, rows sent at the cut, the longest cut.
-nlohmann::ordered_json tier_figures(const std::string& output) {
+// The epoch after `marker` in text ("epoch 4" -> 4; 0 when absent).
+std::uint64_t epoch_after(const std::string& text, const std::string& marker) {
+  auto at = text.find(marker);
+  return at == std::string::npos ? 0 : std::strtoull(text.c_str() + at + marker.size(), nullptr, 10);
+}
+
+// What the givers with a disk tier said of the map changes of epochs [first, last] in the
+// job's output (their lines name the epoch; several processes' lines interleave in any
+// order): rows copied ahead of the cut, rows sent at the cut, the longest cut.
+nlohmann::ordered_json tier_figures(const std::string& output, std::uint64_t first, std::uint64_t last) {
   double ahead = 0, at_cut = 0, cut_ms = 0;
   std::size_t at = 0;
   for (std::size_t end; (end = output.find('\n', at)) != std::string::npos; at = end + 1) {
     const auto line = output.substr(at, end - at);
-    if (auto p = line.find(": copied "); p != std::string::npos && line.find(" rows ahead of epoch ") != std::string::npos)
-      ahead += std::atof(line.c_str() + p + 9);
+    if (auto p = line.find(": copied "); p != std::string::npos) {
+      const auto epoch = epoch_after(line, " rows ahead of epoch ");
+      if (epoch >= first && epoch <= last) ahead += std::atof(line.c_str() + p + 9);
+    }
     if (auto p = line.find(": cut of epoch "); p != std::string::npos) {
+      const auto epoch = epoch_after(line, ": cut of epoch ");
+      if (epoch < first || epoch > last) continue;
       at_cut += std::atof(line.c_str() + line.find(": ", p + 2) + 2);
       cut_ms = std::max(cut_ms, std::atof(line.c_str() + line.rfind(" in ") + 4));
     }
@@ -236,7 +247,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   join.end_us = now_us();
-  const auto join_output_end = job.all.size();
+  const auto join_epoch = epoch_after(line, "; epoch ");  // later changes are the leave's
   join.moved_fraction = moved_fraction_in(line);
   pause();
   event_window leave{"leave", now_us(), 0, -1, 3};
@@ -265,7 +276,8 @@ int main(int argc, char** argv) {
       out["rows"] = flags->rows;
       out["shard_memory"] = flags->shard_memory;
       out["handoff"] = flags->handoff;
-      out.update(tier_figures(ev == &join ? job.all.substr(0, join_output_end) : job.all.substr(join_output_end)));
+      out.update(ev == &join ? tier_figures(job.all, join_epoch, join_epoch)
+                             : tier_figures(job.all, join_epoch + 1, UINT64_MAX));
     }
     ps::bench::print_line(out);
   }

@@ -49,8 +49,9 @@ class row_disk {
   // reads are): a device serves many random reads in flight far faster than one at a
   // time, so the shard's I/O runs read_threads readers.
   // pushed[i]: the clock of the row's last push as written (0: written without one).
+  // pinned: read the store as pin() left it (throws bad_request when nothing is pinned).
   void read(const std::vector<row_key>& keys, std::vector<std::uint8_t>& found, std::vector<float>& rows,
-            std::vector<std::uint64_t>& pushed);
+            std::vector<std::uint64_t>& pushed, bool pinned = false);
   // Of at most `page` of the table's rows from id sweep.from on, the ids of those last
   // pushed before sweep.before, rows pushed before sweep.revived_at counting as pushed
   // then (rows restored from a checkpoint live from the clock the job resumed at), and
@@ -59,7 +60,8 @@ class row_disk {
   // Of at most `page` of the table's rows from move.from on, those move.moves picks, with
   // their floats, deleted from the store in the same call; and where the next page starts.
   // Throws bad_request naming the path.
-  moved_page take_moved(const disk_move& move, std::size_t page = std::size_t{1} << 14);
+  moved_page take_moved(const disk_move& move, std::size_t page = move_page);
+  static constexpr std::size_t move_page = std::size_t{1} << 14;  // rows (a listed move's: ids) a page
   // Deletes every row of move.table from move.from on that move.moves picks, in one call
   // (page by page, no row copied out), and returns how many: what a copy of a chain kept
   // of a map change once the change is over, so no later scan hands it over again.

@@ -130,7 +130,7 @@ void shard_core::hand_off_tiered(const partitioner& next, const std::function<sh
   auto map = std::make_shared<const partitioner>(next);
   auto was = std::make_shared<const partitioner>(map_);
   const auto self = id_;
-  const bool ahead = precopy_ && precopy_->complete && precopy_->next.epoch() == next.epoch();
+  const bool ahead = precopy_ && precopy_->complete && precopy_->next && precopy_->next->epoch() == next.epoch();
   std::vector<table_rows> from_ram;  // copied ahead: the changed rows in RAM go from there
   auto changed = [&](const row_key& k) { return precopy_->changed.count(k) != 0; };
   if (auto w = rows_.flush_moved([&](const row_key& k) { return map->row_owner(k.table, k.id) != self; }, changed,
@@ -142,6 +142,7 @@ void shard_core::hand_off_tiered(const partitioner& next, const std::function<sh
   }
   // Only rows this shard owned until now move: a row on its disk that it did not own is
   // left over (a copy's of an earlier change, not yet dropped), never newer than its owner's.
+  auto on_disk = ahead ? changed_on_disk() : std::map<std::uint32_t, std::vector<std::uint64_t>>{};
   for (std::uint32_t t = 0; t < rows_.num_tables(); ++t) {
     disk_move move{t, 0, [map, was, t, self](std::uint64_t id) {
                      return was->row_owner(t, id) == self && map->row_owner(t, id) != self;
@@ -150,11 +151,13 @@ void shard_core::hand_off_tiered(const partitioner& next, const std::function<sh
       fx.moves.push_back(std::move(move));
       continue;
     }
-    // Copied ahead: the rows changed since are taken by id, the rest deleted after.
-    std::vector<std::uint64_t> changed;
-    for (const auto& [key, created] : precopy_->changed)
-      if (key.table == t) changed.push_back(key.id);
-    std::sort(changed.begin(), changed.end());
+    // Copied ahead: the rows changed since are taken by id, the rest deleted after; or,
+    // when many changed, all taken by the scan (rows_moved sends only the changed ones).
+    auto changed = std::move(on_disk[t]);
+    if (scans_instead(t, changed.size())) {
+      fx.moves.push_back(std::move(move));
+      continue;
+    }
     if (!changed.empty()) fx.moves.push_back({t, 0, {}, std::move(changed)});
     fx.drops.push_back(std::move(move));
   }
@@ -185,27 +188,82 @@ std::vector<shard_handoff> shard_core::pages_by_owner(std::uint32_t table, std::
 std::vector<shard_handoff> shard_core::rows_moved(const moved_page& page) {
   const auto stride = page_stride(page);
   rows_.moved_from_disk(page.table, page.ids.size());
-  if (!precopy_ || !precopy_->complete || precopy_->next.epoch() != map_.epoch())
+  if (!precopy_ || !precopy_->complete || !precopy_->next || precopy_->next->epoch() != map_.epoch())
     return pages_by_owner(page.table, stride, page.ids, page.rows, map_, false);
   return changed_pages({page.table, stride, page.ids, page.rows}, map_);  // the listed take's
 }
 
-std::vector<shard_handoff> shard_core::changed_pages(const table_rows& rows, const partitioner& map) const {
+std::array<table_rows, 2> shard_core::split_changed(const table_rows& rows) const {
   // Rows created since the precopy began count at the taker as new; the others it had
   // from the precopy (`again`).
-  std::vector<std::uint64_t> ids[2];
-  std::vector<float> values[2];
+  std::array<table_rows, 2> out{table_rows{rows.table, rows.stride, {}, {}}, table_rows{rows.table, rows.stride, {}, {}}};
   for (std::size_t i = 0; i < rows.ids.size(); ++i) {
     auto it = precopy_->changed.find({rows.table, rows.ids[i]});
     if (it == precopy_->changed.end()) continue;
-    const int again = it->second ? 0 : 1;
-    ids[again].push_back(rows.ids[i]);
-    values[again].insert(values[again].end(), rows.rows.begin() + static_cast<std::ptrdiff_t>(i * rows.stride),
-                         rows.rows.begin() + static_cast<std::ptrdiff_t>((i + 1) * rows.stride));
+    auto& to = out[it->second ? 0 : 1];
+    to.ids.push_back(rows.ids[i]);
+    to.rows.insert(to.rows.end(), rows.rows.begin() + static_cast<std::ptrdiff_t>(i * rows.stride),
+                   rows.rows.begin() + static_cast<std::ptrdiff_t>((i + 1) * rows.stride));
   }
-  auto parts = pages_by_owner(rows.table, rows.stride, ids[0], values[0], map, false);
-  for (auto& h : pages_by_owner(rows.table, rows.stride, ids[1], values[1], map, true)) parts.push_back(std::move(h));
+  return out;
+}
+
+std::vector<shard_handoff> shard_core::changed_pages(const table_rows& rows, const partitioner& map) const {
+  auto split = split_changed(rows);
+  auto parts = pages_by_owner(rows.table, rows.stride, split[0].ids, split[0].rows, map, false);
+  for (auto& h : pages_by_owner(rows.table, rows.stride, split[1].ids, split[1].rows, map, true)) parts.push_back(std::move(h));
   return parts;
+}
+
+void shard_core::begin_seed_copy() {
+  if (!rows_.tiered()) throw bad_request(name_ + ": a seed copied ahead needs a disk tier");
+  precopy_ = precopy{std::nullopt, false, {}};
+}
+
+std::vector<shard_handoff> shard_core::seed_parts(std::array<table_rows, 2> rows) const {
+  std::vector<shard_handoff> parts;
+  for (int again = 0; again < 2; ++again) {
+    if (rows[again].ids.empty()) continue;
+    auto h = seed_rows({rows[again].table, rows[again].ids, rows[again].rows, false, 0});
+    h.again = again == 1;
+    parts.push_back(std::move(h));
+  }
+  return parts;
+}
+
+std::vector<shard_handoff> shard_core::seed_changes(std::vector<disk_move>& listed) {
+  if (!precopy_ || precopy_->next) throw bad_request(name_ + ": no seed copied ahead under way");
+  std::vector<shard_handoff> parts;
+  for (const auto& rows : rows_.copy_held([&](const row_key& k) { return precopy_->changed.count(k) != 0; })) {
+    for (auto& h : seed_parts(split_changed(rows))) parts.push_back(std::move(h));
+    for (auto id : rows.ids) precopy_->changed.erase({rows.table, id});
+  }
+  // The rest are on the disk, or in writes under way that land before the pin these
+  // reads are made from: read by id, or, when many, by scanning the table (listed empty).
+  for (auto& [table, ids] : changed_on_disk()) {
+    disk_move move{table, 0, {}, {}};
+    if (!scans_instead(table, ids.size())) move.listed = std::move(ids);
+    move.keep = true;
+    listed.push_back(std::move(move));
+  }
+  return parts;
+}
+
+std::map<std::uint32_t, std::vector<std::uint64_t>> shard_core::changed_on_disk() const {
+  std::map<std::uint32_t, std::vector<std::uint64_t>> out;
+  for (const auto& [key, created] : precopy_->changed) out[key.table].push_back(key.id);
+  for (auto& [table, ids] : out) std::sort(ids.begin(), ids.end());
+  return out;
+}
+
+bool shard_core::scans_instead(std::uint32_t table, std::size_t changed) const {
+  // A read by id costs a random read of the device; a scan reads the table in order, at
+  // many times that rate.
+  return changed * 8 > rows_.live_rows().at(table);
+}
+
+std::vector<shard_handoff> shard_core::seed_changed(const moved_page& page) const {
+  return seed_parts(split_changed({page.table, page_stride(page), page.ids, page.rows}));
 }
 
 void shard_core::begin_precopy(const partitioner& next) {
@@ -217,8 +275,8 @@ void shard_core::begin_precopy(const partitioner& next) {
 
 std::vector<shard_handoff> shard_core::precopy_page(const moved_page& page) const {
   const auto stride = page_stride(page);
-  if (!precopy_) throw bad_request(name_ + ": a precopy page without a precopy");
-  const auto& next = precopy_->next;
+  if (!precopy_ || !precopy_->next) throw bad_request(name_ + ": a precopy page without a precopy");
+  const auto& next = *precopy_->next;
   std::vector<std::uint64_t> ids;
   std::vector<float> rows;
   for (std::size_t i = 0; i < page.ids.size(); ++i) {
@@ -236,9 +294,11 @@ void shard_core::precopied() {
 }
 
 void shard_core::note_precopied_change(std::uint32_t table, std::span<const std::uint64_t> ids, bool created) {
-  if (!precopy_ || precopy_->next.epoch() <= map_.epoch()) return;  // none, or the cut was made
+  if (!precopy_) return;
+  const auto& next = precopy_->next;
+  if (next && next->epoch() <= map_.epoch()) return;  // the cut was made
   for (auto id : ids)
-    if (precopy_->next.row_owner(table, id) != id_) precopy_->changed.try_emplace({table, id}, created);
+    if (!next || next->row_owner(table, id) != id_) precopy_->changed.try_emplace({table, id}, created);
 }
 
 shard_handoff shard_core::seed_rows(const moved_page& page) const {
@@ -334,6 +394,10 @@ shard_handoff shard_core::whole_copy() const {
                   applied_, highest_clock_, rows_.sightings()};
   if (!rows_.tiered()) h.rows = table_snapshot();
   for (const auto& d : deferred_) h.deferred.push_back(to_update(d));
+  // Pushes queued behind disk reads are not applied here yet, and come from no one else:
+  // the copy applies them as deferred ones.
+  for (const auto& op : row_queue_)
+    if (op.what == row_op::kind::push) h.deferred.push_back(to_update({op.req, {}, op.grads, op.table, op.ids}));
   h.whole = true;
   h.merges = took_over_ || was_in_map_;
   return h;

@@ -6,6 +6,7 @@
 // checkpoint part to send, loss reports, the fault injector's kill. It never does I/O and
 // knows nothing of actors, so it is unit tested event by event (tests/test_shard_core.cpp)
 // and the server_shard actor only moves messages in and effects out.
+#include <array>
 #include <chrono>
 #include <cstdint>
 #include <deque>
@@ -214,6 +215,17 @@ class shard_core {
   std::vector<shard_handoff> precopy_page(const moved_page& page) const;
   void precopied();
   void end_precopy() { precopy_.reset(); }
+  // A new copy at the end of the chain seeded the same way, of every row (it is not this
+  // shard's successor meanwhile: this shard acknowledges alone): begin_seed_copy() as the
+  // disk tier is pinned, seed_rows of the pinned tier's pages; then, at one moment,
+  // seed_changes: the rows changed since, those in RAM as seed parts at once and the
+  // others as `listed` moves (keep) that copy them from the disk tier pinned again then:
+  // by id, or (listed empty) by a scan of the table's pinned pages; their pages go
+  // through seed_changed, then whole_copy() and end_precopy(). Throws bad_request
+  // without a disk tier.
+  void begin_seed_copy();
+  std::vector<shard_handoff> seed_changes(std::vector<disk_move>& listed);
+  std::vector<shard_handoff> seed_changed(const moved_page& page) const;
   // Takes what a handoff carries (this shard's map must give it all of it): keys, rows,
   // admission's counts (added) and deferred pushes; clocks merged (the first handoff's as they are, later ones the lower);
   // its applied (worker, seq) count as applied here. Its effects: deferred pushes and
@@ -357,6 +369,14 @@ class shard_core {
                        shard_effects& fx, std::vector<shard_handoff>& pages);
   // Of `rows`, those a precopy noted as changed, as rows-only parts by owner under `map`.
   std::vector<shard_handoff> changed_pages(const table_rows& rows, const partitioner& map) const;
+  // The rows a precopy noted as changed (less those sent from RAM), by table, ascending.
+  std::map<std::uint32_t, std::vector<std::uint64_t>> changed_on_disk() const;
+  // Whether `changed` rows of a table are better found by scanning it than read by id.
+  bool scans_instead(std::uint32_t table, std::size_t changed) const;
+  // Of `rows`, those a precopy noted as changed: [0] created since it began, [1] the others.
+  std::array<table_rows, 2> split_changed(const table_rows& rows) const;
+  // Rows-only parts of a seed (this shard's own, as seed_rows makes them).
+  std::vector<shard_handoff> seed_parts(std::array<table_rows, 2> rows) const;
   void split_row_queue(const partitioner& next, const std::function<shard_handoff&(std::uint32_t)>& to,
                        shard_effects& fx);
 
@@ -401,7 +421,7 @@ class shard_core {
   std::optional<std::uint64_t> restored_clock_;
   std::vector<bool> loss_reported_;
   struct precopy {
-    partitioner next;
+    std::optional<partitioner> next;                          // the change's; none: a seed (every row)
     bool complete = false;                                    // every part was taken
     std::unordered_map<row_key, bool, row_key_hash> changed;  // moved rows changed since: created?
   };

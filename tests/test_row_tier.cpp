@@ -107,6 +107,7 @@ struct fake_disk {
         if (it == rows.end()) continue;
         out.ids.push_back(m.listed[i]);
         out.rows.insert(out.rows.end(), it->second.begin(), it->second.end());
+        if (m.keep) continue;
         pushed.erase(it->first);
         rows.erase(it);
       }
@@ -487,6 +488,18 @@ TEST_CASE("row disk: a listed move takes only the listed rows held, by id, a pag
   disk.read({{0, 1}, {0, 2}, {0, 3}, {0, 8}, {1, 2}}, found, rows, pushed);
   CHECK(found == std::vector<std::uint8_t>{1, 0, 0, 0, 1});  // taken off; row 2 of table 1 is another table's
   CHECK_THROWS_WITH_AS(disk.take_moved({2, 0, {}, {1}}), doctest::Contains("table 2"), bad_request);
+  // keep: a copy of the rows as the pin holds them, left on the disk (a seed's).
+  disk_move copied{0, 0, {}, {1, 4}};
+  copied.keep = true;
+  CHECK_THROWS_WITH_AS(disk.take_moved(copied), doctest::Contains("no pinned view"), bad_request);
+  disk.pin({2, {{0, 4}}, {4, 4}, {}});
+  disk.write({3, {{0, 1}, {0, 4}}, {9, 9, 9, 9}, {}});  // after the pin: not seen
+  page = disk.take_moved(copied);
+  CHECK(page.ids == std::vector<std::uint64_t>{1, 4});
+  CHECK(page.rows == std::vector<float>{1, 1, 4, 4});
+  found.clear(), rows.clear();
+  disk.read({{0, 1}, {0, 4}}, found, rows, pushed);
+  CHECK(rows == std::vector<float>{9, 9, 9, 9});
 }
 
 TEST_CASE("row disk: saved stores laid out for other shards: every row, as stored, at its new owner") {
@@ -919,8 +932,8 @@ TEST_CASE("handoff from a tiered store copied ahead: the moved rows go while it 
   }
   // The precopy: its pin lands after the writes asked before, with the RAM tier's changed
   // rows written; the pinned store's pages of moved rows go to the taker.
+  while (!from.pending.empty()) from.step();  // asked before the pin
   giver.begin_precopy(rig.after);
-  while (!from.pending.empty()) from.step();
   from.disk.write(giver.rows().dirty_rows(), [&](std::uint32_t t) { return giver.rows().table(t).stride(); });
   const auto pinned = from.disk.rows;
   std::uint64_t copied = 0;
@@ -936,8 +949,13 @@ TEST_CASE("handoff from a tiered store copied ahead: the moved rows go while it 
     }
   CHECK(copied > 0);
   // Serving goes on under the old map meanwhile: the moved rows it changes are noted.
+  // Few of them are read by id at the cut, many found by scanning the moved rows.
+  int pushes = 0;
+  SUBCASE("a few pushes meanwhile") { pushes = 2; }
+  SUBCASE("many pushes meanwhile") { pushes = 60; }
+  CAPTURE(pushes);
   std::set<std::pair<std::uint32_t, std::uint64_t>> changed;
-  for (int step = 0; step < 60; ++step) {
+  for (int step = 0; step < pushes; ++step) {
     auto p = rig.push(giver.map(), step % 2);
     for (auto id : p.ids)
       if (rig.after.row_owner(p.table, id) == 1) changed.insert({p.table, id});
@@ -957,7 +975,12 @@ TEST_CASE("handoff from a tiered store copied ahead: the moved rows go while it 
   giver.precopied();
   shard_effects fx;
   auto parts = giver.hand_off(rig.after, fx);
-  CHECK(fx.drops.size() == 2);  // the rest of the moved rows: deleted from its disk after the cut
+  // Per table, the changed rows taken by id and the rest deleted after the cut, or all
+  // taken by a scan.
+  const auto scans = std::count_if(fx.moves.begin(), fx.moves.end(), [](const disk_move& m) { return m.listed.empty(); });
+  CHECK(fx.drops.size() + scans == 2);
+  if (pushes == 2) CHECK(fx.drops.size() > 0);
+  if (pushes == 60) CHECK(scans > 0);
   from.take(std::move(fx));
   while (!from.pending.empty()) from.step();
   std::set<std::pair<std::uint32_t, std::uint64_t>> sent;
@@ -971,4 +994,103 @@ TEST_CASE("handoff from a tiered store copied ahead: the moved rows go while it 
   CHECK(sent == changed);  // exactly the rows changed since the precopy began
   CHECK(sent.size() < copied);
   rig.check_rows_exact();
+}
+
+TEST_CASE("a tiered tail seeds a new copy ahead: pinned pages while it acknowledges alone, then the rows changed since, pushes queued behind reads and the rest; the copy ends exact, counted once") {
+  tiered_handoff_rig rig;
+  auto& tail = rig.giver;
+  auto& from = rig.from;
+  shard_core copy(tiered_shard(rig.budget, infinite_staleness));
+  disk_driver to_copy{copy, {}, {}, {}};
+  for (int step = 0; step < 200; ++step) {
+    rig.push(tail.map(), step % 2);
+    rig.some_disk_work();
+  }
+  while (!from.pending.empty()) from.step();  // asked before the pin
+  tail.begin_seed_copy();
+  from.disk.write(tail.rows().dirty_rows(), [&](std::uint32_t t) { return tail.rows().table(t).stride(); });
+  const auto pinned = from.disk.rows;
+  for (std::uint32_t table = 0; table < 2; ++table)
+    for (moved_page page{table, {}, {}, true, 0}; page.more;) {
+      page = fake_disk::page_of(pinned, table, page.next);
+      if (!page.ids.empty()) to_copy.take(copy.take_over(tail.seed_rows(page)));
+    }
+  // The tail acknowledges alone meanwhile: these pushes reach the copy only as changed
+  // rows (few: read by id; many: found by scanning the table).
+  int pushes = 0;
+  SUBCASE("a few pushes meanwhile") { pushes = 2; }
+  SUBCASE("many pushes meanwhile") { pushes = 60; }
+  CAPTURE(pushes);
+  for (int step = 0; step < pushes; ++step) {
+    rig.push(tail.map(), step % 2);
+    rig.some_disk_work();
+  }
+  row_push fresh{0, {300, 301, 302}, std::vector<float>(12, 0.5f)};  // created after the pin
+  rig.push(tail.map(), 0, fresh);
+  while (!from.pending.empty()) from.step();
+  // A push queued behind reads at the moment of the seed: applied here later, by the copy
+  // from the seed's deferred pushes.
+  const std::vector<std::uint64_t> cold{400, 401};
+  std::vector<float> ones(cold.size() * 4, 1.0f);
+  ++rig.seq;
+  REQUIRE(rig.in_ram.push_rows({1, 0, 0, rig.seq, 0}, 0, cold, ones.data(), ones.size()).ok());
+  auto queued = tail.push_rows({1, 0, 0, rig.seq, 0}, 0, cold, ones.data(), ones.size());
+  REQUIRE(queued.queued_push);
+  from.take(std::move(queued));
+  // The moment of the seed: what the I/O writer was asked before it comes first.
+  std::vector<disk_move> listed;
+  auto parts = tail.seed_changes(listed);
+  auto whole = tail.whole_copy();
+  CHECK(whole.deferred.size() == 1);
+  for (auto before = from.pending.size(); before > 0; --before) from.step();
+  const auto pinned_again = from.disk.rows;  // the second pin, behind those
+  std::uint64_t resent = 0;
+  const auto scans = std::count_if(listed.begin(), listed.end(), [](const disk_move& m) { return m.listed.empty(); });
+  if (pushes == 2) CHECK(scans < static_cast<std::ptrdiff_t>(listed.size()));
+  if (pushes == 60) CHECK(scans > 0);
+  for (auto m : listed) {
+    CHECK(m.keep);
+    for (bool more = true; more;) {  // by id, or scanning the table (many changed)
+      auto page = m.listed.empty() ? fake_disk::page_of(pinned_again, m.table, m.from) : from.disk.take_moved(m);
+      for (auto& h : tail.seed_changed(page)) parts.push_back(std::move(h));
+      more = page.more;
+      m.from = page.next;
+    }
+  }
+  for (const auto& h : parts) {
+    for (const auto& t : h.rows) resent += t.ids.size();
+    to_copy.take(copy.take_over(h));
+  }
+  to_copy.take(copy.take_over(whole));
+  tail.end_precopy();
+  CHECK(resent > 0);
+  CHECK(resent < tail.rows().rows_live());
+  // From now on every push reaches both, as down a chain.
+  for (int step = 0; step < 100; ++step) {
+    auto p = random_push(rig.rng, step % 2);
+    shard_request r{1, step % 2u, 0, ++rig.seq, 0};
+    REQUIRE(rig.in_ram.push_rows(r, p.table, p.ids, p.grads.data(), p.grads.size()).ok());
+    from.take(tail.push_rows(r, p.table, p.ids, p.grads.data(), p.grads.size()));
+    to_copy.take(copy.push_rows(r, p.table, p.ids, p.grads.data(), p.grads.size()));
+    for (auto* d : {&from, &to_copy})
+      while (d->pending.size() > 3 || (!d->pending.empty() && rig.rng() % 3 == 0)) d->step();
+  }
+  for (auto* d : {&from, &to_copy})
+    while (!d->pending.empty()) d->step();
+  for (std::uint32_t table = 0; table < 2; ++table)
+    for (std::uint64_t id : {0, 1, 2, 3, 4, 5, 6, 7, 100, 101, 105, 110, 119, 150, 151, 160, 169, 300, 302, 400, 401}) {
+      CAPTURE(table);
+      CAPTURE(id);
+      auto token = ++rig.pull_token;
+      REQUIRE(rig.in_ram.pull_rows({1, 0, 0, 0}, table, {id}, token, {}).answer.size() == 1);
+      auto expected = rig.in_ram.take_row_values(token);
+      for (auto* d : {&from, &to_copy}) {
+        d->take(d->core.pull_rows({1, 0, 0, 0}, table, {id}, token, {}));
+        while (!d->pending.empty()) d->step();
+        REQUIRE(d->answers.count(token) == 1);
+        CHECK(d->answers[token] == expected);
+      }
+    }
+  CHECK(copy.rows().rows_live() == rig.in_ram.rows().rows_live());
+  CHECK(tail.rows().rows_live() == rig.in_ram.rows().rows_live());
 }
