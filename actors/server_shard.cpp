@@ -870,8 +870,16 @@ caf::actor host_copy(self_ptr self, const shard_options& opts, const coordinator
 // id `from` on, a page at a time (the next is read once the copy took this one, so one
 // page is in memory), then the later tables', then calls done. Stops when the copy is no
 // longer the one being seeded.
+// A seed of a copy from a disk tier, for its report: when it began, the rows sent from
+// the first pin, when the copy became the successor, the rows changed since.
+struct seed_tally {
+  std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now(), moment;
+  std::uint64_t pinned = 0, changed = 0;
+};
+
 void seed_disk_rows(self_ptr self, const shard_options& opts, const shard_actor& copy, std::uint32_t table,
-                    std::uint64_t from, std::function<void()> done, std::function<void(const std::string&)> failed) {
+                    std::uint64_t from, std::function<void()> done, std::function<void(const std::string&)> failed,
+                    std::shared_ptr<seed_tally> tally) {
   auto seeding = [=] {
     if (self->state.seeding_ahead == copy) return true;
     caf::anon_send(self->state.disk, unpin_rows_atom::value);
@@ -879,8 +887,8 @@ void seed_disk_rows(self_ptr self, const shard_options& opts, const shard_actor&
   };
   auto next = [=](const moved_page& page) {
     if (!seeding()) return;
-    if (page.more) return seed_disk_rows(self, opts, copy, table, page.next, done, failed);
-    if (table + 1 < self->state.core->num_tables()) return seed_disk_rows(self, opts, copy, table + 1, 0, done, failed);
+    if (page.more) return seed_disk_rows(self, opts, copy, table, page.next, done, failed, tally);
+    if (table + 1 < self->state.core->num_tables()) return seed_disk_rows(self, opts, copy, table + 1, 0, done, failed, tally);
     done();
   };
   self->request(self->state.disk, caf::infinite, copy_rows_atom::value, table, from)
@@ -888,6 +896,7 @@ void seed_disk_rows(self_ptr self, const shard_options& opts, const shard_actor&
       [=](const std::shared_ptr<const moved_page>& page) {
         if (!seeding()) return;
         if (page->ids.empty()) return next(*page);
+        tally->pinned += page->ids.size();
         encoded_block part;
         try {
           part = block_of(encode_handoff(self->state.core->seed_rows(*page)));
@@ -944,14 +953,18 @@ void seed_changed_rows(self_ptr self, std::shared_ptr<std::vector<disk_move>> mo
 // applied meanwhile wait for the rest of the seed (send_down). Answered once the copy
 // took it.
 void seed_the_rest(self_ptr self, const shard_options& opts, const shard_actor& copy, std::vector<shard_handoff> parts,
-                   std::vector<disk_move> moves, caf::typed_response_promise<std::uint64_t> rp) {
+                   std::vector<disk_move> moves, caf::typed_response_promise<std::uint64_t> rp,
+                   std::shared_ptr<seed_tally> tally = nullptr) {
   auto& st = self->state;
+  if (tally) tally->moment = std::chrono::steady_clock::now();
   const auto seed = block_of(encode_handoff(st.core->whole_copy()));
   follow(self, copy);
   st.successor_unannounced = true;
   st.seeding_copy = static_cast<bool>(st.disk);
   auto failed = std::make_shared<bool>(false);
   std::function<void(const shard_handoff&)> send = [=](const shard_handoff& part) {
+    if (tally)
+      for (const auto& t : part.rows) tally->changed += t.ids.size();
     self->request(copy, opts.forward_timeout, takeover_atom::value, block_of(encode_handoff(part)))
       .then([](std::uint64_t) {},
             [=](caf::error& e) mutable {
@@ -963,7 +976,13 @@ void seed_the_rest(self_ptr self, const shard_options& opts, const shard_actor& 
   std::function<void()> finish = [=] {
     caf::anon_send(self->state.disk, unpin_rows_atom::value);
     self->state.core->end_precopy();
-    if (!*failed) finish_seed(self, opts, copy, seed, rp);
+    if (*failed) return;
+    if (tally)
+      std::fprintf(stderr, "%s: seeding a new copy: %llu rows from its pinned disk tier in %s ms while it acknowledged "
+                   "alone, then %llu rows changed since, while updates waited %s ms\n", self->state.name.c_str(),
+                   static_cast<unsigned long long>(tally->pinned), ms_since(tally->started).c_str(),
+                   static_cast<unsigned long long>(tally->changed), ms_since(tally->moment).c_str());
+    finish_seed(self, opts, copy, seed, rp);
   };
   if (moves.empty()) return finish();
   auto pending = std::make_shared<std::vector<disk_move>>(std::move(moves));
@@ -992,6 +1011,7 @@ caf::result<std::uint64_t> extend_chain(self_ptr self, const shard_options& opts
   }
   st.core->begin_seed_copy();
   st.seeding_ahead = copy;
+  auto tally = std::make_shared<seed_tally>();
   std::function<void(const std::string&)> failed = [=](const std::string& why) mutable {
     caf::anon_send(self->state.disk, unpin_rows_atom::value);
     if (self->state.seeding_ahead == copy) {
@@ -1005,11 +1025,11 @@ caf::result<std::uint64_t> extend_chain(self_ptr self, const shard_options& opts
     self->state.seeding_ahead = shard_actor{};
     std::vector<disk_move> listed;
     auto parts = self->state.core->seed_changes(listed);
-    seed_the_rest(self, opts, copy, std::move(parts), std::move(listed), rp);
+    seed_the_rest(self, opts, copy, std::move(parts), std::move(listed), rp, tally);
   };
   auto changed = std::make_shared<const row_write>(st.core->rows().dirty_rows());
   self->request(st.disk, caf::infinite, pin_rows_atom::value, changed)
-    .then([=](caf::ok_atom) { seed_disk_rows(self, opts, copy, 0, 0, done, failed); },
+    .then([=](caf::ok_atom) { seed_disk_rows(self, opts, copy, 0, 0, done, failed, tally); },
           [=](caf::error& e) {
             failed("the disk tier failed while seeding a new copy: " + describe(e));
             disk_failed(self, e);
