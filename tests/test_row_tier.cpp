@@ -845,6 +845,36 @@ struct tiered_handoff_rig {
     for (auto* d : {&from, &to})
       while (!d->pending.empty()) d->step();
   }
+  // A chain of two (the giver and a copy it seeded): every push from now on reaches both;
+  // then every row of each, and their counts, are exactly as in RAM.
+  void check_chain_exact(disk_driver& head, disk_driver& copy) {
+    for (int step = 0; step < 100; ++step) {
+      auto p = random_push(rng, step % 2);
+      shard_request r{1, step % 2u, 0, ++seq, 0};
+      REQUIRE(in_ram.push_rows(r, p.table, p.ids, p.grads.data(), p.grads.size()).ok());
+      for (auto* d : {&head, &copy}) {
+        d->take(d->core.push_rows(r, p.table, p.ids, p.grads.data(), p.grads.size()));
+        while (d->pending.size() > 3 || (!d->pending.empty() && rng() % 3 == 0)) d->step();
+      }
+    }
+    for (auto* d : {&head, &copy})
+      while (!d->pending.empty()) d->step();
+    for (std::uint32_t table = 0; table < 2; ++table)
+      for (std::uint64_t id : {0, 1, 2, 3, 4, 5, 6, 7, 100, 101, 105, 110, 119, 150, 151, 160, 169, 300, 302, 400, 401}) {
+        CAPTURE(table);
+        CAPTURE(id);
+        auto token = ++pull_token;
+        REQUIRE(in_ram.pull_rows({1, 0, 0, 0}, table, {id}, token, {}).answer.size() == 1);
+        auto expected = in_ram.take_row_values(token);
+        for (auto* d : {&head, &copy}) {
+          d->take(d->core.pull_rows({1, 0, 0, 0}, table, {id}, token, {}));
+          while (!d->pending.empty()) d->step();
+          REQUIRE(d->answers.count(token) == 1);
+          CHECK(d->answers[token] == expected);
+        }
+      }
+    for (auto* d : {&head, &copy}) CHECK(d->core.rows().rows_live() == in_ram.rows().rows_live());
+  }
   // After the change and more pushes: every row where the new map says, exactly as in
   // RAM, counted once; none left on the giver's disk.
   void check_rows_exact() {
@@ -1065,32 +1095,5 @@ TEST_CASE("a tiered tail seeds a new copy ahead: pinned pages while it acknowled
   tail.end_precopy();
   CHECK(resent > 0);
   CHECK(resent < tail.rows().rows_live());
-  // From now on every push reaches both, as down a chain.
-  for (int step = 0; step < 100; ++step) {
-    auto p = random_push(rig.rng, step % 2);
-    shard_request r{1, step % 2u, 0, ++rig.seq, 0};
-    REQUIRE(rig.in_ram.push_rows(r, p.table, p.ids, p.grads.data(), p.grads.size()).ok());
-    from.take(tail.push_rows(r, p.table, p.ids, p.grads.data(), p.grads.size()));
-    to_copy.take(copy.push_rows(r, p.table, p.ids, p.grads.data(), p.grads.size()));
-    for (auto* d : {&from, &to_copy})
-      while (d->pending.size() > 3 || (!d->pending.empty() && rig.rng() % 3 == 0)) d->step();
-  }
-  for (auto* d : {&from, &to_copy})
-    while (!d->pending.empty()) d->step();
-  for (std::uint32_t table = 0; table < 2; ++table)
-    for (std::uint64_t id : {0, 1, 2, 3, 4, 5, 6, 7, 100, 101, 105, 110, 119, 150, 151, 160, 169, 300, 302, 400, 401}) {
-      CAPTURE(table);
-      CAPTURE(id);
-      auto token = ++rig.pull_token;
-      REQUIRE(rig.in_ram.pull_rows({1, 0, 0, 0}, table, {id}, token, {}).answer.size() == 1);
-      auto expected = rig.in_ram.take_row_values(token);
-      for (auto* d : {&from, &to_copy}) {
-        d->take(d->core.pull_rows({1, 0, 0, 0}, table, {id}, token, {}));
-        while (!d->pending.empty()) d->step();
-        REQUIRE(d->answers.count(token) == 1);
-        CHECK(d->answers[token] == expected);
-      }
-    }
-  CHECK(copy.rows().rows_live() == rig.in_ram.rows().rows_live());
-  CHECK(tail.rows().rows_live() == rig.in_ram.rows().rows_live());
+  rig.check_chain_exact(from, to_copy);
 }
