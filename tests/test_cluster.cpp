@@ -444,6 +444,8 @@ TEST_CASE("bad flags and bad config files are errors that name the problem") {
     {"bin/psnode --role=server --servers=abc", 2, "--servers=abc: \"abc\" is not a whole number >= 0"},
     {"bin/psnode --role=server --no-such-flag=1", 2, "unknown option --no-such-flag"},
     {"bin/psnode --role=server --coordinator=localhost", 2, "\"localhost\" is not HOST:PORT"},
+    {"bin/psnode --role=server --handoff=later", 2, "--handoff=later: must be copy-ahead or cut"},
+    {"bin/bench_elastic --rows=1000", 2, "--rows and --shard-memory (at least 1 MiB) go together"},
     {"bin/psnode --role=server --config-file=bad_type.ini", 2, "global.servers"},
     {"bin/psnode --role=server --config-file=bad_key.ini", 2, "unknown option ps.chunk-byte"},
     {"bin/psnode --role=server --coordinator=127.0.0.1:1", 1, "cannot reach the coordinator at 127.0.0.1:1"},
