@@ -215,40 +215,6 @@ std::vector<shard_handoff> shard_core::changed_pages(const table_rows& rows, con
   return parts;
 }
 
-void shard_core::begin_seed_copy() {
-  if (!rows_.tiered()) throw bad_request(name_ + ": a seed copied ahead needs a disk tier");
-  precopy_ = precopy{std::nullopt, false, {}};
-}
-
-std::vector<shard_handoff> shard_core::seed_parts(std::array<table_rows, 2> rows) const {
-  std::vector<shard_handoff> parts;
-  for (int again = 0; again < 2; ++again) {
-    if (rows[again].ids.empty()) continue;
-    auto h = seed_rows({rows[again].table, rows[again].ids, rows[again].rows, false, 0});
-    h.again = again == 1;
-    parts.push_back(std::move(h));
-  }
-  return parts;
-}
-
-std::vector<shard_handoff> shard_core::seed_changes(std::vector<disk_move>& listed) {
-  if (!precopy_ || precopy_->next) throw bad_request(name_ + ": no seed copied ahead under way");
-  std::vector<shard_handoff> parts;
-  for (const auto& rows : rows_.copy_held([&](const row_key& k) { return precopy_->changed.count(k) != 0; })) {
-    for (auto& h : seed_parts(split_changed(rows))) parts.push_back(std::move(h));
-    for (auto id : rows.ids) precopy_->changed.erase({rows.table, id});
-  }
-  // The rest are on the disk, or in writes under way that land before the pin these
-  // reads are made from: read by id, or, when many, by scanning the table (listed empty).
-  for (auto& [table, ids] : changed_on_disk()) {
-    disk_move move{table, 0, {}, {}};
-    if (!scans_instead(table, ids.size())) move.listed = std::move(ids);
-    move.keep = true;
-    listed.push_back(std::move(move));
-  }
-  return parts;
-}
-
 std::map<std::uint32_t, std::vector<std::uint64_t>> shard_core::changed_on_disk() const {
   std::map<std::uint32_t, std::vector<std::uint64_t>> out;
   for (const auto& [key, created] : precopy_->changed) out[key.table].push_back(key.id);
@@ -260,10 +226,6 @@ bool shard_core::scans_instead(std::uint32_t table, std::size_t changed) const {
   // A read by id costs a random read of the device; a scan reads the table in order, at
   // many times that rate.
   return changed * 8 > rows_.live_rows().at(table);
-}
-
-std::vector<shard_handoff> shard_core::seed_changed(const moved_page& page) const {
-  return seed_parts(split_changed({page.table, page_stride(page), page.ids, page.rows}));
 }
 
 void shard_core::begin_precopy(const partitioner& next) {
@@ -294,11 +256,9 @@ void shard_core::precopied() {
 }
 
 void shard_core::note_precopied_change(std::uint32_t table, std::span<const std::uint64_t> ids, bool created) {
-  if (!precopy_) return;
-  const auto& next = precopy_->next;
-  if (next && next->epoch() <= map_.epoch()) return;  // the cut was made
+  if (!precopy_ || precopy_->next->epoch() <= map_.epoch()) return;  // none, or the cut was made
   for (auto id : ids)
-    if (!next || next->row_owner(table, id) != id_) precopy_->changed.try_emplace({table, id}, created);
+    if (precopy_->next->row_owner(table, id) != id_) precopy_->changed.try_emplace({table, id}, created);
 }
 
 shard_handoff shard_core::seed_rows(const moved_page& page) const {

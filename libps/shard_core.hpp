@@ -215,17 +215,6 @@ class shard_core {
   std::vector<shard_handoff> precopy_page(const moved_page& page) const;
   void precopied();
   void end_precopy() { precopy_.reset(); }
-  // A new copy at the end of the chain seeded the same way, of every row (it is not this
-  // shard's successor meanwhile: this shard acknowledges alone): begin_seed_copy() as the
-  // disk tier is pinned, seed_rows of the pinned tier's pages; then, at one moment,
-  // seed_changes: the rows changed since, those in RAM as seed parts at once and the
-  // others as `listed` moves (keep) that copy them from the disk tier pinned again then:
-  // by id, or (listed empty) by a scan of the table's pinned pages; their pages go
-  // through seed_changed, then whole_copy() and end_precopy(). Throws bad_request
-  // without a disk tier.
-  void begin_seed_copy();
-  std::vector<shard_handoff> seed_changes(std::vector<disk_move>& listed);
-  std::vector<shard_handoff> seed_changed(const moved_page& page) const;
   // Takes what a handoff carries (this shard's map must give it all of it): keys, rows,
   // admission's counts (added) and deferred pushes; clocks merged (the first handoff's as they are, later ones the lower);
   // its applied (worker, seq) count as applied here. Its effects: deferred pushes and
@@ -375,8 +364,6 @@ class shard_core {
   bool scans_instead(std::uint32_t table, std::size_t changed) const;
   // Of `rows`, those a precopy noted as changed: [0] created since it began, [1] the others.
   std::array<table_rows, 2> split_changed(const table_rows& rows) const;
-  // Rows-only parts of a seed (this shard's own, as seed_rows makes them).
-  std::vector<shard_handoff> seed_parts(std::array<table_rows, 2> rows) const;
   void split_row_queue(const partitioner& next, const std::function<shard_handoff&(std::uint32_t)>& to,
                        shard_effects& fx);
 
@@ -421,7 +408,7 @@ class shard_core {
   std::optional<std::uint64_t> restored_clock_;
   std::vector<bool> loss_reported_;
   struct precopy {
-    std::optional<partitioner> next;                          // the change's; none: a seed (every row)
+    std::optional<partitioner> next;                          // the change's
     bool complete = false;                                    // every part was taken
     std::unordered_map<row_key, bool, row_key_hash> changed;  // moved rows changed since: created?
   };
