@@ -130,10 +130,10 @@ void shard_core::hand_off_tiered(const partitioner& next, const std::function<sh
   auto map = std::make_shared<const partitioner>(next);
   auto was = std::make_shared<const partitioner>(map_);
   const auto self = id_;
-  const bool ahead = precopy_ && precopy_->complete && precopy_->next && precopy_->next->epoch() == next.epoch();
+  const bool ahead = copied_ahead(next.epoch());
   std::vector<table_rows> from_ram;  // copied ahead: the changed rows in RAM go from there
-  auto changed = [&](const row_key& k) { return precopy_->changed.count(k) != 0; };
-  if (auto w = rows_.flush_moved([&](const row_key& k) { return map->row_owner(k.table, k.id) != self; }, changed,
+  auto is_changed = [&](const row_key& k) { return precopy_->changed.count(k) != 0; };
+  if (auto w = rows_.flush_moved([&](const row_key& k) { return map->row_owner(k.table, k.id) != self; }, is_changed,
                                  ahead ? &from_ram : nullptr))
     fx.writes.push_back(std::move(w));
   for (const auto& rows : from_ram) {
@@ -188,7 +188,7 @@ std::vector<shard_handoff> shard_core::pages_by_owner(std::uint32_t table, std::
 std::vector<shard_handoff> shard_core::rows_moved(const moved_page& page) {
   const auto stride = page_stride(page);
   rows_.moved_from_disk(page.table, page.ids.size());
-  if (!precopy_ || !precopy_->complete || !precopy_->next || precopy_->next->epoch() != map_.epoch())
+  if (!copied_ahead(map_.epoch()))
     return pages_by_owner(page.table, stride, page.ids, page.rows, map_, false);
   return changed_pages({page.table, stride, page.ids, page.rows}, map_);  // the listed take's
 }
@@ -237,8 +237,8 @@ void shard_core::begin_precopy(const partitioner& next) {
 
 std::vector<shard_handoff> shard_core::precopy_page(const moved_page& page) const {
   const auto stride = page_stride(page);
-  if (!precopy_ || !precopy_->next) throw bad_request(name_ + ": a precopy page without a precopy");
-  const auto& next = *precopy_->next;
+  if (!precopy_) throw bad_request(name_ + ": a precopy page without a precopy");
+  const auto& next = precopy_->next;
   std::vector<std::uint64_t> ids;
   std::vector<float> rows;
   for (std::size_t i = 0; i < page.ids.size(); ++i) {
@@ -256,9 +256,9 @@ void shard_core::precopied() {
 }
 
 void shard_core::note_precopied_change(std::uint32_t table, std::span<const std::uint64_t> ids, bool created) {
-  if (!precopy_ || precopy_->next->epoch() <= map_.epoch()) return;  // none, or the cut was made
+  if (!precopy_ || precopy_->next.epoch() <= map_.epoch()) return;  // none, or the cut was made
   for (auto id : ids)
-    if (precopy_->next->row_owner(table, id) != id_) precopy_->changed.try_emplace({table, id}, created);
+    if (precopy_->next.row_owner(table, id) != id_) precopy_->changed.try_emplace({table, id}, created);
 }
 
 shard_handoff shard_core::seed_rows(const moved_page& page) const {

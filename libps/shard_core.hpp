@@ -345,6 +345,8 @@ class shard_core {
   // A page of its disk tier's rows: its table's stride, once the rows fit its ids (else
   // throws bad_request).
   std::uint32_t page_stride(const moved_page& page) const;
+  // Whether the rows a change to epoch `epoch` moves were copied ahead (every page taken).
+  bool copied_ahead(std::uint64_t epoch) const { return precopy_ && precopy_->complete && precopy_->next.epoch() == epoch; }
   // Rows `ids` of `table` pushed or created while a precopy runs: noted when the change
   // moves them (created: not in the pinned tier, so not sent ahead).
   void note_precopied_change(std::uint32_t table, std::span<const std::uint64_t> ids, bool created);
@@ -408,7 +410,7 @@ class shard_core {
   std::optional<std::uint64_t> restored_clock_;
   std::vector<bool> loss_reported_;
   struct precopy {
-    std::optional<partitioner> next;                          // the change's
+    partitioner next;                                         // the change's map
     bool complete = false;                                    // every part was taken
     std::unordered_map<row_key, bool, row_key_hash> changed;  // moved rows changed since: created?
   };
