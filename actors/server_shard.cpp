@@ -869,18 +869,26 @@ caf::actor host_copy(self_ptr self, const shard_options& opts, const coordinator
 // Sends the copy being seeded (extend_chain) the pinned disk tier's rows of `table` from
 // id `from` on, a page at a time (the next is read once the copy took this one, so one
 // page is in memory), then the later tables', then calls done. Stops when the copy is no
-// longer the one being seeded (it died: this copy answers alone again).
+// longer the one being seeded.
+// A seed of a copy from a disk tier, for its report: when it began, the rows sent from
+// the first pin, when the copy became the successor, the rows changed since.
+struct seed_tally {
+  std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now(), moment;
+  std::uint64_t pinned = 0, changed = 0;
+};
+
 void seed_disk_rows(self_ptr self, const shard_options& opts, const shard_actor& copy, std::uint32_t table,
-                    std::uint64_t from, std::function<void()> done, std::function<void(const std::string&)> failed) {
+                    std::uint64_t from, std::function<void()> done, std::function<void(const std::string&)> failed,
+                    std::shared_ptr<seed_tally> tally) {
   auto seeding = [=] {
-    if (self->state.seeding_copy && self->state.successor == copy) return true;
+    if (self->state.seeding_ahead == copy) return true;
     caf::anon_send(self->state.disk, unpin_rows_atom::value);
     return false;
   };
   auto next = [=](const moved_page& page) {
     if (!seeding()) return;
-    if (page.more) return seed_disk_rows(self, opts, copy, table, page.next, done, failed);
-    if (table + 1 < self->state.core->num_tables()) return seed_disk_rows(self, opts, copy, table + 1, 0, done, failed);
+    if (page.more) return seed_disk_rows(self, opts, copy, table, page.next, done, failed, tally);
+    if (table + 1 < self->state.core->num_tables()) return seed_disk_rows(self, opts, copy, table + 1, 0, done, failed, tally);
     done();
   };
   self->request(self->state.disk, caf::infinite, copy_rows_atom::value, table, from)
@@ -888,6 +896,7 @@ void seed_disk_rows(self_ptr self, const shard_options& opts, const shard_actor&
       [=](const std::shared_ptr<const moved_page>& page) {
         if (!seeding()) return;
         if (page->ids.empty()) return next(*page);
+        tally->pinned += page->ids.size();
         encoded_block part;
         try {
           part = block_of(encode_handoff(self->state.core->seed_rows(*page)));
@@ -918,37 +927,109 @@ void finish_seed(self_ptr self, const shard_options& opts, const shard_actor& co
   for (auto& [tag, f] : st.forwards) f.send(st.successor, tag);
 }
 
+// One page of the changed rows a seed copies from the disk tier pinned at its moment
+// (moves[at]: by id, or listed empty, a scan of the table), each to the copy by send;
+// then the next, and done() after the last.
+void seed_changed_rows(self_ptr self, std::shared_ptr<std::vector<disk_move>> moves, std::size_t at,
+                       std::function<void(const shard_handoff&)> send, std::function<void()> done) {
+  if (at == moves->size()) return done();
+  auto next = [=](const std::shared_ptr<const moved_page>& page) {
+    for (const auto& part : self->state.core->seed_changed(*page)) send(part);
+    (*moves)[at].from = page->next;
+    seed_changed_rows(self, moves, page->more ? at : at + 1, send, done);
+  };
+  const auto& move = (*moves)[at];
+  auto failed = [=](caf::error& e) { disk_failed(self, e); };
+  if (move.listed.empty())
+    self->request(self->state.disk, caf::infinite, copy_rows_atom::value, move.table, move.from).then(next, failed);
+  else
+    self->request(self->state.disk, caf::infinite, move_rows_atom::value, move).then(next, failed);
+}
+
+// The copy becomes this tail's successor with all that is held here now (whole_copy),
+// then every update applied from now on, in order (CAF keeps one sender's order); the
+// rows of a disk tier changed since its first pin go first (`parts` now, then those of
+// `moves`, from the tier pinned again now, behind every write asked before). Updates
+// applied meanwhile wait for the rest of the seed (send_down). Answered once the copy
+// took it.
+void seed_the_rest(self_ptr self, const shard_options& opts, const shard_actor& copy, std::vector<shard_handoff> parts,
+                   std::vector<disk_move> moves, caf::typed_response_promise<std::uint64_t> rp,
+                   std::shared_ptr<seed_tally> tally = nullptr) {
+  auto& st = self->state;
+  if (tally) tally->moment = std::chrono::steady_clock::now();
+  const auto seed = block_of(encode_handoff(st.core->whole_copy()));
+  follow(self, copy);
+  st.successor_unannounced = true;
+  st.seeding_copy = static_cast<bool>(st.disk);
+  auto failed = std::make_shared<bool>(false);
+  std::function<void(const shard_handoff&)> send = [=](const shard_handoff& part) {
+    if (tally)
+      for (const auto& t : part.rows) tally->changed += t.ids.size();
+    self->request(copy, opts.forward_timeout, takeover_atom::value, block_of(encode_handoff(part)))
+      .then([](std::uint64_t) {},
+            [=](caf::error& e) mutable {
+              if (!std::exchange(*failed, true))
+                rp.deliver(make_ps_error(self->state.name + ": the new copy did not take its rows: " + describe(e)));
+            });
+  };
+  for (const auto& part : parts) send(part);
+  std::function<void()> finish = [=] {
+    caf::anon_send(self->state.disk, unpin_rows_atom::value);
+    self->state.core->end_precopy();
+    if (*failed) return;
+    if (tally)
+      std::fprintf(stderr, "%s: seeding a new copy: %llu rows from its pinned disk tier in %s ms while it acknowledged "
+                   "alone, then %llu rows changed since, while updates waited %s ms\n", self->state.name.c_str(),
+                   static_cast<unsigned long long>(tally->pinned), ms_since(tally->started).c_str(),
+                   static_cast<unsigned long long>(tally->changed), ms_since(tally->moment).c_str());
+    finish_seed(self, opts, copy, seed, rp);
+  };
+  if (moves.empty()) return finish();
+  auto pending = std::make_shared<std::vector<disk_move>>(std::move(moves));
+  self->request(st.disk, caf::infinite, pin_rows_atom::value, std::make_shared<const row_write>())
+    .then([=](caf::ok_atom) { seed_changed_rows(self, pending, 0, send, finish); },
+          [=](caf::error& e) { disk_failed(self, e); });
+}
+
 // The coordinator grows this copy's chain (it is the tail): the new copy takes all that
-// is held here first, then every update applied from now on, in order (CAF keeps one
-// sender's order). With a disk tier the rows go first, in pages of the tier pinned now
-// with the RAM tier's changed rows written; updates applied meanwhile wait for the rest
-// of the seed. Answered once the copy took its seed.
+// is held here (seed_the_rest). With a disk tier the rows go first, in pages of the tier
+// pinned now with the RAM tier's changed rows written, while this tail goes on
+// acknowledging alone; then the rows changed since, the rest of the seed and the updates
+// applied from then on. Answered once the copy took its seed.
 caf::result<std::uint64_t> extend_chain(self_ptr self, const shard_options& opts, const caf::actor& next) {
   auto& st = self->state;
   if (!st.core) return make_ps_error(st.name + ": not configured yet");
   if (st.successor) return make_ps_error(st.name + ": not the tail of its chain");
   if (!next) return make_ps_error(st.name + ": no copy to seed");
-  const auto seed = block_of(encode_handoff(st.core->whole_copy()));
+  if (st.precopy || st.seeding_ahead)
+    return make_ps_error(st.name + ": its disk tier is pinned for another copy; grow the chain once that is over");
   auto copy = caf::actor_cast<shard_actor>(next);
   auto rp = self->make_response_promise<std::uint64_t>();
-  follow(self, copy);
-  st.successor_unannounced = true;
   if (!st.disk) {
-    finish_seed(self, opts, copy, seed, rp);
+    seed_the_rest(self, opts, copy, {}, {}, rp);
     return rp;
   }
-  st.seeding_copy = true;
+  st.core->begin_seed_copy();
+  st.seeding_ahead = copy;
+  auto tally = std::make_shared<seed_tally>();
   std::function<void(const std::string&)> failed = [=](const std::string& why) mutable {
     caf::anon_send(self->state.disk, unpin_rows_atom::value);
+    if (self->state.seeding_ahead == copy) {
+      self->state.seeding_ahead = shard_actor{};
+      self->state.core->end_precopy();
+    }
     rp.deliver(make_ps_error(self->state.name + ": " + why));
   };
   auto done = [=] {
     caf::anon_send(self->state.disk, unpin_rows_atom::value);
-    finish_seed(self, opts, copy, seed, rp);
+    self->state.seeding_ahead = shard_actor{};
+    std::vector<disk_move> listed;
+    auto parts = self->state.core->seed_changes(listed);
+    seed_the_rest(self, opts, copy, std::move(parts), std::move(listed), rp, tally);
   };
   auto changed = std::make_shared<const row_write>(st.core->rows().dirty_rows());
   self->request(st.disk, caf::infinite, pin_rows_atom::value, changed)
-    .then([=](caf::ok_atom) { seed_disk_rows(self, opts, copy, 0, 0, done, failed); },
+    .then([=](caf::ok_atom) { seed_disk_rows(self, opts, copy, 0, 0, done, failed, tally); },
           [=](caf::error& e) {
             failed("the disk tier failed while seeding a new copy: " + describe(e));
             disk_failed(self, e);
@@ -1378,7 +1459,8 @@ caf::result<std::uint64_t> copy_ahead(self_ptr self, const shard_options& opts, 
 // Whether a head copies a change's rows ahead: with a disk tier, once per change, and
 // not while it seeds a copy (one pin at a time); unless --handoff=cut.
 bool copies_ahead(const shard_state& st, const shard_options& opts, const cluster_view& view) {
-  return opts.copy_ahead && st.disk && st.core->num_tables() > 0 && st.precopied_epoch < view.epoch && !st.seeding_copy;
+  return opts.copy_ahead && st.disk && st.core->num_tables() > 0 && st.precopied_epoch < view.epoch && !st.seeding_copy &&
+         !st.seeding_ahead;
 }
 
 caf::result<std::uint64_t> hand_off(self_ptr self, const shard_options& opts, const coordinator_actor& coordinator,

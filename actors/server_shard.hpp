@@ -115,6 +115,9 @@ struct shard_state {
   // That copy is being seeded from a disk tier, page by page: updates applied here wait
   // (in forwards, unsent) until the seed's last part has gone.
   bool seeding_copy = false;
+  // Before that, a copy seeded from the disk tier's pinned pages while this tail still
+  // acknowledges alone (extend_chain): the copy is not its successor yet.
+  shard_actor seeding_ahead;
   // The other shards' heads, by id, where the map names them (a joined shard): writes
   // planned by an older map go on to the keys' new owners.
   std::map<std::uint32_t, shard_actor> owners;

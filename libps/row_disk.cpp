@@ -167,7 +167,10 @@ row_disk::~row_disk() {
 }
 
 void row_disk::read(const std::vector<row_key>& keys, std::vector<std::uint8_t>& found, std::vector<float>& rows,
-                    std::vector<std::uint64_t>& pushed) {
+                    std::vector<std::uint64_t>& pushed, bool pinned) {
+  if (pinned && !pinned_) throw bad_request("disk tier at " + path_ + ": no pinned view to copy rows from");
+  rocksdb::ReadOptions o;
+  if (pinned) o.snapshot = pinned_;
   const auto n = keys.size();
   found.assign(n, 0);
   pushed.assign(n, 0);
@@ -179,7 +182,7 @@ void row_disk::read(const std::vector<row_key>& keys, std::vector<std::uint8_t>&
   }
   std::vector<rocksdb::PinnableSlice> values(n);
   std::vector<rocksdb::Status> status(n);
-  db_->MultiGet(rocksdb::ReadOptions(), db_->DefaultColumnFamily(), n, slices.data(), values.data(), status.data());
+  db_->MultiGet(o, db_->DefaultColumnFamily(), n, slices.data(), values.data(), status.data());
   for (std::size_t i = 0; i < n; ++i) {
     if (status[i].IsNotFound()) continue;
     if (!status[i].ok()) throw bad_request(problem(path_, status[i]));
@@ -398,7 +401,7 @@ moved_page row_disk::take_listed(const disk_move& move, std::size_t page) {
   for (auto i = move.from; i < end; ++i) keys.push_back({move.table, move.listed[i]});
   std::vector<std::uint8_t> found;
   std::vector<std::uint64_t> pushed;
-  read(keys, found, out.rows, pushed);
+  read(keys, found, out.rows, pushed, move.keep);
   rocksdb::WriteBatch gone;
   char key[key_size];
   for (std::size_t i = 0; i < keys.size(); ++i) {
@@ -409,7 +412,7 @@ moved_page row_disk::take_listed(const disk_move& move, std::size_t page) {
   }
   rocksdb::WriteOptions w;
   w.disableWAL = true;
-  if (gone.Count() > 0)
+  if (gone.Count() > 0 && !move.keep)
     if (auto s = db_->Write(w, &gone); !s.ok()) throw bad_request(problem(path_, s));
   out.more = end < move.listed.size();
   out.next = end;

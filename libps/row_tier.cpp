@@ -256,6 +256,26 @@ void row_tier::adopt(std::uint32_t table, std::uint32_t stride, const std::vecto
   }
 }
 
+std::vector<table_rows> row_tier::copy_held(const std::function<bool(const row_key&)>& pick) const {
+  std::vector<table_rows> out;
+  for (std::uint32_t i = 0; i < tables_.size(); ++i) {
+    const auto& t = tables_[i];
+    std::vector<std::pair<std::uint64_t, const float*>> picked;
+    t.for_each_row([&](std::uint64_t id, const float* row, bool, std::uint64_t) {
+      if (pick({i, id})) picked.emplace_back(id, row);
+    });
+    if (picked.empty()) continue;
+    std::sort(picked.begin(), picked.end());
+    table_rows rows{i, static_cast<std::uint32_t>(t.stride()), {}, {}};
+    for (const auto& [id, row] : picked) {
+      rows.ids.push_back(id);
+      rows.rows.insert(rows.rows.end(), row, row + t.stride());
+    }
+    out.push_back(std::move(rows));
+  }
+  return out;
+}
+
 std::shared_ptr<const row_write> row_tier::flush_moved(const std::function<bool(const row_key&)>& moves,
                                                       const std::function<bool(const row_key&)>& copied,
                                                       std::vector<table_rows>* copies) {

@@ -71,6 +71,9 @@ struct disk_move {
   // them at a time, `from` then being a position in this list. How a giver that copied
   // the moved rows ahead takes the few changed since at the cut (shard_core::hand_off).
   std::vector<std::uint64_t> listed = {};
+  // A listed move that copies the rows as the store's pin holds them, leaving them on
+  // the disk (a seed's).
+  bool keep = false;
 };
 // A page of it: the moved rows (the table's stride floats each, back to back), and where
 // the next page starts (more: there is one).
@@ -193,6 +196,8 @@ class row_tier {
   std::shared_ptr<const row_write> flush_moved(const std::function<bool(const row_key&)>& moves,
                                                const std::function<bool(const row_key&)>& copied = {},
                                                std::vector<table_rows>* copies = nullptr);
+  // Copies of the rows held in RAM that `pick` picks, by table (sorted by id).
+  std::vector<table_rows> copy_held(const std::function<bool(const row_key&)>& pick) const;
   // A disk_move page took `rows` rows of `table` off the disk (counted as moved).
   void moved_from_disk(std::uint32_t table, std::uint64_t rows);
   // Rows another shard handed over (stride floats each): held in RAM as changed, since

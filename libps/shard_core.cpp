@@ -215,6 +215,41 @@ std::vector<shard_handoff> shard_core::changed_pages(const table_rows& rows, con
   return parts;
 }
 
+void shard_core::begin_seed_copy() {
+  if (!rows_.tiered()) throw bad_request(name_ + ": a seed copied ahead needs a disk tier");
+  precopy_ = precopy{std::nullopt, false, {}, false};
+}
+
+std::vector<shard_handoff> shard_core::seed_parts(std::array<table_rows, 2> rows) const {
+  std::vector<shard_handoff> parts;
+  for (int again = 0; again < 2; ++again) {
+    if (rows[again].ids.empty()) continue;
+    auto h = seed_rows({rows[again].table, rows[again].ids, rows[again].rows, false, 0});
+    h.again = again == 1;
+    parts.push_back(std::move(h));
+  }
+  return parts;
+}
+
+std::vector<shard_handoff> shard_core::seed_changes(std::vector<disk_move>& listed) {
+  if (!precopy_ || precopy_->next || precopy_->seed_cut) throw bad_request(name_ + ": no seed copied ahead under way");
+  precopy_->seed_cut = true;
+  std::vector<shard_handoff> parts;
+  for (const auto& rows : rows_.copy_held([&](const row_key& k) { return precopy_->changed.count(k) != 0; })) {
+    for (auto& h : seed_parts(split_changed(rows))) parts.push_back(std::move(h));
+    for (auto id : rows.ids) precopy_->changed.erase({rows.table, id});
+  }
+  // The rest are on the disk, or in writes under way that land before the pin these
+  // reads are made from: read by id, or, when many, by scanning the table (listed empty).
+  for (auto& [table, ids] : changed_on_disk()) {
+    disk_move move{table, 0, {}, {}};
+    if (!scans_instead(table, ids.size())) move.listed = std::move(ids);
+    move.keep = true;
+    listed.push_back(std::move(move));
+  }
+  return parts;
+}
+
 std::map<std::uint32_t, std::vector<std::uint64_t>> shard_core::changed_on_disk() const {
   std::map<std::uint32_t, std::vector<std::uint64_t>> out;
   for (const auto& [key, created] : precopy_->changed) out[key.table].push_back(key.id);
@@ -228,17 +263,21 @@ bool shard_core::scans_instead(std::uint32_t table, std::size_t changed) const {
   return changed * 8 > rows_.live_rows().at(table);
 }
 
+std::vector<shard_handoff> shard_core::seed_changed(const moved_page& page) const {
+  return seed_parts(split_changed({page.table, page_stride(page), page.ids, page.rows}));
+}
+
 void shard_core::begin_precopy(const partitioner& next) {
   if (!rows_.tiered()) throw bad_request(name_ + ": a precopy needs a disk tier");
   if (next.epoch() <= map_.epoch())
     throw bad_request(name_ + ": a precopy needs a newer map than epoch " + std::to_string(map_.epoch()));
-  precopy_ = precopy{next, false, {}};
+  precopy_ = precopy{next, false, {}, false};
 }
 
 std::vector<shard_handoff> shard_core::precopy_page(const moved_page& page) const {
   const auto stride = page_stride(page);
-  if (!precopy_) throw bad_request(name_ + ": a precopy page without a precopy");
-  const auto& next = precopy_->next;
+  if (!precopy_ || !precopy_->next) throw bad_request(name_ + ": a precopy page without a precopy");
+  const auto& next = *precopy_->next;
   std::vector<std::uint64_t> ids;
   std::vector<float> rows;
   for (std::size_t i = 0; i < page.ids.size(); ++i) {
@@ -256,9 +295,11 @@ void shard_core::precopied() {
 }
 
 void shard_core::note_precopied_change(std::uint32_t table, std::span<const std::uint64_t> ids, bool created) {
-  if (!precopy_ || precopy_->next.epoch() <= map_.epoch()) return;  // none, or the cut was made
+  if (!precopy_ || precopy_->seed_cut) return;
+  const auto& next = precopy_->next;
+  if (next && next->epoch() <= map_.epoch()) return;  // the cut was made
   for (auto id : ids)
-    if (precopy_->next.row_owner(table, id) != id_) precopy_->changed.try_emplace({table, id}, created);
+    if (!next || next->row_owner(table, id) != id_) precopy_->changed.try_emplace({table, id}, created);
 }
 
 shard_handoff shard_core::seed_rows(const moved_page& page) const {
@@ -313,6 +354,14 @@ std::vector<shard_handoff> shard_core::hand_off(const partitioner& next, shard_e
   return all;
 }
 
+void shard_core::adopt_rows(const shard_handoff& h) {
+  for (const auto& t : h.rows) {
+    rows_.adopt(t.table, t.stride, t.ids, t.rows, h.again);
+    // A copy seeded ahead is not this shard's successor yet: it hears of them as changed.
+    note_precopied_change(t.table, t.ids, !h.again);
+  }
+}
+
 shard_effects shard_core::take_over(const shard_handoff& h) {
   if (h.to != id_)
     throw bad_request(name_ + ": a handoff for shard " + std::to_string(h.to) + " from shard " + std::to_string(h.from) +
@@ -326,7 +375,7 @@ shard_effects shard_core::take_over(const shard_handoff& h) {
   if (!h.whole && parts_taken_.count({h.from, h.epoch})) return fx;
   if (!h.whole && !h.rows_only) parts_taken_.emplace(h.from, h.epoch);
   if (h.rows_only) {
-    for (const auto& t : h.rows) rows_.adopt(t.table, t.stride, t.ids, t.rows, h.again);
+    adopt_rows(h);
     if (auto w = rows_.trim(front_.keep_from)) fx.writes.push_back(std::move(w));
     return fx;
   }
@@ -335,7 +384,7 @@ shard_effects shard_core::take_over(const shard_handoff& h) {
   segments.insert(segments.end(), h.segments.begin(), h.segments.end());
   std::sort(segments.begin(), segments.end(), [](const stored_segment& a, const stored_segment& b) { return a.begin < b.begin; });
   store_->restore(segments);
-  for (const auto& t : h.rows) rows_.adopt(t.table, t.stride, t.ids, t.rows);
+  adopt_rows(h);
   for (const auto& d : h.deferred) deferred_.push_back(from_update(d));
   // A newcomer's clocks are nobody's yet: the first handoff's are taken as they are. A
   // shard that was in the map before keeps the lower of its own and the giver's.

@@ -215,6 +215,17 @@ class shard_core {
   std::vector<shard_handoff> precopy_page(const moved_page& page) const;
   void precopied();
   void end_precopy() { precopy_.reset(); }
+  // A new copy at the end of the chain seeded the same way, of every row (it is not this
+  // shard's successor meanwhile: this shard acknowledges alone): begin_seed_copy() as the
+  // disk tier is pinned, seed_rows of the pinned tier's pages; then, at one moment,
+  // seed_changes: the rows changed since, those in RAM as seed parts at once and the
+  // others as `listed` moves (keep) that copy them from the disk tier pinned again then:
+  // by id, or (listed empty) by a scan of the table's pinned pages; their pages go
+  // through seed_changed, then whole_copy() and end_precopy(). Throws bad_request
+  // without a disk tier.
+  void begin_seed_copy();
+  std::vector<shard_handoff> seed_changes(std::vector<disk_move>& listed);
+  std::vector<shard_handoff> seed_changed(const moved_page& page) const;
   // Takes what a handoff carries (this shard's map must give it all of it): keys, rows,
   // admission's counts (added) and deferred pushes; clocks merged (the first handoff's as they are, later ones the lower);
   // its applied (worker, seq) count as applied here. Its effects: deferred pushes and
@@ -346,7 +357,9 @@ class shard_core {
   // throws bad_request).
   std::uint32_t page_stride(const moved_page& page) const;
   // Whether the rows a change to epoch `epoch` moves were copied ahead (every page taken).
-  bool copied_ahead(std::uint64_t epoch) const { return precopy_ && precopy_->complete && precopy_->next.epoch() == epoch; }
+  bool copied_ahead(std::uint64_t epoch) const {
+    return precopy_ && precopy_->complete && precopy_->next && precopy_->next->epoch() == epoch;
+  }
   // Rows `ids` of `table` pushed or created while a precopy runs: noted when the change
   // moves them (created: not in the pinned tier, so not sent ahead).
   void note_precopied_change(std::uint32_t table, std::span<const std::uint64_t> ids, bool created);
@@ -366,6 +379,10 @@ class shard_core {
   bool scans_instead(std::uint32_t table, std::size_t changed) const;
   // Of `rows`, those a precopy noted as changed: [0] created since it began, [1] the others.
   std::array<table_rows, 2> split_changed(const table_rows& rows) const;
+  // A handoff's rows, held here from now on (noted for a precopy under way).
+  void adopt_rows(const shard_handoff& h);
+  // Rows-only parts of a seed (this shard's own, as seed_rows makes them).
+  std::vector<shard_handoff> seed_parts(std::array<table_rows, 2> rows) const;
   void split_row_queue(const partitioner& next, const std::function<shard_handoff&(std::uint32_t)>& to,
                        shard_effects& fx);
 
@@ -410,9 +427,12 @@ class shard_core {
   std::optional<std::uint64_t> restored_clock_;
   std::vector<bool> loss_reported_;
   struct precopy {
-    partitioner next;                                         // the change's map
+    std::optional<partitioner> next;                          // the change's; none: a seed (every row)
     bool complete = false;                                    // every part was taken
     std::unordered_map<row_key, bool, row_key_hash> changed;  // moved rows changed since: created?
+    // A seed's moment passed (seed_changes): later changes reach the copy as forwarded
+    // updates, and the changed rows' pages, read later, must pick only those noted before.
+    bool seed_cut = false;
   };
   std::optional<precopy> precopy_;
 };

@@ -107,6 +107,7 @@ struct fake_disk {
         if (it == rows.end()) continue;
         out.ids.push_back(m.listed[i]);
         out.rows.insert(out.rows.end(), it->second.begin(), it->second.end());
+        if (m.keep) continue;
         pushed.erase(it->first);
         rows.erase(it);
       }
@@ -487,6 +488,18 @@ TEST_CASE("row disk: a listed move takes only the listed rows held, by id, a pag
   disk.read({{0, 1}, {0, 2}, {0, 3}, {0, 8}, {1, 2}}, found, rows, pushed);
   CHECK(found == std::vector<std::uint8_t>{1, 0, 0, 0, 1});  // taken off; row 2 of table 1 is another table's
   CHECK_THROWS_WITH_AS(disk.take_moved({2, 0, {}, {1}}), doctest::Contains("table 2"), bad_request);
+  // keep: a copy of the rows as the pin holds them, left on the disk (a seed's).
+  disk_move copied{0, 0, {}, {1, 4}};
+  copied.keep = true;
+  CHECK_THROWS_WITH_AS(disk.take_moved(copied), doctest::Contains("no pinned view"), bad_request);
+  disk.pin({2, {{0, 4}}, {4, 4}, {}});
+  disk.write({3, {{0, 1}, {0, 4}}, {9, 9, 9, 9}, {}});  // after the pin: not seen
+  page = disk.take_moved(copied);
+  CHECK(page.ids == std::vector<std::uint64_t>{1, 4});
+  CHECK(page.rows == std::vector<float>{1, 1, 4, 4});
+  found.clear(), rows.clear();
+  disk.read({{0, 1}, {0, 4}}, found, rows, pushed);
+  CHECK(rows == std::vector<float>{9, 9, 9, 9});
 }
 
 TEST_CASE("row disk: saved stores laid out for other shards: every row, as stored, at its new owner") {
@@ -847,7 +860,7 @@ struct tiered_handoff_rig {
     for (auto* d : {&head, &copy})
       while (!d->pending.empty()) d->step();
     for (std::uint32_t table = 0; table < 2; ++table)
-      for (std::uint64_t id : {0, 1, 2, 3, 4, 5, 6, 7, 100, 101, 105, 110, 119, 150, 151, 160, 169, 300, 302, 400, 401}) {
+      for (std::uint64_t id : {0, 1, 2, 3, 4, 5, 6, 7, 100, 101, 105, 110, 119, 150, 151, 160, 169, 300, 302, 400, 401, 500, 501}) {
         CAPTURE(table);
         CAPTURE(id);
         auto token = ++pull_token;
@@ -1013,7 +1026,7 @@ TEST_CASE("handoff from a tiered store copied ahead: the moved rows go while it 
   rig.check_rows_exact();
 }
 
-TEST_CASE("a tiered tail's seed of a new copy carries the pushes queued behind disk reads; the copy ends exact") {
+TEST_CASE("a tiered tail seeds a new copy ahead: pinned pages while it acknowledges alone, then the rows changed since, pushes queued behind reads and the rest; the copy ends exact, counted once") {
   tiered_handoff_rig rig;
   auto& tail = rig.giver;
   auto& from = rig.from;
@@ -1023,9 +1036,37 @@ TEST_CASE("a tiered tail's seed of a new copy carries the pushes queued behind d
     rig.push(tail.map(), step % 2);
     rig.some_disk_work();
   }
+  while (!from.pending.empty()) from.step();  // asked before the pin
+  tail.begin_seed_copy();
+  from.disk.write(tail.rows().dirty_rows(), [&](std::uint32_t t) { return tail.rows().table(t).stride(); });
+  const auto pinned = from.disk.rows;
+  for (std::uint32_t table = 0; table < 2; ++table)
+    for (moved_page page{table, {}, {}, true, 0}; page.more;) {
+      page = fake_disk::page_of(pinned, table, page.next);
+      if (!page.ids.empty()) to_copy.take(copy.take_over(tail.seed_rows(page)));
+    }
+  // The tail acknowledges alone meanwhile: these pushes reach the copy only as changed
+  // rows (few: read by id; many: found by scanning the table).
+  int pushes = 0;
+  SUBCASE("a few pushes meanwhile") { pushes = 2; }
+  SUBCASE("many pushes meanwhile") { pushes = 60; }
+  CAPTURE(pushes);
+  for (int step = 0; step < pushes; ++step) {
+    rig.push(tail.map(), step % 2);
+    rig.some_disk_work();
+  }
+  row_push fresh{0, {300, 301, 302}, std::vector<float>(12, 0.5f)};  // created after the pin
+  rig.push(tail.map(), 0, fresh);
+  // Rows another shard hands over meanwhile (a leaver's pages copied ahead): the copy is
+  // not this tail's successor yet, so they reach it only as changed rows.
+  shard_handoff handed{1, 0, tail.map().epoch(), {}, {table_rows{0, 8, {500, 501}, std::vector<float>(16, 0.25f)}},
+                       {}, {}, {}, 0};
+  handed.rows_only = true;
+  rig.in_ram.take_over(handed);
+  from.take(tail.take_over(handed));
   while (!from.pending.empty()) from.step();
-  // A push queued behind reads when the seed is taken: the tail applies it later, and it
-  // came from no one else, so the copy must get it in the seed (it reached the tail only).
+  // A push queued behind reads at the moment of the seed: applied here later, by the copy
+  // from the seed's deferred pushes.
   const std::vector<std::uint64_t> cold{400, 401};
   std::vector<float> ones(cold.size() * 4, 1.0f);
   ++rig.seq;
@@ -1033,25 +1074,50 @@ TEST_CASE("a tiered tail's seed of a new copy carries the pushes queued behind d
   auto queued = tail.push_rows({1, 0, 0, rig.seq, 0}, 0, cold, ones.data(), ones.size());
   REQUIRE(queued.queued_push);
   from.take(std::move(queued));
-  // The seed as a tiered tail takes it: the pinned store with the RAM tier's changed
-  // rows written, then the rest.
+  // The moment of the seed: what the I/O writer was asked before it comes first.
+  std::vector<disk_move> listed;
+  auto parts = tail.seed_changes(listed);
   auto whole = tail.whole_copy();
   CHECK(whole.deferred.size() == 1);
-  auto pinned = from.disk.rows;
-  {
-    auto changed = tail.rows().dirty_rows();
-    std::size_t at = 0;
-    for (const auto& k : changed.keys) {
-      const auto n = tail.rows().table(k.table).stride();
-      pinned[{k.table, k.id}].assign(changed.rows.begin() + at, changed.rows.begin() + at + n);
-      at += n;
+  for (auto before = from.pending.size(); before > 0; --before) from.step();
+  const auto pinned_again = from.disk.rows;  // the second pin, behind those
+  // Pushes after the moment, to rows held in RAM then that the pinned disk also holds (an
+  // older version): applied here, and at the copy only once it holds its seed (forwarded
+  // in order). The changed rows' pages must carry neither them nor those older versions.
+  std::vector<std::pair<shard_request, row_push>> forwarded;
+  for (std::uint32_t table = 0; table < 2; ++table) {
+    row_push p{table, {}, {}};
+    for (const auto& [key, row] : pinned_again)
+      if (key.first == table && tail.rows().table(table).holds(key.second)) p.ids.push_back(key.second);
+    if (p.ids.empty()) continue;
+    p.grads.assign(p.ids.size() * (table == 0 ? 4 : 3), 1.0f);
+    shard_request r{1, 0, 0, ++rig.seq, 0};
+    REQUIRE(rig.in_ram.push_rows(r, p.table, p.ids, p.grads.data(), p.grads.size()).ok());
+    from.take(tail.push_rows(r, p.table, p.ids, p.grads.data(), p.grads.size()));
+    forwarded.emplace_back(r, std::move(p));
+  }
+  REQUIRE(!forwarded.empty());
+  std::uint64_t resent = 0;
+  const auto scans = std::count_if(listed.begin(), listed.end(), [](const disk_move& m) { return m.listed.empty(); });
+  if (pushes == 2) CHECK(scans < static_cast<std::ptrdiff_t>(listed.size()));
+  if (pushes == 60) CHECK(scans > 0);
+  for (auto m : listed) {
+    CHECK(m.keep);
+    for (bool more = true; more;) {  // by id, or scanning the table (many changed)
+      auto page = m.listed.empty() ? fake_disk::page_of(pinned_again, m.table, m.from) : from.disk.take_moved(m);
+      for (auto& h : tail.seed_changed(page)) parts.push_back(std::move(h));
+      more = page.more;
+      m.from = page.next;
     }
   }
-  for (std::uint32_t table = 0; table < 2; ++table)
-    for (moved_page page{table, {}, {}, true, 0}; page.more;) {
-      page = fake_disk::page_of(pinned, table, page.next);
-      if (!page.ids.empty()) to_copy.take(copy.take_over(tail.seed_rows(page)));
-    }
+  for (const auto& h : parts) {
+    for (const auto& t : h.rows) resent += t.ids.size();
+    to_copy.take(copy.take_over(h));
+  }
   to_copy.take(copy.take_over(whole));
+  for (auto& [r, p] : forwarded) to_copy.take(copy.push_rows(r, p.table, p.ids, p.grads.data(), p.grads.size()));
+  tail.end_precopy();
+  CHECK(resent > 0);
+  CHECK(resent < tail.rows().rows_live());
   rig.check_chain_exact(from, to_copy);
 }
