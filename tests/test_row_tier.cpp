@@ -847,7 +847,7 @@ struct tiered_handoff_rig {
   }
   // A chain of two (the giver and a copy it seeded): every push from now on reaches both;
   // then every row of each, and their counts, are exactly as in RAM.
-  void check_chain_exact(disk_driver& head, disk_driver& copy) {
+  void check_chain_exact(disk_driver& head, disk_driver& copy, const std::vector<std::uint64_t>& also = {}) {
     for (int step = 0; step < 100; ++step) {
       auto p = random_push(rng, step % 2);
       shard_request r{1, step % 2u, 0, ++seq, 0};
@@ -859,8 +859,10 @@ struct tiered_handoff_rig {
     }
     for (auto* d : {&head, &copy})
       while (!d->pending.empty()) d->step();
+    std::vector<std::uint64_t> checked{0, 1, 2, 3, 4, 5, 6, 7, 100, 101, 105, 110, 119, 150, 151, 160, 169, 300, 302, 400, 401, 500, 501};
+    checked.insert(checked.end(), also.begin(), also.end());
     for (std::uint32_t table = 0; table < 2; ++table)
-      for (std::uint64_t id : {0, 1, 2, 3, 4, 5, 6, 7, 100, 101, 105, 110, 119, 150, 151, 160, 169, 300, 302, 400, 401, 500, 501}) {
+      for (auto id : checked) {
         CAPTURE(table);
         CAPTURE(id);
         auto token = ++pull_token;
@@ -1120,4 +1122,89 @@ TEST_CASE("a tiered tail seeds a new copy ahead: pinned pages while it acknowled
   CHECK(resent > 0);
   CHECK(resent < tail.rows().rows_live());
   rig.check_chain_exact(from, to_copy);
+}
+
+namespace {
+
+// What goes on at a tiered tail while it seeds a copy ahead, one random step of it: a
+// push (acknowledged alone), rows handed over by another shard (next_handed: their ids),
+// or some of its disk work.
+void seed_window_step(tiered_handoff_rig& rig, std::uint64_t& next_handed) {
+  switch (rig.rng() % 4) {
+    case 0:
+    case 1:
+      rig.push(rig.giver.map(), static_cast<std::uint32_t>(rig.rng() % 2));
+      return;
+    case 2: {
+      shard_handoff handed{1, 0, rig.giver.map().epoch(), {}, {}, {}, {}, {}, 0};
+      handed.rows_only = true;
+      handed.rows.push_back({0, 8, {next_handed, next_handed + 1}, std::vector<float>(16, 0.5f)});
+      next_handed += 2;
+      rig.in_ram.take_over(handed);
+      rig.from.take(rig.giver.take_over(handed));
+      return;
+    }
+    default:
+      rig.some_disk_work();
+  }
+}
+
+}  // namespace
+
+TEST_CASE("a tiered tail seeds a copy ahead under 60 random interleavings of pushes, handed rows, evictions and reads, "
+          "before and after its moment; the copy ends exact, counted once") {
+  for (std::uint64_t seed = 1; seed <= 60; ++seed) {
+    CAPTURE(seed);
+    tiered_handoff_rig rig;
+    rig.rng.seed(seed);
+    auto& tail = rig.giver;
+    auto& from = rig.from;
+    shard_core copy(tiered_shard(rig.budget, infinite_staleness));
+    disk_driver to_copy{copy, {}, {}, {}};
+    std::uint64_t next_handed = 500;
+    for (auto steps = 20 + rig.rng() % 100; steps > 0; --steps) seed_window_step(rig, next_handed);
+    while (!from.pending.empty()) from.step();  // the pin comes behind the writes asked before
+    tail.begin_seed_copy();
+    from.disk.write(tail.rows().dirty_rows(), [&](std::uint32_t t) { return tail.rows().table(t).stride(); });
+    const auto pinned = from.disk.rows;
+    for (std::uint32_t table = 0; table < 2; ++table)
+      for (moved_page page{table, {}, {}, true, 0}; page.more;) {
+        page = fake_disk::page_of(pinned, table, page.next);
+        if (!page.ids.empty()) to_copy.take(copy.take_over(tail.seed_rows(page)));
+        for (auto steps = rig.rng() % 4; steps > 0; --steps) seed_window_step(rig, next_handed);
+      }
+    // The moment: the copy becomes the successor; what the writer was asked before it
+    // lands before the second pin, from which the changed rows on disk are read later.
+    std::vector<disk_move> listed;
+    auto parts = tail.seed_changes(listed);
+    auto whole = tail.whole_copy();
+    for (auto before = from.pending.size(); before > 0; --before) from.step();
+    fake_disk pinned_again = from.disk;
+    // From now on updates reach the copy forwarded, after the seed, in order.
+    std::vector<std::pair<shard_request, row_push>> forwarded;
+    auto push_forwarded = [&] {
+      const auto worker = static_cast<std::uint32_t>(rig.rng() % 2);
+      auto p = random_push(rig.rng, worker);
+      shard_request r{1, worker, 0, ++rig.seq, 0};
+      REQUIRE(rig.in_ram.push_rows(r, p.table, p.ids, p.grads.data(), p.grads.size()).ok());
+      from.take(tail.push_rows(r, p.table, p.ids, p.grads.data(), p.grads.size()));
+      forwarded.emplace_back(r, std::move(p));
+      rig.some_disk_work();
+    };
+    for (auto m : listed)
+      for (bool more = true; more;) {
+        auto page = m.listed.empty() ? fake_disk::page_of(pinned_again.rows, m.table, m.from) : pinned_again.take_moved(m);
+        for (auto& h : tail.seed_changed(page)) parts.push_back(std::move(h));
+        more = page.more;
+        m.from = page.next;
+        if (rig.rng() % 2) push_forwarded();
+      }
+    for (const auto& h : parts) to_copy.take(copy.take_over(h));
+    to_copy.take(copy.take_over(whole));
+    for (auto& [r, p] : forwarded) to_copy.take(copy.push_rows(r, p.table, p.ids, p.grads.data(), p.grads.size()));
+    tail.end_precopy();
+    std::vector<std::uint64_t> handed;
+    for (auto id = std::uint64_t{500}; id < next_handed; ++id) handed.push_back(id);
+    rig.check_chain_exact(from, to_copy, handed);
+  }
 }
