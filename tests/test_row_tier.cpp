@@ -809,9 +809,20 @@ struct tiered_handoff_rig {
   shard_core taker{newcomer(budget)};
   partitioner after = giver.map().with_shard(1);
   disk_driver from{giver, {}, {}, {}}, to{taker, {}, {}, {}};
-  std::mt19937_64 rng{5};
+  std::mt19937_64 rng;
   std::uint64_t seq = 0;
   std::uint64_t pull_token = 500;
+
+  explicit tiered_handoff_rig(std::uint64_t seed = 5) : rng(seed) {}
+  // The giver's disk tier pinned, as the shard asks it when a copy ahead begins: the RAM
+  // tier's changed rows as they are now, written by the I/O writer behind the writes asked
+  // before (reads under way land meanwhile). What the pin holds.
+  std::map<std::pair<std::uint32_t, std::uint64_t>, std::vector<float>> pin_giver() {
+    auto changed = giver.rows().dirty_rows();
+    for (auto before = from.pending.size(); before > 0; --before) from.step();  // later work follows the pin
+    from.disk.write(changed, [&](std::uint32_t t) { return giver.rows().table(t).stride(); });
+    return from.disk.rows;
+  }
 
   static shard_config newcomer(std::uint64_t budget) {
     auto c = tiered_shard(budget, infinite_staleness);
@@ -908,6 +919,25 @@ struct tiered_handoff_rig {
     CHECK(giver.rows().stats().moved > 0);
   }
 };
+
+// A push of 1 to every row of each table that the tail holds in RAM and `on_disk` holds
+// too, applied to the tail and its all-in-RAM twin; what a copy gets forwarded.
+std::vector<std::pair<shard_request, row_push>> push_to_held_rows(
+    tiered_handoff_rig& rig, const std::map<std::pair<std::uint32_t, std::uint64_t>, std::vector<float>>& on_disk) {
+  std::vector<std::pair<shard_request, row_push>> forwarded;
+  for (std::uint32_t table = 0; table < 2; ++table) {
+    row_push p{table, {}, {}};
+    for (const auto& [key, row] : on_disk)
+      if (key.first == table && rig.giver.rows().table(table).holds(key.second)) p.ids.push_back(key.second);
+    if (p.ids.empty()) continue;
+    p.grads.assign(p.ids.size() * (table == 0 ? 4 : 3), 1.0f);
+    shard_request r{1, 0, 0, ++rig.seq, 0};
+    REQUIRE(rig.in_ram.push_rows(r, p.table, p.ids, p.grads.data(), p.grads.size()).ok());
+    rig.from.take(rig.giver.push_rows(r, p.table, p.ids, p.grads.data(), p.grads.size()));
+    forwarded.emplace_back(r, std::move(p));
+  }
+  return forwarded;
+}
 
 }  // namespace
 
@@ -1038,10 +1068,8 @@ TEST_CASE("a tiered tail seeds a new copy ahead: pinned pages while it acknowled
     rig.push(tail.map(), step % 2);
     rig.some_disk_work();
   }
-  while (!from.pending.empty()) from.step();  // asked before the pin
   tail.begin_seed_copy();
-  from.disk.write(tail.rows().dirty_rows(), [&](std::uint32_t t) { return tail.rows().table(t).stride(); });
-  const auto pinned = from.disk.rows;
+  const auto pinned = rig.pin_giver();
   for (std::uint32_t table = 0; table < 2; ++table)
     for (moved_page page{table, {}, {}, true, 0}; page.more;) {
       page = fake_disk::page_of(pinned, table, page.next);
@@ -1086,18 +1114,7 @@ TEST_CASE("a tiered tail seeds a new copy ahead: pinned pages while it acknowled
   // Pushes after the moment, to rows held in RAM then that the pinned disk also holds (an
   // older version): applied here, and at the copy only once it holds its seed (forwarded
   // in order). The changed rows' pages must carry neither them nor those older versions.
-  std::vector<std::pair<shard_request, row_push>> forwarded;
-  for (std::uint32_t table = 0; table < 2; ++table) {
-    row_push p{table, {}, {}};
-    for (const auto& [key, row] : pinned_again)
-      if (key.first == table && tail.rows().table(table).holds(key.second)) p.ids.push_back(key.second);
-    if (p.ids.empty()) continue;
-    p.grads.assign(p.ids.size() * (table == 0 ? 4 : 3), 1.0f);
-    shard_request r{1, 0, 0, ++rig.seq, 0};
-    REQUIRE(rig.in_ram.push_rows(r, p.table, p.ids, p.grads.data(), p.grads.size()).ok());
-    from.take(tail.push_rows(r, p.table, p.ids, p.grads.data(), p.grads.size()));
-    forwarded.emplace_back(r, std::move(p));
-  }
+  auto forwarded = push_to_held_rows(rig, pinned_again);
   REQUIRE(!forwarded.empty());
   std::uint64_t resent = 0;
   const auto scans = std::count_if(listed.begin(), listed.end(), [](const disk_move& m) { return m.listed.empty(); });
@@ -1155,18 +1172,15 @@ TEST_CASE("a tiered tail seeds a copy ahead under 60 random interleavings of pus
           "before and after its moment; the copy ends exact, counted once") {
   for (std::uint64_t seed = 1; seed <= 60; ++seed) {
     CAPTURE(seed);
-    tiered_handoff_rig rig;
-    rig.rng.seed(seed);
+    tiered_handoff_rig rig(seed);
     auto& tail = rig.giver;
     auto& from = rig.from;
     shard_core copy(tiered_shard(rig.budget, infinite_staleness));
     disk_driver to_copy{copy, {}, {}, {}};
     std::uint64_t next_handed = 500;
     for (auto steps = 20 + rig.rng() % 100; steps > 0; --steps) seed_window_step(rig, next_handed);
-    while (!from.pending.empty()) from.step();  // the pin comes behind the writes asked before
     tail.begin_seed_copy();
-    from.disk.write(tail.rows().dirty_rows(), [&](std::uint32_t t) { return tail.rows().table(t).stride(); });
-    const auto pinned = from.disk.rows;
+    const auto pinned = rig.pin_giver();
     for (std::uint32_t table = 0; table < 2; ++table)
       for (moved_page page{table, {}, {}, true, 0}; page.more;) {
         page = fake_disk::page_of(pinned, table, page.next);
@@ -1213,8 +1227,7 @@ TEST_CASE("handoff from a tiered store copied ahead under 60 random interleaving
           "between its pages and at its cut; every row ends exact, counted once") {
   for (std::uint64_t seed = 1; seed <= 60; ++seed) {
     CAPTURE(seed);
-    tiered_handoff_rig rig;
-    rig.rng.seed(seed);
+    tiered_handoff_rig rig(seed);
     auto& giver = rig.giver;
     auto& from = rig.from;
     auto serve = [&](std::uint64_t steps) {  // under the old map, while it copies ahead
@@ -1224,10 +1237,8 @@ TEST_CASE("handoff from a tiered store copied ahead under 60 random interleaving
       }
     };
     serve(20 + rig.rng() % 100);
-    while (!from.pending.empty()) from.step();  // the pin comes behind the writes asked before
     giver.begin_precopy(rig.after);
-    from.disk.write(giver.rows().dirty_rows(), [&](std::uint32_t t) { return giver.rows().table(t).stride(); });
-    const auto pinned = from.disk.rows;
+    const auto pinned = rig.pin_giver();
     for (std::uint32_t table = 0; table < 2; ++table)
       for (moved_page page{table, {}, {}, true, 0}; page.more;) {
         page = fake_disk::page_of(pinned, table, page.next);
