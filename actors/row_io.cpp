@@ -119,14 +119,20 @@ void drop_recovery_layout(const std::string& name, const std::string& seed) {
 }  // namespace
 
 row_io_actor::behavior_type row_io(row_io_actor::stateful_pointer<row_io_state> self, std::string dir,
-                                   std::string name, std::vector<std::size_t> strides, std::string seed) {
+                                   std::string name, std::vector<std::size_t> strides, std::string seed,
+                                   bool on_threads) {
   try {
     auto& st = self->state;
-    st.disk = std::make_shared<row_disk>(dir, name, std::move(strides), nullptr, seed);
+    // The store's directory is this actor's (its id in the name): a shard started again in
+    // this process (the simulation's restarts) must not meet the store of the one before,
+    // which may not have closed yet.
+    st.disk = std::make_shared<row_disk>(dir, name + " " + std::to_string(self->id()), std::move(strides), nullptr, seed);
     if (!seed.empty() && in_recovery_layout(seed)) drop_recovery_layout(name, seed);
     for (std::size_t i = 0; i < row_disk::read_threads; ++i)
-      st.readers.push_back(self->spawn<caf::detached + caf::linked>(row_reader, st.disk, name));
-    st.writer = self->spawn<caf::detached + caf::linked>(row_writer, st.disk, name);
+      st.readers.push_back(on_threads ? self->spawn<caf::detached + caf::linked>(row_reader, st.disk, name)
+                                      : self->spawn<caf::linked>(row_reader, st.disk, name));
+    st.writer = on_threads ? self->spawn<caf::detached + caf::linked>(row_writer, st.disk, name)
+                           : self->spawn<caf::linked>(row_writer, st.disk, name);
   } catch (const bad_request& e) {
     failed(self, name, e);  // the handlers below never run
   }

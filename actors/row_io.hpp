@@ -108,8 +108,11 @@ struct row_io_state {
 // directory's name); strides: floats per row of each table; seed: a checkpoint's rows to
 // start from (empty: none). A seed laid out for a recovery (in_recovery_layout) is
 // removed once the store took its rows in: nothing else reads it, and it would otherwise
-// stay on disk, a copy of the dead shard's rows per recovery.
+// stay on disk, a copy of the dead shard's rows per recovery. on_threads: readers and
+// writer on threads of their own (false: on the scheduler, as the simulation needs to
+// keep its schedule deterministic; they then block it while they work).
 row_io_actor::behavior_type row_io(row_io_actor::stateful_pointer<row_io_state> self, std::string dir,
-                                   std::string name, std::vector<std::size_t> strides, std::string seed);
+                                   std::string name, std::vector<std::size_t> strides, std::string seed,
+                                   bool on_threads = true);
 
 }  // namespace ps

@@ -742,7 +742,9 @@ bool configure(self_ptr self, const shard_options& opts, const coordinator_actor
   if (opts.shard_memory > 0 && st.core->num_tables() > 0) {
     std::vector<std::size_t> strides;
     for (std::uint32_t t = 0; t < st.core->num_tables(); ++t) strides.push_back(st.core->rows().table(t).stride());
-    st.disk = self->spawn<caf::detached + caf::linked>(row_io, opts.shard_dir, st.name, std::move(strides), seed);
+    st.disk = opts.disk_on_threads
+                ? self->spawn<caf::detached + caf::linked>(row_io, opts.shard_dir, st.name, std::move(strides), seed, true)
+                : self->spawn<caf::linked>(row_io, opts.shard_dir, st.name, std::move(strides), seed, false);
   }
   spawn_replicas(self, opts, coordinator, reg, seed);
   return true;
@@ -978,10 +980,10 @@ void seed_the_rest(self_ptr self, const shard_options& opts, const shard_actor& 
     self->state.core->end_precopy();
     if (*failed) return;
     if (tally)
-      std::fprintf(stderr, "%s: seeding a new copy: %llu rows from its pinned disk tier in %s ms while it acknowledged "
-                   "alone, then %llu rows changed since, while updates waited %s ms\n", self->state.name.c_str(),
-                   static_cast<unsigned long long>(tally->pinned), ms_since(tally->started).c_str(),
-                   static_cast<unsigned long long>(tally->changed), ms_since(tally->moment).c_str());
+      log_line(log_level::info, self->state.name + ": seeding a new copy: " + std::to_string(tally->pinned) +
+                                    " rows from its pinned disk tier in " + ms_since(tally->started) +
+                                    " ms while it acknowledged alone, then " + std::to_string(tally->changed) +
+                                    " rows changed since, while updates waited " + ms_since(tally->moment) + " ms");
     finish_seed(self, opts, copy, seed, rp);
   };
   if (moves.empty()) return finish();
@@ -1213,9 +1215,9 @@ void advance_handoff(self_ptr self, const handoff_run_ptr& run) {
   auto& st = self->state;
   if (!st.disk) return;
   // What moved keys and rows waited for (the cut); what was copied ahead is in the news before.
-  std::fprintf(stderr, "%s: cut of epoch %llu: %llu rows sent, every part taken in %s ms\n", st.name.c_str(),
-               static_cast<unsigned long long>(run->view.epoch), static_cast<unsigned long long>(run->rows_sent),
-               ms_since(run->started).c_str());
+  log_line(log_level::info, st.name + ": cut of epoch " + std::to_string(run->view.epoch) + ": " +
+                                std::to_string(run->rows_sent) + " rows sent, every part taken in " +
+                                ms_since(run->started) + " ms");
   st.core->end_precopy();
 }
 
@@ -1371,12 +1373,12 @@ void end_copy_ahead(self_ptr self, const precopy_run_ptr& run, const std::string
   caf::anon_send(st.disk, unpin_rows_atom::value);
   if (why.empty()) st.core->precopied();
   else st.core->end_precopy();
-  std::fprintf(stderr, "%s: %s\n", st.name.c_str(),
-               (why.empty() ? "copied " + std::to_string(run->rows) + " rows ahead of epoch " +
-                                std::to_string(run->view.epoch) + " in " + ms_since(run->started) + " ms"
-                            : "could not copy rows ahead of epoch " + std::to_string(run->view.epoch) + " (" + why +
-                                "): the cut sends them all")
-                 .c_str());
+  if (why.empty())
+    log_line(log_level::info, st.name + ": copied " + std::to_string(run->rows) + " rows ahead of epoch " +
+                                  std::to_string(run->view.epoch) + " in " + ms_since(run->started) + " ms");
+  else
+    log_line(log_level::warning, st.name + ": could not copy rows ahead of epoch " + std::to_string(run->view.epoch) +
+                                     " (" + why + "): the cut sends them all");
   st.precopied_epoch = run->view.epoch;
   st.precopy.reset();
   self->request(caf::actor_cast<shard_actor>(self), caf::infinite, handoff_atom::value, run->view)

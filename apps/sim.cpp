@@ -1,6 +1,6 @@
 // sim: the whole cluster on CAF's deterministic scheduler, one seeded schedule and fault
 // plan per seed (apps/sim_cluster.hpp says what runs and which invariants are checked).
-//   sim [--seeds=1000] [--from=1] [--break=dedupe|ssp-gate] [--elastic] [--log-level=error]
+//   sim [--seeds=1000] [--from=1] [--break=dedupe|ssp-gate] [--elastic] [--tiered] [--log-level=error]
 // --elastic: plans with one copy per shard may also have a server join and a shard leave
 // (psctl remove-shard) while the workers push; off by default until every such seed passes.
 // One JSON line per failing seed, with the command that replays it, then
@@ -26,12 +26,13 @@
 namespace {
 
 constexpr const char* usage_text =
-  "usage: sim [--seeds=N] [--from=S] [--break=dedupe|ssp-gate] [--elastic] [--log-level=error]\n";
+  "usage: sim [--seeds=N] [--from=S] [--break=dedupe|ssp-gate] [--elastic] [--tiered] [--log-level=error]\n";
 
 struct options {
   std::uint64_t seeds = 1000, from = 1;
   std::string broken;
   bool elastic = false;
+  bool tiered = false;
   ps::log_level log = ps::log_level::error;  // the members' news would drown the results
 };
 
@@ -60,6 +61,8 @@ options parse(const std::vector<std::string>& args) {
       o.broken = a.substr(8);
     else if (a == "--elastic")
       o.elastic = true;
+    else if (a == "--tiered")
+      o.tiered = true;
     else if (a.rfind("--log-level=", 0) == 0) {
       auto level = ps::parse_log_level(a.substr(12));
       if (!level) throw ps::bad_request("--log-level is error, warning, info or debug, not \"" + a.substr(12) + "\"");
@@ -74,7 +77,7 @@ options parse(const std::vector<std::string>& args) {
 
 std::string replay_command(std::uint64_t seed, const options& o) {
   return "build/bin/sim --seeds=1 --from=" + std::to_string(seed) + (o.broken.empty() ? "" : " --break=" + o.broken) +
-         (o.elastic ? " --elastic" : "");
+         (o.elastic ? " --elastic" : "") + (o.tiered ? " --tiered" : "");
 }
 
 std::string hex(std::uint64_t x) {
@@ -93,6 +96,7 @@ int run(const options& o) {
   std::uint64_t kills_in_changes = 0;  // plans that kill a server process and also add or remove a shard
   for (std::uint64_t seed = o.from; seed < o.from + o.seeds; ++seed) {
     auto plan = ps::plan_for_seed(seed, o.elastic);
+    plan.tiered = o.tiered;
     kills_in_changes += plan.kill_server && (plan.join_step || plan.remove_shard);
     auto out = ps::run_simulation(plan);
     combined = (combined ^ out.trace_hash) * 0x100000001b3ull;

@@ -17,6 +17,7 @@
 #include "actors/server_shard.hpp"
 #include "libps/consistency.hpp"
 #include "libps/log.hpp"
+#include "libps/sparse_table.hpp"
 #include "libps/trace.hpp"
 
 namespace ps {
@@ -26,6 +27,8 @@ namespace {
 constexpr std::uint64_t num_keys = 64;  // 16 buckets of 4 keys over the shards
 constexpr std::uint32_t row_dim = 4;    // the sparse table's rows, created at 0 on first touch
 constexpr std::uint64_t num_rows = 24;
+// sim --tiered: a shard's RAM budget for rows, a few of them (the rest are on its disk).
+constexpr std::uint64_t tiered_shard_memory = 4 * (row_dim * sizeof(float) + sparse_table::row_overhead);
 constexpr std::uint64_t step_budget = 400000;
 
 // Row ids spread like feature hashes (each row lands on the shard its hash picks).
@@ -126,6 +129,7 @@ class sim_run {
   std::vector<caf::actor> server_actors(std::uint32_t server) const;
   void kill_server(std::uint32_t server);
   void join_server();
+  shard_options shard_opts();
   reconnect_options reconnect();
   void restart_coordinator();
   void remove_server(std::uint32_t shard);
@@ -229,11 +233,8 @@ void sim_run::start() {
   coordinator_options_ = o;
   coord_ = sys_.spawn(coordinator, o);
   alive_.push_back(caf::actor_cast<caf::actor>(coord_));
-  shard_options sopts;
-  sopts.trace_path = trace_path_;
-  sopts.reconnect = reconnect();
   for (std::uint32_t i = 0; i < plan_.servers; ++i) {
-    auto s = sys_.spawn(server_shard, coord_, sopts);
+    auto s = sys_.spawn(server_shard, coord_, shard_opts());
     caf::anon_send(s, start_atom::value, std::uint16_t{0});
     alive_.push_back(caf::actor_cast<caf::actor>(s));
   }
@@ -453,14 +454,24 @@ std::vector<caf::actor> sim_run::server_actors(std::uint32_t k) const {
   return out;
 }
 
+// A server's options. With a disk tier, its I/O runs on the scheduler too, so the
+// schedule stays the seed's (the store's own reads and writes do not send messages).
+shard_options sim_run::shard_opts() {
+  shard_options o;
+  o.trace_path = trace_path_;
+  o.reconnect = reconnect();
+  if (plan_.tiered) {
+    o.shard_memory = tiered_shard_memory;
+    o.disk_on_threads = false;
+  }
+  return o;
+}
+
 // One more server: it registers with the running job and joins as a new shard.
 void sim_run::join_server() {
   joined_ = true;
   hash_ = mix(hash_, 0x701a);
-  shard_options sopts;
-  sopts.trace_path = trace_path_;
-  sopts.reconnect = reconnect();
-  auto s = sys_.spawn(server_shard, coord_, sopts);
+  auto s = sys_.spawn(server_shard, coord_, shard_opts());
   caf::anon_send(s, start_atom::value, std::uint16_t{0});
   alive_.push_back(caf::actor_cast<caf::actor>(s));
   // A joiner refused (the coordinator resumes the job, or came back without its join)

@@ -102,6 +102,7 @@ std::string to_json(const sim_plan& p) {
   if (p.join_step) j["join"] = {{"step", *p.join_step}};
   if (p.remove_shard) j["remove"] = {{"shard", *p.remove_shard}, {"step", p.remove_step}};
   if (p.restart_step) j["restart"] = {{"step", *p.restart_step}, {"events", p.restart_events}};
+  if (p.tiered) j["tiered"] = true;
   return j.dump();
 }
 

@@ -52,6 +52,9 @@ struct sim_plan {
   // one copy per shard and no map change planned (neither is resumed yet).
   std::optional<std::uint64_t> restart_step;
   std::uint64_t restart_events = 0;
+  // Rows on a disk tier: each shard keeps a few rows in RAM and the rest in its store
+  // (sim --tiered; not drawn from the seed, so a seed's other choices stay the same).
+  bool tiered = false;
   fault_plan messages;       // drop, duplicate, delay of the clients' requests
   std::uint64_t retry_ms = 0;  // a request unanswered this long goes out again
 };
