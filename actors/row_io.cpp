@@ -40,7 +40,7 @@ row_reader_actor::behavior_type row_reader(row_reader_actor::pointer self, std::
 
 // Writes rows, saves checkpoints and fills, in the order asked, on its own thread.
 row_writer_actor::behavior_type row_writer(row_writer_actor::pointer self, std::shared_ptr<row_disk> disk,
-                                           std::string name) {
+                                           std::string name, std::size_t page_rows) {
   return {
     [=](write_rows_atom, const std::shared_ptr<const row_write>& w) -> caf::result<std::uint64_t> {
       try {
@@ -75,7 +75,7 @@ row_writer_actor::behavior_type row_writer(row_writer_actor::pointer self, std::
     },
     [=](move_rows_atom, const disk_move& m) -> caf::result<std::shared_ptr<const moved_page>> {
       try {
-        return std::make_shared<const moved_page>(disk->take_moved(m));
+        return std::make_shared<const moved_page>(disk->take_moved(m, page_rows));
       } catch (const bad_request& e) {
         return failed(self, name, e);
       }
@@ -90,7 +90,7 @@ row_writer_actor::behavior_type row_writer(row_writer_actor::pointer self, std::
     },
     [=](copy_rows_atom, std::uint32_t table, std::uint64_t from) -> caf::result<std::shared_ptr<const moved_page>> {
       try {
-        return std::make_shared<const moved_page>(disk->pinned_page(table, from));
+        return std::make_shared<const moved_page>(disk->pinned_page(table, from, page_rows));
       } catch (const bad_request& e) {
         return failed(self, name, e);
       }
@@ -120,7 +120,7 @@ void drop_recovery_layout(const std::string& name, const std::string& seed) {
 
 row_io_actor::behavior_type row_io(row_io_actor::stateful_pointer<row_io_state> self, std::string dir,
                                    std::string name, std::vector<std::size_t> strides, std::string seed,
-                                   bool on_threads) {
+                                   row_io_settings settings) {
   try {
     auto& st = self->state;
     // The store's directory is this actor's (its id in the name): a shard started again in
@@ -129,10 +129,11 @@ row_io_actor::behavior_type row_io(row_io_actor::stateful_pointer<row_io_state> 
     st.disk = std::make_shared<row_disk>(dir, name + " " + std::to_string(self->id()), std::move(strides), nullptr, seed);
     if (!seed.empty() && in_recovery_layout(seed)) drop_recovery_layout(name, seed);
     for (std::size_t i = 0; i < row_disk::read_threads; ++i)
-      st.readers.push_back(on_threads ? self->spawn<caf::detached + caf::linked>(row_reader, st.disk, name)
-                                      : self->spawn<caf::linked>(row_reader, st.disk, name));
-    st.writer = on_threads ? self->spawn<caf::detached + caf::linked>(row_writer, st.disk, name)
-                           : self->spawn<caf::linked>(row_writer, st.disk, name);
+      st.readers.push_back(settings.on_threads ? self->spawn<caf::detached + caf::linked>(row_reader, st.disk, name)
+                                               : self->spawn<caf::linked>(row_reader, st.disk, name));
+    st.writer = settings.on_threads
+                  ? self->spawn<caf::detached + caf::linked>(row_writer, st.disk, name, settings.page_rows)
+                  : self->spawn<caf::linked>(row_writer, st.disk, name, settings.page_rows);
   } catch (const bad_request& e) {
     failed(self, name, e);  // the handlers below never run
   }

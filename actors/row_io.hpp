@@ -96,6 +96,15 @@ using row_writer_actor = caf::typed_actor<
 using row_reader_actor = caf::typed_actor<
   caf::replies_to<read_rows_atom, std::shared_ptr<const std::vector<row_key>>>::with<std::shared_ptr<const disk_rows>>>;
 
+// How the I/O runs: readers and writer on threads of their own (false: on the scheduler,
+// as the simulation needs to keep its schedule deterministic; they then block it while
+// they work), and the rows in a page of a map change's scan or a seed (the simulation's
+// are small, so pushes fall between them).
+struct row_io_settings {
+  bool on_threads = true;
+  std::size_t page_rows = row_disk::move_page;
+};
+
 struct row_io_state {
   std::shared_ptr<row_disk> disk;
   std::vector<row_reader_actor> readers;
@@ -108,11 +117,9 @@ struct row_io_state {
 // directory's name); strides: floats per row of each table; seed: a checkpoint's rows to
 // start from (empty: none). A seed laid out for a recovery (in_recovery_layout) is
 // removed once the store took its rows in: nothing else reads it, and it would otherwise
-// stay on disk, a copy of the dead shard's rows per recovery. on_threads: readers and
-// writer on threads of their own (false: on the scheduler, as the simulation needs to
-// keep its schedule deterministic; they then block it while they work).
+// stay on disk, a copy of the dead shard's rows per recovery.
 row_io_actor::behavior_type row_io(row_io_actor::stateful_pointer<row_io_state> self, std::string dir,
                                    std::string name, std::vector<std::size_t> strides, std::string seed,
-                                   bool on_threads = true);
+                                   row_io_settings settings = {});
 
 }  // namespace ps

@@ -68,8 +68,9 @@ struct shard_options {
   std::uint64_t shard_memory = 0;
   std::string shard_dir = "/var/tmp";
   eviction_policy eviction = eviction_policy::slru;
-  // The disk tier's I/O on threads of its own (row_io's on_threads; the simulation: not).
-  bool disk_on_threads = true;
+  // How the disk tier's I/O runs (on threads of its own, pages of 16,384 rows; the
+  // simulation's: on its scheduler, pages of 2 rows).
+  row_io_settings disk_io;
   // A map change copies the moved rows of a disk tier ahead of its cut (--handoff).
   bool copy_ahead = true;
   // Whether and how long the shard waits for a coordinator that went down to come back

@@ -462,7 +462,7 @@ shard_options sim_run::shard_opts() {
   o.reconnect = reconnect();
   if (plan_.tiered) {
     o.shard_memory = tiered_shard_memory;
-    o.disk_on_threads = false;
+    o.disk_io = {false, 2};
   }
   return o;
 }
