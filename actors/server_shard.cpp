@@ -615,6 +615,11 @@ std::uint64_t take_view(self_ptr self, const cluster_view& view) {
   if (!st.core) return view.epoch;
   st.core->saw_epoch(view.epoch);
   if (view.checkpointer) st.checkpointer = view.checkpointer;
+  // A view older than one taken already (a map change's, asked before a failover's views
+  // came: a copy ahead may end after them) names heads and chains that may have died
+  // since; following it would send updates to a dead successor for good.
+  if (view.epoch < st.placed_epoch) return st.core->epoch();
+  st.placed_epoch = view.epoch;
   for (const auto& e : view.shards)
     if (e.handle) st.owners[e.id] = caf::actor_cast<shard_actor>(e.handle);
   send_again_to_new_heads(self);

@@ -121,6 +121,8 @@ struct shard_state {
   // Before that, a copy seeded from the disk tier's pinned pages while this tail still
   // acknowledges alone (extend_chain): the copy is not its successor yet.
   shard_actor seeding_ahead;
+  // The epoch of the newest view whose heads and chains this copy took (take_view).
+  std::uint64_t placed_epoch = 0;
   // The other shards' heads, by id, where the map names them (a joined shard): writes
   // planned by an older map go on to the keys' new owners.
   std::map<std::uint32_t, shard_actor> owners;
