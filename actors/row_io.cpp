@@ -129,11 +129,8 @@ row_io_actor::behavior_type row_io(row_io_actor::stateful_pointer<row_io_state> 
     st.disk = std::make_shared<row_disk>(dir, name + " " + std::to_string(self->id()), std::move(strides), nullptr, seed);
     if (!seed.empty() && in_recovery_layout(seed)) drop_recovery_layout(name, seed);
     for (std::size_t i = 0; i < row_disk::read_threads; ++i)
-      st.readers.push_back(settings.on_threads ? self->spawn<caf::detached + caf::linked>(row_reader, st.disk, name)
-                                               : self->spawn<caf::linked>(row_reader, st.disk, name));
-    st.writer = settings.on_threads
-                  ? self->spawn<caf::detached + caf::linked>(row_writer, st.disk, name, settings.page_rows)
-                  : self->spawn<caf::linked>(row_writer, st.disk, name, settings.page_rows);
+      st.readers.push_back(spawn_io(self, settings, row_reader, st.disk, name));
+    st.writer = spawn_io(self, settings, row_writer, st.disk, name, settings.page_rows);
   } catch (const bad_request& e) {
     failed(self, name, e);  // the handlers below never run
   }

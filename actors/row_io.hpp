@@ -105,6 +105,14 @@ struct row_io_settings {
   std::size_t page_rows = row_disk::move_page;
 };
 
+// Spawns one of the disk tier's I/O actors, linked to `self`: detached (a thread of its
+// own) when `settings` says so, else on the scheduler.
+template <class Self, class Fun, class... Ts>
+auto spawn_io(Self* self, const row_io_settings& settings, Fun fun, Ts&&... xs) {
+  return settings.on_threads ? self->template spawn<caf::detached + caf::linked>(fun, std::forward<Ts>(xs)...)
+                             : self->template spawn<caf::linked>(fun, std::forward<Ts>(xs)...);
+}
+
 struct row_io_state {
   std::shared_ptr<row_disk> disk;
   std::vector<row_reader_actor> readers;

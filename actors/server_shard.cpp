@@ -747,10 +747,7 @@ bool configure(self_ptr self, const shard_options& opts, const coordinator_actor
   if (opts.shard_memory > 0 && st.core->num_tables() > 0) {
     std::vector<std::size_t> strides;
     for (std::uint32_t t = 0; t < st.core->num_tables(); ++t) strides.push_back(st.core->rows().table(t).stride());
-    st.disk = opts.disk_io.on_threads
-                ? self->spawn<caf::detached + caf::linked>(row_io, opts.shard_dir, st.name, std::move(strides), seed,
-                                                           opts.disk_io)
-                : self->spawn<caf::linked>(row_io, opts.shard_dir, st.name, std::move(strides), seed, opts.disk_io);
+    st.disk = spawn_io(self, opts.disk_io, row_io, opts.shard_dir, st.name, std::move(strides), seed, opts.disk_io);
   }
   spawn_replicas(self, opts, coordinator, reg, seed);
   return true;

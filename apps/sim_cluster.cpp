@@ -29,6 +29,8 @@ constexpr std::uint32_t row_dim = 4;    // the sparse table's rows, created at 0
 constexpr std::uint64_t num_rows = 24;
 // sim --tiered: a shard's RAM budget for rows, a few of them (the rest are on its disk).
 constexpr std::uint64_t tiered_shard_memory = 4 * (row_dim * sizeof(float) + sparse_table::row_overhead);
+// ... and the rows in a page of its disk scans and seeds: few, so pushes fall between pages.
+constexpr std::size_t tiered_page_rows = 2;
 constexpr std::uint64_t step_budget = 400000;
 
 // Row ids spread like feature hashes (each row lands on the shard its hash picks).
@@ -462,7 +464,7 @@ shard_options sim_run::shard_opts() {
   o.reconnect = reconnect();
   if (plan_.tiered) {
     o.shard_memory = tiered_shard_memory;
-    o.disk_io = {false, 2};
+    o.disk_io = {false, tiered_page_rows};
   }
   return o;
 }
