@@ -824,6 +824,19 @@ struct tiered_handoff_rig {
     return from.disk.rows;
   }
 
+  // A push applied to the giver (whose map has no other shard) and its twin as one
+  // request, kept to be forwarded to a copy once it holds its seed.
+  using forwarded_push = std::pair<shard_request, row_push>;
+  forwarded_push push_to_forward(std::uint32_t worker, row_push p) {
+    shard_request r{1, worker, 0, ++seq, 0};
+    REQUIRE(in_ram.push_rows(r, p.table, p.ids, p.grads.data(), p.grads.size()).ok());
+    from.take(giver.push_rows(r, p.table, p.ids, p.grads.data(), p.grads.size()));
+    return {r, std::move(p)};
+  }
+  static void forward(disk_driver& copy, const std::vector<forwarded_push>& pushes) {
+    for (const auto& [r, p] : pushes) copy.take(copy.core.push_rows(r, p.table, p.ids, p.grads.data(), p.grads.size()));
+  }
+
   static shard_config newcomer(std::uint64_t budget) {
     auto c = tiered_shard(budget, infinite_staleness);
     c.id = 1;
@@ -922,19 +935,16 @@ struct tiered_handoff_rig {
 
 // A push of 1 to every row of each table that the tail holds in RAM and `on_disk` holds
 // too, applied to the tail and its all-in-RAM twin; what a copy gets forwarded.
-std::vector<std::pair<shard_request, row_push>> push_to_held_rows(
+std::vector<tiered_handoff_rig::forwarded_push> push_to_held_rows(
     tiered_handoff_rig& rig, const std::map<std::pair<std::uint32_t, std::uint64_t>, std::vector<float>>& on_disk) {
-  std::vector<std::pair<shard_request, row_push>> forwarded;
+  std::vector<tiered_handoff_rig::forwarded_push> forwarded;
   for (std::uint32_t table = 0; table < 2; ++table) {
     row_push p{table, {}, {}};
     for (const auto& [key, row] : on_disk)
       if (key.first == table && rig.giver.rows().table(table).holds(key.second)) p.ids.push_back(key.second);
     if (p.ids.empty()) continue;
     p.grads.assign(p.ids.size() * (table == 0 ? 4 : 3), 1.0f);
-    shard_request r{1, 0, 0, ++rig.seq, 0};
-    REQUIRE(rig.in_ram.push_rows(r, p.table, p.ids, p.grads.data(), p.grads.size()).ok());
-    rig.from.take(rig.giver.push_rows(r, p.table, p.ids, p.grads.data(), p.grads.size()));
-    forwarded.emplace_back(r, std::move(p));
+    forwarded.push_back(rig.push_to_forward(0, std::move(p)));
   }
   return forwarded;
 }
@@ -1134,7 +1144,7 @@ TEST_CASE("a tiered tail seeds a new copy ahead: pinned pages while it acknowled
     to_copy.take(copy.take_over(h));
   }
   to_copy.take(copy.take_over(whole));
-  for (auto& [r, p] : forwarded) to_copy.take(copy.push_rows(r, p.table, p.ids, p.grads.data(), p.grads.size()));
+  rig.forward(to_copy, forwarded);
   tail.end_precopy();
   CHECK(resent > 0);
   CHECK(resent < tail.rows().rows_live());
@@ -1195,14 +1205,10 @@ TEST_CASE("a tiered tail seeds a copy ahead under 60 random interleavings of pus
     for (auto before = from.pending.size(); before > 0; --before) from.step();
     fake_disk pinned_again = from.disk;
     // From now on updates reach the copy forwarded, after the seed, in order.
-    std::vector<std::pair<shard_request, row_push>> forwarded;
+    std::vector<tiered_handoff_rig::forwarded_push> forwarded;
     auto push_forwarded = [&] {
       const auto worker = static_cast<std::uint32_t>(rig.rng() % 2);
-      auto p = random_push(rig.rng, worker);
-      shard_request r{1, worker, 0, ++rig.seq, 0};
-      REQUIRE(rig.in_ram.push_rows(r, p.table, p.ids, p.grads.data(), p.grads.size()).ok());
-      from.take(tail.push_rows(r, p.table, p.ids, p.grads.data(), p.grads.size()));
-      forwarded.emplace_back(r, std::move(p));
+      forwarded.push_back(rig.push_to_forward(worker, random_push(rig.rng, worker)));
       rig.some_disk_work();
     };
     for (auto m : listed)
@@ -1215,7 +1221,7 @@ TEST_CASE("a tiered tail seeds a copy ahead under 60 random interleavings of pus
       }
     for (const auto& h : parts) to_copy.take(copy.take_over(h));
     to_copy.take(copy.take_over(whole));
-    for (auto& [r, p] : forwarded) to_copy.take(copy.push_rows(r, p.table, p.ids, p.grads.data(), p.grads.size()));
+    rig.forward(to_copy, forwarded);
     tail.end_precopy();
     std::vector<std::uint64_t> handed;
     for (auto id = std::uint64_t{500}; id < next_handed; ++id) handed.push_back(id);
@@ -1229,7 +1235,6 @@ TEST_CASE("handoff from a tiered store copied ahead under 60 random interleaving
     CAPTURE(seed);
     tiered_handoff_rig rig(seed);
     auto& giver = rig.giver;
-    auto& from = rig.from;
     auto serve = [&](std::uint64_t steps) {  // under the old map, while it copies ahead
       for (; steps > 0; --steps) {
         rig.push(giver.map(), static_cast<std::uint32_t>(rig.rng() % 2));
@@ -1248,9 +1253,9 @@ TEST_CASE("handoff from a tiered store copied ahead under 60 random interleaving
     giver.precopied();
     shard_effects fx;  // the cut, with reads and writes still under way
     auto parts = giver.hand_off(rig.after, fx);
-    from.take(std::move(fx));
-    while (!from.pending.empty()) from.step();
-    for (const auto& h : from.moved) rig.to.take(rig.taker.take_over(h));
+    rig.from.take(std::move(fx));
+    while (!rig.from.pending.empty()) rig.from.step();
+    for (const auto& h : rig.from.moved) rig.to.take(rig.taker.take_over(h));
     for (const auto& h : parts) rig.to.take(rig.taker.take_over(h));
     rig.check_rows_exact();
   }
