@@ -789,7 +789,8 @@ shard_effects shard_core::pull_rows(const shard_request& r, std::uint32_t table,
 }
 
 void shard_core::answer_pull(std::uint64_t token, shard_effects& fx) {
-  const auto& p = pulls_.at(token);
+  auto& p = pulls_.at(token);
+  p.gate_min = consistency_.clocks().min_clock();
   if (p.table) {
     pull_rows_now(token, fx);
   } else if (!row_queue_.empty()) {
@@ -801,8 +802,7 @@ void shard_core::answer_pull(std::uint64_t token, shard_effects& fx) {
 }
 
 void shard_core::trace_pull(const pending_pull& p, shard_effects& fx) {
-  fx.traces.push_back({trace_event::pull, p.req.worker, p.req.clock, id_, consistency_.clocks().min_clock(),
-                       consistency_.staleness()});
+  fx.traces.push_back({trace_event::pull, p.req.worker, p.req.clock, id_, p.gate_min, consistency_.staleness()});
 }
 
 shard_effects shard_core::tick(const shard_request& r) {

@@ -293,6 +293,10 @@ class shard_core {
     std::optional<std::uint32_t> table = {};  // set: a pull of rows `ids` of that table
     std::vector<std::uint64_t> ids = {};
     std::vector<float> values = {};           // a row pull's answer, once read
+    // The min clock that let it through the gate, traced when it is answered: a read
+    // queued behind disk reads may be answered after a handoff lowered the min (the
+    // giver's clocks for the keys it gained), but it reads only keys it held already.
+    std::uint64_t gate_min = 0;
     // Admission: per id, 1 when not admitted (answered with its first-touch value), and
     // the admitted ids, read from the tables; both empty when every id is admitted.
     std::vector<std::uint8_t> fresh = {};

@@ -21,7 +21,9 @@ struct trace_event {
   std::uint32_t worker = 0;
   std::uint64_t clock = 0;
   std::uint32_t shard = 0;
-  std::uint64_t min_clock = 0;  // pull only (left_clock when no worker is live: "inf")
+  // pull only: the min clock when the pull passed the gate (left_clock when no worker is
+  // live: "inf")
+  std::uint64_t min_clock = 0;
   std::uint64_t staleness = 0;  // pull only; infinite_staleness for ASP
   std::uint64_t copy = 0;       // the copy of the shard that wrote it (0: not named)
   // push only: planned by an older map than the shard's (passed on by the shard that gave

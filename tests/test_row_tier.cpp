@@ -612,6 +612,41 @@ TEST_CASE("shard core over a tiered store: under BSP a deferred push is acknowle
   CHECK(loaded.traces.size() == 2);
 }
 
+TEST_CASE("shard core over a tiered store: a read let through under BSP and waiting for the disk is answered as of its gate, "
+          "though a leaver's handoff lowers the min clock meanwhile") {
+  auto config = [](std::uint32_t id) {
+    auto c = tiered_shard(sparse_table(emb(4, rule_kind::adagrad)).row_bytes(), 0);
+    c.id = id;
+    c.shard_ids = {0, 1};
+    return c;
+  };
+  shard_core taker(config(0)), leaver(config(1));
+  for (std::uint32_t w = 0; w < 2; ++w) REQUIRE(taker.tick({1, w, 2, 0}).ok());
+  REQUIRE(leaver.tick({1, 0, 2, 0}).ok());
+  REQUIRE(leaver.tick({1, 1, 1, 0}).ok());  // the leaver has not heard worker 1 finish clock 1
+  std::vector<std::uint64_t> own;
+  for (std::uint64_t id = 0; own.size() < 3; ++id)
+    if (taker.map().row_owner(0, id) == 0) own.push_back(id);
+  auto read = taker.pull_rows({1, 0, 2, 0}, 0, own, 7, {});  // needs min 2: let through, waits for the disk
+  REQUIRE(read.ok());
+  REQUIRE(read.answer.empty());
+  REQUIRE_FALSE(read.reads.empty());
+  const auto fewer = taker.map().without_shard(1);
+  shard_effects given, gained;
+  auto parts = leaver.hand_off(fewer, given);
+  REQUIRE(parts.size() == 1);
+  REQUIRE(taker.hand_off(fewer, gained).empty());
+  REQUIRE(taker.take_over(parts[0]).ok());
+  CHECK(taker.min_clock() == 1);  // the keys gained lack worker 1's clock 1 as far as anyone knows
+  auto answered = taker.rows_loaded(read.reads, std::vector<std::uint8_t>(read.reads.size(), 0), {}, {});
+  REQUIRE(answered.answer == std::vector<std::uint64_t>{7});
+  REQUIRE(answered.traces.size() == 1);
+  CHECK(answered.traces[0].kind == trace_event::pull);
+  CHECK(answered.traces[0].min_clock == 2);  // it read only keys it held, complete to clock 2
+  // A read arriving now waits: it might read the keys gained.
+  CHECK(taker.pull_rows({2, 1, 2, 0}, 0, own, 8, {}).answer.empty());
+}
+
 TEST_CASE("row tier: a row taken back while its write is under way and evicted unchanged stays readable from that write until it lands") {
   const auto row = sparse_table(emb()).row_bytes();
   row_tier tier({emb()}, row, eviction_policy::lru);
