@@ -258,6 +258,23 @@ void schedule_sweep(self_ptr self, const shard_options& opts) {
   self->delayed_send(self, std::max(wait, std::chrono::milliseconds(1)), sweep_atom::value);
 }
 
+void follow(self_ptr self, const shard_actor& next);
+
+// A copy this one seeded that no map names yet failed an update (it refused it, or did not
+// answer): its growth was abandoned (the coordinator that asked for it died, and the one
+// resumed does not know it: it refuses the copy's rejoin, and the copy, whose map stops at
+// the old coordinator's, refuses every newer update meanwhile). The copy ends, so nothing
+// ever reads from it, and this copy is the tail again: the update is on every copy of the
+// chain. Failing it instead failed the workers' updates and ticks (sim --elastic --tiered
+// seed 19669). A chain that should grow grows again from here.
+void drop_unannounced_copy(self_ptr self, const caf::error& err) {
+  auto& st = self->state;
+  log_line(log_level::warning, st.name + ": the copy it seeded, which no map names yet, failed an update (" +
+                                   describe(err) + "); it is stopped, and this copy is its chain's tail again");
+  caf::anon_send_exit(st.successor, caf::exit_reason::kill);
+  follow(self, {});
+}
+
 // The successor acknowledged (or refused) update `tag`: the reply owed goes out. While
 // the successor is dead, failures wait for the new chain, which sends them again.
 void forwarded(self_ptr self, std::uint64_t tag, const caf::error& err) {
@@ -266,6 +283,7 @@ void forwarded(self_ptr self, std::uint64_t tag, const caf::error& err) {
   if (it == st.forwards.end()) return;  // sent again to a new successor since
   if (err == caf::sec::request_receiver_down) st.successor_down = true;  // bounced: it has ended
   if (err && st.successor_down) return;
+  if (err && st.successor_unannounced) return drop_unannounced_copy(self, err);
   it->second.settle(err ? make_ps_error(st.name + ": the next copy in the chain failed: " + describe(err)) : caf::error{});
   st.forwards.erase(it);
 }
