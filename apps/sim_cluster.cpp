@@ -97,7 +97,7 @@ class sim_run {
       // Time passes only while every worker waits: computing is instantaneous here.
       for (auto k = rng_() % 8; k > 0 && failure_.empty(); --k) step(!any_can_act());
       if (steps_ > step_budget || moves > step_budget)
-        fail("stuck: workers not done after " + std::to_string(steps_) + " messages");
+        fail("stuck: workers not done after " + std::to_string(steps_) + " messages" + first_failed_request());
     }
     if (failure_.empty()) finish();
     return {failure_, hash_, steps_};
@@ -106,6 +106,15 @@ class sim_run {
  private:
   void fail(const std::string& why) {
     if (failure_.empty()) failure_ = why;
+  }
+
+  // What a stuck run says of the first request of a live worker that failed (a failed tick
+  // or push can be why the others wait), or nothing.
+  std::string first_failed_request() const {
+    for (const auto& [w, op] : ops_)
+      if (!(w < dead_.size() && dead_[w]) && op.ready() && !op.error().empty())
+        return "; the first request that failed: " + op.error();
+    return {};
   }
 
   static bool all_ready(const std::vector<kv_future>& fs) {
@@ -586,8 +595,9 @@ void sim_run::settle_everything() {
                        [&](const auto& op) { return !(op.first < dead_.size() && dead_[op.first]) && !op.second.ready(); });
   };
   while (failure_.empty() && pending()) {
-    if (!step()) return fail("stuck: requests unanswered and nothing left to run");
-    if (steps_ > step_budget) return fail("stuck: requests unanswered after " + std::to_string(step_budget) + " steps");
+    if (!step()) return fail("stuck: requests unanswered and nothing left to run" + first_failed_request());
+    if (steps_ > step_budget)
+      return fail("stuck: requests unanswered after " + std::to_string(step_budget) + " steps" + first_failed_request());
   }
 }
 
