@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <fstream>
 #include <map>
+#include <set>
+#include <tuple>
 
 #include "libps/consistency.hpp"
 #include "libps/keys.hpp"
@@ -98,9 +100,17 @@ std::vector<trace_event> read_trace(const std::string& path) {
 trace_report check_trace(const std::vector<trace_event>& events) {
   trace_report rep;
   std::map<std::pair<std::uint32_t, std::uint64_t>, std::vector<const trace_event*>> by_copy;
+  std::set<std::tuple<std::uint32_t, std::uint64_t, std::uint32_t>> left;  // (shard, copy, worker)
   for (const auto& e : events) {
     if (e.kind == trace_event::push) ++rep.pushes;
     if (e.kind == trace_event::push && e.moved) continue;  // not bound by this copy's order (trace_event::moved)
+    if (e.kind == trace_event::leave) left.emplace(e.shard, e.copy, e.worker);
+    // A reader that left this copy's clock vector before its read was answered (it died,
+    // or finished and no longer waits) counts as +infinity there: no bound holds for it.
+    if (e.kind == trace_event::pull && left.count({e.shard, e.copy, e.worker})) {
+      ++rep.reads_after_leave;
+      continue;
+    }
     by_copy[{e.shard, e.copy}].push_back(&e);
     if (e.kind == trace_event::pull) ++rep.pulls;
   }

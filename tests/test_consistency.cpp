@@ -202,6 +202,27 @@ TEST_CASE("check_trace accepts a BSP history and names each kind of violation") 
   CHECK(check_trace(other).violations.empty());
 }
 
+TEST_CASE("check_trace: a read a copy answered after its reader left that copy's clock vector is not bound") {
+  using E = trace_event;
+  // BSP: worker 1's read at clock 3 was let through, then worker 1 died (its leave line),
+  // worker 0's push of clock 3 was applied, and the read answered: nobody waits for it.
+  std::vector<E> dead_reader{{E::push, 0, 2, 0, 0, 0}, {E::push, 1, 2, 0, 0, 0}, {E::leave, 1, 0, 0, 0, 0},
+                             {E::push, 0, 3, 0, 0, 0}, {E::pull, 1, 3, 0, 3, 0}};
+  auto rep = check_trace(dead_reader);
+  CHECK(rep.violations.empty());
+  CHECK(rep.reads_after_leave == 1);
+  CHECK(rep.pulls == 0);
+  // The same read answered before the leave line is checked, and fails.
+  std::swap(dead_reader[2], dead_reader[4]);
+  std::swap(dead_reader[3], dead_reader[2]);
+  rep = check_trace(dead_reader);  // push 3, pull, leave
+  REQUIRE(rep.violations.size() == 1);
+  CHECK(rep.violations[0].find("BSP pull by worker 1 at clock 3 saw a push of clock 3") != std::string::npos);
+  // Another copy's leave line says nothing of this copy's vector.
+  std::vector<E> other_copy{{E::leave, 1, 0, 0, 0, 0, 7}, {E::push, 0, 3, 0, 0, 0, 9}, {E::pull, 1, 3, 0, 3, 0, 9}};
+  CHECK(check_trace(other_copy).violations.size() == 1);
+}
+
 TEST_CASE("check_trace: each copy of a shard is its own history") {
   using E = trace_event;
   // ASP, a chain of two copies (ids 7: head, 9: tail). The tail applied worker 0's push of
