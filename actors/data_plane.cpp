@@ -15,6 +15,12 @@
 #include <cstring>
 #include <deque>
 #include <random>
+#include <shared_mutex>
+
+#include <caf/actor_proxy.hpp>
+#include <caf/binary_deserializer.hpp>
+#include <caf/binary_serializer.hpp>
+#include <caf/make_actor.hpp>
 
 #include "libps/codec.hpp"
 #include "libps/log.hpp"
@@ -32,6 +38,15 @@ struct data_plane_frame {
   std::uint64_t done = 0;   // of those, written already
   std::size_t ring_header_done = 0;  // through the ring: bytes of its ring_payload header written
 };
+
+// How proxies reach their plane: cut (plane null) when the plane goes, so a proxy that
+// outlives it answers requests as unsent instead of touching freed memory.
+struct plane_link {
+  std::shared_mutex mtx;
+  data_plane* plane = nullptr;
+};
+
+class socket_reader;  // the reader thread's buffered reads (below)
 
 struct data_plane::connection {
   int fd = -1;
@@ -53,6 +68,13 @@ struct data_plane::connection {
   std::atomic<bool> ring_ready{false};
   bool ring_answered = false;  // under the plane's mtx_: the peer answered our offer
   std::unique_ptr<shm_ring> in_ring;
+  // Messages: whether the peer said it takes them, and the requests sent on this
+  // connection not yet answered, by (sender, request id), with their senders.
+  std::atomic<bool> peer_takes_messages{false};
+  std::mutex asked_mtx;
+  std::map<std::pair<caf::actor_id, std::uint64_t>, caf::strong_actor_ptr> asked;
+  std::vector<char> message_body;  // the reader thread's
+  std::unique_ptr<socket_reader> in;  // the reader thread's reads of fd
 };
 
 namespace {
@@ -155,6 +177,72 @@ bool read_all(int fd, void* p, std::size_t n, std::string* why, bool idle_ok = f
   return read_all(fd, &iov, 1, why, idle_ok);
 }
 
+}  // namespace
+
+// A connection's bytes for its reader thread. Small reads (frame headers, messages) come
+// out of a buffer filled with as much as the socket has, so a burst of small frames costs
+// one recv instead of two per frame; large ones (payloads) go straight to where they
+// belong once the buffer is drained.
+class socket_reader {
+ public:
+  explicit socket_reader(int fd) : fd_(fd), buf_(64u << 10) {}
+
+  // read_all's contract: all of iov, false with *why on end of stream, error or timeout.
+  bool read(iovec* iov, std::size_t n, std::string* why, bool idle_ok = false) {
+    const bool had = drain(iov, n);
+    if (n == 0) return true;
+    std::size_t wanted = 0;
+    for (std::size_t i = 0; i < n; ++i) wanted += iov[i].iov_len;
+    if (wanted > buf_.size() / 2) return read_all(fd_, iov, n, why, idle_ok && !had);
+    if (!refill(wanted, why, idle_ok && !had)) return false;
+    drain(iov, n);
+    return true;
+  }
+  bool read(void* p, std::size_t n, std::string* why, bool idle_ok = false) {
+    iovec iov{p, n};
+    return read(&iov, 1, why, idle_ok);
+  }
+
+ private:
+  // Buffered bytes into iov; true if there were any.
+  bool drain(iovec*& iov, std::size_t& n) {
+    bool any = false;
+    while (n > 0 && begin_ < end_) {
+      auto k = std::min(iov->iov_len, end_ - begin_);
+      std::memcpy(iov->iov_base, buf_.data() + begin_, k);
+      begin_ += k;
+      any = true;
+      consume(iov, n, k);
+    }
+    return any;
+  }
+  // Fills the (drained) buffer with at least `wanted` bytes.
+  bool refill(std::size_t wanted, std::string* why, bool idle_ok) {
+    begin_ = end_ = 0;
+    while (end_ < wanted) {
+      auto k = ::recv(fd_, buf_.data() + end_, buf_.size() - end_, 0);
+      if (k < 0 && errno == EINTR) continue;
+      if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+        if (idle_ok && end_ == 0) continue;
+        *why = "the peer went silent (receive timeout)";
+        return false;
+      }
+      if (k <= 0) {
+        *why = k == 0 ? "closed by the peer" : errno_text();
+        return false;
+      }
+      end_ += static_cast<std::size_t>(k);
+    }
+    return true;
+  }
+
+  int fd_;
+  std::vector<char> buf_;
+  std::size_t begin_ = 0, end_ = 0;
+};
+
+namespace {
+
 std::uint64_t random_token() {
   std::random_device rd;
   std::uint64_t t = 0;
@@ -169,7 +257,8 @@ data_plane::data_plane(const data_plane_address& at, std::uint64_t min_bytes, st
                        std::size_t ring_bytes)
     : host_(at.advertised_host), token_(random_token()), min_bytes_(min_bytes), claim_timeout_(claim_timeout),
       stall_timeout_(stall_timeout), ring_bytes_(ring_bytes), store_(claim_timeout * 2),
-      buffers_(buffer_pool::make(512ull << 20)), secret_(std::move(secret)) {
+      buffers_(buffer_pool::make(512ull << 20)), secret_(std::move(secret)), link_(std::make_shared<plane_link>()) {
+  link_->plane = this;
   if (ring_bytes_ > 0) remove_stale_rings();
   listen_fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (listen_fd_ < 0) throw bad_request("data plane: socket: " + errno_text());
@@ -203,6 +292,10 @@ data_plane::data_plane(const data_plane_address& at, std::uint64_t min_bytes, st
 }
 
 data_plane::~data_plane() {
+  {
+    std::unique_lock<std::shared_mutex> cut(link_->mtx);  // waits for sends under way
+    link_->plane = nullptr;
+  }
   stopping_ = true;
   ::shutdown(listen_fd_, SHUT_RDWR);  // wakes accept
   acceptor_.join();
@@ -226,6 +319,7 @@ data_plane::~data_plane() {
   for (auto& c : all) ::close(c->fd);
   conns_.clear();
   dead_.clear();
+  proxies_.clear();
 }
 
 void data_plane::add(std::shared_ptr<connection> c) {
@@ -266,7 +360,9 @@ void data_plane::drop(const std::shared_ptr<connection>& c, const std::string& w
     c->out_ready.notify_all();
   }
   if (c->peer != 0) store_.close_origin(c->peer, "the " + c->name + " ended (" + why + ")");
+  fail_unanswered(*c, why);
   std::lock_guard<std::mutex> guard(mtx_);
+  std::erase_if(proxies_, [&](const auto& p) { return p.first.first == c->peer; });  // holders keep theirs
   std::erase(conns_, c);
   dead_.push_back(c);
   std::erase_if(expected_, [&](const auto& e) { return e.first.first == c->peer; });  // it will not answer
@@ -366,7 +462,7 @@ void data_plane::ring_answer(const std::shared_ptr<connection>& c, const bulk_he
 // A payload frame: its bytes, from the socket or the peer's ring, go where the claimer
 // said (expect) or into a buffer of ours. False, with *why, when they did not all come.
 bool data_plane::land(const std::shared_ptr<connection>& c, const bulk_header& h, std::string* why) {
-  payload_source from = [fd = c->fd](iovec* iov, std::size_t n, std::string* w) { return read_all(fd, iov, n, w); };
+  payload_source from = [&in = *c->in](iovec* iov, std::size_t n, std::string* w) { return in.read(iov, n, w); };
   if (h.kind == bulk_kind::ring_payload) {
     if (!c->in_ring) throw bad_request("a ring payload on a connection without a ring");
     from = [this, c](iovec* iov, std::size_t n, std::string* w) {
@@ -415,7 +511,7 @@ bool data_plane::land(const std::shared_ptr<connection>& c, const bulk_header& h
 void data_plane::read_frames(const std::shared_ptr<connection>& c, std::string* why) {
   for (;;) {
     std::array<std::byte, bulk_header_bytes> raw;
-    if (!read_all(c->fd, raw.data(), raw.size(), why, true)) return;
+    if (!c->in->read(raw.data(), raw.size(), why, true)) return;
     auto h = decode_bulk_header(raw);
     if (h.kind == bulk_kind::hello) {
       if (c->peer != 0) throw bad_request("a second hello frame");
@@ -423,6 +519,7 @@ void data_plane::read_frames(const std::shared_ptr<connection>& c, std::string* 
       store_.open_origin(h.id);
       c->peer = h.id;
       offer_ring(c);  // the peer proved the secret (if any) before its hello was read
+      announce_messages(c);
       continue;
     }
     if (c->peer == 0) throw bad_request("a frame before the hello frame");
@@ -430,6 +527,8 @@ void data_plane::read_frames(const std::shared_ptr<connection>& c, std::string* 
       take_ring(c, h);
     } else if (h.kind == bulk_kind::ring_ok) {
       ring_answer(c, h);
+    } else if (h.kind == bulk_kind::message) {
+      if (!deliver(c, h, why)) return;
     } else if (!land(c, h, why)) {
       return;
     }
@@ -438,6 +537,7 @@ void data_plane::read_frames(const std::shared_ptr<connection>& c, std::string* 
 
 void data_plane::read_loop(std::shared_ptr<connection> c) {
   std::string why;
+  c->in = std::make_unique<socket_reader>(c->fd);
   if (c->accepted && secret_ && !challenge_peer(c->fd, *secret_, stall_timeout_, &why)) {
     if (!stopping_) log_line(log_level::warning, c->name + ": " + why + "; closing it");
     drop(c, why);
@@ -517,6 +617,7 @@ bool data_plane::connect(std::uint64_t peer, const std::string& host, std::uint1
   c->name = name;
   store_.open_origin(peer);
   add(c);
+  announce_messages(c);
   if (offer_ring(c)) {  // its first payloads go through the ring: wait for the answer (one round trip)
     std::unique_lock<std::mutex> lock(mtx_);
     landed_.wait_for(lock, stall_timeout_, [&] { return c->ring_answered || c->broken; });
@@ -644,7 +745,9 @@ bool data_plane::send_or_queue(const std::shared_ptr<connection>& c, data_plane_
       return false;
     }
     if (*out) {
-      c->out_ready.notify_all();  // frames queued meanwhile
+      // Frames queued meanwhile are the writer's now; with none, it sleeps on (a wake-up
+      // per message cost a thread switch each way).
+      if (!c->outbox.empty()) c->out_ready.notify_all();
       return true;
     }
     c->outbox.push_front(std::move(frame));  // ahead of those queued meanwhile
@@ -751,6 +854,166 @@ std::optional<float_block> claim_values(data_plane* plane, const float_block& bl
   if (block.ticket == 0) return block;
   if (!plane) throw bad_request("the block names a data-connection payload, but this process has no data plane");
   return plane->try_claim(block);
+}
+
+// ---- Messages between actors over data connections ----
+
+namespace {
+
+// A request that could not go (no connection) or whose connection ended before its
+// answer: its sender hears so as the answer, and may send it again through CAF.
+void answer_unsent(const caf::strong_actor_ptr& sender, caf::message_id mid, const std::string& why) {
+  if (!sender || !mid.is_request()) return;
+  sender->enqueue(caf::make_mailbox_element(nullptr, mid.response_id(), {}, make_error(errc::unsent, why)), nullptr);
+}
+
+// This process's stand-in for an actor of a peer process: what is enqueued to it is
+// written on the data connection to that process.
+class plane_proxy final : public caf::actor_proxy {
+ public:
+  plane_proxy(caf::actor_config& cfg, std::shared_ptr<plane_link> link, std::uint64_t peer)
+      : caf::actor_proxy(cfg), link_(std::move(link)), peer_(peer) {}
+
+  void enqueue(caf::mailbox_element_ptr x, caf::execution_unit*) override {
+    bool sent = false;
+    {
+      std::shared_lock<std::shared_mutex> guard(link_->mtx);
+      if (link_->plane) sent = link_->plane->send_message(peer_, id(), *x);
+    }
+    if (!sent) answer_unsent(x->sender, x->mid, "no data connection to the process of actor " + std::to_string(id()));
+  }
+  bool add_backlink(caf::abstract_actor*) override { return false; }
+  bool remove_backlink(caf::abstract_actor*) override { return false; }
+  void kill_proxy(caf::execution_unit* ctx, caf::error reason) override { cleanup(std::move(reason), ctx); }
+
+ private:
+  std::shared_ptr<plane_link> link_;
+  std::uint64_t peer_;
+};
+
+}  // namespace
+
+void data_plane::enable_messages(caf::actor_system& sys) { sys_ = &sys; }
+
+void data_plane::serve(const caf::strong_actor_ptr& local, message_filter allowed) {
+  if (!local) return;
+  std::lock_guard<std::mutex> guard(mtx_);
+  served_[local->id()] = served_actor{caf::weak_actor_ptr{local.get()}, std::move(allowed)};
+}
+
+std::shared_ptr<data_plane::connection> data_plane::connection_to(std::uint64_t peer) const {
+  std::lock_guard<std::mutex> guard(mtx_);
+  for (const auto& c : conns_)
+    if (c->peer == peer && !c->broken) return c;
+  return nullptr;
+}
+
+caf::strong_actor_ptr data_plane::proxy(std::uint64_t peer, caf::actor_id remote, const caf::node_id& node) {
+  if (!sys_ || peer == 0) return nullptr;
+  auto c = connection_to(peer);
+  if (!c || !c->peer_takes_messages) return nullptr;
+  std::lock_guard<std::mutex> guard(mtx_);
+  auto& p = proxies_[{peer, remote}];
+  if (!p) {
+    caf::actor_config cfg;
+    p = caf::make_actor<plane_proxy, caf::strong_actor_ptr>(remote, node, sys_, cfg, link_, peer);
+  }
+  return p;
+}
+
+void data_plane::announce_messages(const std::shared_ptr<connection>& c) {
+  if (sys_)
+    send_or_queue(c, data_plane_frame{encode_bulk_header({bulk_kind::message, 0, 0}), {}, nullptr, 0, bulk_header_bytes});
+}
+
+bool data_plane::send_message(std::uint64_t peer, caf::actor_id target, caf::mailbox_element& x) {
+  auto c = sys_ ? connection_to(peer) : nullptr;
+  if (!c || !c->peer_takes_messages) return false;
+  auto body = std::make_shared<std::vector<char>>();
+  caf::binary_serializer sink{*sys_, *body};
+  std::uint64_t to = target, from = x.sender ? x.sender->id() : 0, mid = x.mid.integer_value();
+  auto from_node = x.sender ? x.sender->node() : caf::node_id{};
+  auto content = x.move_content_to_message();
+  if (auto err = sink(to, from, from_node, mid, content)) {
+    log_line(log_level::warning, c->name + ": a message that does not serialize: " + caf::to_string(err));
+    return false;
+  }
+  body->resize((body->size() + 3) / 4 * 4);  // frames carry whole 4-byte words
+  const auto key = std::make_pair(static_cast<caf::actor_id>(from), x.mid.integer_value());
+  if (x.mid.is_request() && x.sender) {  // before the write: its answer may come at once
+    std::lock_guard<std::mutex> guard(c->asked_mtx);
+    c->asked[key] = x.sender;
+  }
+  std::span<const float> words(reinterpret_cast<const float*>(body->data()), body->size() / 4);
+  data_plane_frame frame{encode_bulk_header({bulk_kind::message, 0, body->size()}), {words}, body, 0,
+                         bulk_header_bytes + body->size()};
+  if (!send_or_queue(c, std::move(frame))) {
+    std::lock_guard<std::mutex> guard(c->asked_mtx);
+    c->asked.erase(key);
+    return false;
+  }
+  ++messages_sent_;
+  return true;
+}
+
+void data_plane::fail_unanswered(connection& c, const std::string& why) {
+  std::map<std::pair<caf::actor_id, std::uint64_t>, caf::strong_actor_ptr> asked;
+  {
+    std::lock_guard<std::mutex> guard(c.asked_mtx);
+    asked.swap(c.asked);
+  }
+  for (auto& [key, sender] : asked)  // in request order per sender
+    answer_unsent(sender, caf::message_id{key.second}, "the " + c.name + " ended (" + why + ")");
+}
+
+bool data_plane::deliver(const std::shared_ptr<connection>& c, const bulk_header& h, std::string* why) {
+  if (h.bytes == 0) {  // the peer takes messages
+    c->peer_takes_messages = true;
+    return true;
+  }
+  if (!sys_) throw bad_request("a message frame, but this side takes none (--ps.direct-requests=0)");
+  auto& body = c->message_body;  // reused: a fresh block of KiBs per message cost malloc_consolidate runs
+  body.resize(h.bytes);
+  if (!c->in->read(body.data(), body.size(), why)) {
+    *why = "in the middle of a message: " + *why;
+    return false;
+  }
+  deliver_message(c, body);
+  return true;
+}
+
+void data_plane::deliver_message(const std::shared_ptr<connection>& c, std::vector<char>& body) {
+  caf::binary_deserializer source{*sys_, body};
+  std::uint64_t to = 0, from = 0, mid_value = 0;
+  caf::node_id from_node;
+  caf::message content;
+  if (auto err = source(to, from, from_node, mid_value, content))
+    throw bad_request("a message frame that does not decode: " + caf::to_string(err));
+  ++messages_received_;
+  caf::message_id mid{mid_value};
+  if (mid.is_response()) {
+    std::lock_guard<std::mutex> guard(c->asked_mtx);
+    c->asked.erase({static_cast<caf::actor_id>(to), mid.request_id().integer_value()});
+  }
+  caf::strong_actor_ptr target;
+  message_filter allowed;
+  {
+    std::lock_guard<std::mutex> guard(mtx_);
+    if (auto it = served_.find(to); it != served_.end()) {
+      target = it->second.actor.lock();
+      allowed = it->second.allowed;
+    }
+  }
+  auto sender = from != 0 ? proxy(c->peer, from, from_node) : nullptr;
+  if (!target || !allowed(mid, content)) {
+    auto text = "actor " + std::to_string(to) + (target ? " does not take this message" : " is not served here") +
+                " over the " + c->name;
+    log_line(log_level::warning, text);
+    if (sender && mid.is_request())
+      sender->enqueue(caf::make_mailbox_element(nullptr, mid.response_id(), {}, make_ps_error(text)), nullptr);
+    return;
+  }
+  target->enqueue(caf::make_mailbox_element(std::move(sender), mid, {}, std::move(content)), nullptr);
 }
 
 namespace {

@@ -23,6 +23,9 @@
 #include <thread>
 #include <vector>
 
+#include <caf/actor_system.hpp>
+#include <caf/mailbox_element.hpp>
+
 #include "actors/messages.hpp"
 #include "libps/bulk.hpp"
 #include "libps/secret.hpp"
@@ -33,6 +36,7 @@
 namespace ps {
 
 struct data_plane_frame;  // a payload on its way out (data_plane.cpp)
+struct plane_link;        // how proxies reach their plane (data_plane.cpp)
 
 // Where a data plane listens and what it announces (the same host on one machine; across
 // hosts the bind address may be every interface and the announced one the route's).
@@ -117,6 +121,30 @@ class data_plane {
   // The name of the connection whose token is origin, for errors.
   std::string origin_name(std::uint64_t origin) const;
 
+  // Messages between actors over data connections, off CAF's broker (README, Wire
+  // format: a small request and its answer cross two threads fewer in each process).
+  // After enable_messages, a local actor that serve()s takes messages from the proxies
+  // peers hold of it, and proxy() is this side's stand-in for an actor of a connected
+  // peer: what is sent to it goes on the connection as a message frame (in order with
+  // the connection's payloads) and its answers come back the same way. A request whose
+  // connection ends before its answer came is answered with errc::unsent.
+  using message_filter = std::function<bool(caf::message_id, const caf::message&)>;
+  void enable_messages(caf::actor_system& sys);
+  bool messages_enabled() const { return sys_ != nullptr; }
+  // Peers may send `local` the messages `allowed` accepts (the others are refused,
+  // requests with an error).
+  void serve(const caf::strong_actor_ptr& local, message_filter allowed);
+  // The stand-in for actor `remote` (of node `node`) in the process whose token is peer:
+  // null without messages enabled or a connection to peer. Its address is the actor's
+  // own, so it compares equal to CAF's proxy of that actor.
+  caf::strong_actor_ptr proxy(std::uint64_t peer, caf::actor_id remote, const caf::node_id& node);
+  // Writes x for actor `target` of process `peer` (a proxy's enqueue): false when there
+  // is no connection to peer or it broke.
+  bool send_message(std::uint64_t peer, caf::actor_id target, caf::mailbox_element& x);
+  // Messages written to and read from data connections so far.
+  std::uint64_t messages_sent() const { return messages_sent_; }
+  std::uint64_t messages_received() const { return messages_received_; }
+
   // Payload bytes handed to and read from data connections so far.
   std::uint64_t bytes_sent() const { return bytes_sent_; }
   std::uint64_t bytes_received() const { return bytes_received_; }
@@ -146,6 +174,15 @@ class data_plane {
   void write_loop(std::shared_ptr<connection> c);
   bool send_or_queue(const std::shared_ptr<connection>& c, data_plane_frame frame);
   std::optional<bool> write_at_once(const std::shared_ptr<connection>& c, data_plane_frame& frame, bool by_ring);
+  // Tells the peer this side takes messages (a message frame without a body).
+  void announce_messages(const std::shared_ptr<connection>& c);
+  // The live connection to peer, if any.
+  std::shared_ptr<connection> connection_to(std::uint64_t peer) const;
+  // A message frame: read, checked against what its target serves, and delivered.
+  bool deliver(const std::shared_ptr<connection>& c, const bulk_header& h, std::string* why);
+  void deliver_message(const std::shared_ptr<connection>& c, std::vector<char>& body);
+  // Requests sent on c and not yet answered are answered with errc::unsent.
+  void fail_unanswered(connection& c, const std::string& why);
   void add(std::shared_ptr<connection> c);
   void drop(const std::shared_ptr<connection>& c, const std::string& why);
   // Joins the threads of ended connections and closes their descriptors.
@@ -178,6 +215,18 @@ class data_plane {
   std::vector<std::shared_ptr<connection>> dead_;   // ended; reap() closes them once their threads are done
   std::thread acceptor_;
   std::optional<shared_secret> secret_;
+  // Messages (enable_messages): the system they are read in, the actors served, by id,
+  // and the proxies made, by (peer, actor id).
+  caf::actor_system* sys_ = nullptr;
+  struct served_actor {
+    caf::weak_actor_ptr actor;
+    message_filter allowed;
+  };
+  std::map<caf::actor_id, served_actor> served_;  // under mtx_
+  std::map<std::pair<std::uint64_t, caf::actor_id>, caf::strong_actor_ptr> proxies_;  // under mtx_
+  std::shared_ptr<plane_link> link_;
+  std::atomic<std::uint64_t> messages_sent_{0};
+  std::atomic<std::uint64_t> messages_received_{0};
 };
 
 // The block's values: itself when it holds them, its encoded values decoded, or its payload

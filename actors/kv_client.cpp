@@ -180,7 +180,21 @@ struct shard_route {
   bool retired = false;           // it left the map (psctl remove-shard): nothing new goes to it
   bool idle_reported = false;     // ... and the coordinator knows this client is done with it
   std::optional<std::chrono::steady_clock::time_point> down_since;  // until the first pull after
+  // Requests over the data connections (data_plane::proxy): stand-ins for head and tail,
+  // taken when nothing was in flight, so no request overtakes one sent through CAF. A
+  // stand-in is used while its address is the handle's (a failover replaces the handle).
+  shard_actor direct_head{};
+  shard_actor direct_tail{};
 };
+
+// Where requests to a route's head and tail go now: the stand-in over the data
+// connection while it stands for the current handle, else CAF's handle.
+const shard_actor& head_of(const shard_route& r) {
+  return r.direct_head && r.direct_head.address() == r.link.handle.address() ? r.direct_head : r.link.handle;
+}
+const shard_actor& tail_of(const shard_route& r) {
+  return r.direct_tail && r.direct_tail.address() == r.tail.address() ? r.direct_tail : r.tail;
+}
 
 struct client_state {
   std::vector<shard_route> routes;
@@ -386,9 +400,40 @@ void transmit(client_ptr self, std::size_t idx, std::uint64_t tag) {
   if (v.duplicate) send(tag);  // the copies drop the second; its reply finds the tag settled
 }
 
+std::uint64_t plane_peer(client_ptr self, const shard_actor& target);
+
+// With nothing in flight to shard idx, its requests may move to the data connections
+// (to a copy whose process is connected and takes messages), or back to CAF.
+void go_direct(client_ptr self, std::size_t idx) {
+  auto& st = self->state;
+  auto& r = st.routes[idx];
+  if (!st.plane || !st.plane->messages_enabled()) return;
+  auto stand_in = [&](const shard_actor& target) {
+    auto peer = plane_peer(self, target);
+    return peer ? caf::actor_cast<shard_actor>(st.plane->proxy(peer, target->id(), target->node())) : shard_actor{};
+  };
+  r.direct_head = r.link.handle ? stand_in(r.link.handle) : shard_actor{};
+  r.direct_tail = r.tail ? stand_in(r.tail) : shard_actor{};
+}
+
+// The request's data connection ended before its answer came: it goes again through CAF
+// (with its sequence number, so a copy that had it applies it once), and so do the
+// route's next requests until it is idle again.
+void send_again_through_caf(client_ptr self, std::size_t idx, std::uint64_t tag) {
+  auto& route = self->state.routes[idx];
+  route.direct_head = shard_actor{};
+  route.direct_tail = shard_actor{};
+  auto it = route.sent.find(tag);
+  auto r = std::move(it->second);
+  route.inflight_bytes -= r.bytes;
+  route.sent.erase(it);
+  launch(self, idx, std::move(r));
+}
+
 void launch(client_ptr self, std::size_t idx, pending_request r) {
   auto& st = self->state;
   if (r.op->done_flag()) return;  // failed meanwhile (another chunk, a dead shard): skip
+  if (st.routes[idx].sent.empty()) go_direct(self, idx);
   auto tag = ++st.next_tag;
   st.routes[idx].inflight_bytes += r.bytes;
   if (r.attempts++ == 0) r.first_sent = std::chrono::steady_clock::now();
@@ -474,6 +519,7 @@ void request_failed(client_ptr self, std::size_t idx, std::uint64_t tag, const c
   auto it = st.routes[idx].sent.find(tag);
   if (it == st.routes[idx].sent.end()) return;
   if (code_of(err) == errc::moved && it->second.replan) return read_moved(self, idx, tag);
+  if (code_of(err) == errc::unsent) return send_again_through_caf(self, idx, tag);
   // Bounced by a copy that has ended (before its down message got here): the same news.
   if (err == caf::sec::request_receiver_down && st.routes[idx].down.empty() && !st.routes[idx].abandoned)
     shard_down(self, idx, st.routes[idx].link.name + " is down (" + describe(err) + ")");
@@ -540,7 +586,7 @@ pending_request clock_request(client_ptr self, std::size_t idx, request_header h
   r.plan_epoch = hdr.epoch;
   r.send = [=](std::uint64_t tag) {
     auto& st = self->state;
-    self->request(st.routes[idx].link.handle, st.timeout, clock_atom::value, hdr)
+    self->request(head_of(st.routes[idx]), st.timeout, clock_atom::value, hdr)
       .then(
         [=](std::uint64_t) {
           if (!settle(self, idx, tag)) return;
@@ -771,7 +817,7 @@ void send_pull(const chunk_send& s, std::uint64_t tag, request_header h) {
   auto req = s.req;
   auto c = s.c;
   const auto& ch = req->chunks[c];
-  auto tail = st.routes[s.idx].tail;
+  auto tail = tail_of(st.routes[s.idx]);
   if (auto peer = h.pull_codec == 0 ? plane_peer(self, tail) : 0) {
     h.reply_plane = st.plane->token();
     // A piece of a larger answer: its payload is read straight into place.
@@ -804,7 +850,7 @@ void send_values(const chunk_send& s, std::uint64_t tag, const request_header& h
   auto req = s.req;
   auto c = s.c;
   const auto& ch = req->chunks[c];
-  auto handle = st.routes[s.idx].link.handle;
+  auto handle = head_of(st.routes[s.idx]);
   auto acked = [=](std::uint64_t) {
     if (!settle(self, s.idx, tag)) return;
     auto& tick = self->state.routes[s.idx].acked_tick;
@@ -1004,11 +1050,11 @@ void send_rows(client_ptr self, const std::shared_ptr<rows_request>& req, std::s
   auto on_error = [=](caf::error& err) { request_failed(self, idx, tag, err, req->op->what); };
   const auto& grp = req->groups[g];
   if (req->kind == op_kind::push) {
-    self->request(st.routes[idx].link.handle, st.timeout, push_rows_atom::value, h, grp.rows, grp.grads)
+    self->request(head_of(st.routes[idx]), st.timeout, push_rows_atom::value, h, grp.rows, grp.grads)
       .then([=](std::uint64_t) { if (settle(self, idx, tag)) chunk_answered(req->op.get()); }, on_error);
     return;
   }
-  self->request(st.routes[idx].tail, st.timeout, pull_rows_atom::value, h, grp.rows)
+  self->request(tail_of(st.routes[idx]), st.timeout, pull_rows_atom::value, h, grp.rows)
     .then([=](float_block& values) {
             if (settle(self, idx, tag)) rows_landed(req, g, self->state.routes[idx].link.name, values);
           },
@@ -1131,6 +1177,9 @@ void init_client(client_ptr self, std::vector<shard_link> shards, std::vector<sh
   if (st.plane) {
     st.claimer = self->spawn<caf::linked>(payload_claimer, st.plane);
     st.connector = self->spawn<caf::linked + caf::detached>(plane_connector, st.plane);
+    if (st.plane->messages_enabled())  // the shards' answers to requests sent over data connections
+      st.plane->serve(caf::actor_cast<caf::strong_actor_ptr>(self),
+                      [](caf::message_id mid, const caf::message&) { return mid.is_response(); });
   }
   auto n = st.routes.size();
   for (std::size_t i = 0; i < n; ++i) {

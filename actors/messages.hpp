@@ -527,6 +527,7 @@ enum class errc : std::uint8_t {
   interrupted,  // stopped by SIGINT on the coordinator
   terminated,   // stopped by SIGTERM on the coordinator
   moved,        // the keys or rows of a request have a new owner (a newer map): send it again by it
+  unsent,       // the data connection a request went on ended before its answer came: send it again through CAF
 };
 caf::error make_error(errc code, std::string text);
 // The errc of an ActorPS error; errc::failed for any other error.

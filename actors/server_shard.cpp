@@ -1131,6 +1131,16 @@ void coordinator_gone(self_ptr self, const shard_options& opts, const std::strin
   self->quit(make_error(errc::job_failed, text));
 }
 
+// What workers may send a shard over a data connection (data_plane::serve): their
+// requests on keys, rows and clocks; everything else keeps to CAF.
+bool worker_request(caf::message_id mid, const caf::message& msg) {
+  if (mid.is_response() || msg.empty() || !msg.match_element<caf::atom_value>(0)) return false;
+  static constexpr caf::atom_value requests[] = {push_atom::value,      init_atom::value,     pull_atom::value,
+                                                 push_rows_atom::value, pull_rows_atom::value, prefetch_atom::value,
+                                                 clock_atom::value};
+  return std::find(std::begin(requests), std::end(requests), msg.get_as<caf::atom_value>(0)) != std::end(requests);
+}
+
 // Watches the coordinator and the successor, starts the helpers, and a copy or a
 // replacement configures itself at once.
 void start_shard(self_ptr self, const shard_options& opts, const coordinator_actor& coordinator) {
@@ -1148,6 +1158,7 @@ void start_shard(self_ptr self, const shard_options& opts, const coordinator_act
   if (opts.plane) {
     self->state.claimer = self->spawn<caf::linked>(payload_claimer, opts.plane);
     self->state.writes = self->spawn<caf::linked>(write_tracker);
+    if (opts.plane->messages_enabled()) opts.plane->serve(caf::actor_cast<caf::strong_actor_ptr>(self), worker_request);
   }
   if (opts.replica) start_replica(self, opts, coordinator);
   if (opts.replaces) start_replacement(self, opts, coordinator);

@@ -55,7 +55,7 @@ bulk_header decode_bulk_header(std::span<const std::byte, bulk_header_bytes> in)
   h.bytes = get_le<std::uint64_t>(in.data() + 16);
   if (get_le<std::uint64_t>(in.data() + 24) != check_word(kind, h.id, h.bytes))
     throw bad_request("corrupt data-connection frame header (check word mismatch)");
-  if (kind < static_cast<std::uint32_t>(bulk_kind::hello) || kind > static_cast<std::uint32_t>(bulk_kind::ring_payload))
+  if (kind < static_cast<std::uint32_t>(bulk_kind::hello) || kind > static_cast<std::uint32_t>(bulk_kind::message))
     throw bad_request("unknown data-connection frame kind " + std::to_string(kind));
   h.kind = static_cast<bulk_kind>(kind);
   if (h.kind == bulk_kind::ring) {

@@ -30,6 +30,9 @@ enum class bulk_kind : std::uint32_t {
   ring = 3,          // the sender's ring for its payloads: id = its nonce, bytes = the sender's pid
   ring_ok = 4,       // the answer to ring `id`: bytes = 1, mapped (later payloads may come through it), 0, not
   ring_payload = 5,  // id = ticket, bytes = the floats, which come through the ring
+  // A CAF message between actors of the two processes (data_plane::enable_messages):
+  // bytes = its serialized body, padded to a multiple of 4 bytes.
+  message = 6,
 };
 
 struct bulk_header {

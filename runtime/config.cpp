@@ -117,6 +117,9 @@ void node_config::declare_tuning_options() {
                                                "data connection beside CAF (0: all inside CAF messages)")
     .add(shm_ring_bytes, "shm-ring-bytes", "data connections between processes on one host move their payloads "
                                            "through a ring of this many bytes in shared memory each way (0: over TCP)")
+    .add(direct_requests, "direct-requests", "1: workers send pushes, pulls and clock ticks to shards over the data "
+                                             "connections, beside their payloads, instead of through CAF's broker "
+                                             "(0: through CAF)")
     .add(timeout_ms, "timeout-ms", "timeout of every push/pull request")
     .add(max_message_bytes, "max-message-bytes", "largest message a peer may announce; a larger one closes its "
                                                  "connection, naming the peer (handshakes: at most 64 KiB)")
@@ -436,6 +439,7 @@ void node_config::validate_security() const {
   if (max_message_bytes < chunk_bytes + (1u << 20) || max_message_bytes > 0xFFFFFFFFull)
     throw bad_request("--ps.max-message-bytes must be in [--ps.chunk-bytes + 1 MiB, 4 GiB) (a chunk and its headers "
                       "must fit; CAF cannot announce 4 GiB)");
+  if (direct_requests > 1) throw bad_request("--ps.direct-requests=" + std::to_string(direct_requests) + ": 1 or 0");
 }
 
 // Where checkpoints go and come from, and how often.

@@ -104,6 +104,7 @@ struct node_config : caf::actor_system_config {
   std::size_t inflight_bytes = 8u << 20;
   std::size_t data_plane_bytes = 256u << 10;
   std::size_t shm_ring_bytes = 2u << 20;  // data-plane rings in shared memory on one host (0: none)
+  std::size_t direct_requests = 1;        // workers' requests over the data connections (0: through CAF)
   std::uint16_t data_plane_port = 0;  // 0: any free port
   std::size_t timeout_ms = 30000;
   std::int64_t retry_ms = -1;  // -1: 200 with message faults, else never
@@ -261,7 +262,7 @@ bool run_worker(caf::actor_system& sys, const node_config& cfg, coordinator_acto
                 const spec_fn& on_spec = {}, errc* code_out = nullptr);
 // This process's data plane per --ps.data-plane-bytes (none when 0); throws bad_request
 // when it cannot listen on --host.
-std::shared_ptr<data_plane> data_plane_from(const node_config& cfg);
+std::shared_ptr<data_plane> data_plane_from(caf::actor_system& sys, const node_config& cfg);
 // Starts build/bin/psnode (next to this executable) with these arguments.
 pid_t spawn_psnode(const std::vector<std::string>& args);
 

@@ -29,17 +29,17 @@ void report_progress(worker_context& ctx, progress_report r) {
   ctx.report(r.to_json());
 }
 
-std::shared_ptr<data_plane> data_plane_from(const node_config& cfg) {
+std::shared_ptr<data_plane> data_plane_from(caf::actor_system& sys, const node_config& cfg) {
   if (cfg.data_plane_bytes == 0) return nullptr;
   // A payload is written before its message is sent, so it is late only when its sender
   // is cut off: a claim waits as long as silence from a peer is tolerated, not a request.
   auto patience = milliseconds(std::min(cfg.timeout_ms, cfg.failure_timeout_ms));
   auto at = cfg.endpoint_of();
-  return std::make_shared<data_plane>(data_plane_address{at.bind_host, at.advertise_host, cfg.data_plane_port},
-                                      cfg.data_plane_bytes, patience, patience,
-                                      cfg.secret_file.empty() ? std::nullopt
-                                                              : std::optional(read_secret_file(cfg.secret_file)),
-                                      cfg.shm_ring_bytes);
+  auto plane = std::make_shared<data_plane>(
+    data_plane_address{at.bind_host, at.advertise_host, cfg.data_plane_port}, cfg.data_plane_bytes, patience, patience,
+    cfg.secret_file.empty() ? std::nullopt : std::optional(read_secret_file(cfg.secret_file)), cfg.shm_ring_bytes);
+  if (cfg.direct_requests != 0) plane->enable_messages(sys);
+  return plane;
 }
 
 reconnect_options reconnect_from(caf::actor_system& sys, const node_config& cfg) {

@@ -281,7 +281,7 @@ void with_servers(std::vector<std::string> server_flags, std::uint32_t servers,
   bool ran = run_worker(sys, pc.cfg, coord, [&](worker_context& ctx) {
     body(ctx);
     return std::string("{}");
-  }, &err, worker_plane ? data_plane_from(pc.cfg) : nullptr);
+  }, &err, worker_plane ? data_plane_from(sys, pc.cfg) : nullptr);
   CHECK_MESSAGE(ran, err);
 }
 
