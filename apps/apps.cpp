@@ -147,12 +147,16 @@ straggler_model fmnist_stragglers(const worker_context& ctx) {
 
 // A worker's result line, with "data_plane_sent", "data_plane_received" and
 // "data_plane_shm_sent" when it has a data plane: the bytes of its blocks that went beside
-// CAF (and of those sent, the ones through shared memory).
+// CAF (and of those sent, the ones through shared memory); "data_plane_requests" and
+// "data_plane_answers": the requests it sent and the answers it got over data connections
+// instead of through CAF (--ps.direct-requests).
 std::string with_data_plane(json_line line, worker_context& ctx) {
   if (const auto& plane = ctx.kv.options().plane) {
     line["data_plane_sent"] = plane->bytes_sent();
     line["data_plane_received"] = plane->bytes_received();
     line["data_plane_shm_sent"] = plane->shm_bytes_sent();
+    line["data_plane_requests"] = plane->messages_sent();
+    line["data_plane_answers"] = plane->messages_received();
   }
   return line.dump();
 }

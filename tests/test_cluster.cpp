@@ -73,10 +73,12 @@ std::map<std::uint32_t, std::string> completed_job(node_config& cfg, const std::
   return res.results;
 }
 
-// data_plane: whether blocks of at least 256 KiB go over data connections (processes).
-void check_kvcheck(const char* cluster, bool data_plane) {
+// data_plane: whether blocks of at least 256 KiB go over data connections (processes);
+// direct: whether requests go there too (--ps.direct-requests).
+void check_kvcheck(const char* cluster, bool data_plane, bool direct = true) {
   parsed_config pc({std::string("--cluster=") + cluster, "--servers=2", "--workers=2",
-                    data_plane ? "--ps.data-plane-bytes=262144" : "--ps.data-plane-bytes=0"});
+                    data_plane ? "--ps.data-plane-bytes=262144" : "--ps.data-plane-bytes=0",
+                    direct ? "--ps.direct-requests=1" : "--ps.direct-requests=0"});
   REQUIRE(pc.ok);
   for (const auto& [w, text] : completed_job(pc.cfg, "kvcheck", 2)) {
     INFO("worker " << w << ": " << text);
@@ -89,6 +91,14 @@ void check_kvcheck(const char* cluster, bool data_plane) {
                        // first ones may leave before the data connections are up)
       CHECK(result["data_plane_sent"].get<double>() >= 0.5 * 10 * 2 * 4 * 1572864.0);
       CHECK(result["data_plane_received"].get<double>() >= 3 * 4 * 1572864.0);
+      // Requests: most of them over the data connections (those before they were up went
+      // through CAF), each answered there; none with --ps.direct-requests=0.
+      const auto requests = result["data_plane_requests"].get<std::uint64_t>();
+      if (direct) CHECK(requests >= 20);
+      else CHECK(requests == 0);
+      const auto answers = result["data_plane_answers"].get<std::uint64_t>();
+      CHECK(answers <= requests);
+      CHECK(answers + 4 >= requests);  // a last tick may still be on its way
     } else {
       CHECK(!result.contains("data_plane_sent"));
     }
@@ -103,6 +113,10 @@ TEST_CASE("exact sums from 2 workers pushing asynchronously to 2 server processe
 
 TEST_CASE("exact sums with every block inside CAF's messages (no data plane)") {
   check_kvcheck("processes", false);
+}
+
+TEST_CASE("exact sums with requests through CAF and blocks over the data plane (--ps.direct-requests=0)") {
+  check_kvcheck("processes", true, false);
 }
 
 namespace {

@@ -1,0 +1,152 @@
+// Messages between actors over data connections (data_plane::enable_messages), in one
+// process over real loopback sockets: a request through a proxy reaches the served actor
+// and its answer comes back the same way; what the actor does not serve is refused with
+// an error; a request whose connection ends, or that has no connection, is answered
+// errc::unsent at once rather than left to its timeout.
+#include <doctest/doctest.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <memory>
+#include <thread>
+
+#include <caf/all.hpp>
+
+#include "actors/data_plane.hpp"
+#include "actors/messages.hpp"
+
+using namespace ps;
+using namespace std::chrono_literals;
+
+namespace {
+
+struct plane_fixture {
+  caf::actor_system_config cfg;
+  caf::actor_system sys;
+  std::unique_ptr<data_plane> worker = std::make_unique<data_plane>("127.0.0.1", 1024, 10s, 10s);
+  std::unique_ptr<data_plane> server = std::make_unique<data_plane>("127.0.0.1", 1024, 10s, 10s);
+  caf::scoped_actor asker{sys};
+
+  plane_fixture() : sys(init(cfg)) {
+    worker->enable_messages(sys);
+    server->enable_messages(sys);
+    worker->serve(caf::actor_cast<caf::strong_actor_ptr>(asker), [](caf::message_id mid, const caf::message&) {
+      return mid.is_response();
+    });
+  }
+  static caf::actor_system_config& init(caf::actor_system_config& c) {
+    register_types(c);
+    return c;
+  }
+  // Serves `target` on the server plane (clock ticks only) and returns the worker's proxy
+  // of it, once the server has said that it takes messages.
+  caf::actor connect_to(const caf::actor& target) {
+    server->serve(caf::actor_cast<caf::strong_actor_ptr>(target), [](caf::message_id mid, const caf::message& msg) {
+      return mid.is_request() && msg.match_element<caf::atom_value>(0) && msg.get_as<caf::atom_value>(0) == clock_atom::value;
+    });
+    std::string why;
+    REQUIRE_MESSAGE(worker->connect(server->token(), "127.0.0.1", server->port(), &why), why);
+    caf::strong_actor_ptr proxy;
+    for (auto deadline = std::chrono::steady_clock::now() + 5s; !proxy && std::chrono::steady_clock::now() < deadline;
+         std::this_thread::sleep_for(1ms))  // the announcement crosses the connection once
+      proxy = worker->proxy(server->token(), target.id(), target.node());
+    REQUIRE(proxy);
+    return caf::actor_cast<caf::actor>(proxy);
+  }
+  // The answer to a clock tick sent to `to`: its clock, or the error.
+  caf::expected<std::uint64_t> tick(const caf::actor& to, std::uint64_t clock) {
+    caf::expected<std::uint64_t> out{std::uint64_t{0}};
+    asker->request(to, 10s, clock_atom::value, request_header{1, 0, clock, 7})
+      .receive([&](std::uint64_t c) { out = c; }, [&](caf::error& e) { out = std::move(e); });
+    return out;
+  }
+};
+
+// Answers a tick with its clock plus one; a tick of clock 0 is never answered.
+using held_promises = std::shared_ptr<std::vector<caf::response_promise>>;
+
+caf::behavior ticker(caf::event_based_actor* self, held_promises held) {
+  return {
+    [=](clock_atom, const request_header& h) -> caf::result<std::uint64_t> {
+      if (h.clock > 0) return h.clock + 1;
+      held->push_back(self->make_response_promise());
+      return caf::delegated<std::uint64_t>();
+    },
+    [=](data_atom) { return std::string("not over data connections"); },
+  };
+}
+
+}  // namespace
+
+TEST_CASE_FIXTURE(plane_fixture, "plane messages: a request through a proxy is answered over the data connection") {
+  auto target = sys.spawn(ticker, std::make_shared<std::vector<caf::response_promise>>());
+  auto proxy = connect_to(target);
+  CHECK(proxy.address() == target.address());  // it stands for the actor itself
+  for (std::uint64_t c = 1; c <= 20; ++c) {
+    auto answer = tick(proxy, c);
+    REQUIRE_MESSAGE(answer, describe(answer.error()));
+    CHECK(*answer == c + 1);
+  }
+  CHECK(worker->messages_sent() == 20);
+  CHECK(server->messages_received() == 20);
+  CHECK(server->messages_sent() == 20);
+  CHECK(worker->messages_received() == 20);
+  caf::anon_send_exit(target, caf::exit_reason::user_shutdown);
+}
+
+TEST_CASE_FIXTURE(plane_fixture, "plane messages: what the served actor does not take over data connections is refused") {
+  auto target = sys.spawn(ticker, std::make_shared<std::vector<caf::response_promise>>());
+  auto proxy = connect_to(target);
+  std::string err;
+  asker->request(proxy, 10s, data_atom::value)
+    .receive([&](const std::string&) { err = "answered"; }, [&](caf::error& e) { err = describe(e); });
+  CHECK(err.find("does not take this message") != std::string::npos);
+  CHECK(server->messages_received() == 1);
+  caf::anon_send_exit(target, caf::exit_reason::user_shutdown);
+}
+
+TEST_CASE_FIXTURE(plane_fixture, "plane messages: a request whose connection ends is answered unsent at once, and "
+                                 "one without a connection too") {
+  auto target = sys.spawn(ticker, std::make_shared<std::vector<caf::response_promise>>());
+  auto proxy = connect_to(target);
+  auto start = std::chrono::steady_clock::now();
+  caf::error err;
+  std::thread end_server([&] {
+    std::this_thread::sleep_for(50ms);
+    server.reset();  // its connections close
+  });
+  asker->request(proxy, 30s, clock_atom::value, request_header{1, 0, 0, 7})  // held, never answered
+    .receive([&](std::uint64_t) {}, [&](caf::error& e) { err = std::move(e); });
+  end_server.join();
+  CHECK(code_of(err) == errc::unsent);
+  CHECK(describe(err).find("ended") != std::string::npos);
+  CHECK(std::chrono::steady_clock::now() - start < 10s);  // not the request's 30 s
+  // The proxy outlives its connection: what is sent to it is answered unsent at once.
+  auto again = tick(proxy, 5);
+  REQUIRE(!again);
+  CHECK(code_of(again.error()) == errc::unsent);
+  CHECK(describe(again.error()).find("no data connection") != std::string::npos);
+  caf::anon_send_exit(target, caf::exit_reason::user_shutdown);
+}
+
+TEST_CASE("plane messages: a message frame to a side that takes none closes the connection") {
+  data_plane server("127.0.0.1", 1024, 10s, 10s);  // messages not enabled
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(server.port());
+  inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
+  REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
+  auto hello = encode_bulk_header({bulk_kind::hello, 0x5eed, 0});
+  auto message = encode_bulk_header({bulk_kind::message, 0, 8});
+  char body[8] = {};
+  REQUIRE(::send(fd, hello.data(), hello.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(hello.size()));
+  REQUIRE(::send(fd, message.data(), message.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(message.size()));
+  REQUIRE(::send(fd, body, sizeof body, MSG_NOSIGNAL) == static_cast<ssize_t>(sizeof body));
+  char byte;
+  CHECK(::recv(fd, &byte, 1, 0) == 0);  // closed (the plane logs why)
+  ::close(fd);
+}
