@@ -72,7 +72,11 @@ struct data_plane::connection {
   // connection not yet answered, by (sender, request id), with their senders.
   std::atomic<bool> peer_takes_messages{false};
   std::mutex asked_mtx;
-  std::map<std::pair<caf::actor_id, std::uint64_t>, caf::strong_actor_ptr> asked;
+  struct asker {
+    caf::strong_actor_ptr sender;
+    caf::message_id request;
+  };
+  std::map<std::pair<caf::actor_id, std::uint64_t>, asker> asked;  // by (sender, request number)
   std::vector<char> message_body;  // the reader thread's
   std::unique_ptr<socket_reader> in;  // the reader thread's reads of fd
 };
@@ -939,10 +943,10 @@ bool data_plane::send_message(std::uint64_t peer, caf::actor_id target, caf::mai
     return false;
   }
   body->resize((body->size() + 3) / 4 * 4);  // frames carry whole 4-byte words
-  const auto key = std::make_pair(static_cast<caf::actor_id>(from), x.mid.integer_value());
+  const auto key = std::make_pair(static_cast<caf::actor_id>(from), x.mid.request_id().integer_value());
   if (x.mid.is_request() && x.sender) {  // before the write: its answer may come at once
     std::lock_guard<std::mutex> guard(c->asked_mtx);
-    c->asked[key] = x.sender;
+    c->asked[key] = connection::asker{x.sender, x.mid};
   }
   std::span<const float> words(reinterpret_cast<const float*>(body->data()), body->size() / 4);
   data_plane_frame frame{encode_bulk_header({bulk_kind::message, 0, body->size()}), {words}, body, 0,
@@ -956,14 +960,24 @@ bool data_plane::send_message(std::uint64_t peer, caf::actor_id target, caf::mai
   return true;
 }
 
+std::size_t data_plane::requests_unanswered() const {
+  std::lock_guard<std::mutex> guard(mtx_);
+  std::size_t n = 0;
+  for (const auto& c : conns_) {
+    std::lock_guard<std::mutex> asked_guard(c->asked_mtx);
+    n += c->asked.size();
+  }
+  return n;
+}
+
 void data_plane::fail_unanswered(connection& c, const std::string& why) {
-  std::map<std::pair<caf::actor_id, std::uint64_t>, caf::strong_actor_ptr> asked;
+  decltype(c.asked) asked;
   {
     std::lock_guard<std::mutex> guard(c.asked_mtx);
     asked.swap(c.asked);
   }
-  for (auto& [key, sender] : asked)  // in request order per sender
-    answer_unsent(sender, caf::message_id{key.second}, "the " + c.name + " ended (" + why + ")");
+  for (auto& [key, a] : asked)  // in request order per sender
+    answer_unsent(a.sender, a.request, "the " + c.name + " ended (" + why + ")");
 }
 
 bool data_plane::deliver(const std::shared_ptr<connection>& c, const bulk_header& h, std::string* why) {

@@ -144,6 +144,8 @@ class data_plane {
   // Messages written to and read from data connections so far.
   std::uint64_t messages_sent() const { return messages_sent_; }
   std::uint64_t messages_received() const { return messages_received_; }
+  // Requests sent over data connections whose answers have not come.
+  std::size_t requests_unanswered() const;
 
   // Payload bytes handed to and read from data connections so far.
   std::uint64_t bytes_sent() const { return bytes_sent_; }

@@ -161,6 +161,10 @@ struct pending_request {
   std::function<void()> replan;
   std::uint32_t attempts = 0;
   std::chrono::steady_clock::time_point first_sent{};
+  // The latest sending: when, and the id its answer comes with (a response id; the
+  // client's own timeout delivers sec::request_timeout under it, see sweep_overdue).
+  caf::actor_clock::time_point sent_at{};  // by the actor's clock (simulated in tests)
+  caf::message_id answer_id{};
 };
 
 // Everything the client keeps about one shard: one record per shard.
@@ -228,6 +232,7 @@ struct client_state {
   caf::actor worker_handle;       // kv_client_options::worker_handle
   std::string coordinator_lost;   // non-empty while the coordinator is away (why it went down)
   std::chrono::milliseconds timeout;
+  bool overdue_armed = false;  // a sweep for overdue requests is scheduled
   // Flow control per shard: CAF's broker buffers every queued message in one growing
   // buffer and shifts it after each partial write, so hundreds of MB queued on one
   // connection cost quadratic copying (window 8 x 16 MiB ran 4x slower than window 1).
@@ -271,6 +276,8 @@ using client_impl = client_actor::extend<
   caf::reacts_to<send_atom, std::uint64_t, std::uint64_t>,
   // A request unanswered for --ps.retry-ms goes out again (route, tag).
   caf::reacts_to<resend_atom, std::uint64_t, std::uint64_t>,
+  // Time to look for requests unanswered for the request timeout (sweep_overdue).
+  caf::reacts_to<overdue_atom>,
   // From the caller's thread: a clock tick to every shard, and a planned push/init/pull.
   caf::reacts_to<clock_atom, std::shared_ptr<op_request>>,
   caf::reacts_to<dispatch_atom, std::shared_ptr<op_request>>,
@@ -380,11 +387,58 @@ void submit(client_ptr self, std::size_t idx, pending_request r) {
 }
 
 // Puts request `tag` on the wire, through the fault injector's message faults if any.
+// Requests to shards carry no timeout of CAF's own: CAF 0.17 hands every one to its clock
+// thread and wakes it, once per request (a fifth of a small request's cost at window 8,
+// BENCHMARKS.md). The client keeps one timer instead, due when its oldest unanswered
+// request is (requests are sent in order, so a later one is never due sooner), and a
+// request unanswered for the timeout gets sec::request_timeout under its answer's id, as
+// CAF's timeout would deliver it.
+void arm_overdue_sweep(client_ptr self, caf::actor_clock::time_point due) {
+  auto& st = self->state;
+  if (st.overdue_armed) return;
+  st.overdue_armed = true;
+  self->delayed_send(self, std::max(due - self->clock().now(), caf::actor_clock::duration_type{0}),
+                     overdue_atom::value);
+}
+
+void sweep_overdue(client_ptr self) {
+  auto& st = self->state;
+  st.overdue_armed = false;
+  const auto now = self->clock().now();
+  std::optional<caf::actor_clock::time_point> next;
+  std::vector<caf::message_id> overdue;
+  for (auto& route : st.routes)
+    for (auto& [tag, r] : route.sent) {
+      if (!r.answer_id.is_response()) continue;  // not sent yet, or its handler had its timeout
+      if (now - r.sent_at < st.timeout) {
+        next = std::min(next.value_or(r.sent_at), r.sent_at);
+        continue;
+      }
+      overdue.push_back(r.answer_id);
+      r.answer_id = caf::message_id{};  // a request kept for a failover is not timed out again
+    }
+  for (auto id : overdue)
+    self->enqueue(caf::make_mailbox_element(nullptr, id, {}, caf::make_error(caf::sec::request_timeout)), self->context());
+  if (next) arm_overdue_sweep(self, *next + st.timeout);
+}
+
+// A request to a shard for sending `tag` of route idx: no CAF timeout (sweep_overdue), its
+// answer's id noted.
+template <class... Ts>
+auto ask_shard(client_ptr self, std::size_t idx, std::uint64_t tag, const shard_actor& to, Ts&&... xs) {
+  auto handle = self->request(to, caf::infinite, std::forward<Ts>(xs)...);
+  auto& sent = self->state.routes[idx].sent;
+  if (auto it = sent.find(tag); it != sent.end()) it->second.answer_id = handle.id();
+  return handle;
+}
+
 void transmit(client_ptr self, std::size_t idx, std::uint64_t tag) {
   auto& st = self->state;
   auto it = st.routes[idx].sent.find(tag);
   if (it == st.routes[idx].sent.end()) return;
   auto send = it->second.send;
+  it->second.sent_at = self->clock().now();
+  arm_overdue_sweep(self, it->second.sent_at + st.timeout);
   message_faults::verdict v;
   if (st.faults) v = st.faults->next();
   if (st.retry.count() > 0)
@@ -586,7 +640,7 @@ pending_request clock_request(client_ptr self, std::size_t idx, request_header h
   r.plan_epoch = hdr.epoch;
   r.send = [=](std::uint64_t tag) {
     auto& st = self->state;
-    self->request(head_of(st.routes[idx]), st.timeout, clock_atom::value, hdr)
+    ask_shard(self, idx, tag, head_of(st.routes[idx]), clock_atom::value, hdr)
       .then(
         [=](std::uint64_t) {
           if (!settle(self, idx, tag)) return;
@@ -829,7 +883,7 @@ void send_pull(const chunk_send& s, std::uint64_t tag, request_header h) {
     }
   }
   auto unexpect = [s] { withdraw_landing(s); };
-  self->request(tail, st.timeout, pull_atom::value, h, range_list{ch.ranges()})
+  ask_shard(self, s.idx, tag, tail, pull_atom::value, h, range_list{ch.ranges()})
     .then(
       [=](float_block& values) {
         if (!settle(self, s.idx, tag)) return unexpect();  // answered already
@@ -862,7 +916,7 @@ void send_values(const chunk_send& s, std::uint64_t tag, const request_header& h
   };
   range_list ranges{ch.ranges()};
   if (!req->encoded.empty()) {
-    self->request(handle, st.timeout, push_atom::value, h, std::move(ranges), req->encoded[c]).then(acked, on_error);
+    ask_shard(self, s.idx, tag, handle, push_atom::value, h, std::move(ranges), req->encoded[c]).then(acked, on_error);
     return;
   }
   auto block = req->blocks[c];
@@ -881,9 +935,9 @@ void send_values(const chunk_send& s, std::uint64_t tag, const request_header& h
   if (peer && !named) named = st.plane->offload(peer, block);
   if (named) block = std::move(*named);
   if (req->kind == op_kind::push)
-    self->request(handle, st.timeout, push_atom::value, h, std::move(ranges), std::move(block)).then(acked, on_error);
+    ask_shard(self, s.idx, tag, handle, push_atom::value, h, std::move(ranges), std::move(block)).then(acked, on_error);
   else
-    self->request(handle, st.timeout, init_atom::value, h, std::move(ranges), std::move(block)).then(acked, on_error);
+    ask_shard(self, s.idx, tag, handle, init_atom::value, h, std::move(ranges), std::move(block)).then(acked, on_error);
 }
 
 std::uint64_t count_keys_of(const std::vector<chunk>& chunks) {
@@ -1050,11 +1104,11 @@ void send_rows(client_ptr self, const std::shared_ptr<rows_request>& req, std::s
   auto on_error = [=](caf::error& err) { request_failed(self, idx, tag, err, req->op->what); };
   const auto& grp = req->groups[g];
   if (req->kind == op_kind::push) {
-    self->request(head_of(st.routes[idx]), st.timeout, push_rows_atom::value, h, grp.rows, grp.grads)
+    ask_shard(self, idx, tag, head_of(st.routes[idx]), push_rows_atom::value, h, grp.rows, grp.grads)
       .then([=](std::uint64_t) { if (settle(self, idx, tag)) chunk_answered(req->op.get()); }, on_error);
     return;
   }
-  self->request(tail_of(st.routes[idx]), st.timeout, pull_rows_atom::value, h, grp.rows)
+  ask_shard(self, idx, tag, tail_of(st.routes[idx]), pull_rows_atom::value, h, grp.rows)
     .then([=](float_block& values) {
             if (settle(self, idx, tag)) rows_landed(req, g, self->state.routes[idx].link.name, values);
           },
@@ -1390,6 +1444,7 @@ client_impl::behavior_type kv_client_actor(client_ptr self, std::vector<shard_li
       auto it = st.routes[idx].sent.find(tag);
       if (it != st.routes[idx].sent.end()) it->second.send(tag);
     },
+    [=](overdue_atom) { sweep_overdue(self); },
     [=](resend_atom, std::uint64_t idx, std::uint64_t tag) {
       auto& st = self->state;
       auto it = st.routes[idx].sent.find(tag);

@@ -50,6 +50,7 @@ using view_atom = caf::atom_constant<caf::atom("view")>;
 using failover_atom = caf::atom_constant<caf::atom("failover")>;
 using send_atom = caf::atom_constant<caf::atom("send")>;
 using resend_atom = caf::atom_constant<caf::atom("resend")>;
+using overdue_atom = caf::atom_constant<caf::atom("overdue")>;
 using join_atom = caf::atom_constant<caf::atom("join")>;
 using members_atom = caf::atom_constant<caf::atom("members")>;
 using restore_atom = caf::atom_constant<caf::atom("restore")>;

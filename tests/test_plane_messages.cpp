@@ -94,6 +94,7 @@ TEST_CASE_FIXTURE(plane_fixture, "plane messages: a request through a proxy is a
   CHECK(server->messages_received() == 20);
   CHECK(server->messages_sent() == 20);
   CHECK(worker->messages_received() == 20);
+  CHECK(worker->requests_unanswered() == 0);
   caf::anon_send_exit(target, caf::exit_reason::user_shutdown);
 }
 
@@ -114,16 +115,15 @@ TEST_CASE_FIXTURE(plane_fixture, "plane messages: a request whose connection end
   auto proxy = connect_to(target);
   auto start = std::chrono::steady_clock::now();
   caf::error err;
-  std::thread end_server([&] {
-    std::this_thread::sleep_for(50ms);
-    server.reset();  // its connections close
-  });
-  asker->request(proxy, 30s, clock_atom::value, request_header{1, 0, 0, 7})  // held, never answered
-    .receive([&](std::uint64_t) {}, [&](caf::error& e) { err = std::move(e); });
+  auto held = asker->request(proxy, 30s, clock_atom::value, request_header{1, 0, 0, 7});  // never answered
+  CHECK(worker->requests_unanswered() == 1);  // noted as it was written
+  std::thread end_server([&] { server.reset(); });  // its connections close
+  std::move(held).receive([&](std::uint64_t) {}, [&](caf::error& e) { err = std::move(e); });
   end_server.join();
   CHECK(code_of(err) == errc::unsent);
   CHECK(describe(err).find("ended") != std::string::npos);
   CHECK(std::chrono::steady_clock::now() - start < 10s);  // not the request's 30 s
+  CHECK(worker->requests_unanswered() == 0);
   // The proxy outlives its connection: what is sent to it is answered unsent at once.
   auto again = tick(proxy, 5);
   REQUIRE(!again);
