@@ -90,7 +90,8 @@ struct kv_client_options {
   // The fault injector's message faults (drop, duplicate, delay) for this client's requests.
   fault_plan faults{};
   // This process's data plane: large pushes leave and large pulls arrive through it
-  // (not under message faults, which act on CAF messages). None: all inside CAF.
+  // (not under message faults, which act on CAF messages), and, when it takes messages
+  // (--ps.direct-requests), the requests and answers themselves. None: all inside CAF.
   std::shared_ptr<data_plane> plane{};
   // Compression of pull answers (none, fp16 or int8; parameters are not top-k material).
   // Compressed answers come inside the messages, not over the data plane.
