@@ -176,10 +176,6 @@ bool read_all(int fd, iovec* iov, std::size_t n, std::string* why, bool idle_ok 
   return true;
 }
 
-bool read_all(int fd, void* p, std::size_t n, std::string* why, bool idle_ok = false) {
-  iovec iov{p, n};
-  return read_all(fd, &iov, 1, why, idle_ok);
-}
 
 }  // namespace
 
@@ -925,6 +921,14 @@ caf::strong_actor_ptr data_plane::proxy(std::uint64_t peer, caf::actor_id remote
   return p;
 }
 
+bool data_plane::takes_messages(std::uint64_t peer, std::chrono::milliseconds within) {
+  std::unique_lock<std::mutex> lock(mtx_);
+  return landed_.wait_for(lock, within, [&] {
+    return std::any_of(conns_.begin(), conns_.end(),
+                       [&](const auto& c) { return c->peer == peer && !c->broken && c->peer_takes_messages; });
+  });
+}
+
 void data_plane::announce_messages(const std::shared_ptr<connection>& c) {
   if (sys_)
     send_or_queue(c, data_plane_frame{encode_bulk_header({bulk_kind::message, 0, 0}), {}, nullptr, 0, bulk_header_bytes});
@@ -951,12 +955,13 @@ bool data_plane::send_message(std::uint64_t peer, caf::actor_id target, caf::mai
   std::span<const float> words(reinterpret_cast<const float*>(body->data()), body->size() / 4);
   data_plane_frame frame{encode_bulk_header({bulk_kind::message, 0, body->size()}), {words}, body, 0,
                          bulk_header_bytes + body->size()};
+  ++messages_sent_;  // before the write: its answer may come, and be counted, before this thread goes on
   if (!send_or_queue(c, std::move(frame))) {
+    --messages_sent_;
     std::lock_guard<std::mutex> guard(c->asked_mtx);
     c->asked.erase(key);
     return false;
   }
-  ++messages_sent_;
   return true;
 }
 
@@ -982,7 +987,11 @@ void data_plane::fail_unanswered(connection& c, const std::string& why) {
 
 bool data_plane::deliver(const std::shared_ptr<connection>& c, const bulk_header& h, std::string* why) {
   if (h.bytes == 0) {  // the peer takes messages
-    c->peer_takes_messages = true;
+    {
+      std::lock_guard<std::mutex> guard(mtx_);  // takes_messages waits on it
+      c->peer_takes_messages = true;
+    }
+    landed_.notify_all();
     return true;
   }
   if (!sys_) throw bad_request("a message frame, but this side takes none (--ps.direct-requests=0)");

@@ -138,6 +138,9 @@ class data_plane {
   // null without messages enabled or a connection to peer. Its address is the actor's
   // own, so it compares equal to CAF's proxy of that actor.
   caf::strong_actor_ptr proxy(std::uint64_t peer, caf::actor_id remote, const caf::node_id& node);
+  // Whether the connected peer said it takes messages, waiting at most `within` for it
+  // (its word crosses the connection once, after the hello).
+  bool takes_messages(std::uint64_t peer, std::chrono::milliseconds within);
   // Writes x for actor `target` of process `peer` (a proxy's enqueue): false when there
   // is no connection to peer or it broke.
   bool send_message(std::uint64_t peer, caf::actor_id target, caf::mailbox_element& x);

@@ -459,6 +459,7 @@ TEST_CASE("bad flags and bad config files are errors that name the problem") {
     {"bin/psnode --role=server --no-such-flag=1", 2, "unknown option --no-such-flag"},
     {"bin/psnode --role=server --coordinator=localhost", 2, "\"localhost\" is not HOST:PORT"},
     {"bin/psnode --role=server --handoff=later", 2, "--handoff=later: must be copy-ahead or cut"},
+    {"bin/psnode --role=server --ps.direct-requests=2", 2, "--ps.direct-requests=2: 1 or 0"},
     {"bin/bench_elastic --rows=1000", 2, "--rows and --shard-memory (at least 1 MiB) go together"},
     {"bin/psnode --role=server --config-file=bad_type.ini", 2, "global.servers"},
     {"bin/psnode --role=server --config-file=bad_key.ini", 2, "unknown option ps.chunk-byte"},

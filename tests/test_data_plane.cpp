@@ -15,8 +15,10 @@
 
 #include "actors/data_plane.hpp"
 #include "libps/shm_ring.hpp"
+#include "raw_peer.hpp"
 
 using namespace ps;
+using namespace ps::test;
 using namespace std::chrono_literals;
 
 namespace {
@@ -31,21 +33,6 @@ float_block special_values(std::size_t n) {
 
 bool same_bits(const float_block& a, const float_block& b) {
   return a.size == b.size && std::memcmp(a.data(), b.data(), a.size * sizeof(float)) == 0;
-}
-
-// A plain socket to a plane's port, for writing what a broken peer would.
-int raw_connection(const data_plane& p) {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(p.port());
-  inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
-  REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
-  return fd;
-}
-
-void write_bytes(int fd, const void* p, std::size_t n) {
-  REQUIRE(::send(fd, p, n, MSG_NOSIGNAL) == static_cast<ssize_t>(n));
 }
 
 }  // namespace

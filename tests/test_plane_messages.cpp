@@ -5,11 +5,6 @@
 // errc::unsent at once rather than left to its timeout.
 #include <doctest/doctest.h>
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
 #include <memory>
 #include <thread>
 
@@ -17,6 +12,7 @@
 
 #include "actors/data_plane.hpp"
 #include "actors/messages.hpp"
+#include "raw_peer.hpp"
 
 using namespace ps;
 using namespace std::chrono_literals;
@@ -49,10 +45,8 @@ struct plane_fixture {
     });
     std::string why;
     REQUIRE_MESSAGE(worker->connect(server->token(), "127.0.0.1", server->port(), &why), why);
-    caf::strong_actor_ptr proxy;
-    for (auto deadline = std::chrono::steady_clock::now() + 5s; !proxy && std::chrono::steady_clock::now() < deadline;
-         std::this_thread::sleep_for(1ms))  // the announcement crosses the connection once
-      proxy = worker->proxy(server->token(), target.id(), target.node());
+    REQUIRE(worker->takes_messages(server->token(), 5s));  // its word crosses the connection once
+    auto proxy = worker->proxy(server->token(), target.id(), target.node());
     REQUIRE(proxy);
     return caf::actor_cast<caf::actor>(proxy);
   }
@@ -134,18 +128,13 @@ TEST_CASE_FIXTURE(plane_fixture, "plane messages: a request whose connection end
 
 TEST_CASE("plane messages: a message frame to a side that takes none closes the connection") {
   data_plane server("127.0.0.1", 1024, 10s, 10s);  // messages not enabled
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(server.port());
-  inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
-  REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
+  int fd = test::raw_connection(server);
   auto hello = encode_bulk_header({bulk_kind::hello, 0x5eed, 0});
   auto message = encode_bulk_header({bulk_kind::message, 0, 8});
   char body[8] = {};
-  REQUIRE(::send(fd, hello.data(), hello.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(hello.size()));
-  REQUIRE(::send(fd, message.data(), message.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(message.size()));
-  REQUIRE(::send(fd, body, sizeof body, MSG_NOSIGNAL) == static_cast<ssize_t>(sizeof body));
+  test::write_bytes(fd, hello.data(), hello.size());
+  test::write_bytes(fd, message.data(), message.size());
+  test::write_bytes(fd, body, sizeof body);
   char byte;
   CHECK(::recv(fd, &byte, 1, 0) == 0);  // closed (the plane logs why)
   ::close(fd);
