@@ -58,6 +58,7 @@ struct data_plane::connection {
   std::condition_variable out_ready;
   std::deque<data_plane_frame> outbox;  // under out_mtx; written in order
   bool writing = false;         // under out_mtx: a thread is writing to fd
+  int holds = 0;                // under out_mtx: write_batches holding the queue (none writes it meanwhile)
   std::thread reader, writer;
   std::atomic<int> loops_ended{0};  // 2: both threads are done, so they join at once
   // Shared memory (same host): our ring for payloads to the peer, usable once the peer
@@ -176,6 +177,12 @@ bool read_all(int fd, iovec* iov, std::size_t n, std::string* why, bool idle_ok 
   return true;
 }
 
+
+// Why a write_all failed: its stall (SO_SNDTIMEO) or the socket's error.
+std::string stall_or_error(std::chrono::milliseconds stall) {
+  return errno == EAGAIN || errno == EWOULDBLOCK ? "no progress for " + std::to_string(stall.count()) + " ms"
+                                                 : errno_text();
+}
 
 }  // namespace
 
@@ -698,7 +705,122 @@ auto ring_header(const data_plane_frame& frame) {
   return encode_bulk_header({bulk_kind::ring_payload, frame.ticket, frame.bytes - bulk_header_bytes});
 }
 
+// Whether the frame goes on the socket alone (not a payload through the ring).
+bool plain(const data_plane_frame& frame, bool ring_ready) {
+  return frame.ticket == 0 || frame.done > 0 || !ring_ready;
+}
+
+// The plain frames at the front of a queue, taken out for one write: as many as fit in
+// iov_max pieces, one at least.
+std::vector<data_plane_frame> take_plain_front(std::deque<data_plane_frame>& outbox, bool ring_ready) {
+  std::vector<data_plane_frame> frames;
+  std::size_t pieces = 0;
+  while (!outbox.empty() && plain(outbox.front(), ring_ready)) {
+    pieces += outbox.front().parts.size() + 1;
+    if (!frames.empty() && pieces > iov_max) break;
+    frames.push_back(std::move(outbox.front()));
+    outbox.pop_front();
+  }
+  return frames;
+}
+
+std::vector<iovec> pieces_left(std::span<const data_plane_frame> frames) {
+  std::vector<iovec> iov;
+  for (const auto& f : frames) {
+    auto left = pieces_left(f);
+    iov.insert(iov.end(), left.begin(), left.end());
+  }
+  return iov;
+}
+
+// After `written` bytes of frames went out: those not finished go back to the front of
+// the queue, in order.
+void put_back_unwritten(std::vector<data_plane_frame>& frames, std::uint64_t written,
+                        std::deque<data_plane_frame>& outbox) {
+  auto first_left = frames.begin();
+  for (; first_left != frames.end(); ++first_left) {
+    const auto left = first_left->bytes - first_left->done;
+    if (written < left) break;
+    written -= left;
+  }
+  if (first_left != frames.end()) first_left->done += written;
+  outbox.insert(outbox.begin(), std::make_move_iterator(first_left), std::make_move_iterator(frames.end()));
+}
+
+thread_local write_batch* open_batch = nullptr;
+
 }  // namespace
+
+write_batch* write_batch::open() { return open_batch; }
+
+write_batch::scope::scope(write_batch& batch) : opened_(open_batch == nullptr) {
+  if (opened_) open_batch = &batch;
+}
+
+write_batch::scope::~scope() {
+  if (opened_) open_batch = nullptr;
+}
+
+void write_batch::release() {
+  auto held = std::move(held_);
+  held_.clear();
+  for (auto& h : held) {
+    std::shared_lock<std::shared_mutex> guard(h.link->mtx);
+    if (h.link->plane) h.link->plane->release(h.conn);
+  }
+}
+
+bool data_plane::hold_in_batch(write_batch& batch, const std::shared_ptr<connection>& c, data_plane_frame frame) {
+  std::unique_lock<std::mutex> lock(c->out_mtx);
+  if (c->broken) return false;
+  const bool large = frame.bytes >= write_batch::hold_bytes;
+  c->outbox.push_back(std::move(frame));
+  auto& held = batch.held_;
+  if (std::none_of(held.begin(), held.end(), [&](const auto& h) { return h.conn == c; })) {
+    held.push_back({link_, c});
+    ++c->holds;
+  }
+  if ((large || c->outbox.size() >= write_batch::hold_frames) && !c->writing) flush_at_once(c, lock);
+  return true;  // queued: a failed write drops c, which fails what was queued
+}
+
+bool data_plane::flush_at_once(const std::shared_ptr<connection>& c, std::unique_lock<std::mutex>& lock) {
+  auto frames = take_plain_front(c->outbox, c->ring_ready);
+  if (frames.empty()) {  // a payload through the ring first: the writer thread's
+    c->out_ready.notify_all();
+    return true;
+  }
+  c->writing = true;
+  lock.unlock();
+  auto iov = pieces_left(frames);
+  ++socket_writes_;
+  auto k = write_now(c->fd, iov.data(), iov.size());
+  const auto error = errno;
+  lock.lock();
+  c->writing = false;
+  if (k < 0) {
+    lock.unlock();
+    c->out_ready.notify_all();
+    drop(c, std::string("writing frames: ") + std::strerror(error));
+    lock.lock();
+    return false;
+  }
+  put_back_unwritten(frames, static_cast<std::uint64_t>(k), c->outbox);
+  if (!c->outbox.empty()) c->out_ready.notify_all();
+  lock.unlock();
+  frames.clear();  // written: their `keep`s go (a write_signal tells its tracker) without the lock
+  lock.lock();
+  return true;
+}
+
+void data_plane::release(const std::shared_ptr<connection>& c) {
+  std::unique_lock<std::mutex> lock(c->out_mtx);
+  if (--c->holds > 0 || c->broken || c->outbox.empty()) return;
+  if (c->writing)
+    c->out_ready.notify_all();  // the writer thread goes on with what waits
+  else
+    flush_at_once(c, lock);
+}
 
 // What goes at once of a frame nothing is queued before, without waiting: on the socket,
 // what it takes; through the ring (which has room for all of it), the header if the
@@ -708,6 +830,7 @@ std::optional<bool> data_plane::write_at_once(const std::shared_ptr<connection>&
                                               bool by_ring) {
   if (!by_ring) {
     auto iov = pieces_left(frame);
+    ++socket_writes_;
     auto k = write_now(c->fd, iov.data(), iov.size());
     if (k < 0) return std::nullopt;
     frame.done += static_cast<std::uint64_t>(k);
@@ -728,10 +851,12 @@ std::optional<bool> data_plane::write_at_once(const std::shared_ptr<connection>&
 // for the writer thread. Never waits for the socket. False when the connection is broken
 // (the caller sends the block).
 bool data_plane::send_or_queue(const std::shared_ptr<connection>& c, data_plane_frame frame) {
+  if (auto* batch = write_batch::open()) return hold_in_batch(*batch, c, std::move(frame));
   std::unique_lock<std::mutex> lock(c->out_mtx);
   if (c->broken) return false;
   const bool by_ring = frame.ticket != 0 && c->ring_ready;
-  if (c->outbox.empty() && !c->writing && (!by_ring || c->out_ring->room() >= frame.bytes - bulk_header_bytes)) {
+  const bool idle = c->outbox.empty() && !c->writing && c->holds == 0;
+  if (idle && (!by_ring || c->out_ring->room() >= frame.bytes - bulk_header_bytes)) {
     c->writing = true;
     lock.unlock();
     auto out = write_at_once(c, frame, by_ring);
@@ -769,14 +894,21 @@ bool data_plane::write_frame(const std::shared_ptr<connection>& c, data_plane_fr
     ok = write_all(c->fd, &head, 1);
     if (ok) return into_ring(c, frame, [&] { return gone(*c); }, why);
   } else {
-    auto iov = pieces_left(frame);
-    // sendmsg takes at most IOV_MAX pieces at a time.
-    for (std::size_t at = 0; ok && at < iov.size(); at += iov_max)
-      ok = write_all(c->fd, iov.data() + at, static_cast<int>(std::min(iov_max, iov.size() - at)));
+    return write_plain(c, {&frame, 1}, why);
   }
-  if (!ok)
-    *why = errno == EAGAIN || errno == EWOULDBLOCK ? "no progress for " + std::to_string(stall_timeout_.count()) + " ms"
-                                                   : errno_text();
+  if (!ok) *why = stall_or_error(stall_timeout_);
+  return ok;
+}
+
+// Plain frames, all of them, in as few sendmsg calls as IOV_MAX allows.
+bool data_plane::write_plain(const std::shared_ptr<connection>& c, std::span<const data_plane_frame> frames,
+                             std::string* why) {
+  auto iov = pieces_left(frames);
+  ++socket_writes_;
+  bool ok = true;
+  for (std::size_t at = 0; ok && at < iov.size(); at += iov_max)
+    ok = write_all(c->fd, iov.data() + at, static_cast<int>(std::min(iov_max, iov.size() - at)));
+  if (!ok) *why = stall_or_error(stall_timeout_);
   return ok;
 }
 
@@ -800,17 +932,23 @@ bool data_plane::into_ring(const std::shared_ptr<connection>& c, const data_plan
 // claim of its payloads fails at once at the receiver, naming it.
 void data_plane::write_loop(std::shared_ptr<connection> c) {
   for (;;) {
-    data_plane_frame frame;
+    std::vector<data_plane_frame> frames;  // plain ones together: one sendmsg for a burst of small frames
     {
       std::unique_lock<std::mutex> lock(c->out_mtx);
-      c->out_ready.wait(lock, [&] { return c->broken || stopping_ || (!c->outbox.empty() && !c->writing); });
+      c->out_ready.wait(lock, [&] {
+        return c->broken || stopping_ || (!c->outbox.empty() && !c->writing && c->holds == 0);
+      });
       if (c->broken || stopping_) return;
-      frame = std::move(c->outbox.front());
-      c->outbox.pop_front();
+      frames = take_plain_front(c->outbox, c->ring_ready);
+      if (frames.empty()) {
+        frames.push_back(std::move(c->outbox.front()));
+        c->outbox.pop_front();
+      }
       c->writing = true;
     }
     std::string why;
-    bool ok = write_frame(c, frame, &why);
+    bool ok = frames.size() == 1 ? write_frame(c, frames.front(), &why) : write_plain(c, frames, &why);
+    const auto ticket = frames.front().ticket;
     {
       std::lock_guard<std::mutex> guard(c->out_mtx);
       c->writing = false;
@@ -819,8 +957,8 @@ void data_plane::write_loop(std::shared_ptr<connection> c) {
     if (ok) continue;
     if (!c->broken && !stopping_)
       std::fprintf(stderr, "%s failed: %s; payload %llu and those queued behind it are lost, their claims fail\n",
-                   c->name.c_str(), why.c_str(), static_cast<unsigned long long>(frame.ticket));
-    drop(c, "writing payload " + std::to_string(frame.ticket) + ": " + why);
+                   c->name.c_str(), why.c_str(), static_cast<unsigned long long>(ticket));
+    drop(c, "writing payload " + std::to_string(ticket) + ": " + why);
     return;
   }
 }

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include <caf/actor_system.hpp>
+#include <caf/invoke_message_result.hpp>
 #include <caf/mailbox_element.hpp>
 
 #include "actors/messages.hpp"
@@ -34,6 +35,8 @@
 #include <sys/uio.h>
 
 namespace ps {
+
+class write_batch;
 
 struct data_plane_frame;  // a payload on its way out (data_plane.cpp)
 struct plane_link;        // how proxies reach their plane (data_plane.cpp)
@@ -147,6 +150,8 @@ class data_plane {
   // Messages written to and read from data connections so far.
   std::uint64_t messages_sent() const { return messages_sent_; }
   std::uint64_t messages_received() const { return messages_received_; }
+  // Writes of frames on sockets so far (a write_batch makes one of many frames).
+  std::uint64_t socket_writes() const { return socket_writes_; }
   // Requests sent over data connections whose answers have not come.
   std::size_t requests_unanswered() const;
 
@@ -157,6 +162,7 @@ class data_plane {
   std::uint64_t shm_bytes_sent() const { return shm_bytes_sent_; }
 
  private:
+  friend class write_batch;
   struct connection;
   void accept_loop();
   void read_loop(std::shared_ptr<connection> c);
@@ -174,10 +180,19 @@ class data_plane {
   // "" while c stands, else why it does not (a ring's wait asks between slices).
   std::string gone(const connection& c) const;
   bool write_frame(const std::shared_ptr<connection>& c, data_plane_frame& frame, std::string* why);
+  bool write_plain(const std::shared_ptr<connection>& c, std::span<const data_plane_frame> frames, std::string* why);
   bool into_ring(const std::shared_ptr<connection>& c, const data_plane_frame& frame, const shm_ring::alive_check& alive,
                  std::string* why);
   void write_loop(std::shared_ptr<connection> c);
   bool send_or_queue(const std::shared_ptr<connection>& c, data_plane_frame frame);
+  // send_or_queue while a write_batch is open on this thread: queued and held.
+  bool hold_in_batch(write_batch& batch, const std::shared_ptr<connection>& c, data_plane_frame frame);
+  // Writes the plain frames at the front of c's queue in one sendmsg, without waiting;
+  // the writer thread gets what the socket did not take. Takes the lock held on c's
+  // out_mtx and gives it back locked. False when the write failed (c was dropped).
+  bool flush_at_once(const std::shared_ptr<connection>& c, std::unique_lock<std::mutex>& lock);
+  // A batch lets go of c: the last holder writes what waits.
+  void release(const std::shared_ptr<connection>& c);
   std::optional<bool> write_at_once(const std::shared_ptr<connection>& c, data_plane_frame& frame, bool by_ring);
   // Tells the peer this side takes messages (a message frame without a body).
   void announce_messages(const std::shared_ptr<connection>& c);
@@ -232,6 +247,69 @@ class data_plane {
   std::shared_ptr<plane_link> link_;
   std::atomic<std::uint64_t> messages_sent_{0};
   std::atomic<std::uint64_t> messages_received_{0};
+  std::atomic<std::uint64_t> socket_writes_{0};
+};
+
+// Frames an actor sends while it takes messages that were waiting in its mailbox are
+// held in their connections' queues and leave together once the mailbox is empty: one
+// sendmsg, one wake-up of the peer's reader and one of the receiving actor for a burst
+// of small requests or answers instead of one each (on 2 cores those cost more than the
+// messages' own work). A lone message goes out when its handler returns, as before.
+// Held frames leave at once when they reach hold_bytes or hold_frames, so a busy actor
+// cannot keep them back.
+class write_batch {
+ public:
+  static constexpr std::uint64_t hold_bytes = 64u << 10;
+  static constexpr std::size_t hold_frames = 32;
+  write_batch() = default;
+  write_batch(const write_batch&) = delete;
+  write_batch& operator=(const write_batch&) = delete;
+  ~write_batch() { release(); }
+  // The batch open on this thread, if any.
+  static write_batch* open();
+  // Opens `batch` on this thread for its lifetime (a batch already open stays the one).
+  class scope {
+   public:
+    explicit scope(write_batch& batch);
+    ~scope();
+    scope(const scope&) = delete;
+    scope& operator=(const scope&) = delete;
+
+   private:
+    bool opened_;
+  };
+  // Every connection it holds writes what waits.
+  void release();
+
+ private:
+  friend class data_plane;
+  struct held {
+    std::shared_ptr<plane_link> link;
+    std::shared_ptr<data_plane::connection> conn;
+  };
+  std::vector<held> held_;
+};
+
+// An actor (Base: CAF's stateful_actor of a state) whose frames on data connections
+// go out in batches (write_batch). Name it as the actor function's `self` type and
+// spawn the function as before.
+template <class Base>
+class batched_writes : public Base {
+ public:
+  using Base::Base;
+
+  caf::invoke_message_result consume(caf::mailbox_element& x) override {
+    caf::invoke_message_result result;
+    {
+      write_batch::scope open(batch_);
+      result = Base::consume(x);
+    }
+    if (this->mailbox().empty() || !this->alive()) batch_.release();
+    return result;
+  }
+
+ private:
+  write_batch batch_;
 };
 
 // The block's values: itself when it holds them, its encoded values decoded, or its payload

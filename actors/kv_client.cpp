@@ -295,7 +295,8 @@ using client_impl = client_actor::extend<
   // or none did in time (why).
   caf::reacts_to<rejoin_atom, caf::actor>,
   caf::reacts_to<rejoin_atom, std::string>>;
-using client_ptr = client_impl::stateful_pointer<client_state>;
+// A burst of requests (and clock ticks) to one shard leaves in one write (write_batch).
+using client_ptr = batched_writes<caf::stateful_actor<client_state, client_impl::base>>*;
 
 void launch(client_ptr self, std::size_t idx, pending_request r);
 

@@ -6,6 +6,7 @@
 
 #include <caf/binary_deserializer.hpp>
 
+#include "libps/bulk.hpp"
 #include "libps/codec.hpp"
 
 namespace ps {
@@ -21,18 +22,44 @@ caf::error write_raw(caf::serializer& f, const T* data, std::uint64_t n) {
   return f.end_sequence();
 }
 
+// The count of a sequence of T: it comes from the peer, and a few bytes could announce
+// terabytes. CAF's network layer decodes from a buffer, whose remaining bytes bound what
+// the block can hold.
 template <class T>
-caf::error read_raw(caf::deserializer& f, std::vector<T>& out) {
-  size_t n = 0;
+caf::error read_count(caf::deserializer& f, size_t& n) {
   if (auto e = f.begin_sequence(n)) return e;
-  // The count comes from the peer: a few bytes could announce terabytes. CAF's network
-  // layer decodes from a buffer, whose remaining bytes bound what the block can hold.
   if (auto* buffer = dynamic_cast<caf::binary_deserializer*>(&f); buffer && n > buffer->remaining() / sizeof(T))
     return make_ps_error("a block announces " + std::to_string(n) + " elements of " + std::to_string(sizeof(T)) +
                          " bytes; the message has " + std::to_string(buffer->remaining()) + " bytes left");
+  return {};
+}
+
+template <class T>
+caf::error read_raw(caf::deserializer& f, std::vector<T>& out) {
+  size_t n = 0;
+  if (auto e = read_count<T>(f, n)) return e;
   out.resize(n);
   if (n > 0)
     if (auto e = f.apply_raw(n * sizeof(T), out.data())) return e;
+  return f.end_sequence();
+}
+
+// Values inline in messages (below the data plane's threshold) are read into recycled
+// buffers: a fresh 4 KiB block per message, freed on another thread, cost the reading
+// thread glibc's malloc_consolidate pass nearly every time (a sixth of a 4 KiB window-8
+// cell's CPU on the server's reader, BENCHMARKS.md).
+std::shared_ptr<std::vector<float>> inline_values(std::size_t n) {
+  static const auto recycled = buffer_pool::make(4u << 20);
+  constexpr std::size_t largest_recycled = 64u << 10;  // floats
+  return n > 0 && n <= largest_recycled ? recycled->get(n) : std::make_shared<std::vector<float>>(n);
+}
+
+caf::error read_values(caf::deserializer& f, std::shared_ptr<std::vector<float>>& out) {
+  size_t n = 0;
+  if (auto e = read_count<float>(f, n)) return e;
+  out = inline_values(n);
+  if (n > 0)
+    if (auto e = f.apply_raw(n * sizeof(float), out->data())) return e;
   return f.end_sequence();
 }
 
@@ -68,8 +95,8 @@ caf::error inspect(caf::deserializer& f, float_block& x) {
     if (x.ticket == 0) return make_ps_error("float_block: a named payload without a ticket");
     return {};
   }
-  auto v = std::make_shared<std::vector<float>>();
-  if (auto e = read_raw(f, *v)) return e;
+  std::shared_ptr<std::vector<float>> v;
+  if (auto e = read_values(f, v)) return e;
   x.size = v->size();
   x.storage = std::move(v);
   return {};

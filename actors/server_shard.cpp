@@ -36,7 +36,7 @@ void shard_state::trace(const trace_event& e) const {
 
 namespace {
 
-using self_ptr = shard_actor::stateful_pointer<shard_state>;
+using self_ptr = shard_impl*;
 using ack_promise = caf::typed_response_promise<std::uint64_t>;
 
 shard_request request_of(const request_header& h) { return {h.epoch, h.worker, h.clock, h.seq, h.tick}; }

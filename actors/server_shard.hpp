@@ -178,7 +178,10 @@ struct shard_state {
   void trace(const trace_event& e) const;
 };
 
-shard_actor::behavior_type server_shard(shard_actor::stateful_pointer<shard_state> self,
-                                        coordinator_actor coordinator, shard_options opts);
+// The shard's answers to a burst of requests leave in one write per connection
+// (write_batch).
+using shard_impl = batched_writes<caf::stateful_actor<shard_state, shard_actor::base>>;
+
+shard_actor::behavior_type server_shard(shard_impl* self, coordinator_actor coordinator, shard_options opts);
 
 }  // namespace ps

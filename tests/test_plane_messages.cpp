@@ -92,6 +92,32 @@ TEST_CASE_FIXTURE(plane_fixture, "plane messages: a request through a proxy is a
   caf::anon_send_exit(target, caf::exit_reason::user_shutdown);
 }
 
+TEST_CASE_FIXTURE(plane_fixture, "plane messages: frames sent while a write batch is open leave in one write when "
+                                 "it lets go") {
+  auto target = sys.spawn(ticker, std::make_shared<std::vector<caf::response_promise>>());
+  auto proxy = connect_to(target);
+  const auto writes_before = worker->socket_writes();
+  std::vector<decltype(asker->request(proxy, 10s, clock_atom::value, request_header{}))> asked;
+  write_batch batch;
+  {
+    write_batch::scope open(batch);
+    CHECK(write_batch::open() == &batch);
+    for (std::uint64_t c = 1; c <= 10; ++c)
+      asked.push_back(asker->request(proxy, 10s, clock_atom::value, request_header{1, 0, c, 7}));
+  }
+  CHECK(write_batch::open() == nullptr);
+  CHECK(worker->messages_sent() == 10);
+  CHECK(worker->socket_writes() == writes_before);  // held: no thread writes them meanwhile
+  batch.release();
+  CHECK(worker->socket_writes() == writes_before + 1);
+  for (std::uint64_t c = 1; c <= 10; ++c) {
+    std::uint64_t answer = 0;
+    std::move(asked[c - 1]).receive([&](std::uint64_t a) { answer = a; }, [&](caf::error& e) { FAIL(describe(e)); });
+    CHECK(answer == c + 1);
+  }
+  caf::anon_send_exit(target, caf::exit_reason::user_shutdown);
+}
+
 TEST_CASE_FIXTURE(plane_fixture, "plane messages: what the served actor does not take over data connections is refused") {
   auto target = sys.spawn(ticker, std::make_shared<std::vector<caf::response_promise>>());
   auto proxy = connect_to(target);
