@@ -37,16 +37,18 @@ struct plane_fixture {
     register_types(c);
     return c;
   }
-  // Serves `target` on the server plane (clock ticks only) and returns the worker's proxy
-  // of it, once the server has said that it takes messages.
-  caf::actor connect_to(const caf::actor& target) {
+  // Serves `target` on the server plane (clock ticks only) and returns the proxy of it
+  // that `from` (the worker plane unless said) makes, once the server has said that it
+  // takes messages.
+  caf::actor connect_to(const caf::actor& target) { return connect_to(target, *worker); }
+  caf::actor connect_to(const caf::actor& target, data_plane& from) {
     server->serve(caf::actor_cast<caf::strong_actor_ptr>(target), [](caf::message_id mid, const caf::message& msg) {
       return mid.is_request() && msg.match_element<caf::atom_value>(0) && msg.get_as<caf::atom_value>(0) == clock_atom::value;
     });
     std::string why;
-    REQUIRE_MESSAGE(worker->connect(server->token(), "127.0.0.1", server->port(), &why), why);
-    REQUIRE(worker->takes_messages(server->token(), 5s));  // its word crosses the connection once
-    auto proxy = worker->proxy(server->token(), target.id(), target.node());
+    REQUIRE_MESSAGE(from.connect(server->token(), "127.0.0.1", server->port(), &why), why);
+    REQUIRE(from.takes_messages(server->token(), 5s));  // its word crosses the connection once
+    auto proxy = from.proxy(server->token(), target.id(), target.node());
     REQUIRE(proxy);
     return caf::actor_cast<caf::actor>(proxy);
   }
@@ -73,7 +75,44 @@ caf::behavior ticker(caf::event_based_actor* self, held_promises held) {
   };
 }
 
+// Sends each number it is sent to `to` as a clock tick (a tick of clock 0 is never
+// answered, so no answer comes back while the test runs the actor).
+struct relay_state {};
+using relay_actor = batched_writes<caf::stateful_actor<relay_state, caf::event_based_actor>>;
+
+caf::behavior relay(relay_actor* self, caf::actor to) {
+  return {[=](std::uint64_t clock) {
+    self->request(to, caf::infinite, clock_atom::value, request_header{1, 0, clock, 7}).then([](std::uint64_t) {});
+  }};
+}
+
 }  // namespace
+
+TEST_CASE_FIXTURE(plane_fixture, "plane messages: a batched_writes actor's requests for messages waiting in its "
+                                 "mailbox leave in one write") {
+  // The relay runs on CAF's deterministic coordinator, so its ten messages are waiting
+  // when it runs; the plane it sends through has real sockets and threads.
+  caf::actor_system_config test_cfg;
+  test_cfg.set("scheduler.policy", caf::atom("testing"));
+  caf::actor_system test_sys(init(test_cfg));
+  auto& sched = dynamic_cast<caf::scheduler::test_coordinator&>(test_sys.scheduler());
+  auto sender = std::make_unique<data_plane>("127.0.0.1", 1024, 10s, 10s);
+  sender->enable_messages(test_sys);
+  auto held = std::make_shared<std::vector<caf::response_promise>>();
+  auto target = sys.spawn(ticker, held);
+  auto relay_to_target = test_sys.spawn(relay, connect_to(target, *sender));
+  sched.run();
+  const auto writes_before = sender->socket_writes();
+  for (std::uint64_t i = 0; i < 10; ++i) caf::anon_send(relay_to_target, std::uint64_t{0});
+  sched.run();
+  CHECK(sender->messages_sent() == 10);
+  CHECK(sender->socket_writes() == writes_before + 1);
+  CHECK(sender->requests_unanswered() == 10);
+  sender.reset();  // first: the unsent answers it gives are delivered on this thread
+  caf::anon_send_exit(relay_to_target, caf::exit_reason::user_shutdown);
+  sched.run();
+  caf::anon_send_exit(target, caf::exit_reason::user_shutdown);
+}
 
 TEST_CASE_FIXTURE(plane_fixture, "plane messages: a request through a proxy is answered over the data connection") {
   auto target = sys.spawn(ticker, std::make_shared<std::vector<caf::response_promise>>());
