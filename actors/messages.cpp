@@ -46,8 +46,8 @@ caf::error read_raw(caf::deserializer& f, std::vector<T>& out) {
 
 // Values inline in messages (below the data plane's threshold) are read into recycled
 // buffers: a fresh 4 KiB block per message, freed on another thread, cost the reading
-// thread glibc's malloc_consolidate pass nearly every time (a sixth of a 4 KiB window-8
-// cell's CPU on the server's reader, BENCHMARKS.md).
+// thread a glibc malloc_consolidate pass nearly every time (with the allocation itself,
+// a third of the server's reader thread in a 4 KiB window-8 cell; BENCHMARKS.md).
 std::shared_ptr<std::vector<float>> inline_values(std::size_t n) {
   static const auto recycled = buffer_pool::make(4u << 20);
   constexpr std::size_t largest_recycled = 64u << 10;  // floats

@@ -426,9 +426,14 @@ std::string bench_app(worker_context& ctx) {
     ctx.kv.push(keys, payload).get();  // creates the keys (sum rule: overlaps are fine)
     // Pull results land in buffers made before the cells, as a training loop makes its
     // model's once: fresh memory costs more than the transfer here (kv_client::pull).
-    std::vector<std::vector<float>> spare;
-    auto max_window = *std::max_element(windows.begin(), windows.end());
-    while (spare.size() < static_cast<std::size_t>(max_window)) spare.emplace_back(n);
+    // The one used last goes again (window 1: always the same, warm in cache), or with
+    // --pull-buffers=N they take turns, N at least (window 1 then writes cold memory as
+    // window 8 does: BENCHMARKS.md, "16 MiB pulls at window 8").
+    std::deque<std::vector<float>> spare;
+    const auto rotate = ctx.cfg.app_count("pull-buffers") > 0;
+    const auto largest_window = static_cast<std::size_t>(*std::max_element(windows.begin(), windows.end()));
+    const auto buffers = std::max(largest_window, ctx.cfg.app_count("pull-buffers"));
+    while (spare.size() < buffers) spare.emplace_back(n);
     for (auto window : windows)
       for (std::string op : {"push", "pull"}) {
         ctx.barrier();
@@ -439,8 +444,9 @@ std::string bench_app(worker_context& ctx) {
           if (op == "push") {
             f = ctx.kv.push(keys, payload);
           } else {
-            f = ctx.kv.pull(keys, std::move(spare.back()));
-            spare.pop_back();
+            auto& taken = rotate ? spare.front() : spare.back();
+            f = ctx.kv.pull(keys, std::move(taken));
+            rotate ? spare.pop_front() : spare.pop_back();
           }
           inflight.emplace_back(std::move(f), clock_type::now());
         };
@@ -604,6 +610,10 @@ std::vector<app_flag> bench_flags() {
            each("sizes", [](std::int64_t s) { return s >= 4 && s % 4 == 0; }, "is not a positive multiple of 4 bytes")},
           {"windows", app_flag_kind::counts, "[]", "bench_kv: requests in flight, e.g. [1,8]",
            each("windows", [](std::int64_t w) { return w >= 1 && w <= 1024; }, "is not in [1, 1024]")},
+          {"pull-buffers", app_flag_kind::count, "0",
+           "bench_kv: 0: a pull lands in the buffer used last (window 1 reuses one, warm); N: pulls take turns "
+           "over max(N, window) buffers",
+           {}},
           {"cell-seconds", app_flag_kind::number, "0.5", "bench_kv: seconds per measured cell",
            [](const node_config& c) { return c.app_number("cell-seconds") > 0 ? "" : "must be > 0"; }},
           {"transport", app_flag_kind::text, "both", "bench_kv: tcp, shm (shared memory between processes) or both",

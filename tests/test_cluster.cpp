@@ -2171,8 +2171,9 @@ TEST_CASE("bench_kv: the limits first (TCP loopback, memcpy), then a row per op,
   }
   CHECK(cells.size() == 16);
   CHECK(std::count_if(cells.begin(), cells.end(), [](const auto& c) { return std::get<0>(c) == "shm"; }) == 8);
+  // One transport; pulls taking turns over three buffers.
   auto [tcp_rc, tcp_out] = shell("bin/bench_kv --servers=1 --workers=1 --sizes=[1048576] --windows=[1] "
-                                 "--cell-seconds=0.05 --transport=tcp");
+                                 "--cell-seconds=0.05 --transport=tcp --pull-buffers=3");
   CHECK(tcp_rc == 0);
   CHECK(tcp_out.find(R"("transport":"shm")") == std::string::npos);
   CHECK(tcp_out.find(R"("transport":"tcp")") != std::string::npos);
