@@ -304,7 +304,11 @@ class batched_writes : public Base {
       write_batch::scope open(batch_);
       result = Base::consume(x);
     }
-    if (this->mailbox().empty() || !this->alive()) batch_.release();
+    // Skipped: the actor awaits a response (`await`) and takes nothing else until it
+    // comes, which may need what it holds (a shard awaits its payloads' writes).
+    // (Skipped messages wait outside what mailbox().empty() counts.)
+    if (this->mailbox().empty() || !this->alive() || result == caf::invoke_message_result::skipped)
+      batch_.release();
     return result;
   }
 
