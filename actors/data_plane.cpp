@@ -687,16 +687,21 @@ std::optional<float_block> data_plane::offload(std::uint64_t peer, std::span<con
 
 namespace {
 
-// The frame's header and parts not yet written, as pieces for sendmsg.
-std::vector<iovec> pieces_left(const data_plane_frame& frame) {
-  std::vector<iovec> iov;
-  iov.reserve(frame.parts.size() + 1);
+// Appends the frame's header and parts not yet written to iov, as pieces for sendmsg.
+void append_pieces_left(const data_plane_frame& frame, std::vector<iovec>& iov) {
+  const auto first = iov.size();
   iov.push_back({const_cast<std::byte*>(frame.header.data()), frame.header.size()});
   for (auto p : frame.parts) iov.push_back({const_cast<float*>(p.data()), p.size_bytes()});
-  iovec* at = iov.data();
-  std::size_t n = iov.size();
+  iovec* at = iov.data() + first;
+  std::size_t n = iov.size() - first;
   consume(at, n, frame.done);
-  iov.erase(iov.begin(), iov.begin() + (at - iov.data()));
+  iov.erase(iov.begin() + static_cast<std::ptrdiff_t>(first), iov.begin() + (at - iov.data()));
+}
+
+// The frames' headers and parts not yet written, in order, as pieces for sendmsg.
+std::vector<iovec> pieces_left(std::span<const data_plane_frame> frames) {
+  std::vector<iovec> iov;
+  for (const auto& f : frames) append_pieces_left(f, iov);
   return iov;
 }
 
@@ -722,15 +727,6 @@ std::vector<data_plane_frame> take_plain_front(std::deque<data_plane_frame>& out
     outbox.pop_front();
   }
   return frames;
-}
-
-std::vector<iovec> pieces_left(std::span<const data_plane_frame> frames) {
-  std::vector<iovec> iov;
-  for (const auto& f : frames) {
-    auto left = pieces_left(f);
-    iov.insert(iov.end(), left.begin(), left.end());
-  }
-  return iov;
 }
 
 // After `written` bytes of frames went out: those not finished go back to the front of
@@ -784,11 +780,11 @@ bool data_plane::hold_in_batch(write_batch& batch, const std::shared_ptr<connect
   return true;  // queued: a failed write drops c, which fails what was queued
 }
 
-bool data_plane::flush_at_once(const std::shared_ptr<connection>& c, std::unique_lock<std::mutex>& lock) {
+void data_plane::flush_at_once(const std::shared_ptr<connection>& c, std::unique_lock<std::mutex>& lock) {
   auto frames = take_plain_front(c->outbox, c->ring_ready);
   if (frames.empty()) {  // a payload through the ring first: the writer thread's
     c->out_ready.notify_all();
-    return true;
+    return;
   }
   c->writing = true;
   lock.unlock();
@@ -803,14 +799,13 @@ bool data_plane::flush_at_once(const std::shared_ptr<connection>& c, std::unique
     c->out_ready.notify_all();
     drop(c, std::string("writing frames: ") + std::strerror(error));
     lock.lock();
-    return false;
+    return;
   }
   put_back_unwritten(frames, static_cast<std::uint64_t>(k), c->outbox);
   if (!c->outbox.empty()) c->out_ready.notify_all();
   lock.unlock();
   frames.clear();  // written: their `keep`s go (a write_signal tells its tracker) without the lock
   lock.lock();
-  return true;
 }
 
 void data_plane::release(const std::shared_ptr<connection>& c) {
@@ -829,7 +824,7 @@ void data_plane::release(const std::shared_ptr<connection>& c) {
 std::optional<bool> data_plane::write_at_once(const std::shared_ptr<connection>& c, data_plane_frame& frame,
                                               bool by_ring) {
   if (!by_ring) {
-    auto iov = pieces_left(frame);
+    auto iov = pieces_left({&frame, 1});
     ++socket_writes_;
     auto k = write_now(c->fd, iov.data(), iov.size());
     if (k < 0) return std::nullopt;
@@ -883,21 +878,16 @@ bool data_plane::send_or_queue(const std::shared_ptr<connection>& c, data_plane_
   return true;
 }
 
-// One frame, all of it: a payload through the ring once the peer mapped it (its header
-// on the socket first, so the reader knows where its bytes come from), else on the
-// socket. False, with *why, when it could not be written.
-bool data_plane::write_frame(const std::shared_ptr<connection>& c, data_plane_frame& frame, std::string* why) {
-  bool ok = true;
-  if (frame.ticket != 0 && frame.done == 0 && c->ring_ready) {  // ring_ready also covers a header begun at once
-    auto header = ring_header(frame);
-    iovec head{header.data() + frame.ring_header_done, header.size() - frame.ring_header_done};
-    ok = write_all(c->fd, &head, 1);
-    if (ok) return into_ring(c, frame, [&] { return gone(*c); }, why);
-  } else {
-    return write_plain(c, {&frame, 1}, why);
-  }
-  if (!ok) *why = stall_or_error(stall_timeout_);
-  return ok;
+// A payload through the ring, all of it: its header on the socket first (so the reader
+// knows where its bytes come from; ring_header_done of it may be out already), then its
+// floats. False, with *why, when it could not be written.
+bool data_plane::write_ring_payload(const std::shared_ptr<connection>& c, const data_plane_frame& frame,
+                                    std::string* why) {
+  auto header = ring_header(frame);
+  iovec head{header.data() + frame.ring_header_done, header.size() - frame.ring_header_done};
+  if (write_all(c->fd, &head, 1)) return into_ring(c, frame, [&] { return gone(*c); }, why);
+  *why = stall_or_error(stall_timeout_);
+  return false;
 }
 
 // Plain frames, all of them, in as few sendmsg calls as IOV_MAX allows.
@@ -933,6 +923,7 @@ bool data_plane::into_ring(const std::shared_ptr<connection>& c, const data_plan
 void data_plane::write_loop(std::shared_ptr<connection> c) {
   for (;;) {
     std::vector<data_plane_frame> frames;  // plain ones together: one sendmsg for a burst of small frames
+    bool by_ring = false;
     {
       std::unique_lock<std::mutex> lock(c->out_mtx);
       c->out_ready.wait(lock, [&] {
@@ -940,14 +931,15 @@ void data_plane::write_loop(std::shared_ptr<connection> c) {
       });
       if (c->broken || stopping_) return;
       frames = take_plain_front(c->outbox, c->ring_ready);
-      if (frames.empty()) {
+      by_ring = frames.empty();  // a payload through the ring is first
+      if (by_ring) {
         frames.push_back(std::move(c->outbox.front()));
         c->outbox.pop_front();
       }
       c->writing = true;
     }
     std::string why;
-    bool ok = frames.size() == 1 ? write_frame(c, frames.front(), &why) : write_plain(c, frames, &why);
+    bool ok = by_ring ? write_ring_payload(c, frames.front(), &why) : write_plain(c, frames, &why);
     const auto ticket = frames.front().ticket;
     {
       std::lock_guard<std::mutex> guard(c->out_mtx);

@@ -179,7 +179,7 @@ class data_plane {
   void ring_answer(const std::shared_ptr<connection>& c, const bulk_header& h);
   // "" while c stands, else why it does not (a ring's wait asks between slices).
   std::string gone(const connection& c) const;
-  bool write_frame(const std::shared_ptr<connection>& c, data_plane_frame& frame, std::string* why);
+  bool write_ring_payload(const std::shared_ptr<connection>& c, const data_plane_frame& frame, std::string* why);
   bool write_plain(const std::shared_ptr<connection>& c, std::span<const data_plane_frame> frames, std::string* why);
   bool into_ring(const std::shared_ptr<connection>& c, const data_plane_frame& frame, const shm_ring::alive_check& alive,
                  std::string* why);
@@ -189,8 +189,8 @@ class data_plane {
   bool hold_in_batch(write_batch& batch, const std::shared_ptr<connection>& c, data_plane_frame frame);
   // Writes the plain frames at the front of c's queue in one sendmsg, without waiting;
   // the writer thread gets what the socket did not take. Takes the lock held on c's
-  // out_mtx and gives it back locked. False when the write failed (c was dropped).
-  bool flush_at_once(const std::shared_ptr<connection>& c, std::unique_lock<std::mutex>& lock);
+  // out_mtx and gives it back locked; a write that fails drops c.
+  void flush_at_once(const std::shared_ptr<connection>& c, std::unique_lock<std::mutex>& lock);
   // A batch lets go of c: the last holder writes what waits.
   void release(const std::shared_ptr<connection>& c);
   std::optional<bool> write_at_once(const std::shared_ptr<connection>& c, data_plane_frame& frame, bool by_ring);
