@@ -34,14 +34,23 @@ caf::error read_count(caf::deserializer& f, size_t& n) {
   return {};
 }
 
-template <class T>
-caf::error read_raw(caf::deserializer& f, std::vector<T>& out) {
+// A sequence of T read into the storage that place(n) gives for its n elements.
+template <class T, class Place>
+caf::error read_into(caf::deserializer& f, Place place) {
   size_t n = 0;
   if (auto e = read_count<T>(f, n)) return e;
-  out.resize(n);
+  T* data = place(n);
   if (n > 0)
-    if (auto e = f.apply_raw(n * sizeof(T), out.data())) return e;
+    if (auto e = f.apply_raw(n * sizeof(T), data)) return e;
   return f.end_sequence();
+}
+
+template <class T>
+caf::error read_raw(caf::deserializer& f, std::vector<T>& out) {
+  return read_into<T>(f, [&](size_t n) {
+    out.resize(n);
+    return out.data();
+  });
 }
 
 // Values inline in messages (below the data plane's threshold) are read into recycled
@@ -55,12 +64,10 @@ std::shared_ptr<std::vector<float>> inline_values(std::size_t n) {
 }
 
 caf::error read_values(caf::deserializer& f, std::shared_ptr<std::vector<float>>& out) {
-  size_t n = 0;
-  if (auto e = read_count<float>(f, n)) return e;
-  out = inline_values(n);
-  if (n > 0)
-    if (auto e = f.apply_raw(n * sizeof(float), out->data())) return e;
-  return f.end_sequence();
+  return read_into<float>(f, [&](size_t n) {
+    out = inline_values(n);
+    return out->data();
+  });
 }
 
 }  // namespace
