@@ -19,12 +19,27 @@ using namespace std::chrono_literals;
 
 namespace {
 
+// Answers a tick with its clock plus one; a tick of clock 0 is never answered.
+using held_promises = std::shared_ptr<std::vector<caf::response_promise>>;
+
+caf::behavior ticker(caf::event_based_actor* self, held_promises held) {
+  return {
+    [=](clock_atom, const request_header& h) -> caf::result<std::uint64_t> {
+      if (h.clock > 0) return h.clock + 1;
+      held->push_back(self->make_response_promise());
+      return caf::delegated<std::uint64_t>();
+    },
+    [=](data_atom) { return std::string("not over data connections"); },
+  };
+}
+
 struct plane_fixture {
   caf::actor_system_config cfg;
   caf::actor_system sys;
   std::unique_ptr<data_plane> worker = std::make_unique<data_plane>("127.0.0.1", 1024, 10s, 10s);
   std::unique_ptr<data_plane> server = std::make_unique<data_plane>("127.0.0.1", 1024, 10s, 10s);
   caf::scoped_actor asker{sys};
+  std::vector<caf::actor> tickers;  // ended with the fixture
 
   plane_fixture() : sys(init(cfg)) {
     worker->enable_messages(sys);
@@ -32,6 +47,13 @@ struct plane_fixture {
     worker->serve(caf::actor_cast<caf::strong_actor_ptr>(asker), [](caf::message_id mid, const caf::message&) {
       return mid.is_response();
     });
+  }
+  ~plane_fixture() {
+    for (auto& t : tickers) caf::anon_send_exit(t, caf::exit_reason::user_shutdown);
+  }
+  caf::actor spawn_ticker() {
+    tickers.push_back(sys.spawn(ticker, std::make_shared<std::vector<caf::response_promise>>()));
+    return tickers.back();
   }
   static caf::actor_system_config& init(caf::actor_system_config& c) {
     register_types(c);
@@ -61,20 +83,6 @@ struct plane_fixture {
   }
 };
 
-// Answers a tick with its clock plus one; a tick of clock 0 is never answered.
-using held_promises = std::shared_ptr<std::vector<caf::response_promise>>;
-
-caf::behavior ticker(caf::event_based_actor* self, held_promises held) {
-  return {
-    [=](clock_atom, const request_header& h) -> caf::result<std::uint64_t> {
-      if (h.clock > 0) return h.clock + 1;
-      held->push_back(self->make_response_promise());
-      return caf::delegated<std::uint64_t>();
-    },
-    [=](data_atom) { return std::string("not over data connections"); },
-  };
-}
-
 // Sends each number it is sent to `to` as a clock tick (a tick of clock 0 is never
 // answered, so no answer comes back while the test runs the actor).
 struct relay_state {};
@@ -98,9 +106,7 @@ TEST_CASE_FIXTURE(plane_fixture, "plane messages: a batched_writes actor's reque
   auto& sched = dynamic_cast<caf::scheduler::test_coordinator&>(test_sys.scheduler());
   auto sender = std::make_unique<data_plane>("127.0.0.1", 1024, 10s, 10s);
   sender->enable_messages(test_sys);
-  auto held = std::make_shared<std::vector<caf::response_promise>>();
-  auto target = sys.spawn(ticker, held);
-  auto relay_to_target = test_sys.spawn(relay, connect_to(target, *sender));
+  auto relay_to_target = test_sys.spawn(relay, connect_to(spawn_ticker(), *sender));
   sched.run();
   const auto writes_before = sender->socket_writes();
   for (std::uint64_t i = 0; i < 10; ++i) caf::anon_send(relay_to_target, std::uint64_t{0});
@@ -111,11 +117,10 @@ TEST_CASE_FIXTURE(plane_fixture, "plane messages: a batched_writes actor's reque
   sender.reset();  // first: the unsent answers it gives are delivered on this thread
   caf::anon_send_exit(relay_to_target, caf::exit_reason::user_shutdown);
   sched.run();
-  caf::anon_send_exit(target, caf::exit_reason::user_shutdown);
 }
 
 TEST_CASE_FIXTURE(plane_fixture, "plane messages: a request through a proxy is answered over the data connection") {
-  auto target = sys.spawn(ticker, std::make_shared<std::vector<caf::response_promise>>());
+  auto target = spawn_ticker();
   auto proxy = connect_to(target);
   CHECK(proxy.address() == target.address());  // it stands for the actor itself
   for (std::uint64_t c = 1; c <= 20; ++c) {
@@ -128,12 +133,11 @@ TEST_CASE_FIXTURE(plane_fixture, "plane messages: a request through a proxy is a
   CHECK(server->messages_sent() == 20);
   CHECK(worker->messages_received() == 20);
   CHECK(worker->requests_unanswered() == 0);
-  caf::anon_send_exit(target, caf::exit_reason::user_shutdown);
 }
 
 TEST_CASE_FIXTURE(plane_fixture, "plane messages: frames sent while a write batch is open leave in one write when "
                                  "it lets go") {
-  auto target = sys.spawn(ticker, std::make_shared<std::vector<caf::response_promise>>());
+  auto target = spawn_ticker();
   auto proxy = connect_to(target);
   const auto writes_before = worker->socket_writes();
   std::vector<decltype(asker->request(proxy, 10s, clock_atom::value, request_header{}))> asked;
@@ -154,23 +158,21 @@ TEST_CASE_FIXTURE(plane_fixture, "plane messages: frames sent while a write batc
     std::move(asked[c - 1]).receive([&](std::uint64_t a) { answer = a; }, [&](caf::error& e) { FAIL(describe(e)); });
     CHECK(answer == c + 1);
   }
-  caf::anon_send_exit(target, caf::exit_reason::user_shutdown);
 }
 
 TEST_CASE_FIXTURE(plane_fixture, "plane messages: what the served actor does not take over data connections is refused") {
-  auto target = sys.spawn(ticker, std::make_shared<std::vector<caf::response_promise>>());
+  auto target = spawn_ticker();
   auto proxy = connect_to(target);
   std::string err;
   asker->request(proxy, 10s, data_atom::value)
     .receive([&](const std::string&) { err = "answered"; }, [&](caf::error& e) { err = describe(e); });
   CHECK(err.find("does not take this message") != std::string::npos);
   CHECK(server->messages_received() == 1);
-  caf::anon_send_exit(target, caf::exit_reason::user_shutdown);
 }
 
 TEST_CASE_FIXTURE(plane_fixture, "plane messages: a request whose connection ends is answered unsent at once, and "
                                  "one without a connection too") {
-  auto target = sys.spawn(ticker, std::make_shared<std::vector<caf::response_promise>>());
+  auto target = spawn_ticker();
   auto proxy = connect_to(target);
   auto start = std::chrono::steady_clock::now();
   caf::error err;
@@ -188,7 +190,6 @@ TEST_CASE_FIXTURE(plane_fixture, "plane messages: a request whose connection end
   REQUIRE(!again);
   CHECK(code_of(again.error()) == errc::unsent);
   CHECK(describe(again.error()).find("no data connection") != std::string::npos);
-  caf::anon_send_exit(target, caf::exit_reason::user_shutdown);
 }
 
 TEST_CASE("plane messages: a message frame to a side that takes none closes the connection") {
