@@ -1067,7 +1067,11 @@ void data_plane::announce_messages(const std::shared_ptr<connection>& c) {
 bool data_plane::send_message(std::uint64_t peer, caf::actor_id target, caf::mailbox_element& x) {
   auto c = sys_ ? connection_to(peer) : nullptr;
   if (!c || !c->peer_takes_messages) return false;
+  // Room for a message like this thread's last one: grown byte by byte, a 4 KiB push's
+  // body was copied a dozen times on the way.
+  thread_local std::size_t last_body_bytes = 256;
   auto body = std::make_shared<std::vector<char>>();
+  body->reserve(last_body_bytes);
   caf::binary_serializer sink{*sys_, *body};
   std::uint64_t to = target, from = x.sender ? x.sender->id() : 0, mid = x.mid.integer_value();
   auto from_node = x.sender ? x.sender->node() : caf::node_id{};
@@ -1077,6 +1081,7 @@ bool data_plane::send_message(std::uint64_t peer, caf::actor_id target, caf::mai
     return false;
   }
   body->resize((body->size() + 3) / 4 * 4);  // frames carry whole 4-byte words
+  last_body_bytes = body->size();
   const auto key = std::make_pair(static_cast<caf::actor_id>(from), x.mid.request_id().integer_value());
   if (x.mid.is_request() && x.sender) {  // before the write: its answer may come at once
     std::lock_guard<std::mutex> guard(c->asked_mtx);

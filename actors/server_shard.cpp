@@ -309,11 +309,12 @@ caf::result<std::uint64_t> pass_down(self_ptr self, std::function<void(shard_act
 }
 
 // The reply to an update: now (the tail, or the only copy), after reply_delay, or once
-// the successor acknowledged it.
+// the successor acknowledged it. make_send() gives what sends the update down the chain:
+// called only when there is a successor, so the only copy of a shard copies nothing for it.
+template <class MakeSend>
 caf::result<std::uint64_t> acknowledge(self_ptr self, const shard_options& opts, std::uint64_t value,
-                                       std::function<void(shard_actor, std::uint64_t)> send,
-                                       std::optional<ack_promise> made = std::nullopt) {
-  if (self->state.successor) return pass_down(self, std::move(send), value, made);
+                                       MakeSend make_send, std::optional<ack_promise> made = std::nullopt) {
+  if (self->state.successor) return pass_down(self, make_send(), value, made);
   if (opts.reply_delay.count() == 0 && !made) return value;
   auto rp = made ? *made : self->make_response_promise<std::uint64_t>();
   deliver_late(self, opts, rp, value);
@@ -467,12 +468,15 @@ caf::result<std::uint64_t> apply_write(self_ptr self, const shard_options& opts,
                     : st.core->init(request_of(hdr), ranges.ranges, values.data(), values.size);
   if (!fx.ok()) return refusal(self, hdr, fx.error);
   carry_out(self, opts, coordinator, fx);
-  return acknowledge(self, opts, hdr.seq, [=](shard_actor next, std::uint64_t tag) {
-    auto req = is_push ? self->request(next, opts.forward_timeout, push_atom::value, hdr, ranges, values)
-                       : self->request(next, opts.forward_timeout, init_atom::value, hdr, ranges, values);
-    std::move(req).then([=](std::uint64_t) { forwarded(self, tag, {}); },
-                        [=](caf::error& e) { forwarded(self, tag, e); });
-  }, made);
+  auto make_send = [&] {
+    return [=](shard_actor next, std::uint64_t tag) {
+      auto req = is_push ? self->request(next, opts.forward_timeout, push_atom::value, hdr, ranges, values)
+                         : self->request(next, opts.forward_timeout, init_atom::value, hdr, ranges, values);
+      std::move(req).then([=](std::uint64_t) { forwarded(self, tag, {}); },
+                          [=](caf::error& e) { forwarded(self, tag, e); });
+    };
+  };
+  return acknowledge(self, opts, hdr.seq, make_send, made);
 }
 
 // A push or an init: its values are in the message, or landed from the data plane, or
@@ -480,6 +484,8 @@ caf::result<std::uint64_t> apply_write(self_ptr self, const shard_options& opts,
 // (await: later messages stay queued behind this one, so a worker's pushes and ticks
 // keep their order) and answers through a promise.
 // Applies an update's values (with the promise made for it, when it waited for them).
+// One that runs after its handler returned refers to the behavior's shard_options, which
+// live as long as the shard; copying them per update cost allocations on every push.
 using apply_values = std::function<caf::result<std::uint64_t>(const float_block&, std::optional<ack_promise>)>;
 
 caf::result<std::uint64_t> claim_then(self_ptr self, const shard_options& opts, const char* what,
@@ -507,7 +513,7 @@ caf::result<std::uint64_t> write(self_ptr self, const shard_options& opts, const
                                  bool is_push, const request_header& hdr, const range_list& ranges,
                                  const float_block& sent) {
   return claim_then(self, opts, is_push ? "push" : "init", hdr, sent,
-                    [=](const float_block& values, std::optional<ack_promise> made) {
+                    [=, &opts](const float_block& values, std::optional<ack_promise> made) {
                       return apply_write(self, opts, coordinator, is_push, hdr, ranges, values, made);
                     });
 }
@@ -515,7 +521,7 @@ caf::result<std::uint64_t> write(self_ptr self, const shard_options& opts, const
 // A push of rows: applied as a push is (acknowledged once every copy has it).
 caf::result<std::uint64_t> write_rows(self_ptr self, const shard_options& opts, const coordinator_actor& coordinator,
                                       const request_header& hdr, const row_ids& rows, const float_block& sent) {
-  return claim_then(self, opts, "push of rows", hdr, sent, [=](const float_block& values, std::optional<ack_promise> made)
+  return claim_then(self, opts, "push of rows", hdr, sent, [=, &opts](const float_block& values, std::optional<ack_promise> made)
                                                               -> caf::result<std::uint64_t> {
     auto& st = self->state;
     if (hdr.epoch < st.core->map_epoch() && rows.table < st.core->num_tables() && !st.core->owns_rows(rows.table, rows.ids)) {
@@ -532,10 +538,13 @@ caf::result<std::uint64_t> write_rows(self_ptr self, const shard_options& opts, 
       return rp;
     }
     carry_out(self, opts, coordinator, fx);
-    return acknowledge(self, opts, hdr.seq, [=](shard_actor next, std::uint64_t tag) {
-      self->request(next, opts.forward_timeout, push_rows_atom::value, hdr, rows, values)
-        .then([=](std::uint64_t) { forwarded(self, tag, {}); }, [=](caf::error& e) { forwarded(self, tag, e); });
-    }, made);
+    auto make_send = [&] {
+      return [=](shard_actor next, std::uint64_t tag) {
+        self->request(next, opts.forward_timeout, push_rows_atom::value, hdr, rows, values)
+          .then([=](std::uint64_t) { forwarded(self, tag, {}); }, [=](caf::error& e) { forwarded(self, tag, e); });
+      };
+    };
+    return acknowledge(self, opts, hdr.seq, make_send, made);
   });
 }
 
@@ -584,10 +593,13 @@ caf::result<std::uint64_t> tick(self_ptr self, const shard_options& opts, const 
   auto fx = st.core->tick(request_of(hdr));
   if (!fx.ok()) return make_ps_error(fx.error);
   carry_out(self, opts, coordinator, fx);
-  return acknowledge(self, opts, hdr.clock, [=](shard_actor next, std::uint64_t tag) {
-    self->request(next, opts.forward_timeout, clock_atom::value, hdr)
-      .then([=](std::uint64_t) { forwarded(self, tag, {}); }, [=](caf::error& e) { forwarded(self, tag, e); });
-  });
+  auto make_send = [&] {
+    return [=](shard_actor next, std::uint64_t tag) {
+      self->request(next, opts.forward_timeout, clock_atom::value, hdr)
+        .then([=](std::uint64_t) { forwarded(self, tag, {}); }, [=](caf::error& e) { forwarded(self, tag, e); });
+    };
+  };
+  return acknowledge(self, opts, hdr.clock, make_send);
 }
 
 encoded_block block_of(const std::string& bytes) {
