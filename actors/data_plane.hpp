@@ -152,6 +152,9 @@ class data_plane {
   std::uint64_t messages_received() const { return messages_received_; }
   // Writes of frames on sockets so far (a write_batch makes one of many frames).
   std::uint64_t socket_writes() const { return socket_writes_; }
+  // Of all writes, those left to a connection's writer thread (each a wake-up of it):
+  // what the sending thread could not write without waiting.
+  std::uint64_t writer_thread_writes() const { return writer_thread_writes_; }
   // Requests sent over data connections whose answers have not come.
   std::size_t requests_unanswered() const;
 
@@ -187,10 +190,14 @@ class data_plane {
   bool send_or_queue(const std::shared_ptr<connection>& c, data_plane_frame frame);
   // send_or_queue while a write_batch is open on this thread: queued and held.
   bool hold_in_batch(write_batch& batch, const std::shared_ptr<connection>& c, data_plane_frame frame);
-  // Writes the plain frames at the front of c's queue in one sendmsg, without waiting;
-  // the writer thread gets what the socket did not take. Takes the lock held on c's
-  // out_mtx and gives it back locked; a write that fails drops c.
+  // Writes what waits in c's queue, without waiting: plain frames in as few sendmsg calls
+  // as they take, ring payloads the ring has room for; the writer thread gets the rest.
+  // Each takes the lock held on c's out_mtx and gives it back locked; a write that fails
+  // drops c. The parts say whether all they took went out.
   void flush_at_once(const std::shared_ptr<connection>& c, std::unique_lock<std::mutex>& lock);
+  bool plain_at_once(const std::shared_ptr<connection>& c, std::unique_lock<std::mutex>& lock,
+                     std::vector<data_plane_frame>& frames);
+  bool ring_front_at_once(const std::shared_ptr<connection>& c, std::unique_lock<std::mutex>& lock);
   // A batch lets go of c: the last holder writes what waits.
   void release(const std::shared_ptr<connection>& c);
   std::optional<bool> write_at_once(const std::shared_ptr<connection>& c, data_plane_frame& frame, bool by_ring);
@@ -248,6 +255,7 @@ class data_plane {
   std::atomic<std::uint64_t> messages_sent_{0};
   std::atomic<std::uint64_t> messages_received_{0};
   std::atomic<std::uint64_t> socket_writes_{0};
+  std::atomic<std::uint64_t> writer_thread_writes_{0};
 };
 
 // Frames an actor sends while it takes messages that were waiting in its mailbox are

@@ -196,6 +196,43 @@ TEST_CASE("data plane: with rings on both sides payloads cross through shared me
   CHECK(worker.bytes_sent() == before + push.size * sizeof(float));
 }
 
+TEST_CASE("data plane: ring payloads sent while a write batch is open are written by the sending thread when the "
+          "ring has room for them; a larger one streams from the writer thread") {
+  constexpr std::size_t ring = 1u << 20;
+  data_plane worker("127.0.0.1", 1024, 10s, 10s, std::nullopt, ring);
+  data_plane server("127.0.0.1", 1024, 10s, 10s, std::nullopt, ring);
+  std::string why;
+  REQUIRE(worker.connect(server.token(), "127.0.0.1", server.port(), &why));
+  const auto handed_over = worker.writer_thread_writes();
+  std::vector<float_block> sent;
+  std::vector<float_block> named;
+  write_batch batch;
+  {
+    write_batch::scope open(batch);
+    for (std::size_t i = 0; i < 3; ++i) {  // 256 KiB each: all three fit in the ring
+      sent.push_back(special_values((64u << 10) + i));
+      auto n = worker.offload(server.token(), sent.back());
+      REQUIRE(n);
+      named.push_back(*n);
+    }
+  }
+  batch.release();
+  for (std::size_t i = 0; i < sent.size(); ++i) CHECK(same_bits(server.claim(named[i]), sent[i]));
+  CHECK(worker.writer_thread_writes() == handed_over);  // no wake-up of the writer thread
+  CHECK(worker.shm_bytes_sent() == 3 * (64u << 10) * sizeof(float) + 3 * sizeof(float));
+
+  auto large = special_values(3u << 20);  // 12 MiB through a 1 MiB ring
+  {
+    write_batch::scope open(batch);
+    auto n = worker.offload(server.token(), large);
+    REQUIRE(n);
+    named.push_back(*n);
+  }
+  batch.release();
+  CHECK(same_bits(server.claim(named.back()), large));
+  CHECK(worker.writer_thread_writes() == handed_over + 1);
+}
+
 TEST_CASE("data plane: a peer that dies in the middle of a payload through its ring fails the claim, naming it") {
   data_plane server("127.0.0.1", 1024, 30s, 10s, std::nullopt, 1u << 20);
   int fd = raw_connection(server);
