@@ -820,14 +820,23 @@ bool data_plane::plain_at_once(const std::shared_ptr<connection>& c, std::unique
 // cost a wake-up and two context switches per payload sent from a write batch).
 bool data_plane::ring_front_at_once(const std::shared_ptr<connection>& c, std::unique_lock<std::mutex>& lock) {
   auto& front = c->outbox.front();
-  if (front.ring_header_done > 0 || front.floats_in_ring ||
-      c->out_ring->room() < front.bytes - bulk_header_bytes)
-    return false;
+  if (front.floats_in_ring || c->out_ring->room() < front.bytes - bulk_header_bytes) return false;
   auto frame = std::move(front);
   c->outbox.pop_front();
+  auto out = write_front_at_once(c, lock, frame, true);
+  if (!out || !*out) return false;
+  lock.unlock();
+  frame = {};  // written: its `keep` goes without the lock
+  lock.lock();
+  return true;
+}
+
+std::optional<bool> data_plane::write_front_at_once(const std::shared_ptr<connection>& c,
+                                                    std::unique_lock<std::mutex>& lock, data_plane_frame& frame,
+                                                    bool by_ring) {
   c->writing = true;
   lock.unlock();
-  auto out = write_at_once(c, frame, true);
+  auto out = write_at_once(c, frame, by_ring);
   const auto why = out ? std::string() : errno_text();
   lock.lock();
   c->writing = false;
@@ -836,16 +845,10 @@ bool data_plane::ring_front_at_once(const std::shared_ptr<connection>& c, std::u
     c->out_ready.notify_all();
     drop(c, "writing payload " + std::to_string(frame.ticket) + ": " + why);
     lock.lock();
-    return false;
+    return std::nullopt;
   }
-  if (!*out) {
-    c->outbox.push_front(std::move(frame));  // its header's rest: the writer thread's
-    return false;
-  }
-  lock.unlock();
-  frame = {};  // written: its `keep` goes without the lock
-  lock.lock();
-  return true;
+  if (!*out) c->outbox.push_front(std::move(frame));  // its rest, ahead of frames queued meanwhile
+  return out;
 }
 
 void data_plane::release(const std::shared_ptr<connection>& c) {
@@ -893,28 +896,13 @@ bool data_plane::send_or_queue(const std::shared_ptr<connection>& c, data_plane_
   const bool by_ring = frame.ticket != 0 && c->ring_ready;
   const bool idle = c->outbox.empty() && !c->writing && c->holds == 0;
   if (idle && (!by_ring || c->out_ring->room() >= frame.bytes - bulk_header_bytes)) {
-    c->writing = true;
-    lock.unlock();
-    auto out = write_at_once(c, frame, by_ring);
-    lock.lock();
-    c->writing = false;
-    if (!out) {
-      auto why = errno_text();
-      lock.unlock();
-      c->out_ready.notify_all();
-      drop(c, "writing payload " + std::to_string(frame.ticket) + ": " + why);
-      return false;
-    }
-    if (*out) {
-      // Frames queued meanwhile are the writer's now; with none, it sleeps on (a wake-up
-      // per message cost a thread switch each way).
-      if (!c->outbox.empty()) c->out_ready.notify_all();
-      return true;
-    }
-    c->outbox.push_front(std::move(frame));  // ahead of those queued meanwhile
-  } else {
-    c->outbox.push_back(std::move(frame));
+    if (!write_front_at_once(c, lock, frame, by_ring)) return false;
+    // What is queued now (frames queued meanwhile, this one's rest) is the writer's; with
+    // nothing, it sleeps on (a wake-up per message cost a thread switch each way).
+    if (!c->outbox.empty()) c->out_ready.notify_all();
+    return true;
   }
+  c->outbox.push_back(std::move(frame));
   c->out_ready.notify_all();
   return true;
 }

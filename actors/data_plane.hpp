@@ -198,6 +198,11 @@ class data_plane {
   bool plain_at_once(const std::shared_ptr<connection>& c, std::unique_lock<std::mutex>& lock,
                      std::vector<data_plane_frame>& frames);
   bool ring_front_at_once(const std::shared_ptr<connection>& c, std::unique_lock<std::mutex>& lock);
+  // write_at_once of a frame nothing queued precedes, with c's lock let go meanwhile (and
+  // given back locked). Nothing: the write failed and c was dropped; false: the frame's
+  // rest went to the front of the queue, the writer thread's.
+  std::optional<bool> write_front_at_once(const std::shared_ptr<connection>& c, std::unique_lock<std::mutex>& lock,
+                                          data_plane_frame& frame, bool by_ring);
   // A batch lets go of c: the last holder writes what waits.
   void release(const std::shared_ptr<connection>& c);
   std::optional<bool> write_at_once(const std::shared_ptr<connection>& c, data_plane_frame& frame, bool by_ring);

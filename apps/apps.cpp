@@ -444,9 +444,13 @@ std::string bench_app(worker_context& ctx) {
           if (op == "push") {
             f = ctx.kv.push(keys, payload);
           } else {
-            auto& taken = rotate ? spare.front() : spare.back();
-            f = ctx.kv.pull(keys, std::move(taken));
-            rotate ? spare.pop_front() : spare.pop_back();
+            if (rotate) {
+              f = ctx.kv.pull(keys, std::move(spare.front()));
+              spare.pop_front();
+            } else {
+              f = ctx.kv.pull(keys, std::move(spare.back()));
+              spare.pop_back();
+            }
           }
           inflight.emplace_back(std::move(f), clock_type::now());
         };

@@ -493,7 +493,7 @@ TEST_CASE("row disk: a listed move takes only the listed rows held, by id, a pag
   copied.keep = true;
   CHECK_THROWS_WITH_AS(disk.take_moved(copied), doctest::Contains("no pinned view"), bad_request);
   disk.pin({2, {{0, 4}}, {4, 4}, {}});
-  disk.write({3, {{0, 1}, {0, 4}}, {9, 9, 9, 9}, {}, {}});  // after the pin: not seen
+  disk.write({3, {{0, 1}, {0, 4}}, {9, 9, 9, 9}, {}});  // after the pin: not seen
   page = disk.take_moved(copied);
   CHECK(page.ids == std::vector<std::uint64_t>{1, 4});
   CHECK(page.rows == std::vector<float>{1, 1, 4, 4});
