@@ -567,6 +567,8 @@ void apply_runtime_defaults(node_config& cfg) {
   // Value blocks of MiBs come and go many times a second. glibc would map each afresh
   // and fault its pages in (then zero them); from the heap, freed blocks are reused.
   // Costs: up to 1 GiB freed memory kept before it is given back. (bench_kv, README)
+  // For builds on glibc's malloc (-DPS_JEMALLOC=OFF, sanitizers); jemalloc, which the
+  // programs link, keeps freed extents for reuse by itself and ignores this.
   mallopt(M_MMAP_THRESHOLD, 256 << 20);
   mallopt(M_TRIM_THRESHOLD, 1 << 30);
   if (auto level = parse_log_level(cfg.log_level)) set_log_level(*level);

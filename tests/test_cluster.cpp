@@ -420,6 +420,19 @@ TEST_CASE("every program's --help exits 0 without running anything") {
   CHECK(shell("bin/psnode --help").second.find("--role=<string>") != std::string::npos);
 }
 
+#ifdef PS_WITH_JEMALLOC
+TEST_CASE("the programs allocate with jemalloc (glibc's arenas cost a third of the data plane's rate)") {
+  // stats_print makes jemalloc, and only jemalloc, print its statistics at exit.
+  for (std::string program : {"psnode", "train_fmnist", "bench_kv"}) {
+    auto [rc, out] = shell("MALLOC_CONF=stats_print:true bin/" + program + " --help");
+    INFO(program << " printed: " << out.substr(0, 400));
+    CHECK(rc == 0);
+    CHECK(out.find("jemalloc statistics") != std::string::npos);
+    CHECK(out.find("opt.tcache_max: 1048576") != std::string::npos);  // apps/jemalloc_conf.cpp's
+  }
+}
+#endif
+
 TEST_CASE("--dump-config prints the effective settings as an INI file that runs the same job") {
   auto [rc, out] = shell("(bin/train_fmnist --epochs=1 --lr=0.05 --staleness=3 --dump-config > dumped.ini)");
   CHECK(rc == 0);

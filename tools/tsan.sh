@@ -47,7 +47,7 @@ if [ ! -f "$out/caf/lib/libcaf_core.so" ]; then
 fi
 
 # 2. ActorPS against it, instrumented.
-cmake -S "$root" -B "$out/ps" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPS_WITH_CUDA=OFF \
+cmake -S "$root" -B "$out/ps" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPS_WITH_CUDA=OFF -DPS_JEMALLOC=OFF \
   -DCMAKE_CXX_FLAGS="-fsanitize=thread" -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=thread" \
   -DCAF_INCLUDE_DIR="$out/caf/include" -DCAF_CORE_LIBRARY="$out/caf/lib/libcaf_core.so" \
   -DCAF_IO_LIBRARY="$out/caf/lib/libcaf_io.so" >/dev/null
