@@ -308,6 +308,16 @@ caf::result<std::uint64_t> pass_down(self_ptr self, std::function<void(shard_act
   return rp;
 }
 
+// What sends request xs to a successor: its answer, or its failure, settles the forward
+// under `tag` (forwarded).
+template <class Timeout, class... Ts>
+std::function<void(shard_actor, std::uint64_t)> chain_sender(self_ptr self, Timeout timeout, Ts... xs) {
+  return [=](shard_actor next, std::uint64_t tag) {
+    self->request(next, timeout, xs...)
+      .then([=](std::uint64_t) { forwarded(self, tag, {}); }, [=](caf::error& e) { forwarded(self, tag, e); });
+  };
+}
+
 // The reply to an update: now (the tail, or the only copy), after reply_delay, or once
 // the successor acknowledged it. make_send() gives what sends the update down the chain:
 // called only when there is a successor, so the only copy of a shard copies nothing for it.
@@ -469,12 +479,8 @@ caf::result<std::uint64_t> apply_write(self_ptr self, const shard_options& opts,
   if (!fx.ok()) return refusal(self, hdr, fx.error);
   carry_out(self, opts, coordinator, fx);
   auto make_send = [&] {
-    return [=](shard_actor next, std::uint64_t tag) {
-      auto req = is_push ? self->request(next, opts.forward_timeout, push_atom::value, hdr, ranges, values)
-                         : self->request(next, opts.forward_timeout, init_atom::value, hdr, ranges, values);
-      std::move(req).then([=](std::uint64_t) { forwarded(self, tag, {}); },
-                          [=](caf::error& e) { forwarded(self, tag, e); });
-    };
+    return is_push ? chain_sender(self, opts.forward_timeout, push_atom::value, hdr, ranges, values)
+                   : chain_sender(self, opts.forward_timeout, init_atom::value, hdr, ranges, values);
   };
   return acknowledge(self, opts, hdr.seq, make_send, made);
 }
@@ -538,12 +544,7 @@ caf::result<std::uint64_t> write_rows(self_ptr self, const shard_options& opts, 
       return rp;
     }
     carry_out(self, opts, coordinator, fx);
-    auto make_send = [&] {
-      return [=](shard_actor next, std::uint64_t tag) {
-        self->request(next, opts.forward_timeout, push_rows_atom::value, hdr, rows, values)
-          .then([=](std::uint64_t) { forwarded(self, tag, {}); }, [=](caf::error& e) { forwarded(self, tag, e); });
-      };
-    };
+    auto make_send = [&] { return chain_sender(self, opts.forward_timeout, push_rows_atom::value, hdr, rows, values); };
     return acknowledge(self, opts, hdr.seq, make_send, made);
   });
 }
@@ -593,12 +594,7 @@ caf::result<std::uint64_t> tick(self_ptr self, const shard_options& opts, const 
   auto fx = st.core->tick(request_of(hdr));
   if (!fx.ok()) return make_ps_error(fx.error);
   carry_out(self, opts, coordinator, fx);
-  auto make_send = [&] {
-    return [=](shard_actor next, std::uint64_t tag) {
-      self->request(next, opts.forward_timeout, clock_atom::value, hdr)
-        .then([=](std::uint64_t) { forwarded(self, tag, {}); }, [=](caf::error& e) { forwarded(self, tag, e); });
-    };
-  };
+  auto make_send = [&] { return chain_sender(self, opts.forward_timeout, clock_atom::value, hdr); };
   return acknowledge(self, opts, hdr.clock, make_send);
 }
 
@@ -1314,10 +1310,7 @@ void scan_moved_rows(self_ptr self, const handoff_run_ptr& run, disk_move move) 
 // Sends a map change (handoff_atom) down the chain, as pass_down sends updates.
 std::function<void(shard_actor, std::uint64_t)> handoff_sender(self_ptr self, const shard_options& opts,
                                                                const cluster_view& view) {
-  return [=](shard_actor next, std::uint64_t tag) {
-    self->request(next, opts.forward_timeout, handoff_atom::value, view)
-      .then([=](std::uint64_t) { forwarded(self, tag, {}); }, [=](caf::error& e) { forwarded(self, tag, e); });
-  };
+  return chain_sender(self, opts.forward_timeout, handoff_atom::value, view);
 }
 
 // What this shard kept as a copy of the last map change is forgotten, its rows deleted
@@ -1566,10 +1559,8 @@ caf::result<std::uint64_t> take_over(self_ptr self, const shard_options& opts, c
   carry_out(self, opts, coordinator, fx);
   if (!st.successor) return st.core->epoch();
   // Down the chain, in order: every copy holds what this shard took before the giver hears.
-  return pass_down(self, [=](shard_actor next, std::uint64_t tag) {
-    self->request(next, std::chrono::seconds(60), takeover_atom::value, block)
-      .then([=](std::uint64_t) { forwarded(self, tag, {}); }, [=](caf::error& e) { forwarded(self, tag, e); });
-  }, st.core->epoch(), std::nullopt);
+  return pass_down(self, chain_sender(self, std::chrono::seconds(60), takeover_atom::value, block), st.core->epoch(),
+                   std::nullopt);
 }
 
 // A checkpoint's cut at `boundary`: 0 once agreed, else this shard's minimum clock (it

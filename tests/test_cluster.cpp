@@ -421,7 +421,7 @@ TEST_CASE("every program's --help exits 0 without running anything") {
 }
 
 #ifdef PS_WITH_JEMALLOC
-TEST_CASE("the programs allocate with jemalloc (glibc's arenas cost a third of the data plane's rate)") {
+TEST_CASE("the programs allocate with jemalloc, each thread caching freed blocks up to 1 MiB") {
   // stats_print makes jemalloc, and only jemalloc, print its statistics at exit.
   for (std::string program : {"psnode", "train_fmnist", "bench_kv"}) {
     auto [rc, out] = shell("MALLOC_CONF=stats_print:true bin/" + program + " --help");
