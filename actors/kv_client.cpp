@@ -401,6 +401,13 @@ void arm_overdue_sweep(client_ptr self, caf::actor_clock::time_point due) {
                      overdue_atom::value);
 }
 
+// Delivers err as the answer to the request whose response id is `id`: its handler runs
+// (with no CAF timeout, the only way a request to a dead remote peer ends, CAF-NOTES §4)
+// and CAF lets go of it.
+void answer_with_error(client_ptr self, caf::message_id id, caf::sec err) {
+  self->enqueue(caf::make_mailbox_element(nullptr, id, {}, caf::make_error(err)), self->context());
+}
+
 void sweep_overdue(client_ptr self) {
   auto& st = self->state;
   st.overdue_armed = false;
@@ -417,8 +424,7 @@ void sweep_overdue(client_ptr self) {
       overdue.push_back(r.answer_id);
       r.answer_id = caf::message_id{};  // a request kept for a failover is not timed out again
     }
-  for (auto id : overdue)
-    self->enqueue(caf::make_mailbox_element(nullptr, id, {}, caf::make_error(caf::sec::request_timeout)), self->context());
+  for (auto id : overdue) answer_with_error(self, id, caf::sec::request_timeout);
   if (next) arm_overdue_sweep(self, *next + st.timeout);
 }
 
@@ -584,13 +590,16 @@ void request_failed(client_ptr self, std::size_t idx, std::uint64_t tag, const c
   settle(self, idx, tag);
 }
 
-// Fails every request of shard idx (sent or queued) with the reason.
-// Every request to shard idx fails with `reason`; with ticks_done, its clock ticks count
-// as done instead (a shard that left the map holds no keys: its clocks gate nothing).
-// Every request of a route, sent (in send order) then queued, taken out of it.
-std::deque<pending_request> take_pending(shard_route& route) {
+// Every request of a route, sent (in send order) then queued, taken out of it. The
+// sendings taken are not answered under their tags any more: each one's CAF response
+// handler is released with an error (else a dead shard's would be kept for good), which
+// finds its tag gone and does nothing.
+std::deque<pending_request> take_pending(client_ptr self, shard_route& route) {
   std::deque<pending_request> all;
-  for (auto& [tag, r] : route.sent) all.push_back(std::move(r));
+  for (auto& [tag, r] : route.sent) {
+    if (r.answer_id.is_response()) answer_with_error(self, r.answer_id, caf::sec::request_receiver_down);
+    all.push_back(std::move(r));
+  }
   for (auto& r : route.queued) all.push_back(std::move(r));
   route.sent.clear();
   route.queued.clear();
@@ -598,9 +607,12 @@ std::deque<pending_request> take_pending(shard_route& route) {
   return all;
 }
 
+// Every request to shard idx (sent or queued) fails with `reason`; with ticks_done, its
+// clock ticks count as done instead (a shard that left the map holds no keys: its clocks
+// gate nothing).
 void fail_all(client_ptr self, std::size_t idx, const std::string& reason, bool ticks_done = false) {
   auto& st = self->state;
-  for (auto& r : take_pending(st.routes[idx])) {
+  for (auto& r : take_pending(self, st.routes[idx])) {
     if (ticks_done && r.tick) chunk_answered(r.op.get());
     else r.op->finish(r.op->what + " failed: " + reason);
   }
@@ -785,7 +797,7 @@ void apply_view(client_ptr self, const cluster_view& view) {
       op->what = "clock tick to " + std::to_string(st.routes[idx].acked_tick) + " after failover";
       again.push_back(clock_request(self, idx, request_header{0, st.worker, st.routes[idx].acked_tick, 0}, op));
     }
-    for (auto& r : take_pending(st.routes[idx])) again.push_back(std::move(r));
+    for (auto& r : take_pending(self, st.routes[idx])) again.push_back(std::move(r));
     st.routes[idx].queued = std::move(again);
     log_line(log_level::warning, "worker " + std::to_string(st.worker) + ": " + st.routes[idx].link.name +
                                      " takes over; " + std::to_string(st.routes[idx].queued.size()) +
@@ -892,6 +904,8 @@ void send_pull(const chunk_send& s, std::uint64_t tag, request_header h) {
         pull_answered(s, values);
       },
       [=](caf::error& err) {
+        // A sending taken for a failover: its landing, if any, is the next sending's.
+        if (!self->state.routes[s.idx].sent.count(tag)) return;
         unexpect();
         request_failed(self, s.idx, tag, err, std::string(names_of(req->kind)) + " of " + describe_keys(req->chunks[c]));
       });
@@ -1382,7 +1396,7 @@ bool reroute_retired(client_ptr self, std::size_t idx) {
   if (route.tail != route.link.handle) self->monitor(route.tail);
   ++route.generation;
   route.down.clear();
-  for (auto& r : take_pending(route)) {
+  for (auto& r : take_pending(self, route)) {
     if (r.tick) chunk_answered(r.op.get());
     else route.queued.push_back(std::move(r));
   }
@@ -1538,6 +1552,18 @@ std::vector<shard_link> kv_client::current_shards() const {
 std::shared_ptr<const partitioner> kv_client::current_map() const {
   std::lock_guard<std::mutex> lock(stats_->mtx);
   return stats_->map;
+}
+
+namespace {
+// CAF keeps an actor's response handlers in a protected member; a derived name reaches it.
+struct response_handlers : caf::scheduled_actor {
+  using caf::scheduled_actor::multiplexed_responses_;
+};
+}  // namespace
+
+std::size_t kv_client::awaited_answers() const {
+  auto* actor = dynamic_cast<caf::scheduled_actor*>(caf::actor_cast<caf::abstract_actor*>(actor_));
+  return (actor->*(&response_handlers::multiplexed_responses_)).size();
 }
 
 std::vector<std::string> kv_client::shard_stats() const {

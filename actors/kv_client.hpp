@@ -213,6 +213,9 @@ class kv_client {
   // and disk reads), one JSON object per shard, as first connected. Blocks; throws
   // bad_request naming a shard that does not answer.
   std::vector<std::string> shard_stats() const;
+  // The answers the client actor still awaits (its CAF response handlers). Reads the
+  // actor's state from outside: only for tests on CAF's deterministic scheduler.
+  std::size_t awaited_answers() const;
   // The shards as first connected, with the heads of chains that failed over since and
   // the shards that joined.
   std::vector<shard_link> current_shards() const;

@@ -229,13 +229,20 @@ TEST_CASE_FIXTURE(fixture, "a shard dying with requests in flight fails them at 
   auto view = one_shard_view(s);
   kv_client kv(sys, view, {{0, "shard 0 (test)", s}}, {0, default_chunk_bytes, milliseconds(60000)});
   auto f = kv.push(key_set::single({0, 3}), {1, 2, 3});
+  auto g = kv.pull(key_set::single({0, 3}));
   sched.run();
   CHECK_FALSE(f.ready());
+  CHECK(kv.awaited_answers() == 2);
   caf::anon_send_exit(s, caf::exit_reason::kill);
   sched.run();  // no clock advance: the down message alone fails the op
   REQUIRE(f.ready());
   CHECK(f.error().find("push") == 0);
   CHECK(f.error().find("shard 0 (test) is down") != std::string::npos);
+  REQUIRE(g.ready());
+  CHECK(g.error().find("shard 0 (test) is down") != std::string::npos);
+  // The silent shard took both requests before it died, so nothing bounced them: a dead
+  // remote peer is the same (CAF-NOTES §4). The client lets go of their handlers itself.
+  CHECK(kv.awaited_answers() == 0);
   auto later = kv.pull(key_set::single({0, 3}));
   sched.run();
   REQUIRE(later.ready());

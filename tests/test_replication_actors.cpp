@@ -88,6 +88,8 @@ TEST_CASE("replication: a server killed at any step of a BSP iteration loses and
       CHECK(op.error() == "");  // every push and tick acknowledged, none failed
     }
     for (auto& kv : c.clients) c.check_all(*kv, 6.0f);
+    // Requests the dead actors had taken were sent again: none of their answers is awaited.
+    for (auto& kv : c.clients) CHECK(kv->awaited_answers() == 0);
   }
 }
 
