@@ -1467,6 +1467,8 @@ client_impl::behavior_type kv_client_actor(client_ptr self, std::vector<shard_li
       auto r = std::move(it->second);
       st.routes[idx].inflight_bytes -= r.bytes;
       st.routes[idx].sent.erase(it);
+      // Its answer would be stale now: CAF lets go of its handler (take_pending).
+      if (r.answer_id.is_response()) answer_with_error(self, r.answer_id, caf::sec::request_timeout);
       if (std::chrono::steady_clock::now() - r.first_sent >= st.timeout) {
         r.op->finish(r.op->what + " failed: no reply from " + st.routes[idx].link.name + " within " +
                      std::to_string(st.timeout.count()) + " ms (" + std::to_string(r.attempts) + " attempts)");

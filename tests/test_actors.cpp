@@ -249,6 +249,33 @@ TEST_CASE_FIXTURE(fixture, "a shard dying with requests in flight fails them at 
   CHECK(later.error().find("shard 0 (test) is down") != std::string::npos);
 }
 
+TEST_CASE_FIXTURE(fixture, "a request sent again after --ps.retry-ms awaits one answer, not one per sending") {
+  auto s = sys.spawn(silent_shard);
+  auto view = one_shard_view(s);
+  kv_client_options opts{0, default_chunk_bytes, milliseconds(60000)};
+  opts.retry = milliseconds(100);
+  kv_client kv(sys, view, {{0, "shard 0 (test)", s}}, opts);
+  auto held = [&] {
+    return dynamic_cast<shard_actor::stateful_pointer<silent_state>>(caf::actor_cast<caf::abstract_actor*>(s))
+      ->state.held.size();
+  };
+  auto f = kv.pull(key_set::single({0, 3}));
+  sched.run();
+  CHECK(kv.awaited_answers() == 1);
+  for (std::size_t sending = 2; sending <= 4; ++sending) {
+    sched.clock().advance_time(milliseconds(100));
+    sched.run();
+    CAPTURE(sending);
+    CHECK(held() == sending);  // the shard got it again ...
+    CHECK(kv.awaited_answers() == 1);  // ... and only the newest sending's answer counts
+  }
+  CHECK_FALSE(f.ready());
+  caf::anon_send_exit(s, caf::exit_reason::kill);
+  sched.run();
+  REQUIRE(f.ready());
+  CHECK(kv.awaited_answers() == 0);
+}
+
 TEST_CASE_FIXTURE(fixture, "then() chains run when the op completes") {
   auto coord = spawn_coordinator(1, 1);
   spawn_shard(coord);
