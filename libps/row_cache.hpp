@@ -9,7 +9,6 @@
 // the worker's client asks it what to pull and what to push (issue 14, point 5).
 #include <cstdint>
 #include <deque>
-#include <list>
 #include <span>
 #include <unordered_map>
 #include <unordered_set>
@@ -45,26 +44,51 @@ class row_cache {
   // Every pending sum (the end of training).
   std::vector<row_flush> drain();
 
-  std::size_t size() const { return rows_.size(); }
+  std::size_t size() const { return rows_; }
   std::uint64_t hits() const { return hits_; }
   std::uint64_t missed() const { return missed_; }
 
  private:
-  struct entry {
-    std::vector<float> value;
+  static constexpr std::uint32_t none = UINT32_MAX;
+  // Rows live in slots of two arenas (value, pending sum), dim floats each, with their
+  // bookkeeping beside them and the LRU order as a list through the slots: no allocation
+  // per row, and one hash lookup per row and batch where a vector per row and a
+  // std::list cost the worker more than the bytes the cache saved (README).
+  struct slot_meta {
+    std::uint64_t id = 0;
     std::uint64_t pulled_at = 0;
-    std::vector<float> pending;  // empty: nothing to push
     std::uint64_t pending_since = 0;
-    std::list<std::uint64_t>::iterator lru;
+    std::uint64_t seen = 0;  // the misses() call that last met it (dedupes a batch's hits)
+    std::uint32_t prev = none, next = none;
+    bool used = false;
+    bool pending = false;  // its pending sum holds gradients to push
   };
-  row_flush take_pending(std::uint64_t id, entry& e);
+  float* value_of(std::uint32_t slot) { return values_.data() + std::size_t{slot} * dim_; }
+  float* pending_of(std::uint32_t slot) { return pending_.data() + std::size_t{slot} * dim_; }
+  std::uint32_t find(std::uint64_t id) const;  // none when not cached
+  // The slot holding row ids[i] of the batch misses() saw last, if it still does;
+  // else looked up (none when not cached) and remembered.
+  std::uint32_t slot_at(std::span<const std::uint64_t> ids, std::size_t i) const;
+  std::uint32_t add(std::uint64_t id);  // a new slot, most recently used
+  void to_front(std::uint32_t slot);
+  void unlink(std::uint32_t slot);
+  row_flush take_pending(std::uint32_t slot);
   void evict_beyond(std::size_t capacity, std::vector<row_flush>& out);
 
   std::uint32_t dim_;
   std::size_t capacity_;
   std::uint64_t staleness_;
-  std::unordered_map<std::uint64_t, entry> rows_;
-  std::list<std::uint64_t> lru_;  // front: most recently used
+  std::unordered_map<std::uint64_t, std::uint32_t> index_;  // id -> slot
+  std::vector<float> values_, pending_;
+  std::vector<slot_meta> meta_;
+  std::vector<std::uint32_t> free_;
+  std::uint32_t head_ = none, tail_ = none;  // most and least recently used
+  std::size_t rows_ = 0;
+  std::uint64_t calls_ = 0;  // misses() calls
+  // Per position of the batch misses() saw last, the slot found (none: a miss, looked
+  // up again once filled). Only a hint: a slot is used only while it holds that id.
+  mutable std::vector<std::uint32_t> hint_;
+  std::unordered_set<std::uint64_t> missing_;  // misses() dedupes the batch's misses in it
   // (pending_since, id) as rows gained pending sums, so due() looks at what is due only;
   // entries of rows flushed or evicted since are skipped there.
   std::deque<std::pair<std::uint64_t, std::uint64_t>> pending_order_;

@@ -5,6 +5,7 @@
 
 #include "libps/hash.hpp"
 #include "libps/keys.hpp"
+#include "libps/slots.hpp"
 
 namespace ps {
 
@@ -41,15 +42,7 @@ sparse_table::sparse_table(sparse_table_spec spec, eviction_policy policy, std::
 }
 
 std::uint32_t sparse_table::add(std::uint64_t id) {
-  std::uint32_t slot;
-  if (!free_.empty()) {
-    slot = free_.back();
-    free_.pop_back();
-  } else {
-    slot = static_cast<std::uint32_t>(meta_.size());
-    meta_.emplace_back();
-    arena_.resize(arena_.size() + stride_);
-  }
+  auto slot = take_slot(free_, meta_, [&] { arena_.resize(arena_.size() + stride_); });
   index_.emplace(id, slot);
   meta_[slot] = slot_meta{id, ++*clock_};
   link(probation_, segment::probation, slot);

@@ -66,6 +66,46 @@ TEST_CASE("row cache: gradients accumulate and leave once: when due, on refresh,
   CHECK(c.drain().empty());
 }
 
+TEST_CASE("row cache: a batch's rows are found again by position, and only while they hold that row") {
+  row_cache c(1, 3, 10);
+  std::vector<float> v{50, 60};
+  c.fill(ids({5, 6}), v.data(), 0);
+  auto batch = ids({5, 7, 5, 9});  // 5 cached, 7 and 9 not
+  CHECK(c.misses(batch, 1) == ids({7, 9}));
+  std::vector<float> pulled{70, 90};
+  auto evicted = c.fill(ids({7, 9}), pulled.data(), 1);  // capacity 3: row 6 leaves
+  CHECK(evicted.empty());
+  CHECK(c.size() == 3);
+  std::vector<float> out(4);
+  c.read(batch, out.data());
+  CHECK(out == std::vector<float>{50, 70, 50, 90});
+  std::vector<float> g{1, 2, 3, 4};
+  c.accumulate(batch, g.data(), 1);
+  // Same size, other rows: each position is looked up again, not taken from the last batch.
+  auto other = ids({9, 5, 7, 9});
+  c.read(other, out.data());
+  CHECK(out == std::vector<float>{90, 50, 70, 90});
+  // The slot row 6 had is reused by row 8; a position that named 6 must not read 8's row.
+  CHECK(c.misses(ids({8, 6}), 2) == ids({8, 6}));
+  std::vector<float> more{80, 61};
+  auto left = c.fill(ids({8, 6}), more.data(), 2);  // 5, 7 and 9 were used last at clock 1
+  c.read(ids({6, 8}), out.data());
+  CHECK(out[0] == 61);
+  CHECK(out[1] == 80);
+  auto rest = c.drain();
+  for (const auto& f : left) rest.push_back(f);
+  std::sort(rest.begin(), rest.end(), [](auto& a, auto& b) { return a.id < b.id; });
+  REQUIRE(rest.size() == 3);  // each gradient once, summed per row
+  CHECK(rest[0].id == 5);
+  CHECK(rest[0].grad == std::vector<float>{4});
+  CHECK(rest[1].id == 7);
+  CHECK(rest[1].grad == std::vector<float>{2});
+  CHECK(rest[2].id == 9);
+  CHECK(rest[2].grad == std::vector<float>{4});
+  CHECK_THROWS_WITH_AS(c.accumulate(ids({9, 1}), g.data(), 3), "row cache: gradient for row 1, which is not cached",
+                       bad_request);
+}
+
 TEST_CASE("the unbounded cache's traffic, counted by hand") {
   // Clock 0: {1, 2}; 1: {1}; 2: {1, 3}; 3: {1}. S = 1.
   std::vector<std::vector<std::uint64_t>> batches{{1, 2, 2}, {1}, {1, 3}, {1}};
