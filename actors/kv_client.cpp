@@ -582,8 +582,11 @@ void request_failed(client_ptr self, std::size_t idx, std::uint64_t tag, const c
   if (code_of(err) == errc::moved && it->second.replan) return read_moved(self, idx, tag);
   if (code_of(err) == errc::unsent) return send_again_through_caf(self, idx, tag);
   // Bounced by a copy that has ended (before its down message got here): the same news.
-  if (err == caf::sec::request_receiver_down && st.routes[idx].down.empty() && !st.routes[idx].abandoned)
+  if (err == caf::sec::request_receiver_down && st.routes[idx].down.empty() && !st.routes[idx].abandoned) {
     shard_down(self, idx, st.routes[idx].link.name + " is down (" + describe(err) + ")");
+    it = st.routes[idx].sent.find(tag);  // shard_down may have failed it already (fail_all)
+    if (it == st.routes[idx].sent.end()) return;
+  }
   if (!st.routes[idx].down.empty() && st.coordinator && !st.routes[idx].abandoned) return;
   auto op = it->second.op;
   op->finish(what + " failed: " + why_failed(self, st.routes[idx].link, err));

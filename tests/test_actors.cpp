@@ -249,6 +249,25 @@ TEST_CASE_FIXTURE(fixture, "a shard dying with requests in flight fails them at 
   CHECK(later.error().find("shard 0 (test) is down") != std::string::npos);
 }
 
+TEST_CASE_FIXTURE(fixture, "a request bounced by a shard that ended with it unread fails once, naming the shard") {
+  // The bounce (request_receiver_down) comes before the down message: the client learns of
+  // the death from the bounce, which fails every request to the shard, this one included.
+  auto s = sys.spawn(silent_shard);
+  auto view = one_shard_view(s);
+  kv_client kv(sys, view, {{0, "shard 0 (test)", s}}, {0, default_chunk_bytes, milliseconds(60000)});
+  auto f = kv.pull(key_set::single({0, 3}));
+  auto g = kv.push(key_set::single({0, 3}), {1, 2, 3});
+  sched.run_once();  // the client sends both; the shard has not read them
+  REQUIRE_FALSE(f.ready());
+  caf::anon_send_exit(s, caf::exit_reason::kill);
+  sched.run();
+  REQUIRE(f.ready());
+  REQUIRE(g.ready());
+  CHECK(f.error().find("shard 0 (test) is down") != std::string::npos);
+  CHECK(g.error().find("shard 0 (test) is down") != std::string::npos);
+  CHECK(kv.awaited_answers() == 0);
+}
+
 TEST_CASE_FIXTURE(fixture, "a request sent again after --ps.retry-ms awaits one answer, not one per sending") {
   auto s = sys.spawn(silent_shard);
   auto view = one_shard_view(s);
