@@ -1205,8 +1205,11 @@ void data_plane::deliver_message(const std::shared_ptr<connection>& c, std::vect
     auto text = "actor " + std::to_string(to) + (target ? " does not take this message" : " is not served here") +
                 " over the " + c->name;
     log_line(log_level::warning, text);
+    // An actor not served (any more) has ended, as far as the sender can tell: the error
+    // CAF gives for a dead receiver, so a client waits for its shard's failover.
+    auto err = target ? make_ps_error(text) : caf::make_error(caf::sec::request_receiver_down);
     if (sender && mid.is_request())
-      sender->enqueue(caf::make_mailbox_element(nullptr, mid.response_id(), {}, make_ps_error(text)), nullptr);
+      sender->enqueue(caf::make_mailbox_element(nullptr, mid.response_id(), {}, std::move(err)), nullptr);
     return;
   }
   target->enqueue(caf::make_mailbox_element(std::move(sender), mid, {}, std::move(content)), nullptr);

@@ -170,6 +170,17 @@ TEST_CASE_FIXTURE(plane_fixture, "plane messages: what the served actor does not
   CHECK(server->messages_received() == 1);
 }
 
+TEST_CASE_FIXTURE(plane_fixture, "plane messages: a request to an actor not served there (it ended) is answered "
+                                 "receiver down, as CAF answers for a dead actor") {
+  auto target = spawn_ticker();
+  connect_to(target);
+  auto gone = caf::actor_cast<caf::actor>(worker->proxy(server->token(), target.id() + 1000, target.node()));
+  REQUIRE(gone);
+  auto answer = tick(gone, 5);
+  REQUIRE(!answer);
+  CHECK(answer.error() == caf::sec::request_receiver_down);
+}
+
 TEST_CASE_FIXTURE(plane_fixture, "plane messages: a request whose connection ends is answered unsent at once, and "
                                  "one without a connection too") {
   auto target = spawn_ticker();
