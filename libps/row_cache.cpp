@@ -59,8 +59,7 @@ std::uint32_t row_cache::add(std::uint64_t id) {
   meta_[s].id = id;
   meta_[s].used = true;
   index_.emplace(id, s);
-  ++rows_;
-  to_front(s);
+  link_front(s);
   return s;
 }
 
@@ -71,13 +70,17 @@ void row_cache::unlink(std::uint32_t slot) {
   m.prev = m.next = none;
 }
 
-void row_cache::to_front(std::uint32_t slot) {
-  if (head_ == slot) return;
-  if (meta_[slot].prev != none || meta_[slot].next != none || tail_ == slot) unlink(slot);
+void row_cache::link_front(std::uint32_t slot) {
   meta_[slot].next = head_;
   if (head_ != none) meta_[head_].prev = slot;
   head_ = slot;
   if (tail_ == none) tail_ = slot;
+}
+
+void row_cache::to_front(std::uint32_t slot) {
+  if (head_ == slot) return;
+  unlink(slot);
+  link_front(slot);
 }
 
 row_flush row_cache::take_pending(std::uint32_t slot) {
@@ -87,14 +90,13 @@ row_flush row_cache::take_pending(std::uint32_t slot) {
 }
 
 void row_cache::evict_beyond(std::size_t capacity, std::vector<row_flush>& out) {
-  while (rows_ > capacity) {
+  while (index_.size() > capacity) {
     auto s = tail_;
     if (meta_[s].pending) out.push_back(take_pending(s));
     unlink(s);
     index_.erase(meta_[s].id);
     meta_[s].used = false;
     free_.push_back(s);
-    --rows_;
   }
 }
 

@@ -44,7 +44,7 @@ class row_cache {
   // Every pending sum (the end of training).
   std::vector<row_flush> drain();
 
-  std::size_t size() const { return rows_; }
+  std::size_t size() const { return index_.size(); }
   std::uint64_t hits() const { return hits_; }
   std::uint64_t missed() const { return missed_; }
 
@@ -70,7 +70,8 @@ class row_cache {
   // else looked up (none when not cached) and remembered.
   std::uint32_t slot_at(std::span<const std::uint64_t> ids, std::size_t i) const;
   std::uint32_t add(std::uint64_t id);  // a new slot, most recently used
-  void to_front(std::uint32_t slot);
+  void link_front(std::uint32_t slot);  // an unlinked slot becomes the most recently used
+  void to_front(std::uint32_t slot);    // a linked one does
   void unlink(std::uint32_t slot);
   row_flush take_pending(std::uint32_t slot);
   void evict_beyond(std::size_t capacity, std::vector<row_flush>& out);
@@ -83,7 +84,6 @@ class row_cache {
   std::vector<slot_meta> meta_;
   std::vector<std::uint32_t> free_;
   std::uint32_t head_ = none, tail_ = none;  // most and least recently used
-  std::size_t rows_ = 0;
   std::uint64_t calls_ = 0;  // misses() calls
   // Per position of the batch misses() saw last, the slot found (none: a miss, looked
   // up again once filled). Only a hint: a slot is used only while it holds that id.
