@@ -81,7 +81,7 @@ void job_progress::write_metrics(const std::string& status_json) {
   last_line_samples_ = samples;
   auto status = nlohmann::json::parse(status_json, nullptr, false);
   if (status.is_object()) {
-    for (const char* key : {"shards", "workers", "slowest_worker"})
+    for (const char* key : {"job", "shards", "workers", "slowest_worker"})
       if (status.contains(key)) line[key] = status[key];
     // The staleness between workers now: how far the fastest is ahead of the slowest.
     std::uint64_t lo = UINT64_MAX, hi = 0;
