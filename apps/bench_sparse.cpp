@@ -94,11 +94,16 @@ double disk_reads_per_s(const std::string& dir, std::uint64_t bytes, double seco
 struct store_limits {
   double reads = 0;
   double swept = 0;
+  // Bytes read from the device per row read: a 4 KiB block each, more where the row's
+  // index block was not in RocksDB's block cache.
+  double device_bytes_per_row = 0;
 };
 store_limits store_rows_per_s(const ps::node_config& cfg, std::uint64_t rows, double seconds, std::size_t threads) {
   const auto spec = ps::sparse_bench_table(cfg);
   ps::row_disk disk(cfg.shard_dir, "store-probe", {spec.dim * (1 + spec.rule.state_slots())});
   disk.fill(0, rows, spec, [](std::uint64_t) { return true; });
+  const auto bytes_before = ps::process_disk_read_bytes();
+  std::atomic<std::uint64_t> rows_read{0};
   auto rate = timed_rate(threads, seconds, [&](std::size_t, std::mt19937_64& rng) -> std::optional<std::uint64_t> {
     std::vector<ps::row_key> keys(32);
     for (auto& k : keys) k = {0, rng() % rows};
@@ -110,11 +115,14 @@ store_limits store_rows_per_s(const ps::node_config& cfg, std::uint64_t rows, do
     } catch (const ps::bad_request&) {
       return std::nullopt;
     }
+    rows_read += keys.size();
     return keys.size();
   });
   if (!rate) throw ps::bad_request("store probe: a read of " + disk.path() + " failed");
   store_limits out;
   out.reads = *rate;
+  const auto bytes_read = static_cast<double>(ps::process_disk_read_bytes() - bytes_before);
+  out.device_bytes_per_row = bytes_read / static_cast<double>(std::max<std::uint64_t>(rows_read.load(), 1));
   const auto sweep_start = std::chrono::steady_clock::now();
   std::uint64_t listed = 0;  // filled rows carry no push clock: every one is listed
   for (ps::disk_sweep sweep{0, 1, 0, 0};;) {
@@ -223,7 +231,8 @@ int main(int argc, char** argv) {
         auto limits = store_rows_per_s(cfg, cfg.app_count("table-rows"), 3.0, threads);
         store = limits.reads;
         ps::bench::print_line({{"limit", "store_rows_per_s"}, {"dim", dim}, {"value", store}, {"threads", threads},
-                               {"table_rows", cfg.app_count("table-rows")}, {"sweep_rows_per_s", limits.swept}});
+                               {"table_rows", cfg.app_count("table-rows")}, {"sweep_rows_per_s", limits.swept},
+                               {"device_bytes_per_row", limits.device_bytes_per_row}});
       }
       for (auto pct : percents) {
         auto fraction = static_cast<double>(pct) / 100.0;
