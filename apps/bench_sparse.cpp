@@ -37,9 +37,13 @@ double percentile(std::vector<double> v, double p) {
 
 // Calls step(thread, rng) from `threads` threads at once for `seconds`; step returns how
 // many operations it did, or nullopt for a failure (the run stops then). The operations
-// per second, or nullopt when a step failed.
-std::optional<double> timed_rate(std::size_t threads, double seconds,
-                                 const std::function<std::optional<std::uint64_t>(std::size_t, std::mt19937_64&)>& step) {
+// done and their rate, or nullopt when a step failed.
+struct timed_ops {
+  std::uint64_t done = 0;
+  double per_s = 0;
+};
+std::optional<timed_ops> timed_rate(std::size_t threads, double seconds,
+                                    const std::function<std::optional<std::uint64_t>(std::size_t, std::mt19937_64&)>& step) {
   std::atomic<std::uint64_t> done{0};
   std::atomic<bool> failed{false};
   const auto start = std::chrono::steady_clock::now();
@@ -56,7 +60,7 @@ std::optional<double> timed_rate(std::size_t threads, double seconds,
     });
   for (auto& t : pool) t.join();
   if (failed) return std::nullopt;
-  return static_cast<double>(done) / elapsed();
+  return timed_ops{done.load(), static_cast<double>(done) / elapsed()};
 }
 
 // Random 4 KiB reads per second from a file of `bytes` written in `dir`, read with
@@ -83,7 +87,7 @@ double disk_reads_per_s(const std::string& dir, std::uint64_t bytes, double seco
   });
   ::close(fd);
   if (!rate) throw ps::bad_request("disk probe: reading " + path + " failed");
-  return *rate;
+  return rate->per_s;
 }
 
 // Rows per second the disk tier's store itself reads (row_disk over RocksDB, no actors),
@@ -103,7 +107,6 @@ store_limits store_rows_per_s(const ps::node_config& cfg, std::uint64_t rows, do
   ps::row_disk disk(cfg.shard_dir, "store-probe", {spec.dim * (1 + spec.rule.state_slots())});
   disk.fill(0, rows, spec, [](std::uint64_t) { return true; });
   const auto bytes_before = ps::process_disk_read_bytes();
-  std::atomic<std::uint64_t> rows_read{0};
   auto rate = timed_rate(threads, seconds, [&](std::size_t, std::mt19937_64& rng) -> std::optional<std::uint64_t> {
     std::vector<ps::row_key> keys(32);
     for (auto& k : keys) k = {0, rng() % rows};
@@ -115,14 +118,13 @@ store_limits store_rows_per_s(const ps::node_config& cfg, std::uint64_t rows, do
     } catch (const ps::bad_request&) {
       return std::nullopt;
     }
-    rows_read += keys.size();
     return keys.size();
   });
   if (!rate) throw ps::bad_request("store probe: a read of " + disk.path() + " failed");
   store_limits out;
-  out.reads = *rate;
+  out.reads = rate->per_s;
   const auto bytes_read = static_cast<double>(ps::process_disk_read_bytes() - bytes_before);
-  out.device_bytes_per_row = bytes_read / static_cast<double>(std::max<std::uint64_t>(rows_read.load(), 1));
+  out.device_bytes_per_row = bytes_read / static_cast<double>(std::max<std::uint64_t>(rate->done, 1));
   const auto sweep_start = std::chrono::steady_clock::now();
   std::uint64_t listed = 0;  // filled rows carry no push clock: every one is listed
   for (ps::disk_sweep sweep{0, 1, 0, 0};;) {
