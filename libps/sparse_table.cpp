@@ -5,7 +5,6 @@
 
 #include "libps/hash.hpp"
 #include "libps/keys.hpp"
-#include "libps/slots.hpp"
 
 namespace ps {
 
@@ -39,29 +38,30 @@ sparse_table::sparse_table(sparse_table_spec spec, eviction_policy policy, std::
     : spec_(std::move(spec)), policy_(policy), clock_(clock ? std::move(clock) : std::make_shared<std::uint64_t>(0)) {
   spec_.validate();
   stride_ = spec_.dim * (1 + spec_.rule.state_slots());
+  arena_ = chunked_rows<float>(stride_);
 }
 
 std::uint32_t sparse_table::add(std::uint64_t id) {
-  auto slot = take_slot(free_, meta_, [&] { arena_.resize(arena_.size() + stride_); });
+  auto slot = take_slot(free_, meta_, [&] { arena_.emplace_back(); });
   index_.emplace(id, slot);
   meta_[slot] = slot_meta{id, ++*clock_};
   link(probation_, segment::probation, slot);
   return slot;
 }
 
-float* sparse_table::row(std::uint64_t id, std::uint64_t clock) {
+std::uint32_t sparse_table::slot_of(std::uint64_t id, std::uint64_t clock) {
   if (auto it = index_.find(id); it != index_.end()) {
     used(it->second);
-    return arena_.data() + static_cast<std::size_t>(it->second) * stride_;
+    return it->second;
   }
   install(id, nullptr, clock);
-  return arena_.data() + static_cast<std::size_t>(index_.at(id)) * stride_;
+  return index_.at(id);
 }
 
 void sparse_table::install(std::uint64_t id, const float* stored, std::uint64_t clock, bool changed) {
   if (holds(id)) return;
   auto slot = add(id);
-  float* r = arena_.data() + static_cast<std::size_t>(slot) * stride_;
+  float* r = arena_.row(slot);
   meta_[slot].dirty = !stored || changed;
   meta_[slot].pushed = clock;
   if (stored) {
@@ -120,7 +120,7 @@ sparse_table::evicted sparse_table::evict(std::vector<float>& row_out) {
   if (slot == none) throw bad_request("sparse table " + spec_.name + ": nothing to evict");
   auto& m = meta_[slot];
   evicted out{m.id, m.dirty, m.pushed};
-  const float* r = arena_.data() + static_cast<std::size_t>(slot) * stride_;
+  const float* r = arena_.row(slot);
   row_out.insert(row_out.end(), r, r + stride_);
   remove(slot);
   return out;
@@ -142,8 +142,8 @@ void sparse_table::remove(std::uint32_t slot) {
 }
 
 void sparse_table::restamp(std::uint64_t clock) {
-  for (auto& m : meta_)
-    if (m.seg != segment::free) m.pushed = std::max(m.pushed, clock);
+  for (std::size_t slot = 0; slot < meta_.size(); ++slot)
+    if (auto& m = meta_[slot]; m.seg != segment::free) m.pushed = std::max(m.pushed, clock);
 }
 
 std::vector<std::uint64_t> sparse_table::expire_before(std::uint64_t clock) {
@@ -160,12 +160,12 @@ void sparse_table::replace(std::uint64_t id, const float* stored, std::uint64_t 
   auto it = index_.find(id);
   if (it == index_.end()) return install(id, stored, clock, true);
   meta_[it->second].dirty = true;
-  std::copy(stored, stored + stride_, arena_.data() + static_cast<std::size_t>(it->second) * stride_);
+  std::copy(stored, stored + stride_, arena_.row(it->second));
 }
 
 void sparse_table::pull(std::span<const std::uint64_t> ids, float* out, std::uint64_t clock) {
   for (std::size_t i = 0; i < ids.size(); ++i) {
-    const float* r = row(ids[i], clock);
+    const float* r = arena_.row(slot_of(ids[i], clock));
     std::copy(r, r + spec_.dim, out + i * spec_.dim);
   }
 }
@@ -174,8 +174,9 @@ void sparse_table::push(std::span<const std::uint64_t> ids, const float* grads, 
   const auto slots = spec_.rule.state_slots();
   std::vector<float*> state(slots);
   for (std::size_t i = 0; i < ids.size(); ++i) {
-    float* r = row(ids[i], clock);
-    auto& m = meta_[static_cast<std::size_t>(r - arena_.data()) / stride_];
+    const auto slot = slot_of(ids[i], clock);
+    float* r = arena_.row(slot);
+    auto& m = meta_[slot];
     m.dirty = true;
     m.pushed = std::max(m.pushed, clock);
     for (std::size_t k = 0; k < slots; ++k) state[k] = r + (k + 1) * spec_.dim;

@@ -12,6 +12,8 @@
 #include <span>
 #include <string>
 #include <unordered_map>
+
+#include "libps/slots.hpp"
 #include <vector>
 
 #include "libps/update_rule.hpp"
@@ -82,7 +84,7 @@ class sparse_table {
   void for_each_row(F f) const {
     for (std::size_t slot = 0; slot < meta_.size(); ++slot)
       if (meta_[slot].seg != segment::free)
-        f(meta_[slot].id, arena_.data() + slot * stride_, meta_[slot].dirty, meta_[slot].pushed);
+        f(meta_[slot].id, arena_.row(slot), meta_[slot].dirty, meta_[slot].pushed);
   }
   // The most rows slru keeps protected (the tier sets 80% of the rows its budget holds);
   // beyond it the oldest go back on probation.
@@ -130,7 +132,7 @@ class sparse_table {
     std::uint32_t head = none, tail = none;
     std::size_t size = 0;
   };
-  float* row(std::uint64_t id, std::uint64_t clock);  // creates it on first touch
+  std::uint32_t slot_of(std::uint64_t id, std::uint64_t clock);  // a use; creates the row on first touch
   std::uint32_t add(std::uint64_t id);  // a slot for a new row, at the head of probation
   void remove(std::uint32_t slot);      // out of the order and the index, slot freed
   void used(std::uint32_t slot);        // a use: stamp, and move per the policy
@@ -143,8 +145,8 @@ class sparse_table {
   std::shared_ptr<std::uint64_t> clock_;
   std::size_t stride_;  // floats per row: the value and each state slot
   std::unordered_map<std::uint64_t, std::uint32_t> index_;  // id -> slot
-  std::vector<float> arena_;                                // slot * stride_
-  std::vector<slot_meta> meta_;
+  chunked_rows<float> arena_;                               // a row of stride_ floats per slot
+  chunked_rows<slot_meta> meta_;
   std::vector<std::uint32_t> free_;
   order probation_, protected_;
   std::size_t protected_limit_ = SIZE_MAX;
