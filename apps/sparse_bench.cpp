@@ -77,21 +77,27 @@ sparse_cell run_cell(worker_context& ctx, const row_picker& pick, std::mt19937_6
 
 // The same load, one second at a time, until the RAM tiers are full or their hit rate
 // stops rising (at most --sparse-warmup seconds): cells measure the steady state, not a
-// table coming in from disk.
+// table coming in from disk. "Stops rising" compares the last 5 seconds with the 5
+// before: a tier filling from disk gains a few thousandths a second, less than one
+// second's noise, and a second-by-second test stopped with the tier a quarter full.
 void warm_up(worker_context& ctx, const row_picker& pick, std::mt19937_64& rng, const std::string& op) {
+  constexpr std::size_t span = 5;  // seconds compared
   auto start = bench_clock::now();
-  double last = -1;
+  std::deque<shard_totals> seconds{ram_counts(ctx)};  // the counts at each second's end
+  auto hit_rate = [](const shard_totals& from, const shard_totals& to) {
+    shard_totals slice;
+    slice.ram_hits = to.ram_hits - from.ram_hits;
+    slice.ram_misses = to.ram_misses - from.ram_misses;
+    return slice.ram_hit_rate();
+  };
   while (since(start) < ctx.cfg.app_number("sparse-warmup")) {
-    auto before = ram_counts(ctx);
     run_cell(ctx, pick, rng, op, 1.0);
-    auto after = ram_counts(ctx);
-    shard_totals slice;  // this second's lookups
-    slice.ram_hits = after.ram_hits - before.ram_hits;
-    slice.ram_misses = after.ram_misses - before.ram_misses;
-    double rate = slice.ram_hit_rate();
-    bool full = after.ram_budget > 0 && after.ram_bytes * 20 >= after.ram_budget * 19;
-    if (full || rate - last < 0.005) return;
-    last = rate;
+    seconds.push_back(ram_counts(ctx));
+    const auto& now = seconds.back();
+    if (now.ram_budget > 0 && now.ram_bytes * 20 >= now.ram_budget * 19) return;  // full
+    if (seconds.size() > 2 * span + 1) seconds.pop_front();
+    if (seconds.size() == 2 * span + 1 && hit_rate(seconds[span], now) - hit_rate(seconds.front(), seconds[span]) < 0.002)
+      return;
   }
 }
 
