@@ -4,12 +4,11 @@
 #include <unordered_set>
 
 #include "libps/keys.hpp"
-#include "libps/slots.hpp"
 
 namespace ps {
 
 row_cache::row_cache(std::uint32_t dim, std::size_t capacity_rows, std::uint64_t staleness)
-    : dim_(dim), capacity_(capacity_rows), staleness_(staleness) {
+    : dim_(dim), capacity_(capacity_rows), staleness_(staleness), values_(dim), pending_(dim) {
   if (dim_ == 0) throw bad_request("row cache: rows need at least one value");
   if (capacity_ == 0) throw bad_request("row cache: --embedding-cache must hold at least one row");
   index_.reserve(std::min<std::size_t>(capacity_, std::size_t{1} << 20));  // no rehash while it fills
@@ -52,8 +51,8 @@ std::vector<std::uint64_t> row_cache::misses(std::span<const std::uint64_t> ids,
 
 std::uint32_t row_cache::add(std::uint64_t id) {
   auto s = take_slot(free_, meta_, [&] {
-    values_.resize(values_.size() + dim_);
-    pending_.resize(pending_.size() + dim_);
+    values_.emplace_back();
+    pending_.emplace_back();
   });
   meta_[s] = slot_meta{};
   meta_[s].id = id;
@@ -121,7 +120,7 @@ void row_cache::read(std::span<const std::uint64_t> ids, float* out) const {
   for (std::size_t i = 0; i < ids.size(); ++i) {
     auto s = slot_at(ids, i);
     if (s == none) throw bad_request("row cache: row " + std::to_string(ids[i]) + " is not cached");
-    const float* v = values_.data() + std::size_t{s} * dim_;
+    const float* v = values_.row(s);
     std::copy(v, v + dim_, out + i * dim_);
   }
 }

@@ -14,6 +14,8 @@
 #include <unordered_set>
 #include <vector>
 
+#include "libps/slots.hpp"
+
 namespace ps {
 
 // Accumulated gradients of one row, to push.
@@ -63,8 +65,8 @@ class row_cache {
     bool used = false;
     bool pending = false;  // its pending sum holds gradients to push
   };
-  float* value_of(std::uint32_t slot) { return values_.data() + std::size_t{slot} * dim_; }
-  float* pending_of(std::uint32_t slot) { return pending_.data() + std::size_t{slot} * dim_; }
+  float* value_of(std::uint32_t slot) { return values_.row(slot); }
+  float* pending_of(std::uint32_t slot) { return pending_.row(slot); }
   std::uint32_t find(std::uint64_t id) const;  // none when not cached
   // The slot holding row ids[i] of the batch misses() saw last, if it still does;
   // else looked up (none when not cached) and remembered.
@@ -80,8 +82,8 @@ class row_cache {
   std::size_t capacity_;
   std::uint64_t staleness_;
   std::unordered_map<std::uint64_t, std::uint32_t> index_;  // id -> slot
-  std::vector<float> values_, pending_;
-  std::vector<slot_meta> meta_;
+  chunked_rows<float> values_, pending_;  // dim_ floats per slot
+  chunked_rows<slot_meta> meta_;
   std::vector<std::uint32_t> free_;
   std::uint32_t head_ = none, tail_ = none;  // most and least recently used
   std::uint64_t calls_ = 0;  // misses() calls
