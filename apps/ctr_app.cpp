@@ -9,6 +9,7 @@
 #include "apps/ctr_backend.hpp"
 
 #include <array>
+#include <deque>
 #include <chrono>
 #include <cmath>
 #include <unordered_set>
@@ -248,7 +249,7 @@ class row_access {
 
   kv_client& kv_;
   std::uint32_t dim_;
-  std::vector<row_cache> caches_;  // per table; empty: no cache
+  std::deque<row_cache> caches_;  // per table (a deque: a cache is never moved); empty: no cache
   std::uint64_t rows_moved_ = 0;
 };
 
