@@ -160,7 +160,12 @@ void send_disk_work(self_ptr self, const shard_options& opts, const coordinator_
   auto& st = self->state;
   for (auto& w : fx.writes)
     self->request(st.disk, caf::infinite, write_rows_atom::value, std::move(w))
-      .then([=](std::uint64_t seq) { self->state.core->rows_written(seq); }, [=](caf::error& e) { disk_failed(self, e); });
+      .then(
+        [=](std::uint64_t seq) {
+          auto next = self->state.core->rows_written(seq);
+          carry_out(self, opts, coordinator, next);
+        },
+        [=](caf::error& e) { disk_failed(self, e); });
   for (const auto& s : fx.sweeps)
     self->request(st.disk, caf::infinite, sweep_rows_atom::value, s)
       .then(

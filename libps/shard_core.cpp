@@ -27,7 +27,8 @@ shard_core::shard_core(shard_config cfg, std::unique_ptr<param_store> store)
       checkpoint_every_(cfg.checkpoint_every),
       sends_checkpoints_(cfg.sends_checkpoints),
       kill_at_(cfg.kill_at),
-      head_(cfg.head) {
+      head_(cfg.head),
+      write_backlog_bytes_(cfg.write_backlog_bytes) {
   restore(cfg.restored, cfg.restored_rows);
   restore_counts(cfg.restored_disk_table_rows, cfg.restored_disk_rows, cfg.restored_sightings);
 }
@@ -638,7 +639,7 @@ void shard_core::push_rows_now(const shard_request& r, std::uint32_t table, cons
 void shard_core::push_admitted_rows(const shard_request& r, std::uint32_t table, const std::vector<std::uint64_t>& ids,
                                     const float* grads, bool acked, shard_effects& fx) {
   bool held = rows_.want(table, ids, true, fx.reads);
-  if (held && row_queue_.empty()) {
+  if (held && row_queue_.empty() && !writes_backed_up()) {
     rows_.table(table).push(ids, grads, r.clock);
     note_precopied_change(table, ids, false);
     if (head_) fx.traces.push_back({trace_event::push, r.worker, r.clock, id_, 0, 0, 0, r.epoch < map_.epoch()});
@@ -685,7 +686,7 @@ void shard_core::pull_rows_now(std::uint64_t token, shard_effects& fx) {
   if (!rows_.admits_all(*p.table)) sort_admitted(p);  // as the pushes queued before it left the counts
   bool held = rows_.want(*p.table, p.stored_ids(), true, fx.reads);
   row_op op{row_op::kind::pull, p.req, *p.table, {}, {}, token};
-  if (held && row_queue_.empty())
+  if (held && row_queue_.empty() && !writes_backed_up())
     run(op, fx);
   else
     row_queue_.push_back(std::move(op));
@@ -720,12 +721,20 @@ void shard_core::run(const row_op& op, shard_effects& fx) {
 void shard_core::drain_rows(shard_effects& fx) {
   while (!row_queue_.empty()) {
     const auto& op = row_queue_.front();
-    if ((op.what == row_op::kind::push || op.what == row_op::kind::pull) && !front_ready(fx)) break;
+    if ((op.what == row_op::kind::push || op.what == row_op::kind::pull) && (writes_backed_up() || !front_ready(fx)))
+      break;
     run(op, fx);
     row_queue_.pop_front();
     front_ = {};
   }
   if (auto w = rows_.trim(front_.keep_from)) fx.writes.push_back(std::move(w));
+}
+
+shard_effects shard_core::rows_written(std::uint64_t seq) {
+  rows_.written(seq);
+  shard_effects fx;
+  drain_rows(fx);
+  return fx;
 }
 
 bool shard_core::front_ready(shard_effects& fx) {

@@ -68,6 +68,11 @@ struct shard_config {
   // Bytes for the tables' rows in RAM (--shard-memory); 0: unlimited, no disk tier.
   std::uint64_t shard_memory = 0;
   eviction_policy eviction = eviction_policy::slru;
+  // Bytes of evicted rows in writes under way beyond which row work waits for them to
+  // land: evicting a changed row moves its bytes into a write, it frees nothing, so a
+  // disk that writes slower than rows are evicted (RocksDB stalling its writes) would
+  // otherwise grow the shard past its budget without bound.
+  std::uint64_t write_backlog_bytes = std::uint64_t{64} << 20;
 };
 
 // A replacement shard's account, per worker, of the updates that died with the shard it
@@ -152,7 +157,8 @@ class shard_core {
                             const std::vector<float>& rows, const std::vector<std::uint64_t>& pushed = {});
   // A disk sweep's answer: the listed rows that expired on disk are counted and deleted.
   shard_effects rows_swept(const disk_sweep& sweep, const swept_page& page);
-  void rows_written(std::uint64_t seq) { rows_.written(seq); }
+  // A write landed: row work held back by the write backlog goes on.
+  shard_effects rows_written(std::uint64_t seq);
   // Benchmarks: whether this shard owns row `id` of `table`; rows 0..count-1 of it that
   // this shard owns created as on first touch, in RAM (no disk tier; returns how many),
   // and the count of those the disk tier was filled with.
@@ -428,6 +434,9 @@ class shard_core {
   std::uint64_t highest_clock_ = 0;
   std::optional<std::uint64_t> kill_at_;
   bool head_;
+  std::uint64_t write_backlog_bytes_;
+  // Row work waits while the writes under way hold more than write_backlog_bytes_.
+  bool writes_backed_up() const { return rows_.buffered_bytes() > write_backlog_bytes_; }
   std::optional<std::uint64_t> restored_clock_;
   std::vector<bool> loss_reported_;
   struct precopy {

@@ -249,7 +249,7 @@ struct disk_driver {
     pending.pop_front();
     for (const auto& w : fx.writes) {
       disk.write(*w, [&](std::uint32_t table) { return core.rows().table(table).stride(); });
-      core.rows_written(w->seq);
+      take(core.rows_written(w->seq));
     }
     for (const auto& s : fx.sweeps) take(core.rows_swept(s, disk.expired(s)));
     for (auto m : fx.moves)
@@ -272,12 +272,17 @@ struct disk_driver {
 
 }  // namespace
 
-TEST_CASE("shard core over a tiny RAM tier: pushes from 2 workers, shared and own rows, end exactly as all in RAM") {
-  const std::uint64_t budget = 6 * sparse_table(emb(4, rule_kind::adagrad)).row_bytes();
-  shard_core tiered(tiered_shard(budget, infinite_staleness)), in_ram(tiered_shard(0, infinite_staleness));
+// 400 pushes of 2 workers on shared and own rows into a tiered core whose disk work is
+// done in order, at most `lag` effects behind (with `eager`, now and then sooner); then
+// every row must equal that of a core holding all in RAM. Returns the most bytes the
+// tiered core's writes under way held meanwhile.
+std::uint64_t pushes_end_as_in_ram(const shard_config& cfg, std::size_t lag, bool eager) {
+  auto in_ram_cfg = cfg;
+  in_ram_cfg.shard_memory = 0;
+  shard_core tiered(cfg), in_ram(in_ram_cfg);
   disk_driver drive{tiered, {}, {}, {}};
   std::mt19937_64 rng(11);
-  std::uint64_t seq = 0;
+  std::uint64_t seq = 0, most_buffered = 0;
   for (int step = 0; step < 400; ++step) {
     std::uint32_t worker = step % 2, table = rng() % 2;
     std::uint32_t dim = table == 0 ? 4 : 3;
@@ -291,7 +296,8 @@ TEST_CASE("shard core over a tiny RAM tier: pushes from 2 workers, shared and ow
     shard_request r{1, worker, 0, ++seq, 0};
     REQUIRE(in_ram.push_rows(r, table, rows, grads.data(), grads.size()).ok());
     drive.take(tiered.push_rows(r, table, rows, grads.data(), grads.size()));
-    while (drive.pending.size() > 3 || (!drive.pending.empty() && rng() % 3 == 0)) drive.step();
+    most_buffered = std::max(most_buffered, tiered.rows().buffered_bytes());
+    while (drive.pending.size() > lag || (eager && !drive.pending.empty() && rng() % 3 == 0)) drive.step();
   }
   while (!drive.pending.empty()) drive.step();
   CHECK(drive.disk.reads > 0);
@@ -310,6 +316,27 @@ TEST_CASE("shard core over a tiny RAM tier: pushes from 2 workers, shared and ow
     CHECK(drive.answers[token] == expected);
   }
   CHECK(tiered.rows().rows_created() == in_ram.rows().rows_created());
+  return most_buffered;
+}
+
+TEST_CASE("shard core over a tiny RAM tier: pushes from 2 workers, shared and own rows, end exactly as all in RAM") {
+  const std::uint64_t budget = 6 * sparse_table(emb(4, rule_kind::adagrad)).row_bytes();
+  pushes_end_as_in_ram(tiered_shard(budget, infinite_staleness), 3, true);
+}
+
+TEST_CASE("shard core over a disk that writes slowly: row work waits for the write backlog, so writes under way stay bounded; nothing lost") {
+  const auto row = sparse_table(emb(4, rule_kind::adagrad)).row_bytes();
+  auto cfg = tiered_shard(6 * row, infinite_staleness);
+  const std::size_t lag = 40;  // the disk's work runs 40 effects behind
+  cfg.write_backlog_bytes = UINT64_MAX;  // no limit: writes under way pile up
+  const auto unbounded = pushes_end_as_in_ram(cfg, lag, false);
+  cfg.write_backlog_bytes = 2 * row;
+  const auto bounded = pushes_end_as_in_ram(cfg, lag, false);
+  // Past the limit, only the evictions of reads already under way add to the backlog:
+  // at most what RAM holds.
+  CHECK(bounded <= cfg.write_backlog_bytes + cfg.shard_memory);
+  CHECK(unbounded > 4 * bounded);
+  MESSAGE("writes under way held at most " << unbounded << " bytes without the limit, " << bounded << " with it");
 }
 
 TEST_CASE("shard core over a tiered store with expiry: rows not pushed for 4 clocks expire in RAM and on disk, each counted once, and come back fresh") {
