@@ -22,15 +22,18 @@ std::uint32_t take_slot(std::vector<std::uint32_t>& free, Meta& meta, Grow grow)
   return static_cast<std::uint32_t>(meta.size() - 1);
 }
 
-// Rows of `width` elements each, in chunks of about chunk_bytes that never move once
+// Rows of `width` elements each, in chunks of at most chunk_bytes (or one row) that never move once
 // made. Growing copies nothing, so memory grows with the rows held and no more: a
 // std::vector that doubles holds its old and new arrays at once, and a shard whose RAM
 // tier filled a 1.44 GB budget so peaked at 2.43 GB (README, "Tables larger than memory").
-// A chunk's elements are default-initialized (floats: left as they were).
+// A chunk's elements are default-initialized (floats: left as they were; metadata with
+// member initializers is written whole). Chunks of 64 KiB: a table of one row costs
+// that, not the 1.3 MB of metadata a 2 MiB chunk wrote (a CTR model has 26 tables per
+// shard), and 10^7 rows take some 10^5 chunk pointers.
 template <class T>
 class chunked_rows {
  public:
-  explicit chunked_rows(std::size_t width = 1, std::size_t chunk_bytes = std::size_t{2} << 20) : width_(width) {
+  explicit chunked_rows(std::size_t width = 1, std::size_t chunk_bytes = std::size_t{64} << 10) : width_(width) {
     while ((std::size_t{2} << shift_) * width_ * sizeof(T) <= chunk_bytes) ++shift_;
     mask_ = (std::size_t{1} << shift_) - 1;
   }
