@@ -1,5 +1,6 @@
 #include "apps/sparse_bench.hpp"
 #include "apps/apps.hpp"
+#include "apps/disk_probe.hpp"
 
 #include <chrono>
 #include <numeric>
@@ -55,7 +56,8 @@ sparse_cell run_cell(worker_context& ctx, const row_picker& pick, std::mt19937_6
   const auto window = ctx.cfg.app_count("sparse-window");
   const auto dim = ctx.kv.table_dim(0);
   std::vector<float> grads(batch * dim, 1e-3f);
-  sparse_cell cell{op, 0, 0, 0, 0, 0, {}};
+  sparse_cell cell;
+  cell.op = op;
   std::deque<std::pair<kv_future, bench_clock::time_point>> inflight;
   auto start = bench_clock::now();
   while (since(start) < seconds || cell.latencies_us.size() < 4) {
@@ -101,6 +103,19 @@ void warm_up(worker_context& ctx, const row_picker& pick, std::mt19937_64& rng, 
   }
 }
 
+// The disk under the shard's tier, probed right before and right after each cell (see
+// apps/disk_probe.hpp): none without a disk tier, with --disk-probe-seconds=0, or with
+// more than one worker (their probes would meet each other and the other's load).
+std::optional<disk_probe> cell_probe(const worker_context& ctx) {
+  if (ctx.cfg.shard_memory == 0 || ctx.cfg.app_number("disk-probe-seconds") <= 0 || ctx.cfg.workers != 1)
+    return std::nullopt;
+  return std::optional<disk_probe>(std::in_place, ctx.cfg.shard_dir, sparse_bench_probe_bytes(ctx.cfg));
+}
+
+double probe_now(const std::optional<disk_probe>& probe, const worker_context& ctx) {
+  return probe ? probe->reads_per_s(ctx.cfg.app_number("disk-probe-seconds"), row_disk::read_threads) : 0;
+}
+
 std::string sparse_bench_app(worker_context& ctx) {
   const auto rows = ctx.cfg.app_count("table-rows");
   if (ctx.id == 0) {
@@ -109,17 +124,22 @@ std::string sparse_bench_app(worker_context& ctx) {
     ctx.report(nlohmann::json{{"filled", made}, {"seconds", since(start)}}.dump());
   }
   ctx.barrier();
+  const auto probe = cell_probe(ctx);
   std::mt19937_64 rng(ctx.cfg.seed * 7919 + ctx.id);
   for (double z : sparse_bench_zipfs(ctx.cfg)) {
     row_picker pick(rows, z);
     for (std::string op : {"pull", "push"}) {
       warm_up(ctx, pick, rng, op);
+      const double disk_before = probe_now(probe, ctx);
       auto before = ram_counts(ctx);
       auto cell = run_cell(ctx, pick, rng, op, ctx.cfg.app_number("sparse-seconds"));
       auto after = ram_counts(ctx);
+      cell.disk_reads_before = disk_before;
+      cell.disk_reads_after = probe_now(probe, ctx);
       cell.zipf = z;
       cell.ram_hits = after.ram_hits - before.ram_hits;
       cell.ram_misses = after.ram_misses - before.ram_misses;
+      cell.disk_bytes_read = after.disk_bytes_read - before.disk_bytes_read;
       ctx.report(cell.encode());
     }
   }
@@ -154,11 +174,14 @@ std::vector<double> sparse_bench_zipfs(const node_config& cfg) {
   return out;
 }
 
+std::uint64_t sparse_bench_probe_bytes(const node_config& cfg) { return cfg.app_count("disk-probe-bytes"); }
+
 std::uint64_t sparse_bench_row_bytes(std::uint32_t dim) {
   return 2 * dim * sizeof(float) + sparse_table::row_overhead;  // value and Adagrad accumulator
 }
 
-NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(sparse_cell, op, zipf, rows, seconds, ram_hits, ram_misses, latencies_us)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(sparse_cell, op, zipf, rows, seconds, ram_hits, ram_misses, disk_bytes_read,
+                                   disk_reads_before, disk_reads_after, latencies_us)
 
 std::string sparse_cell::encode() const { return encode_cell(*this); }
 sparse_cell sparse_cell::decode(const std::string& text) { return decode_cell<sparse_cell>(text, "a sparse bench cell"); }
@@ -191,6 +214,15 @@ app_definition sparse_bench_definition() {
      "bench_sparse: at most this many seconds of the same load before each cell (until the RAM tier is full or "
      "its hit rate stops rising)",
      [](const node_config& c) { return positive(c, "sparse-warmup"); }},
+    {"disk-probe-seconds", app_flag_kind::number, "2",
+     "bench_sparse: seconds of the disk probe run right before and right after each cell with a disk tier (0: none)",
+     [](const node_config& c) { return c.app_number("disk-probe-seconds") >= 0 ? "" : "must be >= 0"; }},
+    {"disk-probe-bytes", app_flag_kind::count, std::to_string(disk_probe::default_bytes),
+     "bench_sparse: bytes of the file the disk probe reads (whole 4 KiB pages)",
+     [](const node_config& c) {
+       auto b = c.app_count("disk-probe-bytes");
+       return b >= 4096 && b % 4096 == 0 ? "" : "must be a multiple of 4096, at least 4096";
+     }},
     {"ram-limit", app_flag_kind::count, "1",
      "bench_sparse: 1: measure the all-in-RAM limit (a job with the whole table in RAM); 0: skip it", {}},
     {"dims", app_flag_kind::counts, "[]", "bench_sparse: table dimensions, one job each (default [16,64])", {}},

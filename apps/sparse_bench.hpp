@@ -21,6 +21,9 @@ struct sparse_cell {
   std::uint64_t rows = 0;  // rows moved in the measured time
   double seconds = 0;
   std::uint64_t ram_hits = 0, ram_misses = 0;  // the shards' RAM tier during the cell
+  std::uint64_t disk_bytes_read = 0;           // what the shards read from the device during it
+  // The disk probe's reads per second right before and right after it (0: not probed).
+  double disk_reads_before = 0, disk_reads_after = 0;
   std::vector<double> latencies_us;            // per request
   std::string encode() const;
   static sparse_cell decode(const std::string& text);  // throws bad_request
@@ -29,6 +32,8 @@ struct sparse_cell {
 // The bytes a row of that dimension takes in a shard's RAM tier (Adagrad state beside
 // it, plus the index): the unit of --shard-memory.
 std::uint64_t sparse_bench_row_bytes(std::uint32_t dim);
+// --disk-probe-bytes: the size of the disk probe's file.
+std::uint64_t sparse_bench_probe_bytes(const node_config& cfg);
 // The benchmark's table (Adagrad rows of --bench-dim floats).
 sparse_table_spec sparse_bench_table(const node_config& cfg);
 std::vector<double> sparse_bench_zipfs(const node_config& cfg);  // throws bad_request

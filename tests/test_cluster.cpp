@@ -2193,6 +2193,50 @@ TEST_CASE("bench_kv: the limits first (TCP loopback, memcpy), then a row per op,
   CHECK(tcp_out.find(R"("transport":"tcp")") != std::string::npos);
 }
 
+TEST_CASE("bench_sparse: each tiered cell carries the disk probe run beside it, and the 25% target is reckoned with it") {
+  auto [rc, out] = shell("bin/bench_sparse --table-rows=100000 --dims=[16] --memory-percents=[25] --zipfs=1.05 "
+                         "--sparse-seconds=0.2 --sparse-warmup=1 --disk-probe-seconds=0.2 --disk-probe-bytes=16777216 "
+                         "2>/dev/null");
+  INFO(out);
+  REQUIRE(rc == 0);
+  std::map<std::string, double> ram;  // by op
+  std::map<std::string, nlohmann::json> cells, targets;
+  for (const auto& j : ps::json_lines_of(out)) {
+    if (j.value("limit", "") == "ram_rows_per_s") ram[j["op"]] = j["value"];
+    if (j.contains("memory_fraction") && j.contains("op")) cells[j["op"]] = j;
+    if (j.contains("target")) targets[j["op"]] = j;
+  }
+  REQUIRE(cells.size() == 2);
+  REQUIRE(targets.size() == 2);
+  for (const std::string op : {"pull", "push"}) {
+    CAPTURE(op);
+    const auto& c = cells[op];
+    const double before = c["disk_reads_before"], after = c["disk_reads_after"];
+    CHECK(before > 0);
+    CHECK(after > 0);
+    CHECK(c["shard_disk_bytes_per_s"] >= 0);
+    const auto& t = targets[op];
+    CHECK(t["disk_reads_per_s"] == doctest::Approx((before + after) / 2));
+    const double miss = 1.0 - c["hit_rate"].get<double>();
+    const double bound = std::min(ram[op], miss > 0 ? (before + after) / 2 / miss : ram[op]);
+    CHECK(t["bound_rows_per_s"] == doctest::Approx(bound));
+    CHECK(t["ratio"] == doctest::Approx(c["rows_per_s"].get<double>() / bound));
+    CHECK(t["met"] == (c["rows_per_s"].get<double>() >= 0.5 * bound));
+  }
+  // Without the probe beside the cells, the run's first probe is the disk's rate.
+  auto [off_rc, off_out] = shell("bin/bench_sparse --table-rows=100000 --dims=[16] --memory-percents=[25] --zipfs=1.05 "
+                                 "--sparse-seconds=0.2 --sparse-warmup=1 --ram-limit=0 --disk-probe-seconds=0 "
+                                 "--disk-probe-bytes=16777216 2>/dev/null");
+  INFO(off_out);
+  REQUIRE(off_rc == 0);
+  for (const auto& j : ps::json_lines_of(off_out))
+    if (j.contains("memory_fraction") && j.contains("op")) CHECK(j["disk_reads_before"] == 0);
+  // A probe file that is not whole pages is refused by name.
+  auto [bad_rc, bad_out] = shell("bin/bench_sparse --disk-probe-bytes=5000 2>&1");
+  CHECK(bad_rc == 2);
+  CHECK(bad_out.find("disk-probe-bytes") != std::string::npos);
+}
+
 TEST_CASE("bench_elastic: a line per move, with the fraction moved, its stall and throughput, and nothing lost") {
   auto [rc, out] = shell("bin/bench_elastic --phase-seconds=0.5 2>/dev/null");
   INFO(out);
