@@ -109,10 +109,33 @@ double disk_reads_beside(const ps::sparse_cell& c) {
   return c.disk_reads_before > 0 && c.disk_reads_after > 0 ? (c.disk_reads_before + c.disk_reads_after) / 2 : 0;
 }
 
+// A shard's memory for the table at `fraction` of its RAM size (0: all in RAM, no tier).
+std::uint64_t shard_memory_for(const ps::node_config& cfg, std::uint32_t dim, double fraction) {
+  const auto table_bytes = cfg.app_count("table-rows") * ps::sparse_bench_row_bytes(dim);
+  return fraction > 0 ? static_cast<std::uint64_t>(fraction * static_cast<double>(table_bytes)) : 0;
+}
+
+// Every job's memory, before any job runs (a job refused by its shard would end the run
+// after the jobs before it): percents in [1, 100], and at least the 1 MiB a disk tier needs.
+void check_memories(const ps::node_config& cfg, const std::vector<std::int64_t>& dims,
+                    const std::vector<std::int64_t>& percents) {
+  for (auto pct : percents) {
+    if (pct < 1 || pct > 100) throw ps::bad_request("--memory-percents: " + std::to_string(pct) + " is not in [1, 100]");
+    for (auto dim : dims) {
+      const auto memory = shard_memory_for(cfg, static_cast<std::uint32_t>(dim), static_cast<double>(pct) / 100.0);
+      if (memory < (1u << 20))
+        throw ps::bad_request("--memory-percents: " + std::to_string(pct) + "% of " +
+                              std::to_string(cfg.app_count("table-rows")) + " rows of dimension " + std::to_string(dim) +
+                              " is " + std::to_string(memory) +
+                              " bytes, under the 1 MiB a shard's disk tier needs (raise --table-rows or the percent)");
+    }
+  }
+}
+
 // One job: the table at one dimension with one shard memory (0: all in RAM, the limit).
 job_cells run_cells(caf::actor_system& sys, ps::node_config& cfg, std::uint32_t dim, double fraction) {
   const auto rows = cfg.app_count("table-rows");
-  const std::uint64_t memory = fraction > 0 ? static_cast<std::uint64_t>(fraction * static_cast<double>(rows * ps::sparse_bench_row_bytes(dim))) : 0;
+  const std::uint64_t memory = shard_memory_for(cfg, dim, fraction);
   cfg.shard_memory = memory;
   cfg.set_app_flag("bench-dim", std::to_string(dim));
   set_child_flag(cfg, "shard-memory", std::to_string(memory));
@@ -170,6 +193,7 @@ int main(int argc, char** argv) {
     auto dims = cfg.app_counts("dims"), percents = cfg.app_counts("memory-percents");
     if (dims.empty()) dims = {16, 64};
     if (percents.empty()) percents = {100, 25, 5};
+    check_memories(cfg, dims, percents);
     const auto threads = ps::row_disk::read_threads;
     double disk = 0;
     {

@@ -2235,6 +2235,14 @@ TEST_CASE("bench_sparse: each tiered cell carries the disk probe run beside it, 
   auto [bad_rc, bad_out] = shell("bin/bench_sparse --disk-probe-bytes=5000 2>&1");
   CHECK(bad_rc == 2);
   CHECK(bad_out.find("disk-probe-bytes") != std::string::npos);
+  // So is a tier under 1 MiB, before any job runs (it ended the run after the first).
+  auto [small_rc, small_out] = shell("bin/bench_sparse --table-rows=20000 --dims=[4] --memory-percents=[25] 2>&1");
+  CHECK(small_rc == 2);
+  CHECK(small_out.find("--memory-percents: 25% of 20000 rows of dimension 4 is") != std::string::npos);
+  CHECK(small_out.find("ram_rows_per_s") == std::string::npos);
+  auto [pct_rc, pct_out] = shell("bin/bench_sparse --memory-percents=[0] 2>&1");
+  CHECK(pct_rc == 2);
+  CHECK(pct_out.find("--memory-percents: 0 is not in [1, 100]") != std::string::npos);
 }
 
 TEST_CASE("bench_elastic: a line per move, with the fraction moved, its stall and throughput, and nothing lost") {
