@@ -2,9 +2,9 @@
 // What the disk under a directory serves: random 4 KiB reads with O_DIRECT (the page
 // cache bypassed) from several threads at once, as the disk tier reads. bench_sparse
 // measures it at the start of a run and its worker right before and right after each
-// measured cell: on this VM the device's rate swings by 3x within a minute (15,000 to
-// 48,000 reads/s in one run, BENCHMARKS.md), so a figure minutes old says little about
-// the cell beside it.
+// measured cell: on this VM the device's rate drifts (31,500 to 67,300 reads/s at the
+// start of four runs in one morning; 48,300 at one run's start and 73,900 beside a cell
+// four minutes later, BENCHMARKS.md), so a figure minutes old says little about the cell.
 #include <cstdint>
 #include <functional>
 #include <optional>
