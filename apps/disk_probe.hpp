@@ -4,7 +4,7 @@
 // measures it at the start of a run and its worker right before and right after each
 // measured cell: on this VM the device's rate drifts (31,500 to 67,300 reads/s at the
 // start of four runs in one morning; 48,300 at one run's start and 73,900 beside a cell
-// four minutes later, BENCHMARKS.md), so a figure minutes old says little about the cell.
+// minutes later, BENCHMARKS.md), so a figure minutes old says little about the cell.
 #include <cstdint>
 #include <functional>
 #include <optional>
