@@ -8,8 +8,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <cstring>
-#include <functional>
 #include <map>
 #include <optional>
 #include <random>
@@ -20,6 +18,7 @@
 #include "apps/disk_probe.hpp"
 #include "apps/sparse_bench.hpp"
 #include "libps/row_disk.hpp"
+#include "libps/row_tier.hpp"
 
 #include <nlohmann/json.hpp>
 
@@ -96,12 +95,13 @@ void print_job_figures(const nlohmann::json& end, std::uint32_t dim, double frac
                          {"disk_bytes_read", t.disk_bytes_read}});
 }
 
-struct job_cells {
-  std::map<std::pair<double, std::string>, double> rows_per_s;  // by (zipf, op)
-  std::map<std::pair<double, std::string>, double> hit_rate;
-  // The disk probe's mean of right before and right after the cell (0: not probed).
-  std::map<std::pair<double, std::string>, double> disk_reads_beside;
+// What the target needs of a cell.
+struct cell_figures {
+  double rows_per_s = 0;
+  double hit_rate = 1;
+  double disk_reads_beside = 0;  // the disk probe's mean of right before and right after (0: not probed)
 };
+using job_cells = std::map<std::pair<double, std::string>, cell_figures>;  // by (zipf, op)
 
 // The disk probe's rate beside a cell: the mean of the runs right before and right after
 // it, 0 when either is missing.
@@ -123,7 +123,7 @@ void check_memories(const ps::node_config& cfg, const std::vector<std::int64_t>&
     if (pct < 1 || pct > 100) throw ps::bad_request("--memory-percents: " + std::to_string(pct) + " is not in [1, 100]");
     for (auto dim : dims) {
       const auto memory = shard_memory_for(cfg, static_cast<std::uint32_t>(dim), static_cast<double>(pct) / 100.0);
-      if (memory < (1u << 20))
+      if (memory < ps::min_tier_budget)
         throw ps::bad_request("--memory-percents: " + std::to_string(pct) + "% of " +
                               std::to_string(cfg.app_count("table-rows")) + " rows of dimension " + std::to_string(dim) +
                               " is " + std::to_string(memory) +
@@ -154,9 +154,7 @@ job_cells run_cells(caf::actor_system& sys, ps::node_config& cfg, std::uint32_t 
     double rate = static_cast<double>(c.rows) / c.seconds;
     auto lookups = c.ram_hits + c.ram_misses;
     double hit = lookups ? static_cast<double>(c.ram_hits) / static_cast<double>(lookups) : 1.0;
-    out.rows_per_s[{c.zipf, c.op}] = rate;
-    out.hit_rate[{c.zipf, c.op}] = hit;
-    out.disk_reads_beside[{c.zipf, c.op}] = disk_reads_beside(c);
+    out[{c.zipf, c.op}] = {rate, hit, disk_reads_beside(c)};
     if (fraction == 0)
       ps::bench::print_line({{"limit", "ram_rows_per_s"}, {"zipf", c.zipf}, {"dim", dim}, {"op", c.op},
                              {"table_rows", rows}, {"value", rate}, {"p50_us", percentile(c.latencies_us, 0.5)},
@@ -218,24 +216,21 @@ int main(int argc, char** argv) {
       for (auto pct : percents) {
         auto fraction = static_cast<double>(pct) / 100.0;
         auto tiered = run_cells(sys, cfg, static_cast<std::uint32_t>(dim), fraction);
-        if (pct != 25 || ram.rows_per_s.empty()) continue;
+        if (pct != 25 || ram.empty()) continue;
         // The target: at 25% memory, at least half the lower of the all-in-RAM rate and
         // what the disk can serve at the measured miss rate. The disk's rate is the probe's
         // beside the cell where it ran, else the run's first.
-        for (const auto& [key, rate] : tiered.rows_per_s) {
-          double miss = 1.0 - tiered.hit_rate[key];
-          auto bound_at = [&](double reads_per_s) {
-            return std::min(ram.rows_per_s[key], miss > 0 ? reads_per_s / miss : ram.rows_per_s[key]);
-          };
-          const double beside = tiered.disk_reads_beside[key];
-          const double bound = bound_at(beside > 0 ? beside : disk);
+        for (const auto& [key, cell] : tiered) {
+          const double rate = cell.rows_per_s, miss = 1.0 - cell.hit_rate, ram_rate = ram.at(key).rows_per_s;
+          auto bound_at = [&](double reads_per_s) { return std::min(ram_rate, miss > 0 ? reads_per_s / miss : ram_rate); };
+          const double disk_now = cell.disk_reads_beside > 0 ? cell.disk_reads_beside : disk;
+          const double bound = bound_at(disk_now);
           // Beside it, the same bound with the run's first probe, and with the store's own
           // read rate in place of the device's.
           const double first_bound = bound_at(disk), store_bound = bound_at(store);
           ps::bench::print_line({{"target", "half_of_bound_at_25pct"}, {"zipf", key.first}, {"dim", dim},
                                  {"op", key.second}, {"rows_per_s", rate}, {"bound_rows_per_s", bound},
-                                 {"ratio", rate / bound}, {"met", rate >= 0.5 * bound},
-                                 {"disk_reads_per_s", beside > 0 ? beside : disk},
+                                 {"ratio", rate / bound}, {"met", rate >= 0.5 * bound}, {"disk_reads_per_s", disk_now},
                                  {"first_probe_ratio", rate / first_bound},
                                  {"store_bound_rows_per_s", store_bound}, {"store_ratio", rate / store_bound}});
         }

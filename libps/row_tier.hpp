@@ -97,6 +97,9 @@ struct row_tier_stats {
   std::uint64_t moved = 0;    // rows handed over to another shard (its map changed)
 };
 
+// The smallest RAM budget of a shard with a disk tier (--shard-memory; 0 is none).
+constexpr std::uint64_t min_tier_budget = std::uint64_t{1} << 20;
+
 class row_tier {
  public:
   // budget: bytes for the RAM tier's rows (sparse_table::bytes); 0: unlimited, no disk

@@ -19,6 +19,7 @@
 
 #include "actors/server_shard.hpp"
 #include "libps/row_disk.hpp"
+#include "libps/row_tier.hpp"
 #include "libps/log.hpp"
 #include "libps/secret.hpp"
 #include "runtime/tls_stream.hpp"
@@ -376,7 +377,7 @@ void node_config::validate() const {
   eviction_policy_of(eviction);
   if (handoff != "copy-ahead" && handoff != "cut")
     throw bad_request("--handoff=" + handoff + ": must be copy-ahead or cut");
-  if (shard_memory > 0 && shard_memory < (1u << 20)) throw bad_request("--shard-memory must be 0 or at least 1 MiB");
+  if (shard_memory > 0 && shard_memory < min_tier_budget) throw bad_request("--shard-memory must be 0 or at least 1 MiB");
   if (shard_memory > 0 && (role.empty() || role == "server" || role == "local"))
     if (auto why = direct_io_problem(shard_dir); !why.empty()) throw bad_request("--shard-dir: " + why);
   if (!coordinator.empty()) parse_host_port(coordinator);
