@@ -128,7 +128,7 @@ row_io_actor::behavior_type row_io(row_io_actor::stateful_pointer<row_io_state> 
     // which may not have closed yet.
     st.disk = std::make_shared<row_disk>(dir, name + " " + std::to_string(self->id()), std::move(strides), nullptr, seed);
     if (!seed.empty() && in_recovery_layout(seed)) drop_recovery_layout(name, seed);
-    for (std::size_t i = 0; i < row_disk::read_threads; ++i)
+    for (std::size_t i = 0; i < std::max<std::size_t>(1, settings.readers); ++i)
       st.readers.push_back(spawn_io(self, settings, row_reader, st.disk, name));
     st.writer = spawn_io(self, settings, row_writer, st.disk, name, settings.page_rows);
   } catch (const bad_request& e) {

@@ -2,9 +2,10 @@
 // A shard's disk tier on threads of its own, answering by message, so the shard never
 // waits on the disk: row_io (spawned detached, linked to its shard) opens the store (a
 // directory that cannot hold it ends the shard with an error naming the path) and hands
-// writes, in the order asked, to a writer and each read to one of row_disk::read_threads
-// readers (all detached), so many reads are in flight at once and none waits behind a write. Reads need no order with writes:
-// the shard reads a row only when no write of it is under way (libps/row_tier.hpp).
+// writes, in the order asked, to a writer and each read to one of its readers (all
+// detached; --disk-readers), so many reads are in flight at once and none waits behind a
+// write. Reads need no order with writes: the shard reads a row only when no write of it
+// is under way (libps/row_tier.hpp).
 #include <caf/all.hpp>
 
 #include <functional>
@@ -103,6 +104,7 @@ using row_reader_actor = caf::typed_actor<
 struct row_io_settings {
   bool on_threads = true;
   std::size_t page_rows = row_disk::move_page;
+  std::size_t readers = row_disk::default_readers;  // --disk-readers
 };
 
 // Spawns one of the disk tier's I/O actors, linked to `self`: detached (a thread of its

@@ -177,7 +177,7 @@ void send_disk_work(self_ptr self, const shard_options& opts, const coordinator_
   if (fx.reads.empty()) return;
   // A large read is split among the readers, so its parts are in flight at once.
   const auto n = fx.reads.size();
-  const auto parts = std::max<std::size_t>(1, std::min(row_disk::read_threads, n / 16));
+  const auto parts = std::max<std::size_t>(1, std::min(opts.disk_io.readers, n / 16));
   for (std::size_t p = 0; p < parts; ++p) {
     auto keys = std::make_shared<const std::vector<row_key>>(fx.reads.begin() + static_cast<std::ptrdiff_t>(n * p / parts),
                                                               fx.reads.begin() + static_cast<std::ptrdiff_t>(n * (p + 1) / parts));

@@ -192,7 +192,7 @@ int main(int argc, char** argv) {
     if (dims.empty()) dims = {16, 64};
     if (percents.empty()) percents = {100, 25, 5};
     check_memories(cfg, dims, percents);
-    const auto threads = ps::row_disk::read_threads;
+    const auto threads = cfg.disk_readers;
     double disk = 0;
     {
       ps::disk_probe probe(cfg.shard_dir, ps::sparse_bench_probe_bytes(cfg));

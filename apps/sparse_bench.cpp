@@ -113,7 +113,7 @@ std::optional<disk_probe> cell_probe(const worker_context& ctx) {
 }
 
 double probe_now(const std::optional<disk_probe>& probe, const worker_context& ctx) {
-  return probe ? probe->reads_per_s(ctx.cfg.app_number("disk-probe-seconds"), row_disk::read_threads) : 0;
+  return probe ? probe->reads_per_s(ctx.cfg.app_number("disk-probe-seconds"), ctx.cfg.disk_readers) : 0;
 }
 
 std::string sparse_bench_app(worker_context& ctx) {

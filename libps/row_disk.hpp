@@ -47,7 +47,7 @@ class row_disk {
   // appended to rows in order. Throws bad_request naming the path on an I/O error or a
   // stored row of the wrong size. Safe to call from several threads at once (RocksDB's
   // reads are): a device serves many random reads in flight far faster than one at a
-  // time, so the shard's I/O runs read_threads readers.
+  // time, so the shard's I/O runs several readers (--disk-readers, default_readers).
   // pushed[i]: the clock of the row's last push as written (0: written without one).
   // pinned: read the store as pin() left it (throws bad_request when nothing is pinned).
   void read(const std::vector<row_key>& keys, std::vector<std::uint8_t>& found, std::vector<float>& rows,
@@ -95,7 +95,7 @@ class row_disk {
   // Bytes of the store's files on disk.
   std::uint64_t bytes_on_disk() const;
   const std::string& path() const { return path_; }
-  static constexpr std::size_t read_threads = 8;
+  static constexpr std::size_t default_readers = 16;
 
  private:
   // Calls f(id, stored value) for at most `page` of the table's rows from id `first` on,

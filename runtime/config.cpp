@@ -91,6 +91,8 @@ node_config::node_config() {
                            "members rejoin within --ps.failure-timeout-ms")
     .add(shard_memory, "shard-memory", "BYTES: a shard's sparse-table rows in RAM; the rest on disk (0: all in RAM)")
     .add(shard_dir, "shard-dir", "DIR: where shards keep their disk tier (a disk; direct I/O; removed at exit)")
+    .add(disk_readers, "disk-readers", "N: threads reading each shard's disk tier, so N random reads are in flight at "
+                                       "once (a device serves many far faster than one at a time)")
     .add(eviction, "eviction", "lru|slru: which rows leave a shard's RAM first (slru: rows used twice are kept "
                                "through a scan)")
     .add(handoff, "handoff", "copy-ahead|cut: how a shard with a disk tier hands rows over when the map changes "
@@ -377,6 +379,7 @@ void node_config::validate() const {
   eviction_policy_of(eviction);
   if (handoff != "copy-ahead" && handoff != "cut")
     throw bad_request("--handoff=" + handoff + ": must be copy-ahead or cut");
+  if (disk_readers < 1 || disk_readers > 256) throw bad_request("--disk-readers=" + std::to_string(disk_readers) + ": must be 1 to 256");
   if (shard_memory > 0 && shard_memory < min_tier_budget) throw bad_request("--shard-memory must be 0 or at least 1 MiB");
   if (shard_memory > 0 && (role.empty() || role == "server" || role == "local"))
     if (auto why = direct_io_problem(shard_dir); !why.empty()) throw bad_request("--shard-dir: " + why);
@@ -627,6 +630,7 @@ shard_options shard_options_from(const node_config& cfg, std::string host) {
   o.trace_path = cfg.trace;
   o.shard_memory = cfg.shard_memory;
   o.shard_dir = cfg.shard_dir;
+  o.disk_io.readers = cfg.disk_readers;
   o.eviction = eviction_policy_of(cfg.eviction);
   o.copy_ahead = cfg.handoff == "copy-ahead";
   o.faults = cfg.fault_spec();

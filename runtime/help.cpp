@@ -21,7 +21,7 @@ const std::map<std::string, std::vector<std::string>>& help_topics() {
               "ps.data-plane-bytes", "ps.shm-ring-bytes", "ps.direct-requests"}},
     {"checkpoints", {"checkpoint-dir", "checkpoint-every", "checkpoint-seconds", "restore", "restore-non-finite",
                      "replication", "out", "state-dir", "resume"}},
-    {"tables", {"shard-memory", "shard-dir", "eviction", "handoff"}},
+    {"tables", {"shard-memory", "shard-dir", "disk-readers", "eviction", "handoff"}},
     {"faults", {"faults", "ps.timeout-ms", "ps.heartbeat-ms", "ps.failure-timeout-ms", "ps.retry-ms"}},
     {"security", {"secret-file", "tls-cert", "tls-key", "tls-ca", "ps.max-message-bytes"}},
     {"metrics", {"metrics", "metrics-port", "ps.metrics-ms", "ps.wait-report-ms"}},

@@ -19,6 +19,7 @@
 #include "libps/progress.hpp"
 #include "libps/faults.hpp"
 #include "libps/job_spec.hpp"
+#include "libps/row_disk.hpp"
 
 namespace ps {
 
@@ -93,6 +94,7 @@ struct node_config : caf::actor_system_config {
   // sparse tables' tiered store (servers)
   std::size_t shard_memory = 0;        // bytes of rows in RAM per shard (0: unlimited, no disk tier)
   std::string shard_dir = "/var/tmp";  // where the disk tier lives (a disk, not tmpfs)
+  std::size_t disk_readers = row_disk::default_readers;  // threads reading a shard's disk tier
   std::string eviction = "slru";       // lru | slru
   std::string handoff = "copy-ahead";  // copy-ahead | cut: how tiered rows move in a map change
   // fault injector (libps/faults.hpp)

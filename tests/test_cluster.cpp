@@ -472,6 +472,7 @@ TEST_CASE("bad flags and bad config files are errors that name the problem") {
     {"bin/psnode --role=server --no-such-flag=1", 2, "unknown option --no-such-flag"},
     {"bin/psnode --role=server --coordinator=localhost", 2, "\"localhost\" is not HOST:PORT"},
     {"bin/psnode --role=server --handoff=later", 2, "--handoff=later: must be copy-ahead or cut"},
+    {"bin/psnode --role=server --disk-readers=0", 2, "--disk-readers=0: must be 1 to 256"},
     {"bin/psnode --role=server --ps.direct-requests=2", 2, "--ps.direct-requests=2: 1 or 0"},
     {"bin/bench_elastic --rows=1000", 2, "--rows and --shard-memory (at least 1 MiB) go together"},
     {"bin/psnode --role=server --config-file=bad_type.ini", 2, "global.servers"},
@@ -2196,9 +2197,14 @@ TEST_CASE("bench_kv: the limits first (TCP loopback, memcpy), then a row per op,
 TEST_CASE("bench_sparse: each tiered cell carries the disk probe run beside it, and the 25% target is reckoned with it") {
   auto [rc, out] = shell("bin/bench_sparse --table-rows=100000 --dims=[16] --memory-percents=[25] --zipfs=1.05 "
                          "--sparse-seconds=0.2 --sparse-warmup=1 --disk-probe-seconds=0.2 --disk-probe-bytes=16777216 "
-                         "2>/dev/null");
+                         "--disk-readers=3 2>/dev/null");
   INFO(out);
   REQUIRE(rc == 0);
+  std::size_t probes_at_3 = 0;  // the disk's and the store's limits are read by as many threads as the shard's readers
+  for (const auto& j : ps::json_lines_of(out))
+    if (j.value("limit", "") == "disk_reads_per_s" || j.value("limit", "") == "store_rows_per_s")
+      probes_at_3 += j["threads"] == 3;
+  CHECK(probes_at_3 == 2);
   std::map<std::string, double> ram;  // by op
   std::map<std::string, nlohmann::json> cells, targets;
   double tiered_job_disk_bytes = -1;  // what the tiered job's shard read from the device in all
