@@ -116,6 +116,65 @@ void drop_recovery_layout(const std::string& name, const std::string& seed) {
                                        : " and removed that layout"));
 }
 
+using row_io_ptr = row_io_actor::stateful_pointer<row_io_state>;
+
+// The job's rows, its units' answers back to back in key order.
+std::shared_ptr<const disk_rows> joined(const read_job& job) {
+  if (job.parts.size() == 1) return job.parts.front();
+  auto out = std::make_shared<disk_rows>();
+  out->keys = job.keys;
+  for (const auto& part : job.parts) {
+    out->found.insert(out->found.end(), part->found.begin(), part->found.end());
+    out->rows.insert(out->rows.end(), part->rows.begin(), part->rows.end());
+    out->pushed.insert(out->pushed.end(), part->pushed.begin(), part->pushed.end());
+  }
+  return out;
+}
+
+// Hands waiting units to idle readers; a reader's answer makes it idle again.
+void dispatch_reads(row_io_ptr self) {
+  auto& st = self->state;
+  while (!st.idle_readers.empty() && !st.units.empty()) {
+    const auto reader = st.idle_readers.back();
+    st.idle_readers.pop_back();
+    auto unit = std::move(st.units.front());
+    st.units.pop_front();
+    self->request(st.readers[reader], caf::infinite, read_rows_atom::value, unit.keys)
+      .then(
+        [=](std::shared_ptr<const disk_rows>& got) {
+          self->state.idle_readers.push_back(reader);
+          auto& job = *unit.job;
+          job.parts[unit.index] = std::move(got);
+          if (--job.left == 0) job.promise.deliver(joined(job));
+          dispatch_reads(self);
+        },
+        [=](caf::error& e) {
+          unit.job->promise.deliver(e);
+          self->quit(e);
+        });
+  }
+}
+
+// Cuts a read into units of read_unit_keys keys, queued behind those already waiting.
+void queue_read(row_io_ptr self, const std::shared_ptr<const std::vector<row_key>>& keys,
+                caf::typed_response_promise<std::shared_ptr<const disk_rows>> promise) {
+  auto job = std::make_shared<read_job>();
+  job->keys = keys;
+  job->promise = std::move(promise);
+  const auto n = keys->size();
+  const auto units = std::max<std::size_t>(1, (n + read_unit_keys - 1) / read_unit_keys);
+  job->parts.resize(units);
+  job->left = units;
+  for (std::size_t u = 0; u < units; ++u) {
+    auto part = units == 1 ? keys
+                           : std::make_shared<const std::vector<row_key>>(
+                               keys->begin() + static_cast<std::ptrdiff_t>(u * read_unit_keys),
+                               keys->begin() + static_cast<std::ptrdiff_t>(std::min(n, (u + 1) * read_unit_keys)));
+    self->state.units.push_back({job, u, std::move(part)});
+  }
+  dispatch_reads(self);
+}
+
 }  // namespace
 
 row_io_actor::behavior_type row_io(row_io_actor::stateful_pointer<row_io_state> self, std::string dir,
@@ -128,8 +187,10 @@ row_io_actor::behavior_type row_io(row_io_actor::stateful_pointer<row_io_state> 
     // which may not have closed yet.
     st.disk = std::make_shared<row_disk>(dir, name + " " + std::to_string(self->id()), std::move(strides), nullptr, seed);
     if (!seed.empty() && in_recovery_layout(seed)) drop_recovery_layout(name, seed);
-    for (std::size_t i = 0; i < std::max<std::size_t>(1, settings.readers); ++i)
+    for (std::size_t i = 0; i < std::max<std::size_t>(1, settings.readers); ++i) {
+      st.idle_readers.push_back(st.readers.size());
       st.readers.push_back(spawn_io(self, settings, row_reader, st.disk, name));
+    }
     st.writer = spawn_io(self, settings, row_writer, st.disk, name, settings.page_rows);
   } catch (const bad_request& e) {
     failed(self, name, e);  // the handlers below never run
@@ -138,9 +199,9 @@ row_io_actor::behavior_type row_io(row_io_actor::stateful_pointer<row_io_state> 
   // dimension 64 takes long enough to stall the reads queued behind it).
   return {
     [=](read_rows_atom, const std::shared_ptr<const std::vector<row_key>>& keys) {
-      auto& st = self->state;
-      auto reader = st.readers[st.next_reader++ % st.readers.size()];
-      return self->delegate(reader, read_rows_atom::value, keys);
+      auto promise = self->make_response_promise<std::shared_ptr<const disk_rows>>();
+      queue_read(self, keys, promise);
+      return promise;
     },
     [=](write_rows_atom, const std::shared_ptr<const row_write>& w) {
       return self->delegate(self->state.writer, write_rows_atom::value, w);

@@ -2,12 +2,13 @@
 // A shard's disk tier on threads of its own, answering by message, so the shard never
 // waits on the disk: row_io (spawned detached, linked to its shard) opens the store (a
 // directory that cannot hold it ends the shard with an error naming the path) and hands
-// writes, in the order asked, to a writer and each read to one of its readers (all
-// detached; --disk-readers), so many reads are in flight at once and none waits behind a
-// write. Reads need no order with writes: the shard reads a row only when no write of it
+// writes, in the order asked, to a writer and a read's keys, a few at a time, to whichever
+// of its readers is idle (all detached; --disk-readers), so many reads are in flight at
+// once and none waits behind a write. Reads need no order with writes: the shard reads a row only when no write of it
 // is under way (libps/row_tier.hpp).
 #include <caf/all.hpp>
 
+#include <deque>
 #include <functional>
 #include <memory>
 #include <string>
@@ -115,10 +116,28 @@ auto spawn_io(Self* self, const row_io_settings& settings, Fun fun, Ts&&... xs) 
                              : self->template spawn<caf::linked>(fun, std::forward<Ts>(xs)...);
 }
 
+// A read under way: its keys cut into units of read_unit_keys that idle readers take in
+// turn, so every reader has work while any unit is left. (Parts handed to readers round
+// robin left the device at 5 reads in flight of 16 readers: a reader sat on its queued
+// parts while others idled, and each part's reads ran one after another; BENCHMARKS.md.)
+struct read_job {
+  std::shared_ptr<const std::vector<row_key>> keys;
+  caf::typed_response_promise<std::shared_ptr<const disk_rows>> promise;
+  std::vector<std::shared_ptr<const disk_rows>> parts;  // by unit, as answered
+  std::size_t left = 0;                                 // units not answered yet
+};
+struct read_unit {
+  std::shared_ptr<read_job> job;
+  std::size_t index = 0;
+  std::shared_ptr<const std::vector<row_key>> keys;
+};
+constexpr std::size_t read_unit_keys = 4;
+
 struct row_io_state {
   std::shared_ptr<row_disk> disk;
   std::vector<row_reader_actor> readers;
-  std::size_t next_reader = 0;
+  std::vector<std::size_t> idle_readers;  // indexes into readers
+  std::deque<read_unit> units;            // waiting for an idle reader, oldest first
   row_writer_actor writer;
   static inline const char* name = "row_io";
 };

@@ -174,15 +174,9 @@ void send_disk_work(self_ptr self, const shard_options& opts, const coordinator_
           carry_out(self, opts, coordinator, next);
         },
         [=](caf::error& e) { disk_failed(self, e); });
-  if (fx.reads.empty()) return;
-  // A large read is split among the readers, so its parts are in flight at once.
-  const auto n = fx.reads.size();
-  const auto parts = std::max<std::size_t>(1, std::min(opts.disk_io.readers, n / 16));
-  for (std::size_t p = 0; p < parts; ++p) {
-    auto keys = std::make_shared<const std::vector<row_key>>(fx.reads.begin() + static_cast<std::ptrdiff_t>(n * p / parts),
-                                                              fx.reads.begin() + static_cast<std::ptrdiff_t>(n * (p + 1) / parts));
-    read_from_disk(self, opts, coordinator, std::move(keys));
-  }
+  // One read: the I/O actor spreads its keys over the idle readers (actors/row_io.hpp).
+  if (!fx.reads.empty())
+    read_from_disk(self, opts, coordinator, std::make_shared<const std::vector<row_key>>(std::move(fx.reads)));
 }
 
 void read_from_disk(self_ptr self, const shard_options& opts, const coordinator_actor& coordinator,

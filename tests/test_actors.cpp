@@ -8,7 +8,9 @@
 #include <cmath>
 
 #include "actors/checkpointer.hpp"
+#include "actors/row_io.hpp"
 #include "tests/actor_fixture.hpp"
+#include "tests/scratch_dir.hpp"
 
 using namespace ps;
 using namespace ps::test;
@@ -718,4 +720,63 @@ TEST_CASE_FIXTURE(fixture, "remove-shard refuses, naming why: a job not formed, 
   REQUIRE(w->has_value());
   CHECK(ask(coord, 3).find("shard 3 cannot leave: there is no such shard in the map") != std::string::npos);
   CHECK(ask(coord, 0).find("shard 0 cannot leave: it is the last shard") != std::string::npos);
+}
+
+TEST_CASE_FIXTURE(fixture, "disk tier I/O: reads cut into units for idle readers are answered whole, each key in its "
+                           "place, found or not, with reads of several requests in flight at once") {
+  scratch_dir scratch;
+  if (!scratch.holds_disk_tier()) return;
+  row_io_settings settings;
+  settings.on_threads = false;  // on the test scheduler: deterministic
+  settings.readers = 3;
+  auto io = sys.spawn(row_io, scratch.path.string(), std::string("shard 0"), std::vector<std::size_t>{2},
+                      std::string(), settings);
+  alive.push_back(caf::actor_cast<caf::actor>(io));
+  // Rows 0..29 of table 0: row i is {i, -i}, last pushed at clock i + 1.
+  auto rows = std::make_shared<row_write>();
+  rows->seq = 1;
+  for (std::uint64_t i = 0; i < 30; ++i) {
+    rows->keys.push_back({0, i});
+    rows->rows.insert(rows->rows.end(), {static_cast<float>(i), -static_cast<float>(i)});
+    rows->pushed.push_back(i + 1);
+  }
+  // 13 keys (4 units, the last of one key), rows missing among them, out of order; and 2.
+  const std::vector<std::uint64_t> long_ids{29, 100, 0, 7, 101, 3, 12, 13, 200, 5, 28, 1, 102};
+  const std::vector<std::uint64_t> short_ids{102, 4};
+  auto keys_of = [](const std::vector<std::uint64_t>& ids) {
+    auto keys = std::make_shared<std::vector<row_key>>();
+    for (auto id : ids) keys->push_back({0, id});
+    return std::shared_ptr<const std::vector<row_key>>(std::move(keys));
+  };
+  const auto long_keys = keys_of(long_ids), short_keys = keys_of(short_ids);
+  auto written = std::make_shared<std::uint64_t>(0);
+  auto answers = std::make_shared<std::vector<std::shared_ptr<const disk_rows>>>();
+  alive.push_back(sys.spawn([=](caf::event_based_actor* self) -> caf::behavior {
+    self->request(io, caf::infinite, write_rows_atom::value, std::shared_ptr<const row_write>(rows))
+      .then([=](std::uint64_t seq) {
+        *written = seq;
+        for (const auto& keys : {long_keys, short_keys})  // both in flight at once
+          self->request(io, caf::infinite, read_rows_atom::value, keys)
+            .then([=](std::shared_ptr<const disk_rows>& got) { answers->push_back(got); });
+      });
+    return {[](caf::unit_t) {}};
+  }));
+  sched.run();
+  CHECK(*written == 1);
+  REQUIRE(answers->size() == 2);
+  for (const auto& got : *answers) {
+    const auto& ids = got->keys == long_keys ? long_ids : short_ids;
+    REQUIRE(got->keys->size() == ids.size());
+    REQUIRE(got->found.size() == ids.size());
+    REQUIRE(got->pushed.size() == ids.size());
+    std::vector<float> expected_rows;
+    for (std::size_t i = 0; i < ids.size(); ++i) {
+      const bool stored = ids[i] < 30;
+      CHECK(got->found[i] == (stored ? 1 : 0));
+      CHECK(got->pushed[i] == (stored ? ids[i] + 1 : 0));
+      if (stored) expected_rows.insert(expected_rows.end(), {static_cast<float>(ids[i]), -static_cast<float>(ids[i])});
+    }
+    CHECK(got->rows == expected_rows);
+  }
+  CHECK(((*answers)[0]->keys == long_keys) != ((*answers)[1]->keys == long_keys));  // one answer each
 }

@@ -20,28 +20,12 @@
 #include "libps/row_disk.hpp"
 #include "libps/row_tier.hpp"
 #include "libps/shard_core.hpp"
+#include "tests/scratch_dir.hpp"
 
 using namespace ps;
+using ps::test::scratch_dir;
 
 namespace {
-
-// A directory on a disk for stores under test (the system's temporary directory), of
-// this process alone, removed with everything in it when the test case ends.
-struct scratch_dir {
-  std::filesystem::path path = std::filesystem::temp_directory_path() /
-                               ("actorps-test-row-disk-" + std::to_string(::getpid()));
-  scratch_dir() { std::filesystem::create_directories(path); }
-  ~scratch_dir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path, ec);
-  }
-  // Whether a disk tier can live here (direct I/O); says why the test is skipped if not.
-  bool holds_disk_tier() const {
-    auto why = direct_io_problem(path.string());
-    if (!why.empty()) MESSAGE("skipped: " << why);
-    return why.empty();
-  }
-};
 
 sparse_table_spec emb(std::uint32_t dim = 2, rule_kind kind = rule_kind::sum) {
   sparse_table_spec s;
