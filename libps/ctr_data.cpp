@@ -67,31 +67,48 @@ double logloss(const std::vector<double>& probabilities, const std::vector<float
   return sum / static_cast<double>(labels.size());
 }
 
-zipf_sampler::zipf_sampler(std::uint64_t n, double exponent) {
-  if (n == 0) throw bad_request("zipf: the vocabulary must hold at least one id");
-  if (!(exponent > 0)) throw bad_request("zipf: the exponent must be > 0");
-  cdf_.resize(n);
-  double sum = 0;
-  for (std::uint64_t k = 0; k < n; ++k) cdf_[k] = sum += std::pow(static_cast<double>(k + 1), -exponent);
-  for (auto& c : cdf_) c /= sum;
-  if (n > UINT32_MAX) throw bad_request("zipf: at most 2^32 - 1 ids");
-  const auto m = std::min<std::uint64_t>(n, std::uint64_t{1} << 22);
-  guide_.resize(m + 1);
-  for (std::uint64_t j = 0; j <= m; ++j) {
-    const double step = static_cast<double>(j) / static_cast<double>(m);
-    guide_[j] = static_cast<std::uint32_t>(std::lower_bound(cdf_.begin(), cdf_.end(), step) - cdf_.begin());
-  }
+namespace {
+
+// log1p(x) / x and expm1(x) / x, by their series near 0 where the quotients lose digits.
+double log1p_over(double x) { return std::abs(x) > 1e-8 ? std::log1p(x) / x : 1 - x * (0.5 - x * (1.0 / 3 - 0.25 * x)); }
+double expm1_over(double x) {
+  return std::abs(x) > 1e-8 ? std::expm1(x) / x : 1 + x * 0.5 * (1 + x * (1.0 / 3) * (1 + 0.25 * x));
 }
 
+}  // namespace
+
+zipf_sampler::zipf_sampler(std::uint64_t n, double exponent) : n_(n), exponent_(exponent) {
+  if (n == 0) throw bad_request("zipf: the vocabulary must hold at least one id");
+  if (!(exponent > 0)) throw bad_request("zipf: the exponent must be > 0");
+  h_integral_first_ = h_integral(1.5) - 1;
+  h_integral_end_ = h_integral(static_cast<double>(n) + 0.5);
+  squeeze_ = 2 - h_integral_inverse(h_integral(2.5) - h(2));
+}
+
+double zipf_sampler::h(double x) const { return std::exp(-exponent_ * std::log(x)); }
+
+// (x^(1 - s) - 1) / (1 - s), which is log x at s = 1, written so that s near 1 keeps its digits.
+double zipf_sampler::h_integral(double x) const {
+  const double log_x = std::log(x);
+  return expm1_over((1 - exponent_) * log_x) * log_x;
+}
+
+double zipf_sampler::h_integral_inverse(double y) const {
+  const double t = std::max(-1.0, y * (1 - exponent_));
+  return std::exp(log1p_over(t) * y);
+}
+
+// Draws a point under the hat (the area under h from 1.5 to n + 0.5, plus the whole
+// first rank) by inversion, and keeps its rank unless it fell outside the rank's own area.
 std::uint64_t zipf_sampler::operator()(std::mt19937_64& rng) const {
-  double u = std::uniform_real_distribution<double>(0, 1)(rng);
-  // The rank a search of the whole table finds, since cdf_ rises: between where it crosses
-  // the steps below and above u (one step wider each way, for u * m's rounding).
-  const auto m = guide_.size() - 1;
-  const auto j = std::min<std::size_t>(m - 1, static_cast<std::size_t>(u * static_cast<double>(m)));
-  const auto first = cdf_.begin() + guide_[j == 0 ? 0 : j - 1];
-  const auto last = cdf_.begin() + std::min<std::size_t>(std::size_t{guide_[std::min(j + 2, m)]} + 1, cdf_.size());
-  return static_cast<std::uint64_t>(std::lower_bound(first, last, u) - cdf_.begin()) + 1;
+  std::uniform_real_distribution<double> uniform(0, 1);
+  while (true) {
+    const double u = h_integral_end_ + uniform(rng) * (h_integral_first_ - h_integral_end_);
+    const double x = h_integral_inverse(u);
+    const auto k = std::clamp<std::uint64_t>(static_cast<std::uint64_t>(x + 0.5), 1, n_);
+    const double rank = static_cast<double>(k);
+    if (rank - x <= squeeze_ || u >= h_integral(rank + 0.5) - h(rank)) return k;
+  }
 }
 
 double ctr_truth::logit(const criteo_row& row) const {

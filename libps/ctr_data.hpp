@@ -19,17 +19,25 @@ double auc(const std::vector<double>& scores, const std::vector<float>& labels);
 // Mean log loss of probabilities (clamped to [1e-7, 1 - 1e-7]) against 0/1 labels.
 double logloss(const std::vector<double>& probabilities, const std::vector<float>& labels);
 
-// Ranks 1..n with P(k) proportional to k^-exponent (inverse CDF over a table of n). A
-// guide table (where the CDF crosses each of m even steps) narrows each search to a few
-// neighbouring entries: a plain binary search over 10^7 entries took ~23 cache misses a
-// draw, and bench_sparse's load generator competed with the shard for the same 2 cores.
+// Ranks 1..n with P(k) proportional to k^-exponent, by rejection-inversion (Hörmann and
+// Derflinger, 1996, as Apache Commons RNG samples Zipf): a few log/exp a draw and no
+// table. The inverse-CDF table it replaced took 8 bytes a rank (816 MB in bench_sparse's
+// worker at 10^8 rows) and its draws, 114 ns each at 10^7 ranks against 59 here, took 8%
+// of the 2 cores in a bench_sparse cell, beside the shard it loads (BENCHMARKS.md).
 class zipf_sampler {
  public:
   zipf_sampler(std::uint64_t n, double exponent);  // throws bad_request for n = 0 or exponent <= 0
   std::uint64_t operator()(std::mt19937_64& rng) const;
+
  private:
-  std::vector<double> cdf_;
-  std::vector<std::uint32_t> guide_;  // guide_[j]: the first k with cdf_[k] >= j / m (m + 1 entries)
+  double h(double x) const;                   // x^-exponent: the law's density, unnormalized
+  double h_integral(double x) const;          // an antiderivative of h
+  double h_integral_inverse(double y) const;  // its inverse
+  std::uint64_t n_;
+  double exponent_;
+  double h_integral_first_;  // h_integral(1.5) - 1: the start of the area drawn from
+  double h_integral_end_;    // h_integral(n + 0.5): its end
+  double squeeze_;           // a draw this close to its rank is accepted without the test
 };
 
 // The truth is learnable by design: each field's `head` most frequent ids carry a weight

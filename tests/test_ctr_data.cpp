@@ -31,21 +31,33 @@ TEST_CASE("zipf sampler: rank 1 is the most frequent, at about its share") {
   CHECK_THROWS_AS(zipf_sampler(0, 1.1), bad_request);
 }
 
-TEST_CASE("zipf sampler: its guide table finds the rank a search of the whole CDF finds") {
-  for (std::uint64_t n : {1ull, 7ull, 5000ull, (1ull << 22) + 123}) {  // the last has fewer steps than ids
-    zipf_sampler z(n, 1.05);
-    std::vector<double> cdf(n);
-    double sum = 0;
-    for (std::uint64_t k = 0; k < n; ++k) cdf[k] = sum += std::pow(static_cast<double>(k + 1), -1.05);
-    for (auto& c : cdf) c /= sum;
-    std::mt19937_64 rng(11), same(11);
-    for (int i = 0; i < 200000; ++i) {
-      auto got = z(rng);
-      double u = std::uniform_real_distribution<double>(0, 1)(same);
-      auto want = static_cast<std::uint64_t>(std::lower_bound(cdf.begin(), cdf.end(), u) - cdf.begin()) + 1;
-      REQUIRE(got == want);
+TEST_CASE("zipf sampler: ranks come at their shares k^-s / H(n, s), near s = 1 too, never outside 1..n") {
+  // Shares within 3% for ranks drawn often, and the tail beyond rank 100 as a whole.
+  for (auto [n, s] : {std::pair<std::uint64_t, double>{1, 1.05}, {7, 0.8}, {5000, 1.0}, {5000, 1.05}, {5000, 1.2},
+                      {(1ull << 22) + 123, 1.05}}) {
+    CAPTURE(n);
+    CAPTURE(s);
+    zipf_sampler z(n, s);
+    double h = 0;
+    for (std::uint64_t k = 1; k <= n; ++k) h += std::pow(static_cast<double>(k), -s);
+    std::mt19937_64 rng(11);
+    const int draws = 400000;
+    std::vector<double> seen(11, 0);
+    double beyond_100 = 0;
+    for (int i = 0; i < draws; ++i) {
+      auto k = z(rng);
+      REQUIRE(k >= 1);
+      REQUIRE(k <= n);
+      if (k <= 10) ++seen[k];
+      if (k > 100) ++beyond_100;
     }
+    for (std::uint64_t k = 1; k <= std::min<std::uint64_t>(n, 10); ++k)
+      CHECK(seen[k] / draws == doctest::Approx(std::pow(static_cast<double>(k), -s) / h).epsilon(0.03));
+    double tail = 0;
+    for (std::uint64_t k = 101; k <= n; ++k) tail += std::pow(static_cast<double>(k), -s);
+    CHECK(beyond_100 / draws == doctest::Approx(tail / h).epsilon(0.03));
   }
+  CHECK_THROWS_AS(zipf_sampler(5, 0.0), bad_request);
 }
 
 TEST_CASE("ctr truth: rows are Criteo lines, the same for a seed, and the true probability ranks clicks well") {
