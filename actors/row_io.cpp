@@ -123,6 +123,11 @@ std::shared_ptr<const disk_rows> joined(const read_job& job) {
   if (job.parts.size() == 1) return job.parts.front();
   auto out = std::make_shared<disk_rows>();
   out->keys = job.keys;
+  std::size_t floats = 0;
+  for (const auto& part : job.parts) floats += part->rows.size();
+  out->rows.reserve(floats);  // one copy of the rows read, no regrowth
+  out->found.reserve(job.keys->size());
+  out->pushed.reserve(job.keys->size());
   for (const auto& part : job.parts) {
     out->found.insert(out->found.end(), part->found.begin(), part->found.end());
     out->rows.insert(out->rows.end(), part->rows.begin(), part->rows.end());

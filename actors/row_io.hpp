@@ -4,8 +4,8 @@
 // directory that cannot hold it ends the shard with an error naming the path) and hands
 // writes, in the order asked, to a writer and a read's keys, a few at a time, to whichever
 // of its readers is idle (all detached; --disk-readers), so many reads are in flight at
-// once and none waits behind a write. Reads need no order with writes: the shard reads a row only when no write of it
-// is under way (libps/row_tier.hpp).
+// once and none waits behind a write. Reads need no order with writes: the shard reads a
+// row only when no write of it is under way (libps/row_tier.hpp).
 #include <caf/all.hpp>
 
 #include <deque>
@@ -118,8 +118,9 @@ auto spawn_io(Self* self, const row_io_settings& settings, Fun fun, Ts&&... xs) 
 
 // A read under way: its keys cut into units of read_unit_keys that idle readers take in
 // turn, so every reader has work while any unit is left. (Parts handed to readers round
-// robin left the device at 5 reads in flight of 16 readers: a reader sat on its queued
-// parts while others idled, and each part's reads ran one after another; BENCHMARKS.md.)
+// robin left the device at 5 reads in flight of 16 readers, as tools/diskstat.sh showed:
+// a reader sat on its queued parts while others idled, and each part's reads ran one
+// after another; BENCHMARKS.md.)
 struct read_job {
   std::shared_ptr<const std::vector<row_key>> keys;
   caf::typed_response_promise<std::shared_ptr<const disk_rows>> promise;

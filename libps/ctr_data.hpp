@@ -22,8 +22,8 @@ double logloss(const std::vector<double>& probabilities, const std::vector<float
 // Ranks 1..n with P(k) proportional to k^-exponent, by rejection-inversion (Hörmann and
 // Derflinger, 1996, as Apache Commons RNG samples Zipf): a few log/exp a draw and no
 // table. The inverse-CDF table it replaced took 8 bytes a rank (816 MB in bench_sparse's
-// worker at 10^8 rows) and its draws, 114 ns each at 10^7 ranks against 59 here, took 8%
-// of the 2 cores in a bench_sparse cell, beside the shard it loads (BENCHMARKS.md).
+// worker at 10^8 rows), and its draws, with a cache miss or two in the table each, took
+// 8% of the 2 cores in a bench_sparse cell, beside the shard it loads (BENCHMARKS.md).
 class zipf_sampler {
  public:
   zipf_sampler(std::uint64_t n, double exponent);  // throws bad_request for n = 0 or exponent <= 0
