@@ -15,8 +15,7 @@ row_cache::row_cache(std::uint32_t dim, std::size_t capacity_rows, std::uint64_t
 }
 
 std::uint32_t row_cache::find(std::uint64_t id) const {
-  auto it = index_.find(id);
-  return it == index_.end() ? none : it->second;
+  return index_.find(id);
 }
 
 std::uint32_t row_cache::slot_at(std::span<const std::uint64_t> ids, std::size_t i) const {
@@ -57,7 +56,7 @@ std::uint32_t row_cache::add(std::uint64_t id) {
   meta_[s] = slot_meta{};
   meta_[s].id = id;
   meta_[s].used = true;
-  index_.emplace(id, s);
+  index_.insert(id, s);
   link_front(s);
   return s;
 }

@@ -14,6 +14,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "libps/id_index.hpp"
 #include "libps/slots.hpp"
 
 namespace ps {
@@ -81,7 +82,7 @@ class row_cache {
   std::uint32_t dim_;
   std::size_t capacity_;
   std::uint64_t staleness_;
-  std::unordered_map<std::uint64_t, std::uint32_t> index_;  // id -> slot
+  id_index index_;  // id -> slot
   chunked_rows<float> values_, pending_;  // dim_ floats per slot
   chunked_rows<slot_meta> meta_;
   std::vector<std::uint32_t> free_;

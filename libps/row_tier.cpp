@@ -94,9 +94,13 @@ bool row_tier::expired(std::uint32_t table, std::uint64_t last_push) const {
   return after > 0 && swept > after && last_push < swept - after;
 }
 
-std::uint64_t row_tier::keep(std::uint32_t table, std::span<const std::uint64_t> ids) {
+std::uint64_t row_tier::keep(std::uint32_t table, std::span<const std::uint64_t> ids,
+                             std::vector<std::uint64_t>& absent) {
   auto from = *clock_ + 1;
-  for (auto id : ids) tables_.at(table).touch(id);
+  auto& t = tables_.at(table);
+  t.for_each_id(ids, [&](std::size_t i) {
+    if (!t.touch(ids[i])) absent.push_back(ids[i]);
+  });
   return from;
 }
 
@@ -109,29 +113,30 @@ bool row_tier::want(std::uint32_t table, std::span<const std::uint64_t> ids, boo
                     std::vector<row_key>& to_read) {
   auto& t = tables_.at(table);
   bool all_held = true;
-  for (auto id : ids) {
+  t.for_each_id(ids, [&](std::size_t i) {
+    const auto id = ids[i];
     if (t.holds(id)) {
       if (count) ++stats_.hits;
-      continue;
+      return;
     }
     if (count) ++stats_.misses;
     row_key key{table, id};
     if (!tiered()) {  // no disk tier: a row not held was never touched
       create(table, id);
-      continue;
+      return;
     }
     if (auto w = writing_.find(key); w != writing_.end()) {  // evicted or deleted, its write still under way
       if (w->second.offset == in_write::deleted) {
         create(table, id);
-        continue;
+        return;
       }
       t.install(id, row_in_write(key), w->second.pushed);
       ++stats_.taken_back;
-      continue;
+      return;
     }
     all_held = false;
     if (reading_.insert(key).second) to_read.push_back(key);
-  }
+  });
   return all_held;
 }
 

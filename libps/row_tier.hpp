@@ -143,8 +143,9 @@ class row_tier {
   void loaded(const std::vector<row_key>& keys, const std::vector<std::uint8_t>& found, const std::vector<float>& rows,
               const std::vector<std::uint64_t>& pushed = {});
   // Marks these rows (those held) as just used and returns the stamp from which they are
-  // kept by trim, so a request waiting for some of its rows keeps the others.
-  std::uint64_t keep(std::uint32_t table, std::span<const std::uint64_t> ids);
+  // kept by trim, so a request waiting for some of its rows keeps the others; the ids
+  // of those not held are appended to `absent`.
+  std::uint64_t keep(std::uint32_t table, std::span<const std::uint64_t> ids, std::vector<std::uint64_t>& absent);
   // Evicts rows until the RAM tier is within budget, except rows used at or after
   // keep_from (then the budget is exceeded for now); the dirty ones come back as one
   // batch to write (none dirty: null), shared with this tier until written(seq).

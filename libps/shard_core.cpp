@@ -666,9 +666,9 @@ void shard_core::read_rows(pending_pull& p) {
   auto& t = rows_.table(*p.table);
   const auto& spec = t.spec();
   p.values.resize(p.ids.size() * spec.dim);
-  if (p.fresh.empty()) return t.pull(p.ids, p.values.data(), p.req.clock);
+  if (p.fresh.empty()) return t.pull(p.ids, p.values.data(), p.req.clock, front_.keep_from);
   std::vector<float> held(p.admitted.size() * spec.dim);
-  t.pull(p.admitted, held.data(), p.req.clock);
+  t.pull(p.admitted, held.data(), p.req.clock, front_.keep_from);
   const float* next = held.data();
   for (std::size_t i = 0; i < p.ids.size(); ++i) {
     float* out = p.values.data() + i * spec.dim;
@@ -696,7 +696,7 @@ void shard_core::pull_rows_now(std::uint64_t token, shard_effects& fx) {
 void shard_core::run(const row_op& op, shard_effects& fx) {
   switch (op.what) {
     case row_op::kind::push:
-      rows_.table(op.table).push(op.ids, op.grads.data(), op.req.clock);
+      rows_.table(op.table).push(op.ids, op.grads.data(), op.req.clock, front_.keep_from);
       note_precopied_change(op.table, op.ids, false);
       if (head_) fx.traces.push_back({trace_event::push, op.req.worker, op.req.clock, id_, 0, 0, 0, op.req.epoch < map_.epoch()});
       if (op.ack != 0) fx.applied.push_back(op.ack);
@@ -748,9 +748,7 @@ bool shard_core::front_ready(shard_effects& fx) {
   if (rows_.want(op.table, ids, false, fx.reads)) return true;
   // Read from disk first, keeping the rest in RAM meanwhile.
   front_.blocked = true;
-  front_.keep_from = rows_.keep(op.table, ids);
-  for (auto id : ids)
-    if (!rows_.table(op.table).holds(id)) front_.awaited.push_back(id);
+  front_.keep_from = rows_.keep(op.table, ids, front_.awaited);
   return false;
 }
 

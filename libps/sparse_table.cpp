@@ -43,19 +43,19 @@ sparse_table::sparse_table(sparse_table_spec spec, eviction_policy policy, std::
 
 std::uint32_t sparse_table::add(std::uint64_t id) {
   auto slot = take_slot(free_, meta_, [&] { arena_.emplace_back(); });
-  index_.emplace(id, slot);
+  index_.insert(id, slot);
   meta_[slot] = slot_meta{id, ++*clock_};
   link(probation_, segment::probation, slot);
   return slot;
 }
 
-std::uint32_t sparse_table::slot_of(std::uint64_t id, std::uint64_t clock) {
-  if (auto it = index_.find(id); it != index_.end()) {
-    used(it->second);
-    return it->second;
+std::uint32_t sparse_table::slot_of(std::uint64_t id, std::uint64_t clock, std::uint64_t used_from) {
+  if (auto slot = index_.find(id); slot != id_index::none) {
+    if (meta_[slot].stamp < used_from) used(slot);
+    return slot;
   }
   install(id, nullptr, clock);
-  return index_.at(id);
+  return index_.find(id);
 }
 
 void sparse_table::install(std::uint64_t id, const float* stored, std::uint64_t clock, bool changed) {
@@ -72,8 +72,11 @@ void sparse_table::install(std::uint64_t id, const float* stored, std::uint64_t 
   initial_row(spec_.seed, spec_.name, id, spec_.init_scale, r, spec_.dim);
 }
 
-void sparse_table::touch(std::uint64_t id) {
-  if (auto it = index_.find(id); it != index_.end()) used(it->second);
+bool sparse_table::touch(std::uint64_t id) {
+  auto slot = index_.find(id);
+  if (slot == id_index::none) return false;
+  used(slot);
+  return true;
 }
 
 void sparse_table::used(std::uint32_t slot) {
@@ -127,9 +130,9 @@ sparse_table::evicted sparse_table::evict(std::vector<float>& row_out) {
 }
 
 bool sparse_table::erase(std::uint64_t id) {
-  auto it = index_.find(id);
-  if (it == index_.end()) return false;
-  remove(it->second);
+  auto slot = index_.find(id);
+  if (slot == id_index::none) return false;
+  remove(slot);
   return true;
 }
 
@@ -157,31 +160,33 @@ std::vector<std::uint64_t> sparse_table::expire_before(std::uint64_t clock) {
 }
 
 void sparse_table::replace(std::uint64_t id, const float* stored, std::uint64_t clock) {
-  auto it = index_.find(id);
-  if (it == index_.end()) return install(id, stored, clock, true);
-  meta_[it->second].dirty = true;
-  std::copy(stored, stored + stride_, arena_.row(it->second));
+  auto slot = index_.find(id);
+  if (slot == id_index::none) return install(id, stored, clock, true);
+  meta_[slot].dirty = true;
+  std::copy(stored, stored + stride_, arena_.row(slot));
 }
 
-void sparse_table::pull(std::span<const std::uint64_t> ids, float* out, std::uint64_t clock) {
-  for (std::size_t i = 0; i < ids.size(); ++i) {
-    const float* r = arena_.row(slot_of(ids[i], clock));
+void sparse_table::pull(std::span<const std::uint64_t> ids, float* out, std::uint64_t clock,
+                        std::uint64_t used_from) {
+  for_each_id(ids, [&](std::size_t i) {
+    const float* r = arena_.row(slot_of(ids[i], clock, used_from));
     std::copy(r, r + spec_.dim, out + i * spec_.dim);
-  }
+  });
 }
 
-void sparse_table::push(std::span<const std::uint64_t> ids, const float* grads, std::uint64_t clock) {
+void sparse_table::push(std::span<const std::uint64_t> ids, const float* grads, std::uint64_t clock,
+                        std::uint64_t used_from) {
   const auto slots = spec_.rule.state_slots();
   std::vector<float*> state(slots);
-  for (std::size_t i = 0; i < ids.size(); ++i) {
-    const auto slot = slot_of(ids[i], clock);
+  for_each_id(ids, [&](std::size_t i) {
+    const auto slot = slot_of(ids[i], clock, used_from);
     float* r = arena_.row(slot);
     auto& m = meta_[slot];
     m.dirty = true;
     m.pushed = std::max(m.pushed, clock);
     for (std::size_t k = 0; k < slots; ++k) state[k] = r + (k + 1) * spec_.dim;
     spec_.rule.apply(r, state.data(), grads + i * spec_.dim, spec_.dim);
-  }
+  });
 }
 
 merged_rows merge_rows(std::span<const std::uint64_t> ids, const float* grads, std::uint32_t dim) {

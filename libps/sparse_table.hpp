@@ -12,10 +12,10 @@
 #include <span>
 #include <string>
 #include <unordered_map>
-
-#include "libps/slots.hpp"
 #include <vector>
 
+#include "libps/id_index.hpp"
+#include "libps/slots.hpp"
 #include "libps/update_rule.hpp"
 
 namespace ps {
@@ -60,13 +60,20 @@ class sparse_table {
   // Floats a row takes: its value and each optimizer state slot.
   std::size_t stride() const { return stride_; }
   // Rows `ids` into out (ids.size() * dim floats, in order; an id may repeat). Rows not
-  // held are created (first touch) as used at `clock`.
-  void pull(std::span<const std::uint64_t> ids, float* out, std::uint64_t clock = 0);
+  // held are created (first touch) as used at `clock`. Each row counts as a use (see
+  // touch) unless its access stamp is at or after used_from: a request that waited for
+  // reads marked its rows used then (row_tier::keep) and the rows read for it came in
+  // as new, so using them again would count one request twice (under slru, rows read
+  // once from disk would skip probation and a scan would flush the protected rows).
+  void pull(std::span<const std::uint64_t> ids, float* out, std::uint64_t clock = 0,
+            std::uint64_t used_from = UINT64_MAX);
   // Folds grads (ids.size() * dim floats) into the rows with the table's rule, creating
   // rows not held first, and marks them pushed at `clock` (for expiry). A repeated id is
   // updated once per occurrence; clients merge duplicates first (merge_rows) so a
   // request carries each id once.
-  void push(std::span<const std::uint64_t> ids, const float* grads, std::uint64_t clock = 0);
+  // used_from: as for pull.
+  void push(std::span<const std::uint64_t> ids, const float* grads, std::uint64_t clock = 0,
+            std::uint64_t used_from = UINT64_MAX);
   // Drops the rows last pushed (or created) before `clock`; returns how many.
   // Drops the rows last pushed before `clock`; returns their ids.
   std::vector<std::uint64_t> expire_before(std::uint64_t clock);
@@ -74,7 +81,12 @@ class sparse_table {
   // live from the clock the shard resumes at).
   void restamp(std::uint64_t clock);
 
-  bool holds(std::uint64_t id) const { return index_.count(id) != 0; }
+  bool holds(std::uint64_t id) const { return index_.contains(id); }
+  // f(i) for each position of ids, their lookups overlapped (for_each_prefetched).
+  template <class F>
+  void for_each_id(std::span<const std::uint64_t> ids, F f) const {
+    for_each_prefetched(index_, ids, f);
+  }
   // Drops row id (it moved to another shard); false when it is not held.
   bool erase(std::uint64_t id);
   // f(id, row, dirty, pushed) for every row held (stride() floats each; dirty: changed
@@ -97,8 +109,9 @@ class sparse_table {
   // A row another shard handed over again (it changed there since it was first sent):
   // the held one takes its floats, changed; one not held is installed, changed.
   void replace(std::uint64_t id, const float* stored, std::uint64_t clock = 0);
-  // Counts as a use for the eviction order (a request found the row held).
-  void touch(std::uint64_t id);
+  // Counts as a use for the eviction order (a request found the row held); false when
+  // the row is not held.
+  bool touch(std::uint64_t id);
   // The access stamp of the row evict() would take (none held: nullopt).
   std::optional<std::uint64_t> next_victim_stamp() const;
   // Removes that row: its id, whether it changed since read from disk, and its stride()
@@ -132,7 +145,8 @@ class sparse_table {
     std::uint32_t head = none, tail = none;
     std::size_t size = 0;
   };
-  std::uint32_t slot_of(std::uint64_t id, std::uint64_t clock);  // a use; creates the row on first touch
+  // A use (unless stamped at or after used_from); creates the row on first touch.
+  std::uint32_t slot_of(std::uint64_t id, std::uint64_t clock, std::uint64_t used_from);
   std::uint32_t add(std::uint64_t id);  // a slot for a new row, at the head of probation
   void remove(std::uint32_t slot);      // out of the order and the index, slot freed
   void used(std::uint32_t slot);        // a use: stamp, and move per the policy
@@ -144,7 +158,7 @@ class sparse_table {
   eviction_policy policy_;
   std::shared_ptr<std::uint64_t> clock_;
   std::size_t stride_;  // floats per row: the value and each state slot
-  std::unordered_map<std::uint64_t, std::uint32_t> index_;  // id -> slot
+  id_index index_;  // id -> slot
   chunked_rows<float> arena_;                               // a row of stride_ floats per slot
   chunked_rows<slot_meta> meta_;
   std::vector<std::uint32_t> free_;

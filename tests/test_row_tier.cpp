@@ -609,6 +609,39 @@ TEST_CASE("shard core over a tiered store: a push waiting for disk reads is ackn
   CHECK(held.traces.size() == 1);
 }
 
+namespace {
+// Pulls row `id` of table 0, answering its reads as a disk that never saw it would and
+// landing its writes at once; true when the row was not in RAM.
+bool pull_missing(shard_core& core, std::uint64_t id, std::uint64_t token) {
+  const auto misses = core.rows().stats().misses;
+  auto fx = core.pull_rows({1, 0, 0, 0}, 0, {id}, token, {});
+  auto land = [&](const shard_effects& e) {
+    for (const auto& w : e.writes) core.rows_written(w->seq);
+  };
+  land(fx);
+  if (!fx.reads.empty()) {
+    fx = core.rows_loaded(fx.reads, std::vector<std::uint8_t>(fx.reads.size(), 0), {}, {});
+    land(fx);
+  }
+  REQUIRE(fx.answer == std::vector<std::uint64_t>{token});
+  core.forget_pull(token);
+  return core.rows().stats().misses > misses;
+}
+}  // namespace
+
+TEST_CASE("shard core over a tiered store, slru: rows read for one request stay on probation, so a scan of rows read "
+          "once does not flush rows used twice") {
+  const std::uint64_t row = sparse_table(emb(4, rule_kind::adagrad)).row_bytes();
+  shard_core core(tiered_shard(10 * row, infinite_staleness));  // 10 rows, 8 of them protected at most
+  std::uint64_t token = 0;
+  const std::vector<std::uint64_t> hot{1, 2, 3};
+  for (auto id : hot) CHECK(pull_missing(core, id, ++token));        // read once: on probation
+  for (auto id : hot) CHECK_FALSE(pull_missing(core, id, ++token));  // used again while held: protected
+  for (std::uint64_t id = 100; id < 140; ++id) CHECK(pull_missing(core, id, ++token));  // the scan
+  for (auto id : hot) CHECK_FALSE(pull_missing(core, id, ++token));  // still held
+  CHECK(core.rows().stats().written > 0);  // the scan's rows went to disk
+}
+
 TEST_CASE("shard core over a tiered store: under BSP a deferred push is acknowledged on arrival and applied later") {
   shard_core core(tiered_shard(1 << 20, 0));
   std::vector<float> grads(4, 1.0f);

@@ -4,9 +4,11 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
-
 #include <fstream>
+#include <random>
+#include <unordered_map>
 
+#include "libps/id_index.hpp"
 #include "libps/keys.hpp"
 #include "libps/row_disk.hpp"
 #include "libps/sparse_table.hpp"
@@ -225,4 +227,40 @@ TEST_CASE("sparse table: 200 tables of one row each raise the process's peak mem
   // Chunks of 2 MiB wrote 1.3 MB of row metadata per table (260 MB here).
   CHECK(grown <= (16u << 20));
   MESSAGE("200 one-row tables raised the peak by " << grown << " bytes");
+}
+
+// The flat id index agrees with std::unordered_map through inserts and erases that
+// make long probe runs (ids that differ in their high bits only land near one another
+// under Fibonacci hashing's multiply, consecutive ids far apart) and wrap past the end.
+TEST_CASE("id index: finds, erases and grows as a map does, across long probe runs") {
+  id_index index;
+  std::unordered_map<std::uint64_t, std::uint32_t> truth;
+  std::mt19937_64 rng(5);
+  std::vector<std::uint64_t> pool;
+  for (std::uint64_t i = 0; i < 3000; ++i) pool.push_back(i);                  // consecutive
+  for (std::uint64_t i = 0; i < 3000; ++i) pool.push_back(i << 52);            // high bits only
+  for (std::uint64_t i = 0; i < 3000; ++i) pool.push_back(rng() | 1ull << 63); // anywhere
+  pool.push_back(0xFFFFFFFFFFFFFFFFull);
+  for (int round = 0; round < 60000; ++round) {
+    const auto id = pool[rng() % pool.size()];
+    if (rng() % 3 != 0) {
+      if (!truth.count(id)) {
+        const auto slot = static_cast<std::uint32_t>(rng() % 1000000);
+        index.insert(id, slot);
+        truth[id] = slot;
+      }
+    } else {
+      CHECK(index.erase(id) == (truth.erase(id) == 1));
+    }
+  }
+  CHECK(index.size() == truth.size());
+  CHECK(truth.size() > 1000);
+  for (auto id : pool) {
+    auto it = truth.find(id);
+    REQUIRE(index.find(id) == (it == truth.end() ? id_index::none : it->second));
+  }
+  for (auto& [id, slot] : truth) CHECK(index.erase(id));
+  CHECK(index.size() == 0);
+  for (auto id : pool) CHECK(!index.contains(id));
+  CHECK(!index.erase(pool.front()));
 }
