@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <unordered_map>
 
 #include "libps/hash.hpp"
 #include "libps/keys.hpp"
