@@ -1110,23 +1110,26 @@ bool data_plane::send_message(std::uint64_t peer, caf::actor_id target, caf::mai
   thread_local std::size_t last_body_bytes = 256;
   auto body = std::make_shared<std::vector<char>>();
   body->reserve(last_body_bytes);
-  caf::binary_serializer sink{*sys_, *body};
-  std::uint64_t to = target, from = x.sender ? x.sender->id() : 0, mid = x.mid.integer_value();
-  auto from_node = x.sender ? x.sender->node() : caf::node_id{};
+  message_envelope envelope{target, x.sender ? x.sender->id() : 0, x.mid.integer_value(),
+                            x.sender ? x.sender->node() : caf::node_id{}};
   auto content = x.move_content_to_message();
-  if (auto err = sink(to, from, from_node, mid, content)) {
-    log_line(log_level::warning, c->name + ": a message that does not serialize: " + caf::to_string(err));
-    return false;
+  const auto form = encode_typed_message(envelope, content, *body) ? message_body::typed : message_body::caf;
+  if (form == message_body::caf) {
+    caf::binary_serializer sink{*sys_, *body};
+    if (auto err = sink(envelope.to, envelope.from, envelope.from_node, envelope.mid, content)) {
+      log_line(log_level::warning, c->name + ": a message that does not serialize: " + caf::to_string(err));
+      return false;
+    }
   }
   body->resize((body->size() + 3) / 4 * 4);  // frames carry whole 4-byte words
   last_body_bytes = body->size();
-  const auto key = std::make_pair(static_cast<caf::actor_id>(from), x.mid.request_id().integer_value());
+  const auto key = std::make_pair(static_cast<caf::actor_id>(envelope.from), x.mid.request_id().integer_value());
   if (x.mid.is_request() && x.sender) {  // before the write: its answer may come at once
     std::lock_guard<std::mutex> guard(c->asked_mtx);
     c->asked[key] = connection::asker{x.sender, x.mid};
   }
   std::span<const float> words(reinterpret_cast<const float*>(body->data()), body->size() / 4);
-  data_plane_frame frame{encode_bulk_header({bulk_kind::message, 0, body->size()}), {words}, body, 0,
+  data_plane_frame frame{encode_bulk_header({bulk_kind::message, static_cast<std::uint64_t>(form), body->size()}), {words}, body, 0,
                          bulk_header_bytes + body->size()};
   ++messages_sent_;  // before the write: its answer may come, and be counted, before this thread goes on
   if (!send_or_queue(c, std::move(frame))) {
@@ -1174,19 +1177,25 @@ bool data_plane::deliver(const std::shared_ptr<connection>& c, const bulk_header
     *why = "in the middle of a message: " + *why;
     return false;
   }
-  deliver_message(c, body);
+  caf::message content;
+  message_envelope envelope;
+  if (h.id == static_cast<std::uint64_t>(message_body::typed)) {
+    envelope = decode_typed_message(body, content);
+  } else {
+    caf::binary_deserializer source{*sys_, body};
+    if (auto err = source(envelope.to, envelope.from, envelope.from_node, envelope.mid, content))
+      throw bad_request("a message frame that does not decode: " + caf::to_string(err));
+  }
+  deliver_message(c, envelope, std::move(content));
   return true;
 }
 
-void data_plane::deliver_message(const std::shared_ptr<connection>& c, std::vector<char>& body) {
-  caf::binary_deserializer source{*sys_, body};
-  std::uint64_t to = 0, from = 0, mid_value = 0;
-  caf::node_id from_node;
-  caf::message content;
-  if (auto err = source(to, from, from_node, mid_value, content))
-    throw bad_request("a message frame that does not decode: " + caf::to_string(err));
+void data_plane::deliver_message(const std::shared_ptr<connection>& c, const message_envelope& envelope,
+                                 caf::message content) {
+  const auto to = envelope.to, from = envelope.from;
+  const auto& from_node = envelope.from_node;
   ++messages_received_;
-  caf::message_id mid{mid_value};
+  caf::message_id mid{envelope.mid};
   if (mid.is_response()) {
     std::lock_guard<std::mutex> guard(c->asked_mtx);
     c->asked.erase({static_cast<caf::actor_id>(to), mid.request_id().integer_value()});

@@ -27,6 +27,7 @@
 #include <caf/invoke_message_result.hpp>
 #include <caf/mailbox_element.hpp>
 
+#include "actors/message_frames.hpp"
 #include "actors/messages.hpp"
 #include "libps/bulk.hpp"
 #include "libps/secret.hpp"
@@ -212,7 +213,7 @@ class data_plane {
   std::shared_ptr<connection> connection_to(std::uint64_t peer) const;
   // A message frame: read, checked against what its target serves, and delivered.
   bool deliver(const std::shared_ptr<connection>& c, const bulk_header& h, std::string* why);
-  void deliver_message(const std::shared_ptr<connection>& c, std::vector<char>& body);
+  void deliver_message(const std::shared_ptr<connection>& c, const message_envelope& envelope, caf::message content);
   // Requests sent on c and not yet answered are answered with errc::unsent.
   void fail_unanswered(connection& c, const std::string& why);
   void add(std::shared_ptr<connection> c);

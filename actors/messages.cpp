@@ -53,15 +53,18 @@ caf::error read_raw(caf::deserializer& f, std::vector<T>& out) {
   });
 }
 
-// Values inline in messages (below the data plane's threshold) are read into recycled
-// buffers: a fresh 4 KiB block per message, freed on another thread, cost the reading
-// thread a glibc malloc_consolidate pass nearly every time (with the allocation itself,
-// a third of the server's reader thread in a 4 KiB window-8 cell; BENCHMARKS.md).
+}  // namespace
+
+// A fresh 4 KiB block per message, freed on another thread, cost the reading thread a
+// glibc malloc_consolidate pass nearly every time (with the allocation itself, a third of
+// the server's reader thread in a 4 KiB window-8 cell; BENCHMARKS.md).
 std::shared_ptr<std::vector<float>> inline_values(std::size_t n) {
   static const auto recycled = buffer_pool::make(4u << 20);
   constexpr std::size_t largest_recycled = 64u << 10;  // floats
   return n > 0 && n <= largest_recycled ? recycled->get(n) : std::make_shared<std::vector<float>>(n);
 }
+
+namespace {
 
 caf::error read_values(caf::deserializer& f, std::shared_ptr<std::vector<float>>& out) {
   return read_into<float>(f, [&](size_t n) {

@@ -108,6 +108,10 @@ struct float_block {
   bool whole() const { return storage && offset == 0 && size == storage->size(); }
 };
 
+// A buffer for n values that arrived inside a message (below the data plane's threshold),
+// recycled when its last reference goes (contents unspecified).
+std::shared_ptr<std::vector<float>> inline_values(std::size_t n);
+
 // An encoded block's values, decoded; throws bad_request when the bytes do not hold
 // exactly `size` values.
 float_block decoded_values(const float_block& block);

@@ -67,6 +67,8 @@ bulk_header decode_bulk_header(std::span<const std::byte, bulk_header_bytes> in)
     if (h.bytes > 1) throw bad_request("ring_ok frame with answer " + std::to_string(h.bytes) + " (1: mapped, 0: not)");
     return h;
   }
+  if (h.kind == bulk_kind::message && h.id > static_cast<std::uint64_t>(message_body::typed))
+    throw bad_request("message frame whose body is of unknown form " + std::to_string(h.id));
   if (h.kind == bulk_kind::hello && h.bytes != 0)
     throw bad_request("hello frame announces a payload of " + std::to_string(h.bytes) + " bytes");
   if (h.bytes % sizeof(float) != 0)

@@ -31,8 +31,14 @@ enum class bulk_kind : std::uint32_t {
   ring_ok = 4,       // the answer to ring `id`: bytes = 1, mapped (later payloads may come through it), 0, not
   ring_payload = 5,  // id = ticket, bytes = the floats, which come through the ring
   // A CAF message between actors of the two processes (data_plane::enable_messages):
-  // bytes = its serialized body, padded to a multiple of 4 bytes.
+  // id = how its body is written (message_body), bytes = the body, padded to a multiple
+  // of 4 bytes.
   message = 6,
+};
+
+enum class message_body : std::uint64_t {
+  caf = 0,    // as CAF serializes a message
+  typed = 1,  // the fixed layout of actors/message_frames.hpp (the pushes and pulls)
 };
 
 struct bulk_header {

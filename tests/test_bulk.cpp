@@ -69,6 +69,9 @@ TEST_CASE("bulk headers round trip and refuse what is not one, naming the fault"
   CHECK(decode_bulk_header(encode_bulk_header({bulk_kind::ring_ok, 7, 1})).bytes == 1);
   CHECK(refusal(encode_bulk_header({bulk_kind::ring_ok, 7, 2})).find("ring_ok frame with answer 2") != std::string::npos);
   CHECK(refusal(encode_bulk_header({bulk_kind::ring_payload, 1, 6})).find("not a whole number") != std::string::npos);
+  // Message frames: the body is CAF's (0) or typed (1).
+  CHECK(decode_bulk_header(encode_bulk_header({bulk_kind::message, 1, 64})).id == 1);
+  CHECK(refusal(encode_bulk_header({bulk_kind::message, 2, 64})).find("body is of unknown form 2") != std::string::npos);
 }
 
 TEST_CASE("the payload store hands each payload to its claim once, also when the claim comes first") {

@@ -1,13 +1,15 @@
 // libFuzzer: the wire forms of our message types (actors/messages), decoded from a peer's
 // bytes by CAF's binary_deserializer as BASP does, then handed to what receives them: a
 // tensor block must decode (an encoded one to its values) or be refused, never crash or allocate what
-// the bytes cannot hold. The first byte picks the type.
+// the bytes cannot hold. The first byte picks the type; pick 8 is the typed body of a message
+// frame on a data connection (actors/message_frames).
 #include <cstddef>
 #include <cstdint>
 #include <vector>
 
 #include <caf/binary_deserializer.hpp>
 
+#include "actors/message_frames.hpp"
 #include "actors/messages.hpp"
 #include "libps/keys.hpp"
 
@@ -39,6 +41,14 @@ void encoded_block_at_receiver(const std::uint8_t* data, std::size_t size) {
   }
 }
 
+void typed_message_at_receiver(const std::uint8_t* data, std::size_t size) {
+  caf::message content;
+  try {
+    ps::decode_typed_message({reinterpret_cast<const char*>(data), size}, content);
+  } catch (const ps::bad_request&) {
+  }
+}
+
 template <class T>
 void decodes(const std::uint8_t* data, std::size_t size) {
   T value;
@@ -49,7 +59,7 @@ void decodes(const std::uint8_t* data, std::size_t size) {
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   if (size == 0) return 0;
-  const std::uint8_t pick = data[0] % 8;
+  const std::uint8_t pick = data[0] % 9;
   ++data;
   --size;
   switch (pick) {
@@ -60,7 +70,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     case 4: decodes<ps::request_header>(data, size); break;
     case 5: decodes<ps::table_msg>(data, size); break;
     case 6: decodes<ps::job_spec_msg>(data, size); break;
-    default: decodes<ps::worker_result>(data, size); break;
+    case 7: decodes<ps::worker_result>(data, size); break;
+    default: typed_message_at_receiver(data, size); break;
   }
   return 0;
 }
