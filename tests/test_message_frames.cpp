@@ -15,16 +15,15 @@ using namespace ps;
 
 namespace {
 
-struct frames_fixture {
-  caf::actor_system_config cfg;
-  caf::actor_system sys;
-  frames_fixture() : sys(init(cfg)) {}
-  static caf::actor_system_config& init(caf::actor_system_config& c) {
-    register_types(c);
-    return c;
-  }
-  message_envelope envelope() const { return {7, 9, 0x1234'5678'9abcull, sys.node()}; }
-};
+// A node as CAF makes one for a process (its id and a host hash); no actor system is
+// needed to encode or decode.
+caf::node_id sample_node() {
+  caf::node_id::default_data::host_id_type host;
+  for (std::size_t i = 0; i < host.size(); ++i) host[i] = static_cast<std::uint8_t>(i * 13 + 1);
+  return caf::make_node_id(4242, host);
+}
+
+message_envelope envelope() { return {7, 9, 0x1234'5678'9abcull, sample_node()}; }
 
 request_header sample_header() {
   request_header h;
@@ -66,7 +65,7 @@ std::string refusal(std::span<const char> body) {
 
 }  // namespace
 
-TEST_CASE_FIXTURE(frames_fixture, "typed frames: a push round-trips its envelope, header, ranges and values bit for bit") {
+TEST_CASE("typed frames: a push round-trips its envelope, header, ranges and values bit for bit") {
   auto values = special_values();
   range_list ranges{{{0, 3}, {100, 104}}};
   auto body = encoded(envelope(), caf::make_message(push_atom::value, sample_header(), ranges, float_block::own(values)));
@@ -75,7 +74,7 @@ TEST_CASE_FIXTURE(frames_fixture, "typed frames: a push round-trips its envelope
   CHECK(e.to == 7);
   CHECK(e.from == 9);
   CHECK(e.mid == 0x1234'5678'9abcull);
-  CHECK(e.from_node == sys.node());
+  CHECK(e.from_node == sample_node());
   REQUIRE(got.match_elements<push_atom, request_header, range_list, float_block>());
   check_header(got.get_as<request_header>(1));
   CHECK(got.get_as<range_list>(2).ranges == ranges.ranges);
@@ -84,7 +83,7 @@ TEST_CASE_FIXTURE(frames_fixture, "typed frames: a push round-trips its envelope
   CHECK(std::memcmp(block.data(), values.data(), values.size() * sizeof(float)) == 0);
 }
 
-TEST_CASE_FIXTURE(frames_fixture, "typed frames: a pull, a count answer and a named payload's answer round-trip") {
+TEST_CASE("typed frames: a pull, a count answer and a named payload's answer round-trip") {
   auto pull = encoded(envelope(), caf::make_message(pull_atom::value, sample_header(), range_list{{{5, 9}}}));
   caf::message got;
   decode_typed_message(pull, got);
@@ -109,8 +108,8 @@ TEST_CASE_FIXTURE(frames_fixture, "typed frames: a pull, a count answer and a na
   CHECK(!block.storage);
 }
 
-TEST_CASE_FIXTURE(frames_fixture, "typed frames: a message without a sender crosses with no node; other shapes and "
-                                  "encoded values are left to CAF") {
+TEST_CASE("typed frames: a message without a sender crosses with no node; other shapes and "
+          "encoded values are left to CAF") {
   caf::message got;
   auto body = encoded({7, 0, 5, caf::node_id{}}, caf::make_message(std::uint64_t{1}));
   CHECK(!decode_typed_message(body, got).from_node);
@@ -122,7 +121,7 @@ TEST_CASE_FIXTURE(frames_fixture, "typed frames: a message without a sender cros
   CHECK(out == std::vector<char>{'x'});  // untouched
 }
 
-TEST_CASE_FIXTURE(frames_fixture, "typed frames: a damaged body is refused, naming what is wrong") {
+TEST_CASE("typed frames: a damaged body is refused, naming what is wrong") {
   auto values = special_values();
   auto body = encoded(envelope(), caf::make_message(push_atom::value, sample_header(), range_list{{{0, 7}}},
                                                      float_block::own(values)));
