@@ -35,11 +35,13 @@ stored_segment slice(const stored_segment& s, key_type begin, key_type end, std:
 // The runs of [begin, end) with one owner under `next`, cut at bucket boundaries.
 template <class F>
 void for_each_run(key_type begin, key_type end, const partitioner& next, F f) {
-  const auto bits = next.bucket_bits();
   for (key_type at = begin; at < end;) {
-    auto owner = next.owner(at);
-    key_type stop = at;
-    while (stop < end && next.owner(stop) == owner) stop = std::min(end, ((stop >> bits) + 1) << bits);
+    auto [owner, stop] = next.owner_span(at, end);
+    while (stop < end) {
+      auto more = next.owner_span(stop, end);
+      if (more.shard != owner) break;
+      stop = more.end;
+    }
     f(owner, at, stop);
     at = stop;
   }

@@ -26,6 +26,7 @@ partitioner::partitioner(std::uint64_t epoch, std::vector<std::uint32_t> shard_i
   std::sort(ring_.begin(), ring_.end());
   count_keys(balanced_);  // ascending and disjoint, or bad_request
   place_balanced();
+  index_runs();
 }
 
 namespace {
@@ -57,10 +58,44 @@ std::uint32_t partitioner::row_owner(std::uint32_t table, std::uint64_t id) cons
   return owner_of_point(mix64(id ^ mix64(0x726f7773ULL + table)));  // "rows" + table: tables hash apart
 }
 
+void partitioner::index_runs() {
+  runs_.clear();
+  for (const auto& [bucket, shard] : placed_)
+    if (!runs_.empty() && runs_.back().last + 1 == bucket && runs_.back().shard == shard)
+      runs_.back().last = bucket;
+    else
+      runs_.push_back({bucket, bucket, shard});
+}
+
+const partitioner::placed_run* partitioner::run_of(std::uint64_t bucket) const {
+  auto after = std::upper_bound(runs_.begin(), runs_.end(), bucket,
+                                [](std::uint64_t b, const placed_run& r) { return b < r.first; });
+  if (after == runs_.begin() || std::prev(after)->last < bucket) return nullptr;
+  return &*std::prev(after);
+}
+
 std::uint32_t partitioner::owner_of_bucket(std::uint64_t bucket) const {
-  if (!placed_.empty())
-    if (auto it = placed_.find(bucket); it != placed_.end()) return it->second;
-  return ring_owner(bucket);
+  const auto* run = run_of(bucket);
+  return run ? run->shard : ring_owner(bucket);
+}
+
+partitioner::span partitioner::owner_span(key_type at, key_type end) const {
+  const auto bucket = at >> bucket_bits_;
+  const auto* run = run_of(bucket);
+  const auto last = run ? run->last : bucket;
+  const key_type last_key = (last << bucket_bits_) | ((key_type{1} << bucket_bits_) - 1);
+  return {run ? run->shard : ring_owner(bucket), last_key >= end - 1 ? end : last_key + 1};
+}
+
+std::optional<partitioner::foreign_key> partitioner::first_not_owned(const std::vector<key_range>& ranges,
+                                                                     std::uint32_t id) const {
+  for (std::size_t i = 0; i < ranges.size(); ++i)
+    for (key_type at = ranges[i].begin; at < ranges[i].end;) {
+      auto [shard, stop] = owner_span(at, ranges[i].end);
+      if (shard != id) return foreign_key{i, shard};
+      at = stop;
+    }
+  return std::nullopt;
 }
 
 std::map<std::uint64_t, std::uint64_t> partitioner::balanced_weights() const {
@@ -109,15 +144,16 @@ std::vector<piece> partitioner::split(const key_set& keys) const {
   std::vector<piece> out;
   std::uint64_t offset = 0;
   for (const auto& r : keys.ranges())
-    for_each_bucket(r, bucket_bits_, [&](std::uint64_t bucket, key_type k, key_type stop) {
-      auto shard = owner_of_bucket(bucket);
+    for (key_type k = r.begin; k < r.end;) {
+      auto [shard, stop] = owner_span(k, r.end);
       if (!out.empty() && out.back().shard == shard && out.back().keys.end == k &&
           out.back().value_offset + out.back().keys.size() == offset)
         out.back().keys.end = stop;
       else
         out.push_back({{k, stop}, offset, shard});
       offset += stop - k;
-    });
+      k = stop;
+    }
   return out;
 }
 
@@ -140,6 +176,7 @@ partitioner partitioner::with_shard(std::uint32_t id) const {
     keys -= it->second;
     owner = id;
   }
+  grown.index_runs();
   return grown;
 }
 
@@ -168,18 +205,17 @@ partitioner partitioner::without_shard(std::uint32_t id) const {
     owner = to->first;
     to->second += w;
   }
+  shrunk.index_runs();
   return shrunk;
 }
 
 partitioner::placement_list partitioner::placement() const {
-  placement_list out(placed_.begin(), placed_.end());
-  std::sort(out.begin(), out.end());
-  return out;
+  return {placed_.begin(), placed_.end()};
 }
 
 partitioner partitioner::with_placement(const placement_list& placement) const {
   partitioner out = *this;
-  std::unordered_map<std::uint64_t, std::uint32_t> placed;
+  std::map<std::uint64_t, std::uint32_t> placed;
   const auto weight = balanced_weights();
   if (placement.size() != weight.size())
     throw bad_request("partitioner: a placement of " + std::to_string(placement.size()) + " buckets for " +
@@ -194,6 +230,7 @@ partitioner partitioner::with_placement(const placement_list& placement) const {
       throw bad_request("partitioner: placement names bucket " + std::to_string(bucket) + " twice");
   }
   out.placed_ = std::move(placed);
+  out.index_runs();
   return out;
 }
 

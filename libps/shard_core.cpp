@@ -54,11 +54,7 @@ shard_core::deferred_push shard_core::from_update(const deferred_update& u) {
 
 bool shard_core::touches_other_shards(const pending_pull& p, const partitioner& next) const {
   if (p.table) return std::any_of(p.ids.begin(), p.ids.end(), [&](std::uint64_t id) { return next.row_owner(*p.table, id) != id_; });
-  const auto bits = next.bucket_bits();
-  for (const auto& r : p.ranges)
-    for (key_type at = r.begin; at < r.end; at = ((at >> bits) + 1) << bits)
-      if (next.owner(at) != id_) return true;
-  return false;
+  return next.first_not_owned(p.ranges, id_).has_value();
 }
 
 namespace {
@@ -413,13 +409,7 @@ shard_handoff shard_core::whole_copy() const {
   return h;
 }
 
-bool shard_core::owns(const std::vector<key_range>& ranges) const {
-  const auto bits = map_.bucket_bits();
-  for (const auto& r : ranges)
-    for (key_type at = r.begin; at < r.end; at = ((at >> bits) + 1) << bits)
-      if (map_.owner(at) != id_) return false;
-  return true;
-}
+bool shard_core::owns(const std::vector<key_range>& ranges) const { return !map_.first_not_owned(ranges, id_); }
 
 bool shard_core::owns_rows(std::uint32_t table, const std::vector<std::uint64_t>& ids) const {
   return std::all_of(ids.begin(), ids.end(), [&](std::uint64_t id) { return map_.row_owner(table, id) == id_; });
@@ -947,16 +937,10 @@ const std::vector<key_range>& shard_core::pull_ranges(std::uint64_t token) const
 void shard_core::forget_pull(std::uint64_t token) { pulls_.erase(token); }
 
 void check_ownership(const partitioner& map, std::uint32_t id, const std::vector<key_range>& ranges) {
-  auto bits = map.bucket_bits();
-  for (const auto& r : ranges) {
-    if (r.empty()) continue;  // the store reports malformed ranges
-    for (auto b = r.begin >> bits, last = (r.end - 1) >> bits; b <= last; ++b) {
-      auto owner = map.owner_of_bucket(b);
-      if (owner != id)
-        throw bad_request("keys " + to_string(r) + " belong to shard " + std::to_string(owner) + " (epoch " +
-                          std::to_string(map.epoch()) + "), not to this one");
-    }
-  }
+  // Empty and inverted ranges hold no keys to check; the store reports them as malformed.
+  if (auto foreign = map.first_not_owned(ranges, id))
+    throw bad_request("keys " + to_string(ranges[foreign->range]) + " belong to shard " + std::to_string(foreign->owner) +
+                      " (epoch " + std::to_string(map.epoch()) + "), not to this one");
 }
 
 }  // namespace ps

@@ -197,6 +197,64 @@ TEST_CASE("split cuts at bucket boundaries, tags owners and keeps value offsets"
   CHECK(keys == ks.num_keys());
 }
 
+// owner_span answers for a whole run of placed buckets in one lookup; every answer must be
+// what asking bucket by bucket gives, at run edges, between balanced ranges (ring buckets),
+// after a join and a leave, and at the top of the key space.
+TEST_CASE("owner spans, split and first_not_owned agree with a bucket-by-bucket walk") {
+  const std::vector<key_range> model{{0, 5000}, {5100, 9000}, {20000, 20001}};
+  partitioner fresh(1, {3, 1, 2}, 64, 5, model);
+  std::vector<partitioner> maps{fresh, fresh.with_shard(7), fresh.with_shard(7).without_shard(1),
+                                partitioner(1, {0, 1}, 64, 0), partitioner(1, {0, 1}, 64, 40, {{0, key_type{1} << 41}})};
+  std::mt19937_64 rng(17);
+  for (const auto& map : maps) {
+    const key_type top = ~key_type{0};
+    std::vector<key_range> probes{{0, 21000}, {4990, 5110}, {top - 300, top}, {(key_type{1} << 41) - 5, (key_type{1} << 41) + 5}};
+    for (int i = 0; i < 200; ++i) {
+      key_type b = rng() % 21000;
+      probes.push_back({b, b + 1 + rng() % 700});
+    }
+    for (const auto& r : probes) {
+      INFO("bits " << map.bucket_bits() << ", keys " << to_string(r));
+      std::uint64_t walked = 0;
+      for (key_type at = r.begin; at < r.end;) {
+        auto [shard, stop] = map.owner_span(at, r.end);
+        REQUIRE(stop > at);
+        REQUIRE(stop <= r.end);
+        CHECK(map.owner(at) == shard);
+        CHECK(map.owner(stop - 1) == shard);
+        if (stop < r.end && map.owner(stop) == shard) CHECK(((stop >> map.bucket_bits()) << map.bucket_bits()) == stop);
+        walked += stop - at;
+        at = stop;
+      }
+      CHECK(walked == r.size());
+      // split: pieces cover the keys in order, merged where the owner does not change.
+      auto pieces = map.split(key_set::single(r));
+      std::uint64_t offset = 0;
+      for (std::size_t i = 0; i < pieces.size(); ++i) {
+        CHECK(pieces[i].value_offset == offset);
+        CHECK(pieces[i].keys.begin == r.begin + offset);
+        if (i > 0) CHECK(pieces[i].shard != pieces[i - 1].shard);
+        const auto step = 1 + pieces[i].keys.size() / 64, end = pieces[i].keys.end;
+        for (key_type k = pieces[i].keys.begin; k < end; k = end - k > step ? k + step : end)  // no wrap at the top
+          REQUIRE(map.owner(k) == pieces[i].shard);
+        CHECK(map.owner(pieces[i].keys.end - 1) == pieces[i].shard);
+        offset += pieces[i].keys.size();
+      }
+      CHECK(offset == r.size());
+      // first_not_owned names the first foreign key's owner, or nothing when one shard owns all.
+      for (auto id : map.shard_ids()) {
+        auto foreign = map.first_not_owned({{r.begin, r.begin}, r}, id);
+        auto first = std::find_if(pieces.begin(), pieces.end(), [&](const piece& p) { return p.shard != id; });
+        REQUIRE(foreign.has_value() == (first != pieces.end()));
+        if (foreign) {
+          CHECK(foreign->range == 1);  // the empty range holds nothing to own
+          CHECK(foreign->owner == first->shard);
+        }
+      }
+    }
+  }
+}
+
 TEST_CASE("chunking at and around the chunk boundary reassembles exactly") {
   partitioner p(1, {0, 1}, 64, 6);
   const std::uint64_t chunk_bytes = 1024;  // 256 floats minus range headers
