@@ -32,19 +32,11 @@ stored_segment slice(const stored_segment& s, key_type begin, key_type end, std:
   return out;
 }
 
-// The runs of [begin, end) with one owner under `next`, cut at bucket boundaries.
+// The runs of [begin, end) with one owner under `next` (split's pieces; none when empty).
 template <class F>
 void for_each_run(key_type begin, key_type end, const partitioner& next, F f) {
-  for (key_type at = begin; at < end;) {
-    auto [owner, stop] = next.owner_span(at, end);
-    while (stop < end) {
-      auto more = next.owner_span(stop, end);
-      if (more.shard != owner) break;
-      stop = more.end;
-    }
-    f(owner, at, stop);
-    at = stop;
-  }
+  if (begin >= end) return;
+  for (const auto& p : next.split(key_set::single({begin, end}))) f(p.shard, p.keys.begin, p.keys.end);
 }
 
 }  // namespace
