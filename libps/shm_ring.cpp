@@ -13,6 +13,8 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <map>
+#include <mutex>
 #include <new>
 
 #include "libps/keys.hpp"
@@ -87,9 +89,45 @@ std::string shm_ring::name_of(std::uint32_t pid, std::uint64_t nonce) {
   return buf;
 }
 
+// The reader's position and its lent records. It holds the mapping: a lent record may
+// outlive the ring object (a shard still adding when the connection ends).
+struct shm_ring::lending {
+  lending(shm_ring_control* c, std::size_t bytes) : control(c), mapped(bytes) {}
+  ~lending() { ::munmap(control, mapped); }
+  lending(const lending&) = delete;
+  lending& operator=(const lending&) = delete;
+
+  // The reader moved past `at` (read or lent everything before it).
+  void moved_to(std::uint64_t at) {
+    std::lock_guard<std::mutex> guard(mtx);
+    cursor = at;
+    publish();
+  }
+  void returned(std::uint64_t start) {
+    {
+      std::lock_guard<std::mutex> guard(mtx);
+      lent.erase(start);
+      publish();
+    }
+    sem_post(&control->room);
+  }
+  // The writer may reuse everything before the earliest record still out, or before the
+  // cursor when none is.
+  void publish() { control->tail.store(lent.empty() ? cursor : lent.begin()->first, std::memory_order_release); }
+
+  shm_ring_control* control;
+  std::size_t mapped;
+  std::mutex mtx;
+  std::uint64_t cursor = 0;                      // the reader's alone to move (under mtx)
+  std::map<std::uint64_t, std::uint64_t> lent;  // start -> end of each record out on loan
+};
+
 shm_ring::shm_ring(std::string name, shm_ring_control* control, std::size_t mapped, bool owner)
     : name_(std::move(name)), control_(control), data_(reinterpret_cast<std::byte*>(control) + control_bytes),
-      capacity_(control->capacity), mapped_(mapped), owner_(owner), linked_(owner) {}
+      capacity_(control->capacity), lending_(std::make_shared<lending>(control, mapped)), owner_(owner),
+      linked_(owner) {
+  lending_->cursor = control->tail.load(std::memory_order_acquire);
+}
 
 std::unique_ptr<shm_ring> shm_ring::create(std::uint64_t nonce, std::size_t capacity) {
   capacity = page_rounded(std::max<std::size_t>(capacity, slice_bytes));
@@ -150,7 +188,6 @@ std::unique_ptr<shm_ring> shm_ring::open(std::uint32_t pid, std::uint64_t nonce,
 
 shm_ring::~shm_ring() {
   if (owner_) unlink();
-  ::munmap(control_, mapped_);
 }
 
 void shm_ring::unlink() {
@@ -158,40 +195,56 @@ void shm_ring::unlink() {
   linked_ = false;
 }
 
-std::uint64_t shm_ring::written() const { return control_->head.load(std::memory_order_acquire); }
-std::uint64_t shm_ring::consumed() const { return control_->tail.load(std::memory_order_acquire); }
 
 namespace {
 
-// One side's pass over its pieces: `mine` is the counter this side moves (head for the
-// writer, tail for the reader), `theirs` the other side's; `open(mine, theirs)` is how many
-// bytes this side may move now, `copy(at, piece_offset, n)` moves them, and `post` tells
-// the other side. Waits on `wait_on` while nothing may move.
-template <class Piece, class Open, class Copy>
-bool pass(std::span<const Piece> pieces, std::atomic<std::uint64_t>& mine, std::atomic<std::uint64_t>& theirs,
-          std::size_t capacity, sem_t* wait_on, sem_t* post, Open open, Copy copy, const shm_ring::alive_check& alive,
+// Bytes a side moves past without copying (the skip before a record that would wrap, a
+// record lent in place).
+struct gap {
+  std::size_t bytes;
+  std::size_t size() const { return bytes; }
+};
+
+// One side's pass over its pieces from position `at`: `theirs` is the other side's
+// counter; `open(at, theirs)` is how many bytes this side may move now, `copy(piece,
+// ring_offset, piece_offset, n)` moves them, and `moved(at)` publishes the new position
+// and tells the other side. Waits on `wait_on` while nothing may move.
+template <class Piece, class Open, class Copy, class Moved>
+bool pass(std::span<const Piece> pieces, std::uint64_t at, const std::atomic<std::uint64_t>& theirs,
+          std::size_t capacity, sem_t* wait_on, Open open, Copy copy, Moved moved, const shm_ring::alive_check& alive,
           std::chrono::milliseconds stall, const char* what, std::string* why) {
   for (auto piece : pieces) {
     for (std::size_t off = 0; off < piece.size();) {
-      const auto at = mine.load(std::memory_order_relaxed);
       const auto other = theirs.load(std::memory_order_acquire);
       const auto ready = open(at, other);
       if (ready == 0) {
-        auto moved = [&] { return theirs.load(std::memory_order_acquire) != other; };
-        if (!wait_for(wait_on, moved, alive, stall, what, why)) return false;
+        auto changed = [&] { return theirs.load(std::memory_order_acquire) != other; };
+        if (!wait_for(wait_on, changed, alive, stall, what, why)) return false;
         continue;
       }
       const auto n = std::min({piece.size() - off, ready, capacity - at % capacity, slice_bytes});
       copy(piece, at % capacity, off, n);
-      mine.store(at + n, std::memory_order_release);
-      sem_post(post);
+      at += n;
+      moved(at);
       off += n;
     }
   }
   return true;
 }
 
+constexpr auto no_copy = [](gap, std::size_t, std::size_t, std::size_t) {};
+
 }  // namespace
+
+std::uint64_t shm_ring::written() const { return control_->head.load(std::memory_order_acquire); }
+std::uint64_t shm_ring::consumed() const { return control_->tail.load(std::memory_order_acquire); }
+
+std::size_t shm_ring::pad_before(std::uint64_t at, std::size_t bytes) const {
+  const auto offset = static_cast<std::size_t>(at % capacity_);
+  return lendable(bytes) && offset + bytes > capacity_ ? capacity_ - offset : 0;
+}
+
+bool shm_ring::fits_now(std::size_t bytes) const { return room() >= pad_before(written(), bytes) + bytes; }
 
 bool shm_ring::write(std::span<const std::span<const std::byte>> pieces, const alive_check& alive,
                      std::chrono::milliseconds stall, std::string* why) {
@@ -200,17 +253,74 @@ bool shm_ring::write(std::span<const std::span<const std::byte>> pieces, const a
   auto copy_in = [this](std::span<const std::byte> piece, std::size_t at, std::size_t off, std::size_t n) {
     std::memcpy(data_ + at, piece.data() + off, n);
   };
-  return pass(pieces, c.head, c.tail, capacity_, &c.room, &c.data, room, copy_in, alive, stall, "room", why);
+  auto moved = [&c](std::uint64_t at) {
+    c.head.store(at, std::memory_order_release);
+    sem_post(&c.data);
+  };
+  std::size_t total = 0;
+  for (auto p : pieces) total += p.size();
+  const gap skip[] = {{pad_before(written(), total)}};
+  return pass(std::span<const gap>(skip), written(), c.tail, capacity_, &c.room, room, no_copy, moved, alive, stall,
+              "room", why) &&
+         pass(pieces, written(), c.tail, capacity_, &c.room, room, copy_in, moved, alive, stall, "room", why);
+}
+
+namespace {
+
+constexpr auto available = [](std::uint64_t cursor, std::uint64_t head) { return head - cursor; };
+
+}  // namespace
+
+bool shm_ring::skip_to_record(std::size_t bytes, const alive_check& alive, std::chrono::milliseconds stall,
+                              std::string* why) {
+  auto& c = *control_;
+  auto moved = [&](std::uint64_t at) {
+    lending_->moved_to(at);
+    sem_post(&c.room);
+  };
+  const gap skip[] = {{pad_before(lending_->cursor, bytes)}};
+  return pass(std::span<const gap>(skip), lending_->cursor, c.head, capacity_, &c.data, available, no_copy, moved,
+              alive, stall, "data", why);
 }
 
 bool shm_ring::read(std::span<const std::span<std::byte>> into, const alive_check& alive, std::chrono::milliseconds stall,
                     std::string* why) {
   auto& c = *control_;
-  auto ready = [](std::uint64_t tail, std::uint64_t head) { return head - tail; };
   auto copy_out = [this](std::span<std::byte> piece, std::size_t at, std::size_t off, std::size_t n) {
     std::memcpy(piece.data() + off, data_ + at, n);
   };
-  return pass(into, c.tail, c.head, capacity_, &c.data, &c.room, ready, copy_out, alive, stall, "data", why);
+  auto moved = [&](std::uint64_t at) {
+    lending_->moved_to(at);
+    sem_post(&c.room);
+  };
+  return pass(into, lending_->cursor, c.head, capacity_, &c.data, available, copy_out, moved, alive, stall, "data", why);
+}
+
+std::shared_ptr<const std::byte> shm_ring::lend(std::size_t bytes, const alive_check& alive,
+                                                std::chrono::milliseconds stall, std::string* why) {
+  if (!lendable(bytes) || pad_before(lending_->cursor, bytes) != 0)
+    throw bad_request("shared-memory ring: a record of " + std::to_string(bytes) + " bytes cannot be lent here");
+  auto& c = *control_;
+  const auto start = lending_->cursor;
+  {
+    std::lock_guard<std::mutex> guard(lending_->mtx);
+    lending_->lent.emplace(start, start + bytes);
+  }
+  auto moved = [&](std::uint64_t at) { lending_->moved_to(at); };  // the writer gets nothing back yet
+  const gap record[] = {{bytes}};
+  if (!pass(std::span<const gap>(record), start, c.head, capacity_, &c.data, available, no_copy, moved, alive, stall,
+            "data", why)) {
+    lending_->returned(start);
+    return nullptr;
+  }
+  std::shared_ptr<void> loan(nullptr, [book = lending_, start](void*) { book->returned(start); });
+  return std::shared_ptr<const std::byte>(loan, data_ + start % capacity_);
+}
+
+bool shm_ring::held_by_lent() const {
+  std::lock_guard<std::mutex> guard(lending_->mtx);
+  const auto head = written();
+  return !lending_->lent.empty() && lending_->cursor == head && head - consumed() == capacity_;
 }
 
 std::size_t remove_stale_rings() {

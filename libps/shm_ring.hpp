@@ -3,7 +3,9 @@
 // process that made it), one reader (the peer that opened it by name). The data plane
 // moves payloads through it instead of through loopback TCP (issue 17): a payload is
 // copied in by the writer and out by the reader, in slices, so both copies run at once,
-// and no byte goes through the kernel.
+// and no byte goes through the kernel. A record that fits in half the ring may instead be
+// lent to the reader's user in place (a shard adds a push straight from the ring: one pass
+// over the bytes fewer), the writer getting its room back when the record is returned.
 //
 // Waits are on process-shared POSIX semaphores in the ring itself, in slices of a few
 // milliseconds, and between slices the caller's `alive` check runs (the data plane asks
@@ -46,27 +48,52 @@ class shm_ring {
 
   // Returns "" while the peer may still come, else why it will not (checked between waits).
   using alive_check = std::function<std::string()>;
-  // Copies the pieces in, in order, waiting for room as the reader frees it. False, with
-  // *why, when `alive` says the peer is gone or the reader made no room for `stall`.
+  // A record is what one write() copies in. One of at most capacity/2 bytes is kept in
+  // one piece (the writer skips to the ring's start when it would wrap, and the reader,
+  // told its size by skip_to_record, skips the same), so the reader may lend it in place.
+  // Copies the pieces in, in order, as one record, waiting for room as the reader frees
+  // it. False, with *why, when `alive` says the peer is gone or the reader made no room
+  // for `stall`.
   bool write(std::span<const std::span<const std::byte>> pieces, const alive_check& alive,
              std::chrono::milliseconds stall, std::string* why);
+  // Whether a record of `bytes` fits in the ring's room now (its skip included).
+  bool fits_now(std::size_t bytes) const;
+
+  // The reader's side. A record of `bytes` comes next: skips what the writer skipped
+  // before it. Called once per record, before read or lend. False, with *why, as write.
+  bool skip_to_record(std::size_t bytes, const alive_check& alive, std::chrono::milliseconds stall, std::string* why);
   // Fills the pieces, in order, with the next bytes, waiting for them as the writer adds
   // them. False, with *why, as write.
   bool read(std::span<const std::span<std::byte>> into, const alive_check& alive, std::chrono::milliseconds stall,
             std::string* why);
-  // Bytes written and read through the ring so far (the peer's side included).
+  // Whether a record of `bytes` can be lent (it never wraps).
+  bool lendable(std::size_t bytes) const { return bytes > 0 && bytes <= capacity_ / 2; }
+  // The next record (lendable, after skip_to_record), in place, once all of it is in: its
+  // bytes stay the writer's to keep off until the last copy of the pointer goes (which may
+  // be on any thread, and may outlive this object). Records after it may be read or lent
+  // meanwhile; the writer gets room back in order, as the earliest lent record returns.
+  // Null, with *why, as write.
+  std::shared_ptr<const std::byte> lend(std::size_t bytes, const alive_check& alive, std::chrono::milliseconds stall,
+                                        std::string* why);
+  // Whether the writer can add nothing until a lent record returns (the ring is full and
+  // the reader has taken all of it).
+  bool held_by_lent() const;
+  // Bytes written and read through the ring so far (the peer's side included): consumed
+  // counts what the writer may use again, so a lent record counts once it returned.
   std::uint64_t written() const;
   std::uint64_t consumed() const;
   // Bytes the writer may copy in now without waiting.
   std::size_t room() const { return capacity_ - static_cast<std::size_t>(written() - consumed()); }
 
  private:
+  struct lending;  // the mapping, the reader's position and the records it lent (shm_ring.cpp)
   shm_ring(std::string name, shm_ring_control* control, std::size_t mapped, bool owner);
+  std::size_t pad_before(std::uint64_t at, std::size_t bytes) const;
   std::string name_;
   shm_ring_control* control_;
   std::byte* data_;
   std::size_t capacity_;
-  std::size_t mapped_;
+  std::shared_ptr<lending> lending_;
   bool owner_;
   bool linked_;
 };

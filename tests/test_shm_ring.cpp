@@ -147,3 +147,111 @@ TEST_CASE("shm ring: a ring larger than /dev/shm can hold is refused at once, na
                        doctest::Contains("No space left on device (/dev/shm is full or too small)"), bad_request);
   CHECK_FALSE(ring_listed(shm_ring::name_of(static_cast<std::uint32_t>(::getpid()), nonce)));
 }
+
+namespace {
+
+// A connected pair in this process: the maker writes, the peer reads.
+std::pair<std::unique_ptr<shm_ring>, std::unique_ptr<shm_ring>> ring_pair(std::size_t capacity) {
+  auto nonce = fresh_nonce();
+  auto ring = shm_ring::create(nonce, capacity);
+  std::string why;
+  auto peer = shm_ring::open(static_cast<std::uint32_t>(::getpid()), nonce, &why);
+  REQUIRE_MESSAGE(peer, why);
+  return {std::move(ring), std::move(peer)};
+}
+
+bool write_record(shm_ring& ring, const std::vector<std::byte>& bytes) {
+  std::string why;
+  std::span<const std::byte> all[] = {bytes};
+  return ring.write(all, {}, 50ms, &why);
+}
+
+std::vector<std::byte> read_record(shm_ring& ring, std::size_t bytes) {
+  std::string why;
+  std::vector<std::byte> got(bytes);
+  std::span<std::byte> all[] = {got};
+  REQUIRE_MESSAGE(ring.skip_to_record(bytes, {}, 1s, &why), why);
+  REQUIRE_MESSAGE(ring.read(all, {}, 1s, &why), why);
+  return got;
+}
+
+std::shared_ptr<const std::byte> lend_record(shm_ring& ring, std::size_t bytes) {
+  std::string why;
+  REQUIRE_MESSAGE(ring.skip_to_record(bytes, {}, 1s, &why), why);
+  auto lent = ring.lend(bytes, {}, 1s, &why);
+  REQUIRE_MESSAGE(lent, why);
+  return lent;
+}
+
+bool same(const std::shared_ptr<const std::byte>& lent, const std::vector<std::byte>& bytes) {
+  return std::equal(bytes.begin(), bytes.end(), lent.get());
+}
+
+}  // namespace
+
+TEST_CASE("shm ring: a record of at most half the ring that would wrap starts over at the ring's start, on both sides") {
+  auto [ring, peer] = ring_pair(256u << 10);
+  const auto cap = ring->capacity();
+  std::vector<std::vector<std::byte>> sent{pattern(100'000, 1), pattern(100'000, 2), pattern(100'000, 3),
+                                           pattern(cap / 2 + 4, 4), pattern(12, 5)};
+  std::uint64_t expected_end = 0;
+  for (auto& p : sent) {
+    REQUIRE(write_record(*ring, p));
+    CHECK(read_record(*peer, p.size()) == p);
+    const bool kept_whole = p.size() <= cap / 2 && expected_end % cap + p.size() > cap;
+    if (kept_whole) expected_end += cap - expected_end % cap;  // the skip
+    expected_end += p.size();
+    CHECK(ring->written() == expected_end);
+    CHECK(peer->consumed() == expected_end);
+  }
+  CHECK(ring->written() > 100'000u * 3 + cap / 2 + 4 + 12);  // the third record was moved, the fourth wraps
+}
+
+TEST_CASE("shm ring: a lent record holds its room until returned, in ring order, while later records are read") {
+  auto [ring, peer] = ring_pair(256u << 10);
+  auto a = pattern(64u << 10, 1), b = pattern(64u << 10, 2), c = pattern(64u << 10, 3);
+  REQUIRE(write_record(*ring, a));
+  REQUIRE(write_record(*ring, b));
+  REQUIRE(write_record(*ring, c));
+  auto lent_a = lend_record(*peer, a.size());
+  auto lent_b = lend_record(*peer, b.size());
+  CHECK(read_record(*peer, c.size()) == c);
+  CHECK(same(lent_a, a));
+  CHECK(same(lent_b, b));
+  CHECK(peer->consumed() == 0);  // a is out: nothing is the writer's again
+  lent_b.reset();
+  CHECK(peer->consumed() == 0);  // b came back before a
+  lent_a.reset();
+  CHECK(peer->consumed() == 3 * (64u << 10));
+}
+
+TEST_CASE("shm ring: a full ring held by a lent record stalls its writer, says so, and moves on once it returns") {
+  auto [ring, peer] = ring_pair(256u << 10);
+  auto a = pattern(128u << 10, 1), b = pattern(128u << 10, 2), c = pattern(128u << 10, 3);
+  REQUIRE(write_record(*ring, a));
+  REQUIRE(write_record(*ring, b));
+  auto lent_a = lend_record(*peer, a.size());
+  CHECK_FALSE(peer->held_by_lent());  // b is still the reader's to take
+  CHECK(read_record(*peer, b.size()) == b);
+  CHECK(peer->held_by_lent());
+  CHECK_FALSE(write_record(*ring, c));  // no room for 50 ms
+  CHECK(same(lent_a, a));               // and a was left alone
+  lent_a.reset();
+  CHECK_FALSE(peer->held_by_lent());
+  REQUIRE(write_record(*ring, c));
+  CHECK(read_record(*peer, c.size()) == c);
+}
+
+TEST_CASE("shm ring: a lent record outlives both ends of its ring; one too large or not skipped to is refused") {
+  auto payload = pattern(4096, 8);
+  std::shared_ptr<const std::byte> lent;
+  {
+    auto [ring, peer] = ring_pair(256u << 10);
+    REQUIRE(write_record(*ring, payload));
+    lent = lend_record(*peer, payload.size());
+    REQUIRE(write_record(*ring, pattern(100u << 10, 9)));
+    std::string why;
+    CHECK_THROWS_WITH_AS(peer->lend(200u << 10, {}, 1s, &why), doctest::Contains("cannot be lent"), bad_request);
+  }
+  CHECK(same(lent, payload));  // still mapped: the last copy of the loan unmaps it
+}
