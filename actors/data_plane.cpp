@@ -471,12 +471,17 @@ void data_plane::ring_answer(const std::shared_ptr<connection>& c, const bulk_he
 // said (expect) or into a buffer of ours. False, with *why, when they did not all come.
 bool data_plane::land(const std::shared_ptr<connection>& c, const bulk_header& h, std::string* why) {
   payload_source from = [&in = *c->in](iovec* iov, std::size_t n, std::string* w) { return in.read(iov, n, w); };
-  if (h.kind == bulk_kind::ring_payload) {
+  const bool by_ring = h.kind == bulk_kind::ring_payload;
+  if (by_ring) {
     if (!c->in_ring) throw bad_request("a ring payload on a connection without a ring");
+    if (!c->in_ring->skip_to_record(h.bytes, [&] { return ring_wait(*c); }, stall_timeout_, why)) {
+      *why = "before payload " + std::to_string(h.id) + ": " + *why;
+      return false;
+    }
     from = [this, c](iovec* iov, std::size_t n, std::string* w) {
       std::vector<std::span<std::byte>> into;
       for (std::size_t i = 0; i < n; ++i) into.emplace_back(static_cast<std::byte*>(iov[i].iov_base), iov[i].iov_len);
-      return c->in_ring->read(into, [&] { return gone(*c); }, stall_timeout_, w);
+      return c->in_ring->read(into, [&] { return ring_wait(*c); }, stall_timeout_, w);
     };
   }
   std::optional<expectation> target;
@@ -492,7 +497,7 @@ bool data_plane::land(const std::shared_ptr<connection>& c, const bulk_header& h
   std::uint64_t target_bytes = 0;
   if (target)
     for (auto s : target->into) target_bytes += s.size_bytes();
-  std::shared_ptr<std::vector<float>> values;
+  landed_values values;
   bool ok = false;
   if (target && target_bytes == h.bytes) {  // straight into place
     std::vector<iovec> iov;
@@ -506,7 +511,8 @@ bool data_plane::land(const std::shared_ptr<connection>& c, const bulk_header& h
     }
     landed_.notify_all();
   }
-  if (!target || target_bytes != h.bytes) ok = read_payload(from, h.bytes, values, why);
+  if (!target || target_bytes != h.bytes)
+    ok = by_ring ? land_from_ring(c, h, from, values, why) : read_payload(from, h.bytes, values.owned, why);
   if (!ok) {
     *why = "in the middle of payload " + std::to_string(h.id) + ": " + *why;
     return false;
@@ -514,6 +520,21 @@ bool data_plane::land(const std::shared_ptr<connection>& c, const bulk_header& h
   bytes_received_ += h.bytes;
   store_.put(c->peer, h.id, std::move(values), h.bytes / sizeof(float));
   return true;
+}
+
+bool data_plane::land_from_ring(const std::shared_ptr<connection>& c, const bulk_header& h, const payload_source& from,
+                                landed_values& values, std::string* why) {
+  if (!c->in_ring->lendable(h.bytes) || h.bytes % sizeof(float) != 0)
+    return read_payload(from, h.bytes, values.owned, why);
+  auto lent = c->in_ring->lend(h.bytes, [&] { return ring_wait(*c); }, stall_timeout_, why);
+  if (!lent) return false;
+  values.lent = std::shared_ptr<const float>(lent, reinterpret_cast<const float*>(lent.get()));
+  return true;
+}
+
+std::string data_plane::ring_wait(const connection& c) {
+  if (c.in_ring->held_by_lent()) store_.own_lent(c.peer, [this](std::size_t n) { return buffers_->get(n); });
+  return gone(c);
 }
 
 void data_plane::read_frames(const std::shared_ptr<connection>& c, std::string* why) {
@@ -820,7 +841,7 @@ bool data_plane::plain_at_once(const std::shared_ptr<connection>& c, std::unique
 // cost a wake-up and two context switches per payload sent from a write batch).
 bool data_plane::ring_front_at_once(const std::shared_ptr<connection>& c, std::unique_lock<std::mutex>& lock) {
   auto& front = c->outbox.front();
-  if (front.floats_in_ring || c->out_ring->room() < front.bytes - bulk_header_bytes) return false;
+  if (front.floats_in_ring || !c->out_ring->fits_now(front.bytes - bulk_header_bytes)) return false;
   auto frame = std::move(front);
   c->outbox.pop_front();
   auto out = write_front_at_once(c, lock, frame, true);
@@ -895,7 +916,7 @@ bool data_plane::send_or_queue(const std::shared_ptr<connection>& c, data_plane_
   if (c->broken) return false;
   const bool by_ring = frame.ticket != 0 && c->ring_ready;
   const bool idle = c->outbox.empty() && !c->writing && c->holds == 0;
-  if (idle && (!by_ring || c->out_ring->room() >= frame.bytes - bulk_header_bytes)) {
+  if (idle && (!by_ring || c->out_ring->fits_now(frame.bytes - bulk_header_bytes))) {
     if (!write_front_at_once(c, lock, frame, by_ring)) return false;
     // What is queued now (frames queued meanwhile, this one's rest) is the writer's; with
     // nothing, it sleeps on (a wake-up per message cost a thread switch each way).
@@ -916,7 +937,7 @@ bool data_plane::send_or_queue(const std::shared_ptr<connection>& c, data_plane_
 bool data_plane::write_ring_payload(const std::shared_ptr<connection>& c, const data_plane_frame& frame,
                                     std::string* why) {
   const auto alive = [&] { return gone(*c); };
-  const bool floats_first = !frame.floats_in_ring && c->out_ring->room() >= frame.bytes - bulk_header_bytes;
+  const bool floats_first = !frame.floats_in_ring && c->out_ring->fits_now(frame.bytes - bulk_header_bytes);
   if (floats_first && !into_ring(c, frame, alive, why)) return false;
   auto header = ring_header(frame);
   iovec head{header.data() + frame.ring_header_done, header.size() - frame.ring_header_done};
@@ -1000,28 +1021,40 @@ std::string data_plane::origin_name(std::uint64_t origin) const {
   return "process " + std::to_string(origin);
 }
 
-float_block data_plane::claim(const float_block& block) {
-  if (block.ticket == 0) return block;
-  auto values = store_.take(block.origin, block.ticket, block.size, claim_timeout_, origin_name(block.origin));
-  return float_block{std::move(values), 0, block.size};  // no storage: it landed in place
+// The claimed values as a block: a lent payload is copied out for a claimer that did
+// not ask for it in place (it may keep the block for as long as it likes).
+float_block data_plane::as_block(landed_values values, std::uint64_t size, bool lent_ok) {
+  float_block b{std::move(values.owned), 0, size};  // neither: it landed in place
+  if (values.lent && lent_ok) b.lent = std::move(values.lent);
+  else if (values.lent) {
+    b.storage = buffers_->get(size);
+    std::copy_n(values.lent.get(), size, b.storage->data());
+  }
+  return b;
 }
 
-std::optional<float_block> data_plane::try_claim(const float_block& block) {
+float_block data_plane::claim(const float_block& block) {
+  if (block.ticket == 0) return block;
+  return as_block(store_.take(block.origin, block.ticket, block.size, claim_timeout_, origin_name(block.origin)),
+                  block.size, false);
+}
+
+std::optional<float_block> data_plane::try_claim(const float_block& block, bool lent_ok) {
   if (block.ticket == 0) return block;
   auto values = store_.try_take(block.origin, block.ticket, block.size, origin_name(block.origin));
   if (!values) return std::nullopt;
-  return float_block{std::move(*values), 0, block.size};
+  return as_block(std::move(*values), block.size, lent_ok);
 }
 
 void data_plane::when_claimable(const float_block& block, std::function<void()> ready) {
   store_.on_ready(block.origin, block.ticket, std::move(ready));
 }
 
-std::optional<float_block> claim_values(data_plane* plane, const float_block& block) {
+std::optional<float_block> claim_values(data_plane* plane, const float_block& block, bool lent_ok) {
   if (block.encoded) return decoded_values(block);
   if (block.ticket == 0) return block;
   if (!plane) throw bad_request("the block names a data-connection payload, but this process has no data plane");
-  return plane->try_claim(block);
+  return plane->try_claim(block, lent_ok);
 }
 
 // ---- Messages between actors over data connections ----
@@ -1234,7 +1267,7 @@ void answer_claims(claimer_ptr self, data_plane& plane, std::pair<std::uint64_t,
   for (auto it = waiting.find(key); it != waiting.end() && it->first == key;) {
     auto& claim = it->second;
     try {
-      auto values = plane.try_claim(claim.block);
+      auto values = plane.try_claim(claim.block, self->state.lent_ok);
       if (!values) return;  // not yet (a duplicate claim took it): wait on
       claim.promise.deliver(std::move(*values));
     } catch (const bad_request& e) {
@@ -1258,7 +1291,9 @@ plane_connector_actor::behavior_type plane_connector(plane_connector_actor::poin
   }};
 }
 
-payload_claimer_actor::behavior_type payload_claimer(claimer_ptr self, std::shared_ptr<data_plane> plane) {
+payload_claimer_actor::behavior_type payload_claimer(claimer_ptr self, std::shared_ptr<data_plane> plane,
+                                                     bool lent_ok) {
+  self->state.lent_ok = lent_ok;
   // It ends with its owner, however that ends: a link ignores a normal exit, and a
   // pending expiry would keep it alive for the claim timeout (a shard's process waited
   // 10 s at its end).
@@ -1266,7 +1301,7 @@ payload_claimer_actor::behavior_type payload_claimer(claimer_ptr self, std::shar
   return {
     [=](claim_atom, const float_block& block) -> caf::result<float_block> {
       try {
-        if (auto values = plane->try_claim(block)) return std::move(*values);
+        if (auto values = plane->try_claim(block, lent_ok)) return std::move(*values);
       } catch (const bad_request& e) {
         return make_ps_error(e.what());
       }

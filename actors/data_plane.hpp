@@ -116,8 +116,11 @@ class data_plane {
   // payload and what went wrong. Blocks: for threads of their own; an actor asks its
   // payload_claimer (below), which uses try_claim and when_claimable.
   float_block claim(const float_block& block);
-  // claim without waiting: nothing while the payload is still on its way.
-  std::optional<float_block> try_claim(const float_block& block);
+  // claim without waiting: nothing while the payload is still on its way. lent_ok: a
+  // payload that came through a shared-memory ring may stay there (the block's `lent`),
+  // for a claimer that is done with it at once (a shard adding a push): its peer's
+  // writer waits for that room, so such a block must not be kept.
+  std::optional<float_block> try_claim(const float_block& block, bool lent_ok = false);
   // Calls ready once the block's payload landed or its connection ended (at once if
   // either happened already); ready runs on the plane's reader thread.
   void when_claimable(const float_block& block, std::function<void()> ready);
@@ -176,6 +179,14 @@ class data_plane {
                     std::string* why);
   void read_frames(const std::shared_ptr<connection>& c, std::string* why);
   bool land(const std::shared_ptr<connection>& c, const bulk_header& h, std::string* why);
+  // A ring payload nobody expected: lent in place when the ring allows, else copied out.
+  bool land_from_ring(const std::shared_ptr<connection>& c, const bulk_header& h, const payload_source& from,
+                      landed_values& values, std::string* why);
+  // The wait between slices of c's ring: "" while c stands, else why not. A writer held
+  // back by payloads lent and not yet claimed gets them copied out (their claims may come
+  // only after payloads still to come through that ring).
+  std::string ring_wait(const connection& c);
+  float_block as_block(landed_values values, std::uint64_t size, bool lent_ok);
   // Shared memory: offers c a ring of ours; maps the ring the peer offered and says so.
   // offer_ring: false when none was offered.
   bool offer_ring(const std::shared_ptr<connection>& c);
@@ -334,7 +345,7 @@ class batched_writes : public Base {
 // claimed from `plane` if it has landed (nothing if not yet: ask a payload_claimer).
 // Throws bad_request for encoded values that do not decode to the block's size, a
 // payload that failed, or when the block names a payload and this process has no plane.
-std::optional<float_block> claim_values(data_plane* plane, const float_block& block);
+std::optional<float_block> claim_values(data_plane* plane, const float_block& block, bool lent_ok = false);
 
 using claim_atom = caf::atom_constant<caf::atom("claim")>;
 using landed_atom = caf::atom_constant<caf::atom("landed")>;
@@ -392,10 +403,12 @@ struct payload_claimer_state {
     std::chrono::steady_clock::time_point deadline;
   };
   std::multimap<std::pair<std::uint64_t, std::uint64_t>, waiting_claim> waiting;  // by (origin, ticket)
+  bool lent_ok = false;  // its owner takes ring payloads in place (data_plane::try_claim)
   static inline const char* name = "payload_claimer";
 };
 
 payload_claimer_actor::behavior_type payload_claimer(
-  payload_claimer_actor::stateful_pointer<payload_claimer_state> self, std::shared_ptr<data_plane> plane);
+  payload_claimer_actor::stateful_pointer<payload_claimer_state> self, std::shared_ptr<data_plane> plane,
+  bool lent_ok);
 
 }  // namespace ps

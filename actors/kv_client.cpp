@@ -1247,7 +1247,7 @@ void init_client(client_ptr self, std::vector<shard_link> shards, std::vector<sh
   if (opts.faults.touches_messages()) st.faults.emplace(opts.faults, opts.worker);
   st.plane = opts.plane;
   if (st.plane) {
-    st.claimer = self->spawn<caf::linked>(payload_claimer, st.plane);
+    st.claimer = self->spawn<caf::linked>(payload_claimer, st.plane, false);
     st.connector = self->spawn<caf::linked + caf::detached>(plane_connector, st.plane);
     if (st.plane->messages_enabled())  // the shards' answers to requests sent over data connections
       st.plane->serve(caf::actor_cast<caf::strong_actor_ptr>(self),

@@ -91,6 +91,9 @@ struct float_block {
   std::uint64_t origin = 0;
   // Set: the `size` values, encoded; storage is empty until the receiver claims them.
   std::shared_ptr<std::vector<std::byte>> encoded{};
+  // Set instead of storage: the values lie in a shared-memory ring, lent to a claimer that
+  // asked for that (data_plane::try_claim); the ring's writer waits for them to go back.
+  std::shared_ptr<const float> lent{};
 
   static float_block encode_of(std::vector<std::byte> bytes, std::uint64_t values) {
     float_block b;
@@ -103,7 +106,7 @@ struct float_block {
     auto n = v.size();
     return {std::make_shared<std::vector<float>>(std::move(v)), 0, n};
   }
-  const float* data() const { return storage ? storage->data() + offset : nullptr; }
+  const float* data() const { return storage ? storage->data() + offset : lent ? lent.get() + offset : nullptr; }
   // True when this block is the whole of its storage, so the storage can be taken over.
   bool whole() const { return storage && offset == 0 && size == storage->size(); }
 };

@@ -500,16 +500,24 @@ caf::result<std::uint64_t> claim_then(self_ptr self, const shard_options& opts, 
   auto refused = [name = st.name, what, worker = hdr.worker](const std::string& why) {
     return make_ps_error(name + ": " + what + " from worker " + std::to_string(worker) + ": " + why);
   };
+  // Values lent from a ring are applied in place, but one passed down the chain is kept
+  // until the successor has it: that one is copied (the ring's writer waits for it).
+  auto apply_claimed = [self, &opts, apply](const float_block& values, std::optional<ack_promise> made) {
+    if (!values.lent || !self->state.successor) return apply(values, made);
+    auto owned = opts.plane->buffer(values.size);
+    std::copy_n(values.data(), values.size, owned->data());
+    return apply(float_block{std::move(owned), 0, values.size}, made);
+  };
   std::optional<float_block> values;
   try {
-    values = claim_values(opts.plane.get(), sent);
+    values = claim_values(opts.plane.get(), sent, true);
   } catch (const bad_request& e) {
     return refused(e.what());
   }
-  if (values) return apply(*values, std::nullopt);
+  if (values) return apply_claimed(*values, std::nullopt);
   auto rp = self->make_response_promise<std::uint64_t>();
   self->request(st.claimer, caf::infinite, claim_atom::value, sent)
-    .await([=](const float_block& landed) { settle(rp, apply(landed, rp)); },
+    .await([=](const float_block& landed) { settle(rp, apply_claimed(landed, rp)); },
            [=](caf::error& e) mutable { rp.deliver(refused(describe(e))); });
   return rp;
 }
@@ -1163,7 +1171,7 @@ void start_shard(self_ptr self, const shard_options& opts, const coordinator_act
     st.successor_down = true;  // new chain coming
   });
   if (opts.plane) {
-    self->state.claimer = self->spawn<caf::linked>(payload_claimer, opts.plane);
+    self->state.claimer = self->spawn<caf::linked>(payload_claimer, opts.plane, true);  // updates apply at once
     self->state.writes = self->spawn<caf::linked>(write_tracker);
     if (opts.plane->messages_enabled()) opts.plane->serve(caf::actor_cast<caf::strong_actor_ptr>(self), worker_request);
   }

@@ -1,5 +1,6 @@
 #include "libps/bulk.hpp"
 
+#include <algorithm>
 #include <cstring>
 
 #include "libps/keys.hpp"
@@ -135,8 +136,7 @@ void payload_store::drop_orphans(std::chrono::steady_clock::time_point now) {
     it = now - it->second.since >= orphan_after_ ? payloads_.erase(it) : std::next(it);
 }
 
-void payload_store::put(std::uint64_t origin, std::uint64_t ticket, std::shared_ptr<std::vector<float>> values,
-                        std::uint64_t count) {
+void payload_store::put(std::uint64_t origin, std::uint64_t ticket, landed_values values, std::uint64_t count) {
   auto now = std::chrono::steady_clock::now();
   std::vector<std::function<void()>> ready;
   {
@@ -169,8 +169,8 @@ void payload_store::open_origin(std::uint64_t origin) {
   closed_.erase(origin);
 }
 
-std::optional<std::shared_ptr<std::vector<float>>> payload_store::try_take(std::uint64_t origin, std::uint64_t ticket,
-                                                                           std::uint64_t count, const std::string& from) {
+std::optional<landed_values> payload_store::try_take(std::uint64_t origin, std::uint64_t ticket, std::uint64_t count,
+                                                     const std::string& from) {
   std::lock_guard<std::mutex> guard(mtx_);
   auto what = [&] { return "payload " + std::to_string(ticket) + " (" + std::to_string(count) + " floats) from " + from; };
   auto it = payloads_.find({origin, ticket});
@@ -185,9 +185,8 @@ std::optional<std::shared_ptr<std::vector<float>>> payload_store::try_take(std::
   return std::nullopt;
 }
 
-std::shared_ptr<std::vector<float>> payload_store::take(std::uint64_t origin, std::uint64_t ticket,
-                                                        std::uint64_t count, std::chrono::milliseconds timeout,
-                                                        const std::string& from) {
+landed_values payload_store::take(std::uint64_t origin, std::uint64_t ticket, std::uint64_t count,
+                                  std::chrono::milliseconds timeout, const std::string& from) {
   auto deadline = std::chrono::steady_clock::now() + timeout;
   for (;;) {
     if (auto values = try_take(origin, ticket, count, from)) return *values;
@@ -209,6 +208,21 @@ void payload_store::on_ready(std::uint64_t origin, std::uint64_t ticket, std::fu
     }
   }
   ready();
+}
+
+std::size_t payload_store::own_lent(std::uint64_t origin,
+                                    const std::function<std::shared_ptr<std::vector<float>>(std::size_t)>& buffer) {
+  std::lock_guard<std::mutex> guard(mtx_);
+  std::size_t copied = 0;
+  for (auto it = payloads_.lower_bound({origin, 0}); it != payloads_.end() && it->first.first == origin; ++it) {
+    auto& v = it->second.values;
+    if (!v.lent) continue;
+    v.owned = buffer(it->second.count);
+    std::copy_n(v.lent.get(), it->second.count, v.owned->data());
+    v.lent.reset();
+    ++copied;
+  }
+  return copied;
 }
 
 std::size_t payload_store::waiting() const {

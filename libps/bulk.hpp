@@ -77,6 +77,17 @@ class buffer_pool : public std::enable_shared_from_this<buffer_pool> {
   std::uint64_t free_bytes_ = 0;
 };
 
+// A payload's floats as they landed: in a buffer (owned), in place in a shared-memory
+// ring (lent: the ring gets its bytes back when the last copy goes), or neither when
+// they were read straight into memory the claimer named (data_plane::expect).
+struct landed_values {
+  landed_values() = default;
+  landed_values(std::nullptr_t) {}
+  landed_values(std::shared_ptr<std::vector<float>> v) : owned(std::move(v)) {}
+  std::shared_ptr<std::vector<float>> owned;
+  std::shared_ptr<const float> lent;
+};
+
 // Payloads received and not yet claimed, by (origin token, ticket). Thread-safe.
 class payload_store {
  public:
@@ -85,8 +96,7 @@ class payload_store {
 
   // values: the payload's floats, or null when its `count` floats were read straight
   // into memory the claimer named beforehand (data_plane::expect).
-  void put(std::uint64_t origin, std::uint64_t ticket, std::shared_ptr<std::vector<float>> values,
-           std::uint64_t count);
+  void put(std::uint64_t origin, std::uint64_t ticket, landed_values values, std::uint64_t count);
   // The connection from origin ended: claims of payloads that did not arrive fail at
   // once with this reason (those that arrived can still be claimed).
   void close_origin(std::uint64_t origin, std::string why);
@@ -96,11 +106,14 @@ class payload_store {
   // Throws bad_request when it does not come, when the origin's connection closed first,
   // or when it holds another number of floats than `count`. from: the origin's name.
   // Blocks: for threads of their own; an actor uses try_take and on_ready.
-  std::shared_ptr<std::vector<float>> take(std::uint64_t origin, std::uint64_t ticket, std::uint64_t count,
-                                           std::chrono::milliseconds timeout, const std::string& from);
+  landed_values take(std::uint64_t origin, std::uint64_t ticket, std::uint64_t count, std::chrono::milliseconds timeout,
+                     const std::string& from);
   // take without waiting: nothing while the payload has not come and its connection is up.
-  std::optional<std::shared_ptr<std::vector<float>>> try_take(std::uint64_t origin, std::uint64_t ticket,
-                                                              std::uint64_t count, const std::string& from);
+  std::optional<landed_values> try_take(std::uint64_t origin, std::uint64_t ticket, std::uint64_t count,
+                                        const std::string& from);
+  // Copies origin's lent payloads that nobody claimed yet into buffers from `buffer(n)`,
+  // so their ring can move on (its writer waits for that room). Returns how many.
+  std::size_t own_lent(std::uint64_t origin, const std::function<std::shared_ptr<std::vector<float>>(std::size_t)>& buffer);
   // Calls ready once (on the thread that puts the payload or closes its connection, or
   // at once when either happened already), so a waiter can try_take again.
   void on_ready(std::uint64_t origin, std::uint64_t ticket, std::function<void()> ready);
@@ -108,7 +121,7 @@ class payload_store {
 
  private:
   struct entry {
-    std::shared_ptr<std::vector<float>> values;
+    landed_values values;
     std::uint64_t count = 0;
     std::chrono::steady_clock::time_point since;
   };

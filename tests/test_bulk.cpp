@@ -77,11 +77,11 @@ TEST_CASE("bulk headers round trip and refuse what is not one, naming the fault"
 TEST_CASE("the payload store hands each payload to its claim once, also when the claim comes first") {
   payload_store store(10s);
   put(store, 1, 5, floats({1.0f, 2.0f}));
-  CHECK(*store.take(1, 5, 2, 1s, "peer") == std::vector<float>{1.0f, 2.0f});
+  CHECK(*store.take(1, 5, 2, 1s, "peer").owned == std::vector<float>{1.0f, 2.0f});
   CHECK(store.waiting() == 0);
   // The claim waits for a payload that arrives later (the message overtook it).
   std::thread reader([&] { put(store, 2, 9, floats({3.0f})); });
-  CHECK(*store.take(2, 9, 1, 10s, "peer") == std::vector<float>{3.0f});
+  CHECK(*store.take(2, 9, 1, 10s, "peer").owned == std::vector<float>{3.0f});
   reader.join();
 }
 
@@ -89,7 +89,7 @@ TEST_CASE("payload claims fail with a reason: closed origin, wrong size, timeout
   payload_store store(10s);
   put(store, 1, 1, floats({1.0f}));
   store.close_origin(1, "the data connection from 127.0.0.1:5 ended (closed by the peer)");
-  CHECK(*store.take(1, 1, 1, 1s, "peer") == std::vector<float>{1.0f});  // arrived before the end: still there
+  CHECK(*store.take(1, 1, 1, 1s, "peer").owned == std::vector<float>{1.0f});  // arrived before the end: still there
   try {
     store.take(1, 2, 3, 10s, "127.0.0.1:5");  // fails at once, not after 10 s
     FAIL("no error");
@@ -106,7 +106,9 @@ TEST_CASE("payload claims fail with a reason: closed origin, wrong size, timeout
 TEST_CASE("a payload that landed in place is claimed as null with its count checked") {
   payload_store store(10s);
   store.put(3, 4, nullptr, 1000);
-  CHECK(store.take(3, 4, 1000, 1s, "p") == nullptr);
+  auto in_place = store.take(3, 4, 1000, 1s, "p");
+  CHECK(in_place.owned == nullptr);
+  CHECK(in_place.lent == nullptr);
   store.put(3, 5, nullptr, 1000);
   CHECK_THROWS_WITH_AS(store.take(3, 5, 999, 1s, "p"), doctest::Contains("delivered 1000 floats"), bad_request);
 }
@@ -116,7 +118,7 @@ TEST_CASE("unclaimed payloads are dropped once they are older than the orphan li
   put(store, 1, 1, floats({1.0f}));
   put(store, 1, 2, floats({2.0f}));
   CHECK(store.waiting() == 1);
-  CHECK(*store.take(1, 2, 1, 1s, "p") == std::vector<float>{2.0f});
+  CHECK(*store.take(1, 2, 1, 1s, "p").owned == std::vector<float>{2.0f});
 }
 
 TEST_CASE("the buffer pool hands a released buffer out again without touching it, up to its bound") {
@@ -162,7 +164,7 @@ TEST_CASE("the payload store without waiting: try_take says not yet; on_ready fi
   CHECK(fired == 1);
   auto got = store.try_take(1, 5, 2, "peer");
   REQUIRE(got);
-  CHECK(**got == std::vector<float>{1.0f, 2.0f});
+  CHECK(*got->owned == std::vector<float>{1.0f, 2.0f});
   store.on_ready(1, 6, [&] { ++fired; });  // there already: at once
   CHECK(fired == 2);
   store.on_ready(2, 1, [&] { ++fired; });
@@ -172,4 +174,36 @@ TEST_CASE("the payload store without waiting: try_take says not yet; on_ready fi
                        bad_request);
   put(store, 1, 7, floats({1.0f}));
   CHECK_THROWS_WITH_AS(store.try_take(1, 7, 3, "p"), doctest::Contains("delivered 1 floats"), bad_request);
+}
+
+TEST_CASE("lent payloads nobody claimed are copied out on demand, so their ring can move on; claimed ones are left") {
+  payload_store store(10s);
+  std::vector<float> ring_bytes{1.0f, 2.0f, 3.0f, 4.0f};
+  auto returned = std::make_shared<int>(0);
+  auto lend = [&](std::size_t at) {
+    landed_values v;
+    v.lent = std::shared_ptr<const float>(ring_bytes.data() + at, [returned](const float*) { ++*returned; });
+    return v;
+  };
+  store.put(1, 1, lend(0), 2);
+  store.put(1, 2, lend(2), 2);
+  store.put(2, 1, lend(0), 4);  // another origin's ring: not this one's to copy
+  auto claimed = store.try_take(1, 1, 2, "peer");
+  REQUIRE(claimed);
+  CHECK(claimed->lent.get() == ring_bytes.data());
+  std::size_t asked = 0;
+  auto buffer = [&](std::size_t n) {
+    asked += n;
+    return std::make_shared<std::vector<float>>(n);
+  };
+  CHECK(store.own_lent(1, buffer) == 1);
+  CHECK(asked == 2);
+  CHECK(*returned == 1);  // ticket 2 went back to its ring at once; ticket 1 is still out
+  auto copied = store.try_take(1, 2, 2, "peer");
+  REQUIRE(copied);
+  CHECK(copied->lent == nullptr);
+  CHECK(*copied->owned == std::vector<float>{3.0f, 4.0f});
+  CHECK(store.own_lent(1, buffer) == 0);
+  claimed.reset();
+  CHECK(*returned == 2);
 }

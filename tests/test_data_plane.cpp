@@ -11,6 +11,7 @@
 #include <bit>
 #include <cstring>
 #include <filesystem>
+#include <future>
 #include <limits>
 
 #include "actors/data_plane.hpp"
@@ -196,6 +197,50 @@ TEST_CASE("data plane: with rings on both sides payloads cross through shared me
   CHECK(worker.bytes_sent() == before + push.size * sizeof(float));
 }
 
+TEST_CASE("data plane: a ring payload is lent in place to a claimer that asks; ones nobody claimed are copied out "
+          "when the ring's writer needs their room") {
+  constexpr std::size_t ring = 256u << 10;  // payloads of 100 kB: two fit, the third waits for room
+  // A 2 s stall limit: a writer left waiting on lent payloads fails its connection, and
+  // every claim below with it.
+  data_plane worker("127.0.0.1", 1024, 10s, 2s, std::nullopt, ring);
+  data_plane server("127.0.0.1", 1024, 10s, 2s, std::nullopt, ring);
+  std::string why;
+  REQUIRE(worker.connect(server.token(), "127.0.0.1", server.port(), &why));
+  auto landed = [&](const float_block& named) {
+    std::promise<void> ready;
+    server.when_claimable(named, [&] { ready.set_value(); });
+    ready.get_future().wait();
+  };
+
+  auto first = special_values(25000);
+  auto named = worker.offload(server.token(), first);
+  REQUIRE(named);
+  landed(*named);
+  auto in_place = server.try_claim(*named, true);
+  REQUIRE(in_place);
+  CHECK(in_place->lent);
+  CHECK(!in_place->storage);
+  CHECK(same_bits(*in_place, first));
+  in_place.reset();  // back to the ring
+
+  std::vector<float_block> sent, names;
+  for (int i = 0; i < 6; ++i) {
+    sent.push_back(special_values(25000));
+    std::vector<float> v(sent.back().data(), sent.back().data() + 25000);
+    v[7] = static_cast<float>(i);
+    sent.back() = float_block::own(std::move(v));
+    auto n = worker.offload(server.token(), sent.back());
+    REQUIRE(n);
+    names.push_back(*n);
+  }
+  for (int i = 5; i >= 0; --i) {  // the last first: all six landed before any claim
+    auto got = server.claim(names[i]);
+    CHECK(got.storage);  // copied out: by the reader to make room, or by claim (no lent_ok)
+    CHECK(same_bits(got, sent[i]));
+  }
+  CHECK(worker.shm_bytes_sent() == 7 * 100000u);
+}
+
 TEST_CASE("data plane: ring payloads sent while a write batch is open are written by the sending thread when the "
           "ring has room for them; a larger one streams from the writer thread") {
   constexpr std::size_t ring = 1u << 20;
@@ -334,7 +379,7 @@ TEST_CASE("payload claimer: a claim made before its payload is answered when it 
   auto server = std::make_shared<data_plane>("127.0.0.1", 1024, 10s, 10s);
   std::string why;
   REQUIRE(worker->connect(server->token(), "127.0.0.1", server->port(), &why));
-  auto claimer = sys.spawn(payload_claimer, server);
+  auto claimer = sys.spawn(payload_claimer, server, false);
   auto push = special_values(1 << 16);
   float_block named;  // what the push message will say, known before the payload goes
   named.size = push.size;
@@ -354,7 +399,7 @@ TEST_CASE("payload claimer: a waiting claim fails when its connection ends, or a
   caf::actor_system sys{cfg};
   caf::scoped_actor self{sys};
   auto server = std::make_shared<data_plane>("127.0.0.1", 1024, 60s, 10s);
-  auto claimer = sys.spawn(payload_claimer, server);
+  auto claimer = sys.spawn(payload_claimer, server, false);
   int fd = raw_connection(*server);
   const std::uint64_t token = 0x7e57;
   auto hello = encode_bulk_header({bulk_kind::hello, token, 0});
@@ -369,7 +414,7 @@ TEST_CASE("payload claimer: a waiting claim fails when its connection ends, or a
   std::move(pending).receive([](float_block&) { FAIL("a payload that never came was claimed"); },
                              [](caf::error& err) { CHECK(describe(err).find("payload 5 (10 floats)") != std::string::npos); });
   auto quick = std::make_shared<data_plane>("127.0.0.1", 1024, 50ms, 10s);
-  auto impatient = sys.spawn(payload_claimer, quick);
+  auto impatient = sys.spawn(payload_claimer, quick, false);
   named.origin = 99;  // nobody: only the timeout can answer
   self->request(impatient, 10s, claim_atom::value, named)
     .receive([](float_block&) { FAIL("claimed"); },
@@ -399,7 +444,7 @@ TEST_CASE("payload claimer: it ends with its owner, also when the owner ends nor
   named.ticket = 1;
   named.origin = 42;  // never comes: the claim waits (60 s claim timeout)
   auto owner = sys.spawn([=](caf::event_based_actor* me) -> caf::behavior {
-    *claimer_of = me->spawn<caf::linked>(payload_claimer, plane);
+    *claimer_of = me->spawn<caf::linked>(payload_claimer, plane, false);
     return {[=](caf::ok_atom) {
       caf::anon_send(*claimer_of, claim_atom::value, named);
       me->quit();  // a normal end, like a shard's after a completed job
