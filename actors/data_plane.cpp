@@ -452,6 +452,11 @@ void data_plane::take_ring(const std::shared_ptr<connection>& c, const bulk_head
   std::string why = "this side keeps to TCP (--ps.shm-ring-bytes=0)";
   if (ring_bytes_ > 0) c->in_ring = shm_ring::open(static_cast<std::uint32_t>(h.bytes), h.id, &why);
   if (!c->in_ring) log_line(log_level::debug, c->name + ": " + why + "; payloads come over TCP");
+  // Payloads lent from the ring and not claimed yet (their claims may come only after
+  // payloads still to come through it) are copied out when the writer needs their room.
+  else c->in_ring->when_held_by_lent([this, peer = c->peer.load()] {
+    store_.own_lent(peer, [this](std::size_t n) { return buffers_->get(n); });
+  });
   send_or_queue(c, data_plane_frame{encode_bulk_header({bulk_kind::ring_ok, h.id, c->in_ring ? 1u : 0u}), {}, nullptr,
                                     0, bulk_header_bytes});
 }
@@ -474,14 +479,14 @@ bool data_plane::land(const std::shared_ptr<connection>& c, const bulk_header& h
   const bool by_ring = h.kind == bulk_kind::ring_payload;
   if (by_ring) {
     if (!c->in_ring) throw bad_request("a ring payload on a connection without a ring");
-    if (!c->in_ring->skip_to_record(h.bytes, [&] { return ring_wait(*c); }, stall_timeout_, why)) {
+    if (!c->in_ring->skip_to_record(h.bytes, [&] { return gone(*c); }, stall_timeout_, why)) {
       *why = "before payload " + std::to_string(h.id) + ": " + *why;
       return false;
     }
     from = [this, c](iovec* iov, std::size_t n, std::string* w) {
       std::vector<std::span<std::byte>> into;
       for (std::size_t i = 0; i < n; ++i) into.emplace_back(static_cast<std::byte*>(iov[i].iov_base), iov[i].iov_len);
-      return c->in_ring->read(into, [&] { return ring_wait(*c); }, stall_timeout_, w);
+      return c->in_ring->read(into, [&] { return gone(*c); }, stall_timeout_, w);
     };
   }
   std::optional<expectation> target;
@@ -526,16 +531,12 @@ bool data_plane::land_from_ring(const std::shared_ptr<connection>& c, const bulk
                                 landed_values& values, std::string* why) {
   if (!c->in_ring->lendable(h.bytes) || h.bytes % sizeof(float) != 0)
     return read_payload(from, h.bytes, values.owned, why);
-  auto lent = c->in_ring->lend(h.bytes, [&] { return ring_wait(*c); }, stall_timeout_, why);
+  auto lent = c->in_ring->lend(h.bytes, [&] { return gone(*c); }, stall_timeout_, why);
   if (!lent) return false;
   values.lent = std::shared_ptr<const float>(lent, reinterpret_cast<const float*>(lent.get()));
   return true;
 }
 
-std::string data_plane::ring_wait(const connection& c) {
-  if (c.in_ring->held_by_lent()) store_.own_lent(c.peer, [this](std::size_t n) { return buffers_->get(n); });
-  return gone(c);
-}
 
 void data_plane::read_frames(const std::shared_ptr<connection>& c, std::string* why) {
   for (;;) {

@@ -182,10 +182,6 @@ class data_plane {
   // A ring payload nobody expected: lent in place when the ring allows, else copied out.
   bool land_from_ring(const std::shared_ptr<connection>& c, const bulk_header& h, const payload_source& from,
                       landed_values& values, std::string* why);
-  // The wait between slices of c's ring: "" while c stands, else why not. A writer held
-  // back by payloads lent and not yet claimed gets them copied out (their claims may come
-  // only after payloads still to come through that ring).
-  std::string ring_wait(const connection& c);
   float_block as_block(landed_values values, std::uint64_t size, bool lent_ok);
   // Shared memory: offers c a ring of ours; maps the ring the peer offered and says so.
   // offer_ring: false when none was offered.

@@ -267,9 +267,14 @@ bool shm_ring::write(std::span<const std::span<const std::byte>> pieces, const a
 
 namespace {
 
-constexpr auto available = [](std::uint64_t cursor, std::uint64_t head) { return head - cursor; };
-
 }  // namespace
+
+// What the reader may take now; when nothing, and the writer is held by lent records,
+// their owner hears so before the wait.
+std::uint64_t shm_ring::available(std::uint64_t cursor, std::uint64_t head) const {
+  if (head == cursor && on_held_ && held_by_lent()) on_held_();
+  return head - cursor;
+}
 
 bool shm_ring::skip_to_record(std::size_t bytes, const alive_check& alive, std::chrono::milliseconds stall,
                               std::string* why) {
@@ -279,7 +284,7 @@ bool shm_ring::skip_to_record(std::size_t bytes, const alive_check& alive, std::
     sem_post(&c.room);
   };
   const gap skip[] = {{pad_before(lending_->cursor, bytes)}};
-  return pass(std::span<const gap>(skip), lending_->cursor, c.head, capacity_, &c.data, available, no_copy, moved,
+  return pass(std::span<const gap>(skip), lending_->cursor, c.head, capacity_, &c.data, std::bind_front(&shm_ring::available, this), no_copy, moved,
               alive, stall, "data", why);
 }
 
@@ -293,7 +298,7 @@ bool shm_ring::read(std::span<const std::span<std::byte>> into, const alive_chec
     lending_->moved_to(at);
     sem_post(&c.room);
   };
-  return pass(into, lending_->cursor, c.head, capacity_, &c.data, available, copy_out, moved, alive, stall, "data", why);
+  return pass(into, lending_->cursor, c.head, capacity_, &c.data, std::bind_front(&shm_ring::available, this), copy_out, moved, alive, stall, "data", why);
 }
 
 std::shared_ptr<const std::byte> shm_ring::lend(std::size_t bytes, const alive_check& alive,
@@ -308,7 +313,7 @@ std::shared_ptr<const std::byte> shm_ring::lend(std::size_t bytes, const alive_c
   }
   auto moved = [&](std::uint64_t at) { lending_->moved_to(at); };  // the writer gets nothing back yet
   const gap record[] = {{bytes}};
-  if (!pass(std::span<const gap>(record), start, c.head, capacity_, &c.data, available, no_copy, moved, alive, stall,
+  if (!pass(std::span<const gap>(record), start, c.head, capacity_, &c.data, std::bind_front(&shm_ring::available, this), no_copy, moved, alive, stall,
             "data", why)) {
     lending_->returned(start);
     return nullptr;

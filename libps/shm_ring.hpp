@@ -78,6 +78,10 @@ class shm_ring {
   // Whether the writer can add nothing until a lent record returns (the ring is full and
   // the reader has taken all of it).
   bool held_by_lent() const;
+  // Called on the reader's thread each time it must wait while held_by_lent: the owner
+  // of lent records nobody uses yet can copy them out and return them, rather than let
+  // the writer wait for whoever will use them.
+  void when_held_by_lent(std::function<void()> f) { on_held_ = std::move(f); }
   // Bytes written and read through the ring so far (the peer's side included): consumed
   // counts what the writer may use again, so a lent record counts once it returned.
   std::uint64_t written() const;
@@ -89,11 +93,13 @@ class shm_ring {
   struct lending;  // the mapping, the reader's position and the records it lent (shm_ring.cpp)
   shm_ring(std::string name, shm_ring_control* control, std::size_t mapped, bool owner);
   std::size_t pad_before(std::uint64_t at, std::size_t bytes) const;
+  std::uint64_t available(std::uint64_t cursor, std::uint64_t head) const;
   std::string name_;
   shm_ring_control* control_;
   std::byte* data_;
   std::size_t capacity_;
   std::shared_ptr<lending> lending_;
+  std::function<void()> on_held_;
   bool owner_;
   bool linked_;
 };

@@ -255,3 +255,21 @@ TEST_CASE("shm ring: a lent record outlives both ends of its ring; one too large
   }
   CHECK(same(lent, payload));  // still mapped: the last copy of the loan unmaps it
 }
+
+TEST_CASE("shm ring: a reader that must wait while lent records hold its writer tells their owner first") {
+  auto [ring, peer] = ring_pair(256u << 10);
+  auto a = pattern(128u << 10, 1), b = pattern(128u << 10, 2), c = pattern(128u << 10, 3);
+  REQUIRE(write_record(*ring, a));
+  REQUIRE(write_record(*ring, b));
+  auto lent_a = lend_record(*peer, a.size());
+  CHECK(read_record(*peer, b.size()) == b);
+  int told = 0;
+  peer->when_held_by_lent([&] {  // the owner copies a out (here: drops it) and returns it
+    ++told;
+    lent_a.reset();
+  });
+  std::thread writer([&] { CHECK(write_record(*ring, c)); });  // no room until a returns
+  CHECK(read_record(*peer, c.size()) == c);
+  writer.join();
+  CHECK(told == 1);
+}
