@@ -16,6 +16,7 @@
 #include <map>
 #include <mutex>
 #include <new>
+#include <optional>
 
 #include "libps/keys.hpp"
 
@@ -44,34 +45,35 @@ static_assert(std::atomic<std::uint64_t>::is_always_lock_free, "the counters are
 // enough that the semaphore's cost is noise.
 constexpr std::size_t slice_bytes = 256u << 10;
 constexpr auto wait_slice = std::chrono::milliseconds(10);
+// How long a reader lets lent records hold its writer before their owner hears of it: a
+// shard adds a 1 MiB push in about 0.1 ms, so one that takes longer is busy elsewhere (and
+// copying the records out at once cost a copy per push at window 8).
+constexpr auto held_grace = std::chrono::milliseconds(1);
 
 std::string errno_text() { return std::strerror(errno); }
 
-// Waits on `sem` until `changed` holds: false with *why when `alive` reports the peer
-// gone or nothing changed for `stall`.
-template <class Changed>
-bool wait_for(sem_t* sem, Changed changed, const shm_ring::alive_check& alive, std::chrono::milliseconds stall,
-              const char* what, std::string* why) {
-  const auto since = std::chrono::steady_clock::now();
-  while (!changed()) {
-    timespec ts{};
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_nsec += std::chrono::nanoseconds(wait_slice).count();
-    ts.tv_sec += ts.tv_nsec / 1000000000;
-    ts.tv_nsec %= 1000000000;
-    if (sem_timedwait(sem, &ts) == 0 || errno == EINTR) continue;
-    if (errno != ETIMEDOUT) {
-      *why = std::string("shared-memory ring: waiting for ") + what + ": " + errno_text();
-      return false;
-    }
-    if (auto gone = alive ? alive() : std::string(); !gone.empty()) {
-      *why = gone;
-      return false;
-    }
-    if (std::chrono::steady_clock::now() - since >= stall) {
-      *why = std::string("shared-memory ring: no ") + what + " for " + std::to_string(stall.count()) + " ms";
-      return false;
-    }
+// One wait on `sem` of `slice` at most (a post ends it early): false with *why when
+// `alive` reports the peer gone or nothing moved since `since` for `stall`.
+bool wait_once(sem_t* sem, std::chrono::milliseconds slice, const shm_ring::alive_check& alive,
+               std::chrono::steady_clock::time_point since, std::chrono::milliseconds stall, const char* what,
+               std::string* why) {
+  timespec ts{};
+  clock_gettime(CLOCK_REALTIME, &ts);
+  ts.tv_nsec += std::chrono::nanoseconds(slice).count();
+  ts.tv_sec += ts.tv_nsec / 1000000000;
+  ts.tv_nsec %= 1000000000;
+  if (sem_timedwait(sem, &ts) == 0 || errno == EINTR) return true;
+  if (errno != ETIMEDOUT) {
+    *why = std::string("shared-memory ring: waiting for ") + what + ": " + errno_text();
+    return false;
+  }
+  if (auto gone = alive ? alive() : std::string(); !gone.empty()) {
+    *why = gone;
+    return false;
+  }
+  if (std::chrono::steady_clock::now() - since >= stall) {
+    *why = std::string("shared-memory ring: no ") + what + " for " + std::to_string(stall.count()) + " ms";
+    return false;
   }
   return true;
 }
@@ -206,22 +208,24 @@ struct gap {
 };
 
 // One side's pass over its pieces from position `at`: `theirs` is the other side's
-// counter; `open(at, theirs)` is how many bytes this side may move now, `copy(piece,
-// ring_offset, piece_offset, n)` moves them, and `moved(at)` publishes the new position
-// and tells the other side. Waits on `wait_on` while nothing may move.
-template <class Piece, class Open, class Copy, class Moved>
+// counter; `open(at, theirs)` is how many bytes this side may move now (0: wait on
+// `wait_on`, for at most `slice()`, and ask again), `copy(piece, ring_offset,
+// piece_offset, n)` moves them, and `moved(at)` publishes the new position and tells the
+// other side.
+template <class Piece, class Open, class Slice, class Copy, class Moved>
 bool pass(std::span<const Piece> pieces, std::uint64_t at, const std::atomic<std::uint64_t>& theirs,
-          std::size_t capacity, sem_t* wait_on, Open open, Copy copy, Moved moved, const shm_ring::alive_check& alive,
-          std::chrono::milliseconds stall, const char* what, std::string* why) {
+          std::size_t capacity, sem_t* wait_on, Open open, Slice slice, Copy copy, Moved moved,
+          const shm_ring::alive_check& alive, std::chrono::milliseconds stall, const char* what, std::string* why) {
+  std::optional<std::chrono::steady_clock::time_point> waiting_since;  // since the last move
   for (auto piece : pieces) {
     for (std::size_t off = 0; off < piece.size();) {
-      const auto other = theirs.load(std::memory_order_acquire);
-      const auto ready = open(at, other);
+      const auto ready = open(at, theirs.load(std::memory_order_acquire));
       if (ready == 0) {
-        auto changed = [&] { return theirs.load(std::memory_order_acquire) != other; };
-        if (!wait_for(wait_on, changed, alive, stall, what, why)) return false;
+        if (!waiting_since) waiting_since = std::chrono::steady_clock::now();
+        if (!wait_once(wait_on, slice(), alive, *waiting_since, stall, what, why)) return false;
         continue;
       }
+      waiting_since.reset();
       const auto n = std::min({piece.size() - off, ready, capacity - at % capacity, slice_bytes});
       copy(piece, at % capacity, off, n);
       at += n;
@@ -233,6 +237,7 @@ bool pass(std::span<const Piece> pieces, std::uint64_t at, const std::atomic<std
 }
 
 constexpr auto no_copy = [](gap, std::size_t, std::size_t, std::size_t) {};
+constexpr auto plain_slices = [] { return wait_slice; };
 
 }  // namespace
 
@@ -260,61 +265,71 @@ bool shm_ring::write(std::span<const std::span<const std::byte>> pieces, const a
   std::size_t total = 0;
   for (auto p : pieces) total += p.size();
   const gap skip[] = {{pad_before(written(), total)}};
-  return pass(std::span<const gap>(skip), written(), c.tail, capacity_, &c.room, room, no_copy, moved, alive, stall,
+  return pass(std::span<const gap>(skip), written(), c.tail, capacity_, &c.room, room, plain_slices, no_copy, moved, alive, stall,
               "room", why) &&
-         pass(pieces, written(), c.tail, capacity_, &c.room, room, copy_in, moved, alive, stall, "room", why);
+         pass(pieces, written(), c.tail, capacity_, &c.room, room, plain_slices, copy_in, moved, alive, stall, "room", why);
 }
 
 namespace {
 
 }  // namespace
 
-// What the reader may take now; when nothing, and the writer is held by lent records,
-// their owner hears so before the wait.
-std::uint64_t shm_ring::available(std::uint64_t cursor, std::uint64_t head) const {
-  if (head == cursor && on_held_ && held_by_lent()) on_held_();
-  return head - cursor;
+// What the reader may take now. When nothing, and lent records have held the writer for
+// held_grace, their owner hears so (the reader then asks again every millisecond).
+std::uint64_t shm_ring::available(std::uint64_t cursor, std::uint64_t head) {
+  if (head != cursor || !on_held_ || !held_by_lent()) {
+    held_since_.reset();
+    return head - cursor;
+  }
+  const auto now = std::chrono::steady_clock::now();
+  if (!held_since_) held_since_ = now;
+  else if (now - *held_since_ >= held_grace) {
+    held_since_.reset();
+    on_held_();
+  }
+  return 0;
+}
+
+// The reader's pass: it waits for data, in shorter slices while lent records hold the
+// writer. frees: what it passes is the writer's again (not lent), and the writer hears so.
+template <class Piece, class Copy>
+bool shm_ring::reader_pass(std::span<const Piece> pieces, std::uint64_t at, Copy copy, bool frees,
+                           const alive_check& alive, std::chrono::milliseconds stall, std::string* why) {
+  auto& c = *control_;
+  auto slice = [this] { return held_since_ ? held_grace : wait_slice; };
+  auto moved = [&](std::uint64_t to) {
+    lending_->moved_to(to);
+    if (frees) sem_post(&c.room);
+  };
+  return pass(pieces, at, c.head, capacity_, &c.data, std::bind_front(&shm_ring::available, this), slice, copy, moved,
+              alive, stall, "data", why);
 }
 
 bool shm_ring::skip_to_record(std::size_t bytes, const alive_check& alive, std::chrono::milliseconds stall,
                               std::string* why) {
-  auto& c = *control_;
-  auto moved = [&](std::uint64_t at) {
-    lending_->moved_to(at);
-    sem_post(&c.room);
-  };
   const gap skip[] = {{pad_before(lending_->cursor, bytes)}};
-  return pass(std::span<const gap>(skip), lending_->cursor, c.head, capacity_, &c.data, std::bind_front(&shm_ring::available, this), no_copy, moved,
-              alive, stall, "data", why);
+  return reader_pass(std::span<const gap>(skip), lending_->cursor, no_copy, true, alive, stall, why);
 }
 
 bool shm_ring::read(std::span<const std::span<std::byte>> into, const alive_check& alive, std::chrono::milliseconds stall,
                     std::string* why) {
-  auto& c = *control_;
   auto copy_out = [this](std::span<std::byte> piece, std::size_t at, std::size_t off, std::size_t n) {
     std::memcpy(piece.data() + off, data_ + at, n);
   };
-  auto moved = [&](std::uint64_t at) {
-    lending_->moved_to(at);
-    sem_post(&c.room);
-  };
-  return pass(into, lending_->cursor, c.head, capacity_, &c.data, std::bind_front(&shm_ring::available, this), copy_out, moved, alive, stall, "data", why);
+  return reader_pass(into, lending_->cursor, copy_out, true, alive, stall, why);
 }
 
 std::shared_ptr<const std::byte> shm_ring::lend(std::size_t bytes, const alive_check& alive,
                                                 std::chrono::milliseconds stall, std::string* why) {
   if (!lendable(bytes) || pad_before(lending_->cursor, bytes) != 0)
     throw bad_request("shared-memory ring: a record of " + std::to_string(bytes) + " bytes cannot be lent here");
-  auto& c = *control_;
   const auto start = lending_->cursor;
   {
     std::lock_guard<std::mutex> guard(lending_->mtx);
     lending_->lent.emplace(start, start + bytes);
   }
-  auto moved = [&](std::uint64_t at) { lending_->moved_to(at); };  // the writer gets nothing back yet
-  const gap record[] = {{bytes}};
-  if (!pass(std::span<const gap>(record), start, c.head, capacity_, &c.data, std::bind_front(&shm_ring::available, this), no_copy, moved, alive, stall,
-            "data", why)) {
+  const gap record[] = {{bytes}};  // the writer gets nothing back until it returns
+  if (!reader_pass(std::span<const gap>(record), start, no_copy, false, alive, stall, why)) {
     lending_->returned(start);
     return nullptr;
   }

@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 
@@ -78,7 +79,7 @@ class shm_ring {
   // Whether the writer can add nothing until a lent record returns (the ring is full and
   // the reader has taken all of it).
   bool held_by_lent() const;
-  // Called on the reader's thread each time it must wait while held_by_lent: the owner
+  // Called on the reader's thread when it has waited 1 ms while held_by_lent: the owner
   // of lent records nobody uses yet can copy them out and return them, rather than let
   // the writer wait for whoever will use them.
   void when_held_by_lent(std::function<void()> f) { on_held_ = std::move(f); }
@@ -93,13 +94,17 @@ class shm_ring {
   struct lending;  // the mapping, the reader's position and the records it lent (shm_ring.cpp)
   shm_ring(std::string name, shm_ring_control* control, std::size_t mapped, bool owner);
   std::size_t pad_before(std::uint64_t at, std::size_t bytes) const;
-  std::uint64_t available(std::uint64_t cursor, std::uint64_t head) const;
+  std::uint64_t available(std::uint64_t cursor, std::uint64_t head);
+  template <class Piece, class Copy>
+  bool reader_pass(std::span<const Piece> pieces, std::uint64_t at, Copy copy, bool frees, const alive_check& alive,
+                   std::chrono::milliseconds stall, std::string* why);
   std::string name_;
   shm_ring_control* control_;
   std::byte* data_;
   std::size_t capacity_;
   std::shared_ptr<lending> lending_;
   std::function<void()> on_held_;
+  std::optional<std::chrono::steady_clock::time_point> held_since_;  // the reader's: when the hold began
   bool owner_;
   bool linked_;
 };
