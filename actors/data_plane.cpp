@@ -529,7 +529,7 @@ bool data_plane::land(const std::shared_ptr<connection>& c, const bulk_header& h
 
 bool data_plane::land_from_ring(const std::shared_ptr<connection>& c, const bulk_header& h, const payload_source& from,
                                 landed_values& values, std::string* why) {
-  if (!c->in_ring->lendable(h.bytes) || h.bytes % sizeof(float) != 0)
+  if (!lend_ || !c->in_ring->lendable(h.bytes) || h.bytes % sizeof(float) != 0)
     return read_payload(from, h.bytes, values.owned, why);
   auto lent = c->in_ring->lend(h.bytes, [&] { return gone(*c); }, stall_timeout_, why);
   if (!lent) return false;

@@ -121,6 +121,10 @@ class data_plane {
   // for a claimer that is done with it at once (a shard adding a push): its peer's
   // writer waits for that room, so such a block must not be kept.
   std::optional<float_block> try_claim(const float_block& block, bool lent_ok = false);
+  // From now on ring payloads nobody expected stay in their ring until claimed, rather
+  // than being copied out on arrival: for a process whose claimers take them in place (a
+  // shard's). A claimer that does not ask for that gets them copied at its claim.
+  void lend_ring_payloads() { lend_ = true; }
   // Calls ready once the block's payload landed or its connection ended (at once if
   // either happened already); ready runs on the plane's reader thread.
   void when_claimable(const float_block& block, std::function<void()> ready);
@@ -241,6 +245,7 @@ class data_plane {
   std::atomic<std::uint64_t> bytes_received_{0};
   std::atomic<std::uint64_t> shm_bytes_sent_{0};
   std::size_t ring_bytes_ = 0;  // of each ring we offer (0: none)
+  std::atomic<bool> lend_{false};
   payload_store store_;
   struct expectation {
     std::vector<std::span<float>> into;

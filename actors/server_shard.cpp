@@ -1171,7 +1171,8 @@ void start_shard(self_ptr self, const shard_options& opts, const coordinator_act
     st.successor_down = true;  // new chain coming
   });
   if (opts.plane) {
-    self->state.claimer = self->spawn<caf::linked>(payload_claimer, opts.plane, true);  // updates apply at once
+    opts.plane->lend_ring_payloads();  // updates are applied at once, straight from the ring
+    self->state.claimer = self->spawn<caf::linked>(payload_claimer, opts.plane, true);
     self->state.writes = self->spawn<caf::linked>(write_tracker);
     if (opts.plane->messages_enabled()) opts.plane->serve(caf::actor_cast<caf::strong_actor_ptr>(self), worker_request);
   }

@@ -197,13 +197,14 @@ TEST_CASE("data plane: with rings on both sides payloads cross through shared me
   CHECK(worker.bytes_sent() == before + push.size * sizeof(float));
 }
 
-TEST_CASE("data plane: a ring payload is lent in place to a claimer that asks; ones nobody claimed are copied out "
-          "when the ring's writer needs their room") {
+TEST_CASE("data plane: a lending plane's ring payload is lent in place to a claimer that asks; ones nobody claimed "
+          "are copied out when the ring's writer needs their room; a plane not lending copies on arrival") {
   constexpr std::size_t ring = 256u << 10;  // payloads of 100 kB: two fit, the third waits for room
   // A 2 s stall limit: a writer left waiting on lent payloads fails its connection, and
   // every claim below with it.
   data_plane worker("127.0.0.1", 1024, 10s, 2s, std::nullopt, ring);
   data_plane server("127.0.0.1", 1024, 10s, 2s, std::nullopt, ring);
+  server.lend_ring_payloads();
   std::string why;
   REQUIRE(worker.connect(server.token(), "127.0.0.1", server.port(), &why));
   auto landed = [&](const float_block& named) {
@@ -239,6 +240,17 @@ TEST_CASE("data plane: a ring payload is lent in place to a claimer that asks; o
     CHECK(same_bits(got, sent[i]));
   }
   CHECK(worker.shm_bytes_sent() == 7 * 100000u);
+
+  // The worker's plane was not asked to lend: its ring payloads are copied out on arrival.
+  auto answer = server.offload(worker.token(), first);
+  REQUIRE(answer);
+  std::promise<void> ready;
+  worker.when_claimable(*answer, [&] { ready.set_value(); });
+  ready.get_future().wait();
+  auto copied = worker.try_claim(*answer, true);
+  REQUIRE(copied);
+  CHECK(!copied->lent);
+  CHECK(same_bits(*copied, first));
 }
 
 TEST_CASE("data plane: ring payloads sent while a write batch is open are written by the sending thread when the "
