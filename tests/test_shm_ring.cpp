@@ -225,21 +225,39 @@ TEST_CASE("shm ring: a lent record holds its room until returned, in ring order,
   CHECK(peer->consumed() == 3 * (64u << 10));
 }
 
-TEST_CASE("shm ring: a full ring held by a lent record stalls its writer, says so, and moves on once it returns") {
+namespace {
+
+// A 256 KiB ring whose writer is held: record a (128 KiB) lent, b after it read, no room
+// for c.
+struct held_ring {
+  std::unique_ptr<shm_ring> ring, peer;
+  std::vector<std::byte> a, c;
+  std::shared_ptr<const std::byte> lent_a;
+};
+
+held_ring make_held_ring() {
   auto [ring, peer] = ring_pair(256u << 10);
-  auto a = pattern(128u << 10, 1), b = pattern(128u << 10, 2), c = pattern(128u << 10, 3);
-  REQUIRE(write_record(*ring, a));
-  REQUIRE(write_record(*ring, b));
-  auto lent_a = lend_record(*peer, a.size());
-  CHECK_FALSE(peer->held_by_lent());  // b is still the reader's to take
-  CHECK(read_record(*peer, b.size()) == b);
-  CHECK(peer->held_by_lent());
-  CHECK_FALSE(write_record(*ring, c));  // no room for 50 ms
-  CHECK(same(lent_a, a));               // and a was left alone
-  lent_a.reset();
-  CHECK_FALSE(peer->held_by_lent());
-  REQUIRE(write_record(*ring, c));
-  CHECK(read_record(*peer, c.size()) == c);
+  held_ring h{std::move(ring), std::move(peer), pattern(128u << 10, 1), pattern(128u << 10, 3), nullptr};
+  auto b = pattern(128u << 10, 2);
+  REQUIRE(write_record(*h.ring, h.a));
+  REQUIRE(write_record(*h.ring, b));
+  h.lent_a = lend_record(*h.peer, h.a.size());
+  CHECK_FALSE(h.peer->held_by_lent());  // b is still the reader's to take
+  CHECK(read_record(*h.peer, b.size()) == b);
+  return h;
+}
+
+}  // namespace
+
+TEST_CASE("shm ring: a full ring held by a lent record stalls its writer, says so, and moves on once it returns") {
+  auto h = make_held_ring();
+  CHECK(h.peer->held_by_lent());
+  CHECK_FALSE(write_record(*h.ring, h.c));  // no room for 50 ms
+  CHECK(same(h.lent_a, h.a));               // and a was left alone
+  h.lent_a.reset();
+  CHECK_FALSE(h.peer->held_by_lent());
+  REQUIRE(write_record(*h.ring, h.c));
+  CHECK(read_record(*h.peer, h.c.size()) == h.c);
 }
 
 TEST_CASE("shm ring: a lent record outlives both ends of its ring; one too large or not skipped to is refused") {
@@ -256,20 +274,15 @@ TEST_CASE("shm ring: a lent record outlives both ends of its ring; one too large
   CHECK(same(lent, payload));  // still mapped: the last copy of the loan unmaps it
 }
 
-TEST_CASE("shm ring: a reader that must wait while lent records hold its writer tells their owner first") {
-  auto [ring, peer] = ring_pair(256u << 10);
-  auto a = pattern(128u << 10, 1), b = pattern(128u << 10, 2), c = pattern(128u << 10, 3);
-  REQUIRE(write_record(*ring, a));
-  REQUIRE(write_record(*ring, b));
-  auto lent_a = lend_record(*peer, a.size());
-  CHECK(read_record(*peer, b.size()) == b);
+TEST_CASE("shm ring: a reader that waits while lent records hold its writer tells their owner, after a grace") {
+  auto h = make_held_ring();
   int told = 0;
-  peer->when_held_by_lent([&] {  // the owner copies a out (here: drops it) and returns it
+  h.peer->when_held_by_lent([&] {  // the owner copies a out (here: drops it) and returns it
     ++told;
-    lent_a.reset();
+    h.lent_a.reset();
   });
-  std::thread writer([&] { CHECK(write_record(*ring, c)); });  // no room until a returns
-  CHECK(read_record(*peer, c.size()) == c);
+  std::thread writer([&] { CHECK(write_record(*h.ring, h.c)); });  // no room until a returns
+  CHECK(read_record(*h.peer, h.c.size()) == h.c);
   writer.join();
   CHECK(told == 1);
 }
