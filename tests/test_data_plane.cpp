@@ -292,6 +292,8 @@ TEST_CASE("data plane: ring payloads sent while a write batch is open are writte
 
 TEST_CASE("data plane: a peer that dies in the middle of a payload through its ring fails the claim, naming it") {
   data_plane server("127.0.0.1", 1024, 30s, 10s, std::nullopt, 1u << 20);
+  SUBCASE("a plane that copies ring payloads out") {}
+  SUBCASE("a plane that lends them") { server.lend_ring_payloads(); }
   int fd = raw_connection(server);
   const std::uint64_t token = 0x5eed, nonce = 0xfeed;
   auto ring = shm_ring::create(nonce, 1u << 20);
