@@ -455,7 +455,7 @@ void data_plane::take_ring(const std::shared_ptr<connection>& c, const bulk_head
   // Payloads lent from the ring and not claimed yet (their claims may come only after
   // payloads still to come through it) are copied out when the writer needs their room.
   else c->in_ring->when_held_by_lent([this, peer = c->peer.load()] {
-    store_.own_lent(peer, [this](std::size_t n) { return buffers_->get(n); });
+    store_.own_lent(peer, std::bind_front(&data_plane::copied, this));
   });
   send_or_queue(c, data_plane_frame{encode_bulk_header({bulk_kind::ring_ok, h.id, c->in_ring ? 1u : 0u}), {}, nullptr,
                                     0, bulk_header_bytes});
@@ -536,7 +536,6 @@ bool data_plane::land_from_ring(const std::shared_ptr<connection>& c, const bulk
   values.lent = std::shared_ptr<const float>(lent, reinterpret_cast<const float*>(lent.get()));
   return true;
 }
-
 
 void data_plane::read_frames(const std::shared_ptr<connection>& c, std::string* why) {
   for (;;) {
@@ -1022,15 +1021,18 @@ std::string data_plane::origin_name(std::uint64_t origin) const {
   return "process " + std::to_string(origin);
 }
 
+std::shared_ptr<std::vector<float>> data_plane::copied(const float* from, std::size_t n) {
+  auto to = buffers_->get(n);
+  std::copy_n(from, n, to->data());
+  return to;
+}
+
 // The claimed values as a block: a lent payload is copied out for a claimer that did
 // not ask for it in place (it may keep the block for as long as it likes).
 float_block data_plane::as_block(landed_values values, std::uint64_t size, bool lent_ok) {
   float_block b{std::move(values.owned), 0, size};  // neither: it landed in place
   if (values.lent && lent_ok) b.lent = std::move(values.lent);
-  else if (values.lent) {
-    b.storage = buffers_->get(size);
-    std::copy_n(values.lent.get(), size, b.storage->data());
-  }
+  else if (values.lent) b.storage = copied(values.lent.get(), size);
   return b;
 }
 
@@ -1302,7 +1304,7 @@ payload_claimer_actor::behavior_type payload_claimer(claimer_ptr self, std::shar
   return {
     [=](claim_atom, const float_block& block) -> caf::result<float_block> {
       try {
-        if (auto values = plane->try_claim(block, lent_ok)) return std::move(*values);
+        if (auto values = plane->try_claim(block, self->state.lent_ok)) return std::move(*values);
       } catch (const bad_request& e) {
         return make_ps_error(e.what());
       }

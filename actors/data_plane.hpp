@@ -99,6 +99,8 @@ class data_plane {
   // A buffer of n floats from the plane's pool (contents unspecified: no zero-fill, and
   // warm pages once reused), for values copied out to be offloaded.
   std::shared_ptr<std::vector<float>> buffer(std::size_t n) { return buffers_->get(n); }
+  // A pool buffer holding a copy of n floats (a lent block's, for a claimer that keeps it).
+  std::shared_ptr<std::vector<float>> copied(const float* from, std::size_t n);
   // Payload `ticket` from peer, when it comes, is read straight into `into` (kept alive
   // by `keep`) instead of a buffer, if its size fits; its claim then gives a block
   // without storage. For answers whose destination is known before they are asked for.

@@ -504,9 +504,7 @@ caf::result<std::uint64_t> claim_then(self_ptr self, const shard_options& opts, 
   // until the successor has it: that one is copied (the ring's writer waits for it).
   auto apply_claimed = [self, &opts, apply](const float_block& values, std::optional<ack_promise> made) {
     if (!values.lent || !self->state.successor) return apply(values, made);
-    auto owned = opts.plane->buffer(values.size);
-    std::copy_n(values.data(), values.size, owned->data());
-    return apply(float_block{std::move(owned), 0, values.size}, made);
+    return apply(float_block{opts.plane->copied(values.data(), values.size), 0, values.size}, made);
   };
   std::optional<float_block> values;
   try {

@@ -1,6 +1,5 @@
 #include "libps/bulk.hpp"
 
-#include <algorithm>
 #include <cstring>
 
 #include "libps/keys.hpp"
@@ -210,15 +209,13 @@ void payload_store::on_ready(std::uint64_t origin, std::uint64_t ticket, std::fu
   ready();
 }
 
-std::size_t payload_store::own_lent(std::uint64_t origin,
-                                    const std::function<std::shared_ptr<std::vector<float>>(std::size_t)>& buffer) {
+std::size_t payload_store::own_lent(std::uint64_t origin, const float_copier& copy) {
   std::lock_guard<std::mutex> guard(mtx_);
   std::size_t copied = 0;
   for (auto it = payloads_.lower_bound({origin, 0}); it != payloads_.end() && it->first.first == origin; ++it) {
     auto& v = it->second.values;
     if (!v.lent) continue;
-    v.owned = buffer(it->second.count);
-    std::copy_n(v.lent.get(), it->second.count, v.owned->data());
+    v.owned = copy(v.lent.get(), it->second.count);
     v.lent.reset();
     ++copied;
   }

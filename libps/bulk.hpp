@@ -111,9 +111,10 @@ class payload_store {
   // take without waiting: nothing while the payload has not come and its connection is up.
   std::optional<landed_values> try_take(std::uint64_t origin, std::uint64_t ticket, std::uint64_t count,
                                         const std::string& from);
-  // Copies origin's lent payloads that nobody claimed yet into buffers from `buffer(n)`,
-  // so their ring can move on (its writer waits for that room). Returns how many.
-  std::size_t own_lent(std::uint64_t origin, const std::function<std::shared_ptr<std::vector<float>>(std::size_t)>& buffer);
+  // Replaces origin's lent payloads that nobody claimed yet by `copy(floats, count)`, so
+  // their ring can move on (its writer waits for that room). Returns how many.
+  using float_copier = std::function<std::shared_ptr<std::vector<float>>(const float*, std::size_t)>;
+  std::size_t own_lent(std::uint64_t origin, const float_copier& copy);
   // Calls ready once (on the thread that puts the payload or closes its connection, or
   // at once when either happened already), so a waiter can try_take again.
   void on_ready(std::uint64_t origin, std::uint64_t ticket, std::function<void()> ready);

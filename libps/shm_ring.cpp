@@ -13,7 +13,7 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
-#include <map>
+#include <set>
 #include <mutex>
 #include <new>
 #include <optional>
@@ -115,13 +115,13 @@ struct shm_ring::lending {
   }
   // The writer may reuse everything before the earliest record still out, or before the
   // cursor when none is.
-  void publish() { control->tail.store(lent.empty() ? cursor : lent.begin()->first, std::memory_order_release); }
+  void publish() { control->tail.store(lent.empty() ? cursor : *lent.begin(), std::memory_order_release); }
 
   shm_ring_control* control;
   std::size_t mapped;
   std::mutex mtx;
   std::uint64_t cursor = 0;                      // the reader's alone to move (under mtx)
-  std::map<std::uint64_t, std::uint64_t> lent;  // start -> end of each record out on loan
+  std::set<std::uint64_t> lent;  // where each record out on loan starts
 };
 
 shm_ring::shm_ring(std::string name, shm_ring_control* control, std::size_t mapped, bool owner)
@@ -197,7 +197,6 @@ void shm_ring::unlink() {
   linked_ = false;
 }
 
-
 namespace {
 
 // Bytes a side moves past without copying (the skip before a record that would wrap, a
@@ -265,14 +264,11 @@ bool shm_ring::write(std::span<const std::span<const std::byte>> pieces, const a
   std::size_t total = 0;
   for (auto p : pieces) total += p.size();
   const gap skip[] = {{pad_before(written(), total)}};
-  return pass(std::span<const gap>(skip), written(), c.tail, capacity_, &c.room, room, plain_slices, no_copy, moved, alive, stall,
-              "room", why) &&
-         pass(pieces, written(), c.tail, capacity_, &c.room, room, plain_slices, copy_in, moved, alive, stall, "room", why);
+  return pass(std::span<const gap>(skip), written(), c.tail, capacity_, &c.room, room, plain_slices, no_copy, moved,
+              alive, stall, "room", why) &&
+         pass(pieces, written(), c.tail, capacity_, &c.room, room, plain_slices, copy_in, moved, alive, stall, "room",
+              why);
 }
-
-namespace {
-
-}  // namespace
 
 // What the reader may take now. When nothing, and lent records have held the writer for
 // held_grace, their owner hears so (the reader then asks again every millisecond).
@@ -326,7 +322,7 @@ std::shared_ptr<const std::byte> shm_ring::lend(std::size_t bytes, const alive_c
   const auto start = lending_->cursor;
   {
     std::lock_guard<std::mutex> guard(lending_->mtx);
-    lending_->lent.emplace(start, start + bytes);
+    lending_->lent.insert(start);
   }
   const gap record[] = {{bytes}};  // the writer gets nothing back until it returns
   if (!reader_pass(std::span<const gap>(record), start, no_copy, false, alive, stall, why)) {

@@ -192,18 +192,18 @@ TEST_CASE("lent payloads nobody claimed are copied out on demand, so their ring 
   REQUIRE(claimed);
   CHECK(claimed->lent.get() == ring_bytes.data());
   std::size_t asked = 0;
-  auto buffer = [&](std::size_t n) {
+  auto copy = [&](const float* from, std::size_t n) {
     asked += n;
-    return std::make_shared<std::vector<float>>(n);
+    return std::make_shared<std::vector<float>>(from, from + n);
   };
-  CHECK(store.own_lent(1, buffer) == 1);
+  CHECK(store.own_lent(1, copy) == 1);
   CHECK(asked == 2);
   CHECK(*returned == 1);  // ticket 2 went back to its ring at once; ticket 1 is still out
   auto copied = store.try_take(1, 2, 2, "peer");
   REQUIRE(copied);
   CHECK(copied->lent == nullptr);
   CHECK(*copied->owned == std::vector<float>{3.0f, 4.0f});
-  CHECK(store.own_lent(1, buffer) == 0);
+  CHECK(store.own_lent(1, copy) == 0);
   claimed.reset();
   CHECK(*returned == 2);
 }
