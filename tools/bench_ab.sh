@@ -1,0 +1,37 @@
+#!/bin/bash
+# Two bench_kv commands in alternating rounds, as BENCHMARKS.md's A/B tables were run: the
+# VM's speed drifts by 2x within an hour, so A and B take turns rather than runs in a row.
+# Usage: tools/bench_ab.sh OUTDIR ROUNDS "A command" "B command"
+#   e.g. git worktree add /tmp/old c0f6b0f (built there), then
+#   tools/bench_ab.sh /tmp/ab 3 "build/bin/bench_kv --servers=1 --workers=1 --transport=shm" \
+#                               "/tmp/old/build/bin/bench_kv --servers=1 --workers=1 --transport=shm"
+# or one binary with two flag sets. Prints, per cell, GB/s of A and B in each round, and
+# each round's limit lines; the JSON lines stay in OUTDIR/{a,b}.ROUND.json.
+set -euo pipefail
+[ $# -eq 4 ] || { echo "usage: $0 OUTDIR ROUNDS \"A command\" \"B command\"" >&2; exit 2; }
+out=$1 rounds=$2 a=$3 b=$4
+mkdir -p "$out"
+for r in $(seq 1 "$rounds"); do
+  echo "bench_ab: round $r of $rounds" >&2
+  $a 2>/dev/null > "$out/a.$r.json"
+  $b 2>/dev/null > "$out/b.$r.json"
+done
+/usr/bin/python3 - "$out" "$rounds" <<'PY'
+import json, sys, collections
+out, rounds = sys.argv[1], int(sys.argv[2])
+cells = collections.defaultdict(dict)
+for side in "ab":
+    for r in range(1, rounds + 1):
+        for line in open(f"{out}/{side}.{r}.json"):
+            d = json.loads(line)
+            if "limit" in d:
+                print(f"round {r} {side}: {d['limit']} {d['gbps']:.2f} GB/s")
+                continue
+            key = (d["op"], d["transport"], d["servers"], d["bytes"], d["window"])
+            cells[key][(side, r)] = d["gbps"]
+for key in sorted(cells):
+    v = cells[key]
+    a = " / ".join(f"{v.get(('a', r), 0):.2f}" for r in range(1, rounds + 1))
+    b = " / ".join(f"{v.get(('b', r), 0):.2f}" for r in range(1, rounds + 1))
+    print(f"{key[0]} {key[1]} {key[2]}x{key[2]} {key[3]} B window {key[4]}: A {a} | B {b}")
+PY
