@@ -243,7 +243,8 @@ struct client_state {
   // its epoch; requests planned by an older one may still be on their way.
   std::shared_ptr<const partitioner> map;
   std::uint64_t map_epoch = 0;
-  std::uint64_t chunk_bytes = 0;
+  std::uint64_t chunk_bytes = 0;       // of pulls
+  std::uint64_t push_chunk_bytes = 0;  // of pushes and inits (kv_client_options::chunk_bytes_of)
   std::function<void(const std::string&, std::uint16_t)> dial;  // kv_client_options::dial
   // The highest clock this worker has ticked (a shard that joins gets it first).
   std::uint64_t issued_tick = 0;
@@ -995,8 +996,7 @@ void queue_chunk(client_ptr self, const std::shared_ptr<op_request>& req, std::s
   r.read = req->kind == op_kind::pull;
   r.write = !r.read;
   r.plan_epoch = req->hdr.epoch;
-  r.bytes = (req->encoded.empty() ? ch.num_values * sizeof(float) : req->encoded[c].bytes->size()) +
-            ch.pieces.size() * range_wire_bytes;
+  r.bytes = (req->encoded.empty() ? ch.num_values * sizeof(float) : req->encoded[c].bytes->size()) + ch.header_bytes();
   if (r.read) r.replan = [s] { replan_pull(s); };
   r.send = [s](std::uint64_t tag) {
     if (s.req->kind == op_kind::pull)
@@ -1042,7 +1042,7 @@ void replan_request(client_ptr self, op_request& req) {
     req.encoded.clear();
   }
   auto keys = req.chunks.empty() ? 0 : count_keys_of(req.chunks);
-  req.chunks = plan_chunks(pieces_by_map(st, req.chunks), st.chunk_bytes);
+  req.chunks = plan_chunks(pieces_by_map(st, req.chunks), req.kind == op_kind::pull ? st.chunk_bytes : st.push_chunk_bytes);
   req.hdr.epoch = st.map_epoch;
   if (req.kind == op_kind::pull) {
     if (!req.in_place) req.op->values.resize(keys);
@@ -1241,7 +1241,8 @@ void init_client(client_ptr self, std::vector<shard_link> shards, std::vector<sh
     st.map = st.stats->map;
   }
   st.map_epoch = st.map->epoch();
-  st.chunk_bytes = opts.chunk_bytes;
+  st.chunk_bytes = opts.chunk_bytes_of(op_kind::pull);
+  st.push_chunk_bytes = opts.chunk_bytes_of(op_kind::push);
   st.dial = opts.dial;
   st.retry = opts.retry;
   if (opts.faults.touches_messages()) st.faults.emplace(opts.faults, opts.worker);
@@ -1802,7 +1803,7 @@ kv_future kv_client::send(op_kind kind, const key_set& keys, std::shared_ptr<std
   req->op = op;
   auto map = current_map();
   req->hdr = request_header{map->epoch(), opts_.worker, clock_, 0};
-  req->chunks = plan_chunks(map->split(keys), opts_.chunk_bytes);
+  req->chunks = plan_chunks(map->split(keys), opts_.chunk_bytes_of(kind));
   if (kind == op_kind::pull) {
     req->hdr.pull_codec = static_cast<std::uint8_t>(opts_.pull_compression.kind);
     if (req->chunks.size() > 1 || pull_into) {

@@ -4,6 +4,7 @@
 // return a kv_future the caller can wait on or chain. Every request has a finite
 // timeout and every shard is monitored: a dead or silent shard fails the request with
 // an error naming the shard and the keys, never a hang.
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <functional>
@@ -106,6 +107,13 @@ struct kv_client_options {
   reconnect_options reconnect{};
   caf::actor worker_handle{};  // the worker the coordinator tells when the job ends (a rejoin names it)
   std::uint64_t first_barrier = 0;  // the registration's barrier_generation: this worker's next barrier
+  // Pushes and inits are cut at the smaller of this and chunk_bytes (pulls at chunk_bytes).
+  std::uint64_t push_chunk_bytes = default_push_chunk_bytes;
+
+  // The largest value payload of one message of this kind.
+  std::uint64_t chunk_bytes_of(op_kind kind) const {
+    return kind == op_kind::pull ? chunk_bytes : std::min(chunk_bytes, push_chunk_bytes);
+  }
 };
 
 // One connected shard: its id, a name for errors, and its handle.

@@ -34,16 +34,18 @@ std::vector<chunk> plan_chunks(const std::vector<piece>& pieces, std::uint64_t c
     std::uint64_t used = 0;
     for (auto p : list) {
       while (!p.keys.empty()) {
-        if (used + range_wire_bytes + sizeof(float) > chunk_bytes) {
+        auto header = cur.pieces.empty() ? 0 : range_wire_bytes;
+        if (used + header + sizeof(float) > chunk_bytes) {
           out.push_back(std::move(cur));
           cur = chunk{shard, {}, 0};
           used = 0;
+          continue;
         }
-        auto room = (chunk_bytes - used - range_wire_bytes) / sizeof(float);
+        auto room = (chunk_bytes - used - header) / sizeof(float);
         auto take = std::min<std::uint64_t>(room, p.keys.size());
         cur.pieces.push_back({{p.keys.begin, p.keys.begin + take}, p.value_offset, shard});
         cur.num_values += take;
-        used += range_wire_bytes + take * sizeof(float);
+        used += header + take * sizeof(float);
         p.keys.begin += take;
         p.value_offset += take;
       }

@@ -113,6 +113,8 @@ void node_config::declare_tuning_options() {
     .add(rule, "rule", "server update rule: sum|sgd|adagrad|adam (default: the app's)")
     .add(momentum, "momentum", "sgd momentum")
     .add(chunk_bytes, "chunk-bytes", "largest value payload per message")
+    .add(push_chunk_bytes, "push-chunk-bytes", "largest value payload per push message (the smaller of this and "
+                                               "--ps.chunk-bytes): shards sum a push chunk by chunk as it arrives")
     .add(inflight_bytes, "inflight-bytes", "bytes in flight per shard before chunks queue in the client")
     .add(metrics_ms, "metrics-ms", "interval of --metrics' progress lines")
     .add(data_plane_port, "data-plane-port", "port of the data connections' listener (0: any free port)")
@@ -369,6 +371,8 @@ void node_config::validate() const {
   if (!(lr > 0)) throw bad_request("--lr must be > 0");
   if (chunk_bytes < 1024 || chunk_bytes > (256u << 20))
     throw bad_request("--ps.chunk-bytes must be in [1 KiB, 256 MiB]");
+  if (push_chunk_bytes < 1024 || push_chunk_bytes > (256u << 20))
+    throw bad_request("--ps.push-chunk-bytes must be in [1 KiB, 256 MiB]");
   if (inflight_bytes < 1) throw bad_request("--ps.inflight-bytes must be >= 1");
   if (timeout_ms < 1) throw bad_request("--ps.timeout-ms must be >= 1");
   if (bucket_bits > 40) throw bad_request("--ps.bucket-bits must be <= 40");

@@ -103,6 +103,7 @@ struct node_config : caf::actor_system_config {
   std::string rule;  // empty: the app's default
   double momentum = 0.0;
   std::size_t chunk_bytes = 4u << 20;
+  std::size_t push_chunk_bytes = 1u << 20;  // pushes: the smaller of the two (libps/chunking.hpp)
   std::size_t inflight_bytes = 8u << 20;
   std::size_t data_plane_bytes = 64u << 10;  // BENCHMARKS.md, "The data plane from 64 KiB"
   std::size_t shm_ring_bytes = 2u << 20;  // data-plane rings in shared memory on one host (0: none)

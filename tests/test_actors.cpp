@@ -2,6 +2,8 @@
 // message is delivered by sched.run(), timeouts fire when the test advances the clock.
 #include <doctest/doctest.h>
 
+#include <nlohmann/json.hpp>
+
 #include <caf/all.hpp>
 
 #include <algorithm>
@@ -68,6 +70,37 @@ TEST_CASE_FIXTURE(fixture, "push and pull through the kv client, chunked across 
   std::set<std::uint32_t> owners;
   for (auto k = keys.ranges()[0].begin; k < keys.ranges()[0].end; k += 4096) owners.insert(kv.map().owner(k));
   CHECK(owners.size() == 2);
+}
+
+TEST_CASE_FIXTURE(fixture, "pushes go in push-sized chunks, pulls in chunk-sized ones") {
+  auto coord = spawn_coordinator(1, 1);
+  auto shard = spawn_shard(coord);
+  auto reg = register_worker(coord);
+  sched.run();
+  REQUIRE(reg->has_value());
+  kv_client_options opts{0, 16384, milliseconds(1000)};
+  opts.push_chunk_bytes = 4096;
+  CHECK(opts.chunk_bytes_of(op_kind::push) == 4096);
+  CHECK(opts.chunk_bytes_of(op_kind::init) == 4096);
+  CHECK(opts.chunk_bytes_of(op_kind::pull) == 16384);
+  kv_client kv(sys, (*reg)->view, links_of((*reg)->view), opts);
+  const std::uint64_t n = 10000;  // 40,000 bytes: 10 push chunks of <= 4 KiB, 3 pull chunks of <= 16 KiB
+  auto keys = key_set::single({0, n});
+  settle(kv.push(keys, std::vector<float>(n, 2.0f)));
+  auto values = settle(kv.pull(keys));
+  CHECK(values == std::vector<float>(n, 2.0f));
+  auto stats = std::make_shared<std::string>();
+  alive.push_back(sys.spawn([=](caf::event_based_actor* self) -> caf::behavior {
+    self->request(shard, caf::infinite, stats_atom::value).then([=](std::string& s) { *stats = s; });
+    return {[](caf::unit_t) {}};
+  }));
+  sched.run();
+  auto counts = nlohmann::json::parse(*stats);
+  CHECK(counts["pushes"] == 10);
+  CHECK(counts["pulls"] == 3);
+  // Never larger than --ps.chunk-bytes: a push chunk above it is cut at it.
+  opts.push_chunk_bytes = 1u << 20;
+  CHECK(opts.chunk_bytes_of(op_kind::push) == 16384);
 }
 
 TEST_CASE_FIXTURE(fixture, "bad requests get errors naming the shard and the problem") {

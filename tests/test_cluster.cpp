@@ -509,6 +509,7 @@ TEST_CASE("bad flags and bad config files are errors that name the problem") {
     {"bin/train_fmnist --replication=3", 2, "--replication=3 must be in [1, --servers=2]"},
     {"bin/train_fmnist --restore=/no/such/dir", 2, "--restore=/no/such/dir: no such directory"},
     {"bin/train_fmnist --ps.retry-ms=0", 2, "--ps.retry-ms must be in [1, --ps.timeout-ms]"},
+    {"bin/train_fmnist --ps.push-chunk-bytes=512", 2, "--ps.push-chunk-bytes must be in [1 KiB, 256 MiB]"},
     {"bin/psnode --role=local", 2, "--role=local needs --app="},
     {"bin/psnode --role=coordinator", 2, "--role=coordinator needs --app="},
   };
