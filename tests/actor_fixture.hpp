@@ -103,17 +103,18 @@ struct fixture {
     return s;
   }
 
-  // A coordinator, two shards and one worker registered: shard 0's handle and the worker's
-  // registration.
-  std::pair<shard_actor, registration> two_shards_one_worker() {
-    auto coord = spawn_coordinator(2, 1);
+  // A coordinator, `shards` shards and one worker registered: shard 0's handle and the
+  // worker's registration.
+  std::pair<shard_actor, registration> shards_and_one_worker(std::uint32_t shards) {
+    auto coord = spawn_coordinator(shards, 1);
     auto first = spawn_shard(coord);
-    spawn_shard(coord);
+    for (std::uint32_t i = 1; i < shards; ++i) spawn_shard(coord);
     auto reg = register_worker(coord);
     sched.run();
     REQUIRE(reg->has_value());
     return {first, **reg};
   }
+  std::pair<shard_actor, registration> two_shards_one_worker() { return shards_and_one_worker(2); }
 
   static std::vector<shard_link> links_of(const cluster_view& view) {
     std::vector<shard_link> links;

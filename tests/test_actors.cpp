@@ -73,17 +73,13 @@ TEST_CASE_FIXTURE(fixture, "push and pull through the kv client, chunked across 
 }
 
 TEST_CASE_FIXTURE(fixture, "pushes go in push-sized chunks, pulls in chunk-sized ones") {
-  auto coord = spawn_coordinator(1, 1);
-  auto shard = spawn_shard(coord);
-  auto reg = register_worker(coord);
-  sched.run();
-  REQUIRE(reg->has_value());
+  auto [shard, reg] = shards_and_one_worker(1);
   kv_client_options opts{0, 16384, milliseconds(1000)};
   opts.push_chunk_bytes = 4096;
   CHECK(opts.chunk_bytes_of(op_kind::push) == 4096);
   CHECK(opts.chunk_bytes_of(op_kind::init) == 4096);
   CHECK(opts.chunk_bytes_of(op_kind::pull) == 16384);
-  kv_client kv(sys, (*reg)->view, links_of((*reg)->view), opts);
+  kv_client kv(sys, reg.view, links_of(reg.view), opts);
   const std::uint64_t n = 10000;  // 40,000 bytes: 10 push chunks of <= 4 KiB, 3 pull chunks of <= 16 KiB
   auto keys = key_set::single({0, n});
   settle(kv.push(keys, std::vector<float>(n, 2.0f)));
