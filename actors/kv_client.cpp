@@ -4,6 +4,7 @@
 #include "libps/consistency.hpp"
 #include "libps/faults.hpp"
 
+#include <array>
 #include <atomic>
 #include <unistd.h>
 
@@ -243,8 +244,9 @@ struct client_state {
   // its epoch; requests planned by an older one may still be on their way.
   std::shared_ptr<const partitioner> map;
   std::uint64_t map_epoch = 0;
-  std::uint64_t chunk_bytes = 0;       // of pulls
-  std::uint64_t push_chunk_bytes = 0;  // of pushes and inits (kv_client_options::chunk_bytes_of)
+  // By op_kind (push, init, pull, clock): the options' chunk_bytes_of(kind), for requests
+  // planned again.
+  std::array<std::uint64_t, static_cast<std::size_t>(op_kind::clock) + 1> chunk_bytes{};
   std::function<void(const std::string&, std::uint16_t)> dial;  // kv_client_options::dial
   // The highest clock this worker has ticked (a shard that joins gets it first).
   std::uint64_t issued_tick = 0;
@@ -1042,7 +1044,7 @@ void replan_request(client_ptr self, op_request& req) {
     req.encoded.clear();
   }
   auto keys = req.chunks.empty() ? 0 : count_keys_of(req.chunks);
-  req.chunks = plan_chunks(pieces_by_map(st, req.chunks), req.kind == op_kind::pull ? st.chunk_bytes : st.push_chunk_bytes);
+  req.chunks = plan_chunks(pieces_by_map(st, req.chunks), st.chunk_bytes[static_cast<std::size_t>(req.kind)]);
   req.hdr.epoch = st.map_epoch;
   if (req.kind == op_kind::pull) {
     if (!req.in_place) req.op->values.resize(keys);
@@ -1092,7 +1094,7 @@ void replan_pull(const chunk_send& s) {
   again->hdr = s.req->hdr;
   again->hdr.epoch = st.map_epoch;
   again->op = s.req->op;
-  again->chunks = plan_chunks(pieces, st.chunk_bytes);
+  again->chunks = plan_chunks(pieces, st.chunk_bytes[static_cast<std::size_t>(op_kind::pull)]);
   again->in_place = true;
   if (!s.req->in_place) again->op->values.resize(ch.num_values);  // one chunk: its answer was to be the result
   again->op->pending += again->chunks.size();
@@ -1241,8 +1243,8 @@ void init_client(client_ptr self, std::vector<shard_link> shards, std::vector<sh
     st.map = st.stats->map;
   }
   st.map_epoch = st.map->epoch();
-  st.chunk_bytes = opts.chunk_bytes_of(op_kind::pull);
-  st.push_chunk_bytes = opts.chunk_bytes_of(op_kind::push);
+  for (auto kind : {op_kind::push, op_kind::init, op_kind::pull, op_kind::clock})
+    st.chunk_bytes[static_cast<std::size_t>(kind)] = opts.chunk_bytes_of(kind);
   st.dial = opts.dial;
   st.retry = opts.retry;
   if (opts.faults.touches_messages()) st.faults.emplace(opts.faults, opts.worker);
