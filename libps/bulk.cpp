@@ -87,18 +87,19 @@ std::shared_ptr<std::vector<float>> buffer_pool::get(std::size_t n) {
   std::unique_ptr<std::vector<float>> v;
   {
     std::lock_guard<std::mutex> guard(mtx_);
-    // The same size first (nothing to zero), else one large enough, else a new one.
-    auto pick = free_.end();
-    for (auto it = free_.begin(); it != free_.end(); ++it) {
+    // The same size first (nothing to zero), else one large enough, else a new one; of
+    // those, the one given back last: its lines are likeliest still in cache.
+    auto pick = free_.rend();
+    for (auto it = free_.rbegin(); it != free_.rend(); ++it) {
       if ((*it)->size() == n) {
         pick = it;
         break;
       }
-      if ((*it)->capacity() >= n && pick == free_.end()) pick = it;
+      if ((*it)->capacity() >= n && pick == free_.rend()) pick = it;
     }
-    if (pick != free_.end()) {
+    if (pick != free_.rend()) {
       v = std::move(*pick);
-      free_.erase(pick);
+      free_.erase(std::next(pick).base());
       free_bytes_ -= v->capacity() * sizeof(float);
     }
   }

@@ -152,6 +152,27 @@ TEST_CASE("the buffer pool hands a released buffer out again without touching it
   outlives.reset();  // the pool is gone: the buffer is simply freed
 }
 
+TEST_CASE("the buffer pool hands out the buffer given back last (the one likeliest in cache)") {
+  auto pool = buffer_pool::make(1 << 20);
+  auto a = pool->get(1024), b = pool->get(1024), c = pool->get(1024);
+  const float* pa = a->data();
+  const float* pc = c->data();
+  a.reset();
+  b.reset();
+  c.reset();  // given back last
+  CHECK(pool->get(1024)->data() == pc);
+  auto d = pool->get(1024);  // c again (returned at once above), then b, then a
+  auto e = pool->get(1024);
+  auto f = pool->get(1024);
+  CHECK(f->data() == pa);
+  // A buffer of the exact size wins over a larger one given back later (nothing to resize).
+  auto small = pool->get(512);
+  const float* psmall = small->data();
+  small.reset();
+  d.reset();
+  CHECK(pool->get(512)->data() == psmall);
+}
+
 TEST_CASE("the payload store without waiting: try_take says not yet; on_ready fires once, when it lands or its connection ends") {
   payload_store store(10s);
   CHECK(!store.try_take(1, 5, 2, "peer"));  // not yet, and no wait
