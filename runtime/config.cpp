@@ -122,6 +122,9 @@ void node_config::declare_tuning_options() {
                                                "data connection beside CAF (0: all inside CAF messages)")
     .add(shm_ring_bytes, "shm-ring-bytes", "data connections between processes on one host move their payloads "
                                            "through a ring of this many bytes in shared memory each way (0: over TCP)")
+    .add(shm_push_ring_bytes, "shm-push-ring-bytes", "size of the rings workers offer instead, which carry their "
+                                                     "pushes: a shard sums each push chunk in place, holding its "
+                                                     "room meanwhile, so the worker writes ahead into the rest")
     .add(direct_requests, "direct-requests", "1: workers send pushes, pulls and clock ticks to shards over the data "
                                              "connections, beside their payloads, instead of through CAF's broker "
                                              "(0: through CAF)")
@@ -373,6 +376,10 @@ void node_config::validate() const {
     throw bad_request("--ps.chunk-bytes must be in [1 KiB, 256 MiB]");
   if (push_chunk_bytes < 1024 || push_chunk_bytes > (256u << 20))
     throw bad_request("--ps.push-chunk-bytes must be in [1 KiB, 256 MiB]");
+  if (shm_ring_bytes != 0 && (shm_ring_bytes < (64u << 10) || shm_ring_bytes > (1u << 30)))
+    throw bad_request("--ps.shm-ring-bytes must be 0 (no rings) or in [64 KiB, 1 GiB]");
+  if (shm_push_ring_bytes < (64u << 10) || shm_push_ring_bytes > (1u << 30))
+    throw bad_request("--ps.shm-push-ring-bytes must be in [64 KiB, 1 GiB]");
   if (inflight_bytes < 1) throw bad_request("--ps.inflight-bytes must be >= 1");
   if (timeout_ms < 1) throw bad_request("--ps.timeout-ms must be >= 1");
   if (bucket_bits > 40) throw bad_request("--ps.bucket-bits must be <= 40");
@@ -676,6 +683,11 @@ std::string local_address_toward(const std::string& host, std::uint16_t port) {
 }
 
 }  // namespace
+
+std::size_t node_config::offered_ring_bytes() const {
+  if (shm_ring_bytes == 0) return 0;
+  return role == "worker" ? shm_push_ring_bytes : shm_ring_bytes;
+}
 
 endpoint node_config::endpoint_of() const {
   auto e = resolve_endpoint({host, port, listen, advertise});

@@ -18,7 +18,7 @@ const std::map<std::string, std::vector<std::string>>& help_topics() {
     {"fmnist", {"model", "data", "target-accuracy", "eval-every", "devices", "aggregation"}},
     {"consistency", {"consistency", "staleness", "pipeline", "slow-worker", "straggle", "trace"}},
     {"wire", {"compression", "topk-ratio", "pull-compression", "ps.chunk-bytes", "ps.push-chunk-bytes", "ps.inflight-bytes",
-              "ps.data-plane-bytes", "ps.shm-ring-bytes", "ps.direct-requests"}},
+              "ps.data-plane-bytes", "ps.shm-ring-bytes", "ps.shm-push-ring-bytes", "ps.direct-requests"}},
     {"checkpoints", {"checkpoint-dir", "checkpoint-every", "checkpoint-seconds", "restore", "restore-non-finite",
                      "replication", "out", "state-dir", "resume"}},
     {"tables", {"shard-memory", "shard-dir", "disk-readers", "eviction", "handoff"}},

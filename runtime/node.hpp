@@ -107,6 +107,7 @@ struct node_config : caf::actor_system_config {
   std::size_t inflight_bytes = 8u << 20;
   std::size_t data_plane_bytes = 64u << 10;  // BENCHMARKS.md, "The data plane from 64 KiB"
   std::size_t shm_ring_bytes = 2u << 20;  // data-plane rings in shared memory on one host (0: none)
+  std::size_t shm_push_ring_bytes = 4u << 20;  // the rings workers offer: their pushes (BENCHMARKS.md)
   std::size_t direct_requests = 1;        // workers' requests over the data connections (0: through CAF)
   std::uint16_t data_plane_port = 0;  // 0: any free port
   std::size_t timeout_ms = 30000;
@@ -149,6 +150,9 @@ struct node_config : caf::actor_system_config {
   // --host, --port). A member whose flags leave the advertised host open gets the local
   // address of its route to --coordinator, right on any routed network.
   endpoint endpoint_of() const;
+  // Bytes of each shared-memory ring this process's data plane offers its peers (0: none).
+  // What a process writes goes through the ring it offers: a worker's carries its pushes.
+  std::size_t offered_ring_bytes() const;
   // Parses flags and the INI file; unlike plain CAF, an unknown key or a value of the
   // wrong type in the INI file is an error. Prints the error and returns false.
   bool parse_args(int argc, char** argv);

@@ -510,6 +510,8 @@ TEST_CASE("bad flags and bad config files are errors that name the problem") {
     {"bin/train_fmnist --restore=/no/such/dir", 2, "--restore=/no/such/dir: no such directory"},
     {"bin/train_fmnist --ps.retry-ms=0", 2, "--ps.retry-ms must be in [1, --ps.timeout-ms]"},
     {"bin/train_fmnist --ps.push-chunk-bytes=512", 2, "--ps.push-chunk-bytes must be in [1 KiB, 256 MiB]"},
+    {"bin/train_fmnist --ps.shm-ring-bytes=4096", 2, "--ps.shm-ring-bytes must be 0 (no rings) or in [64 KiB, 1 GiB]"},
+    {"bin/train_fmnist --ps.shm-push-ring-bytes=0", 2, "--ps.shm-push-ring-bytes must be in [64 KiB, 1 GiB]"},
     {"bin/psnode --role=local", 2, "--role=local needs --app="},
     {"bin/psnode --role=coordinator", 2, "--role=coordinator needs --app="},
   };
@@ -519,6 +521,21 @@ TEST_CASE("bad flags and bad config files are errors that name the problem") {
     CHECK(rc == call.exit_code);
     CHECK(out.find(call.message) != std::string::npos);
   }
+}
+
+TEST_CASE("a worker offers rings of --ps.shm-push-ring-bytes (its pushes), others --ps.shm-ring-bytes, none when that is 0") {
+  parsed_config worker({"--role=worker", "--coordinator=127.0.0.1:1", "--app=bench"});
+  REQUIRE(worker.ok);
+  CHECK(worker.cfg.offered_ring_bytes() == (4u << 20));
+  parsed_config server({"--role=server", "--coordinator=127.0.0.1:1", "--ps.shm-push-ring-bytes=131072"});
+  REQUIRE(server.ok);
+  CHECK(server.cfg.offered_ring_bytes() == (2u << 20));
+  parsed_config sized({"--role=worker", "--coordinator=127.0.0.1:1", "--app=bench", "--ps.shm-push-ring-bytes=131072"});
+  REQUIRE(sized.ok);
+  CHECK(sized.cfg.offered_ring_bytes() == 131072);
+  parsed_config none({"--role=worker", "--coordinator=127.0.0.1:1", "--app=bench", "--ps.shm-ring-bytes=0"});
+  REQUIRE(none.ok);
+  CHECK(none.cfg.offered_ring_bytes() == 0);
 }
 
 TEST_CASE("the shipped config file is valid") {
