@@ -159,7 +159,7 @@ std::string with_data_plane(json_line line, worker_context& ctx) {
     line["data_plane_answers"] = plane->messages_received();
     // Socket writes of plain frames, and the writes left to a connection's writer thread
     // (a wake-up each): a payload that did not fit its ring's room, a socket that was full.
-    line["data_plane_writes"] = plane->socket_writes();
+    line["data_plane_socket_writes"] = plane->socket_writes();
     line["data_plane_writer_thread_writes"] = plane->writer_thread_writes();
   }
   return line.dump();

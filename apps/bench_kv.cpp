@@ -65,8 +65,9 @@ int run_shape(caf::actor_system& sys, ps::node_config& cfg, const ps::job_settin
   std::uint64_t shm_sent = 0, writes = 0, writer_thread_writes = 0;
   for (const auto& [id, result] : res.results) {
     auto r = nlohmann::json::parse(result, nullptr, false);
+    if (!r.is_object()) continue;  // a worker that failed says so in res.failures
     shm_sent += r.value("data_plane_shm_sent", std::uint64_t{0});
-    writes += r.value("data_plane_writes", std::uint64_t{0});
+    writes += r.value("data_plane_socket_writes", std::uint64_t{0});
     writer_thread_writes += r.value("data_plane_writer_thread_writes", std::uint64_t{0});
   }
   // On stderr (stdout is the rows): how often a worker's sending thread could not write a
