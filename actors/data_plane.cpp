@@ -22,6 +22,7 @@
 #include <caf/binary_serializer.hpp>
 #include <caf/make_actor.hpp>
 
+#include "actors/inline_runner.hpp"
 #include "libps/codec.hpp"
 #include "libps/log.hpp"
 #include "libps/shm_ring.hpp"
@@ -206,6 +207,8 @@ class socket_reader {
     drain(iov, n);
     return true;
   }
+  // Whether bytes already read wait here (the next read may not wait for the socket).
+  bool buffered() const { return begin_ < end_; }
   bool read(void* p, std::size_t n, std::string* why, bool idle_ok = false) {
     iovec iov{p, n};
     return read(&iov, 1, why, idle_ok);
@@ -538,7 +541,16 @@ bool data_plane::land_from_ring(const std::shared_ptr<connection>& c, const bulk
 }
 
 void data_plane::read_frames(const std::shared_ptr<connection>& c, std::string* why) {
+  // The actors this thread's messages woke run here once it has read what came, before
+  // it waits for more (inline_runner); they go to the scheduler instead when a payload
+  // is to be read first, so a shard sums one chunk while this thread reads the next.
+  std::optional<inline_runner> woken;
+  if (sys_) woken.emplace(*sys_);
   for (;;) {
+    if (woken && !c->in->buffered()) {
+      reader_runs_ += woken->waiting();  // before: what they send may be answered at once
+      woken->run();
+    }
     std::array<std::byte, bulk_header_bytes> raw;
     if (!c->in->read(raw.data(), raw.size(), why, true)) return;
     auto h = decode_bulk_header(raw);
@@ -557,9 +569,10 @@ void data_plane::read_frames(const std::shared_ptr<connection>& c, std::string* 
     } else if (h.kind == bulk_kind::ring_ok) {
       ring_answer(c, h);
     } else if (h.kind == bulk_kind::message) {
-      if (!deliver(c, h, why)) return;
-    } else if (!land(c, h, why)) {
-      return;
+      if (!deliver(c, h, woken ? &*woken : nullptr, why)) return;
+    } else {
+      if (woken) woken->hand_over();
+      if (!land(c, h, why)) return;
     }
   }
 }
@@ -1197,7 +1210,8 @@ void data_plane::fail_unanswered(connection& c, const std::string& why) {
     answer_unsent(a.sender, a.request, "the " + c.name + " ended (" + why + ")");
 }
 
-bool data_plane::deliver(const std::shared_ptr<connection>& c, const bulk_header& h, std::string* why) {
+bool data_plane::deliver(const std::shared_ptr<connection>& c, const bulk_header& h, caf::execution_unit* runner,
+                         std::string* why) {
   if (h.bytes == 0) {  // the peer takes messages
     {
       std::lock_guard<std::mutex> guard(mtx_);  // takes_messages waits on it
@@ -1222,12 +1236,12 @@ bool data_plane::deliver(const std::shared_ptr<connection>& c, const bulk_header
     if (auto err = source(envelope.to, envelope.from, envelope.from_node, envelope.mid, content))
       throw bad_request("a message frame that does not decode: " + caf::to_string(err));
   }
-  deliver_message(c, envelope, std::move(content));
+  deliver_message(c, envelope, std::move(content), runner);
   return true;
 }
 
 void data_plane::deliver_message(const std::shared_ptr<connection>& c, const message_envelope& envelope,
-                                 caf::message content) {
+                                 caf::message content, caf::execution_unit* runner) {
   const auto to = envelope.to, from = envelope.from;
   const auto& from_node = envelope.from_node;
   ++messages_received_;
@@ -1257,7 +1271,7 @@ void data_plane::deliver_message(const std::shared_ptr<connection>& c, const mes
       sender->enqueue(caf::make_mailbox_element(nullptr, mid.response_id(), {}, std::move(err)), nullptr);
     return;
   }
-  target->enqueue(caf::make_mailbox_element(std::move(sender), mid, {}, std::move(content)), nullptr);
+  target->enqueue(caf::make_mailbox_element(std::move(sender), mid, {}, std::move(content)), runner);
 }
 
 namespace {

@@ -165,6 +165,9 @@ class data_plane {
   // Of all writes, those left to a connection's writer thread (each a wake-up of it):
   // what the sending thread could not write without waiting.
   std::uint64_t writer_thread_writes() const { return writer_thread_writes_; }
+  // Actors that reader threads ran themselves (inline_runner): each time one of them
+  // took the messages a burst read from its connection had for it.
+  std::uint64_t reader_runs() const { return reader_runs_; }
   // Requests sent over data connections whose answers have not come.
   std::size_t requests_unanswered() const;
 
@@ -224,9 +227,12 @@ class data_plane {
   void announce_messages(const std::shared_ptr<connection>& c);
   // The live connection to peer, if any.
   std::shared_ptr<connection> connection_to(std::uint64_t peer) const;
-  // A message frame: read, checked against what its target serves, and delivered.
-  bool deliver(const std::shared_ptr<connection>& c, const bulk_header& h, std::string* why);
-  void deliver_message(const std::shared_ptr<connection>& c, const message_envelope& envelope, caf::message content);
+  // A message frame: read, checked against what its target serves, and delivered (an
+  // idle target is woken through runner: the reader's inline_runner, or the scheduler).
+  bool deliver(const std::shared_ptr<connection>& c, const bulk_header& h, caf::execution_unit* runner,
+               std::string* why);
+  void deliver_message(const std::shared_ptr<connection>& c, const message_envelope& envelope, caf::message content,
+                       caf::execution_unit* runner);
   // Requests sent on c and not yet answered are answered with errc::unsent.
   void fail_unanswered(connection& c, const std::string& why);
   void add(std::shared_ptr<connection> c);
@@ -276,6 +282,7 @@ class data_plane {
   std::atomic<std::uint64_t> messages_received_{0};
   std::atomic<std::uint64_t> socket_writes_{0};
   std::atomic<std::uint64_t> writer_thread_writes_{0};
+  std::atomic<std::uint64_t> reader_runs_{0};
 };
 
 // Frames an actor sends while it takes messages that were waiting in its mailbox are

@@ -135,6 +135,20 @@ TEST_CASE_FIXTURE(plane_fixture, "plane messages: a request through a proxy is a
   CHECK(worker->requests_unanswered() == 0);
 }
 
+TEST_CASE_FIXTURE(plane_fixture, "plane messages: the reader thread that reads a request runs the idle actor it "
+                                 "wakes, and its answer still comes back") {
+  auto proxy = connect_to(spawn_ticker());
+  const auto runs_before = server->reader_runs();
+  for (std::uint64_t c = 1; c <= 20; ++c) {
+    auto answer = tick(proxy, c);
+    REQUIRE_MESSAGE(answer, describe(answer.error()));
+    CHECK(*answer == c + 1);
+  }
+  // Each tick found the ticker idle (only this reader feeds it, and it ran it to the end).
+  CHECK(server->reader_runs() == runs_before + 20);
+  CHECK(worker->reader_runs() == 0);  // the asker blocks: it is never woken through a runner
+}
+
 TEST_CASE_FIXTURE(plane_fixture, "plane messages: frames sent while a write batch is open leave in one write when "
                                  "it lets go") {
   auto target = spawn_ticker();
