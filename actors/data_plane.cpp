@@ -6,6 +6,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <sys/uio.h>
@@ -209,6 +210,11 @@ class socket_reader {
   }
   // Whether bytes already read wait here (the next read may not wait for the socket).
   bool buffered() const { return begin_ < end_; }
+  // Whether the next read would wait: nothing buffered, and nothing more in the socket.
+  bool drained() const {
+    int in_socket = 0;
+    return !buffered() && ::ioctl(fd_, FIONREAD, &in_socket) == 0 && in_socket == 0;
+  }
   bool read(void* p, std::size_t n, std::string* why, bool idle_ok = false) {
     iovec iov{p, n};
     return read(&iov, 1, why, idle_ok);
@@ -541,15 +547,23 @@ bool data_plane::land_from_ring(const std::shared_ptr<connection>& c, const bulk
 }
 
 void data_plane::read_frames(const std::shared_ptr<connection>& c, std::string* why) {
-  // The actors this thread's messages woke run here once it has read what came, before
-  // it waits for more (inline_runner); they go to the scheduler instead when a payload
-  // is to be read first, so a shard sums one chunk while this thread reads the next.
+  // The actors this thread's messages woke run here once it has read all that came,
+  // when it would wait for more (inline_runner). They go to the scheduler instead when
+  // more is on its way (the socket has bytes) or the burst carried payloads, so that a
+  // shard sums one chunk while this thread reads the next.
   std::optional<inline_runner> woken;
   if (sys_) woken.emplace(*sys_);
+  bool payloads = false;  // landed since the last run or hand-over
   for (;;) {
-    if (woken && !c->in->buffered()) {
-      reader_runs_ += woken->waiting();  // before: what they send may be answered at once
-      woken->run();
+    if (woken && woken->waiting() > 0 && !c->in->buffered()) {
+      const bool run_here = !payloads && c->in->drained();
+      payloads = false;
+      if (run_here) {
+        reader_runs_ += woken->waiting();  // before: what they send may be answered at once
+        woken->run();
+      } else {
+        woken->hand_over();
+      }
     }
     std::array<std::byte, bulk_header_bytes> raw;
     if (!c->in->read(raw.data(), raw.size(), why, true)) return;
@@ -572,6 +586,7 @@ void data_plane::read_frames(const std::shared_ptr<connection>& c, std::string* 
       if (!deliver(c, h, woken ? &*woken : nullptr, why)) return;
     } else {
       if (woken) woken->hand_over();
+      payloads = true;
       if (!land(c, h, why)) return;
     }
   }
@@ -1352,30 +1367,41 @@ payload_claimer_actor::behavior_type payload_claimer(claimer_ptr self, std::shar
   };
 }
 
-write_tracker_actor::behavior_type write_tracker(write_tracker_actor::stateful_pointer<write_tracker_state> self) {
+namespace {
+
+// Answers the waits for at most writes->done payloads; the signals stop telling the
+// tracker once none is left.
+void answer_drained(write_tracker_state& st, store_writes& writes) {
+  auto last = st.waiting.upper_bound(writes.done.load());
+  for (auto it = st.waiting.begin(); it != last; ++it) it->second.deliver(caf::ok_atom::value);
+  st.waiting.erase(st.waiting.begin(), last);
+  if (st.waiting.empty()) writes.awaited = false;
+}
+
+}  // namespace
+
+write_tracker_actor::behavior_type write_tracker(write_tracker_actor::stateful_pointer<write_tracker_state> self,
+                                                 std::shared_ptr<store_writes> writes) {
   self->set_exit_handler([self](caf::exit_msg& msg) { self->quit(msg.reason); });  // ends with its owner, also normally
   return {
-    [=](written_atom) {
-      auto& st = self->state;
-      ++st.written;
-      auto last = st.waiting.upper_bound(st.written);
-      for (auto it = st.waiting.begin(); it != last; ++it) it->second.deliver(caf::ok_atom::value);
-      st.waiting.erase(st.waiting.begin(), last);
-    },
+    [=](written_atom) { answer_drained(self->state, *writes); },
     [=](drained_atom, std::uint64_t issued) -> caf::result<caf::ok_atom> {
-      if (self->state.written >= issued) return caf::ok_atom::value;
+      if (writes->done >= issued) return caf::ok_atom::value;
       auto rp = self->make_response_promise<caf::ok_atom>();
       self->state.waiting.emplace(issued, rp);
+      // Said before done is read again: a signal that comes between either sees it and
+      // tells, or its count is in what is read here (both are sequentially consistent).
+      writes->awaited = true;
+      answer_drained(self->state, *writes);
       return rp;
     },
   };
 }
 
-std::shared_ptr<const void> written_signal(const write_tracker_actor& tracker,
-                                           std::shared_ptr<std::atomic<std::uint64_t>> done) {
-  return std::shared_ptr<const void>(nullptr, [tracker, done](const void*) {
-    ++*done;
-    caf::anon_send(tracker, written_atom::value);
+std::shared_ptr<const void> written_signal(const write_tracker_actor& tracker, std::shared_ptr<store_writes> writes) {
+  return std::shared_ptr<const void>(nullptr, [tracker, writes](const void*) {
+    ++writes->done;
+    if (writes->awaited) caf::anon_send(tracker, written_atom::value);
   });
 }
 

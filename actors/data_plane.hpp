@@ -387,24 +387,33 @@ using drained_atom = caf::atom_constant<caf::atom("drained")>;
 // (a shard's store) have been written, so it can wait for them with `await` before it
 // changes that memory: no copy, and no thread blocked. One per shard, linked to it.
 using write_tracker_actor = caf::typed_actor<
-  // One payload handed to the plane with written_signal(this) was written or dropped.
+  // A payload handed to the plane with written_signal(this) was written or dropped while
+  // the tracker had a wait.
   caf::reacts_to<written_atom>,
   // Answered once `issued` payloads in all were written or dropped.
   caf::replies_to<drained_atom, std::uint64_t>::with<caf::ok_atom>>;
 
+// What a shard, its tracker and the signals share: how many payloads are written, and
+// whether the tracker waits for some. A signal tells the tracker only then: a message per
+// written payload woke a scheduler thread for each pull answer (BENCHMARKS.md, "Readers
+// run the actors they wake").
+struct store_writes {
+  std::atomic<std::uint64_t> done{0};
+  std::atomic<bool> awaited{false};
+};
+
 struct write_tracker_state {
-  std::uint64_t written = 0;
   std::multimap<std::uint64_t, caf::typed_response_promise<caf::ok_atom>> waiting;  // by issued
   static inline const char* name = "write_tracker";
 };
 
-write_tracker_actor::behavior_type write_tracker(write_tracker_actor::stateful_pointer<write_tracker_state> self);
+write_tracker_actor::behavior_type write_tracker(write_tracker_actor::stateful_pointer<write_tracker_state> self,
+                                                 std::shared_ptr<store_writes> writes);
 
 // The `keep` to pass to data_plane::offload for values that the tracker should count:
-// its release (the payload written or dropped) adds one to `done` and tells the tracker.
-// `done` lets the owner skip the wait when every payload went out at once.
-std::shared_ptr<const void> written_signal(const write_tracker_actor& tracker,
-                                           std::shared_ptr<std::atomic<std::uint64_t>> done);
+// its release (the payload written or dropped) adds one to writes->done, and tells the
+// tracker if it waits. `done` lets the owner skip the wait when every payload went out.
+std::shared_ptr<const void> written_signal(const write_tracker_actor& tracker, std::shared_ptr<store_writes> writes);
 
 struct payload_claimer_state {
   struct waiting_claim {

@@ -70,7 +70,7 @@ float_block pull_values(self_ptr self, const shard_options& opts, const request_
   bool over_plane = opts.plane && hdr.reply_plane != 0;
   if (over_plane) {
     ++st.writes_issued;  // the signal fires once, also when the plane does not take it
-    if (auto named = opts.plane->offload(hdr.reply_plane, store.view(ranges, n), n, hdr.seq, written_signal(st.writes, st.writes_done)))
+    if (auto named = opts.plane->offload(hdr.reply_plane, store.view(ranges, n), n, hdr.seq, written_signal(st.writes, st.write_counts)))
       return *named;
   }
   std::vector<float> out(n);
@@ -131,7 +131,7 @@ void answer_pull(self_ptr self, const shard_options& opts, std::uint64_t token) 
 // (await) until they are written, since it might change the store under them.
 void await_store_writes(self_ptr self) {
   auto& st = self->state;
-  if (st.writes_awaited == st.writes_issued || *st.writes_done == st.writes_issued) return;  // all out already
+  if (st.writes_awaited == st.writes_issued || st.write_counts->done == st.writes_issued) return;  // all out already
   st.writes_awaited = st.writes_issued;
   self->request(st.writes, caf::infinite, drained_atom::value, st.writes_issued)
     .await([](caf::ok_atom) {}, [](caf::error&) {});  // the tracker ends only with the shard
@@ -1171,7 +1171,7 @@ void start_shard(self_ptr self, const shard_options& opts, const coordinator_act
   if (opts.plane) {
     opts.plane->lend_ring_payloads();  // updates are applied at once, straight from the ring
     self->state.claimer = self->spawn<caf::linked>(payload_claimer, opts.plane, true);
-    self->state.writes = self->spawn<caf::linked>(write_tracker);
+    self->state.writes = self->spawn<caf::linked>(write_tracker, self->state.write_counts);
     if (opts.plane->messages_enabled()) opts.plane->serve(caf::actor_cast<caf::strong_actor_ptr>(self), worker_request);
   }
   if (opts.replica) start_replica(self, opts, coordinator);

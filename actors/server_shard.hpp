@@ -101,7 +101,7 @@ struct shard_state {
   std::map<std::uint64_t, std::function<void()>> push_waiters;
   std::uint64_t writes_issued = 0;
   std::uint64_t writes_awaited = 0;
-  std::shared_ptr<std::atomic<std::uint64_t>> writes_done = std::make_shared<std::atomic<std::uint64_t>>(0);
+  std::shared_ptr<store_writes> write_counts = std::make_shared<store_writes>();
   int trace_fd = -1;
   std::uint64_t trace_copy = 0;  // this copy in the trace: its process id and actor id
   // Requests received, for the operator's status (psctl status): pushes (dense and rows)

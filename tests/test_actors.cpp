@@ -561,11 +561,14 @@ TEST_CASE_FIXTURE(fixture, "checkpointer: a round with a part that came while th
   alive.push_back(caf::actor_cast<caf::actor>(ckpt));
 }
 
-TEST_CASE_FIXTURE(fixture, "write tracker: drained is answered once as many payloads as issued are written or dropped") {
-  auto tracker = sys.spawn(write_tracker);
-  auto done = std::make_shared<std::atomic<std::uint64_t>>(0);
-  auto first = written_signal(tracker, done);
-  auto second = written_signal(tracker, done);
+TEST_CASE_FIXTURE(fixture, "write tracker: drained is answered once as many payloads as issued are written or "
+                           "dropped; a payload written while nobody waits sends it nothing") {
+  auto writes = std::make_shared<store_writes>();
+  auto tracker = sys.spawn(write_tracker, writes);
+  sched.run();
+  auto first = written_signal(tracker, writes);
+  auto second = written_signal(tracker, writes);
+  auto third = written_signal(tracker, writes);
   auto drained = std::make_shared<int>(0);
   auto ask = [&](std::uint64_t issued) {
     alive.push_back(sys.spawn([=](caf::event_based_actor* self) {
@@ -575,17 +578,21 @@ TEST_CASE_FIXTURE(fixture, "write tracker: drained is answered once as many payl
   ask(0);
   sched.run();
   CHECK(*drained == 1);  // nothing issued: at once
-  ask(2);
+  third.reset();         // written with no wait: counted, and no message wakes the tracker
+  CHECK(writes->done == 1);
+  CHECK_FALSE(sched.has_job());
+  ask(3);
   sched.run();
   CHECK(*drained == 1);  // two on their way
   first.reset();         // written
   sched.run();
-  CHECK(*done == 1);
+  CHECK(writes->done == 2);
   CHECK(*drained == 1);
   second.reset();  // dropped with its connection: counts the same
   sched.run();
-  CHECK(*done == 2);
+  CHECK(writes->done == 3);
   CHECK(*drained == 2);
+  CHECK_FALSE(writes->awaited);  // no wait left: later signals stay quiet
   alive.push_back(caf::actor_cast<caf::actor>(tracker));
 }
 
