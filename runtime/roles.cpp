@@ -135,7 +135,6 @@ int run_server_role(caf::actor_system& sys, const node_config& cfg) {
   caf::error reason;
   self->receive([&](caf::down_msg& dm) { reason = dm.reason; });  // the shard ends with the job, or on a fatal error
   bool ok = !reason || reason == caf::exit_reason::normal;
-  if (sopts.plane) add_plane_figures(line, *sopts.plane);
   return print_status(line, ok, code_of(reason), ok ? "" : describe(reason));
 }
 
