@@ -64,8 +64,9 @@ class kv_future {
   std::string error() const;
   // Waits; throws kv_error on failure; returns the pulled values (empty for push/init).
   std::vector<float> get();
-  // Runs f once the op completes (at once if it already has). f runs on the client's
-  // actor thread: keep it short and never block in it.
+  // Runs f once the op completes (at once if it already has). f runs where the client
+  // actor runs, a scheduler thread or a data-plane reader thread (inline_runner): keep
+  // it short and never block in it.
   void then(std::function<void(kv_future)> f);
 
  private:
