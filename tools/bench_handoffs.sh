@@ -1,0 +1,44 @@
+#!/bin/bash
+# Context switches and wake-ups per request while bench_kv runs one cell, 1 server x 1
+# worker: where timing is too noisy on this VM to see a change, the handoffs between
+# threads that a request costs can still be counted (BENCHMARKS.md, "Readers run the
+# actors they wake"). Needs perf (Debian's linux-perf) and root.
+# Usage: tools/bench_handoffs.sh BENCH_KV SIZE WINDOW push|pull [tcp|shm]
+#   e.g. tools/bench_handoffs.sh build/bin/bench_kv 4096 8 push
+# perf counts the whole machine for 2 s inside the cell (5 s per cell; a pull cell
+# follows its push cell), so run nothing else meanwhile.
+set -euo pipefail
+[ $# -ge 4 ] || { echo "usage: $0 BENCH_KV SIZE WINDOW push|pull [tcp|shm]" >&2; exit 2; }
+bench=$1 size=$2 window=$3 op=$4 transport=${5:-tcp}
+case $op in push) into=1.5 ;; pull) into=7 ;; *) echo "$0: op must be push or pull, not '$op'" >&2; exit 2 ;; esac
+out=$(mktemp -d)
+"$bench" --servers=1 --workers=1 --sizes="[$size]" --windows="[$window]" --transport="$transport" --cell-seconds=5 \
+  > "$out/rows.json" 2> "$out/stderr" &
+pid=$!
+for _ in $(seq 1 300); do
+  grep -q "registered (1 of 1 servers, 1 of 1 workers)" "$out/stderr" && break
+  kill -0 $pid 2>/dev/null || { echo "$0: bench_kv ended before its workers registered:" >&2; cat "$out/stderr" >&2; exit 1; }
+  sleep 0.1
+done
+sleep "$into"
+perf stat -e context-switches,sched:sched_wakeup,task-clock -a -x, -o "$out/perf" -- sleep 2
+wait $pid
+/usr/bin/python3 - "$out" "$op" "$size" "$window" "$transport" <<'PY'
+import json, sys
+out, op, size, window, transport = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5]
+rows = [json.loads(l) for l in open(f"{out}/rows.json") if '"op"' in l]
+row = [r for r in rows if r["op"] == op][0]
+rate = row["gbps"] * 1e9 / size
+counts = {}
+for line in open(f"{out}/perf"):
+    f = line.strip().split(",")
+    if len(f) > 3 and f[0].replace(".", "").isdigit():
+        counts[f[2]] = float(f[0])
+per_op = lambda event: counts[event] / (2 * rate)
+print(json.dumps({"op": op, "bytes": size, "window": int(window), "transport": transport,
+                  "requests_per_s": round(rate), "p50_us": round(row["p50_us"]),
+                  "context_switches_per_request": round(per_op("context-switches"), 2),
+                  "wakeups_per_request": round(per_op("sched:sched_wakeup"), 2),
+                  "cpu_ms_per_request": round(per_op("task-clock"), 4)}))
+PY
+rm -rf "$out"
