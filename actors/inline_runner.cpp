@@ -10,7 +10,7 @@ inline_runner::inline_runner(caf::actor_system& sys, std::size_t max_throughput)
 inline_runner::~inline_runner() { hand_over(); }
 
 void inline_runner::exec_later(caf::resumable* job) {
-  if (running_) {  // woken by an actor running here: not ours to run
+  if (!running_.empty()) {  // woken by an actor running here: not ours to run
     system().scheduler().enqueue(job);
     return;
   }
@@ -24,10 +24,8 @@ void inline_runner::hand_over() {
 
 // The scheduler's worker loop, for one turn of each actor (caf/scheduler/worker.hpp).
 void inline_runner::run() {
-  auto jobs = std::move(woken_);
-  woken_.clear();
-  running_ = true;
-  for (auto* job : jobs) {
+  running_.swap(woken_);  // no allocation per burst: both keep their room
+  for (auto* job : running_) {
     switch (job->resume(this, max_throughput_)) {
       case caf::resumable::resume_later:  // more to do: the reference goes with it
         system().scheduler().enqueue(job);
@@ -39,7 +37,7 @@ void inline_runner::run() {
         break;
     }
   }
-  running_ = false;
+  running_.clear();
 }
 
 }  // namespace ps

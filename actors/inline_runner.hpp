@@ -38,7 +38,7 @@ class inline_runner final : public caf::execution_unit {
  private:
   std::size_t max_throughput_;
   std::vector<caf::resumable*> woken_;  // each holds the reference enqueue added for it
-  bool running_ = false;
+  std::vector<caf::resumable*> running_;  // run()'s turn (empty outside it); kept for its room
 };
 
 }  // namespace ps

@@ -151,7 +151,19 @@ straggler_model fmnist_stragglers(const worker_context& ctx) {
 // "data_plane_answers": the requests it sent and the answers it got over data connections
 // instead of through CAF (--ps.direct-requests).
 std::string with_data_plane(json_line line, worker_context& ctx) {
-  if (const auto& plane = ctx.kv.options().plane) add_plane_figures(line, *plane);
+  if (const auto& plane = ctx.kv.options().plane) {
+    line["data_plane_sent"] = plane->bytes_sent();
+    line["data_plane_received"] = plane->bytes_received();
+    line["data_plane_shm_sent"] = plane->shm_bytes_sent();
+    line["data_plane_requests"] = plane->messages_sent();
+    line["data_plane_answers"] = plane->messages_received();
+    // Socket writes of plain frames, and the writes left to a connection's writer thread
+    // (a wake-up each): a payload that did not fit its ring's room, a socket that was full.
+    line["data_plane_socket_writes"] = plane->socket_writes();
+    line["data_plane_writer_thread_writes"] = plane->writer_thread_writes();
+    // Actors its reader threads ran themselves rather than waking a scheduler thread.
+    line["data_plane_reader_runs"] = plane->reader_runs();
+  }
   return line.dump();
 }
 

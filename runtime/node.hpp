@@ -276,9 +276,6 @@ pid_t spawn_psnode(const std::vector<std::string>& args);
 // A JSON line a program prints: fields in the order they were added.
 using json_line = nlohmann::ordered_json;
 
-// The plane's counters as the fields of a result line (data_plane_sent, ...).
-void add_plane_figures(json_line& line, const data_plane& plane);
-
 // Prints a program's last stdout line: `line` with "status" (ok, failed, stopped) and, when
 // not ok, "reason". Returns the exit status for that end (README: exit codes).
 int print_status(json_line line, bool ok, errc code, const std::string& reason);

@@ -29,20 +29,6 @@ void report_progress(worker_context& ctx, progress_report r) {
   ctx.report(r.to_json());
 }
 
-void add_plane_figures(json_line& line, const data_plane& plane) {
-  line["data_plane_sent"] = plane.bytes_sent();
-  line["data_plane_received"] = plane.bytes_received();
-  line["data_plane_shm_sent"] = plane.shm_bytes_sent();
-  line["data_plane_requests"] = plane.messages_sent();
-  line["data_plane_answers"] = plane.messages_received();
-  // Socket writes of plain frames, and the writes left to a connection's writer thread
-  // (a wake-up each): a payload that did not fit its ring's room, a socket that was full.
-  line["data_plane_socket_writes"] = plane.socket_writes();
-  line["data_plane_writer_thread_writes"] = plane.writer_thread_writes();
-  // Actors its reader threads ran themselves rather than waking a scheduler thread.
-  line["data_plane_reader_runs"] = plane.reader_runs();
-}
-
 std::shared_ptr<data_plane> data_plane_from(caf::actor_system& sys, const node_config& cfg) {
   if (cfg.data_plane_bytes == 0) return nullptr;
   // A payload is written before its message is sent, so it is late only when its sender
