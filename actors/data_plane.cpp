@@ -9,6 +9,7 @@
 #include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/time.h>
+#include <sched.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -192,10 +193,12 @@ std::string stall_or_error(std::chrono::milliseconds stall) {
 // A connection's bytes for its reader thread. Small reads (frame headers, messages) come
 // out of a buffer filled with as much as the socket has, so a burst of small frames costs
 // one recv instead of two per frame; large ones (payloads) go straight to where they
-// belong once the buffer is drained.
+// belong once the buffer is drained. Before the buffer's recv sleeps, it polls for `poll`
+// (data_plane's busy_poll), counting in `polled` the refills that polling found.
 class socket_reader {
  public:
-  explicit socket_reader(int fd) : fd_(fd), buf_(64u << 10) {}
+  socket_reader(int fd, std::chrono::microseconds poll, std::atomic<std::uint64_t>& polled)
+      : fd_(fd), buf_(64u << 10), poll_(poll), polled_(polled) {}
 
   // read_all's contract: all of iov, false with *why on end of stream, error or timeout.
   bool read(iovec* iov, std::size_t n, std::string* why, bool idle_ok = false) {
@@ -233,9 +236,27 @@ class socket_reader {
     }
     return any;
   }
+  // Polls the socket for up to poll_ without sleeping: true once bytes came (in the buffer),
+  // false when none came in time or the socket has news for a blocking recv (its end, an
+  // error). Each turn yields the vCPU to whatever else is runnable on it.
+  bool poll_for_bytes() {
+    const auto until = std::chrono::steady_clock::now() + poll_;
+    do {
+      auto k = ::recv(fd_, buf_.data(), buf_.size(), MSG_DONTWAIT);
+      if (k > 0) {
+        end_ = static_cast<std::size_t>(k);
+        ++polled_;
+        return true;
+      }
+      if (k == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) return false;
+      sched_yield();
+    } while (std::chrono::steady_clock::now() < until);
+    return false;
+  }
   // Fills the (drained) buffer with at least `wanted` bytes.
   bool refill(std::size_t wanted, std::string* why, bool idle_ok) {
     begin_ = end_ = 0;
+    if (poll_.count() > 0) poll_for_bytes();
     while (end_ < wanted) {
       auto k = ::recv(fd_, buf_.data() + end_, buf_.size() - end_, 0);
       if (k < 0 && errno == EINTR) continue;
@@ -256,6 +277,8 @@ class socket_reader {
   int fd_;
   std::vector<char> buf_;
   std::size_t begin_ = 0, end_ = 0;
+  std::chrono::microseconds poll_;
+  std::atomic<std::uint64_t>& polled_;
 };
 
 namespace {
@@ -271,10 +294,11 @@ std::uint64_t random_token() {
 
 data_plane::data_plane(const data_plane_address& at, std::uint64_t min_bytes, std::chrono::milliseconds claim_timeout,
                        std::chrono::milliseconds stall_timeout, std::optional<shared_secret> secret,
-                       std::size_t ring_bytes)
+                       std::size_t ring_bytes, std::chrono::microseconds busy_poll)
     : host_(at.advertised_host), token_(random_token()), min_bytes_(min_bytes), claim_timeout_(claim_timeout),
       stall_timeout_(stall_timeout), ring_bytes_(ring_bytes), store_(claim_timeout * 2),
-      buffers_(buffer_pool::make(512ull << 20)), secret_(std::move(secret)), link_(std::make_shared<plane_link>()) {
+      buffers_(buffer_pool::make(512ull << 20)), secret_(std::move(secret)), link_(std::make_shared<plane_link>()),
+      busy_poll_(busy_poll) {
   link_->plane = this;
   if (ring_bytes_ > 0) remove_stale_rings();
   listen_fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -594,7 +618,7 @@ void data_plane::read_frames(const std::shared_ptr<connection>& c, std::string* 
 
 void data_plane::read_loop(std::shared_ptr<connection> c) {
   std::string why;
-  c->in = std::make_unique<socket_reader>(c->fd);
+  c->in = std::make_unique<socket_reader>(c->fd, busy_poll_, polled_reads_);
   if (c->accepted && secret_ && !challenge_peer(c->fd, *secret_, stall_timeout_, &why)) {
     if (!stopping_) log_line(log_level::warning, c->name + ": " + why + "; closing it");
     drop(c, why);

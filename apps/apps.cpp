@@ -163,6 +163,7 @@ std::string with_data_plane(json_line line, worker_context& ctx) {
     line["data_plane_writer_thread_writes"] = plane->writer_thread_writes();
     // Actors its reader threads ran themselves rather than waking a scheduler thread.
     line["data_plane_reader_runs"] = plane->reader_runs();
+    line["data_plane_polled_reads"] = plane->polled_reads();
   }
   return line.dump();
 }

@@ -3,16 +3,17 @@
 # worker: where timing is too noisy on this VM to see a change, the handoffs between
 # threads that a request costs can still be counted (BENCHMARKS.md, "Readers run the
 # actors they wake"). Needs perf (Debian's linux-perf) and root.
-# Usage: tools/bench_handoffs.sh BENCH_KV SIZE WINDOW push|pull [tcp|shm]
-#   e.g. tools/bench_handoffs.sh build/bin/bench_kv 4096 8 push
+# Usage: tools/bench_handoffs.sh BENCH_KV SIZE WINDOW push|pull [tcp|shm [FLAG...]]
+#   e.g. tools/bench_handoffs.sh build/bin/bench_kv 4096 8 push tcp --ps.busy-poll-us=0
 # perf counts the whole machine for 2 s inside the cell (5 s per cell; a pull cell
 # follows its push cell), so run nothing else meanwhile.
 set -euo pipefail
-[ $# -ge 4 ] || { echo "usage: $0 BENCH_KV SIZE WINDOW push|pull [tcp|shm]" >&2; exit 2; }
+[ $# -ge 4 ] || { echo "usage: $0 BENCH_KV SIZE WINDOW push|pull [tcp|shm [FLAG...]]" >&2; exit 2; }
 bench=$1 size=$2 window=$3 op=$4 transport=${5:-tcp}
+shift $(( $# < 5 ? $# : 5 ))  # what is left: flags for bench_kv
 case $op in push) into=1.5 ;; pull) into=7 ;; *) echo "$0: op must be push or pull, not '$op'" >&2; exit 2 ;; esac
 out=$(mktemp -d)
-"$bench" --servers=1 --workers=1 --sizes="[$size]" --windows="[$window]" --transport="$transport" --cell-seconds=5 \
+"$bench" --servers=1 --workers=1 --sizes="[$size]" --windows="[$window]" --transport="$transport" --cell-seconds=5 "$@" \
   > "$out/rows.json" 2> "$out/stderr" &
 pid=$!
 for _ in $(seq 1 300); do
