@@ -36,12 +36,15 @@ caf::behavior ticker(caf::event_based_actor* self, held_promises held) {
 struct plane_fixture {
   caf::actor_system_config cfg;
   caf::actor_system sys;
-  std::unique_ptr<data_plane> worker = std::make_unique<data_plane>("127.0.0.1", 1024, 10s, 10s);
-  std::unique_ptr<data_plane> server = std::make_unique<data_plane>("127.0.0.1", 1024, 10s, 10s);
+  std::unique_ptr<data_plane> worker, server;
   caf::scoped_actor asker{sys};
   std::vector<caf::actor> tickers;  // ended with the fixture
 
-  plane_fixture() : sys(init(cfg)) {
+  // busy_poll: how long the planes' readers poll before they sleep (data_plane's).
+  explicit plane_fixture(std::chrono::microseconds busy_poll = 0us)
+      : sys(init(cfg)),
+        worker(std::make_unique<data_plane>("127.0.0.1", 1024, 10s, 10s, std::nullopt, 0, busy_poll)),
+        server(std::make_unique<data_plane>("127.0.0.1", 1024, 10s, 10s, std::nullopt, 0, busy_poll)) {
     worker->enable_messages(sys);
     server->enable_messages(sys);
     worker->serve(caf::actor_cast<caf::strong_actor_ptr>(asker), [](caf::message_id mid, const caf::message&) {
@@ -81,6 +84,11 @@ struct plane_fixture {
       .receive([&](std::uint64_t c) { out = c; }, [&](caf::error& e) { out = std::move(e); });
     return out;
   }
+};
+
+// Planes whose readers poll far longer than any answer here takes to come.
+struct polling_planes : plane_fixture {
+  polling_planes() : plane_fixture(10s) {}
 };
 
 // Sends each number it is sent to `to` as a clock tick (a tick of clock 0 is never
@@ -147,6 +155,28 @@ TEST_CASE_FIXTURE(plane_fixture, "plane messages: the reader thread that reads a
   // Each tick found the ticker idle (only this reader feeds it, and it ran it to the end).
   CHECK(server->reader_runs() == runs_before + 20);
   CHECK(worker->reader_runs() == 0);  // the asker blocks: it is never woken through a runner
+}
+
+TEST_CASE_FIXTURE(polling_planes, "plane messages: a reader that polls before it sleeps finds each answer by "
+                                  "polling, and the answers are right") {
+  auto proxy = connect_to(spawn_ticker());
+  const auto polled_before = worker->polled_reads();
+  for (std::uint64_t c = 1; c <= 20; ++c) {
+    auto answer = tick(proxy, c);
+    REQUIRE_MESSAGE(answer, describe(answer.error()));
+    CHECK(*answer == c + 1);
+  }
+  // Each answer came while the worker's reader still polled after the frame before it
+  // (10 s of polling; a tick takes well under that), so none of them needed a wake-up.
+  CHECK(worker->polled_reads() >= polled_before + 20);
+  CHECK(server->polled_reads() >= 20);
+}
+
+TEST_CASE_FIXTURE(plane_fixture, "plane messages: a reader that does not poll never counts a polled read") {
+  auto proxy = connect_to(spawn_ticker());
+  for (std::uint64_t c = 1; c <= 5; ++c) REQUIRE(tick(proxy, c));
+  CHECK(worker->polled_reads() == 0);
+  CHECK(server->polled_reads() == 0);
 }
 
 TEST_CASE_FIXTURE(plane_fixture, "plane messages: frames sent while a write batch is open leave in one write when "
