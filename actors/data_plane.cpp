@@ -468,6 +468,7 @@ bool data_plane::offer_ring(const std::shared_ptr<connection>& c) {
   try {
     c->out_nonce = random_token();
     c->out_ring = shm_ring::create(c->out_nonce, ring_bytes_);
+    c->out_ring->poll_before_waiting(busy_poll_);
   } catch (const bad_request& e) {
     log_line(log_level::warning, c->name + ": no shared memory (" + e.what() + "); payloads go over TCP");
     c->out_ring.reset();
@@ -484,12 +485,16 @@ void data_plane::take_ring(const std::shared_ptr<connection>& c, const bulk_head
   if (c->in_ring) throw bad_request("a second ring frame");
   std::string why = "this side keeps to TCP (--ps.shm-ring-bytes=0)";
   if (ring_bytes_ > 0) c->in_ring = shm_ring::open(static_cast<std::uint32_t>(h.bytes), h.id, &why);
-  if (!c->in_ring) log_line(log_level::debug, c->name + ": " + why + "; payloads come over TCP");
-  // Payloads lent from the ring and not claimed yet (their claims may come only after
-  // payloads still to come through it) are copied out when the writer needs their room.
-  else c->in_ring->when_held_by_lent([this, peer = c->peer.load()] {
-    store_.own_lent(peer, std::bind_front(&data_plane::copied, this));
-  });
+  if (!c->in_ring) {
+    log_line(log_level::debug, c->name + ": " + why + "; payloads come over TCP");
+  } else {
+    c->in_ring->poll_before_waiting(busy_poll_);
+    // Payloads lent from the ring and not claimed yet (their claims may come only after
+    // payloads still to come through it) are copied out when the writer needs their room.
+    c->in_ring->when_held_by_lent([this, peer = c->peer.load()] {
+      store_.own_lent(peer, std::bind_front(&data_plane::copied, this));
+    });
+  }
   send_or_queue(c, data_plane_frame{encode_bulk_header({bulk_kind::ring_ok, h.id, c->in_ring ? 1u : 0u}), {}, nullptr,
                                     0, bulk_header_bytes});
 }

@@ -2,6 +2,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <semaphore.h>
 #include <signal.h>
 #include <sys/mman.h>
@@ -206,22 +207,49 @@ struct gap {
   std::size_t size() const { return bytes; }
 };
 
+// How a side waits for the other: polling for `poll` first (shm_ring::poll_before_waiting),
+// then on `sem`, which the other side posts after each move.
+struct ring_wait {
+  sem_t* sem;
+  std::chrono::microseconds poll;
+};
+
+// Asks `ready()` until it is true or wait.poll passed, yielding the vCPU between asks.
+// True: the other side moved without this one sleeping; the posts meant for a sleeper are
+// taken back, so the semaphore's count stays small (a later wait asks again first anyway).
+template <class Ready>
+bool polled(const ring_wait& wait, Ready ready) {
+  if (wait.poll.count() <= 0) return false;
+  const auto until = std::chrono::steady_clock::now() + wait.poll;
+  do {
+    sched_yield();
+    if (ready()) {
+      while (sem_trywait(wait.sem) == 0) {
+      }
+      return true;
+    }
+  } while (std::chrono::steady_clock::now() < until);
+  return false;
+}
+
 // One side's pass over its pieces from position `at`: `theirs` is the other side's
-// counter; `open(at, theirs)` is how many bytes this side may move now (0: wait on
-// `wait_on`, for at most `slice()`, and ask again), `copy(piece, ring_offset,
+// counter; `open(at, theirs)` is how many bytes this side may move now (0: poll, then wait
+// on the semaphore for at most `slice()`, and ask again), `copy(piece, ring_offset,
 // piece_offset, n)` moves them, and `moved(at)` publishes the new position and tells the
 // other side.
 template <class Piece, class Open, class Slice, class Copy, class Moved>
 bool pass(std::span<const Piece> pieces, std::uint64_t at, const std::atomic<std::uint64_t>& theirs,
-          std::size_t capacity, sem_t* wait_on, Open open, Slice slice, Copy copy, Moved moved,
+          std::size_t capacity, const ring_wait& wait, Open open, Slice slice, Copy copy, Moved moved,
           const shm_ring::alive_check& alive, std::chrono::milliseconds stall, const char* what, std::string* why) {
   std::optional<std::chrono::steady_clock::time_point> waiting_since;  // since the last move
+  auto opened = [&] { return open(at, theirs.load(std::memory_order_acquire)) > 0; };
   for (auto piece : pieces) {
     for (std::size_t off = 0; off < piece.size();) {
       const auto ready = open(at, theirs.load(std::memory_order_acquire));
       if (ready == 0) {
         if (!waiting_since) waiting_since = std::chrono::steady_clock::now();
-        if (!wait_once(wait_on, slice(), alive, *waiting_since, stall, what, why)) return false;
+        if (!polled(wait, opened) && !wait_once(wait.sem, slice(), alive, *waiting_since, stall, what, why))
+          return false;
         continue;
       }
       waiting_since.reset();
@@ -264,10 +292,10 @@ bool shm_ring::write(std::span<const std::span<const std::byte>> pieces, const a
   std::size_t total = 0;
   for (auto p : pieces) total += p.size();
   const gap skip[] = {{pad_before(written(), total)}};
-  return pass(std::span<const gap>(skip), written(), c.tail, capacity_, &c.room, room, plain_slices, no_copy, moved,
+  const ring_wait wait{&c.room, poll_};
+  return pass(std::span<const gap>(skip), written(), c.tail, capacity_, wait, room, plain_slices, no_copy, moved,
               alive, stall, "room", why) &&
-         pass(pieces, written(), c.tail, capacity_, &c.room, room, plain_slices, copy_in, moved, alive, stall, "room",
-              why);
+         pass(pieces, written(), c.tail, capacity_, wait, room, plain_slices, copy_in, moved, alive, stall, "room", why);
 }
 
 // What the reader may take now. When nothing, and lent records have held the writer for
@@ -297,8 +325,8 @@ bool shm_ring::reader_pass(std::span<const Piece> pieces, std::uint64_t at, Copy
     lending_->moved_to(to);
     if (frees) sem_post(&c.room);
   };
-  return pass(pieces, at, c.head, capacity_, &c.data, std::bind_front(&shm_ring::available, this), slice, copy, moved,
-              alive, stall, "data", why);
+  return pass(pieces, at, c.head, capacity_, ring_wait{&c.data, poll_}, std::bind_front(&shm_ring::available, this),
+              slice, copy, moved, alive, stall, "data", why);
 }
 
 bool shm_ring::skip_to_record(std::size_t bytes, const alive_check& alive, std::chrono::milliseconds stall,

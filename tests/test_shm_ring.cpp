@@ -29,9 +29,9 @@ std::vector<std::byte> pattern(std::size_t n, unsigned seed) {
 
 bool ring_listed(const std::string& name) { return ::access(("/dev/shm" + name).c_str(), F_OK) == 0; }
 
-}  // namespace
-
-TEST_CASE("shm ring: payloads larger than the ring arrive whole and in order, in pieces of any size") {
+// 3 payloads, 3.5 MiB in all through a 1 MiB ring, the reader taking them in other cuts;
+// both sides poll for `poll` before each wait.
+void check_whole_and_in_order(std::chrono::microseconds poll) {
   auto nonce = fresh_nonce();
   auto ring = shm_ring::create(nonce, 1u << 20);
   REQUIRE(ring_listed(ring->name()));
@@ -39,8 +39,9 @@ TEST_CASE("shm ring: payloads larger than the ring arrive whole and in order, in
   auto peer = shm_ring::open(static_cast<std::uint32_t>(::getpid()), nonce, &why);
   REQUIRE_MESSAGE(peer, why);
   CHECK_FALSE(ring_listed(ring->name()));  // the name goes once both have it mapped
+  ring->poll_before_waiting(poll);
+  peer->poll_before_waiting(poll);
 
-  // 3 payloads, 3.5 MiB in all through a 1 MiB ring; the reader takes them in other cuts.
   std::vector<std::vector<std::byte>> sent{pattern(2'500'001, 1), pattern(7, 2), pattern(1'200'000, 3)};
   std::thread writer([&] {
     std::string wwhy;
@@ -60,6 +61,18 @@ TEST_CASE("shm ring: payloads larger than the ring arrive whole and in order, in
   writer.join();
   CHECK(peer->consumed() == 2'500'001u + 7 + 1'200'000);
   CHECK(ring->written() == peer->consumed());
+}
+
+}  // namespace
+
+TEST_CASE("shm ring: payloads larger than the ring arrive whole and in order, in pieces of any size") {
+  check_whole_and_in_order(std::chrono::microseconds(0));
+}
+
+TEST_CASE("shm ring: sides that poll before they wait move the same bytes, whether the poll finds the other side "
+          "or runs out") {
+  check_whole_and_in_order(std::chrono::microseconds(200));  // found mostly
+  check_whole_and_in_order(std::chrono::microseconds(1));    // runs out: they sleep too
 }
 
 TEST_CASE("shm ring: a reader in another process gets the bytes; one in another /dev/shm is told there is no ring") {
