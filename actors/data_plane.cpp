@@ -9,7 +9,6 @@
 #include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/time.h>
-#include <sched.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -25,6 +24,7 @@
 #include <caf/make_actor.hpp>
 
 #include "actors/inline_runner.hpp"
+#include "libps/busy_poll.hpp"
 #include "libps/codec.hpp"
 #include "libps/log.hpp"
 #include "libps/shm_ring.hpp"
@@ -65,6 +65,7 @@ struct data_plane::connection {
   int holds = 0;                // under out_mtx: write_batches holding the queue (none writes it meanwhile)
   std::thread reader, writer;
   std::atomic<int> loops_ended{0};  // 2: both threads are done, so they join at once
+  bool peer_here = false;           // its peer is a process on this host (peer_on_this_host)
   // Shared memory (same host): our ring for payloads to the peer, usable once the peer
   // said it mapped it (ring_ready), and the peer's ring its ring payloads come through
   // (the reader thread's alone).
@@ -152,6 +153,17 @@ bool write_all(int fd, iovec* iov, int n) {
   return true;
 }
 
+// Whether the socket's peer is a process on this host: its address is a loopback one, or
+// this end's own (a connection to one's own address stays inside the host).
+bool peer_on_this_host(int fd) {
+  sockaddr_in mine{}, theirs{};
+  socklen_t mine_len = sizeof mine, theirs_len = sizeof theirs;
+  if (::getsockname(fd, reinterpret_cast<sockaddr*>(&mine), &mine_len) != 0 ||
+      ::getpeername(fd, reinterpret_cast<sockaddr*>(&theirs), &theirs_len) != 0 || theirs.sin_family != AF_INET)
+    return false;
+  return (ntohl(theirs.sin_addr.s_addr) >> 24) == 127 || theirs.sin_addr.s_addr == mine.sin_addr.s_addr;
+}
+
 // Fills all of iov (modified): false on end of stream, error or a receive timeout in the
 // middle (why says which). idle_ok: a timeout before the first byte means "no frame yet".
 bool read_all(int fd, iovec* iov, std::size_t n, std::string* why, bool idle_ok = false) {
@@ -197,8 +209,8 @@ std::string stall_or_error(std::chrono::milliseconds stall) {
 // (data_plane's busy_poll), counting in `polled` the refills that polling found.
 class socket_reader {
  public:
-  socket_reader(int fd, std::chrono::microseconds poll, std::atomic<std::uint64_t>& polled)
-      : fd_(fd), buf_(64u << 10), poll_(poll), polled_(polled) {}
+  socket_reader(int fd, shared_poll_budget poll, std::atomic<std::uint64_t>& polled)
+      : fd_(fd), buf_(64u << 10), poll_(std::move(poll)), polled_(polled) {}
 
   // read_all's contract: all of iov, false with *why on end of stream, error or timeout.
   bool read(iovec* iov, std::size_t n, std::string* why, bool idle_ok = false) {
@@ -236,27 +248,24 @@ class socket_reader {
     }
     return any;
   }
-  // Polls the socket for up to poll_ without sleeping: true once bytes came (in the buffer),
-  // false when none came in time or the socket has news for a blocking recv (its end, an
-  // error). Each turn yields the vCPU to whatever else is runnable on it.
-  bool poll_for_bytes() {
-    const auto until = std::chrono::steady_clock::now() + poll_;
-    do {
-      auto k = ::recv(fd_, buf_.data(), buf_.size(), MSG_DONTWAIT);
-      if (k > 0) {
-        end_ = static_cast<std::size_t>(k);
-        ++polled_;
-        return true;
-      }
-      if (k == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) return false;
-      sched_yield();
-    } while (std::chrono::steady_clock::now() < until);
-    return false;
+  // Polls the socket without sleeping (poll_while_idle): bytes that come meanwhile land in
+  // the buffer. It stops, too, when the socket has news for a blocking recv (its end, an
+  // error).
+  void poll_for_bytes() {
+    ssize_t k = -1;
+    poll_while_idle(budget_now(poll_), [&] {
+      k = ::recv(fd_, buf_.data(), buf_.size(), MSG_DONTWAIT);
+      return k >= 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+    });
+    if (k > 0) {
+      end_ = static_cast<std::size_t>(k);
+      ++polled_;
+    }
   }
   // Fills the (drained) buffer with at least `wanted` bytes.
   bool refill(std::size_t wanted, std::string* why, bool idle_ok) {
     begin_ = end_ = 0;
-    if (poll_.count() > 0) poll_for_bytes();
+    poll_for_bytes();
     while (end_ < wanted) {
       auto k = ::recv(fd_, buf_.data() + end_, buf_.size() - end_, 0);
       if (k < 0 && errno == EINTR) continue;
@@ -277,7 +286,7 @@ class socket_reader {
   int fd_;
   std::vector<char> buf_;
   std::size_t begin_ = 0, end_ = 0;
-  std::chrono::microseconds poll_;
+  shared_poll_budget poll_;
   std::atomic<std::uint64_t>& polled_;
 };
 
@@ -298,7 +307,9 @@ data_plane::data_plane(const data_plane_address& at, std::uint64_t min_bytes, st
     : host_(at.advertised_host), token_(random_token()), min_bytes_(min_bytes), claim_timeout_(claim_timeout),
       stall_timeout_(stall_timeout), ring_bytes_(ring_bytes), store_(claim_timeout * 2),
       buffers_(buffer_pool::make(512ull << 20)), secret_(std::move(secret)), link_(std::make_shared<plane_link>()),
-      busy_poll_(busy_poll) {
+      busy_poll_(busy_poll),
+      poll_budget_(std::make_shared<std::atomic<std::int64_t>>(
+        poll_budget(busy_poll, 0, std::thread::hardware_concurrency()).count())) {
   link_->plane = this;
   if (ring_bytes_ > 0) remove_stale_rings();
   listen_fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -367,6 +378,8 @@ void data_plane::add(std::shared_ptr<connection> c) {
   reap();
   std::lock_guard<std::mutex> guard(mtx_);
   conns_.push_back(c);
+  c->peer_here = peer_on_this_host(c->fd);
+  count_peer_here(*c, +1);
   c->reader = std::thread([this, c] {
     read_loop(c);
     ++c->loops_ended;
@@ -375,6 +388,12 @@ void data_plane::add(std::shared_ptr<connection> c) {
     write_loop(c);
     ++c->loops_ended;
   });
+}
+
+void data_plane::count_peer_here(connection& c, int delta) {
+  if (!c.peer_here) return;
+  peers_here_ += delta;
+  poll_budget_->store(poll_budget(busy_poll_, peers_here_, std::thread::hardware_concurrency()).count());
 }
 
 void data_plane::reap() {
@@ -405,6 +424,7 @@ void data_plane::drop(const std::shared_ptr<connection>& c, const std::string& w
   std::lock_guard<std::mutex> guard(mtx_);
   std::erase_if(proxies_, [&](const auto& p) { return p.first.first == c->peer; });  // holders keep theirs
   std::erase(conns_, c);
+  count_peer_here(*c, -1);
   dead_.push_back(c);
   std::erase_if(expected_, [&](const auto& e) { return e.first.first == c->peer; });  // it will not answer
 }
@@ -468,7 +488,7 @@ bool data_plane::offer_ring(const std::shared_ptr<connection>& c) {
   try {
     c->out_nonce = random_token();
     c->out_ring = shm_ring::create(c->out_nonce, ring_bytes_);
-    c->out_ring->poll_before_waiting(busy_poll_);
+    c->out_ring->poll_before_waiting(poll_budget_);
   } catch (const bad_request& e) {
     log_line(log_level::warning, c->name + ": no shared memory (" + e.what() + "); payloads go over TCP");
     c->out_ring.reset();
@@ -488,7 +508,7 @@ void data_plane::take_ring(const std::shared_ptr<connection>& c, const bulk_head
   if (!c->in_ring) {
     log_line(log_level::debug, c->name + ": " + why + "; payloads come over TCP");
   } else {
-    c->in_ring->poll_before_waiting(busy_poll_);
+    c->in_ring->poll_before_waiting(poll_budget_);
     // Payloads lent from the ring and not claimed yet (their claims may come only after
     // payloads still to come through it) are copied out when the writer needs their room.
     c->in_ring->when_held_by_lent([this, peer = c->peer.load()] {
@@ -623,7 +643,7 @@ void data_plane::read_frames(const std::shared_ptr<connection>& c, std::string* 
 
 void data_plane::read_loop(std::shared_ptr<connection> c) {
   std::string why;
-  c->in = std::make_unique<socket_reader>(c->fd, busy_poll_, polled_reads_);
+  c->in = std::make_unique<socket_reader>(c->fd, poll_budget_, polled_reads_);
   if (c->accepted && secret_ && !challenge_peer(c->fd, *secret_, stall_timeout_, &why)) {
     if (!stopping_) log_line(log_level::warning, c->name + ": " + why + "; closing it");
     drop(c, why);

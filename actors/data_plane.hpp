@@ -30,6 +30,7 @@
 #include "actors/message_frames.hpp"
 #include "actors/messages.hpp"
 #include "libps/bulk.hpp"
+#include "libps/busy_poll.hpp"
 #include "libps/secret.hpp"
 #include "libps/shm_ring.hpp"
 
@@ -65,9 +66,9 @@ class data_plane {
   // payloads then go through the ring while the connection carries their headers (and
   // tells when either side dies). A peer elsewhere cannot map it: payloads stay on TCP.
   // 0: no rings offered, none taken. busy_poll: how long a connection's reader polls its
-  // socket for the next frame before it sleeps in recv (0: it sleeps at once). A sleeping
-  // thread on an idle vCPU took about 50 us to wake on this machine kind, more than a
-  // small request's work; polling keeps the vCPU awake for answers that follow soon.
+  // socket for the next frame, and a ring's side the other side, before it sleeps (0: it
+  // sleeps at once), while no other thread wants its vCPU and while this process and its
+  // peers on this host fit its CPUs (libps/busy_poll.hpp).
   data_plane(const data_plane_address& at, std::uint64_t min_bytes, std::chrono::milliseconds claim_timeout,
              std::chrono::milliseconds stall_timeout, std::optional<shared_secret> secret = std::nullopt,
              std::size_t ring_bytes = 0, std::chrono::microseconds busy_poll = std::chrono::microseconds(0));
@@ -174,6 +175,9 @@ class data_plane {
   // Reads of frames that found their bytes while the reader polled (busy_poll): each a
   // sleep and a wake-up saved.
   std::uint64_t polled_reads() const { return polled_reads_; }
+  // The poll budget in effect: busy_poll, or 0 while this process and the peers it is
+  // connected to on this host are more than its CPUs.
+  std::chrono::microseconds poll_budget_now() const { return budget_now(poll_budget_); }
   // Requests sent over data connections whose answers have not come.
   std::size_t requests_unanswered() const;
 
@@ -242,6 +246,9 @@ class data_plane {
   // Requests sent on c and not yet answered are answered with errc::unsent.
   void fail_unanswered(connection& c, const std::string& why);
   void add(std::shared_ptr<connection> c);
+  // Counts c's peer among those on this host (delta +1 or -1) if it is one, and sets the
+  // poll budget for the count. Under mtx_.
+  void count_peer_here(connection& c, int delta);
   void drop(const std::shared_ptr<connection>& c, const std::string& why);
   // Joins the threads of ended connections and closes their descriptors.
   void reap();
@@ -290,6 +297,8 @@ class data_plane {
   std::atomic<std::uint64_t> writer_thread_writes_{0};
   std::atomic<std::uint64_t> reader_runs_{0};
   std::chrono::microseconds busy_poll_;
+  std::shared_ptr<std::atomic<std::int64_t>> poll_budget_;  // what readers and rings poll with now
+  std::size_t peers_here_ = 0;                               // connections to this host; under mtx_
   std::atomic<std::uint64_t> polled_reads_{0};
 };
 

@@ -2,7 +2,6 @@
 
 #include <dirent.h>
 #include <fcntl.h>
-#include <sched.h>
 #include <semaphore.h>
 #include <signal.h>
 #include <sys/mman.h>
@@ -19,6 +18,7 @@
 #include <new>
 #include <optional>
 
+#include "libps/busy_poll.hpp"
 #include "libps/keys.hpp"
 
 namespace ps {
@@ -214,22 +214,15 @@ struct ring_wait {
   std::chrono::microseconds poll;
 };
 
-// Asks `ready()` until it is true or wait.poll passed, yielding the vCPU between asks.
-// True: the other side moved without this one sleeping; the posts meant for a sleeper are
-// taken back, so the semaphore's count stays small (a later wait asks again first anyway).
+// poll_while_idle for ready(). True: the other side moved without this one sleeping; the
+// posts meant for a sleeper are taken back, so the semaphore's count stays small (a later
+// wait asks again first anyway).
 template <class Ready>
 bool polled(const ring_wait& wait, Ready ready) {
-  if (wait.poll.count() <= 0) return false;
-  const auto until = std::chrono::steady_clock::now() + wait.poll;
-  do {
-    sched_yield();
-    if (ready()) {
-      while (sem_trywait(wait.sem) == 0) {
-      }
-      return true;
-    }
-  } while (std::chrono::steady_clock::now() < until);
-  return false;
+  if (!poll_while_idle(wait.poll, ready)) return false;
+  while (sem_trywait(wait.sem) == 0) {
+  }
+  return true;
 }
 
 // One side's pass over its pieces from position `at`: `theirs` is the other side's
@@ -292,7 +285,7 @@ bool shm_ring::write(std::span<const std::span<const std::byte>> pieces, const a
   std::size_t total = 0;
   for (auto p : pieces) total += p.size();
   const gap skip[] = {{pad_before(written(), total)}};
-  const ring_wait wait{&c.room, poll_};
+  const ring_wait wait{&c.room, budget_now(poll_)};
   return pass(std::span<const gap>(skip), written(), c.tail, capacity_, wait, room, plain_slices, no_copy, moved,
               alive, stall, "room", why) &&
          pass(pieces, written(), c.tail, capacity_, wait, room, plain_slices, copy_in, moved, alive, stall, "room", why);
@@ -325,7 +318,7 @@ bool shm_ring::reader_pass(std::span<const Piece> pieces, std::uint64_t at, Copy
     lending_->moved_to(to);
     if (frees) sem_post(&c.room);
   };
-  return pass(pieces, at, c.head, capacity_, ring_wait{&c.data, poll_}, std::bind_front(&shm_ring::available, this),
+  return pass(pieces, at, c.head, capacity_, ring_wait{&c.data, budget_now(poll_)}, std::bind_front(&shm_ring::available, this),
               slice, copy, moved, alive, stall, "data", why);
 }
 

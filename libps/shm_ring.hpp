@@ -23,6 +23,8 @@
 #include <span>
 #include <string>
 
+#include "libps/busy_poll.hpp"
+
 namespace ps {
 
 struct shm_ring_control;  // the shared header (shm_ring.cpp)
@@ -87,10 +89,11 @@ class shm_ring {
   // counts what the writer may use again, so a lent record counts once it returned.
   std::uint64_t written() const;
   std::uint64_t consumed() const;
-  // Before a wait on the other side, this side polls for it this long (0, the default:
-  // it sleeps at once). A side asleep on an idle vCPU took about 50 us to wake here, a
-  // tenth of a 1 MiB payload's copy; polling keeps slices moving while both sides copy.
-  void poll_before_waiting(std::chrono::microseconds poll) { poll_ = poll; }
+  // Before a wait on the other side, this side polls for it as long as `budget` says then
+  // (none, the default: it sleeps at once; libps/busy_poll.hpp). A side asleep on an idle
+  // vCPU took about 50 us to wake here, a tenth of a 1 MiB payload's copy; polling keeps
+  // slices moving while both sides copy.
+  void poll_before_waiting(shared_poll_budget budget) { poll_ = std::move(budget); }
   // Bytes the writer may copy in now without waiting.
   std::size_t room() const { return capacity_ - static_cast<std::size_t>(written() - consumed()); }
 
@@ -111,7 +114,7 @@ class shm_ring {
   std::optional<std::chrono::steady_clock::time_point> held_since_;  // the reader's: when the hold began
   bool owner_;
   bool linked_;
-  std::chrono::microseconds poll_{0};
+  shared_poll_budget poll_;
 };
 
 // Removes the rings in /dev/shm made by processes no longer running (a creator that died

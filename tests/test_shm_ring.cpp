@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <numeric>
 #include <random>
 #include <thread>
@@ -39,8 +40,9 @@ void check_whole_and_in_order(std::chrono::microseconds poll) {
   auto peer = shm_ring::open(static_cast<std::uint32_t>(::getpid()), nonce, &why);
   REQUIRE_MESSAGE(peer, why);
   CHECK_FALSE(ring_listed(ring->name()));  // the name goes once both have it mapped
-  ring->poll_before_waiting(poll);
-  peer->poll_before_waiting(poll);
+  auto budget = std::make_shared<const std::atomic<std::int64_t>>(poll.count());
+  ring->poll_before_waiting(budget);
+  peer->poll_before_waiting(budget);
 
   std::vector<std::vector<std::byte>> sent{pattern(2'500'001, 1), pattern(7, 2), pattern(1'200'000, 3)};
   std::thread writer([&] {
