@@ -62,20 +62,22 @@ int run_shape(caf::actor_system& sys, ps::node_config& cfg, const ps::job_settin
                             if (!cells.count(key)) order.push_back(key);
                             cells[key].push_back(std::move(c));
                           }, {}});
-  std::uint64_t shm_sent = 0, writes = 0, writer_thread_writes = 0;
+  std::uint64_t shm_sent = 0, writes = 0, writer_thread_writes = 0, polled_reads = 0;
   for (const auto& [id, result] : res.results) {
     auto r = nlohmann::json::parse(result, nullptr, false);
     if (!r.is_object()) continue;  // a worker that failed says so in res.failures
     shm_sent += r.value("data_plane_shm_sent", std::uint64_t{0});
     writes += r.value("data_plane_socket_writes", std::uint64_t{0});
     writer_thread_writes += r.value("data_plane_writer_thread_writes", std::uint64_t{0});
+    polled_reads += r.value("data_plane_polled_reads", std::uint64_t{0});
   }
   // On stderr (stdout is the rows): how often a worker's sending thread could not write a
-  // frame itself (a ring without room, a full socket) and woke its connection's writer.
+  // frame itself (a ring without room, a full socket) and woke its connection's writer,
+  // and how many frames its readers found by polling (--ps.busy-poll-us).
   std::fprintf(stderr, "bench_kv: %zux%zu %s: the workers' planes made %llu socket writes of plain frames and left %llu "
-                       "writes to their writer threads\n",
+                       "writes to their writer threads; their readers found %llu frames by polling\n",
                s.servers, s.workers, s.transport.c_str(), static_cast<unsigned long long>(writes),
-               static_cast<unsigned long long>(writer_thread_writes));
+               static_cast<unsigned long long>(writer_thread_writes), static_cast<unsigned long long>(polled_reads));
   auto transport = s.transport == "shm" && shm_sent == 0 ? "tcp" : s.transport;
   if (transport != s.transport)
     std::fprintf(stderr, "bench_kv: no payload went through shared memory (no ring could be shared); rows say tcp\n");
