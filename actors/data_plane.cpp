@@ -248,19 +248,17 @@ class socket_reader {
     }
     return any;
   }
-  // Polls the socket without sleeping (poll_while_idle): bytes that come meanwhile land in
-  // the buffer. It stops, too, when the socket has news for a blocking recv (its end, an
-  // error).
+  // Asks whether the socket has anything for recv (bytes, its end, an error) without
+  // sleeping (poll_while_idle), so that the recv after it need not sleep. It asks with
+  // poll(2), which takes no lock: recv does, and asking with it held up the sender's
+  // sendmsg on the same connection (TCP 1 MiB at window 1: 0.66-0.72x with recv).
   void poll_for_bytes() {
-    ssize_t k = -1;
-    poll_while_idle(budget_now(poll_), [&] {
-      k = ::recv(fd_, buf_.data(), buf_.size(), MSG_DONTWAIT);
-      return k >= 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+    const bool ready = poll_while_idle(budget_now(poll_), [this] {
+      pollfd asked{fd_, POLLIN, 0};
+      const int n = ::poll(&asked, 1, 0);
+      return n != 0 && !(n < 0 && errno == EINTR);
     });
-    if (k > 0) {
-      end_ = static_cast<std::size_t>(k);
-      ++polled_;
-    }
+    if (ready) ++polled_;
   }
   // Fills the (drained) buffer with at least `wanted` bytes.
   bool refill(std::size_t wanted, std::string* why, bool idle_ok) {
