@@ -153,6 +153,9 @@ bool write_all(int fd, iovec* iov, int n) {
   return true;
 }
 
+// The plane whose reader or writer this thread is (data_plane::shared).
+thread_local const data_plane* own_plane = nullptr;
+
 // Whether the socket's peer is a process on this host: its address is a loopback one, or
 // this end's own (a connection to one's own address stays inside the host).
 bool peer_on_this_host(int fd) {
@@ -370,6 +373,15 @@ data_plane::~data_plane() {
   conns_.clear();
   dead_.clear();
   proxies_.clear();
+}
+
+std::shared_ptr<data_plane> data_plane::shared(std::unique_ptr<data_plane> plane) {
+  return std::shared_ptr<data_plane>(plane.release(), [](data_plane* p) {
+    if (own_plane == p)
+      std::thread([p] { delete p; }).detach();  // this thread ends once p's destructor shut its socket
+    else
+      delete p;
+  });
 }
 
 void data_plane::add(std::shared_ptr<connection> c) {
@@ -640,6 +652,7 @@ void data_plane::read_frames(const std::shared_ptr<connection>& c, std::string* 
 }
 
 void data_plane::read_loop(std::shared_ptr<connection> c) {
+  own_plane = this;
   std::string why;
   c->in = std::make_unique<socket_reader>(c->fd, poll_budget_, polled_reads_);
   if (c->accepted && secret_ && !challenge_peer(c->fd, *secret_, stall_timeout_, &why)) {
@@ -1054,6 +1067,7 @@ bool data_plane::into_ring(const std::shared_ptr<connection>& c, const data_plan
 // connection ends or the plane stops. A write that fails ends the connection, so every
 // claim of its payloads fails at once at the receiver, naming it.
 void data_plane::write_loop(std::shared_ptr<connection> c) {
+  own_plane = this;
   for (;;) {
     std::vector<data_plane_frame> frames;  // plain ones together: one sendmsg for a burst of small frames
     bool by_ring = false;

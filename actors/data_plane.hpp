@@ -73,6 +73,10 @@ class data_plane {
              std::chrono::milliseconds stall_timeout, std::optional<shared_secret> secret = std::nullopt,
              std::size_t ring_bytes = 0, std::chrono::microseconds busy_poll = std::chrono::microseconds(0));
   ~data_plane();
+  // The plane, shared, for owners that may let go of it last on one of the plane's own
+  // threads (an actor that a reader ran ends there, and with it its state's share): its
+  // destructor joins those threads, so it then runs on a thread of its own instead.
+  static std::shared_ptr<data_plane> shared(std::unique_ptr<data_plane> plane);
   data_plane(const data_plane&) = delete;
   data_plane& operator=(const data_plane&) = delete;
 

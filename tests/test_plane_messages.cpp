@@ -284,3 +284,51 @@ TEST_CASE("plane messages: a message frame to a side that takes none closes the 
   CHECK(::recv(fd, &byte, 1, 0) == 0);  // closed (the plane logs why)
   ::close(fd);
 }
+
+namespace {
+
+// Answers ticks; a tick of clock 99 ends it, and with it the share of `plane` it holds.
+caf::behavior plane_holder(caf::event_based_actor* self, std::shared_ptr<data_plane> plane) {
+  return {[=](clock_atom, const request_header& h) -> std::uint64_t {
+    if (h.clock == 99) self->quit();
+    return plane ? h.clock + 1 : 0;
+  }};
+}
+
+}  // namespace
+
+TEST_CASE("plane messages: a shared plane whose last owner lets go on the plane's own reader thread ends there "
+          "without joining that thread") {
+  caf::actor_system_config cfg;
+  caf::actor_system sys(plane_fixture::init(cfg));
+  auto server = data_plane::shared(std::make_unique<data_plane>("127.0.0.1", 1024, 10s, 10s));
+  auto worker = std::make_unique<data_plane>("127.0.0.1", 1024, 10s, 10s);
+  server->enable_messages(sys);
+  worker->enable_messages(sys);
+  caf::scoped_actor asker{sys};
+  worker->serve(caf::actor_cast<caf::strong_actor_ptr>(asker),
+                [](caf::message_id mid, const caf::message&) { return mid.is_response(); });
+  auto holder = sys.spawn(plane_holder, server);
+  server->serve(caf::actor_cast<caf::strong_actor_ptr>(holder), [](caf::message_id mid, const caf::message&) {
+    return mid.is_request();
+  });
+  std::string why;
+  REQUIRE_MESSAGE(worker->connect(server->token(), "127.0.0.1", server->port(), &why), why);
+  REQUIRE(worker->takes_messages(server->token(), 5s));
+  auto proxy = caf::actor_cast<caf::actor>(worker->proxy(server->token(), holder.id(), holder.node()));
+  REQUIRE(proxy);
+  auto tick = [&](std::uint64_t clock) {
+    std::uint64_t answer = 0;
+    asker->request(proxy, 10s, clock_atom::value, request_header{1, 0, clock, 7})
+      .receive([&](std::uint64_t c) { answer = c; }, [&](caf::error&) {});
+    return answer;
+  };
+  CHECK(tick(1) == 2);
+  std::weak_ptr<data_plane> gone = server;
+  server.reset();  // the holder's share is the last: it ends with the holder, on the reader that runs it
+  CHECK(tick(99) == 100);
+  holder = nullptr;
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (!gone.expired() && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
+  CHECK(gone.expired());
+}
