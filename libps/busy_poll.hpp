@@ -33,10 +33,11 @@ inline std::chrono::microseconds poll_budget(std::chrono::microseconds wanted, s
 inline constexpr std::chrono::microseconds yield_ran_another{10};
 
 // Asks ready() until it says true (then true), `budget` passed, or a yield between asks
-// ran another thread (then false, after one last ask): the caller then sleeps as it
-// would without polling. A budget of 0 asks nothing.
+// took longer than `give_way` (it ran another thread: then false, after one last ask): the
+// caller then sleeps as it would without polling. A budget of 0 asks nothing.
 template <class Ready>
-bool poll_while_idle(std::chrono::microseconds budget, Ready&& ready) {
+bool poll_while_idle(std::chrono::microseconds budget, Ready&& ready,
+                     std::chrono::microseconds give_way = yield_ran_another) {
   if (budget.count() <= 0) return false;
   using clock = std::chrono::steady_clock;
   const auto until = clock::now() + budget;
@@ -45,7 +46,7 @@ bool poll_while_idle(std::chrono::microseconds budget, Ready&& ready) {
     const auto before = clock::now();
     if (before >= until) return false;
     sched_yield();
-    if (clock::now() - before > yield_ran_another) return ready();
+    if (clock::now() - before > give_way) return ready();
   }
 }
 
