@@ -130,7 +130,8 @@ void node_config::declare_tuning_options() {
                                              "(0: through CAF)")
     .add(busy_poll_us, "busy-poll-us", "a data connection's reader polls its socket this many microseconds for the "
                                        "next frame (and a shared-memory ring's side for the other side) before it "
-                                       "sleeps, while no other thread wants its vCPU (0: sleeps at once): waking a "
+                                       "sleeps, while no other thread wants its vCPU and while its process and its "
+                                       "peers on its host fit the host's CPUs (0: sleeps at once): waking a "
                                        "thread on an idle vCPU took about 50 us here, more than a small request's work")
     .add(timeout_ms, "timeout-ms", "timeout of every push/pull request")
     .add(max_message_bytes, "max-message-bytes", "largest message a peer may announce; a larger one closes its "
