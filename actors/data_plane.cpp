@@ -1355,6 +1355,12 @@ namespace {
 using claimer_ptr = payload_claimer_actor::stateful_pointer<payload_claimer_state>;
 
 // Answers the waiting claims of (origin, ticket) whose payload can be claimed now.
+// A failed claim's error: errc::payload_lost where asking again may get the payload.
+caf::error claim_error(const bad_request& e) {
+  if (dynamic_cast<const payload_lost*>(&e)) return make_error(errc::payload_lost, e.what());
+  return make_ps_error(e.what());
+}
+
 void answer_claims(claimer_ptr self, data_plane& plane, std::pair<std::uint64_t, std::uint64_t> key) {
   auto& waiting = self->state.waiting;
   for (auto it = waiting.find(key); it != waiting.end() && it->first == key;) {
@@ -1364,7 +1370,7 @@ void answer_claims(claimer_ptr self, data_plane& plane, std::pair<std::uint64_t,
       if (!values) return;  // not yet (a duplicate claim took it): wait on
       claim.promise.deliver(std::move(*values));
     } catch (const bad_request& e) {
-      claim.promise.deliver(make_ps_error(e.what()));
+      claim.promise.deliver(claim_error(e));
     }
     it = waiting.erase(it);
   }
@@ -1396,7 +1402,7 @@ payload_claimer_actor::behavior_type payload_claimer(claimer_ptr self, std::shar
       try {
         if (auto values = plane->try_claim(block, self->state.lent_ok)) return std::move(*values);
       } catch (const bad_request& e) {
-        return make_ps_error(e.what());
+        return claim_error(e);
       }
       auto key = std::make_pair(block.origin, block.ticket);
       auto rp = self->make_response_promise<float_block>();
@@ -1418,7 +1424,7 @@ payload_claimer_actor::behavior_type payload_claimer(claimer_ptr self, std::shar
           ++it;
           continue;
         }
-        it->second.promise.deliver(make_ps_error("payload " + std::to_string(ticket) + " (" +
+        it->second.promise.deliver(make_error(errc::payload_lost, "payload " + std::to_string(ticket) + " (" +
                                                  std::to_string(it->second.block.size) + " floats) from " +
                                                  plane->origin_name(origin) + " did not arrive within " +
                                                  std::to_string(plane->claim_timeout().count()) + " ms"));

@@ -97,6 +97,8 @@ struct op_request {
   // place (0: none). Set on the first send only, so at most one payload ever lands in
   // a chunk's part of the result.
   std::vector<std::uint64_t> landing;
+  // A pull's per-chunk count of answers whose payload was lost and that were asked again.
+  std::vector<std::uint8_t> payload_asks;
   std::shared_ptr<kv_op_state> op;
   // A push that ends an iteration: its last chunk to each shard carries the clock tick
   // (request_header::tick); shards it does not reach get a plain tick. 0: none.
@@ -837,12 +839,36 @@ void withdraw_landing(const chunk_send& s) {
   if (!s.req->landing.empty() && s.req->landing[s.c] != 0) s.self->state.plane->forget(s.req->landing[s.c], s.hdr.seq);
 }
 
+void queue_chunk(client_ptr self, const std::shared_ptr<op_request>& req, std::size_t c, bool ticks);
+
+// How often one pull chunk is asked again for a payload that was lost.
+constexpr std::uint8_t max_payload_asks = 2;
+
+// A pull chunk's answer named a payload that cannot come any more (errc::payload_lost):
+// the copy that answered may have died before writing it, maybe before its process ever
+// connected to this one (then no end of a connection tells, only the claim timeout). A
+// read is safe to ask again: it goes to the chunk's shard as the client knows it now (after
+// a failover, the new tail). False when it was asked again enough, or its shard is gone.
+bool ask_again_for_payload(const chunk_send& s, const std::string& why) {
+  auto& st = s.self->state;
+  auto& req = *s.req;
+  if (req.payload_asks.empty()) req.payload_asks.resize(req.chunks.size());
+  if (req.payload_asks[s.c] >= max_payload_asks || req.op->done_flag() || !st.index.count(req.chunks[s.c].shard))
+    return false;
+  ++req.payload_asks[s.c];
+  log_line(log_level::warning, "worker " + std::to_string(st.worker) + ": pull of " + describe_keys(req.chunks[s.c]) +
+                                   ": " + why + "; asking " + st.routes[s.idx].link.name + " again");
+  queue_chunk(s.self, s.req, s.c, false);  // its part of the result is copied in (landing stays taken)
+  return true;
+}
+
 // A pull's answer: claimed (it may come over the data plane, and may still be on its way
 // there: then the claimer answers once it landed), then checked and put in place.
 void pull_answered(const chunk_send& s, float_block& values) {
   auto& st = s.self->state;
-  auto failed = [s](const std::string& why) {
+  auto failed = [s](const std::string& why, bool lost) {
     withdraw_landing(s);
+    if (lost && ask_again_for_payload(s, why)) return;
     s.req->op->finish("pull of " + describe_keys(s.req->chunks[s.c]) + " failed: " +
                       s.self->state.routes[s.idx].link.name + ": " + why);
   };
@@ -850,11 +876,12 @@ void pull_answered(const chunk_send& s, float_block& values) {
   try {
     claimed = claim_values(st.plane.get(), values);
   } catch (const bad_request& e) {
-    return failed(e.what());
+    return failed(e.what(), dynamic_cast<const payload_lost*>(&e) != nullptr);
   }
   if (claimed) return pull_landed(s, *claimed);
   s.self->request(st.claimer, caf::infinite, claim_atom::value, values)
-    .then([s](float_block& landed) { pull_landed(s, landed); }, [failed](caf::error& err) { failed(describe(err)); });
+    .then([s](float_block& landed) { pull_landed(s, landed); },
+          [failed](caf::error& err) { failed(describe(err), code_of(err) == errc::payload_lost); });
 }
 
 void pull_landed(const chunk_send& s, float_block& values) {

@@ -238,7 +238,7 @@ caf::error make_error(errc code, std::string text) {
 
 errc code_of(const caf::error& err) {
   if (err && err.category() == ps_category && err.code() >= 1 &&
-      err.code() <= static_cast<std::uint8_t>(errc::unsent))
+      err.code() <= static_cast<std::uint8_t>(errc::payload_lost))
     return static_cast<errc>(err.code());
   return errc::failed;
 }

@@ -536,6 +536,7 @@ enum class errc : std::uint8_t {
   terminated,   // stopped by SIGTERM on the coordinator
   moved,        // the keys or rows of a request have a new owner (a newer map): send it again by it
   unsent,       // the data connection a request went on ended before its answer came: send it again through CAF
+  payload_lost, // a payload an answer named never came (libps/bulk.hpp payload_lost): a read may ask again
 };
 caf::error make_error(errc code, std::string text);
 // The errc of an ActorPS error; errc::failed for any other error.

@@ -181,7 +181,7 @@ std::optional<landed_values> payload_store::try_take(std::uint64_t origin, std::
     if (got != count) throw bad_request(what() + ": the data connection delivered " + std::to_string(got) + " floats");
     return values;
   }
-  if (auto c = closed_.find(origin); c != closed_.end()) throw bad_request(what() + " did not arrive: " + c->second);
+  if (auto c = closed_.find(origin); c != closed_.end()) throw payload_lost(what() + " did not arrive: " + c->second);
   return std::nullopt;
 }
 
@@ -194,8 +194,8 @@ landed_values payload_store::take(std::uint64_t origin, std::uint64_t ticket, st
     if (payloads_.count({origin, ticket}) || closed_.count(origin)) continue;
     if (cv_.wait_until(lock, deadline) == std::cv_status::timeout && !payloads_.count({origin, ticket}) &&
         !closed_.count(origin))
-      throw bad_request("payload " + std::to_string(ticket) + " (" + std::to_string(count) + " floats) from " + from +
-                        " did not arrive within " + std::to_string(timeout.count()) + " ms");
+      throw payload_lost("payload " + std::to_string(ticket) + " (" + std::to_string(count) + " floats) from " + from +
+                         " did not arrive within " + std::to_string(timeout.count()) + " ms");
   }
 }
 

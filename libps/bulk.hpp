@@ -21,6 +21,8 @@
 #include <string>
 #include <vector>
 
+#include "libps/keys.hpp"
+
 namespace ps {
 
 enum class bulk_kind : std::uint32_t {
@@ -89,6 +91,12 @@ struct landed_values {
 };
 
 // Payloads received and not yet claimed, by (origin token, ticket). Thread-safe.
+// A payload an answer named that cannot come any more: its connection ended first, or
+// the claim timeout passed. Unlike other bad_requests, asking again may get it.
+struct payload_lost : bad_request {
+  using bad_request::bad_request;
+};
+
 class payload_store {
  public:
   // Payloads nobody claimed for this long are dropped (their message was lost).
@@ -103,8 +111,8 @@ class payload_store {
   // A new connection from origin: its claims wait again.
   void open_origin(std::uint64_t origin);
   // The payload's values (null: they landed in place), waiting up to `timeout` for it.
-  // Throws bad_request when it does not come, when the origin's connection closed first,
-  // or when it holds another number of floats than `count`. from: the origin's name.
+  // Throws payload_lost when it does not come or the origin's connection closed first,
+  // bad_request when it holds another number of floats than `count`. from: the origin's name.
   // Blocks: for threads of their own; an actor uses try_take and on_ready.
   landed_values take(std::uint64_t origin, std::uint64_t ticket, std::uint64_t count, std::chrono::milliseconds timeout,
                      const std::string& from);

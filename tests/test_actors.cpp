@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <deque>
 
 #include "actors/checkpointer.hpp"
 #include "actors/row_io.hpp"
@@ -134,9 +135,12 @@ TEST_CASE_FIXTURE(fixture, "bad requests get errors naming the shard and the pro
 
 namespace {
 
-// A shard that accepts requests and never answers (a hung peer).
+// A shard that accepts requests and never answers (a hung peer), but for the pulls it
+// was given answers for.
 struct silent_state {
   std::vector<caf::response_promise> held;
+  std::deque<float_block> pull_answers;
+  std::size_t pulls = 0;
 };
 shard_actor::behavior_type silent_shard(shard_actor::stateful_pointer<silent_state> self) {
   auto hold = [=] {
@@ -156,6 +160,12 @@ shard_actor::behavior_type silent_shard(shard_actor::stateful_pointer<silent_sta
       return caf::delegated<std::uint64_t>();
     },
     [=](pull_atom, const request_header&, const range_list&) -> caf::result<float_block> {
+      ++self->state.pulls;
+      if (auto& answers = self->state.pull_answers; !answers.empty()) {
+        auto answer = std::move(answers.front());
+        answers.pop_front();
+        return answer;
+      }
       hold();
       return caf::delegated<float_block>();
     },
@@ -297,6 +307,46 @@ TEST_CASE_FIXTURE(fixture, "a request bounced by a shard that ended with it unre
   CHECK(f.error().find("shard 0 (test) is down") != std::string::npos);
   CHECK(g.error().find("shard 0 (test) is down") != std::string::npos);
   CHECK(kv.awaited_answers() == 0);
+}
+
+TEST_CASE_FIXTURE(fixture, "a pull whose answer names a payload that never comes is asked again, twice at most") {
+  // The answering copy died before writing the payload, before its process ever connected
+  // to this one: no end of a connection tells, only the claim timeout (50 ms here).
+  auto s = sys.spawn(silent_shard);
+  auto view = one_shard_view(s);
+  kv_client_options opts{0, default_chunk_bytes, milliseconds(60000)};
+  opts.plane = data_plane::shared(std::make_unique<data_plane>("127.0.0.1", 1024, milliseconds(50), milliseconds(10000)));
+  kv_client kv(sys, view, {{0, "shard 0 (test)", s}}, opts);
+  auto& shard = dynamic_cast<shard_actor::stateful_pointer<silent_state>>(caf::actor_cast<caf::abstract_actor*>(s))
+                  ->state;
+  float_block lost;  // what a dead copy's answer says: ticket 9 of a process never heard of
+  lost.size = 3;
+  lost.ticket = 9;
+  lost.origin = 0x5eed;
+  auto claim_times_out = [&] {
+    sched.clock().advance_time(milliseconds(50));
+    sched.run();
+  };
+  shard.pull_answers = {lost, float_block::own({1.0f, 2.0f, 3.0f})};
+  auto f = kv.pull(key_set::single({0, 3}));
+  sched.run();
+  CHECK(shard.pulls == 1);
+  CHECK_FALSE(f.ready());  // its claim waits
+  claim_times_out();
+  CHECK(shard.pulls == 2);  // asked again, and answered with the values this time
+  REQUIRE(f.ready());
+  CHECK(f.get() == std::vector<float>{1.0f, 2.0f, 3.0f});
+
+  // A payload lost every time: the third loss fails the pull, naming it.
+  shard.pull_answers = {lost, lost, lost};
+  auto g = kv.pull(key_set::single({0, 3}));
+  sched.run();
+  for (int ask = 0; ask < 3; ++ask) claim_times_out();
+  CHECK(shard.pulls == 5);
+  REQUIRE(g.ready());
+  CHECK(g.error().find("payload 9 (3 floats) from process 24301 did not arrive within 50 ms") != std::string::npos);
+  caf::anon_send_exit(s, caf::exit_reason::kill);
+  sched.run();
 }
 
 TEST_CASE_FIXTURE(fixture, "a request sent again after --ps.retry-ms awaits one answer, not one per sending") {
