@@ -182,6 +182,9 @@ class data_plane {
   // The poll budget in effect: busy_poll, or 0 while this process and the peers it is
   // connected to on this host are more than its CPUs.
   std::chrono::microseconds poll_budget_now() const { return budget_now(poll_budget_); }
+  // Whether this process and its peers on its host outnumber the host's CPUs now
+  // (libps/host_share.hpp): clients then keep fewer bytes in flight.
+  bool host_crowded() const { return crowded_.load(std::memory_order_relaxed); }
   // Requests sent over data connections whose answers have not come.
   std::size_t requests_unanswered() const;
 
@@ -301,8 +304,10 @@ class data_plane {
   std::atomic<std::uint64_t> writer_thread_writes_{0};
   std::atomic<std::uint64_t> reader_runs_{0};
   std::chrono::microseconds busy_poll_;
+  unsigned cpus_;  // the host's
   std::shared_ptr<std::atomic<std::int64_t>> poll_budget_;  // what readers and rings poll with now
   std::size_t peers_here_ = 0;                               // connections to this host; under mtx_
+  std::atomic<bool> crowded_{false};                         // host_crowded(peers_here_, cpus_)
   std::atomic<std::uint64_t> polled_reads_{0};
 };
 

@@ -241,6 +241,7 @@ struct client_state {
   // connection cost quadratic copying (window 8 x 16 MiB ran 4x slower than window 1).
   // Chunks beyond inflight_limit bytes wait here instead.
   std::uint64_t inflight_limit = 0;
+  std::uint64_t crowded_inflight_limit = 0;  // instead, on a crowded host, when smaller
   std::shared_ptr<kv_cluster_events> stats;
   // The map requests are planned by (shared with the caller's thread through stats) and
   // its epoch; requests planned by an older one may still be on their way.
@@ -375,7 +376,9 @@ void pump(client_ptr self, std::size_t idx) {
     if (read_would_overtake(st.routes[idx])) return;
     if (held_by_fence(st, st.routes[idx].queued.front())) return;
     auto bytes = st.routes[idx].queued.front().bytes;
-    if (st.routes[idx].inflight_bytes > 0 && st.routes[idx].inflight_bytes + bytes > st.inflight_limit) return;
+    const auto budget = st.plane && st.plane->host_crowded() ? std::min(st.inflight_limit, st.crowded_inflight_limit)
+                                                             : st.inflight_limit;
+    if (st.routes[idx].inflight_bytes > 0 && st.routes[idx].inflight_bytes + bytes > budget) return;
     auto r = std::move(st.routes[idx].queued.front());
     st.routes[idx].queued.pop_front();
     launch(self, idx, std::move(r));
@@ -1258,6 +1261,7 @@ void init_client(client_ptr self, std::vector<shard_link> shards, std::vector<sh
   }
   st.timeout = opts.timeout;
   st.inflight_limit = opts.inflight_bytes;
+  st.crowded_inflight_limit = opts.crowded_inflight_bytes;
   st.coordinator = opts.coordinator;
   st.reconnect = opts.reconnect;
   st.worker_handle = opts.worker_handle;

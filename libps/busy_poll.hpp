@@ -14,6 +14,8 @@
 
 #include <sched.h>
 
+#include "libps/host_share.hpp"
+
 namespace ps {
 
 // A budget in microseconds that its owner changes while pollers read it (0: no polling).
@@ -26,7 +28,7 @@ inline std::chrono::microseconds budget_now(const shared_poll_budget& budget) {
 // The budget a process polls with: `wanted` while it and its `peers_here` (peers on its
 // host) fit in `cpus`, else 0.
 inline std::chrono::microseconds poll_budget(std::chrono::microseconds wanted, std::size_t peers_here, unsigned cpus) {
-  return peers_here + 1 <= cpus ? wanted : std::chrono::microseconds(0);
+  return host_crowded(peers_here, cpus) ? std::chrono::microseconds(0) : wanted;
 }
 
 // A yield that took longer than this ran another thread on this vCPU.

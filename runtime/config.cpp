@@ -116,6 +116,9 @@ void node_config::declare_tuning_options() {
     .add(push_chunk_bytes, "push-chunk-bytes", "largest value payload per push message (the smaller of this and "
                                                "--ps.chunk-bytes): shards sum a push chunk by chunk as it arrives")
     .add(inflight_bytes, "inflight-bytes", "bytes in flight per shard before chunks queue in the client")
+    .add(crowded_inflight_bytes, "crowded-inflight-bytes",
+         "the smaller budget that replaces --ps.inflight-bytes while the worker and its peers on its host outnumber "
+         "the host's CPUs (another request in flight then adds no overlap, only bytes for the caches)")
     .add(metrics_ms, "metrics-ms", "interval of --metrics' progress lines")
     .add(data_plane_port, "data-plane-port", "port of the data connections' listener (0: any free port)")
     .add(data_plane_bytes, "data-plane-bytes", "value blocks of at least this many bytes travel over a plain TCP "
@@ -386,6 +389,7 @@ void node_config::validate() const {
   if (shm_push_ring_bytes < (64u << 10) || shm_push_ring_bytes > (1u << 30))
     throw bad_request("--ps.shm-push-ring-bytes must be in [64 KiB, 1 GiB]");
   if (inflight_bytes < 1) throw bad_request("--ps.inflight-bytes must be >= 1");
+  if (crowded_inflight_bytes < 1) throw bad_request("--ps.crowded-inflight-bytes must be >= 1");
   if (busy_poll_us > 100000) throw bad_request("--ps.busy-poll-us must be <= 100000 (0.1 s)");
   if (timeout_ms < 1) throw bad_request("--ps.timeout-ms must be >= 1");
   if (bucket_bits > 40) throw bad_request("--ps.bucket-bits must be <= 40");

@@ -95,7 +95,8 @@ kv_client_options client_options(caf::actor_system& sys, const node_config& cfg,
           coord, cfg.fault_spec().kill_clock(fault_plan::role::worker, reg.id),
           retry_interval(cfg), cfg.fault_spec(), std::move(plane), cfg.pull_codec(),
           [&sys](const std::string& host, std::uint16_t port) { connect_to<shard_actor>(sys, host, port); },
-          reconnect_from(sys, cfg), std::move(worker), reg.barrier_generation, cfg.push_chunk_bytes};
+          reconnect_from(sys, cfg), std::move(worker), reg.barrier_generation, cfg.push_chunk_bytes,
+          cfg.crowded_inflight_bytes};
 }
 
 }  // namespace

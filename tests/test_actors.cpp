@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <deque>
+#include <thread>
 
 #include "actors/checkpointer.hpp"
 #include "actors/row_io.hpp"
@@ -141,6 +142,7 @@ struct silent_state {
   std::vector<caf::response_promise> held;
   std::deque<float_block> pull_answers;
   std::size_t pulls = 0;
+  std::size_t pushes = 0;
 };
 shard_actor::behavior_type silent_shard(shard_actor::stateful_pointer<silent_state> self) {
   auto hold = [=] {
@@ -148,6 +150,7 @@ shard_actor::behavior_type silent_shard(shard_actor::stateful_pointer<silent_sta
   };
   return {
     [=](push_atom, const request_header&, const range_list&, const float_block&) -> caf::result<std::uint64_t> {
+      ++self->state.pushes;
       hold();
       return caf::delegated<std::uint64_t>();
     },
@@ -347,6 +350,39 @@ TEST_CASE_FIXTURE(fixture, "a pull whose answer names a payload that never comes
   CHECK(g.error().find("payload 9 (3 floats) from process 24301 did not arrive within 50 ms") != std::string::npos);
   caf::anon_send_exit(s, caf::exit_reason::kill);
   sched.run();
+}
+
+TEST_CASE_FIXTURE(fixture, "on a crowded host the client keeps --ps.crowded-inflight-bytes in flight per shard, "
+                           "not --ps.inflight-bytes") {
+  const auto cpus = std::max(1u, std::thread::hardware_concurrency());
+  auto plane = data_plane::shared(std::make_unique<data_plane>("127.0.0.1", 1024, milliseconds(10000), milliseconds(10000)));
+  auto pushes_in_flight = [&](bool crowded) {
+    auto s = sys.spawn(silent_shard);
+    auto view = one_shard_view(s);
+    kv_client_options opts{0, default_chunk_bytes, milliseconds(60000)};
+    opts.plane = plane;  // 1 MiB push chunks, 8 MiB in flight, 1 MiB on a crowded host: the defaults
+    kv_client kv(sys, view, {{0, "shard 0 (test)", s}}, opts);
+    REQUIRE(plane->host_crowded() == crowded);
+    const key_type keys = 4u << 18;  // 4 MiB of floats: 4 push chunks
+    kv.push(key_set::single({0, keys}), std::vector<float>(keys, 1.0f));
+    sched.run();
+    auto pushes = dynamic_cast<shard_actor::stateful_pointer<silent_state>>(caf::actor_cast<caf::abstract_actor*>(s))
+                    ->state.pushes;
+    caf::anon_send_exit(s, caf::exit_reason::kill);
+    sched.run();
+    return pushes;
+  };
+  CHECK(pushes_in_flight(cpus < 2) == (cpus < 2 ? 1u : 4u));
+  // Peers on this host, as many as the CPUs: with the plane's process, more than the CPUs.
+  std::vector<std::unique_ptr<data_plane>> peers;
+  for (unsigned i = 0; i < cpus; ++i) {
+    peers.push_back(std::make_unique<data_plane>("127.0.0.1", 1024, milliseconds(10000), milliseconds(10000)));
+    std::string why;
+    REQUIRE_MESSAGE(peers.back()->connect(plane->token(), "127.0.0.1", plane->port(), &why), why);
+  }
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!plane->host_crowded() && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
+  CHECK(pushes_in_flight(true) == 1u);
 }
 
 TEST_CASE_FIXTURE(fixture, "a request sent again after --ps.retry-ms awaits one answer, not one per sending") {

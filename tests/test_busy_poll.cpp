@@ -70,6 +70,9 @@ TEST_CASE("busy poll: a process polls while it and its peers on its host fit the
   CHECK(poll_budget(200us, 2, 2) == 0us);    // a worker of 2 servers on 2 vCPUs
   CHECK(poll_budget(200us, 7, 8) == 200us);
   CHECK(poll_budget(0us, 0, 8) == 0us);
+  CHECK_FALSE(host_crowded(1, 2));
+  CHECK(host_crowded(2, 2));
+  CHECK(host_crowded(1, 1));
   CHECK(budget_now(nullptr) == 0us);
   CHECK(budget_now(std::make_shared<const std::atomic<std::int64_t>>(50)) == 50us);
 }

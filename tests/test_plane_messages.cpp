@@ -172,8 +172,8 @@ TEST_CASE_FIXTURE(polling_planes, "plane messages: readers that poll before they
   // The fixture's planes end next, their readers polling for 10 s: their ends wake them.
 }
 
-TEST_CASE_FIXTURE(polling_planes, "plane messages: a plane stops polling while it has more peers on its host than "
-                                  "CPUs beside it, and polls again once they leave") {
+TEST_CASE_FIXTURE(polling_planes, "plane messages: a plane stops polling and counts its host crowded while it has "
+                                  "more peers on its host than CPUs beside it, and polls again once they leave") {
   connect_to(spawn_ticker());  // worker <-> server over loopback: one peer here each
   const auto cpus = std::max(1u, std::thread::hardware_concurrency());
   const auto wanted = std::chrono::microseconds(10s);
@@ -189,11 +189,14 @@ TEST_CASE_FIXTURE(polling_planes, "plane messages: a plane stops polling while i
   const auto deadline = std::chrono::steady_clock::now() + 10s;
   while (server->poll_budget_now() != 0us && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
   CHECK(server->poll_budget_now() == 0us);
+  CHECK(server->host_crowded());
   CHECK(worker->poll_budget_now() == (cpus >= 2 ? wanted : 0us));  // the worker's count is its own
+  CHECK(worker->host_crowded() == (cpus < 2));
   more.clear();  // their connections end: the server drops them as its readers see the ends
   while (server->poll_budget_now() == 0us && cpus >= 2 && std::chrono::steady_clock::now() < deadline + 10s)
     std::this_thread::yield();
   CHECK(server->poll_budget_now() == (cpus >= 2 ? wanted : 0us));
+  CHECK(server->host_crowded() == (cpus < 2));
 }
 
 TEST_CASE_FIXTURE(plane_fixture, "plane messages: a reader that does not poll never counts a polled read") {
