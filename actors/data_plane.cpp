@@ -1201,6 +1201,11 @@ std::shared_ptr<data_plane::connection> data_plane::connection_to(std::uint64_t 
   return nullptr;
 }
 
+bool data_plane::sends_by_ring(std::uint64_t peer) const {
+  auto c = connection_to(peer);
+  return c && c->ring_ready;
+}
+
 caf::strong_actor_ptr data_plane::proxy(std::uint64_t peer, caf::actor_id remote, const caf::node_id& node) {
   if (!sys_ || peer == 0) return nullptr;
   auto c = connection_to(peer);

@@ -185,6 +185,8 @@ class data_plane {
   // Whether this process and its peers on its host outnumber the host's CPUs now
   // (libps/host_share.hpp): clients then keep fewer bytes in flight.
   bool host_crowded() const { return crowded_.load(std::memory_order_relaxed); }
+  // Whether payloads to peer go through a shared-memory ring (the peer mapped ours).
+  bool sends_by_ring(std::uint64_t peer) const;
   // Requests sent over data connections whose answers have not come.
   std::size_t requests_unanswered() const;
 

@@ -363,6 +363,15 @@ void report_if_idle(client_ptr self, std::size_t idx) {
   self->send(st.coordinator, idle_atom::value, route.link.id, st.worker);
 }
 
+// Whether route's requests are held to the smaller budget of a crowded host: its payloads
+// go over TCP, whose bytes in flight on a crowded host cost cache misses and add no overlap
+// (libps/host_share.hpp). A shared-memory ring keeps its own room and is not held to it.
+bool crowded_over_tcp(const client_state& st, const shard_route& route) {
+  if (!st.plane || !st.plane->host_crowded()) return false;
+  auto it = st.plane_peers.find(caf::actor_cast<caf::actor_addr>(head_of(route)));
+  return it == st.plane_peers.end() || it->second == 0 || !st.plane->sends_by_ring(it->second);
+}
+
 // Sends queued requests while the shard is up and its in-flight budget allows (always
 // one when nothing is in flight). Requests to a shard leave in the order they were made
 // (read-my-writes and clock ticks depend on it).
@@ -375,10 +384,11 @@ void pump(client_ptr self, std::size_t idx) {
     if (st.retry.count() > 0 && st.routes[idx].queued.front().tick && writes_in_flight(st.routes[idx])) return;
     if (read_would_overtake(st.routes[idx])) return;
     if (held_by_fence(st, st.routes[idx].queued.front())) return;
-    auto bytes = st.routes[idx].queued.front().bytes;
-    const auto budget = st.plane && st.plane->host_crowded() ? std::min(st.inflight_limit, st.crowded_inflight_limit)
-                                                             : st.inflight_limit;
-    if (st.routes[idx].inflight_bytes > 0 && st.routes[idx].inflight_bytes + bytes > budget) return;
+    const auto& route = st.routes[idx];
+    const auto after = route.inflight_bytes + route.queued.front().bytes;
+    if (route.inflight_bytes > 0 &&
+        (after > st.inflight_limit || (after > st.crowded_inflight_limit && crowded_over_tcp(st, route))))
+      return;
     auto r = std::move(st.routes[idx].queued.front());
     st.routes[idx].queued.pop_front();
     launch(self, idx, std::move(r));

@@ -111,8 +111,8 @@ struct kv_client_options {
   std::uint64_t first_barrier = 0;  // the registration's barrier_generation: this worker's next barrier
   // Pushes and inits are cut at the smaller of this and chunk_bytes (pulls at chunk_bytes).
   std::uint64_t push_chunk_bytes = default_push_chunk_bytes;
-  // inflight_bytes' cap while this process and its peers on its host outnumber the host's
-  // CPUs (data_plane::host_crowded; libps/host_share.hpp).
+  // inflight_bytes' cap for shards reached over TCP while this process and its peers on its
+  // host outnumber the host's CPUs (data_plane::host_crowded; libps/host_share.hpp).
   std::uint64_t crowded_inflight_bytes = default_crowded_inflight_bytes;
 
   // The largest value payload of one message of this kind.

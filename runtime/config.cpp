@@ -117,8 +117,9 @@ void node_config::declare_tuning_options() {
                                                "--ps.chunk-bytes): shards sum a push chunk by chunk as it arrives")
     .add(inflight_bytes, "inflight-bytes", "bytes in flight per shard before chunks queue in the client")
     .add(crowded_inflight_bytes, "crowded-inflight-bytes",
-         "the smaller budget that replaces --ps.inflight-bytes while the worker and its peers on its host outnumber "
-         "the host's CPUs (another request in flight then adds no overlap, only bytes for the caches)")
+         "the smaller budget that replaces --ps.inflight-bytes for shards reached over TCP while the worker and its "
+         "peers on its host outnumber the host's CPUs (another request in flight then adds no overlap, only bytes "
+         "for the caches)")
     .add(metrics_ms, "metrics-ms", "interval of --metrics' progress lines")
     .add(data_plane_port, "data-plane-port", "port of the data connections' listener (0: any free port)")
     .add(data_plane_bytes, "data-plane-bytes", "value blocks of at least this many bytes travel over a plain TCP "
