@@ -1206,6 +1206,17 @@ bool data_plane::sends_by_ring(std::uint64_t peer) const {
   return c && c->ring_ready;
 }
 
+bool data_plane::sends_by_ring_to_all() const {
+  std::lock_guard<std::mutex> guard(mtx_);
+  bool any = false;
+  for (const auto& c : conns_) {
+    if (c->broken) continue;
+    if (!c->ring_ready) return false;
+    any = true;
+  }
+  return any;
+}
+
 caf::strong_actor_ptr data_plane::proxy(std::uint64_t peer, caf::actor_id remote, const caf::node_id& node) {
   if (!sys_ || peer == 0) return nullptr;
   auto c = connection_to(peer);

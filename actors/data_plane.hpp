@@ -187,6 +187,8 @@ class data_plane {
   bool host_crowded() const { return crowded_.load(std::memory_order_relaxed); }
   // Whether payloads to peer go through a shared-memory ring (the peer mapped ours).
   bool sends_by_ring(std::uint64_t peer) const;
+  // Whether it has connections and payloads go through a shared-memory ring on each.
+  bool sends_by_ring_to_all() const;
   // Requests sent over data connections whose answers have not come.
   std::size_t requests_unanswered() const;
 

@@ -114,6 +114,9 @@ struct kv_client_options {
   // inflight_bytes' cap for shards reached over TCP while this process and its peers on its
   // host outnumber the host's CPUs (data_plane::host_crowded; libps/host_share.hpp).
   std::uint64_t crowded_inflight_bytes = default_crowded_inflight_bytes;
+  // Pushes and inits are cut at the smaller of this and chunk_bytes_of while the host is
+  // not crowded and some shard is reached over TCP (libps/host_share.hpp).
+  std::uint64_t tcp_push_chunk_bytes = default_tcp_push_chunk_bytes;
 
   // The largest value payload of one message of this kind.
   std::uint64_t chunk_bytes_of(op_kind kind) const {
@@ -247,6 +250,8 @@ class kv_client {
   kv_future send_rows(op_kind kind, std::uint32_t table, const std::vector<std::uint64_t>& ids, const float* grads);
 
   std::shared_ptr<const partitioner> current_map() const;
+  // The chunk size of a request of this kind planned now (opts_.tcp_push_chunk_bytes).
+  std::uint64_t chunk_bytes_now(op_kind kind) const;
 
   std::vector<sparse_table_spec> tables_;  // the job's sparse tables, by index
   kv_client_options opts_;

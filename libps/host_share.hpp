@@ -18,4 +18,11 @@ inline bool host_crowded(std::size_t peers_here, unsigned cpus) { return peers_h
 // at window 8 at 0.5-0.6 of window 1; 1 MiB per shard kept them level.
 inline constexpr std::uint64_t default_crowded_inflight_bytes = 1u << 20;
 
+// Push chunks to shards reached over TCP while the host is not crowded, at most
+// (--ps.tcp-push-chunk-bytes): a spare CPU then sums one chunk at the shard while the next
+// travels. 1 server x 1 worker on 2 vCPUs, 1 MiB pushes at window 1: 2.6-3.0 GB/s in
+// 512 KiB chunks against 1.8-2.1 in 1 MiB ones. On a crowded host smaller chunks only add
+// messages (2x2: 3.3-3.7 GB/s against 4.9-6.9), and a ring sums in place as it fills.
+inline constexpr std::uint64_t default_tcp_push_chunk_bytes = 512u << 10;
+
 }  // namespace ps

@@ -120,6 +120,9 @@ void node_config::declare_tuning_options() {
          "the smaller budget that replaces --ps.inflight-bytes for shards reached over TCP while the worker and its "
          "peers on its host outnumber the host's CPUs (another request in flight then adds no overlap, only bytes "
          "for the caches)")
+    .add(tcp_push_chunk_bytes, "tcp-push-chunk-bytes",
+         "pushes are cut at the smaller of this and --ps.push-chunk-bytes while some shard is reached over TCP and "
+         "the host is not crowded (a spare CPU sums one chunk at the shard while the next travels)")
     .add(metrics_ms, "metrics-ms", "interval of --metrics' progress lines")
     .add(data_plane_port, "data-plane-port", "port of the data connections' listener (0: any free port)")
     .add(data_plane_bytes, "data-plane-bytes", "value blocks of at least this many bytes travel over a plain TCP "
@@ -391,6 +394,8 @@ void node_config::validate() const {
     throw bad_request("--ps.shm-push-ring-bytes must be in [64 KiB, 1 GiB]");
   if (inflight_bytes < 1) throw bad_request("--ps.inflight-bytes must be >= 1");
   if (crowded_inflight_bytes < 1) throw bad_request("--ps.crowded-inflight-bytes must be >= 1");
+  if (tcp_push_chunk_bytes < 1024 || tcp_push_chunk_bytes > (256u << 20))
+    throw bad_request("--ps.tcp-push-chunk-bytes must be in [1 KiB, 256 MiB]");
   if (busy_poll_us > 100000) throw bad_request("--ps.busy-poll-us must be <= 100000 (0.1 s)");
   if (timeout_ms < 1) throw bad_request("--ps.timeout-ms must be >= 1");
   if (bucket_bits > 40) throw bad_request("--ps.bucket-bits must be <= 40");

@@ -18,7 +18,7 @@ const std::map<std::string, std::vector<std::string>>& help_topics() {
     {"fmnist", {"model", "data", "target-accuracy", "eval-every", "devices", "aggregation"}},
     {"consistency", {"consistency", "staleness", "pipeline", "slow-worker", "straggle", "trace"}},
     {"wire", {"compression", "topk-ratio", "pull-compression", "ps.chunk-bytes", "ps.push-chunk-bytes", "ps.inflight-bytes",
-              "ps.crowded-inflight-bytes",
+              "ps.crowded-inflight-bytes", "ps.tcp-push-chunk-bytes",
               "ps.data-plane-bytes", "ps.shm-ring-bytes", "ps.shm-push-ring-bytes", "ps.direct-requests",
               "ps.busy-poll-us"}},
     {"checkpoints", {"checkpoint-dir", "checkpoint-every", "checkpoint-seconds", "restore", "restore-non-finite",

@@ -106,6 +106,7 @@ struct node_config : caf::actor_system_config {
   std::size_t push_chunk_bytes = 1u << 20;  // pushes: the smaller of the two (libps/chunking.hpp)
   std::size_t inflight_bytes = 8u << 20;
   std::size_t crowded_inflight_bytes = default_crowded_inflight_bytes;  // libps/host_share.hpp
+  std::size_t tcp_push_chunk_bytes = default_tcp_push_chunk_bytes;      // libps/host_share.hpp
   std::size_t data_plane_bytes = 64u << 10;  // BENCHMARKS.md, "The data plane from 64 KiB"
   std::size_t shm_ring_bytes = 2u << 20;  // data-plane rings in shared memory on one host (0: none)
   std::size_t shm_push_ring_bytes = 4u << 20;  // the rings workers offer: their pushes (BENCHMARKS.md)

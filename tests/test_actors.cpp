@@ -353,17 +353,20 @@ TEST_CASE_FIXTURE(fixture, "a pull whose answer names a payload that never comes
 }
 
 TEST_CASE_FIXTURE(fixture, "on a crowded host the client keeps --ps.crowded-inflight-bytes in flight per shard, "
-                           "not --ps.inflight-bytes") {
+                           "not --ps.inflight-bytes, in push chunks of --ps.push-chunk-bytes, not "
+                           "--ps.tcp-push-chunk-bytes") {
   const auto cpus = std::max(1u, std::thread::hardware_concurrency());
   auto plane = data_plane::shared(std::make_unique<data_plane>("127.0.0.1", 1024, milliseconds(10000), milliseconds(10000)));
   auto pushes_in_flight = [&](bool crowded) {
     auto s = sys.spawn(silent_shard);
     auto view = one_shard_view(s);
     kv_client_options opts{0, default_chunk_bytes, milliseconds(60000)};
-    opts.plane = plane;  // 1 MiB push chunks, 8 MiB in flight, 1 MiB on a crowded host: the defaults
+    // The defaults: 8 MiB in flight in 512 KiB push chunks (the shard is reached over TCP),
+    // on a crowded host 1 MiB in 1 MiB chunks.
+    opts.plane = plane;
     kv_client kv(sys, view, {{0, "shard 0 (test)", s}}, opts);
     REQUIRE(plane->host_crowded() == crowded);
-    const key_type keys = 4u << 18;  // 4 MiB of floats: 4 push chunks
+    const key_type keys = 4u << 18;  // 4 MiB of floats: 8 chunks, or 4 on a crowded host
     kv.push(key_set::single({0, keys}), std::vector<float>(keys, 1.0f));
     sched.run();
     auto pushes = dynamic_cast<shard_actor::stateful_pointer<silent_state>>(caf::actor_cast<caf::abstract_actor*>(s))
@@ -372,7 +375,7 @@ TEST_CASE_FIXTURE(fixture, "on a crowded host the client keeps --ps.crowded-infl
     sched.run();
     return pushes;
   };
-  CHECK(pushes_in_flight(cpus < 2) == (cpus < 2 ? 1u : 4u));
+  CHECK(pushes_in_flight(cpus < 2) == (cpus < 2 ? 1u : 8u));
   // Peers on this host, as many as the CPUs: with the plane's process, more than the CPUs.
   std::vector<std::unique_ptr<data_plane>> peers;
   for (unsigned i = 0; i < cpus; ++i) {
