@@ -1598,10 +1598,13 @@ std::vector<shard_link> kv_client::current_shards() const {
   return links;
 }
 
-// A compressed push keeps its chunks the same every time: top-k residuals follow them.
-std::uint64_t kv_client::chunk_bytes_now(op_kind kind) const {
+// A compressed push keeps its chunks the same every time: top-k residuals follow them. A
+// request that fits a TCP push chunk is one chunk either way: the plane is not asked.
+std::uint64_t kv_client::chunk_bytes_now(op_kind kind, std::uint64_t values) const {
   auto bytes = opts_.chunk_bytes_of(kind);
-  if (kind == op_kind::pull || opts_.compression.kind != codec_kind::none || !opts_.plane) return bytes;
+  if (kind == op_kind::pull || opts_.compression.kind != codec_kind::none || !opts_.plane ||
+      values * sizeof(float) <= opts_.tcp_push_chunk_bytes)
+    return bytes;
   if (opts_.plane->host_crowded() || opts_.plane->sends_by_ring_to_all()) return bytes;
   return std::min(bytes, opts_.tcp_push_chunk_bytes);
 }
@@ -1854,7 +1857,7 @@ kv_future kv_client::send(op_kind kind, const key_set& keys, std::shared_ptr<std
   req->op = op;
   auto map = current_map();
   req->hdr = request_header{map->epoch(), opts_.worker, clock_, 0};
-  req->chunks = plan_chunks(map->split(keys), chunk_bytes_now(kind));
+  req->chunks = plan_chunks(map->split(keys), chunk_bytes_now(kind, keys.num_keys()));
   if (kind == op_kind::pull) {
     req->hdr.pull_codec = static_cast<std::uint8_t>(opts_.pull_compression.kind);
     if (req->chunks.size() > 1 || pull_into) {

@@ -250,8 +250,9 @@ class kv_client {
   kv_future send_rows(op_kind kind, std::uint32_t table, const std::vector<std::uint64_t>& ids, const float* grads);
 
   std::shared_ptr<const partitioner> current_map() const;
-  // The chunk size of a request of this kind planned now (opts_.tcp_push_chunk_bytes).
-  std::uint64_t chunk_bytes_now(op_kind kind) const;
+  // The chunk size of a request of this kind and number of values planned now
+  // (opts_.tcp_push_chunk_bytes).
+  std::uint64_t chunk_bytes_now(op_kind kind, std::uint64_t values) const;
 
   std::vector<sparse_table_spec> tables_;  // the job's sparse tables, by index
   kv_client_options opts_;
