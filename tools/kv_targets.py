@@ -1,0 +1,47 @@
+#!/usr/bin/python3
+"""Issue 17's targets, read from bench_kv's JSON lines (one or more files of one shape).
+
+Usage: tools/kv_targets.py FILE...   e.g. the ap_*_1x1.txt of tools/pslite/compare.sh
+Prints per file: window 8 over window 1 in every cell (target >= 0.9), TCP cells of 1 MiB
+and more over the TCP limit of the same run (>= 0.9), and 1x1 ring cells over the TCP
+limit (>= 2 at window 8 from 1 MiB, at window 1 from 16 MiB). A cell short of its target
+is marked '<'.
+"""
+import json
+import sys
+
+
+def load(path):
+    limit, cells = None, {}
+    for line in open(path):
+        line = line.strip()
+        if not line.startswith("{"):
+            continue
+        d = json.loads(line)
+        if d.get("limit") == "tcp_loopback":
+            limit = d["gbps"]
+        elif "op" in d:
+            cells[(d["transport"], d["op"], d["bytes"], d["window"])] = d
+    return limit, cells
+
+
+def mark(value, target):
+    return f"{value:.2f}{'<' if value < target else ''}"
+
+
+for path in sys.argv[1:]:
+    limit, cells = load(path)
+    shape = next(iter(cells.values()))
+    shape = f"{shape['servers']}x{shape['workers']}"
+    print(f"{path}: {shape}, TCP limit {limit:.2f} GB/s")
+    for (transport, op, size, window), d in sorted(cells.items()):
+        if window != 8 or (transport, op, size, 1) not in cells:
+            continue
+        w1 = cells[(transport, op, size, 1)]["gbps"]
+        parts = [f"w8/w1 {mark(d['gbps'] / w1, 0.9)}"]
+        for w, g in ((1, w1), (8, d["gbps"])):
+            if transport == "tcp" and size >= 1 << 20:
+                parts.append(f"w{w}/limit {mark(g / limit, 0.9)}")
+            if transport == "shm" and shape == "1x1" and (size >= 16 << 20 or (w == 8 and size >= 1 << 20)):
+                parts.append(f"w{w}/limit {mark(g / limit, 2.0)}")
+        print(f"  {transport} {op} {size >> 10} KiB: " + ", ".join(parts))
