@@ -1206,6 +1206,11 @@ bool data_plane::sends_by_ring(std::uint64_t peer) const {
   return c && c->ring_ready;
 }
 
+void data_plane::origin_gone(std::uint64_t origin, const std::string& why) {
+  if (connection_to(origin)) return;
+  store_.close_origin(origin, why);
+}
+
 bool data_plane::sends_by_ring_to_all() const {
   std::lock_guard<std::mutex> guard(mtx_);
   bool any = false;

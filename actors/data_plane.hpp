@@ -187,6 +187,10 @@ class data_plane {
   bool host_crowded() const { return crowded_.load(std::memory_order_relaxed); }
   // Whether payloads to peer go through a shared-memory ring (the peer mapped ours).
   bool sends_by_ring(std::uint64_t peer) const;
+  // The process whose token is origin is gone (a shard there went down): claims of its
+  // payloads fail now (payload_lost), unless a connection from it stands (its end tells).
+  // A later connection from it opens it again.
+  void origin_gone(std::uint64_t origin, const std::string& why);
   // Whether it has connections and payloads go through a shared-memory ring on each.
   bool sends_by_ring_to_all() const;
   // Requests sent over data connections whose answers have not come.

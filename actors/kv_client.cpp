@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <deque>
 #include <map>
+#include <set>
 #include <unordered_map>
 
 namespace ps {
@@ -269,6 +270,10 @@ struct client_state {
   // process (0: asked and not known yet, or it has none).
   std::shared_ptr<data_plane> plane;
   std::map<caf::actor_addr, std::uint64_t> plane_peers;
+  // Pull payloads the claimer waits for, as (route, origin): when the route's shard goes
+  // down, an origin that never connected is told gone, so they fail now, not at the claim
+  // timeout.
+  std::multiset<std::pair<std::size_t, std::uint64_t>> awaited_payloads;
   payload_claimer_actor claimer;    // claims answers' payloads without blocking this actor
   plane_connector_actor connector;  // connects to planes on a thread of its own
   static inline const char* name = "kv_client";
@@ -656,6 +661,8 @@ void abandon_for_coordinator(client_ptr self, std::size_t i) {
 void shard_down(client_ptr self, std::size_t i, const std::string& reason) {
   auto& st = self->state;
   st.routes[i].down = reason;
+  for (auto it = st.awaited_payloads.lower_bound({i, 0}); it != st.awaited_payloads.end() && it->first == i; ++it)
+    st.plane->origin_gone(it->second, reason);
   if (!st.coordinator_down.empty()) return abandon_for_coordinator(self, i);
   if (!st.coordinator) {
     fail_all(self, i, st.routes[i].down);
@@ -892,9 +899,11 @@ void pull_answered(const chunk_send& s, float_block& values) {
     return failed(e.what(), dynamic_cast<const payload_lost*>(&e) != nullptr);
   }
   if (claimed) return pull_landed(s, *claimed);
+  auto awaited = st.awaited_payloads.emplace(s.idx, values.origin);
+  auto arrived = [s, awaited] { s.self->state.awaited_payloads.erase(awaited); };
   s.self->request(st.claimer, caf::infinite, claim_atom::value, values)
-    .then([s](float_block& landed) { pull_landed(s, landed); },
-          [failed](caf::error& err) { failed(describe(err), code_of(err) == errc::payload_lost); });
+    .then([s, arrived](float_block& landed) { arrived(), pull_landed(s, landed); },
+          [failed, arrived](caf::error& err) { arrived(), failed(describe(err), code_of(err) == errc::payload_lost); });
 }
 
 void pull_landed(const chunk_send& s, float_block& values) {

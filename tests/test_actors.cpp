@@ -348,8 +348,17 @@ TEST_CASE_FIXTURE(fixture, "a pull whose answer names a payload that never comes
   CHECK(shard.pulls == 5);
   REQUIRE(g.ready());
   CHECK(g.error().find("payload 9 (3 floats) from process 24301 did not arrive within 50 ms") != std::string::npos);
-  caf::anon_send_exit(s, caf::exit_reason::kill);
+
+  // The shard goes down while the claim waits: the payload's process never connected, so
+  // nothing else would tell; the claim fails at once, and its pull with the shard.
+  shard.pull_answers = {lost};
+  auto h = kv.pull(key_set::single({0, 3}));
   sched.run();
+  REQUIRE_FALSE(h.ready());
+  caf::anon_send_exit(s, caf::exit_reason::kill);
+  sched.run();  // no clock advance
+  REQUIRE(h.ready());
+  CHECK(h.error().find("shard 0 (test) is down") != std::string::npos);
 }
 
 TEST_CASE_FIXTURE(fixture, "on a crowded host the client keeps --ps.crowded-inflight-bytes in flight per shard, "
