@@ -22,7 +22,7 @@ inline constexpr std::uint64_t default_crowded_inflight_bytes = 1u << 20;
 // (--ps.tcp-push-chunk-bytes): a spare CPU then sums one chunk at the shard while the next
 // travels. 1 server x 1 worker on 2 vCPUs, 1 MiB pushes at window 1: 2.6-3.0 GB/s in
 // 512 KiB chunks against 1.8-2.1 in 1 MiB ones. On a crowded host smaller chunks only add
-// messages (2x2: 3.3-3.7 GB/s against 4.9-6.9), and a ring sums in place as it fills.
+// messages (2x2: 2.7-4.4 GB/s against 4.1-6.9), and a ring sums in place as it fills.
 inline constexpr std::uint64_t default_tcp_push_chunk_bytes = 512u << 10;
 
 }  // namespace ps
