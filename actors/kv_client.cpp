@@ -902,8 +902,15 @@ void pull_answered(const chunk_send& s, float_block& values) {
   auto awaited = st.awaited_payloads.emplace(s.idx, values.origin);
   auto arrived = [s, awaited] { s.self->state.awaited_payloads.erase(awaited); };
   s.self->request(st.claimer, caf::infinite, claim_atom::value, values)
-    .then([s, arrived](float_block& landed) { arrived(), pull_landed(s, landed); },
-          [failed, arrived](caf::error& err) { arrived(), failed(describe(err), code_of(err) == errc::payload_lost); });
+    .then(
+      [s, arrived](float_block& landed) {
+        arrived();
+        pull_landed(s, landed);
+      },
+      [failed, arrived](caf::error& err) {
+        arrived();
+        failed(describe(err), code_of(err) == errc::payload_lost);
+      });
 }
 
 void pull_landed(const chunk_send& s, float_block& values) {
