@@ -1375,13 +1375,13 @@ namespace {
 
 using claimer_ptr = payload_claimer_actor::stateful_pointer<payload_claimer_state>;
 
-// Answers the waiting claims of (origin, ticket) whose payload can be claimed now.
 // A failed claim's error: errc::payload_lost where asking again may get the payload.
 caf::error claim_error(const bad_request& e) {
   if (dynamic_cast<const payload_lost*>(&e)) return make_error(errc::payload_lost, e.what());
   return make_ps_error(e.what());
 }
 
+// Answers the waiting claims of (origin, ticket) whose payload can be claimed now.
 void answer_claims(claimer_ptr self, data_plane& plane, std::pair<std::uint64_t, std::uint64_t> key) {
   auto& waiting = self->state.waiting;
   for (auto it = waiting.find(key); it != waiting.end() && it->first == key;) {
