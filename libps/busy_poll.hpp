@@ -14,6 +14,7 @@
 
 #include <sched.h>
 
+#include "libps/cpu_room.hpp"
 #include "libps/host_share.hpp"
 
 namespace ps {
@@ -23,6 +24,13 @@ using shared_poll_budget = std::shared_ptr<const std::atomic<std::int64_t>>;
 
 inline std::chrono::microseconds budget_now(const shared_poll_budget& budget) {
   return std::chrono::microseconds(budget ? budget->load(std::memory_order_relaxed) : 0);
+}
+
+// What a poller polls with now: the budget, while the host has a CPU to spare
+// (libps/cpu_room.hpp), else 0.
+inline std::chrono::microseconds budget_while_room(const shared_poll_budget& budget) {
+  const auto wanted = budget_now(budget);
+  return wanted.count() > 0 && host_cpu_room().spare() ? wanted : std::chrono::microseconds(0);
 }
 
 // The budget a process polls with: `wanted` while it and its `peers_here` (peers on its

@@ -8,7 +8,9 @@
 
 #include <atomic>
 #include <chrono>
+#include <optional>
 #include <thread>
+#include <vector>
 
 #include "libps/busy_poll.hpp"
 
@@ -75,4 +77,55 @@ TEST_CASE("busy poll: a process polls while it and its peers on its host fit the
   CHECK(host_crowded(1, 1));
   CHECK(budget_now(nullptr) == 0us);
   CHECK(budget_now(std::make_shared<const std::atomic<std::int64_t>>(50)) == 50us);
+}
+
+TEST_CASE("cpu room: the runnable threads of a /proc/loadavg line; anything else is not one") {
+  CHECK(runnable_in_loadavg("0.52 0.58 0.59 3/421 12345\n") == 3u);
+  CHECK(runnable_in_loadavg("1.31 1.59 1.23 12/80 7432") == 12u);
+  CHECK_FALSE(runnable_in_loadavg(""));
+  CHECK_FALSE(runnable_in_loadavg("0.52 0.58 0.59"));
+  CHECK_FALSE(runnable_in_loadavg("0.52 0.58 0.59 /421 1"));
+  CHECK_FALSE(runnable_in_loadavg("0.52 0.58 0.59 x3/421 1"));
+  CHECK_FALSE(runnable_in_loadavg("0.52 0.58 0.59 3 421 1"));
+}
+
+TEST_CASE("cpu room: a CPU is spare while the runnable threads fit the CPUs; samples are shared for `refresh`") {
+  std::optional<unsigned> runnable = 2;
+  int samples = 0;
+  cpu_room room(2, 100us, [&] {
+    ++samples;
+    return runnable;
+  });
+  const auto t0 = cpu_room::clock::now();
+  CHECK(room.spare(t0));  // 2 runnable (the asker among them) on 2 CPUs
+  CHECK(samples == 1);
+  runnable = 3;
+  CHECK(room.spare(t0 + 50us));  // the sample of t0 still holds
+  CHECK(samples == 1);
+  CHECK_FALSE(room.spare(t0 + 100us));  // a thread waits for a CPU: no polling
+  CHECK(samples == 2);
+  runnable = std::nullopt;  // unreadable: as if nothing were known
+  CHECK(room.spare(t0 + 250us));
+  CHECK(samples == 3);
+}
+
+TEST_CASE("cpu room: this host's answers from /proc/loadavg, and the budget a poller gets by it") {
+  // With every CPU of this host kept busy by spinners, the host has no room, and a poller
+  // between small frames gets no budget.
+  const unsigned cpus = std::max(1u, std::thread::hardware_concurrency());
+  std::atomic<bool> spin{true};
+  std::vector<std::thread> spinners;
+  for (unsigned i = 0; i < cpus + 1; ++i)
+    spinners.emplace_back([&] {
+      while (spin) {
+      }
+    });
+  const auto budget = std::make_shared<const std::atomic<std::int64_t>>(200);
+  bool refused = false;
+  const auto deadline = std::chrono::steady_clock::now() + 5s;
+  while (!refused && std::chrono::steady_clock::now() < deadline) refused = budget_while_room(budget) == 0us;
+  spin = false;
+  for (auto& t : spinners) t.join();
+  CHECK(refused);
+  CHECK(budget_while_room(nullptr) == 0us);
 }
