@@ -3,7 +3,7 @@
 // see the other's queue: a thread woken meanwhile goes to the vCPU that is not polling and
 // waits there behind whatever runs (sched_yield only ever offers the poller's own vCPU).
 // At window 8, 1 server x 1 worker on 2 vCPUs, readers polling between small frames took
-// 12-23% of the 4 KiB request rate (BENCHMARKS.md, "Polling only while a CPU is free").
+// 11-24% of the 4 KiB request rate (BENCHMARKS.md, "Polling only while a CPU is free").
 // The kernel's count of runnable threads (/proc/loadavg, the poller itself included)
 // tells: more than the CPUs, and a poll takes a CPU that some thread is waiting for.
 #include <atomic>
