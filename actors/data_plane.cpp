@@ -6,7 +6,6 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
-#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <sys/uio.h>
@@ -221,18 +220,20 @@ class socket_reader {
     if (n == 0) return true;
     std::size_t wanted = 0;
     for (std::size_t i = 0; i < n; ++i) wanted += iov[i].iov_len;
-    if (wanted > buf_.size() / 2) return read_all(fd_, iov, n, why, idle_ok && !had);
+    if (wanted > buf_.size() / 2) {
+      socket_had_more_ = true;  // not known: as if it had
+      return read_all(fd_, iov, n, why, idle_ok && !had);
+    }
     if (!refill(wanted, why, idle_ok && !had)) return false;
     drain(iov, n);
     return true;
   }
   // Whether bytes already read wait here (the next read may not wait for the socket).
   bool buffered() const { return begin_ < end_; }
-  // Whether the next read would wait: nothing buffered, and nothing more in the socket.
-  bool drained() const {
-    int in_socket = 0;
-    return !buffered() && ::ioctl(fd_, FIONREAD, &in_socket) == 0 && in_socket == 0;
-  }
+  // Whether the next read would wait: nothing buffered, and the last recv left nothing in
+  // the socket (it filled less than the room it was given). Bytes that came since are
+  // read once the woken actors ran: asking the socket again cost a system call a burst.
+  bool drained() const { return !buffered() && !socket_had_more_; }
   bool read(void* p, std::size_t n, std::string* why, bool idle_ok = false) {
     iovec iov{p, n};
     return read(&iov, 1, why, idle_ok);
@@ -279,7 +280,9 @@ class socket_reader {
     begin_ = end_ = 0;
     poll_for_bytes();
     while (end_ < wanted) {
-      auto k = ::recv(fd_, buf_.data() + end_, buf_.size() - end_, 0);
+      const auto room = buf_.size() - end_;
+      auto k = ::recv(fd_, buf_.data() + end_, room, 0);
+      socket_had_more_ = k == static_cast<ssize_t>(room);
       if (k < 0 && errno == EINTR) continue;
       if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
         if (idle_ok && end_ == 0) continue;
@@ -301,6 +304,7 @@ class socket_reader {
   shared_poll_budget poll_;
   std::atomic<std::uint64_t>& polled_;
   bool payload_since_refill_ = false;
+  bool socket_had_more_ = true;  // see drained
 };
 
 namespace {
