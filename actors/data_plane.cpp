@@ -324,7 +324,7 @@ data_plane::data_plane(const data_plane_address& at, std::uint64_t min_bytes, st
     : host_(at.advertised_host), token_(random_token()), min_bytes_(min_bytes), claim_timeout_(claim_timeout),
       stall_timeout_(stall_timeout), ring_bytes_(ring_bytes), store_(claim_timeout * 2),
       buffers_(buffer_pool::make(512ull << 20)), secret_(std::move(secret)), link_(std::make_shared<plane_link>()),
-      busy_poll_(busy_poll), cpus_(std::max(1u, std::thread::hardware_concurrency())),
+      busy_poll_(busy_poll), cpus_(host_cpus()),
       poll_budget_(std::make_shared<std::atomic<std::int64_t>>(poll_budget(busy_poll, 0, cpus_).count())) {
   link_->plane = this;
   if (ring_bytes_ > 0) remove_stale_rings();

@@ -1,27 +1,22 @@
 #include "libps/cpu_room.hpp"
+#include "libps/text.hpp"
 
 #include <fcntl.h>
 #include <unistd.h>
 
-#include <charconv>
 #include <thread>
 
 namespace ps {
 
 std::optional<unsigned> runnable_in_loadavg(std::string_view line) {
   // Three averages, then "running/total".
-  std::size_t at = 0;
-  for (int field = 0; field < 3; ++field) {
-    at = line.find(' ', at);
-    if (at == std::string_view::npos) return std::nullopt;
-    ++at;
-  }
-  const auto slash = line.find('/', at);
-  if (slash == std::string_view::npos || slash == at) return std::nullopt;
-  unsigned running = 0;
-  auto [end, ec] = std::from_chars(line.data() + at, line.data() + slash, running);
-  if (ec != std::errc{} || end != line.data() + slash) return std::nullopt;
-  return running;
+  const auto fields = split(std::string(line), ' ');
+  if (fields.size() < 4) return std::nullopt;
+  const auto counts = split(fields[3], '/');
+  if (counts.size() != 2) return std::nullopt;
+  const auto running = parse_count(counts[0]);
+  if (!running || *running > std::numeric_limits<unsigned>::max()) return std::nullopt;
+  return static_cast<unsigned>(*running);
 }
 
 cpu_room::cpu_room(unsigned cpus, std::chrono::microseconds refresh, sampler sample)
@@ -54,8 +49,10 @@ std::optional<unsigned> sample_loadavg() {
 
 }  // namespace
 
+unsigned host_cpus() { return std::max(1u, std::thread::hardware_concurrency()); }
+
 cpu_room& host_cpu_room() {
-  static cpu_room room(std::max(1u, std::thread::hardware_concurrency()), std::chrono::microseconds(100), sample_loadavg);
+  static cpu_room room(host_cpus(), std::chrono::microseconds(100), sample_loadavg);
   return room;
 }
 

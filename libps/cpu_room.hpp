@@ -42,6 +42,10 @@ class cpu_room {
   std::atomic<bool> spare_{true};
 };
 
+// The CPUs this host offers its processes (at least 1): what the room rule here and the
+// crowded-host rule (libps/host_share.hpp) compare against.
+unsigned host_cpus();
+
 // The host's, sampled from /proc/loadavg every 100 us, for this process's pollers.
 cpu_room& host_cpu_room();
 
