@@ -40,6 +40,7 @@ struct data_plane_frame {
   std::uint64_t done = 0;   // of those, written already
   std::size_t ring_header_done = 0;  // through the ring: bytes of its ring_payload header written
   bool floats_in_ring = false;       // through the ring: its floats are there (the header is what is left)
+  bool request = false;              // a message frame that asks for an answer
 };
 
 // How proxies reach their plane: cut (plane null) when the plane goes, so a proxy that
@@ -62,6 +63,11 @@ struct data_plane::connection {
   std::deque<data_plane_frame> outbox;  // under out_mtx; written in order
   bool writing = false;         // under out_mtx: a thread is writing to fd
   int holds = 0;                // under out_mtx: write_batches holding the queue (none writes it meanwhile)
+  bool lingers = false;         // under out_mtx: one of the holds is a lingering batch's (write_batch)
+  // The reader thread is not waiting for bytes. Set by it alone; it clears it, under
+  // out_mtx, just before it waits, so a lingering batch that sees it set under out_mtx
+  // is sure the reader will write what lingers before it sleeps.
+  std::atomic<bool> reader_awake{false};
   std::thread reader, writer;
   std::atomic<int> loops_ended{0};  // 2: both threads are done, so they join at once
   bool peer_here = false;           // its peer is a process on this host (peer_on_this_host)
@@ -208,11 +214,15 @@ std::string stall_or_error(std::chrono::milliseconds stall) {
 // out of a buffer filled with as much as the socket has, so a burst of small frames costs
 // one recv instead of two per frame; large ones (payloads) go straight to where they
 // belong once the buffer is drained. Before the buffer's recv sleeps, it polls for `poll`
-// (data_plane's busy_poll), counting in `polled` the refills that polling found.
+// (data_plane's busy_poll), counting in `polled` the refills that polling found. Before a
+// read that may sleep it calls before_wait; `awake` is set once bytes came (lingering
+// write batches watch it: data_plane::reader_waits).
 class socket_reader {
  public:
-  socket_reader(int fd, shared_poll_budget poll, std::atomic<std::uint64_t>& polled)
-      : fd_(fd), buf_(64u << 10), poll_(std::move(poll)), polled_(polled) {}
+  socket_reader(int fd, shared_poll_budget poll, std::atomic<std::uint64_t>& polled, std::function<void()> before_wait,
+                std::atomic<bool>& awake)
+      : fd_(fd), buf_(64u << 10), poll_(std::move(poll)), polled_(polled), before_wait_(std::move(before_wait)),
+        awake_(awake) {}
 
   // read_all's contract: all of iov, false with *why on end of stream, error or timeout.
   bool read(iovec* iov, std::size_t n, std::string* why, bool idle_ok = false) {
@@ -222,7 +232,10 @@ class socket_reader {
     for (std::size_t i = 0; i < n; ++i) wanted += iov[i].iov_len;
     if (wanted > buf_.size() / 2) {
       socket_had_more_ = true;  // not known: as if it had
-      return read_all(fd_, iov, n, why, idle_ok && !had);
+      before_wait_();
+      const bool ok = read_all(fd_, iov, n, why, idle_ok && !had);
+      awake_ = true;
+      return ok;
     }
     if (!refill(wanted, why, idle_ok && !had)) return false;
     drain(iov, n);
@@ -258,13 +271,14 @@ class socket_reader {
   // sleeping (poll_while_idle), so that the recv after it need not sleep. It asks with
   // poll(2), which takes no lock: recv does, and asking with it held up the sender's
   // sendmsg on the same connection (TCP 1 MiB at window 1: 0.66-0.72x with recv).
-  void poll_for_bytes() {
+  bool poll_for_bytes() {
     const bool ready = poll_while_idle(poll_budget_here(), [this] {
       pollfd asked{fd_, POLLIN, 0};
       const int n = ::poll(&asked, 1, 0);
       return n != 0 && !(n < 0 && errno == EINTR);
     });
     if (ready) ++polled_;
+    return ready;
   }
   // The budget of the poll before a refill. While a payload came since the last one, the
   // next header is on the critical path of a copy or a sum, and a poll's few system calls
@@ -278,7 +292,7 @@ class socket_reader {
   // Fills the (drained) buffer with at least `wanted` bytes.
   bool refill(std::size_t wanted, std::string* why, bool idle_ok) {
     begin_ = end_ = 0;
-    poll_for_bytes();
+    if (!poll_for_bytes()) before_wait_();
     while (end_ < wanted) {
       const auto room = buf_.size() - end_;
       auto k = ::recv(fd_, buf_.data() + end_, room, 0);
@@ -295,6 +309,7 @@ class socket_reader {
       }
       end_ += static_cast<std::size_t>(k);
     }
+    awake_ = true;
     return true;
   }
 
@@ -305,6 +320,8 @@ class socket_reader {
   std::atomic<std::uint64_t>& polled_;
   bool payload_since_refill_ = false;
   bool socket_had_more_ = true;  // see drained
+  std::function<void()> before_wait_;
+  std::atomic<bool>& awake_;
 };
 
 namespace {
@@ -563,6 +580,7 @@ bool data_plane::land(const std::shared_ptr<connection>& c, const bulk_header& h
   const bool by_ring = h.kind == bulk_kind::ring_payload;
   if (by_ring) {
     if (!c->in_ring) throw bad_request("a ring payload on a connection without a ring");
+    reader_waits(c);  // the ring's waits may sleep (set awake again once it landed)
     if (!c->in_ring->skip_to_record(h.bytes, [&] { return gone(*c); }, stall_timeout_, why)) {
       *why = "before payload " + std::to_string(h.id) + ": " + *why;
       return false;
@@ -606,6 +624,7 @@ bool data_plane::land(const std::shared_ptr<connection>& c, const bulk_header& h
     *why = "in the middle of payload " + std::to_string(h.id) + ": " + *why;
     return false;
   }
+  c->reader_awake = true;
   bytes_received_ += h.bytes;
   store_.put(c->peer, h.id, std::move(values), h.bytes / sizeof(float));
   return true;
@@ -671,7 +690,10 @@ void data_plane::read_frames(const std::shared_ptr<connection>& c, std::string* 
 void data_plane::read_loop(std::shared_ptr<connection> c) {
   own_plane = this;
   std::string why;
-  c->in = std::make_unique<socket_reader>(c->fd, poll_budget_, polled_reads_);
+  c->in = std::make_unique<socket_reader>(c->fd, poll_budget_, polled_reads_, [this, weak = std::weak_ptr<connection>(c)] {
+                                            if (auto c = weak.lock()) reader_waits(c);
+                                          },
+                                          c->reader_awake);
   if (c->accepted && secret_ && !challenge_peer(c->fd, *secret_, stall_timeout_, &why)) {
     if (!stopping_) log_line(log_level::warning, c->name + ": " + why + "; closing it");
     drop(c, why);
@@ -890,7 +912,20 @@ void write_batch::release() {
   held_.clear();
   for (auto& h : held) {
     std::shared_lock<std::shared_mutex> guard(h.link->mtx);
-    if (h.link->plane) h.link->plane->release(h.conn);
+    if (!h.link->plane) continue;
+    if (!lingering_)
+      h.link->plane->release(h.conn);
+    else if (h.link->plane->linger(h.conn))
+      lingers_.push_back(std::move(h));
+  }
+}
+
+void write_batch::flush_lingering() {
+  auto lingers = std::move(lingers_);
+  lingers_.clear();
+  for (auto& h : lingers) {
+    std::shared_lock<std::shared_mutex> guard(h.link->mtx);
+    if (h.link->plane) h.link->plane->unlinger(h.conn);
   }
 }
 
@@ -984,6 +1019,47 @@ void data_plane::release(const std::shared_ptr<connection>& c) {
     c->out_ready.notify_all();  // the writer thread goes on with what waits
   else
     flush_at_once(c, lock);
+}
+
+bool data_plane::linger(const std::shared_ptr<connection>& c) {
+  std::unique_lock<std::mutex> lock(c->out_mtx);
+  bool watched = false;  // what waits will be written by a reader or a waiting caller
+  if (!c->broken && !c->outbox.empty()) {
+    if (c->lingers) {
+      watched = true;  // another batch's linger holds it (and now ours)
+    } else if (c->holds == 1 && (c->reader_awake || answers_due(*c))) {
+      c->lingers = true;  // keeps the batch's hold
+      return true;
+    }
+  }
+  lock.unlock();
+  release(c);
+  return watched;
+}
+
+// Called with c's out_mtx held: requests asked on c count from before their write, so
+// those still queued are taken off.
+bool data_plane::answers_due(connection& c) {
+  const auto queued = std::count_if(c.outbox.begin(), c.outbox.end(), [](const auto& f) { return f.request; });
+  std::lock_guard<std::mutex> guard(c.asked_mtx);
+  return c.asked.size() > static_cast<std::size_t>(queued);
+}
+
+void data_plane::unlinger(const std::shared_ptr<connection>& c) {
+  {
+    std::lock_guard<std::mutex> guard(c->out_mtx);
+    if (!c->lingers) return;
+    c->lingers = false;
+  }
+  release(c);
+}
+
+void data_plane::reader_waits(const std::shared_ptr<connection>& c) {
+  {
+    std::lock_guard<std::mutex> guard(c->out_mtx);
+    c->reader_awake = false;
+  }
+  unlinger(c);
 }
 
 // What goes at once of a frame nothing is queued before, without waiting: on the socket,
@@ -1294,6 +1370,7 @@ bool data_plane::send_message(std::uint64_t peer, caf::actor_id target, caf::mai
   std::span<const float> words(reinterpret_cast<const float*>(body->data()), body->size() / 4);
   data_plane_frame frame{encode_bulk_header({bulk_kind::message, static_cast<std::uint64_t>(form), body->size()}), {words}, body, 0,
                          bulk_header_bytes + body->size()};
+  frame.request = x.mid.is_request();
   ++messages_sent_;  // before the write: its answer may come, and be counted, before this thread goes on
   if (!send_or_queue(c, std::move(frame))) {
     --messages_sent_;
@@ -1302,6 +1379,11 @@ bool data_plane::send_message(std::uint64_t peer, caf::actor_id target, caf::mai
     return false;
   }
   return true;
+}
+
+std::size_t data_plane::readers_awake() const {
+  std::lock_guard<std::mutex> guard(mtx_);
+  return static_cast<std::size_t>(std::count_if(conns_.begin(), conns_.end(), [](const auto& c) { return c->reader_awake.load(); }));
 }
 
 std::size_t data_plane::requests_unanswered() const {

@@ -179,6 +179,9 @@ class data_plane {
   // Reads of frames that found their bytes while the reader polled (busy_poll): each a
   // sleep and a wake-up saved.
   std::uint64_t polled_reads() const { return polled_reads_; }
+  // Connections whose reader thread is not waiting for bytes (lingering write batches
+  // count on them; tests wait for 0).
+  std::size_t readers_awake() const;
   // The poll budget in effect: busy_poll, or 0 while this process and the peers it is
   // connected to on this host are more than its CPUs.
   std::chrono::microseconds poll_budget_now() const { return budget_now(poll_budget_); }
@@ -247,6 +250,18 @@ class data_plane {
                                           data_plane_frame& frame, bool by_ring);
   // A batch lets go of c: the last holder writes what waits.
   void release(const std::shared_ptr<connection>& c);
+  // A lingering batch lets go of c: what waits stays (c held for it) while c's reader is
+  // awake or answers to requests already written on c are due (its reader then wakes for
+  // them); else it is written as release would. True when something lingers on c (this
+  // batch's or another's), which flush_lingering then ends.
+  bool linger(const std::shared_ptr<connection>& c);
+  // Whether c has requests written and not answered (c's out_mtx held).
+  static bool answers_due(connection& c);
+  // Ends c's linger, if it has one: the last holder writes what waits.
+  void unlinger(const std::shared_ptr<connection>& c);
+  // c's reader is about to wait for bytes: it sleeps from now on, as far as lingering
+  // batches go, and writes what lingers.
+  void reader_waits(const std::shared_ptr<connection>& c);
   std::optional<bool> write_at_once(const std::shared_ptr<connection>& c, data_plane_frame& frame, bool by_ring);
   // Tells the peer this side takes messages (a message frame without a body).
   void announce_messages(const std::shared_ptr<connection>& c);
@@ -326,14 +341,27 @@ class data_plane {
 // messages' own work). A lone message goes out when its handler returns, as before.
 // Held frames leave at once when they reach hold_bytes or hold_frames, so a busy actor
 // cannot keep them back.
+//
+// A lingering batch (a caller's thread that runs a client actor, kv_client::send) goes
+// further: on release, the frames for a connection whose reader thread is awake (reading,
+// polling or running what it woke) stay queued until this thread calls flush_lingering
+// (before it waits for an answer) or that reader is about to sleep, whichever comes
+// first; they linger only while that reader is awake or answers are due on the
+// connection (so it will wake), else they are written at once. A caller refilling its
+// window then sends the requests it makes between two waits in one write, as the
+// scheduler's thread did when it woke late for them.
 class write_batch {
  public:
   static constexpr std::uint64_t hold_bytes = 64u << 10;
   static constexpr std::size_t hold_frames = 32;
   write_batch() = default;
+  explicit write_batch(bool lingering) : lingering_(lingering) {}
   write_batch(const write_batch&) = delete;
   write_batch& operator=(const write_batch&) = delete;
-  ~write_batch() { release(); }
+  ~write_batch() {
+    release();
+    flush_lingering();
+  }
   // The batch open on this thread, if any.
   static write_batch* open();
   // Opens `batch` on this thread for its lifetime (a batch already open stays the one).
@@ -347,8 +375,10 @@ class write_batch {
    private:
     bool opened_;
   };
-  // Every connection it holds writes what waits.
+  // Every connection it holds writes what waits (or, lingering, may keep it a while).
   void release();
+  // What lingers from this batch's releases is written.
+  void flush_lingering();
 
  private:
   friend class data_plane;
@@ -357,6 +387,8 @@ class write_batch {
     std::shared_ptr<data_plane::connection> conn;
   };
   std::vector<held> held_;
+  bool lingering_ = false;
+  std::vector<held> lingers_;  // connections this batch left lingering (maybe ended since)
 };
 
 // An actor (Base: CAF's stateful_actor of a state) whose frames on data connections

@@ -117,6 +117,10 @@ struct kv_client_options {
   // Pushes and inits are cut at the smaller of this and chunk_bytes_of while the host is
   // not crowded and some shard is reached over TCP (libps/host_share.hpp).
   std::uint64_t tcp_push_chunk_bytes = default_tcp_push_chunk_bytes;
+  // The thread that calls push/pull runs the client actor for its request when the actor
+  // is idle, instead of waking a scheduler thread for it (kv_client.cpp, dispatch_here).
+  // false: the scheduler's thread always does.
+  bool dispatch_on_caller = true;
 
   // The largest value payload of one message of this kind.
   std::uint64_t chunk_bytes_of(op_kind kind) const {

@@ -135,6 +135,9 @@ void node_config::declare_tuning_options() {
     .add(direct_requests, "direct-requests", "1: workers send pushes, pulls and clock ticks to shards over the data "
                                              "connections, beside their payloads, instead of through CAF's broker "
                                              "(0: through CAF)")
+    .add(caller_runs, "caller-runs", "1: the thread that calls push or pull runs the worker's client actor for the "
+                                     "request when the actor is idle, and the requests it makes between two waits "
+                                     "leave in one write (0: the scheduler's thread takes each)")
     .add(busy_poll_us, "busy-poll-us", "a data connection's reader polls its socket this many microseconds for the "
                                        "next frame (and a shared-memory ring's side for the other side) before it "
                                        "sleeps, while no other thread wants its vCPU and while its process and its "
@@ -471,6 +474,7 @@ void node_config::validate_security() const {
     throw bad_request("--ps.max-message-bytes must be in [--ps.chunk-bytes + 1 MiB, 4 GiB) (a chunk and its headers "
                       "must fit; CAF cannot announce 4 GiB)");
   if (direct_requests > 1) throw bad_request("--ps.direct-requests=" + std::to_string(direct_requests) + ": 1 or 0");
+  if (caller_runs > 1) throw bad_request("--ps.caller-runs=" + std::to_string(caller_runs) + ": 1 or 0");
 }
 
 // Where checkpoints go and come from, and how often.

@@ -111,6 +111,7 @@ struct node_config : caf::actor_system_config {
   std::size_t shm_ring_bytes = 2u << 20;  // data-plane rings in shared memory on one host (0: none)
   std::size_t shm_push_ring_bytes = 4u << 20;  // the rings workers offer: their pushes (BENCHMARKS.md)
   std::size_t direct_requests = 1;        // workers' requests over the data connections (0: through CAF)
+  std::size_t caller_runs = 1;  // the caller's thread runs the client actor (kv_client_options::dispatch_on_caller)
   std::uint64_t busy_poll_us = 200;       // data-connection readers poll this long before they sleep (BENCHMARKS.md)
   std::uint16_t data_plane_port = 0;  // 0: any free port
   std::size_t timeout_ms = 30000;

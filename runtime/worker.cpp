@@ -96,7 +96,7 @@ kv_client_options client_options(caf::actor_system& sys, const node_config& cfg,
           retry_interval(cfg), cfg.fault_spec(), std::move(plane), cfg.pull_codec(),
           [&sys](const std::string& host, std::uint16_t port) { connect_to<shard_actor>(sys, host, port); },
           reconnect_from(sys, cfg), std::move(worker), reg.barrier_generation, cfg.push_chunk_bytes,
-          cfg.crowded_inflight_bytes, cfg.tcp_push_chunk_bytes};
+          cfg.crowded_inflight_bytes, cfg.tcp_push_chunk_bytes, cfg.caller_runs != 0};
 }
 
 }  // namespace

@@ -335,3 +335,67 @@ TEST_CASE("plane messages: a shared plane whose last owner lets go on the plane'
   while (!gone.expired() && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
   CHECK(gone.expired());
 }
+
+namespace {
+
+// Until the worker plane's readers all wait for bytes (a reader goes back to its socket
+// once it delivered what came). False if that took more than 10 s.
+bool readers_asleep(const data_plane& plane) {
+  const auto until = std::chrono::steady_clock::now() + 10s;
+  while (plane.readers_awake() > 0)
+    if (std::chrono::steady_clock::now() > until) return false;
+    else std::this_thread::yield();
+  return true;
+}
+
+}  // namespace
+
+TEST_CASE_FIXTURE(plane_fixture, "plane messages: a lingering write batch writes at once when its connection's reader "
+                                 "sleeps and no answer is due there") {
+  auto proxy = connect_to(spawn_ticker());
+  REQUIRE(tick(proxy, 1));
+  REQUIRE(readers_asleep(*worker));
+  const auto writes_before = worker->socket_writes();
+  std::vector<decltype(asker->request(proxy, 10s, clock_atom::value, request_header{}))> asked;
+  write_batch batch(true);
+  {
+    write_batch::scope open(batch);
+    for (std::uint64_t c = 2; c <= 4; ++c) asked.push_back(asker->request(proxy, 10s, clock_atom::value, request_header{1, 0, c, 7}));
+  }
+  CHECK(worker->socket_writes() == writes_before);
+  batch.release();
+  CHECK(worker->socket_writes() == writes_before + 1);  // nothing would have woken a reader for them
+  for (std::uint64_t c = 2; c <= 4; ++c) {
+    std::uint64_t answer = 0;
+    std::move(asked[c - 2]).receive([&](std::uint64_t a) { answer = a; }, [&](caf::error& e) { FAIL(describe(e)); });
+    CHECK(answer == c + 1);
+  }
+}
+
+TEST_CASE_FIXTURE(plane_fixture, "plane messages: a lingering write batch keeps its frames while an answer is due on "
+                                 "their connection, until its thread flushes them; then they leave in one write") {
+  auto proxy = connect_to(spawn_ticker());
+  [[maybe_unused]] auto unanswered =
+      asker->request(proxy, 10s, clock_atom::value, request_header{1, 0, 0, 7});  // clock 0: never answered
+  const auto until = std::chrono::steady_clock::now() + 10s;
+  while (worker->requests_unanswered() != 1 && std::chrono::steady_clock::now() < until) std::this_thread::yield();
+  REQUIRE(worker->requests_unanswered() == 1);
+  REQUIRE(readers_asleep(*worker));
+  const auto writes_before = worker->socket_writes();
+  std::vector<decltype(asker->request(proxy, 10s, clock_atom::value, request_header{}))> asked;
+  write_batch batch(true);
+  {
+    write_batch::scope open(batch);
+    for (std::uint64_t c = 1; c <= 3; ++c) asked.push_back(asker->request(proxy, 10s, clock_atom::value, request_header{1, 0, c, 7}));
+  }
+  batch.release();
+  CHECK(worker->socket_writes() == writes_before);  // lingering: the held tick's answer would wake the reader
+  CHECK(worker->requests_unanswered() == 4);
+  batch.flush_lingering();
+  CHECK(worker->socket_writes() == writes_before + 1);
+  for (std::uint64_t c = 1; c <= 3; ++c) {
+    std::uint64_t answer = 0;
+    std::move(asked[c - 1]).receive([&](std::uint64_t a) { answer = a; }, [&](caf::error& e) { FAIL(describe(e)); });
+    CHECK(answer == c + 1);
+  }
+}
