@@ -78,6 +78,23 @@ struct plane_fixture {
     REQUIRE(proxy);
     return caf::actor_cast<caf::actor>(proxy);
   }
+  // Ticks of clocks first..last sent to `to` while `batch` is open on this thread, their
+  // answers awaited by check_answers.
+  auto ticks_in_batch(write_batch& batch, const caf::actor& to, std::uint64_t first, std::uint64_t last) {
+    std::vector<decltype(asker->request(to, 10s, clock_atom::value, request_header{}))> asked;
+    write_batch::scope open(batch);
+    for (auto c = first; c <= last; ++c) asked.push_back(asker->request(to, 10s, clock_atom::value, request_header{1, 0, c, 7}));
+    return asked;
+  }
+  // Each answer is its tick's clock plus one (the first tick's clock is `first`).
+  template <class Asked>
+  void check_answers(Asked& asked, std::uint64_t first) {
+    for (std::size_t i = 0; i < asked.size(); ++i) {
+      std::uint64_t answer = 0;
+      std::move(asked[i]).receive([&](std::uint64_t a) { answer = a; }, [&](caf::error& e) { FAIL(describe(e)); });
+      CHECK(answer == first + i + 1);
+    }
+  }
   // The answer to a clock tick sent to `to`: its clock, or the error.
   caf::expected<std::uint64_t> tick(const caf::actor& to, std::uint64_t clock) {
     caf::expected<std::uint64_t> out{std::uint64_t{0}};
@@ -356,20 +373,12 @@ TEST_CASE_FIXTURE(plane_fixture, "plane messages: a lingering write batch writes
   REQUIRE(tick(proxy, 1));
   REQUIRE(readers_asleep(*worker));
   const auto writes_before = worker->socket_writes();
-  std::vector<decltype(asker->request(proxy, 10s, clock_atom::value, request_header{}))> asked;
   write_batch batch(true);
-  {
-    write_batch::scope open(batch);
-    for (std::uint64_t c = 2; c <= 4; ++c) asked.push_back(asker->request(proxy, 10s, clock_atom::value, request_header{1, 0, c, 7}));
-  }
+  auto asked = ticks_in_batch(batch, proxy, 2, 4);
   CHECK(worker->socket_writes() == writes_before);
   batch.release();
   CHECK(worker->socket_writes() == writes_before + 1);  // nothing would have woken a reader for them
-  for (std::uint64_t c = 2; c <= 4; ++c) {
-    std::uint64_t answer = 0;
-    std::move(asked[c - 2]).receive([&](std::uint64_t a) { answer = a; }, [&](caf::error& e) { FAIL(describe(e)); });
-    CHECK(answer == c + 1);
-  }
+  check_answers(asked, 2);
 }
 
 TEST_CASE_FIXTURE(plane_fixture, "plane messages: a lingering write batch keeps its frames while an answer is due on "
@@ -382,20 +391,12 @@ TEST_CASE_FIXTURE(plane_fixture, "plane messages: a lingering write batch keeps 
   REQUIRE(worker->requests_unanswered() == 1);
   REQUIRE(readers_asleep(*worker));
   const auto writes_before = worker->socket_writes();
-  std::vector<decltype(asker->request(proxy, 10s, clock_atom::value, request_header{}))> asked;
   write_batch batch(true);
-  {
-    write_batch::scope open(batch);
-    for (std::uint64_t c = 1; c <= 3; ++c) asked.push_back(asker->request(proxy, 10s, clock_atom::value, request_header{1, 0, c, 7}));
-  }
+  auto asked = ticks_in_batch(batch, proxy, 1, 3);
   batch.release();
   CHECK(worker->socket_writes() == writes_before);  // lingering: the held tick's answer would wake the reader
   CHECK(worker->requests_unanswered() == 4);
   batch.flush_lingering();
   CHECK(worker->socket_writes() == writes_before + 1);
-  for (std::uint64_t c = 1; c <= 3; ++c) {
-    std::uint64_t answer = 0;
-    std::move(asked[c - 1]).receive([&](std::uint64_t a) { answer = a; }, [&](caf::error& e) { FAIL(describe(e)); });
-    CHECK(answer == c + 1);
-  }
+  check_answers(asked, 1);
 }
