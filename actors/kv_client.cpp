@@ -35,7 +35,7 @@ void kv_op_state::finish(std::string err) {
     error = std::move(err);
     next = std::move(continuation);
   }
-  cv.notify_all();
+  signal.set();
   if (next) next();
 }
 
@@ -56,21 +56,15 @@ write_batch& callers_batch() {
 }  // namespace
 
 void kv_future::wait() const {
-  std::unique_lock<std::mutex> guard(st_->mtx);
-  if (st_->done) return;
-  guard.unlock();
+  if (st_->signal.is_set()) return;
   callers_batch().flush_lingering();  // this thread's requests go before it sleeps
-  guard.lock();
-  st_->cv.wait(guard, [&] { return st_->done; });
+  st_->signal.wait();
 }
 
 bool kv_future::wait_for(std::chrono::milliseconds d) const {
-  std::unique_lock<std::mutex> guard(st_->mtx);
-  if (st_->done) return true;
-  guard.unlock();
+  if (st_->signal.is_set()) return true;
   callers_batch().flush_lingering();
-  guard.lock();
-  return st_->cv.wait_for(guard, d, [&] { return st_->done; });
+  return st_->signal.wait_for(d);
 }
 
 std::string kv_future::error() const {

@@ -6,7 +6,6 @@
 // an error naming the shard and the keys, never a hang.
 #include <algorithm>
 #include <chrono>
-#include <condition_variable>
 #include <functional>
 #include <map>
 #include <memory>
@@ -22,6 +21,7 @@
 #include "libps/chunking.hpp"
 #include "libps/host_share.hpp"
 #include "libps/codec.hpp"
+#include "libps/done_signal.hpp"
 #include "libps/faults.hpp"
 #include "libps/partitioner.hpp"
 
@@ -36,7 +36,7 @@ struct kv_error : std::runtime_error {
 // Shared state of one push, pull or init.
 struct kv_op_state {
   std::mutex mtx;
-  std::condition_variable cv;
+  done_signal signal;  // set once done is; what waiters sleep on
   bool done = false;
   std::string error;                 // empty on success
   std::vector<float> values;         // pull result

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "libps/busy_poll.hpp"
+#include "libps/done_signal.hpp"
 
 using namespace ps;
 using namespace std::chrono_literals;
@@ -128,4 +129,40 @@ TEST_CASE("cpu room: this host's answers from /proc/loadavg, and the budget a po
   for (auto& t : spinners) t.join();
   CHECK(refused);
   CHECK(budget_while_room(nullptr) == 0us);
+}
+
+TEST_CASE("done signal: a waiter wakes once it is set, sees what was written before, and a wait_for without it times out") {
+  ps::done_signal signal;
+  CHECK_FALSE(signal.is_set());
+  CHECK_FALSE(signal.wait_for(std::chrono::milliseconds(20)));  // nobody sets it: false after the limit
+  int written = 0;
+  std::thread setter([&] {
+    written = 42;
+    signal.set();
+  });
+  signal.wait();
+  CHECK(written == 42);
+  CHECK(signal.is_set());
+  CHECK(signal.wait_for(std::chrono::milliseconds(0)));
+  setter.join();
+  signal.set();  // twice: still set, no waiter to wake
+  CHECK(signal.is_set());
+}
+
+TEST_CASE("done signal: many waiters, in wait and wait_for, all wake on one set") {
+  ps::done_signal signal;
+  std::atomic<int> woke{0};
+  std::vector<std::thread> waiters;
+  for (int i = 0; i < 4; ++i)
+    waiters.emplace_back([&, i] {
+      if (i % 2 == 0) {
+        signal.wait();
+        ++woke;
+      } else if (signal.wait_for(std::chrono::seconds(30))) {
+        ++woke;
+      }
+    });
+  signal.set();
+  for (auto& t : waiters) t.join();
+  CHECK(woke == 4);
 }

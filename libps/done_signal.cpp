@@ -1,0 +1,57 @@
+#include "libps/done_signal.hpp"
+
+#include <climits>
+#include <ctime>
+
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+namespace ps {
+
+namespace {
+
+long futex(std::atomic<std::uint32_t>& word, int op, std::uint32_t value, const timespec* timeout) {
+  static_assert(sizeof(std::atomic<std::uint32_t>) == sizeof(std::uint32_t));
+  return ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&word), op, value, timeout, nullptr, 0);
+}
+
+}  // namespace
+
+void done_signal::set() {
+  if (state_.exchange(done, std::memory_order_acq_rel) == sleeping)
+    futex(state_, FUTEX_WAKE_PRIVATE, INT_MAX, nullptr);
+}
+
+void done_signal::sleep(std::chrono::nanoseconds left) {
+  if (left.count() < 0) {
+    futex(state_, FUTEX_WAIT_PRIVATE, sleeping, nullptr);
+    return;
+  }
+  const auto secs = std::chrono::duration_cast<std::chrono::seconds>(left);
+  const timespec limit{static_cast<time_t>(secs.count()), static_cast<long>((left - secs).count())};
+  futex(state_, FUTEX_WAIT_PRIVATE, sleeping, &limit);  // woken, timed out, or the word changed: the caller looks
+}
+
+void done_signal::wait() {
+  for (;;) {
+    auto s = state_.load(std::memory_order_acquire);
+    if (s == done) return;
+    if (s == pending && !state_.compare_exchange_weak(s, sleeping, std::memory_order_acq_rel)) continue;
+    sleep(std::chrono::nanoseconds(-1));
+  }
+}
+
+bool done_signal::wait_for(std::chrono::nanoseconds d) {
+  const auto until = std::chrono::steady_clock::now() + d;
+  for (;;) {
+    auto s = state_.load(std::memory_order_acquire);
+    if (s == done) return true;
+    const auto left = until - std::chrono::steady_clock::now();
+    if (left.count() <= 0) return false;
+    if (s == pending && !state_.compare_exchange_weak(s, sleeping, std::memory_order_acq_rel)) continue;
+    sleep(left);
+  }
+}
+
+}  // namespace ps

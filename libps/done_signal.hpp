@@ -1,0 +1,30 @@
+#pragma once
+// A one-shot "done" that a thread can sleep on, in one futex word: setting it costs no
+// system call while nobody sleeps, and one wake when somebody does. A kv_future waited
+// on a mutex and a condition variable before: the waiter woke holding the mutex in its
+// contended state, so its unlock cost a futex wake too, a third of the futex calls of a
+// 4 KiB window-8 cell (BENCHMARKS.md, "The caller runs its requests").
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+
+namespace ps {
+
+class done_signal {
+ public:
+  // Done, once: a thread asleep in wait or wait_for wakes.
+  void set();
+  bool is_set() const { return state_.load(std::memory_order_acquire) == done; }
+  // Until set (what the setter wrote before set is then visible).
+  void wait();
+  // Until set or d passed; whether it is set.
+  bool wait_for(std::chrono::nanoseconds d);
+
+ private:
+  static constexpr std::uint32_t pending = 0, sleeping = 1, done = 2;
+  // Sleeps while the word is still `sleeping`, for at most `left` (negative: no limit).
+  void sleep(std::chrono::nanoseconds left);
+  std::atomic<std::uint32_t> state_{pending};
+};
+
+}  // namespace ps
