@@ -74,11 +74,13 @@ std::map<std::uint32_t, std::string> completed_job(node_config& cfg, const std::
 }
 
 // data_plane: whether blocks of at least 256 KiB go over data connections (processes);
-// direct: whether requests go there too (--ps.direct-requests).
-void check_kvcheck(const char* cluster, bool data_plane, bool direct = true) {
+// direct: whether requests go there too (--ps.direct-requests); caller_runs: whether the
+// app's thread runs the client actor for its requests (--ps.caller-runs).
+void check_kvcheck(const char* cluster, bool data_plane, bool direct = true, bool caller_runs = true) {
   parsed_config pc({std::string("--cluster=") + cluster, "--servers=2", "--workers=2",
                     data_plane ? "--ps.data-plane-bytes=262144" : "--ps.data-plane-bytes=0",
-                    direct ? "--ps.direct-requests=1" : "--ps.direct-requests=0"});
+                    direct ? "--ps.direct-requests=1" : "--ps.direct-requests=0",
+                    caller_runs ? "--ps.caller-runs=1" : "--ps.caller-runs=0"});
   REQUIRE(pc.ok);
   for (const auto& [w, text] : completed_job(pc.cfg, "kvcheck", 2)) {
     INFO("worker " << w << ": " << text);
@@ -117,6 +119,10 @@ TEST_CASE("exact sums with every block inside CAF's messages (no data plane)") {
 
 TEST_CASE("exact sums with requests through CAF and blocks over the data plane (--ps.direct-requests=0)") {
   check_kvcheck("processes", true, false);
+}
+
+TEST_CASE("exact sums with every request handed to the scheduler's thread (--ps.caller-runs=0)") {
+  check_kvcheck("processes", true, true, false);
 }
 
 namespace {
@@ -474,6 +480,7 @@ TEST_CASE("bad flags and bad config files are errors that name the problem") {
     {"bin/psnode --role=server --handoff=later", 2, "--handoff=later: must be copy-ahead or cut"},
     {"bin/psnode --role=server --disk-readers=0", 2, "--disk-readers=0: must be 1 to 256"},
     {"bin/psnode --role=server --ps.direct-requests=2", 2, "--ps.direct-requests=2: 1 or 0"},
+    {"bin/psnode --role=server --ps.caller-runs=2", 2, "--ps.caller-runs=2: 1 or 0"},
     {"bin/bench_elastic --rows=1000", 2, "--rows and --shard-memory (at least 1 MiB) go together"},
     {"bin/psnode --role=server --config-file=bad_type.ini", 2, "global.servers"},
     {"bin/psnode --role=server --config-file=bad_key.ini", 2, "unknown option ps.chunk-byte"},
