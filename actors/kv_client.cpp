@@ -19,30 +19,23 @@ namespace ps {
 
 // ---- kv_op_state / kv_future -------------------------------------------------------
 
-bool kv_op_state::done_flag() {
-  std::lock_guard<std::mutex> guard(mtx);
-  return done;
-}
+bool kv_op_state::done_flag() { return done.is_set(); }
 
 void kv_op_state::finish(std::string err) {
   std::function<void()> next;
   {
     std::lock_guard<std::mutex> guard(mtx);
-    if (done) return;
-    done = true;
+    if (done.is_set()) return;
     if (latency && err.empty())
       latency->record(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - started).count());
     error = std::move(err);
     next = std::move(continuation);
+    done.set();  // under mtx: then() registers a continuation or runs it, never neither
   }
-  signal.set();
   if (next) next();
 }
 
-bool kv_future::ready() const {
-  std::lock_guard<std::mutex> guard(st_->mtx);
-  return st_->done;
-}
+bool kv_future::ready() const { return st_->done.is_set(); }
 
 namespace {
 
@@ -56,15 +49,15 @@ write_batch& callers_batch() {
 }  // namespace
 
 void kv_future::wait() const {
-  if (st_->signal.is_set()) return;
+  if (st_->done.is_set()) return;
   callers_batch().flush_lingering();  // this thread's requests go before it sleeps
-  st_->signal.wait();
+  st_->done.wait();
 }
 
 bool kv_future::wait_for(std::chrono::milliseconds d) const {
-  if (st_->signal.is_set()) return true;
+  if (st_->done.is_set()) return true;
   callers_batch().flush_lingering();
-  return st_->signal.wait_for(d);
+  return st_->done.wait_for(d);
 }
 
 std::string kv_future::error() const {
@@ -82,7 +75,7 @@ void kv_future::then(std::function<void(kv_future)> f) {
   auto self = *this;
   {
     std::lock_guard<std::mutex> guard(st_->mtx);
-    if (!st_->done) {
+    if (!st_->done.is_set()) {
       st_->continuation = [f = std::move(f), self] { f(self); };
       return;
     }
@@ -1831,15 +1824,11 @@ kv_future kv_client::push_rows(std::uint32_t table, const std::vector<std::uint6
 // in one write (write_batch).
 template <class Request>
 void dispatch_here(caf::actor_system& sys, const client_actor& actor, bool on_caller, std::shared_ptr<Request> req) {
-  auto client = caf::actor_cast<caf::strong_actor_ptr>(actor);
-  auto msg = caf::make_mailbox_element(nullptr, caf::make_message_id(), {}, dispatch_atom::value, std::move(req));
-  if (!on_caller) {
-    client->enqueue(std::move(msg), nullptr);
-    return;
-  }
   inline_runner here(sys);
-  client->enqueue(std::move(msg), &here);
-  if (here.waiting() == 0) return;  // the actor was running or scheduled: it takes it there
+  caf::actor_cast<caf::strong_actor_ptr>(actor)->enqueue(
+      caf::make_mailbox_element(nullptr, caf::make_message_id(), {}, dispatch_atom::value, std::move(req)),
+      on_caller ? &here : nullptr);  // nullptr: the scheduler takes the actor
+  if (here.waiting() == 0) return;  // not woken here: it runs (or was running) elsewhere
   auto& batch = callers_batch();
   {
     write_batch::scope open(batch);

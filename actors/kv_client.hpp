@@ -35,9 +35,8 @@ struct kv_error : std::runtime_error {
 
 // Shared state of one push, pull or init.
 struct kv_op_state {
-  std::mutex mtx;
-  done_signal signal;  // set once done is; what waiters sleep on
-  bool done = false;
+  std::mutex mtx;       // guards error, values and continuation until done
+  done_signal done;     // set once, under mtx; waiters sleep on it
   std::string error;                 // empty on success
   std::vector<float> values;         // pull result
   std::function<void()> continuation;

@@ -23,34 +23,20 @@ void done_signal::set() {
     futex(state_, FUTEX_WAKE_PRIVATE, INT_MAX, nullptr);
 }
 
-void done_signal::sleep(std::chrono::nanoseconds left) {
-  if (left.count() < 0) {
-    futex(state_, FUTEX_WAIT_PRIVATE, sleeping, nullptr);
-    return;
-  }
-  const auto secs = std::chrono::duration_cast<std::chrono::seconds>(left);
-  const timespec limit{static_cast<time_t>(secs.count()), static_cast<long>((left - secs).count())};
-  futex(state_, FUTEX_WAIT_PRIVATE, sleeping, &limit);  // woken, timed out, or the word changed: the caller looks
-}
-
-void done_signal::wait() {
-  for (;;) {
-    auto s = state_.load(std::memory_order_acquire);
-    if (s == done) return;
-    if (s == pending && !state_.compare_exchange_weak(s, sleeping, std::memory_order_acq_rel)) continue;
-    sleep(std::chrono::nanoseconds(-1));
-  }
-}
-
-bool done_signal::wait_for(std::chrono::nanoseconds d) {
-  const auto until = std::chrono::steady_clock::now() + d;
+bool done_signal::wait_until(std::optional<std::chrono::steady_clock::time_point> until) {
   for (;;) {
     auto s = state_.load(std::memory_order_acquire);
     if (s == done) return true;
-    const auto left = until - std::chrono::steady_clock::now();
-    if (left.count() <= 0) return false;
+    timespec limit{};
+    if (until) {
+      const auto left = std::chrono::duration_cast<std::chrono::nanoseconds>(*until - std::chrono::steady_clock::now());
+      if (left.count() <= 0) return false;
+      const auto secs = std::chrono::duration_cast<std::chrono::seconds>(left);
+      limit = {static_cast<time_t>(secs.count()), static_cast<long>((left - secs).count())};
+    }
     if (s == pending && !state_.compare_exchange_weak(s, sleeping, std::memory_order_acq_rel)) continue;
-    sleep(left);
+    // Woken, timed out, or the word was no longer `sleeping`: the loop looks again.
+    futex(state_, FUTEX_WAIT_PRIVATE, sleeping, until ? &limit : nullptr);
   }
 }
 

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <optional>
 
 namespace ps {
 
@@ -16,14 +17,14 @@ class done_signal {
   void set();
   bool is_set() const { return state_.load(std::memory_order_acquire) == done; }
   // Until set (what the setter wrote before set is then visible).
-  void wait();
+  void wait() { wait_until(std::nullopt); }
   // Until set or d passed; whether it is set.
-  bool wait_for(std::chrono::nanoseconds d);
+  bool wait_for(std::chrono::nanoseconds d) { return wait_until(std::chrono::steady_clock::now() + d); }
 
  private:
   static constexpr std::uint32_t pending = 0, sleeping = 1, done = 2;
-  // Sleeps while the word is still `sleeping`, for at most `left` (negative: no limit).
-  void sleep(std::chrono::nanoseconds left);
+  // Until set or `until` (none: no limit); whether it is set.
+  bool wait_until(std::optional<std::chrono::steady_clock::time_point> until);
   std::atomic<std::uint32_t> state_{pending};
 };
 
