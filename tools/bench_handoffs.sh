@@ -22,7 +22,7 @@ for _ in $(seq 1 300); do
   sleep 0.1
 done
 sleep "$into"
-perf stat -e context-switches,sched:sched_wakeup,task-clock,raw_syscalls:sys_enter -a -x, -o "$out/perf" -- sleep 2
+perf stat -e context-switches,sched:sched_wakeup,task-clock,raw_syscalls:sys_enter,syscalls:sys_enter_futex -a -x, -o "$out/perf" -- sleep 2
 wait $pid
 /usr/bin/python3 - "$out" "$op" "$size" "$window" "$transport" <<'PY'
 import json, sys
@@ -41,6 +41,7 @@ print(json.dumps({"op": op, "bytes": size, "window": int(window), "transport": t
                   "context_switches_per_request": round(per_op("context-switches"), 2),
                   "wakeups_per_request": round(per_op("sched:sched_wakeup"), 2),
                   "syscalls_per_request": round(per_op("raw_syscalls:sys_enter"), 2),
+                  "futex_calls_per_request": round(per_op("syscalls:sys_enter_futex"), 2),
                   "cpu_ms_per_request": round(per_op("task-clock"), 4)}))
 PY
 rm -rf "$out"
