@@ -5,9 +5,11 @@ Usage: tools/kv_targets.py FILE...   e.g. the ap_*_1x1.txt of tools/pslite/compa
 Prints per file: window 8 over window 1 in every cell (target >= 0.9), TCP cells of 1 MiB
 and more over the TCP limit of the same run (>= 0.9), and 1x1 ring cells over the TCP
 limit (>= 2 at window 8 from 1 MiB, at window 1 from 16 MiB). A cell short of its target
-is marked '<'.
+is marked '<'. Given several files of one shape (rounds of the same run), it then prints
+each cell's median over them: on this VM one run's cell moves by 15% or more.
 """
 import json
+import statistics
 import sys
 
 
@@ -29,19 +31,44 @@ def mark(value, target):
     return f"{value:.2f}{'<' if value < target else ''}"
 
 
-for path in sys.argv[1:]:
-    limit, cells = load(path)
-    shape = next(iter(cells.values()))
-    shape = f"{shape['servers']}x{shape['workers']}"
-    print(f"{path}: {shape}, TCP limit {limit:.2f} GB/s")
+
+def ratios(limit, cells):
+    """{(transport, op, KiB): [(label, value, target), ...]} for one run."""
+    out = {}
     for (transport, op, size, window), d in sorted(cells.items()):
         if window != 8 or (transport, op, size, 1) not in cells:
             continue
+        shape = f"{d['servers']}x{d['workers']}"
         w1 = cells[(transport, op, size, 1)]["gbps"]
-        parts = [f"w8/w1 {mark(d['gbps'] / w1, 0.9)}"]
+        parts = [("w8/w1", d["gbps"] / w1, 0.9)]
         for w, g in ((1, w1), (8, d["gbps"])):
             if transport == "tcp" and size >= 1 << 20:
-                parts.append(f"w{w}/limit {mark(g / limit, 0.9)}")
+                parts.append((f"w{w}/limit", g / limit, 0.9))
             if transport == "shm" and shape == "1x1" and (size >= 16 << 20 or (w == 8 and size >= 1 << 20)):
-                parts.append(f"w{w}/limit {mark(g / limit, 2.0)}")
-        print(f"  {transport} {op} {size >> 10} KiB: " + ", ".join(parts))
+                parts.append((f"w{w}/limit", g / limit, 2.0))
+        out[(transport, op, size >> 10)] = parts
+    return out
+
+
+def show(cells):
+    for (transport, op, kib), parts in sorted(cells.items()):
+        print(f"  {transport} {op} {kib} KiB: " + ", ".join(f"{label} {mark(v, t)}" for label, v, t in parts))
+
+
+by_shape = {}
+for path in sys.argv[1:]:
+    limit, cells = load(path)
+    first = next(iter(cells.values()))
+    shape = f"{first['servers']}x{first['workers']}"
+    print(f"{path}: {shape}, TCP limit {limit:.2f} GB/s")
+    run = ratios(limit, cells)
+    show(run)
+    by_shape.setdefault(shape, []).append(run)
+
+for shape, runs in by_shape.items():
+    if len(runs) < 2:
+        continue
+    print(f"{shape}: medians of {len(runs)} runs")
+    common = set.intersection(*(set(r) for r in runs))
+    show({cell: [(label, statistics.median(r[cell][i][1] for r in runs), target)
+                 for i, (label, _, target) in enumerate(runs[0][cell])] for cell in common})
