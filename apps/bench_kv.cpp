@@ -1,6 +1,7 @@
 // bench_kv: push and pull throughput and latency between psnode processes on loopback,
 // per value size, window and servers x workers, plus the plain-TCP limit measured in
-// the same run, and one thread's memcpy. One JSON object per line (gbps = 1e9 payload
+// the same run, one thread's memcpy, and for small sizes what bare sockets make of each
+// window's requests (tcp_requests). One JSON object per line (gbps = 1e9 payload
 // bytes per second; limit_fraction: of the limit of the row's transport).
 #include <algorithm>
 #include <cstdio>
@@ -28,6 +29,8 @@ struct shape {
 };
 
 const std::string ring_flag = "--ps.shm-ring-bytes=";
+// Sizes up to this get the bare-socket request limit (a line per window).
+constexpr std::int64_t small_request_bytes = 64 << 10;
 
 // The JSON line of one cell, merged over the workers' measurements of it.
 ps::json_line cell_line(const std::vector<ps::bench_cell>& list, const shape& s, const std::string& transport) {
@@ -108,6 +111,16 @@ int main(int argc, char** argv) {
     // What one thread copies: the limit of a transport through memory shared by processes.
     auto copy = ps::measure_memcpy(static_cast<std::uint64_t>(limit_bytes), std::max(0.5, cfg.app_number("cell-seconds")));
     ps::bench::print_line({{"limit", "memcpy"}, {"gbps", copy.gbps}, {"bytes", limit_bytes}});
+    // Small requests: what bare sockets make of each window (issue 17's point 2 asks window
+    // 8 for 4x the requests of window 1 at 1.5x the round trip).
+    const auto smallest = *std::min_element(sizes.begin(), sizes.end());
+    if (smallest <= small_request_bytes)
+      for (auto window : windows) {
+        auto bare = ps::measure_tcp_requests(static_cast<std::uint64_t>(smallest), static_cast<int>(window),
+                                             std::max(0.5, cfg.app_number("cell-seconds")));
+        ps::bench::print_line({{"limit", "tcp_requests"}, {"bytes", smallest}, {"window", window},
+                               {"per_s", bare.per_s}, {"p50_us", bare.p50_us}});
+      }
     caf::actor_system sys{cfg};
     auto settings = ps::settings_for_app(cfg, "bench");
     // servers x workers: 1x1 and 2x2 unless --servers/--workers were given.

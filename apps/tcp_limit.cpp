@@ -6,11 +6,14 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <deque>
 #include <cstring>
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 namespace ps {
@@ -48,18 +51,54 @@ void nodelay(int fd) {
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 }
 
-}  // namespace
+// What read() returned; fails on an error.
+std::size_t read_some(int fd, char* p, std::size_t n) {
+  for (;;) {
+    auto k = ::read(fd, p, n);
+    if (k >= 0) return static_cast<std::size_t>(k);
+    if (errno != EINTR) fail("read");
+  }
+}
 
-tcp_limit_result measure_tcp_loopback(std::uint64_t message_bytes, int window, double seconds) {
+// A listening socket on a free loopback port, and a client connected to it, both TCP_NODELAY.
+std::pair<int, int> loopback_pair() {
   int lfd = ::socket(AF_INET, SOCK_STREAM, 0);
   if (lfd < 0) fail("socket");
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::bind(lfd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) < 0) fail("bind");
   socklen_t len = sizeof(addr);
-  getsockname(lfd, reinterpret_cast<sockaddr*>(&addr), &len);
-  if (::listen(lfd, 1) < 0) fail("listen");
+  if (::bind(lfd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) < 0 ||
+      ::getsockname(lfd, reinterpret_cast<sockaddr*>(&addr), &len) < 0 || ::listen(lfd, 1) < 0)
+    fail("listen");
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0 || ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) < 0) fail("connect");
+  nodelay(fd);
+  return {lfd, fd};
+}
+
+// Answers each whole request of request_bytes with 8 bytes, all of one read's in one write.
+void answer_requests(int lfd, std::uint64_t request_bytes) {
+  int fd = ::accept(lfd, nullptr, nullptr);
+  if (fd < 0) return;
+  nodelay(fd);
+  std::vector<char> in(std::max<std::uint64_t>(request_bytes * 64, 1 << 16)), acks;
+  std::size_t have = 0;
+  while (auto k = read_some(fd, in.data() + have, in.size() - have)) {
+    have += k;
+    const std::size_t whole = have / request_bytes;
+    acks.assign(whole * 8, 1);
+    if (whole > 0) write_all(fd, acks.data(), acks.size());
+    have -= whole * request_bytes;
+    std::memmove(in.data(), in.data() + whole * request_bytes, have);
+  }
+  ::close(fd);
+}
+
+}  // namespace
+
+tcp_limit_result measure_tcp_loopback(std::uint64_t message_bytes, int window, double seconds) {
+  auto [lfd, fd] = loopback_pair();
   // Server: read a length-prefixed message, answer with an 8-byte ack.
   std::thread server([lfd, message_bytes] {
     int fd = ::accept(lfd, nullptr, nullptr);
@@ -71,9 +110,6 @@ tcp_limit_result measure_tcp_loopback(std::uint64_t message_bytes, int window, d
       write_all(fd, &n, sizeof(n));
     ::close(fd);
   });
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0 || ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) < 0) fail("connect");
-  nodelay(fd);
   std::vector<char> payload(message_bytes, 1);
   // The client writes ahead by `window` requests: a writer thread and the acks read here.
   tcp_limit_result res;
@@ -104,6 +140,45 @@ tcp_limit_result measure_tcp_loopback(std::uint64_t message_bytes, int window, d
   ::close(lfd);
   res.gbps = static_cast<double>(res.ops) * static_cast<double>(message_bytes) / res.seconds / 1e9;
   return res;
+}
+
+request_limit_result measure_tcp_requests(std::uint64_t request_bytes, int window, double seconds) {
+  auto [lfd, fd] = loopback_pair();
+  std::thread server(answer_requests, lfd, request_bytes);
+  using clock = std::chrono::steady_clock;
+  std::vector<char> requests(request_bytes * static_cast<std::size_t>(window), 1), acks(1 << 16);
+  std::deque<clock::time_point> sent;
+  std::vector<double> latencies_us;
+  auto issue = [&](std::size_t n) {
+    sent.insert(sent.end(), n, clock::now());
+    write_all(fd, requests.data(), n * request_bytes);
+  };
+  const auto start = clock::now();
+  auto elapsed = [&] { return std::chrono::duration<double>(clock::now() - start).count(); };
+  issue(static_cast<std::size_t>(window));
+  std::size_t have = 0;  // bytes of an ack read so far
+  while (elapsed() < seconds || latencies_us.size() < 4) {
+    const auto k = read_some(fd, acks.data(), acks.size() - have % 8);
+    if (k == 0) fail("server closed");
+    const std::size_t answered = (have % 8 + k) / 8;
+    have += k;
+    const auto now = clock::now();
+    for (std::size_t i = 0; i < answered; ++i, sent.pop_front())
+      latencies_us.push_back(std::chrono::duration<double, std::micro>(now - sent.front()).count());
+    issue(answered);
+  }
+  request_limit_result r;
+  r.ops = latencies_us.size();
+  r.per_s = static_cast<double>(r.ops) / elapsed();
+  std::nth_element(latencies_us.begin(), latencies_us.begin() + latencies_us.size() / 2, latencies_us.end());
+  r.p50_us = latencies_us[latencies_us.size() / 2];
+  ::shutdown(fd, SHUT_WR);
+  while (read_some(fd, acks.data(), acks.size()) > 0) {
+  }
+  ::close(fd);
+  server.join();
+  ::close(lfd);
+  return r;
 }
 
 tcp_limit_result measure_memcpy(std::uint64_t message_bytes, double seconds) {

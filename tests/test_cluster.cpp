@@ -2185,7 +2185,8 @@ TEST_CASE("faults: train_fmnist restored from its 2-epoch checkpoint resumes the
   std::filesystem::remove_all("ckpt-resume");
 }
 
-TEST_CASE("bench_kv: the limits first (TCP loopback, memcpy), then a row per op, size, window, shape and transport") {
+TEST_CASE("bench_kv: the limits first (TCP loopback, memcpy, bare-socket requests per window), then a row per op, size, "
+          "window, shape and transport") {
   auto [rc, out] = shell("bin/bench_kv --servers=1 --workers=1 --sizes=[4096,1048576] --windows=[1,2] "
                          "--cell-seconds=0.05");
   INFO(out);
@@ -2194,14 +2195,21 @@ TEST_CASE("bench_kv: the limits first (TCP loopback, memcpy), then a row per op,
   std::vector<nlohmann::json> rows;
   for (std::string line; std::getline(lines, line);)  // stdout: the bench's lines, then the members' status lines
     if (auto j = nlohmann::json::parse(line, nullptr, false); j.contains("limit") || j.contains("op")) rows.push_back(j);
-  REQUIRE(rows.size() == 2 + 2 * 2 * 2 * 2);
+  REQUIRE(rows.size() == 4 + 2 * 2 * 2 * 2);
   CHECK(rows[0]["limit"] == "tcp_loopback");
   CHECK(rows[1]["limit"] == "memcpy");
   CHECK(rows[1]["gbps"] > 0);
+  for (std::size_t i : {2, 3}) {  // the smallest size's requests over bare sockets, per window
+    CHECK(rows[i]["limit"] == "tcp_requests");
+    CHECK(rows[i]["bytes"] == 4096);
+    CHECK(rows[i]["window"] == i - 1);
+    CHECK(rows[i]["per_s"] > 0);
+    CHECK(rows[i]["p50_us"] > 0);
+  }
   const double tcp = rows[0]["gbps"], copy = rows[1]["gbps"];
   // Both transports, each measuring every cell against its own limit.
   std::set<std::tuple<std::string, std::string, std::uint64_t, std::uint64_t>> cells;
-  for (std::size_t i = 2; i < rows.size(); ++i) {
+  for (std::size_t i = 4; i < rows.size(); ++i) {
     const auto& r = rows[i];
     const std::string transport = r["transport"];
     cells.insert({transport, r["op"].get<std::string>(), r["bytes"].get<std::uint64_t>(), r["window"].get<std::uint64_t>()});
@@ -2217,6 +2225,7 @@ TEST_CASE("bench_kv: the limits first (TCP loopback, memcpy), then a row per op,
   CHECK(tcp_rc == 0);
   CHECK(tcp_out.find(R"("transport":"shm")") == std::string::npos);
   CHECK(tcp_out.find(R"("transport":"tcp")") != std::string::npos);
+  CHECK(tcp_out.find(R"("limit":"tcp_requests")") == std::string::npos);  // 1 MiB is no small request
 }
 
 TEST_CASE("bench_sparse: each tiered cell carries the disk probe run beside it, and the 25% target is reckoned with it") {

@@ -26,7 +26,8 @@ for side in "ab":
         for line in open(f"{out}/{side}.{r}.json"):
             d = json.loads(line)
             if "limit" in d:
-                print(f"round {r} {side}: {d['limit']} {d['gbps']:.2f} GB/s")
+                value = f"{d['gbps']:.2f} GB/s" if "gbps" in d else f"{d['per_s']:.0f}/s at window {d['window']}"
+                print(f"round {r} {side}: {d['limit']} {value}")
                 continue
             key = (d["op"], d["transport"], d["servers"], d["bytes"], d["window"])
             cells[key][(side, r)] = d["gbps"]
