@@ -24,6 +24,7 @@
 
 #include "actors/inline_runner.hpp"
 #include "libps/busy_poll.hpp"
+#include "libps/done_signal.hpp"
 #include "libps/codec.hpp"
 #include "libps/log.hpp"
 #include "libps/shm_ring.hpp"
@@ -654,6 +655,7 @@ void data_plane::read_frames(const std::shared_ptr<connection>& c, std::string* 
       payloads = false;
       if (run_here) {
         reader_runs_ += woken->waiting();  // before: what they send may be answered at once
+        done_signal::wake_batch one_wake;  // the ops they complete wake their waiters once, after
         woken->run();
       } else {
         woken->hand_over();

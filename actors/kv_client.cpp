@@ -30,7 +30,7 @@ void kv_op_state::finish(std::string err) {
       latency->record(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - started).count());
     error = std::move(err);
     next = std::move(continuation);
-    done.set();  // under mtx: then() registers a continuation or runs it, never neither
+    done.set(shared_from_this());  // under mtx: then() registers a continuation or runs it, never neither
   }
   if (next) next();
 }

@@ -34,7 +34,7 @@ struct kv_error : std::runtime_error {
 };
 
 // Shared state of one push, pull or init.
-struct kv_op_state {
+struct kv_op_state : std::enable_shared_from_this<kv_op_state> {
   std::mutex mtx;       // guards error, values and continuation until done
   done_signal done;     // set once, under mtx; waiters sleep on it
   std::string error;                 // empty on success

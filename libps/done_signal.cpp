@@ -2,6 +2,8 @@
 
 #include <climits>
 #include <ctime>
+#include <memory>
+#include <vector>
 
 #include <linux/futex.h>
 #include <sys/syscall.h>
@@ -16,12 +18,38 @@ long futex(std::atomic<std::uint32_t>& word, int op, std::uint32_t value, const 
   return ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&word), op, value, timeout, nullptr, 0);
 }
 
+void wake(std::atomic<std::uint32_t>& word) { futex(word, FUTEX_WAKE_PRIVATE, INT_MAX, nullptr); }
+
+struct owed_wake {
+  std::atomic<std::uint32_t>* word;
+  std::shared_ptr<const void> keep_alive;
+};
+
+// This thread's batch: whether one is open, and the wakes it owes (kept between batches,
+// so a burst allocates nothing once the first made room).
+thread_local bool batch_open = false;
+thread_local std::vector<owed_wake> owed;
+
 }  // namespace
 
-void done_signal::set() {
-  if (state_.exchange(done, std::memory_order_acq_rel) == sleeping)
-    futex(state_, FUTEX_WAKE_PRIVATE, INT_MAX, nullptr);
+void done_signal::set(std::shared_ptr<const void> keep_alive) {
+  if (state_.exchange(done, std::memory_order_acq_rel) != sleeping) return;
+  if (batch_open && keep_alive)
+    owed.push_back({&state_, std::move(keep_alive)});
+  else
+    wake(state_);
 }
+
+done_signal::wake_batch::wake_batch() : opened_(!batch_open) { batch_open = true; }
+
+done_signal::wake_batch::~wake_batch() {
+  if (!opened_) return;
+  batch_open = false;
+  for (auto& w : owed) wake(*w.word);
+  owed.clear();
+}
+
+std::size_t done_signal::wake_batch::owed_now() { return owed.size(); }
 
 bool done_signal::wait_until(std::optional<std::chrono::steady_clock::time_point> until) {
   for (;;) {

@@ -6,16 +6,37 @@
 // 4 KiB window-8 cell (BENCHMARKS.md, "The caller runs its requests").
 #include <atomic>
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <optional>
 
 namespace ps {
 
 class done_signal {
  public:
-  // Done, once: a thread asleep in wait or wait_for wakes.
-  void set();
+  // Done, once: a thread asleep in wait or wait_for wakes; while a wake_batch is open on
+  // this thread, when the batch closes (keep_alive, the signal's owner, lives till then).
+  void set(std::shared_ptr<const void> keep_alive = nullptr);
+  // The wakes that set() owes on this thread while one is open wait until it closes: a
+  // thread that completes a burst of ops wakes their waiter once, after the last, and the
+  // waiter then finds them all done (one sleep and one wake-up for the burst, not one a
+  // request). Only the outermost of nested batches counts.
+  class wake_batch {
+   public:
+    wake_batch();
+    ~wake_batch();
+    wake_batch(const wake_batch&) = delete;
+    wake_batch& operator=(const wake_batch&) = delete;
+    // Wakes the batch open on this thread owes now (tests).
+    static std::size_t owed_now();
+
+   private:
+    bool opened_;
+  };
   bool is_set() const { return state_.load(std::memory_order_acquire) == done; }
+  // Whether a thread sleeps on it, or is about to (tests).
+  bool has_sleeper() const { return state_.load(std::memory_order_acquire) == sleeping; }
   // Until set (what the setter wrote before set is then visible).
   void wait() { wait_until(std::nullopt); }
   // Until set or d passed; whether it is set.

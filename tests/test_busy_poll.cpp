@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <memory>
 #include <optional>
 #include <thread>
 #include <vector>
@@ -165,4 +166,38 @@ TEST_CASE("done signal: many waiters, in wait and wait_for, all wake on one set"
   signal.set();
   for (auto& t : waiters) t.join();
   CHECK(woke == 4);
+}
+
+TEST_CASE("done signal: in a wake batch a sleeper's wake waits for the batch to close; its owner lives till then") {
+  using batch = ps::done_signal::wake_batch;
+  auto signal = std::make_shared<ps::done_signal>();
+  std::thread waiter([signal] { signal->wait(); });
+  while (!signal->has_sleeper()) std::this_thread::yield();  // the waiter is asleep (or about to be)
+  {
+    batch outer;
+    {
+      batch inner;  // nested: the outer one keeps the wakes
+      signal->set(signal);
+    }
+    CHECK(signal->is_set());
+    CHECK(batch::owed_now() == 1);
+    std::weak_ptr<ps::done_signal> watch = signal;
+    signal.reset();
+    CHECK(watch.use_count() == 2);  // the waiter's and the batch's
+  }
+  CHECK(batch::owed_now() == 0);
+  waiter.join();  // woken when the batch closed
+}
+
+TEST_CASE("done signal: in a wake batch a signal set without its owner, or with nobody asleep, owes no wake") {
+  using batch = ps::done_signal::wake_batch;
+  ps::done_signal unowned;
+  std::thread waiter([&] { unowned.wait(); });
+  while (!unowned.has_sleeper()) std::this_thread::yield();
+  batch open;
+  unowned.set();  // nothing keeps it alive for later: woken at once
+  waiter.join();  // while the batch is still open
+  auto idle = std::make_shared<ps::done_signal>();
+  idle->set(idle);  // nobody sleeps on it
+  CHECK(batch::owed_now() == 0);
 }
