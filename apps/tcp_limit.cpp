@@ -8,12 +8,11 @@
 
 #include <algorithm>
 #include <chrono>
-#include <deque>
 #include <cstring>
+#include <deque>
 #include <stdexcept>
 #include <string>
 #include <thread>
-#include <utility>
 #include <vector>
 
 namespace ps {
@@ -27,7 +26,7 @@ void fail(const char* what) {
 void write_all(int fd, const void* p, std::size_t n) {
   auto c = static_cast<const char*>(p);
   while (n > 0) {
-    auto k = ::write(fd, c, n);
+    auto k = ::send(fd, c, n, MSG_NOSIGNAL);  // a closed peer is an error here, not a signal
     if (k <= 0) fail("write");
     c += k;
     n -= static_cast<std::size_t>(k);
@@ -60,28 +59,8 @@ std::size_t read_some(int fd, char* p, std::size_t n) {
   }
 }
 
-// A listening socket on a free loopback port, and a client connected to it, both TCP_NODELAY.
-std::pair<int, int> loopback_pair() {
-  int lfd = ::socket(AF_INET, SOCK_STREAM, 0);
-  if (lfd < 0) fail("socket");
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(addr);
-  if (::bind(lfd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) < 0 ||
-      ::getsockname(lfd, reinterpret_cast<sockaddr*>(&addr), &len) < 0 || ::listen(lfd, 1) < 0)
-    fail("listen");
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0 || ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) < 0) fail("connect");
-  nodelay(fd);
-  return {lfd, fd};
-}
-
 // Answers each whole request of request_bytes with 8 bytes, all of one read's in one write.
-void answer_requests(int lfd, std::uint64_t request_bytes) {
-  int fd = ::accept(lfd, nullptr, nullptr);
-  if (fd < 0) return;
-  nodelay(fd);
+void answer_requests(int fd, std::uint64_t request_bytes) {
   std::vector<char> in(std::max<std::uint64_t>(request_bytes * 64, 1 << 16)), acks;
   std::size_t have = 0;
   while (auto k = read_some(fd, in.data() + have, in.size() - have)) {
@@ -92,24 +71,68 @@ void answer_requests(int lfd, std::uint64_t request_bytes) {
     have -= whole * request_bytes;
     std::memmove(in.data(), in.data() + whole * request_bytes, have);
   }
-  ::close(fd);
 }
+
+// A client connected over loopback to a server thread that runs serve(accepted socket).
+// However the client's side ends (an error throws), the connection is shut down, so that
+// the server's reads return, and the thread joined before the sockets close. An error on
+// the server's side ends its thread; the client then reads the end of the stream.
+class loopback_server {
+ public:
+  template <class Serve>
+  explicit loopback_server(Serve serve) {
+    listener_.fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    if (listener_.fd < 0) fail("socket");
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof(addr);
+    if (::bind(listener_.fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) < 0 ||
+        ::getsockname(listener_.fd, reinterpret_cast<sockaddr*>(&addr), &len) < 0 || ::listen(listener_.fd, 1) < 0)
+      fail("listen");
+    client_.fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    if (client_.fd < 0 || ::connect(client_.fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) < 0) fail("connect");
+    nodelay(client_.fd);
+    server_ = std::thread([serve, listener = listener_.fd] {
+      int fd = ::accept(listener, nullptr, nullptr);
+      if (fd < 0) return;
+      nodelay(fd);
+      try {
+        serve(fd);
+      } catch (const std::exception&) {  // the client sees the stream end
+      }
+      ::close(fd);
+    });
+  }
+  ~loopback_server() {
+    ::shutdown(client_.fd, SHUT_RDWR);
+    server_.join();
+  }
+  loopback_server(const loopback_server&) = delete;
+  loopback_server& operator=(const loopback_server&) = delete;
+  int client() const { return client_.fd; }
+
+ private:
+  struct socket_fd {  // closed with its owner, also when the constructor throws
+    int fd = -1;
+    ~socket_fd() {
+      if (fd >= 0) ::close(fd);
+    }
+  };
+  socket_fd listener_, client_;
+  std::thread server_;  // started last: nothing throws after it
+};
 
 }  // namespace
 
 tcp_limit_result measure_tcp_loopback(std::uint64_t message_bytes, int window, double seconds) {
-  auto [lfd, fd] = loopback_pair();
   // Server: read a length-prefixed message, answer with an 8-byte ack.
-  std::thread server([lfd, message_bytes] {
-    int fd = ::accept(lfd, nullptr, nullptr);
-    if (fd < 0) return;
-    nodelay(fd);
+  loopback_server link([message_bytes](int fd) {
     std::vector<char> buf(message_bytes);
     std::uint64_t n = 0;
-    while (read_all(fd, &n, sizeof(n)) && n <= buf.size() && read_all(fd, buf.data(), n))
-      write_all(fd, &n, sizeof(n));
-    ::close(fd);
+    while (read_all(fd, &n, sizeof(n)) && n <= buf.size() && read_all(fd, buf.data(), n)) write_all(fd, &n, sizeof(n));
   });
+  const int fd = link.client();
   std::vector<char> payload(message_bytes, 1);
   // The client writes ahead by `window` requests: a writer thread and the acks read here.
   tcp_limit_result res;
@@ -135,16 +158,13 @@ tcp_limit_result measure_tcp_loopback(std::uint64_t message_bytes, int window, d
   ::shutdown(fd, SHUT_WR);
   std::uint64_t ack = 0;
   while (acked < sent && read_all(fd, &ack, sizeof(ack))) ++acked;
-  ::close(fd);
-  server.join();
-  ::close(lfd);
   res.gbps = static_cast<double>(res.ops) * static_cast<double>(message_bytes) / res.seconds / 1e9;
   return res;
 }
 
 request_limit_result measure_tcp_requests(std::uint64_t request_bytes, int window, double seconds) {
-  auto [lfd, fd] = loopback_pair();
-  std::thread server(answer_requests, lfd, request_bytes);
+  loopback_server link([request_bytes](int fd) { answer_requests(fd, request_bytes); });
+  const int fd = link.client();
   using clock = std::chrono::steady_clock;
   std::vector<char> requests(request_bytes * static_cast<std::size_t>(window), 1), acks(1 << 16);
   std::deque<clock::time_point> sent;
@@ -175,9 +195,6 @@ request_limit_result measure_tcp_requests(std::uint64_t request_bytes, int windo
   ::shutdown(fd, SHUT_WR);
   while (read_some(fd, acks.data(), acks.size()) > 0) {
   }
-  ::close(fd);
-  server.join();
-  ::close(lfd);
   return r;
 }
 
