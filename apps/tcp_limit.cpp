@@ -134,7 +134,7 @@ tcp_limit_result measure_tcp_loopback(std::uint64_t message_bytes, int window, d
   });
   const int fd = link.client();
   std::vector<char> payload(message_bytes, 1);
-  // The client writes ahead by `window` requests: a writer thread and the acks read here.
+  // The client keeps `window` requests written ahead of the acks it reads.
   tcp_limit_result res;
   auto start = std::chrono::steady_clock::now();
   auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
