@@ -5,7 +5,8 @@ Usage: tools/kv_targets.py FILE...   e.g. the ap_*_1x1.txt of tools/pslite/compa
 Prints per file: window 8 over window 1 in every cell (target >= 0.9), TCP cells of 1 MiB
 and more over the TCP limit of the same run (>= 0.9), and 1x1 ring cells over the TCP
 limit (>= 2 at window 8 from 1 MiB, at window 1 from 16 MiB). A cell short of its target
-is marked '<'. Given several files of one shape (rounds of the same run), it then prints
+is marked '<'. For 1x1 4 KiB cells, point 2 too: window 8's requests/s over window 1's
+(>= 4) and its p50 over window 1's (at most 1.5: '>' marks one above). Given several files of one shape (rounds of the same run), it then prints
 each cell's median over them: on this VM one run's cell moves by 15% or more.
 """
 import json
@@ -28,8 +29,10 @@ def load(path):
 
 
 def mark(value, target):
+    """target: a floor, or ("at most", ceiling)."""
+    if isinstance(target, tuple):
+        return f"{value:.2f}{'>' if value > target[1] else ''}"
     return f"{value:.2f}{'<' if value < target else ''}"
-
 
 
 def ratios(limit, cells):
@@ -40,7 +43,10 @@ def ratios(limit, cells):
             continue
         shape = f"{d['servers']}x{d['workers']}"
         w1 = cells[(transport, op, size, 1)]["gbps"]
-        parts = [("w8/w1", d["gbps"] / w1, 0.9)]
+        point2 = shape == "1x1" and size == 4096  # the rate ratio is gbps's: same size
+        parts = [("w8/w1", d["gbps"] / w1, 4.0 if point2 else 0.9)]
+        if point2:
+            parts.append(("p50 w8/w1", d["p50_us"] / cells[(transport, op, size, 1)]["p50_us"], ("at most", 1.5)))
         for w, g in ((1, w1), (8, d["gbps"])):
             if transport == "tcp" and size >= 1 << 20:
                 parts.append((f"w{w}/limit", g / limit, 0.9))
