@@ -30,7 +30,7 @@ void kv_op_state::finish(std::string err) {
       latency->record(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - started).count());
     error = std::move(err);
     next = std::move(continuation);
-    done.set(shared_from_this());  // under mtx: then() registers a continuation or runs it, never neither
+    done.set([this] { return shared_from_this(); });  // under mtx: then() registers a continuation or runs it, never neither
   }
   if (next) next();
 }
@@ -46,17 +46,20 @@ write_batch& callers_batch() {
   return batch;
 }
 
+// This thread is about to block: the requests it made and left lingering go first.
+void send_before_blocking() { callers_batch().flush_lingering(); }
+
 }  // namespace
 
 void kv_future::wait() const {
   if (st_->done.is_set()) return;
-  callers_batch().flush_lingering();  // this thread's requests go before it sleeps
+  send_before_blocking();
   st_->done.wait();
 }
 
 bool kv_future::wait_for(std::chrono::milliseconds d) const {
   if (st_->done.is_set()) return true;
-  callers_batch().flush_lingering();
+  send_before_blocking();
   return st_->done.wait_for(d);
 }
 
@@ -1650,7 +1653,7 @@ std::size_t kv_client::awaited_answers() const {
 }
 
 std::vector<std::string> kv_client::shard_stats() const {
-  callers_batch().flush_lingering();  // it blocks: what this thread asked for goes first
+  send_before_blocking();
   caf::scoped_actor self{sys_};
   std::vector<std::string> out;
   for (const auto& s : current_shards())
@@ -1673,7 +1676,7 @@ void kv_client::prefetch_rows(std::uint32_t table, const std::vector<std::uint64
 }
 
 std::uint64_t kv_client::fill_rows(std::uint32_t table, std::uint64_t count) const {
-  callers_batch().flush_lingering();  // it blocks: what this thread asked for goes first
+  send_before_blocking();
   caf::scoped_actor self{sys_};
   std::uint64_t made = 0;
   for (const auto& s : current_shards())
@@ -1703,7 +1706,7 @@ kv_future kv_client::push(const key_set& keys, std::shared_ptr<std::vector<float
 }
 
 void kv_client::barrier(std::chrono::milliseconds timeout) {
-  callers_batch().flush_lingering();  // it blocks: what this thread asked for goes first
+  send_before_blocking();
   caf::scoped_actor self{sys_};
   std::string err;
   // The client answers: with the coordinator's reply, its timeout, or its death.
@@ -1718,7 +1721,7 @@ void kv_client::report(std::string text) {
 }
 
 void kv_client::finish(worker_result result) {
-  callers_batch().flush_lingering();  // it blocks: what this thread asked for goes first
+  send_before_blocking();
   caf::scoped_actor self{sys_};
   std::string err;
   // The client answers: with the coordinator's acknowledgment, or why it cannot come.

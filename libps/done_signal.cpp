@@ -32,8 +32,7 @@ thread_local std::vector<owed_wake> owed;
 
 }  // namespace
 
-void done_signal::set(std::shared_ptr<const void> keep_alive) {
-  if (state_.exchange(done, std::memory_order_acq_rel) != sleeping) return;
+void done_signal::wake_sleepers(std::shared_ptr<const void> keep_alive) {
   if (batch_open && keep_alive)
     owed.push_back({&state_, std::move(keep_alive)});
   else

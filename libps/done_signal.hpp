@@ -15,9 +15,15 @@ namespace ps {
 
 class done_signal {
  public:
-  // Done, once: a thread asleep in wait or wait_for wakes; while a wake_batch is open on
-  // this thread, when the batch closes (keep_alive, the signal's owner, lives till then).
-  void set(std::shared_ptr<const void> keep_alive = nullptr);
+  // Done, once: a thread asleep in wait or wait_for wakes at once.
+  void set() { set([] { return std::shared_ptr<const void>(); }); }
+  // The same, but while a wake_batch is open on this thread the sleeper wakes when the
+  // batch closes, keep_alive() (the signal's owner) holding the signal till then. It is
+  // called only when somebody sleeps: setting costs no reference count otherwise.
+  template <class KeepAlive>
+  void set(KeepAlive&& keep_alive) {
+    if (state_.exchange(done, std::memory_order_acq_rel) == sleeping) wake_sleepers(keep_alive());
+  }
   // The wakes that set() owes on this thread while one is open wait until it closes: a
   // thread that completes a burst of ops wakes their waiter once, after the last, and the
   // waiter then finds them all done (one sleep and one wake-up for the burst, not one a
@@ -44,6 +50,8 @@ class done_signal {
 
  private:
   static constexpr std::uint32_t pending = 0, sleeping = 1, done = 2;
+  // Now, or when the wake_batch open on this thread closes (keep_alive holding the signal).
+  void wake_sleepers(std::shared_ptr<const void> keep_alive);
   // Until set or `until` (none: no limit); whether it is set.
   bool wait_until(std::optional<std::chrono::steady_clock::time_point> until);
   std::atomic<std::uint32_t> state_{pending};

@@ -177,7 +177,7 @@ TEST_CASE("done signal: in a wake batch a sleeper's wake waits for the batch to 
     batch outer;
     {
       batch inner;  // nested: the outer one keeps the wakes
-      signal->set(signal);
+      signal->set([&] { return signal; });
     }
     CHECK(signal->is_set());
     CHECK(batch::owed_now() == 1);
@@ -189,7 +189,8 @@ TEST_CASE("done signal: in a wake batch a sleeper's wake waits for the batch to 
   waiter.join();  // woken when the batch closed
 }
 
-TEST_CASE("done signal: in a wake batch a signal set without its owner, or with nobody asleep, owes no wake") {
+TEST_CASE("done signal: in a wake batch a signal set without its owner, or with nobody asleep, owes no wake (and asks "
+          "no owner)") {
   using batch = ps::done_signal::wake_batch;
   ps::done_signal unowned;
   std::thread waiter([&] { unowned.wait(); });
@@ -198,6 +199,11 @@ TEST_CASE("done signal: in a wake batch a signal set without its owner, or with 
   unowned.set();  // nothing keeps it alive for later: woken at once
   waiter.join();  // while the batch is still open
   auto idle = std::make_shared<ps::done_signal>();
-  idle->set(idle);  // nobody sleeps on it
+  bool owner_asked = false;
+  idle->set([&] {
+    owner_asked = true;
+    return idle;
+  });
+  CHECK_FALSE(owner_asked);  // nobody sleeps on it: no reference taken
   CHECK(batch::owed_now() == 0);
 }
