@@ -34,6 +34,17 @@ caf::behavior ticker(caf::event_based_actor* self, held_promises held) {
   };
 }
 
+// Whether `holds` came true within 10 s (asked again and again meanwhile): what another
+// thread does here is bounded, never slept for.
+template <class Pred>
+bool within_10s(Pred holds) {
+  const auto until = std::chrono::steady_clock::now() + 10s;
+  while (!holds())
+    if (std::chrono::steady_clock::now() > until) return false;
+    else std::this_thread::yield();
+  return true;
+}
+
 struct plane_fixture {
   caf::actor_system_config cfg;
   caf::actor_system sys;
@@ -203,15 +214,12 @@ TEST_CASE_FIXTURE(polling_planes, "plane messages: a plane stops polling and cou
     REQUIRE_MESSAGE(more.back()->connect(server->token(), "127.0.0.1", server->port(), &why), why);
   }
   // The server adds a connection when it accepts it: wait for the last (bounded).
-  const auto deadline = std::chrono::steady_clock::now() + 10s;
-  while (server->poll_budget_now() != 0us && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
-  CHECK(server->poll_budget_now() == 0us);
+  CHECK(within_10s([&] { return server->poll_budget_now() == 0us; }));
   CHECK(server->host_crowded());
   CHECK(worker->poll_budget_now() == (cpus >= 2 ? wanted : 0us));  // the worker's count is its own
   CHECK(worker->host_crowded() == (cpus < 2));
   more.clear();  // their connections end: the server drops them as its readers see the ends
-  while (server->poll_budget_now() == 0us && cpus >= 2 && std::chrono::steady_clock::now() < deadline + 10s)
-    std::this_thread::yield();
+  if (cpus >= 2) within_10s([&] { return server->poll_budget_now() != 0us; });  // checked just below
   CHECK(server->poll_budget_now() == (cpus >= 2 ? wanted : 0us));
   CHECK(server->host_crowded() == (cpus < 2));
 }
@@ -348,21 +356,15 @@ TEST_CASE("plane messages: a shared plane whose last owner lets go on the plane'
   server.reset();  // the holder's share is the last: it ends with the holder, on the reader that runs it
   CHECK(tick(99) == 100);
   holder = nullptr;
-  const auto deadline = std::chrono::steady_clock::now() + 10s;
-  while (!gone.expired() && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
-  CHECK(gone.expired());
+  CHECK(within_10s([&] { return gone.expired(); }));
 }
 
 namespace {
 
-// Until the worker plane's readers all wait for bytes (a reader goes back to its socket
-// once it delivered what came). False if that took more than 10 s.
+// Whether the plane's readers all came to wait for bytes within 10 s (a reader goes back
+// to its socket once it delivered what came).
 bool readers_asleep(const data_plane& plane) {
-  const auto until = std::chrono::steady_clock::now() + 10s;
-  while (plane.readers_awake() > 0)
-    if (std::chrono::steady_clock::now() > until) return false;
-    else std::this_thread::yield();
-  return true;
+  return within_10s([&] { return plane.readers_awake() == 0; });
 }
 
 }  // namespace
@@ -386,9 +388,7 @@ TEST_CASE_FIXTURE(plane_fixture, "plane messages: a lingering write batch keeps 
   auto proxy = connect_to(spawn_ticker());
   [[maybe_unused]] auto unanswered =
       asker->request(proxy, 10s, clock_atom::value, request_header{1, 0, 0, 7});  // clock 0: never answered
-  const auto until = std::chrono::steady_clock::now() + 10s;
-  while (worker->requests_unanswered() != 1 && std::chrono::steady_clock::now() < until) std::this_thread::yield();
-  REQUIRE(worker->requests_unanswered() == 1);
+  REQUIRE(within_10s([&] { return worker->requests_unanswered() == 1; }));
   REQUIRE(readers_asleep(*worker));
   const auto writes_before = worker->socket_writes();
   write_batch batch(true);
