@@ -643,17 +643,16 @@ bool data_plane::land_from_ring(const std::shared_ptr<connection>& c, const bulk
 
 void data_plane::read_frames(const std::shared_ptr<connection>& c, std::string* why) {
   // The actors this thread's messages woke run here once it has read all that came,
-  // when it would wait for more (inline_runner). They go to the scheduler instead when
-  // more is on its way (the socket has bytes) or the burst carried payloads, so that a
-  // shard sums one chunk while this thread reads the next.
+  // when it would wait for more (inline_runner), payloads included: with nothing more on
+  // its way a shard's sum overlaps nothing, and handing it to the scheduler only added a
+  // wake-up (BENCHMARKS.md, "A reader sums what nothing follows"). They go to the
+  // scheduler instead when more is on its way (the socket has bytes), so that a shard
+  // sums one chunk while this thread reads the next.
   std::optional<inline_runner> woken;
   if (sys_) woken.emplace(*sys_);
-  bool payloads = false;  // landed since the last run or hand-over
   for (;;) {
     if (woken && woken->waiting() > 0 && !c->in->buffered()) {
-      const bool run_here = !payloads && c->in->drained();
-      payloads = false;
-      if (run_here) {
+      if (c->in->drained()) {
         reader_runs_ += woken->waiting();  // before: what they send may be answered at once
         done_signal::wake_batch one_wake;  // the ops they complete wake their waiters once, after
         woken->run();
@@ -681,8 +680,7 @@ void data_plane::read_frames(const std::shared_ptr<connection>& c, std::string* 
     } else if (h.kind == bulk_kind::message) {
       if (!deliver(c, h, woken ? &*woken : nullptr, why)) return;
     } else {
-      if (woken) woken->hand_over();
-      payloads = true;
+      if (woken) woken->hand_over();  // they need not wait for the payload's bytes
       c->in->note_payload();
       if (!land(c, h, why)) return;
     }

@@ -186,6 +186,41 @@ TEST_CASE_FIXTURE(plane_fixture, "plane messages: the reader thread that reads a
   CHECK(worker->reader_runs() == 0);  // the asker blocks: it is never woken through a runner
 }
 
+// Sums the values of a pushed block, claimed from `plane` (its payload frame came before
+// the message on the same connection, so it has landed).
+caf::behavior summer(caf::event_based_actor*, data_plane* plane) {
+  return {
+    [=](clock_atom, const request_header&, const float_block& b) -> caf::result<double> {
+      auto values = claim_values(plane, b);
+      if (!values) return caf::make_error(caf::sec::runtime_error, "the payload had not landed");
+      double sum = 0;
+      for (std::uint64_t i = 0; i < values->size; ++i) sum += values->data()[i];
+      return sum;
+    },
+  };
+}
+
+TEST_CASE_FIXTURE(plane_fixture, "plane messages: a request whose payload nothing follows is summed on the reader "
+                                 "thread that read it, not handed to the scheduler") {
+  auto target = sys.spawn(summer, server.get());
+  tickers.push_back(target);
+  auto proxy = connect_to(target);
+  const auto runs_before = server->reader_runs();
+  const auto received_before = server->bytes_received();
+  for (int i = 1; i <= 10; ++i) {
+    auto named = worker->offload(server->token(), float_block::own(std::vector<float>(2048, static_cast<float>(i))));
+    REQUIRE(named);  // 8 KiB: above the planes' 1 KiB, so it goes as a payload frame
+    REQUIRE(named->ticket != 0);
+    double sum = -1;
+    asker->request(proxy, 10s, clock_atom::value, request_header{1, 0, 1, 7}, *named)
+      .receive([&](double s) { sum = s; }, [&](caf::error& e) { FAIL(describe(e)); });
+    CHECK(sum == 2048.0 * i);
+  }
+  CHECK(server->bytes_received() == received_before + 10 * 2048 * sizeof(float));
+  // Each request found the summer idle and nothing behind its payload in the socket.
+  CHECK(server->reader_runs() == runs_before + 10);
+}
+
 TEST_CASE_FIXTURE(polling_planes, "plane messages: readers that poll before they sleep get every answer right, "
                                   "and end with their planes") {
   auto proxy = connect_to(spawn_ticker());
