@@ -6,8 +6,9 @@ Prints per file: window 8 over window 1 in every cell (target >= 0.9), TCP cells
 and more over the TCP limit of the same run (>= 0.9), and 1x1 ring cells over the TCP
 limit (>= 2 at window 8 from 1 MiB, at window 1 from 16 MiB). A cell short of its target
 is marked '<'. For 1x1 4 KiB cells, point 2 too: window 8's requests/s over window 1's
-(>= 4) and its p50 over window 1's (at most 1.5: '>' marks one above). Given several files of one shape (rounds of the same run), it then prints
-each cell's median over them: on this VM one run's cell moves by 15% or more.
+(>= 4) and its p50 over window 1's (at most 1.5: '>' marks one above). Given several
+files of one shape (rounds of the same run), it then prints each cell's median over them:
+on this VM one run's cell moves by 15% or more.
 """
 import json
 import statistics
