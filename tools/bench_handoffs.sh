@@ -13,17 +13,11 @@ bench=$1 size=$2 window=$3 op=$4 transport=${5:-tcp}
 shift $(( $# < 5 ? $# : 5 ))  # what is left: flags for bench_kv
 case $op in push) into=1.5 ;; pull) into=7 ;; *) echo "$0: op must be push or pull, not '$op'" >&2; exit 2 ;; esac
 out=$(mktemp -d)
-"$bench" --servers=1 --workers=1 --sizes="[$size]" --windows="[$window]" --transport="$transport" --cell-seconds=5 "$@" \
-  > "$out/rows.json" 2> "$out/stderr" &
-pid=$!
-for _ in $(seq 1 300); do
-  grep -q "registered (1 of 1 servers, 1 of 1 workers)" "$out/stderr" && break
-  kill -0 $pid 2>/dev/null || { echo "$0: bench_kv ended before its workers registered:" >&2; cat "$out/stderr" >&2; exit 1; }
-  sleep 0.1
-done
+. "$(dirname "$0")/bench_cell_start.sh"
+start_cell "$out" --sizes="[$size]" --windows="[$window]" --transport="$transport" --cell-seconds=5 "$@"
 sleep "$into"
 perf stat -e context-switches,sched:sched_wakeup,task-clock,raw_syscalls:sys_enter,syscalls:sys_enter_futex -a -x, -o "$out/perf" -- sleep 2
-wait $pid
+wait $cell_pid
 /usr/bin/python3 - "$out" "$op" "$size" "$window" "$transport" <<'PY'
 import json, sys
 out, op, size, window, transport = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5]
