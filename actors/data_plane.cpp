@@ -162,6 +162,9 @@ bool write_all(int fd, iovec* iov, int n) {
 // The plane whose reader or writer this thread is (data_plane::shared).
 thread_local const data_plane* own_plane = nullptr;
 
+// Why a reader ended when its peer closed the connection between frames (the usual end).
+constexpr const char* closed_by_peer = "closed by the peer";
+
 // Whether the socket's peer is a process on this host: its address is a loopback one, or
 // this end's own (a connection to one's own address stays inside the host).
 bool peer_on_this_host(int fd) {
@@ -189,7 +192,7 @@ bool read_all(int fd, iovec* iov, std::size_t n, std::string* why, bool idle_ok 
       return false;
     }
     if (k == 0) {
-      *why = "closed by the peer";
+      *why = closed_by_peer;
       return false;
     }
     if (k < 0) {
@@ -305,7 +308,7 @@ class socket_reader {
         return false;
       }
       if (k <= 0) {
-        *why = k == 0 ? "closed by the peer" : errno_text();
+        *why = k == 0 ? std::string(closed_by_peer) : errno_text();
         return false;
       }
       end_ += static_cast<std::size_t>(k);
@@ -523,7 +526,7 @@ std::string data_plane::gone(const connection& c) const {
   if (c.broken || stopping_) return "the " + c.name + " ended";
   pollfd p{c.fd, POLLRDHUP, 0};
   if (::poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR)))
-    return "the " + c.name + " ended (closed by the peer)";
+    return "the " + c.name + " ended (" + closed_by_peer + ")";
   return "";
 }
 
@@ -703,8 +706,11 @@ void data_plane::read_loop(std::shared_ptr<connection> c) {
     read_frames(c, &why);
   } catch (const bad_request& e) {
     why = e.what();
-    if (!stopping_) log_line(log_level::warning, c->name + ": " + why + "; closing it");
   }
+  // A peer that closes between frames is the usual end; anything else is said here: the
+  // claims it fails name it too, but later blocks to that peer then go through CAF, slower,
+  // and nothing else would tell why.
+  if (!stopping_ && why != closed_by_peer) log_line(log_level::warning, c->name + ": " + why + "; closing it");
   drop(c, why);
 }
 
@@ -945,7 +951,11 @@ bool data_plane::hold_in_batch(write_batch& batch, const std::shared_ptr<connect
 
 void data_plane::flush_at_once(const std::shared_ptr<connection>& c, std::unique_lock<std::mutex>& lock) {
   bool out = true;
-  while (out && !c->outbox.empty() && !c->broken) {
+  // Each write lets go of the lock at its end (a frame's `keep` goes without it), and
+  // another thread (the writer thread, another batch's flush) may then take the next
+  // frames and be writing: this one stops there, or two threads would write to the socket
+  // and the ring at once (frames interleaved, payloads overwritten in the ring).
+  while (out && !c->outbox.empty() && !c->broken && !c->writing) {
     auto frames = take_plain_front(c->outbox, c->ring_ready);
     out = frames.empty() ? ring_front_at_once(c, lock) : plain_at_once(c, lock, frames);
   }

@@ -14,6 +14,7 @@
 // holds nothing anyone claims). The name is removed from /dev/shm as soon as the reader
 // has mapped it (unlink), so nothing is left behind when either process dies; rings whose
 // creator died before that are removed by remove_stale_rings.
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -56,7 +57,8 @@ class shm_ring {
   // told its size by skip_to_record, skips the same), so the reader may lend it in place.
   // Copies the pieces in, in order, as one record, waiting for room as the reader frees
   // it. False, with *why, when `alive` says the peer is gone or the reader made no room
-  // for `stall`.
+  // for `stall`, or when another thread is writing meanwhile: the ring has one writer, and
+  // two at once would copy to the same place (the second is refused, naming it).
   bool write(std::span<const std::span<const std::byte>> pieces, const alive_check& alive,
              std::chrono::milliseconds stall, std::string* why);
   // Whether a record of `bytes` fits in the ring's room now (its skip included).
@@ -112,6 +114,7 @@ class shm_ring {
   std::shared_ptr<lending> lending_;
   std::function<void()> on_held_;
   std::optional<std::chrono::steady_clock::time_point> held_since_;  // the reader's: when the hold began
+  std::atomic<bool> writing_{false};  // a write() is under way (there is one writer)
   bool owner_;
   bool linked_;
   shared_poll_budget poll_;

@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <future>
 #include <limits>
+#include <thread>
 
 #include "actors/data_plane.hpp"
 #include "libps/shm_ring.hpp"
@@ -288,6 +289,63 @@ TEST_CASE("data plane: ring payloads sent while a write batch is open are writte
   batch.release();
   CHECK(same_bits(server.claim(named.back()), large));
   CHECK(worker.writer_thread_writes() == handed_over + 1);
+}
+
+TEST_CASE("data plane: a batch's flush leaves what is left to the writer thread once that thread took a frame; "
+          "payloads never go out from two threads at once") {
+  constexpr std::size_t ring = 4u << 20;
+  data_plane worker("127.0.0.1", 1024, 5s, 5s, std::nullopt, ring);
+  data_plane server("127.0.0.1", 1024, 5s, 5s, std::nullopt, ring);
+  std::string why;
+  REQUIRE(worker.connect(server.token(), "127.0.0.1", server.port(), &why));
+  // Each round a batch holds 30 payloads (each under hold_bytes: held until release). Its
+  // flush writes the first; that one's `keep` goes without the connection's lock and
+  // sends one more, which wakes the writer thread, and waits until that thread took the
+  // next. A flush that wrote on would then write beside it: into the ring at once
+  // (refused there: the connection ends) or in another order than its headers (payloads
+  // swapped).
+  constexpr std::size_t floats = 15000;  // 60 kB
+  constexpr int held = 30;
+  for (int round = 0; round < 20; ++round) {
+    std::vector<float_block> sent;
+    for (int i = 0; i <= held; ++i) {
+      std::vector<float> v(floats, static_cast<float>(round));
+      v[0] = static_cast<float>(i);
+      sent.push_back(float_block::own(std::move(v)));
+    }
+    std::optional<float_block> woke_with;
+    bool writer_took_one = false;
+    auto wake_writer = [&](const void*) {
+      const auto before = worker.writer_thread_writes();
+      woke_with = worker.offload(server.token(), sent[held]);
+      const auto until = std::chrono::steady_clock::now() + 2s;
+      while (!(writer_took_one = worker.writer_thread_writes() > before) && std::chrono::steady_clock::now() < until)
+        std::this_thread::yield();
+    };
+    std::vector<float_block> names;
+    write_batch batch;
+    {
+      write_batch::scope open(batch);
+      std::span<const float> first(sent[0].data(), floats);
+      auto n = worker.offload(server.token(), std::span<const std::span<const float>>(&first, 1), floats,
+                              std::shared_ptr<const void>(nullptr, wake_writer));
+      REQUIRE(n);
+      names.push_back(*n);
+      for (int i = 1; i < held; ++i) {
+        n = worker.offload(server.token(), sent[i]);
+        REQUIRE(n);
+        names.push_back(*n);
+      }
+    }
+    batch.release();
+    REQUIRE(woke_with);
+    names.push_back(*woke_with);
+    CHECK(writer_took_one);
+    for (int i = 0; i <= held; ++i) {
+      INFO("round ", round, ", payload ", i);
+      REQUIRE(same_bits(server.claim(names[i]), sent[i]));
+    }
+  }
 }
 
 TEST_CASE("data plane: a peer that dies in the middle of a payload through its ring fails the claim, naming it") {
