@@ -37,6 +37,18 @@ bool same_bits(const float_block& a, const float_block& b) {
   return a.size == b.size && std::memcmp(a.data(), b.data(), a.size * sizeof(float)) == 0;
 }
 
+// A worker's plane connected to a server's, both offering rings of `ring` bytes.
+struct ring_planes {
+  ring_planes(std::size_t ring, std::chrono::milliseconds timeouts)
+      : worker("127.0.0.1", 1024, timeouts, timeouts, std::nullopt, ring),
+        server("127.0.0.1", 1024, timeouts, timeouts, std::nullopt, ring) {
+    std::string why;
+    REQUIRE_MESSAGE(worker.connect(server.token(), "127.0.0.1", server.port(), &why), why);
+  }
+  data_plane worker;
+  data_plane server;
+};
+
 }  // namespace
 
 TEST_CASE("data plane: large blocks cross both ways bit-exact; small ones stay with CAF") {
@@ -256,11 +268,8 @@ TEST_CASE("data plane: a lending plane's ring payload is lent in place to a clai
 
 TEST_CASE("data plane: ring payloads sent while a write batch is open are written by the sending thread when the "
           "ring has room for them; a larger one streams from the writer thread") {
-  constexpr std::size_t ring = 1u << 20;
-  data_plane worker("127.0.0.1", 1024, 10s, 10s, std::nullopt, ring);
-  data_plane server("127.0.0.1", 1024, 10s, 10s, std::nullopt, ring);
-  std::string why;
-  REQUIRE(worker.connect(server.token(), "127.0.0.1", server.port(), &why));
+  ring_planes planes(1u << 20, 10s);
+  auto& [worker, server] = planes;
   const auto handed_over = worker.writer_thread_writes();
   std::vector<float_block> sent;
   std::vector<float_block> named;
@@ -293,11 +302,8 @@ TEST_CASE("data plane: ring payloads sent while a write batch is open are writte
 
 TEST_CASE("data plane: a batch's flush leaves what is left to the writer thread once that thread took a frame; "
           "payloads never go out from two threads at once") {
-  constexpr std::size_t ring = 4u << 20;
-  data_plane worker("127.0.0.1", 1024, 5s, 5s, std::nullopt, ring);
-  data_plane server("127.0.0.1", 1024, 5s, 5s, std::nullopt, ring);
-  std::string why;
-  REQUIRE(worker.connect(server.token(), "127.0.0.1", server.port(), &why));
+  ring_planes planes(4u << 20, 5s);
+  auto& [worker, server] = planes;
   // Each round a batch holds 30 payloads (each under hold_bytes: held until release). Its
   // flush writes the first; that one's `keep` goes without the connection's lock and
   // sends one more, which wakes the writer thread, and waits until that thread took the
