@@ -460,6 +460,11 @@ void data_plane::reap() {
 
 void data_plane::drop(const std::shared_ptr<connection>& c, const std::string& why) {
   if (c->broken.exchange(true)) return;
+  // A peer that closes between frames is the usual end; anything else is said: the claims
+  // it fails name it too, but later blocks to that peer go through CAF instead, slower,
+  // and nothing else would tell why.
+  if (!stopping_ && why != closed_by_peer)
+    log_line(log_level::warning, c->name + ": " + why + "; closing it (what was queued on it is lost, its claims fail)");
   ::shutdown(c->fd, SHUT_RDWR);  // the reader ends; the fd is closed with the plane
   {
     std::lock_guard<std::mutex> guard(c->out_mtx);  // the writer ends; what it had queued is let go
@@ -698,7 +703,6 @@ void data_plane::read_loop(std::shared_ptr<connection> c) {
                                           },
                                           c->reader_awake);
   if (c->accepted && secret_ && !challenge_peer(c->fd, *secret_, stall_timeout_, &why)) {
-    if (!stopping_) log_line(log_level::warning, c->name + ": " + why + "; closing it");
     drop(c, why);
     return;
   }
@@ -707,10 +711,6 @@ void data_plane::read_loop(std::shared_ptr<connection> c) {
   } catch (const bad_request& e) {
     why = e.what();
   }
-  // A peer that closes between frames is the usual end; anything else is said here: the
-  // claims it fails name it too, but later blocks to that peer then go through CAF, slower,
-  // and nothing else would tell why.
-  if (!stopping_ && why != closed_by_peer) log_line(log_level::warning, c->name + ": " + why + "; closing it");
   drop(c, why);
 }
 
@@ -1198,9 +1198,6 @@ void data_plane::write_loop(std::shared_ptr<connection> c) {
     }
     c->out_ready.notify_all();
     if (ok) continue;
-    if (!c->broken && !stopping_)
-      std::fprintf(stderr, "%s failed: %s; payload %llu and those queued behind it are lost, their claims fail\n",
-                   c->name.c_str(), why.c_str(), static_cast<unsigned long long>(ticket));
     drop(c, "writing payload " + std::to_string(ticket) + ": " + why);
     return;
   }
