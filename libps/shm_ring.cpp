@@ -227,9 +227,8 @@ void take_back_posts(sem_t* sem) {
 // One side's pass over its pieces from position `at`: `theirs` is the other side's
 // counter; `open(at, theirs)` is how many bytes this side may move now (0: take back stale
 // posts and ask again, then poll, then wait on the semaphore for at most `slice()`, and ask
-// again), `copy(piece, ring_offset,
-// piece_offset, n)` moves them, and `moved(at)` publishes the new position and tells the
-// other side.
+// again), `copy(piece, ring_offset, piece_offset, n)` moves them, and `moved(at)` publishes
+// the new position and tells the other side.
 template <class Piece, class Open, class Slice, class Copy, class Moved>
 bool pass(std::span<const Piece> pieces, std::uint64_t at, const std::atomic<std::uint64_t>& theirs,
           std::size_t capacity, const ring_wait& wait, Open open, Slice slice, Copy copy, Moved moved,
