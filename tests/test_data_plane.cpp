@@ -176,11 +176,8 @@ TEST_CASE("data plane: a peer that dies in the middle of a payload fails the cla
 
 TEST_CASE("data plane: with rings on both sides payloads cross through shared memory both ways, bit-exact and "
           "into expected places; a side without rings keeps both ways on TCP") {
-  constexpr std::size_t ring = 1u << 20;  // smaller than the payloads: they wrap around it
-  data_plane worker("127.0.0.1", 1024, 10s, 10s, std::nullopt, ring);
-  data_plane server("127.0.0.1", 1024, 10s, 10s, std::nullopt, ring);
-  std::string why;
-  REQUIRE(worker.connect(server.token(), "127.0.0.1", server.port(), &why));  // it waits for the ring's answer
+  ring_planes planes(1u << 20, 10s);  // rings smaller than the payloads: they wrap around them
+  auto& [worker, server] = planes;     // connect waited for the ring's answer
   auto push = special_values(3 << 20);
   auto named = worker.offload(server.token(), push);
   REQUIRE(named);
@@ -202,7 +199,8 @@ TEST_CASE("data plane: with rings on both sides payloads cross through shared me
   CHECK(server.shm_bytes_sent() == 800000 * sizeof(float));
 
   data_plane tcp_only("127.0.0.1", 1024, 10s, 10s);  // --ps.shm-ring-bytes=0
-  REQUIRE(worker.connect(tcp_only.token(), "127.0.0.1", tcp_only.port(), &why));
+  std::string why;
+  REQUIRE_MESSAGE(worker.connect(tcp_only.token(), "127.0.0.1", tcp_only.port(), &why), why);
   auto before = worker.shm_bytes_sent();
   auto over_tcp = worker.offload(tcp_only.token(), push);
   REQUIRE(over_tcp);
