@@ -131,8 +131,8 @@ int main(int argc, char** argv) {
     std::vector<std::string> transports;
     for (std::string t : {"tcp", "shm"})
       if (asked == "both" || asked == t) transports.push_back(t);
-    // Rings of the size asked (--ps.shm-ring-bytes, 2 MiB by default) for the shm jobs.
-    auto ring_arg = ring_flag + std::to_string(cfg.shm_ring_bytes == 0 ? std::size_t{2} << 20 : cfg.shm_ring_bytes);
+    // Rings of the size asked (--ps.shm-ring-bytes, 8 MiB by default) for the shm jobs.
+    auto ring_arg = ring_flag + std::to_string(cfg.shm_ring_bytes == 0 ? ps::default_shm_ring_bytes : cfg.shm_ring_bytes);
     int rc = 0;
     for (auto [servers, workers] : shapes)
       for (const auto& transport : transports)

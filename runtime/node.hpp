@@ -25,6 +25,13 @@ namespace ps {
 
 struct node_config;
 
+// The rings a shard's process offers carry its pull answers. 8 MiB holds two whole pull
+// chunks (--ps.chunk-bytes, 4 MiB), or a window of eight 1 MiB pulls from two shards: the
+// shard writes the next answer while the reader copies one out, where in 2 MiB the two
+// sides took turns sleeping for room (16 MiB pulls at window 8: 3-4 context switches a
+// pull instead of 36-39). 16 MiB rings moved less again (BENCHMARKS.md, "Pull rings of 8 MiB").
+inline constexpr std::size_t default_shm_ring_bytes = 8u << 20;
+
 // A flag an app declares itself (app_definition::flags, runtime/app_registry.hpp): every
 // program that can run the app takes --NAME=VALUE, and it is a job setting like any
 // other (in the spec, compared with what a member was given, adopted when not given).
@@ -108,7 +115,7 @@ struct node_config : caf::actor_system_config {
   std::size_t crowded_inflight_bytes = default_crowded_inflight_bytes;  // libps/host_share.hpp
   std::size_t tcp_push_chunk_bytes = default_tcp_push_chunk_bytes;      // libps/host_share.hpp
   std::size_t data_plane_bytes = 64u << 10;  // BENCHMARKS.md, "The data plane from 64 KiB"
-  std::size_t shm_ring_bytes = 2u << 20;  // data-plane rings in shared memory on one host (0: none)
+  std::size_t shm_ring_bytes = default_shm_ring_bytes;  // data-plane rings in shared memory on one host (0: none)
   std::size_t shm_push_ring_bytes = 4u << 20;  // the rings workers offer: their pushes (BENCHMARKS.md)
   std::size_t direct_requests = 1;        // workers' requests over the data connections (0: through CAF)
   std::size_t caller_runs = 1;  // the caller's thread runs the client actor (kv_client_options::dispatch_on_caller)

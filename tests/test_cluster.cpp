@@ -536,7 +536,7 @@ TEST_CASE("a worker offers rings of --ps.shm-push-ring-bytes (its pushes), other
   CHECK(worker.cfg.offered_ring_bytes() == (4u << 20));
   parsed_config server({"--role=server", "--coordinator=127.0.0.1:1", "--ps.shm-push-ring-bytes=131072"});
   REQUIRE(server.ok);
-  CHECK(server.cfg.offered_ring_bytes() == (2u << 20));
+  CHECK(server.cfg.offered_ring_bytes() == (8u << 20));
   parsed_config sized({"--role=worker", "--coordinator=127.0.0.1:1", "--app=bench", "--ps.shm-push-ring-bytes=131072"});
   REQUIRE(sized.ok);
   CHECK(sized.cfg.offered_ring_bytes() == 131072);
