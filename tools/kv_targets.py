@@ -1,5 +1,6 @@
 #!/usr/bin/python3
-"""Issue 17's targets, read from bench_kv's JSON lines (one or more files of one shape).
+"""Issue 17's targets, read from bench_kv's JSON lines (one or more files; a file may hold
+both shapes, as bench_kv writes them without --servers/--workers).
 
 Usage: tools/kv_targets.py FILE...   e.g. the ap_*_1x1.txt of tools/pslite/compare.sh
 Prints per file: window 8 over window 1 in every cell (target >= 0.9), TCP cells of 1 MiB
@@ -7,7 +8,7 @@ and more over the TCP limit of the same run (>= 0.9), and 1x1 ring cells over th
 limit (>= 2 at window 8 from 1 MiB, at window 1 from 16 MiB). A cell short of its target
 is marked '<'. For 1x1 4 KiB cells, point 2 too: window 8's requests/s over window 1's
 (>= 4) and its p50 over window 1's (at most 1.5: '>' marks one above). Given several
-files of one shape (rounds of the same run), it then prints each cell's median over them:
+files (rounds of the same run), it then prints each shape's cells' medians over them:
 on this VM one run's cell moves by 15% or more.
 """
 import json
@@ -16,7 +17,8 @@ import sys
 
 
 def load(path):
-    limit, cells = None, {}
+    """The run's TCP limit and its cells by shape ("1x1": {(transport, op, bytes, window): row})."""
+    limit, shapes = None, {}
     for line in open(path):
         line = line.strip()
         if not line.startswith("{"):
@@ -25,8 +27,9 @@ def load(path):
         if d.get("limit") == "tcp_loopback":
             limit = d["gbps"]
         elif "op" in d:
+            cells = shapes.setdefault(f"{d['servers']}x{d['workers']}", {})
             cells[(d["transport"], d["op"], d["bytes"], d["window"])] = d
-    return limit, cells
+    return limit, shapes
 
 
 def mark(value, target):
@@ -64,13 +67,12 @@ def show(cells):
 
 by_shape = {}
 for path in sys.argv[1:]:
-    limit, cells = load(path)
-    first = next(iter(cells.values()))
-    shape = f"{first['servers']}x{first['workers']}"
-    print(f"{path}: {shape}, TCP limit {limit:.2f} GB/s")
-    run = ratios(limit, cells)
-    show(run)
-    by_shape.setdefault(shape, []).append(run)
+    limit, shapes = load(path)
+    for shape, cells in sorted(shapes.items()):
+        print(f"{path}: {shape}, TCP limit {limit:.2f} GB/s")
+        run = ratios(limit, cells)
+        show(run)
+        by_shape.setdefault(shape, []).append(run)
 
 for shape, runs in by_shape.items():
     if len(runs) < 2:
