@@ -38,11 +38,12 @@ bool same_bits(const float_block& a, const float_block& b) {
   return a.size == b.size && std::memcmp(a.data(), b.data(), a.size * sizeof(float)) == 0;
 }
 
-// A worker's plane connected to a server's, both offering rings of `ring` bytes.
+// A worker's plane connected to a server's, both offering rings of `ring` bytes, with
+// the planes' claim and stall timeouts.
 struct ring_planes {
-  ring_planes(std::size_t ring, std::chrono::milliseconds timeouts)
-      : worker("127.0.0.1", 1024, timeouts, timeouts, std::nullopt, ring),
-        server("127.0.0.1", 1024, timeouts, timeouts, std::nullopt, ring) {
+  ring_planes(std::size_t ring, std::chrono::milliseconds claim, std::chrono::milliseconds stall)
+      : worker("127.0.0.1", 1024, claim, stall, std::nullopt, ring),
+        server("127.0.0.1", 1024, claim, stall, std::nullopt, ring) {
     std::string why;
     REQUIRE_MESSAGE(worker.connect(server.token(), "127.0.0.1", server.port(), &why), why);
   }
@@ -176,7 +177,7 @@ TEST_CASE("data plane: a peer that dies in the middle of a payload fails the cla
 
 TEST_CASE("data plane: with rings on both sides payloads cross through shared memory both ways, bit-exact and "
           "into expected places; a side without rings keeps both ways on TCP") {
-  ring_planes planes(1u << 20, 10s);  // rings smaller than the payloads: they wrap around them
+  ring_planes planes(1u << 20, 10s, 10s);  // rings smaller than the payloads: they wrap around them
   auto& [worker, server] = planes;     // connect waited for the ring's answer
   auto push = special_values(3 << 20);
   auto named = worker.offload(server.token(), push);
@@ -214,11 +215,9 @@ TEST_CASE("data plane: a lending plane's ring payload is lent in place to a clai
   constexpr std::size_t ring = 256u << 10;  // payloads of 100 kB: two fit, the third waits for room
   // A 2 s stall limit: a writer left waiting on lent payloads fails its connection, and
   // every claim below with it.
-  data_plane worker("127.0.0.1", 1024, 10s, 2s, std::nullopt, ring);
-  data_plane server("127.0.0.1", 1024, 10s, 2s, std::nullopt, ring);
-  server.lend_ring_payloads();
-  std::string why;
-  REQUIRE(worker.connect(server.token(), "127.0.0.1", server.port(), &why));
+  ring_planes planes(ring, 10s, 2s);
+  auto& [worker, server] = planes;
+  server.lend_ring_payloads();  // before any payload comes
   auto landed = [&](const float_block& named) {
     std::promise<void> ready;
     server.when_claimable(named, [&] { ready.set_value(); });
@@ -267,7 +266,7 @@ TEST_CASE("data plane: a lending plane's ring payload is lent in place to a clai
 
 TEST_CASE("data plane: ring payloads sent while a write batch is open are written by the sending thread when the "
           "ring has room for them; a larger one streams from the writer thread") {
-  ring_planes planes(1u << 20, 10s);
+  ring_planes planes(1u << 20, 10s, 10s);
   auto& [worker, server] = planes;
   const auto handed_over = worker.writer_thread_writes();
   std::vector<float_block> sent;
@@ -301,7 +300,7 @@ TEST_CASE("data plane: ring payloads sent while a write batch is open are writte
 
 TEST_CASE("data plane: a batch's flush leaves what is left to the writer thread once that thread took a frame; "
           "payloads never go out from two threads at once") {
-  ring_planes planes(4u << 20, 5s);
+  ring_planes planes(4u << 20, 5s, 5s);
   auto& [worker, server] = planes;
   // Each round a batch holds 30 payloads (each under hold_bytes: held until release). Its
   // flush writes the first; that one's `keep` goes without the connection's lock and
