@@ -6,7 +6,7 @@
 #include <cereal/archives/binary.hpp>
 #include <cereal/types/map.hpp>
 #include <cereal/types/optional.hpp>
-#include <cereal/types/set.hpp>
+#include <cereal/types/deque.hpp>
 #include <cstring>
 #include <sstream>
 #include <string>

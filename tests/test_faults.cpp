@@ -143,6 +143,30 @@ TEST_CASE("duplicate filter: each (worker, seq) passes once, out of order too; m
   CHECK(f.first_time(0, 20));
 }
 
+TEST_CASE("duplicate filter: a resend inside the window is found between newer ones; merge keeps both histories") {
+  ps::duplicate_filter f(8);
+  for (std::uint64_t s : {10, 12, 14, 16}) CHECK(f.first_time(0, s));
+  CHECK(f.first_time(0, 13));  // between two remembered ones
+  CHECK_FALSE(f.first_time(0, 13));
+  CHECK_FALSE(f.seen(0, 11));
+  CHECK(f.seen(0, 12));
+  ps::duplicate_filter g(8);
+  for (std::uint64_t s : {11, 12, 30}) CHECK(g.first_time(0, s));
+  CHECK(g.first_time(2, 1));
+  f.merge(g);
+  for (std::uint64_t s : {10, 11, 12, 13, 14, 16, 30}) CHECK(f.seen(0, s));
+  CHECK_FALSE(f.seen(0, 15));
+  CHECK(f.seen(2, 1));
+  CHECK(f.remembered() == 8);  // 7 of worker 0 (12 once), 1 of worker 2
+  // A window of 4 after a merge keeps the newest four; older ones count as seen.
+  ps::duplicate_filter small(4);
+  small.merge(f);
+  CHECK(small.remembered() == 4 + 1);
+  CHECK(small.seen(0, 12));  // the floor now: 13, 14, 16 and 30 are kept
+  CHECK(small.seen(0, 16));
+  CHECK_FALSE(small.seen(0, 15));
+}
+
 TEST_CASE("split keeps empty pieces, and the empty text has none") {
   CHECK(ps::split("host,cuda", ',') == std::vector<std::string>{"host", "cuda"});
   CHECK(ps::split("a,,b,", ',') == std::vector<std::string>{"a", "", "b", ""});
