@@ -341,11 +341,11 @@ std::uint64_t random_token() {
 
 data_plane::data_plane(const data_plane_address& at, std::uint64_t min_bytes, std::chrono::milliseconds claim_timeout,
                        std::chrono::milliseconds stall_timeout, std::optional<shared_secret> secret,
-                       std::size_t ring_bytes, std::chrono::microseconds busy_poll)
+                       std::size_t ring_bytes, std::chrono::microseconds busy_poll, std::string tcp_congestion)
     : host_(at.advertised_host), token_(random_token()), min_bytes_(min_bytes), claim_timeout_(claim_timeout),
       stall_timeout_(stall_timeout), ring_bytes_(ring_bytes), store_(claim_timeout * 2),
       buffers_(buffer_pool::make(512ull << 20)), secret_(std::move(secret)), link_(std::make_shared<plane_link>()),
-      busy_poll_(busy_poll), cpus_(host_cpus()),
+      busy_poll_(busy_poll), tcp_congestion_(std::move(tcp_congestion)), cpus_(host_cpus()),
       poll_budget_(std::make_shared<std::atomic<std::int64_t>>(poll_budget(busy_poll, 0, cpus_).count())) {
   link_->plane = this;
   if (ring_bytes_ > 0) remove_stale_rings();
@@ -409,6 +409,14 @@ data_plane::~data_plane() {
   conns_.clear();
   dead_.clear();
   proxies_.clear();
+}
+
+void data_plane::tune_socket(int fd, bool accepted) {
+  tune(fd, stall_timeout_);
+  if (!accepted) return;  // a connecting end sends pushes: the host's congestion control did as well there
+  if (auto why = set_tcp_congestion(fd, tcp_congestion_); !why.empty() && !congestion_warned_.exchange(true))
+    log_line(log_level::warning, "data plane: TCP congestion control '" + tcp_congestion_ + "' refused (" + why +
+                                     "): connections keep the host's default");
 }
 
 std::shared_ptr<data_plane> data_plane::shared(std::unique_ptr<data_plane> plane) {
@@ -496,7 +504,7 @@ void data_plane::accept_loop() {
       std::this_thread::sleep_for(std::chrono::milliseconds(50));  // no event says descriptors are free again
       continue;
     }
-    tune(fd, stall_timeout_);
+    tune_socket(fd, true);
     auto c = std::make_shared<connection>();
     c->fd = fd;
     c->name = "data connection from " + address_of(from);
@@ -760,7 +768,7 @@ bool data_plane::connect(std::uint64_t peer, const std::string& host, std::uint1
     if (fd >= 0) ::close(fd);
     return false;
   }
-  tune(fd, stall_timeout_);
+  tune_socket(fd, false);
   if (std::string refused; secret_ && !answer_challenge(fd, *secret_, stall_timeout_, &refused)) {
     *why = name + ": " + refused;
     ::close(fd);
@@ -1391,6 +1399,18 @@ bool data_plane::send_message(std::uint64_t peer, caf::actor_id target, caf::mai
 std::size_t data_plane::readers_awake() const {
   std::lock_guard<std::mutex> guard(mtx_);
   return static_cast<std::size_t>(std::count_if(conns_.begin(), conns_.end(), [](const auto& c) { return c->reader_awake.load(); }));
+}
+
+std::vector<std::string> data_plane::congestion_controls(bool accepted) const {
+  std::lock_guard<std::mutex> guard(mtx_);
+  std::vector<std::string> names;
+  for (const auto& c : conns_) {
+    if (c->accepted != accepted) continue;
+    char name[32] = {};
+    socklen_t len = sizeof name;
+    names.push_back(::getsockopt(c->fd, IPPROTO_TCP, TCP_CONGESTION, name, &len) == 0 ? name : "?");
+  }
+  return names;
 }
 
 std::size_t data_plane::requests_unanswered() const {

@@ -33,6 +33,7 @@
 #include "libps/busy_poll.hpp"
 #include "libps/secret.hpp"
 #include "libps/shm_ring.hpp"
+#include "libps/tcp_congestion.hpp"
 
 #include <sys/uio.h>
 
@@ -68,10 +69,14 @@ class data_plane {
   // 0: no rings offered, none taken. busy_poll: how long a connection's reader polls its
   // socket for the next frame, and a ring's side the other side, before it sleeps (0: it
   // sleeps at once), while no other thread wants its vCPU and while this process and its
-  // peers on this host fit its CPUs (libps/busy_poll.hpp).
+  // peers on this host fit its CPUs (libps/busy_poll.hpp). tcp_congestion: the congestion
+  // control of the connections it accepts (libps/tcp_congestion.hpp; "system": the
+  // host's), whose end sends what was asked for (a shard's pull answers); a socket that
+  // refuses it stays on the host's, with a warning.
   data_plane(const data_plane_address& at, std::uint64_t min_bytes, std::chrono::milliseconds claim_timeout,
              std::chrono::milliseconds stall_timeout, std::optional<shared_secret> secret = std::nullopt,
-             std::size_t ring_bytes = 0, std::chrono::microseconds busy_poll = std::chrono::microseconds(0));
+             std::size_t ring_bytes = 0, std::chrono::microseconds busy_poll = std::chrono::microseconds(0),
+             std::string tcp_congestion = host_tcp_congestion);
   ~data_plane();
   // The plane, shared, for owners that may let go of it last on one of the plane's own
   // threads (an actor that a reader ran ends there, and with it its state's share): its
@@ -196,6 +201,9 @@ class data_plane {
   void origin_gone(std::uint64_t origin, const std::string& why);
   // Whether it has connections and payloads go through a shared-memory ring on each.
   bool sends_by_ring_to_all() const;
+  // The TCP congestion control of each connection this plane accepted (true) or opened
+  // (false), as the kernel reports it (tests: what tcp_congestion did).
+  std::vector<std::string> congestion_controls(bool accepted) const;
   // Requests sent over data connections whose answers have not come.
   std::size_t requests_unanswered() const;
 
@@ -234,6 +242,9 @@ class data_plane {
   void write_loop(std::shared_ptr<connection> c);
   bool send_or_queue(const std::shared_ptr<connection>& c, data_plane_frame frame);
   // send_or_queue while a write_batch is open on this thread: queued and held.
+  // A new connection's socket: no Nagle, the stall timeout, and, accepted, the congestion
+  // control.
+  void tune_socket(int fd, bool accepted);
   bool hold_in_batch(write_batch& batch, const std::shared_ptr<connection>& c, data_plane_frame frame);
   // Writes what waits in c's queue, without waiting: plain frames in as few sendmsg calls
   // as they take, ring payloads the ring has room for; the writer thread gets the rest.
@@ -327,6 +338,8 @@ class data_plane {
   std::atomic<std::uint64_t> writer_thread_writes_{0};
   std::atomic<std::uint64_t> reader_runs_{0};
   std::chrono::microseconds busy_poll_;
+  std::string tcp_congestion_;
+  std::atomic<bool> congestion_warned_{false};  // a refusing socket is told of once
   unsigned cpus_;  // the host's
   std::shared_ptr<std::atomic<std::int64_t>> poll_budget_;  // what readers and rings poll with now
   std::size_t peers_here_ = 0;                               // connections to this host; under mtx_

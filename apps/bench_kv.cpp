@@ -106,8 +106,11 @@ int main(int argc, char** argv) {
     std::int64_t limit_bytes = 0;
     for (auto s : sizes) if (s <= (16 << 20)) limit_bytes = std::max(limit_bytes, s);
     if (limit_bytes == 0) limit_bytes = *std::min_element(sizes.begin(), sizes.end());
-    auto limit = ps::measure_tcp_loopback(static_cast<std::uint64_t>(limit_bytes), 8, std::max(1.0, cfg.app_number("cell-seconds") * 2));
-    ps::bench::print_line({{"limit", "tcp_loopback"}, {"gbps", limit.gbps}, {"bytes", limit_bytes}, {"window", 8}});
+    // Under the congestion control the job's data connections use, named in the line.
+    auto limit = ps::measure_tcp_loopback(static_cast<std::uint64_t>(limit_bytes), 8,
+                                          std::max(1.0, cfg.app_number("cell-seconds") * 2), cfg.tcp_congestion);
+    ps::bench::print_line({{"limit", "tcp_loopback"}, {"gbps", limit.gbps}, {"bytes", limit_bytes}, {"window", 8},
+                           {"tcp_congestion", cfg.tcp_congestion}});
     // What one thread copies: the limit of a transport through memory shared by processes.
     auto copy = ps::measure_memcpy(static_cast<std::uint64_t>(limit_bytes), std::max(0.5, cfg.app_number("cell-seconds")));
     ps::bench::print_line({{"limit", "memcpy"}, {"gbps", copy.gbps}, {"bytes", limit_bytes}});
@@ -117,9 +120,9 @@ int main(int argc, char** argv) {
     if (smallest <= small_request_bytes)
       for (auto window : windows) {
         auto bare = ps::measure_tcp_requests(static_cast<std::uint64_t>(smallest), static_cast<int>(window),
-                                             std::max(0.5, cfg.app_number("cell-seconds")));
+                                             std::max(0.5, cfg.app_number("cell-seconds")), cfg.tcp_congestion);
         ps::bench::print_line({{"limit", "tcp_requests"}, {"bytes", smallest}, {"window", window},
-                               {"per_s", bare.per_s}, {"p50_us", bare.p50_us}});
+                               {"per_s", bare.per_s}, {"p50_us", bare.p50_us}, {"tcp_congestion", cfg.tcp_congestion}});
       }
     caf::actor_system sys{cfg};
     auto settings = ps::settings_for_app(cfg, "bench");

@@ -1,5 +1,7 @@
 #include "apps/tcp_limit.hpp"
 
+#include "libps/tcp_congestion.hpp"
+
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -80,7 +82,7 @@ void answer_requests(int fd, std::uint64_t request_bytes) {
 class loopback_server {
  public:
   template <class Serve>
-  explicit loopback_server(Serve serve) {
+  loopback_server(const std::string& congestion, Serve serve) {
     listener_.fd = ::socket(AF_INET, SOCK_STREAM, 0);
     if (listener_.fd < 0) fail("socket");
     sockaddr_in addr{};
@@ -93,11 +95,13 @@ class loopback_server {
     client_.fd = ::socket(AF_INET, SOCK_STREAM, 0);
     if (client_.fd < 0 || ::connect(client_.fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) < 0) fail("connect");
     nodelay(client_.fd);
-    server_ = std::thread([serve, listener = listener_.fd] {
+    server_ = std::thread([serve, congestion, listener = listener_.fd] {
       int fd = ::accept(listener, nullptr, nullptr);
       if (fd < 0) return;
       nodelay(fd);
       try {
+        if (auto why = set_tcp_congestion(fd, congestion); !why.empty())
+          throw std::runtime_error("congestion control '" + congestion + "': " + why);
         serve(fd);
       } catch (const std::exception&) {  // the client sees the stream end
       }
@@ -125,9 +129,10 @@ class loopback_server {
 
 }  // namespace
 
-tcp_limit_result measure_tcp_loopback(std::uint64_t message_bytes, int window, double seconds) {
+tcp_limit_result measure_tcp_loopback(std::uint64_t message_bytes, int window, double seconds,
+                                      const std::string& congestion) {
   // Server: read a length-prefixed message, answer with an 8-byte ack.
-  loopback_server link([message_bytes](int fd) {
+  loopback_server link(congestion, [message_bytes](int fd) {
     std::vector<char> buf(message_bytes);
     std::uint64_t n = 0;
     while (read_all(fd, &n, sizeof(n)) && n <= buf.size() && read_all(fd, buf.data(), n)) write_all(fd, &n, sizeof(n));
@@ -162,8 +167,9 @@ tcp_limit_result measure_tcp_loopback(std::uint64_t message_bytes, int window, d
   return res;
 }
 
-request_limit_result measure_tcp_requests(std::uint64_t request_bytes, int window, double seconds) {
-  loopback_server link([request_bytes](int fd) { answer_requests(fd, request_bytes); });
+request_limit_result measure_tcp_requests(std::uint64_t request_bytes, int window, double seconds,
+                                          const std::string& congestion) {
+  loopback_server link(congestion, [request_bytes](int fd) { answer_requests(fd, request_bytes); });
   const int fd = link.client();
   using clock = std::chrono::steady_clock;
   std::vector<char> requests(request_bytes * static_cast<std::size_t>(window), 1), acks(1 << 16);

@@ -1,8 +1,11 @@
 #pragma once
 // The physical limit for bench_kv: request/response over plain loopback TCP sockets
 // (TCP_NODELAY), the same shape as a push (payload out, 8-byte ack back), with a window
-// of requests in flight. No CAF, no copies beyond the kernel's.
+// of requests in flight. No CAF, no copies beyond the kernel's. The accepting end uses
+// the TCP congestion control named (libps/tcp_congestion.hpp), as a shard's end of a data
+// connection does; the connecting end, the client's, the host's.
 #include <cstdint>
+#include <string>
 
 namespace ps {
 
@@ -13,7 +16,8 @@ struct tcp_limit_result {
 };
 
 // Throws std::runtime_error on a socket error.
-tcp_limit_result measure_tcp_loopback(std::uint64_t message_bytes, int window, double seconds);
+tcp_limit_result measure_tcp_loopback(std::uint64_t message_bytes, int window, double seconds,
+                                      const std::string& congestion);
 
 // The limit for small requests: `window` requests of request_bytes in flight over plain
 // loopback TCP, each answered with 8 bytes, one thread a side. Each side takes all the
@@ -25,7 +29,8 @@ struct request_limit_result {
   double p50_us = 0;
   std::uint64_t ops = 0;
 };
-request_limit_result measure_tcp_requests(std::uint64_t request_bytes, int window, double seconds);
+request_limit_result measure_tcp_requests(std::uint64_t request_bytes, int window, double seconds,
+                                          const std::string& congestion);
 
 // One thread's memcpy of message_bytes from one warm buffer to another, for `seconds`:
 // the limit of any transport that copies the bytes once more than the kernel does

@@ -22,6 +22,7 @@
 #include "libps/row_tier.hpp"
 #include "libps/log.hpp"
 #include "libps/secret.hpp"
+#include "libps/tcp_congestion.hpp"
 #include "runtime/tls_stream.hpp"
 #include "libps/text.hpp"
 #include "runtime/app_registry.hpp"
@@ -143,6 +144,12 @@ void node_config::declare_tuning_options() {
                                        "sleeps, while no other thread wants its vCPU and while its process and its "
                                        "peers on its host fit the host's CPUs (0: sleeps at once): waking a "
                                        "thread on an idle vCPU took about 50 us here, more than a small request's work")
+    .add(tcp_congestion, "tcp-congestion", "TCP congestion control of the data connections a process accepts "
+                                           "(Linux's TCP_CONGESTION; 'system': the host's default): a shard's end, "
+                                           "which sends its pull answers. cubic by default: BBR, where the host "
+                                           "defaults to it, paces each connection with a kernel timer when no fq "
+                                           "qdisc does, and pulls moved less (BENCHMARKS.md, \"Pull answers leave "
+                                           "under cubic\"). Workers' ends, which send pushes, keep the host's")
     .add(timeout_ms, "timeout-ms", "timeout of every push/pull request")
     .add(max_message_bytes, "max-message-bytes", "largest message a peer may announce; a larger one closes its "
                                                  "connection, naming the peer (handshakes: at most 64 KiB)")
@@ -400,6 +407,7 @@ void node_config::validate() const {
   if (tcp_push_chunk_bytes < 1024 || tcp_push_chunk_bytes > (256u << 20))
     throw bad_request("--ps.tcp-push-chunk-bytes must be in [1 KiB, 256 MiB]");
   if (busy_poll_us > 100000) throw bad_request("--ps.busy-poll-us must be <= 100000 (0.1 s)");
+  if (auto why = check_tcp_congestion(tcp_congestion); !why.empty()) throw bad_request("--ps.tcp-congestion: " + why);
   if (timeout_ms < 1) throw bad_request("--ps.timeout-ms must be >= 1");
   if (bucket_bits > 40) throw bad_request("--ps.bucket-bits must be <= 40");
   if (vnodes < 1 || vnodes > 65536) throw bad_request("--ps.vnodes must be in [1, 65536]");

@@ -38,7 +38,7 @@ std::shared_ptr<data_plane> data_plane_from(caf::actor_system& sys, const node_c
   auto plane = data_plane::shared(std::make_unique<data_plane>(
     data_plane_address{at.bind_host, at.advertise_host, cfg.data_plane_port}, cfg.data_plane_bytes, patience, patience,
     cfg.secret_file.empty() ? std::nullopt : std::optional(read_secret_file(cfg.secret_file)), cfg.offered_ring_bytes(),
-    std::chrono::microseconds(cfg.busy_poll_us)));
+    std::chrono::microseconds(cfg.busy_poll_us), cfg.tcp_congestion));
   if (cfg.direct_requests != 0) plane->enable_messages(sys);
   return plane;
 }

@@ -519,6 +519,8 @@ TEST_CASE("bad flags and bad config files are errors that name the problem") {
     {"bin/train_fmnist --ps.push-chunk-bytes=512", 2, "--ps.push-chunk-bytes must be in [1 KiB, 256 MiB]"},
     {"bin/train_fmnist --ps.shm-ring-bytes=4096", 2, "--ps.shm-ring-bytes must be 0 (no rings) or in [64 KiB, 1 GiB]"},
     {"bin/train_fmnist --ps.shm-push-ring-bytes=0", 2, "--ps.shm-push-ring-bytes must be in [64 KiB, 1 GiB]"},
+    {"bin/train_fmnist --ps.tcp-congestion=no-such-cc", 2,
+     "--ps.tcp-congestion: TCP congestion control 'no-such-cc' cannot be used here"},
     {"bin/psnode --role=local", 2, "--role=local needs --app="},
     {"bin/psnode --role=coordinator", 2, "--role=coordinator needs --app="},
   };

@@ -5,6 +5,7 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -12,6 +13,7 @@
 #include <bit>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <future>
 #include <limits>
 #include <thread>
@@ -461,6 +463,43 @@ void synced(caf::scoped_actor& self, const payload_claimer_actor& claimer) {
 }
 
 }  // namespace
+
+TEST_CASE("data plane: the connections a plane accepts use its congestion control; those it opens, the host's") {
+  std::string host_default;
+  std::ifstream("/proc/sys/net/ipv4/tcp_congestion_control") >> host_default;
+  REQUIRE_FALSE(host_default.empty());
+  // reno: built into every Linux kernel, and neither this host's default nor the flag's.
+  auto server = std::make_shared<data_plane>("127.0.0.1", 1024, 10s, 10s, std::nullopt, 0, 0us, "reno");
+  auto worker = std::make_shared<data_plane>("127.0.0.1", 1024, 10s, 10s, std::nullopt, 0, 0us, "reno");
+  std::string why;
+  REQUIRE(worker->connect(server->token(), "127.0.0.1", server->port(), &why));
+  // The accepting side adds its end once it read the hello; bounded, not a hope.
+  const auto until = std::chrono::steady_clock::now() + 10s;
+  while (server->congestion_controls(true).empty() && std::chrono::steady_clock::now() < until)
+    std::this_thread::yield();
+  CHECK(server->congestion_controls(true) == std::vector<std::string>{"reno"});
+  CHECK(worker->congestion_controls(false) == std::vector<std::string>{host_default});
+}
+
+TEST_CASE("tcp congestion: each algorithm the kernel offers can be set and read back; an unknown one is named") {
+  const auto offered = available_tcp_congestion();
+  REQUIRE_FALSE(offered.empty());
+  for (const auto& name : offered) {
+    CHECK(check_tcp_congestion(name).empty());
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    REQUIRE(fd >= 0);
+    CHECK(set_tcp_congestion(fd, name).empty());
+    char got[32] = {};
+    socklen_t len = sizeof got;
+    REQUIRE(::getsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, got, &len) == 0);
+    CHECK(std::string(got) == name);
+    ::close(fd);
+  }
+  CHECK(check_tcp_congestion(host_tcp_congestion).empty());
+  const auto wrong = check_tcp_congestion("no-such-cc");
+  CHECK(wrong.find("'no-such-cc'") != std::string::npos);
+  CHECK(wrong.find(offered.front()) != std::string::npos);  // what to pick instead
+}
 
 TEST_CASE("payload claimer: a claim made before its payload is answered when it lands, without blocking the actor") {
   caf::actor_system_config cfg;
