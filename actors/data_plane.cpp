@@ -357,6 +357,7 @@ data_plane::data_plane(const data_plane_address& at, std::uint64_t min_bytes, st
   addr.sin_port = htons(at.port);
   int one = 1;  // a fixed port binds again at once after a restart
   ::setsockopt(listen_fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  set_congestion(listen_fd_);
   if (inet_pton(AF_INET, host.c_str(), &addr.sin_addr) != 1) {  // a name: resolve it
     addrinfo hints{};
     hints.ai_family = AF_INET;
@@ -411,9 +412,10 @@ data_plane::~data_plane() {
   proxies_.clear();
 }
 
-void data_plane::tune_socket(int fd, bool accepted) {
-  tune(fd, stall_timeout_);
-  if (!accepted) return;  // a connecting end sends pushes: the host's congestion control did as well there
+// Before the connection is made: BBR, once it ran on a socket, leaves it paced by a kernel
+// timer after a switch to another algorithm (sk_pacing_status stays set), so a listener's
+// accepted sockets inherit the algorithm and a connecting socket gets it before connect.
+void data_plane::set_congestion(int fd) {
   if (auto why = set_tcp_congestion(fd, tcp_congestion_); !why.empty() && !congestion_warned_.exchange(true))
     log_line(log_level::warning, "data plane: TCP congestion control '" + tcp_congestion_ + "' refused (" + why +
                                      "): connections keep the host's default");
@@ -504,7 +506,7 @@ void data_plane::accept_loop() {
       std::this_thread::sleep_for(std::chrono::milliseconds(50));  // no event says descriptors are free again
       continue;
     }
-    tune_socket(fd, true);
+    tune(fd, stall_timeout_);
     auto c = std::make_shared<connection>();
     c->fd = fd;
     c->name = "data connection from " + address_of(from);
@@ -761,6 +763,7 @@ bool data_plane::connect(std::uint64_t peer, const std::string& host, std::uint1
     return false;
   }
   int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd >= 0) set_congestion(fd);
   bool ok = fd >= 0 && connect_within(fd, res->ai_addr, res->ai_addrlen, stall_timeout_);
   freeaddrinfo(res);
   if (!ok) {
@@ -768,7 +771,7 @@ bool data_plane::connect(std::uint64_t peer, const std::string& host, std::uint1
     if (fd >= 0) ::close(fd);
     return false;
   }
-  tune_socket(fd, false);
+  tune(fd, stall_timeout_);
   if (std::string refused; secret_ && !answer_challenge(fd, *secret_, stall_timeout_, &refused)) {
     *why = name + ": " + refused;
     ::close(fd);

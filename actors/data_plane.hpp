@@ -70,9 +70,8 @@ class data_plane {
   // socket for the next frame, and a ring's side the other side, before it sleeps (0: it
   // sleeps at once), while no other thread wants its vCPU and while this process and its
   // peers on this host fit its CPUs (libps/busy_poll.hpp). tcp_congestion: the congestion
-  // control of the connections it accepts (libps/tcp_congestion.hpp; "system": the
-  // host's), whose end sends what was asked for (a shard's pull answers); a socket that
-  // refuses it stays on the host's, with a warning.
+  // control of its ends of connections (libps/tcp_congestion.hpp; "system": the host's);
+  // a socket that refuses it stays on the host's, with a warning.
   data_plane(const data_plane_address& at, std::uint64_t min_bytes, std::chrono::milliseconds claim_timeout,
              std::chrono::milliseconds stall_timeout, std::optional<shared_secret> secret = std::nullopt,
              std::size_t ring_bytes = 0, std::chrono::microseconds busy_poll = std::chrono::microseconds(0),
@@ -242,9 +241,8 @@ class data_plane {
   void write_loop(std::shared_ptr<connection> c);
   bool send_or_queue(const std::shared_ptr<connection>& c, data_plane_frame frame);
   // send_or_queue while a write_batch is open on this thread: queued and held.
-  // A new connection's socket: no Nagle, the stall timeout, and, accepted, the congestion
-  // control.
-  void tune_socket(int fd, bool accepted);
+  // tcp_congestion on a socket not yet connected (a warning, once, if it is refused).
+  void set_congestion(int fd);
   bool hold_in_batch(write_batch& batch, const std::shared_ptr<connection>& c, data_plane_frame frame);
   // Writes what waits in c's queue, without waiting: plain frames in as few sendmsg calls
   // as they take, ring payloads the ring has room for; the writer thread gets the rest.

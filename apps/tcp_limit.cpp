@@ -47,6 +47,12 @@ bool read_all(int fd, void* p, std::size_t n) {
   return true;
 }
 
+// Before connect or listen, as the data plane sets it (data_plane::set_congestion says why).
+void congest(int fd, const std::string& congestion) {
+  if (auto why = set_tcp_congestion(fd, congestion); !why.empty())
+    throw std::runtime_error("tcp limit: congestion control '" + congestion + "': " + why);
+}
+
 void nodelay(int fd) {
   int one = 1;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
@@ -85,6 +91,7 @@ class loopback_server {
   loopback_server(const std::string& congestion, Serve serve) {
     listener_.fd = ::socket(AF_INET, SOCK_STREAM, 0);
     if (listener_.fd < 0) fail("socket");
+    congest(listener_.fd, congestion);  // accepted sockets inherit it
     sockaddr_in addr{};
     addr.sin_family = AF_INET;
     addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
@@ -93,6 +100,7 @@ class loopback_server {
         ::getsockname(listener_.fd, reinterpret_cast<sockaddr*>(&addr), &len) < 0 || ::listen(listener_.fd, 1) < 0)
       fail("listen");
     client_.fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    if (client_.fd >= 0) congest(client_.fd, congestion);
     if (client_.fd < 0 || ::connect(client_.fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) < 0) fail("connect");
     nodelay(client_.fd);
     server_ = std::thread([serve, congestion, listener = listener_.fd] {
@@ -100,8 +108,6 @@ class loopback_server {
       if (fd < 0) return;
       nodelay(fd);
       try {
-        if (auto why = set_tcp_congestion(fd, congestion); !why.empty())
-          throw std::runtime_error("congestion control '" + congestion + "': " + why);
         serve(fd);
       } catch (const std::exception&) {  // the client sees the stream end
       }

@@ -1,9 +1,8 @@
 #pragma once
 // The physical limit for bench_kv: request/response over plain loopback TCP sockets
 // (TCP_NODELAY), the same shape as a push (payload out, 8-byte ack back), with a window
-// of requests in flight. No CAF, no copies beyond the kernel's. The accepting end uses
-// the TCP congestion control named (libps/tcp_congestion.hpp), as a shard's end of a data
-// connection does; the connecting end, the client's, the host's.
+// of requests in flight. No CAF, no copies beyond the kernel's. Both ends use the TCP
+// congestion control named (libps/tcp_congestion.hpp), as data connections do.
 #include <cstdint>
 #include <string>
 

@@ -144,12 +144,11 @@ void node_config::declare_tuning_options() {
                                        "sleeps, while no other thread wants its vCPU and while its process and its "
                                        "peers on its host fit the host's CPUs (0: sleeps at once): waking a "
                                        "thread on an idle vCPU took about 50 us here, more than a small request's work")
-    .add(tcp_congestion, "tcp-congestion", "TCP congestion control of the data connections a process accepts "
-                                           "(Linux's TCP_CONGESTION; 'system': the host's default): a shard's end, "
-                                           "which sends its pull answers. cubic by default: BBR, where the host "
-                                           "defaults to it, paces each connection with a kernel timer when no fq "
-                                           "qdisc does, and pulls moved less (BENCHMARKS.md, \"Pull answers leave "
-                                           "under cubic\"). Workers' ends, which send pushes, keep the host's")
+    .add(tcp_congestion, "tcp-congestion", "TCP congestion control of this process's ends of data connections, "
+                                           "set before each connects (Linux's TCP_CONGESTION; 'system': the host's "
+                                           "default). cubic by default: BBR, where the host defaults to it, paces "
+                                           "each connection with a kernel timer when no fq qdisc does, and moved "
+                                           "less (BENCHMARKS.md, \"Data connections under cubic\")")
     .add(timeout_ms, "timeout-ms", "timeout of every push/pull request")
     .add(max_message_bytes, "max-message-bytes", "largest message a peer may announce; a larger one closes its "
                                                  "connection, naming the peer (handshakes: at most 64 KiB)")

@@ -464,21 +464,24 @@ void synced(caf::scoped_actor& self, const payload_claimer_actor& claimer) {
 
 }  // namespace
 
-TEST_CASE("data plane: the connections a plane accepts use its congestion control; those it opens, the host's") {
+TEST_CASE("data plane: both ends of a connection use their plane's congestion control, or the host's for 'system'") {
   std::string host_default;
   std::ifstream("/proc/sys/net/ipv4/tcp_congestion_control") >> host_default;
   REQUIRE_FALSE(host_default.empty());
   // reno: built into every Linux kernel, and neither this host's default nor the flag's.
   auto server = std::make_shared<data_plane>("127.0.0.1", 1024, 10s, 10s, std::nullopt, 0, 0us, "reno");
   auto worker = std::make_shared<data_plane>("127.0.0.1", 1024, 10s, 10s, std::nullopt, 0, 0us, "reno");
+  auto plain = std::make_shared<data_plane>("127.0.0.1", 1024, 10s, 10s, std::nullopt, 0, 0us, host_tcp_congestion);
   std::string why;
   REQUIRE(worker->connect(server->token(), "127.0.0.1", server->port(), &why));
-  // The accepting side adds its end once it read the hello; bounded, not a hope.
+  REQUIRE(plain->connect(server->token(), "127.0.0.1", server->port(), &why));
+  // The accepting side adds its ends once it read their hellos; bounded, not a hope.
   const auto until = std::chrono::steady_clock::now() + 10s;
-  while (server->congestion_controls(true).empty() && std::chrono::steady_clock::now() < until)
+  while (server->congestion_controls(true).size() < 2 && std::chrono::steady_clock::now() < until)
     std::this_thread::yield();
-  CHECK(server->congestion_controls(true) == std::vector<std::string>{"reno"});
-  CHECK(worker->congestion_controls(false) == std::vector<std::string>{host_default});
+  CHECK(server->congestion_controls(true) == std::vector<std::string>{"reno", "reno"});
+  CHECK(worker->congestion_controls(false) == std::vector<std::string>{"reno"});
+  CHECK(plain->congestion_controls(false) == std::vector<std::string>{host_default});
 }
 
 TEST_CASE("tcp congestion: each algorithm the kernel offers can be set and read back; an unknown one is named") {

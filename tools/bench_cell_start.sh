@@ -16,3 +16,19 @@ start_cell() {
   echo "$0: bench_kv's processes did not register within 60 s" >&2
   exit 1
 }
+
+# start_op_cell PUSH_INTO PULL_INTO BENCH_KV SIZE WINDOW push|pull [tcp|shm [FLAG...]]: the
+# arguments such a tool takes; starts that one cell (5 s each op) in a fresh directory `out`,
+# and returns once it has run PUSH_INTO or PULL_INTO seconds into the op's cell (a pull cell
+# follows its push cell). Sets bench, size, window, op and transport.
+start_op_cell() {
+  local push_into=$1 pull_into=$2 into
+  shift 2
+  [ $# -ge 4 ] || { echo "usage: $0 BENCH_KV SIZE WINDOW push|pull [tcp|shm [FLAG...]]" >&2; exit 2; }
+  bench=$1 size=$2 window=$3 op=$4 transport=${5:-tcp}
+  shift $(( $# < 5 ? $# : 5 ))  # what is left: flags for bench_kv
+  case $op in push) into=$push_into ;; pull) into=$pull_into ;; *) echo "$0: op must be push or pull, not '$op'" >&2; exit 2 ;; esac
+  out=$(mktemp -d)
+  start_cell "$out" --sizes="[$size]" --windows="[$window]" --transport="$transport" --cell-seconds=5 "$@"
+  sleep "$into"
+}

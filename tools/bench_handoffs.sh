@@ -8,14 +8,8 @@
 # perf counts the whole machine for 2 s inside the cell (5 s per cell; a pull cell
 # follows its push cell), so run nothing else meanwhile.
 set -euo pipefail
-[ $# -ge 4 ] || { echo "usage: $0 BENCH_KV SIZE WINDOW push|pull [tcp|shm [FLAG...]]" >&2; exit 2; }
-bench=$1 size=$2 window=$3 op=$4 transport=${5:-tcp}
-shift $(( $# < 5 ? $# : 5 ))  # what is left: flags for bench_kv
-case $op in push) into=1.5 ;; pull) into=7 ;; *) echo "$0: op must be push or pull, not '$op'" >&2; exit 2 ;; esac
-out=$(mktemp -d)
 . "$(dirname "$0")/bench_cell_start.sh"
-start_cell "$out" --sizes="[$size]" --windows="[$window]" --transport="$transport" --cell-seconds=5 "$@"
-sleep "$into"
+start_op_cell 1.5 7 "$@"
 perf stat -e context-switches,sched:sched_wakeup,task-clock,raw_syscalls:sys_enter,syscalls:sys_enter_futex -a -x, -o "$out/perf" -- sleep 2
 wait $cell_pid
 /usr/bin/python3 - "$out" "$op" "$size" "$window" "$transport" <<'PY'
