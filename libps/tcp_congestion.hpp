@@ -9,6 +9,9 @@
 
 namespace ps {
 
+// What data connections use unless told otherwise.
+inline constexpr const char* default_tcp_congestion = "cubic";
+
 // The name that leaves a socket on the host's default.
 inline constexpr const char* host_tcp_congestion = "system";
 

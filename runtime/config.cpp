@@ -406,7 +406,10 @@ void node_config::validate() const {
   if (tcp_push_chunk_bytes < 1024 || tcp_push_chunk_bytes > (256u << 20))
     throw bad_request("--ps.tcp-push-chunk-bytes must be in [1 KiB, 256 MiB]");
   if (busy_poll_us > 100000) throw bad_request("--ps.busy-poll-us must be <= 100000 (0.1 s)");
-  if (auto why = check_tcp_congestion(tcp_congestion); !why.empty()) throw bad_request("--ps.tcp-congestion: " + why);
+  // A name given is checked here; the default, where a kernel lacks it, leaves data
+  // connections on the host's default with the data plane's warning instead of refusing to run.
+  if (tcp_congestion != default_tcp_congestion)
+    if (auto why = check_tcp_congestion(tcp_congestion); !why.empty()) throw bad_request("--ps.tcp-congestion: " + why);
   if (timeout_ms < 1) throw bad_request("--ps.timeout-ms must be >= 1");
   if (bucket_bits > 40) throw bad_request("--ps.bucket-bits must be <= 40");
   if (vnodes < 1 || vnodes > 65536) throw bad_request("--ps.vnodes must be in [1, 65536]");

@@ -20,6 +20,7 @@
 #include "libps/faults.hpp"
 #include "libps/job_spec.hpp"
 #include "libps/row_disk.hpp"
+#include "libps/tcp_congestion.hpp"
 
 namespace ps {
 
@@ -120,7 +121,7 @@ struct node_config : caf::actor_system_config {
   std::size_t direct_requests = 1;        // workers' requests over the data connections (0: through CAF)
   std::size_t caller_runs = 1;  // the caller's thread runs the client actor (kv_client_options::dispatch_on_caller)
   std::uint64_t busy_poll_us = 200;       // data-connection readers poll this long before they sleep (BENCHMARKS.md)
-  std::string tcp_congestion = "cubic";  // data connections' (libps/tcp_congestion.hpp)
+  std::string tcp_congestion = default_tcp_congestion;  // data connections' (libps/tcp_congestion.hpp)
   std::uint16_t data_plane_port = 0;  // 0: any free port
   std::size_t timeout_ms = 30000;
   std::int64_t retry_ms = -1;  // -1: 200 with message faults, else never
