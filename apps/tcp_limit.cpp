@@ -103,7 +103,7 @@ class loopback_server {
     if (client_.fd >= 0) congest(client_.fd, congestion);
     if (client_.fd < 0 || ::connect(client_.fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) < 0) fail("connect");
     nodelay(client_.fd);
-    server_ = std::thread([serve, congestion, listener = listener_.fd] {
+    server_ = std::thread([serve, listener = listener_.fd] {
       int fd = ::accept(listener, nullptr, nullptr);
       if (fd < 0) return;
       nodelay(fd);
