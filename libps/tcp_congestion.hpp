@@ -2,7 +2,7 @@
 // Which TCP congestion control a data connection uses (Linux's TCP_CONGESTION). BBR, the
 // host's default on this machine kind, paces every connection with a kernel timer when the
 // interface has no fq qdisc (loopback never has): a 2 servers x 2 workers cell of 1 MiB
-// pulls at window 8 fired 5,000-13,000 pacing timers a second. Data connections use cubic
+// pulls at window 8 fired 5,300-12,700 pacing timers a second. Data connections use cubic
 // by default (BENCHMARKS.md, "Data connections under cubic").
 #include <string>
 #include <vector>
