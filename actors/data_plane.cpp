@@ -473,7 +473,7 @@ void data_plane::drop(const std::shared_ptr<connection>& c, const std::string& w
   // A peer that closes between frames is the usual end; anything else is said: the claims
   // it fails name it too, but later blocks to that peer go through CAF instead, slower,
   // and nothing else would tell why.
-  if (!stopping_ && why != closed_by_peer)
+  if (!stopping_ && !quiet_ && why != closed_by_peer)
     log_line(log_level::warning, c->name + ": " + why + "; closing it (what was queued on it is lost, its claims fail)");
   ::shutdown(c->fd, SHUT_RDWR);  // the reader ends; the fd is closed with the plane
   {

@@ -203,6 +203,9 @@ class data_plane {
   // The TCP congestion control of each connection this plane accepted (true) or opened
   // (false), as the kernel reports it (tests: what tcp_congestion did).
   std::vector<std::string> congestion_controls(bool accepted) const;
+  // From now on a connection that ends says nothing: the process printed its status line,
+  // which must stay its last, while the plane lives on with the actors that share it.
+  void quiet() { quiet_ = true; }
   // Requests sent over data connections whose answers have not come.
   std::size_t requests_unanswered() const;
 
@@ -300,6 +303,7 @@ class data_plane {
   std::chrono::milliseconds stall_timeout_;
   int listen_fd_ = -1;
   std::atomic<bool> stopping_{false};
+  std::atomic<bool> quiet_{false};  // quiet()
   std::atomic<std::uint64_t> next_ticket_{1};
   std::atomic<std::uint64_t> bytes_sent_{0};
   std::atomic<std::uint64_t> bytes_received_{0};

@@ -135,6 +135,7 @@ int run_server_role(caf::actor_system& sys, const node_config& cfg) {
   caf::error reason;
   self->receive([&](caf::down_msg& dm) { reason = dm.reason; });  // the shard ends with the job, or on a fatal error
   bool ok = !reason || reason == caf::exit_reason::normal;
+  if (sopts.plane) sopts.plane->quiet();
   return print_status(line, ok, code_of(reason), ok ? "" : describe(reason));
 }
 
@@ -148,8 +149,10 @@ int run_worker_role(caf::actor_system& sys, node_config& cfg, const app_fn& app)
     adopt(cfg, spec);
     line["job_fingerprint"] = fingerprint_text(spec);
   };
-  bool ok = run_worker(sys, cfg, *coord, app, &err, data_plane_from(sys, cfg), adopt_spec, &code);
+  auto plane = data_plane_from(sys, cfg);
+  bool ok = run_worker(sys, cfg, *coord, app, &err, plane, adopt_spec, &code);
   if (!ok) std::fprintf(stderr, "error: %s\n", err.c_str());
+  if (plane) plane->quiet();  // a connection the job's end closes late is not news after the status line
   return print_status(line, ok, code, err);
 }
 
