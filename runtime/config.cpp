@@ -393,26 +393,7 @@ void node_config::validate() const {
   if (epochs < 1) throw bad_request("--epochs must be >= 1");
   if (batch < 1) throw bad_request("--batch must be >= 1");
   if (!(lr > 0)) throw bad_request("--lr must be > 0");
-  if (chunk_bytes < 1024 || chunk_bytes > (256u << 20))
-    throw bad_request("--ps.chunk-bytes must be in [1 KiB, 256 MiB]");
-  if (push_chunk_bytes < 1024 || push_chunk_bytes > (256u << 20))
-    throw bad_request("--ps.push-chunk-bytes must be in [1 KiB, 256 MiB]");
-  if (shm_ring_bytes != 0 && (shm_ring_bytes < (64u << 10) || shm_ring_bytes > (1u << 30)))
-    throw bad_request("--ps.shm-ring-bytes must be 0 (no rings) or in [64 KiB, 1 GiB]");
-  if (shm_push_ring_bytes < (64u << 10) || shm_push_ring_bytes > (1u << 30))
-    throw bad_request("--ps.shm-push-ring-bytes must be in [64 KiB, 1 GiB]");
-  if (inflight_bytes < 1) throw bad_request("--ps.inflight-bytes must be >= 1");
-  if (crowded_inflight_bytes < 1) throw bad_request("--ps.crowded-inflight-bytes must be >= 1");
-  if (tcp_push_chunk_bytes < 1024 || tcp_push_chunk_bytes > (256u << 20))
-    throw bad_request("--ps.tcp-push-chunk-bytes must be in [1 KiB, 256 MiB]");
-  if (busy_poll_us > 100000) throw bad_request("--ps.busy-poll-us must be <= 100000 (0.1 s)");
-  // A name given is checked here; the default, where a kernel lacks it, leaves data
-  // connections on the host's default with the data plane's warning instead of refusing to run.
-  if (tcp_congestion != default_tcp_congestion)
-    if (auto why = check_tcp_congestion(tcp_congestion); !why.empty()) throw bad_request("--ps.tcp-congestion: " + why);
-  if (timeout_ms < 1) throw bad_request("--ps.timeout-ms must be >= 1");
-  if (bucket_bits > 40) throw bad_request("--ps.bucket-bits must be <= 40");
-  if (vnodes < 1 || vnodes > 65536) throw bad_request("--ps.vnodes must be in [1, 65536]");
+  validate_wire();
   for (const auto& flag : registered_app_flags())
     if (flag.check && declared(flag.name))
       if (auto wrong = flag.check(*this); !wrong.empty()) throw bad_request("--" + flag.name + ": " + wrong);
@@ -455,6 +436,30 @@ void node_config::validate() const {
   parse_straggle(straggle);
   if (!(target_accuracy > 0 && target_accuracy <= 1)) throw bad_request("--target-accuracy must be in (0, 1]");
   if (!(eval_every > 0)) throw bad_request("--eval-every must be > 0");
+}
+
+// The [ps] tuning of messages and data connections.
+void node_config::validate_wire() const {
+  if (chunk_bytes < 1024 || chunk_bytes > (256u << 20))
+    throw bad_request("--ps.chunk-bytes must be in [1 KiB, 256 MiB]");
+  if (push_chunk_bytes < 1024 || push_chunk_bytes > (256u << 20))
+    throw bad_request("--ps.push-chunk-bytes must be in [1 KiB, 256 MiB]");
+  if (shm_ring_bytes != 0 && (shm_ring_bytes < (64u << 10) || shm_ring_bytes > (1u << 30)))
+    throw bad_request("--ps.shm-ring-bytes must be 0 (no rings) or in [64 KiB, 1 GiB]");
+  if (shm_push_ring_bytes < (64u << 10) || shm_push_ring_bytes > (1u << 30))
+    throw bad_request("--ps.shm-push-ring-bytes must be in [64 KiB, 1 GiB]");
+  if (inflight_bytes < 1) throw bad_request("--ps.inflight-bytes must be >= 1");
+  if (crowded_inflight_bytes < 1) throw bad_request("--ps.crowded-inflight-bytes must be >= 1");
+  if (tcp_push_chunk_bytes < 1024 || tcp_push_chunk_bytes > (256u << 20))
+    throw bad_request("--ps.tcp-push-chunk-bytes must be in [1 KiB, 256 MiB]");
+  if (busy_poll_us > 100000) throw bad_request("--ps.busy-poll-us must be <= 100000 (0.1 s)");
+  // A name given is checked here; the default, where a kernel lacks it, leaves data
+  // connections on the host's default with the data plane's warning instead of refusing to run.
+  if (tcp_congestion != default_tcp_congestion)
+    if (auto why = check_tcp_congestion(tcp_congestion); !why.empty()) throw bad_request("--ps.tcp-congestion: " + why);
+  if (timeout_ms < 1) throw bad_request("--ps.timeout-ms must be >= 1");
+  if (bucket_bits > 40) throw bad_request("--ps.bucket-bits must be <= 40");
+  if (vnodes < 1 || vnodes > 65536) throw bad_request("--ps.vnodes must be in [1, 65536]");
 }
 
 // --metrics, --metrics-port: written or served by the job's observer, never by a member.

@@ -171,6 +171,7 @@ struct node_config : caf::actor_system_config {
   bool parse_args(int argc, char** argv);
   // Range checks on the values; throws bad_request naming the option.
   void validate() const;
+  void validate_wire() const;         // part of validate
   void validate_metrics() const;      // part of validate
   void validate_checkpoints() const;  // part of validate
   void validate_state_dir() const;    // part of validate_checkpoints
