@@ -4,7 +4,8 @@
 # and ps-lite's source (dmlc/ps-lite) in /tmp/ps-lite; builds it there, then runs two
 # rounds of: ps-lite 1x1, bench_kv 1x1, ps-lite 2x2, bench_kv 2x2, and prints the table
 # (GB/s, "round 1 / round 2"; ratios are ActorPS over ps-lite; workers' rates summed).
-# Run from the repository root after ./run build: tools/pslite/compare.sh [OUTDIR]
+# Run from the repository root after ./run build: tools/pslite/compare.sh [OUTDIR]; run it
+# again to other OUTDIRs and tools/pslite/table.py DIR1 DIR2 ... gives medians over all rounds.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
