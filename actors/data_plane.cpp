@@ -42,6 +42,7 @@ struct data_plane_frame {
   std::size_t ring_header_done = 0;  // through the ring: bytes of its ring_payload header written
   bool floats_in_ring = false;       // through the ring: its floats are there (the header is what is left)
   bool request = false;              // a message frame that asks for an answer
+  bool streams = false;              // through the ring: header first, floats behind it
 };
 
 // How proxies reach their plane: cut (plane null) when the plane goes, so a proxy that
@@ -806,7 +807,7 @@ std::optional<float_block> data_plane::offload(std::uint64_t peer, const float_b
 
 std::optional<float_block> data_plane::offload(std::uint64_t peer, std::span<const std::span<const float>> parts,
                                                std::uint64_t count, std::shared_ptr<const void> keep) {
-  return offload(peer, parts, count, next_ticket_.fetch_add(1), std::move(keep));
+  return offload_frame(peer, parts, count, next_ticket_.fetch_add(1), std::move(keep), false);
 }
 
 bool data_plane::in_pieces(std::size_t pieces, std::uint64_t count) {
@@ -831,6 +832,12 @@ void data_plane::forget(std::uint64_t peer, std::uint64_t ticket) {
 std::optional<float_block> data_plane::offload(std::uint64_t peer, std::span<const std::span<const float>> parts,
                                                std::uint64_t count, std::uint64_t ticket,
                                                std::shared_ptr<const void> keep) {
+  return offload_frame(peer, parts, count, ticket, std::move(keep), true);
+}
+
+std::optional<float_block> data_plane::offload_frame(std::uint64_t peer, std::span<const std::span<const float>> parts,
+                                                     std::uint64_t count, std::uint64_t ticket,
+                                                     std::shared_ptr<const void> keep, bool expected) {
   if (count * sizeof(float) < min_bytes_ || peer == 0 || ticket == 0) return std::nullopt;
   if (!in_pieces(parts.size(), count)) return std::nullopt;
   std::shared_ptr<connection> c;
@@ -842,6 +849,7 @@ std::optional<float_block> data_plane::offload(std::uint64_t peer, std::span<con
   if (!c) return std::nullopt;
   data_plane_frame frame{encode_bulk_header({bulk_kind::payload, ticket, count * sizeof(float)}),
                          {parts.begin(), parts.end()}, std::move(keep), ticket, bulk_header_bytes + count * sizeof(float)};
+  frame.streams = expected && count * sizeof(float) > streamed_above_;
   if (!send_or_queue(c, std::move(frame))) return std::nullopt;
   bytes_sent_ += count * sizeof(float);
   float_block named;
@@ -1084,9 +1092,10 @@ void data_plane::reader_waits(const std::shared_ptr<connection>& c) {
 }
 
 // What goes at once of a frame nothing is queued before, without waiting: on the socket,
-// what it takes; through the ring (which has room for all of it), the floats, then what
-// the socket takes of the header. True when the frame is out, false when the writer
-// thread must finish it (frame says where it stands), nothing on an error.
+// what it takes; through the ring (which has room for all of it), the floats and what the
+// socket takes of the header, the header first when the frame streams. True when the
+// frame is out, false when the writer thread must finish it (frame says where it stands),
+// nothing on an error.
 std::optional<bool> data_plane::write_at_once(const std::shared_ptr<connection>& c, data_plane_frame& frame,
                                               bool by_ring) {
   if (!by_ring) {
@@ -1098,12 +1107,16 @@ std::optional<bool> data_plane::write_at_once(const std::shared_ptr<connection>&
     return frame.done == frame.bytes;
   }
   std::string why;
-  if (!into_ring(c, frame, {}, &why)) return std::nullopt;  // room was there: no wait
-  frame.floats_in_ring = true;
   auto header = ring_header(frame);
   iovec head{header.data(), header.size()};
+  if (!frame.streams && !into_ring(c, frame, {}, &why)) return std::nullopt;  // room was there: no wait
   auto k = write_now(c->fd, &head, 1);
   if (k < 0) return std::nullopt;
+  if (frame.streams) {
+    ++streamed_payloads_;
+    if (!into_ring(c, frame, {}, &why)) return std::nullopt;
+  }
+  frame.floats_in_ring = true;
   frame.ring_header_done = static_cast<std::size_t>(k);  // the writer thread goes on from there
   return frame.ring_header_done == header.size();
 }
@@ -1134,13 +1147,16 @@ bool data_plane::send_or_queue(const std::shared_ptr<connection>& c, data_plane_
 // of it may be out already). Floats that fit in the ring's room go in before the header:
 // the reader, woken by the header, copies them out at once; woken first, it slept on the
 // ring until this copy ended, a second wake-up per payload (2x2 at 64 KiB moved less
-// than over TCP). A larger payload streams behind its header, the reader copying out as
-// this thread copies in. False, with *why, when it could not be written.
+// than over TCP). A payload larger than the room, or one that streams (an answer larger
+// than a slice), goes behind its header, the reader copying out as this thread copies
+// in. False, with *why, when it could not be written.
 bool data_plane::write_ring_payload(const std::shared_ptr<connection>& c, const data_plane_frame& frame,
                                     std::string* why) {
   const auto alive = [&] { return gone(*c); };
-  const bool floats_first = !frame.floats_in_ring && c->out_ring->fits_now(frame.bytes - bulk_header_bytes);
+  const bool floats_first =
+      !frame.floats_in_ring && !frame.streams && c->out_ring->fits_now(frame.bytes - bulk_header_bytes);
   if (floats_first && !into_ring(c, frame, alive, why)) return false;
+  if (!floats_first && !frame.floats_in_ring) ++streamed_payloads_;
   auto header = ring_header(frame);
   iovec head{header.data() + frame.ring_header_done, header.size() - frame.ring_header_done};
   if (!write_all(c->fd, &head, 1)) {

@@ -212,6 +212,43 @@ TEST_CASE("data plane: with rings on both sides payloads cross through shared me
   CHECK(worker.bytes_sent() == before + push.size * sizeof(float));
 }
 
+TEST_CASE("data plane: an answer above 2 MiB streams behind its header; pushes, small answers and "
+          "answers of a plane told not to go in before it") {
+  ring_planes planes(8u << 20, 10s, 10s);  // room for every payload here
+  auto& [worker, server] = planes;
+  auto push = special_values(1 << 20);  // 4 MiB under a ticket of the plane's own
+  auto named = worker.offload(server.token(), push);
+  REQUIRE(named);
+  CHECK(same_bits(server.claim(*named), push));
+  CHECK(worker.streamed_payloads() == 0);
+  CHECK(worker.shm_bytes_sent() == push.size * sizeof(float));
+
+  const std::uint64_t streams = data_plane::default_streamed_above / sizeof(float) + 1;
+  for (std::uint64_t count : {std::uint64_t{1} << 20, std::uint64_t{32} << 10, streams, streams - 1}) {  // 4 MiB, 128 KiB
+    auto answer = special_values(count);
+    std::span<const float> whole{answer.data(), answer.size};
+    auto dest = std::make_shared<std::vector<float>>(count, 42.0f);
+    const auto before = server.streamed_payloads();
+    worker.expect(server.token(), count, {{dest->data(), count}}, dest);
+    auto sent = server.offload(worker.token(), std::span(&whole, 1), count, count, nullptr);
+    REQUIRE(sent);
+    CHECK(!worker.claim(*sent).storage);  // into place
+    CHECK(std::memcmp(dest->data(), answer.data(), count * sizeof(float)) == 0);
+    CHECK(server.streamed_payloads() == before + (count >= streams ? 1 : 0));
+  }
+  server.stream_answers_above(~std::uint64_t{0});
+  auto answer = special_values(streams);
+  std::span<const float> whole{answer.data(), answer.size};
+  auto dest = std::make_shared<std::vector<float>>(answer.size);
+  const auto before = server.streamed_payloads();
+  worker.expect(server.token(), 99, {{dest->data(), answer.size}}, dest);
+  auto sent = server.offload(worker.token(), std::span(&whole, 1), answer.size, 99, nullptr);
+  REQUIRE(sent);
+  worker.claim(*sent);
+  CHECK(std::memcmp(dest->data(), answer.data(), answer.size * sizeof(float)) == 0);
+  CHECK(server.streamed_payloads() == before);
+}
+
 TEST_CASE("data plane: a lending plane's ring payload is lent in place to a claimer that asks; ones nobody claimed "
           "are copied out when the ring's writer needs their room; a plane not lending copies on arrival") {
   constexpr std::size_t ring = 256u << 10;  // payloads of 100 kB: two fit, the third waits for room
