@@ -1,7 +1,7 @@
 // How long a small loopback TCP write takes to reach a reader that busy-polls on the
 // other vCPU while the writer goes on copying (as a ring payload's header, then its
 // floats): 200 writes each way, with and without a sched_yield() after the write
-// (BENCHMARKS.md, "A small write that waits for the writer's CPU"). Standalone:
+// (BENCHMARKS.md, "A small loopback write seen milliseconds late"). Standalone:
 //   g++ -O2 -pthread -o /tmp/loopback_delay tools/loopback_delay.cpp && /tmp/loopback_delay
 #include <arpa/inet.h>
 #include <netinet/in.h>
