@@ -222,7 +222,7 @@ class data_plane {
   // behind their header, so that the receiver copies one slice out while this side copies
   // the next in; smaller ones go in before it, one wake-up of the receiver. By default 4
   // MiB answers (pulls' chunks) stream and 1 MiB ones do not: bench_ring_answer, which
-  // compares both ways, had 4 MiB at 0.65-1.02 of the time and 1 MiB at 0.97-1.04. The
+  // compares both ways, had 4 MiB at 0.65-1.02 of the time and 1 MiB at 0.97-1.05. The
   // largest value: none streams.
   static constexpr std::uint64_t default_streamed_above = 2u << 20;
   void stream_answers_above(std::uint64_t bytes) { streamed_above_ = bytes; }

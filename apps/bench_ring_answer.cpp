@@ -4,13 +4,10 @@
 // Each round sends every size twice, streamed (header first, the receiver copying out as
 // the sender copies in) and floats first (all of it in the ring, then the header), so
 // the two ways take turns and a VM whose speed drifts moves both alike (BENCHMARKS.md,
-// "Answers stream through their ring"). JSON lines: one per size and way, and the
-// single-thread memcpy limit of the same run.
-#include <algorithm>
+// "Answers stream through their ring"; bench_timing.hpp's interleaved). JSON lines: one per
+// size and way, and the single-thread memcpy limit of the same run.
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
@@ -18,6 +15,7 @@
 #include "actors/data_plane.hpp"
 #include "apps/bench_timing.hpp"
 #include "apps/tcp_limit.hpp"
+#include "libps/text.hpp"
 
 using namespace std::chrono_literals;
 
@@ -32,72 +30,62 @@ options parse(int argc, char** argv) {
   options o;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
-    auto value = [&](const char* name) -> const char* {
-      auto prefix = std::string(name) + "=";
-      return a.rfind(prefix, 0) == 0 ? argv[i] + prefix.size() : nullptr;
-    };
-    char* end = nullptr;
-    if (auto v = value("--rounds")) o.rounds = static_cast<int>(std::strtol(v, &end, 10));
-    else if (auto v = value("--busy-poll-us")) o.busy_poll = std::chrono::microseconds(std::strtol(v, &end, 10));
-    else {
-      std::fprintf(stderr, "bench_ring_answer: unknown flag '%s' (takes --rounds=N, --busy-poll-us=N)\n", argv[i]);
-      std::exit(2);
-    }
-    if (!end || *end != '\0' || o.rounds < 1 || o.busy_poll.count() < 0) {
-      std::fprintf(stderr, "bench_ring_answer: '%s' needs a whole number (rounds at least 1)\n", argv[i]);
-      std::exit(2);
-    }
+    auto eq = a.find('=');
+    std::string flag = a.substr(0, eq), v = eq == std::string::npos ? "" : a.substr(eq + 1);
+    auto count = ps::parse_count(v);
+    if (flag != "--rounds" && flag != "--busy-poll-us")
+      throw ps::bad_request("unknown flag '" + a + "' (takes --rounds=N, --busy-poll-us=N)");
+    if (!count || (flag == "--rounds" && *count < 1))
+      throw ps::bad_request(flag + ": \"" + v + "\" is not a count" + (flag == "--rounds" ? " of at least 1" : ""));
+    if (flag == "--rounds") o.rounds = static_cast<int>(*count);
+    else o.busy_poll = std::chrono::microseconds(*count);
   }
   return o;
 }
 
-double percentile(std::vector<double> t, double q) {
-  std::sort(t.begin(), t.end());
-  return t[static_cast<std::size_t>(q * static_cast<double>(t.size() - 1))];
+// Each round one answer of `bytes` each way, floats first then streamed; JSON lines of
+// their median times.
+void answer_cells(ps::data_plane& worker, ps::data_plane& server, std::size_t bytes, int rounds) {
+  const auto count = bytes / sizeof(float);
+  std::vector<float> values(count, 2.0f);
+  auto dest = std::make_shared<std::vector<float>>(count);
+  std::uint64_t ticket = bytes;  // tickets of one size do not meet another's
+  auto answer = [&](std::uint64_t above) {
+    server.stream_answers_above(above);
+    std::span<const float> whole{values.data(), count};
+    worker.expect(server.token(), ++ticket, {{dest->data(), count}}, dest);
+    auto sent = server.offload(worker.token(), std::span(&whole, 1), count, ticket, nullptr);
+    if (!sent || !server.sends_by_ring(worker.token()))
+      throw ps::bad_request("the answer did not go through the ring");
+    worker.claim(*sent);
+    worker.forget(server.token(), ticket);
+  };
+  std::vector<double> streamed_all;
+  auto [floats_first, streamed] =
+      ps::bench::interleaved(rounds, [&] { answer(~std::uint64_t{0}); }, [&] { answer(0); }, streamed_all);
+  for (auto [way, seconds] : {std::pair{"floats_first", floats_first}, std::pair{"streamed", streamed}})
+    ps::bench::print_line({{"bytes", bytes}, {"way", way}, {"rounds", rounds}, {"p50_us", seconds * 1e6},
+                           {"gbps", static_cast<double>(bytes) / seconds / 1e9}});
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  const auto opts = parse(argc, argv);
-  const std::size_t ring = 8u << 20;  // --ps.shm-ring-bytes's default
-  ps::data_plane worker("127.0.0.1", 1024, 10s, 10s, std::nullopt, ring, opts.busy_poll);
-  ps::data_plane server("127.0.0.1", 1024, 10s, 10s, std::nullopt, ring, opts.busy_poll);
-  std::string why;
-  if (!worker.connect(server.token(), "127.0.0.1", server.port(), &why)) {
-    std::fprintf(stderr, "bench_ring_answer: %s\n", why.c_str());
-    return 1;
+  try {
+    const auto opts = parse(argc, argv);
+    const std::size_t ring = 8u << 20;  // --ps.shm-ring-bytes's default
+    ps::data_plane worker("127.0.0.1", 1024, 10s, 10s, std::nullopt, ring, opts.busy_poll);
+    ps::data_plane server("127.0.0.1", 1024, 10s, 10s, std::nullopt, ring, opts.busy_poll);
+    std::string why;
+    if (!worker.connect(server.token(), "127.0.0.1", server.port(), &why)) throw ps::bad_request(why);
+    // A push first: the server's ring is answered before it (the connection keeps order).
+    auto warm = ps::float_block::own(std::vector<float>(1 << 18, 1.0f));
+    server.claim(*worker.offload(server.token(), warm));
+    for (std::size_t bytes : {std::size_t{1} << 20, std::size_t{4} << 20}) answer_cells(worker, server, bytes, opts.rounds);
+    auto copy = ps::measure_memcpy(4u << 20, 0.5);
+    ps::bench::print_line({{"limit", "memcpy"}, {"gbps", copy.gbps}, {"bytes", 4u << 20}});
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_ring_answer: %s\n", e.what());
+    return 2;
   }
-  // A push first: the server's ring is answered before it (the connection keeps order).
-  auto warm = ps::float_block::own(std::vector<float>(1 << 18, 1.0f));
-  server.claim(*worker.offload(server.token(), warm));
-  std::uint64_t ticket = 0;
-  for (std::size_t bytes : {std::size_t{1} << 20, std::size_t{4} << 20}) {
-    const auto count = bytes / sizeof(float);
-    std::vector<float> values(count, 2.0f);
-    auto dest = std::make_shared<std::vector<float>>(count);
-    std::vector<double> took[2];  // [1]: streamed
-    for (int round = 0; round < opts.rounds; ++round)
-      for (int streamed = 0; streamed < 2; ++streamed) {
-        server.stream_answers_above(streamed ? 0 : ~std::uint64_t{0});
-        std::span<const float> whole{values.data(), count};
-        worker.expect(server.token(), ++ticket, {{dest->data(), count}}, dest);
-        const auto start = std::chrono::steady_clock::now();
-        auto sent = server.offload(worker.token(), std::span(&whole, 1), count, ticket, nullptr);
-        if (!sent || !server.sends_by_ring(worker.token())) {
-          std::fprintf(stderr, "bench_ring_answer: the answer did not go through the ring\n");
-          return 1;
-        }
-        worker.claim(*sent);
-        took[streamed].push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count());
-        worker.forget(server.token(), ticket);
-      }
-    for (int streamed = 0; streamed < 2; ++streamed)
-      ps::bench::print_line({{"bytes", bytes}, {"way", streamed ? "streamed" : "floats_first"},
-                             {"rounds", opts.rounds}, {"p50_us", percentile(took[streamed], 0.5)},
-                             {"p90_us", percentile(took[streamed], 0.9)},
-                             {"gbps", static_cast<double>(bytes) / percentile(took[streamed], 0.5) / 1e3}});
-  }
-  auto copy = ps::measure_memcpy(4u << 20, 0.5);
-  ps::bench::print_line({{"limit", "memcpy"}, {"gbps", copy.gbps}, {"bytes", 4u << 20}});
 }
