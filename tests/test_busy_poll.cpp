@@ -171,7 +171,10 @@ TEST_CASE("done signal: many waiters, in wait and wait_for, all wake on one set"
 TEST_CASE("done signal: in a wake batch a sleeper's wake waits for the batch to close; its owner lives till then") {
   using batch = ps::done_signal::wake_batch;
   auto signal = std::make_shared<ps::done_signal>();
-  std::thread waiter([signal] { signal->wait(); });
+  // The waiter holds no reference: one "about to sleep" may see the set and return before
+  // the batch closes, so its reference would come and go. `kept` outlives the waiter.
+  auto kept = signal;
+  std::thread waiter([raw = signal.get()] { raw->wait(); });
   while (!signal->has_sleeper()) std::this_thread::yield();  // the waiter is asleep (or about to be)
   {
     batch outer;
@@ -181,11 +184,11 @@ TEST_CASE("done signal: in a wake batch a sleeper's wake waits for the batch to 
     }
     CHECK(signal->is_set());
     CHECK(batch::owed_now() == 1);
-    std::weak_ptr<ps::done_signal> watch = signal;
     signal.reset();
-    CHECK(watch.use_count() == 2);  // the waiter's and the batch's
+    CHECK(kept.use_count() == 2);  // kept and the batch's
   }
   CHECK(batch::owed_now() == 0);
+  CHECK(kept.use_count() == 1);  // the batch let go once it woke the sleeper
   waiter.join();  // woken when the batch closed
 }
 
