@@ -59,6 +59,7 @@ struct bench_cell {
   std::uint64_t ops = 0;
   double seconds = 0;
   std::vector<double> latencies_us;
+  std::uint64_t round = 0;  // of --rounds
   std::string encode() const;
   static bench_cell decode(const std::string& text);  // throws bad_request
 };

@@ -481,6 +481,7 @@ TEST_CASE("bad flags and bad config files are errors that name the problem") {
     {"bin/psnode --role=server --disk-readers=0", 2, "--disk-readers=0: must be 1 to 256"},
     {"bin/psnode --role=server --ps.direct-requests=2", 2, "--ps.direct-requests=2: 1 or 0"},
     {"bin/psnode --role=server --ps.caller-runs=2", 2, "--ps.caller-runs=2: 1 or 0"},
+    {"bin/bench_kv --rounds=0", 2, "--rounds: must be >= 1"},
     {"bin/bench_elastic --rows=1000", 2, "--rows and --shard-memory (at least 1 MiB) go together"},
     {"bin/psnode --role=server --config-file=bad_type.ini", 2, "global.servers"},
     {"bin/psnode --role=server --config-file=bad_key.ini", 2, "unknown option ps.chunk-byte"},
@@ -2221,13 +2222,35 @@ TEST_CASE("bench_kv: the limits first (TCP loopback, memcpy, bare-socket request
   }
   CHECK(cells.size() == 16);
   CHECK(std::count_if(cells.begin(), cells.end(), [](const auto& c) { return std::get<0>(c) == "shm"; }) == 8);
-  // One transport; pulls taking turns over three buffers.
-  auto [tcp_rc, tcp_out] = shell("bin/bench_kv --servers=1 --workers=1 --sizes=[1048576] --windows=[1] "
-                                 "--cell-seconds=0.05 --transport=tcp --pull-buffers=3");
+  for (std::size_t i = 4; i < rows.size(); ++i) CHECK(rows[i]["rounds"] == 1);
+  // One transport, three rounds; pulls taking turns over three buffers.
+  auto [tcp_rc, tcp_out] = shell("bin/bench_kv --servers=1 --workers=1 --sizes=[1048576] --windows=[1,2] "
+                                 "--cell-seconds=0.05 --transport=tcp --pull-buffers=3 --rounds=3");
+  INFO(tcp_out);
   CHECK(tcp_rc == 0);
   CHECK(tcp_out.find(R"("transport":"shm")") == std::string::npos);
-  CHECK(tcp_out.find(R"("transport":"tcp")") != std::string::npos);
   CHECK(tcp_out.find(R"("limit":"tcp_requests")") == std::string::npos);  // 1 MiB is no small request
+  // Every row, limits too, is the median of its three rounds, each given.
+  auto median_of_rounds = [](const nlohmann::json& j) {
+    std::vector<double> v = j.at("gbps_by_round");
+    REQUIRE(v.size() == 3);
+    std::sort(v.begin(), v.end());
+    CHECK(j["gbps"] == doctest::Approx(v[1]));
+  };
+  std::size_t limits = 0, cells_of_three = 0;
+  for (const auto& j : ps::json_lines_of(tcp_out)) {
+    if (j.value("limit", "") == "tcp_loopback" || j.value("limit", "") == "memcpy") {
+      ++limits;
+      median_of_rounds(j);
+    } else if (j.contains("op")) {
+      CHECK(j["transport"] == "tcp");
+      CHECK(j["rounds"] == 3);
+      median_of_rounds(j);
+      ++cells_of_three;
+    }
+  }
+  CHECK(limits == 2);
+  CHECK(cells_of_three == 4);  // push and pull at windows 1 and 2
 }
 
 TEST_CASE("bench_sparse: each tiered cell carries the disk probe run beside it, and the 25% target is reckoned with it") {
