@@ -3,6 +3,7 @@
 #include "apps/rowcheck.hpp"
 #include "apps/elastic_load.hpp"
 #include "apps/sparse_bench.hpp"
+#include "apps/tcp_limit.hpp"
 
 #include <sys/wait.h>
 
@@ -418,6 +419,14 @@ std::vector<std::int64_t> bench_windows(const node_config& cfg) {
   return windows;
 }
 
+std::int64_t bench_limit_bytes(const node_config& cfg) {
+  auto sizes = bench_sizes(cfg);
+  std::int64_t limit_bytes = 0;
+  for (auto s : sizes)
+    if (s <= (16 << 20)) limit_bytes = std::max(limit_bytes, s);
+  return limit_bytes != 0 ? limit_bytes : *std::min_element(sizes.begin(), sizes.end());
+}
+
 namespace {
 
 // Each worker has its own tensor, so 2 workers do not contend for one key.
@@ -505,14 +514,28 @@ std::string bench_app(worker_context& ctx) {
   const auto rounds = ctx.cfg.app_count("rounds");
   for (auto bytes : sizes) {
     auto tensor = make_bench_tensor(ctx, bytes, windows);
-    for (std::uint64_t round = 0; round < rounds; ++round)
+    for (std::uint64_t round = 0; round < rounds; ++round) {
+      // The limits beside the cells they are compared with, while the other workers wait:
+      // this VM's speed drifts within a minute, so limits taken at the start of a run
+      // could be half or twice what the cells saw.
+      ctx.barrier();
+      double tcp_limit = 0, copy_limit = 0;
+      if (ctx.id == 0) {
+        const auto limit_bytes = static_cast<std::uint64_t>(bench_limit_bytes(ctx.cfg));
+        const auto seconds = ctx.cfg.app_number("cell-seconds");
+        tcp_limit = measure_tcp_loopback(limit_bytes, 8, seconds, ctx.cfg.tcp_congestion).gbps;
+        copy_limit = measure_memcpy(limit_bytes, std::min(0.25, seconds)).gbps;
+      }
       for (auto window : windows)
         for (std::string op : {"push", "pull"}) {
           ctx.barrier();
           auto cell = run_bench_cell(ctx, tensor, op, static_cast<std::uint64_t>(window));
           cell.round = round;
+          cell.tcp_limit_gbps = tcp_limit;
+          cell.memcpy_gbps = copy_limit;
           ctx.report(cell.encode());
         }
+    }
   }
   ctx.barrier();
   return with_data_plane({{"worker", ctx.id}}, ctx);
@@ -520,7 +543,8 @@ std::string bench_app(worker_context& ctx) {
 
 }  // namespace
 
-NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(bench_cell, op, bytes, window, worker, ops, seconds, latencies_us, round)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(bench_cell, op, bytes, window, worker, ops, seconds, latencies_us, round,
+                                   tcp_limit_gbps, memcpy_gbps)
 
 std::string bench_cell::encode() const { return encode_cell(*this); }
 bench_cell bench_cell::decode(const std::string& text) { return decode_cell<bench_cell>(text, "a bench cell report"); }

@@ -18,6 +18,9 @@ std::optional<std::string> output_of(const std::string& cmd);
 // bench's --sizes and --windows, or their defaults when empty.
 std::vector<std::int64_t> bench_sizes(const node_config& cfg);
 std::vector<std::int64_t> bench_windows(const node_config& cfg);
+// The size bench_kv's limits are measured at: the largest of --sizes up to 16 MiB (the
+// smallest if none is).
+std::int64_t bench_limit_bytes(const node_config& cfg);
 // Every shard's figures (its (stats) answer), parsed: a JSON array. Blocks; throws
 // bad_request naming a shard that does not answer.
 nlohmann::json shard_figures(const kv_client& kv);
@@ -60,6 +63,10 @@ struct bench_cell {
   double seconds = 0;
   std::vector<double> latencies_us;
   std::uint64_t round = 0;  // of --rounds
+  // Worker 0's cells carry the limits it measured just before the round's cells of this
+  // size (0 in the other workers' cells).
+  double tcp_limit_gbps = 0;
+  double memcpy_gbps = 0;
   std::string encode() const;
   static bench_cell decode(const std::string& text);  // throws bad_request
 };

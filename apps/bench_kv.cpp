@@ -2,8 +2,9 @@
 // per value size, window and servers x workers, plus the plain-TCP limit measured in
 // the same run, one thread's memcpy, and for small sizes what bare sockets make of each
 // window's requests (tcp_requests). One JSON object per line (gbps = 1e9 payload
-// bytes per second; limit_fraction: of the limit of the row's transport). With --rounds=N
-// every cell and limit is measured N times and its line carries the median.
+// bytes per second; limit_fraction: of the limit of the row's transport, measured just
+// before the row's cells). With --rounds=N every cell is measured N times and its line
+// carries the medians.
 #include <algorithm>
 #include <cstdio>
 #include <map>
@@ -34,24 +35,31 @@ const std::string ring_flag = "--ps.shm-ring-bytes=";
 constexpr std::int64_t small_request_bytes = 64 << 10;
 
 // The JSON line of one cell, merged over the workers' measurements of it in each round:
-// gbps is the median over rounds of the workers' sum, the latencies are pooled.
+// gbps is the median over rounds of the workers' sum, limit_fraction the median of each
+// round's gbps over the limit worker 0 measured just before that round (the run's first
+// limit where a round has none), the latencies are pooled.
 ps::json_line cell_line(const std::map<std::uint64_t, std::vector<ps::bench_cell>>& by_round, const shape& s,
                         const std::string& transport) {
-  std::vector<double> lat, per_round;
+  std::vector<double> lat, per_round, fractions, tcp_limits, copy_limits;
   for (const auto& [round, list] : by_round) {
     double gbps = 0;
     for (const auto& w : list) {
       gbps += static_cast<double>(w.ops * w.bytes) / w.seconds / 1e9;
       lat.insert(lat.end(), w.latencies_us.begin(), w.latencies_us.end());
     }
+    const auto& first = *std::find_if(list.begin(), list.end(), [](const auto& w) { return w.worker == 0; });
+    tcp_limits.push_back(first.tcp_limit_gbps);
+    copy_limits.push_back(first.memcpy_gbps);
+    const double limit = s.transport == "shm" ? first.memcpy_gbps : first.tcp_limit_gbps;
     per_round.push_back(gbps);
+    fractions.push_back(gbps / (limit > 0 ? limit : s.limit_gbps));
   }
   const auto& c = by_round.begin()->second.front();
-  const double gbps = ps::bench::median(per_round);
   return {{"op", c.op}, {"bytes", c.bytes}, {"window", c.window}, {"servers", s.servers}, {"workers", s.workers},
-          {"transport", transport}, {"gbps", gbps}, {"limit_fraction", gbps / s.limit_gbps},
-          {"p50_us", percentile(lat, 0.5)}, {"p99_us", percentile(lat, 0.99)}, {"rounds", per_round.size()},
-          {"gbps_by_round", per_round}};
+          {"transport", transport}, {"gbps", ps::bench::median(per_round)},
+          {"limit_fraction", ps::bench::median(fractions)}, {"p50_us", percentile(lat, 0.5)},
+          {"p99_us", percentile(lat, 0.99)}, {"rounds", per_round.size()}, {"gbps_by_round", per_round},
+          {"tcp_limit_by_round", tcp_limits}, {"memcpy_by_round", copy_limits}};
 }
 
 // One job of this shape over this transport (children get --ps.shm-ring-bytes accordingly and
@@ -114,27 +122,18 @@ int main(int argc, char** argv) {
   try {
     auto sizes = ps::bench_sizes(cfg), windows = ps::bench_windows(cfg);
     // The limit: plain sockets, push-shaped, at the largest size <= 16 MiB, window 8.
-    std::int64_t limit_bytes = 0;
-    for (auto s : sizes) if (s <= (16 << 20)) limit_bytes = std::max(limit_bytes, s);
-    if (limit_bytes == 0) limit_bytes = *std::min_element(sizes.begin(), sizes.end());
-    // Both limits --rounds times in turn, the medians kept: one dip of the VM would
-    // otherwise set every fraction of the run.
-    const auto rounds = cfg.app_count("rounds");
-    std::vector<double> tcp_by_round, copy_by_round;
-    for (std::uint64_t r = 0; r < rounds; ++r) {
-      // Under the congestion control the job's data connections use, named in the line.
-      tcp_by_round.push_back(ps::measure_tcp_loopback(static_cast<std::uint64_t>(limit_bytes), 8,
-                                                      std::max(1.0, cfg.app_number("cell-seconds") * 2),
-                                                      cfg.tcp_congestion).gbps);
-      // What one thread copies: the limit of a transport through memory shared by processes.
-      copy_by_round.push_back(ps::measure_memcpy(static_cast<std::uint64_t>(limit_bytes),
-                                                 std::max(0.5, cfg.app_number("cell-seconds"))).gbps);
-    }
-    const double tcp_gbps = ps::bench::median(tcp_by_round), copy_gbps = ps::bench::median(copy_by_round);
+    const auto limit_bytes = ps::bench_limit_bytes(cfg);
+    // Under the congestion control the job's data connections use, named in the line. The
+    // rows carry the limits measured beside their own cells too (cell_line).
+    const double tcp_gbps = ps::measure_tcp_loopback(static_cast<std::uint64_t>(limit_bytes), 8,
+                                                     std::max(1.0, cfg.app_number("cell-seconds") * 2),
+                                                     cfg.tcp_congestion).gbps;
     ps::bench::print_line({{"limit", "tcp_loopback"}, {"gbps", tcp_gbps}, {"bytes", limit_bytes}, {"window", 8},
-                           {"tcp_congestion", cfg.tcp_congestion}, {"gbps_by_round", tcp_by_round}});
-    ps::bench::print_line({{"limit", "memcpy"}, {"gbps", copy_gbps}, {"bytes", limit_bytes},
-                           {"gbps_by_round", copy_by_round}});
+                           {"tcp_congestion", cfg.tcp_congestion}});
+    // What one thread copies: the limit of a transport through memory shared by processes.
+    const double copy_gbps = ps::measure_memcpy(static_cast<std::uint64_t>(limit_bytes),
+                                                std::max(0.5, cfg.app_number("cell-seconds"))).gbps;
+    ps::bench::print_line({{"limit", "memcpy"}, {"gbps", copy_gbps}, {"bytes", limit_bytes}});
     // Small requests: what bare sockets make of each window (issue 17's point 2 asks window
     // 8 for 4x the requests of window 1 at 1.5x the round trip).
     const auto smallest = *std::min_element(sizes.begin(), sizes.end());
