@@ -78,6 +78,17 @@ def ratios(limit, cells):
     return out
 
 
+def copy_over_limit(cells):
+    """memcpy over the TCP limit in each round of the rows that carry both (deduplicated: a
+    round's limits are shared by its cells), or None. A ring copies the bytes once on each
+    side, two passes on two vCPUs, so it moves at most one thread's memcpy: 2x the TCP limit
+    needs this at 2 or more."""
+    seen = {(tuple(d["tcp_limit_by_round"]), tuple(d["memcpy_by_round"]))
+            for d in cells.values() if d.get("tcp_limit_by_round") and d.get("memcpy_by_round")}
+    ratios = sorted(m / t for tl, ml in seen for t, m in zip(tl, ml) if t > 0)
+    return ratios or None
+
+
 def show(cells):
     for (transport, op, kib), parts in sorted(cells.items()):
         print(f"  {transport} {op} {kib} KiB: " + ", ".join(f"{label} {mark(v, t)}" for label, v, t in parts))
@@ -90,6 +101,10 @@ for path in sys.argv[1:]:
         print(f"{path}: {shape}, TCP limit {limit:.2f} GB/s")
         run = ratios(limit, cells)
         show(run)
+        copy = copy_over_limit(cells)
+        if copy:
+            print(f"  memcpy over the TCP limit, {len(copy)} rounds: median {statistics.median(copy):.2f} "
+                  f"({copy[0]:.2f}-{copy[-1]:.2f}); a ring's ceiling, against the 2x target")
         by_shape.setdefault(shape, []).append(run)
 
 for shape, runs in by_shape.items():
