@@ -522,8 +522,9 @@ std::string bench_app(worker_context& ctx) {
       double tcp_limit = 0, copy_limit = 0;
       if (ctx.id == 0) {
         const auto limit_bytes = static_cast<std::uint64_t>(bench_limit_bytes(ctx.cfg));
+        // At most 1.25 s in all, whatever --cell-seconds (tools/bench_cell_start.sh waits that).
         const auto seconds = ctx.cfg.app_number("cell-seconds");
-        tcp_limit = measure_tcp_loopback(limit_bytes, 8, seconds, ctx.cfg.tcp_congestion).gbps;
+        tcp_limit = measure_tcp_loopback(limit_bytes, 8, std::min(1.0, seconds), ctx.cfg.tcp_congestion).gbps;
         copy_limit = measure_memcpy(limit_bytes, std::min(0.25, seconds)).gbps;
       }
       for (auto window : windows)

@@ -30,5 +30,6 @@ start_op_cell() {
   case $op in push) into=$push_into ;; pull) into=$pull_into ;; *) echo "$0: op must be push or pull, not '$op'" >&2; exit 2 ;; esac
   out=$(mktemp -d)
   start_cell "$out" --sizes="[$size]" --windows="[$window]" --transport="$transport" --cell-seconds=5 "$@"
-  sleep "$into"
+  # The job's first worker measures the limits for 1.25 s before the cells (bench_app).
+  sleep "$(echo "$into + 1.25" | bc)"
 }
