@@ -47,10 +47,12 @@ ps::json_line cell_line(const std::map<std::uint64_t, std::vector<ps::bench_cell
       gbps += static_cast<double>(w.ops * w.bytes) / w.seconds / 1e9;
       lat.insert(lat.end(), w.latencies_us.begin(), w.latencies_us.end());
     }
-    const auto& first = *std::find_if(list.begin(), list.end(), [](const auto& w) { return w.worker == 0; });
-    tcp_limits.push_back(first.tcp_limit_gbps);
-    copy_limits.push_back(first.memcpy_gbps);
-    const double limit = s.transport == "shm" ? first.memcpy_gbps : first.tcp_limit_gbps;
+    // Worker 0 measured them; none (0) when its cell is missing.
+    auto first = std::find_if(list.begin(), list.end(), [](const auto& w) { return w.worker == 0; });
+    tcp_limits.push_back(first != list.end() ? first->tcp_limit_gbps : 0);
+    copy_limits.push_back(first != list.end() ? first->memcpy_gbps : 0);
+    // The row's transport: a shm job whose payloads all went over TCP is measured as TCP.
+    const double limit = transport == "shm" ? copy_limits.back() : tcp_limits.back();
     per_round.push_back(gbps);
     fractions.push_back(gbps / (limit > 0 ? limit : s.limit_gbps));
   }
