@@ -64,8 +64,8 @@ options parse(int argc, char** argv) {
   options o;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
-    auto eq = a.find('=');
-    std::string flag = a.substr(0, eq), v = eq == std::string::npos ? "" : a.substr(eq + 1);
+    auto [flag, value] = ps::split_flag(a);
+    const auto v = value.value_or("");
     if (flag == "--help") {
       std::printf(
           "bench_aggregate [--bytes=B] [--devices=2,4,8] [--strategies=central,block,ring]\n"
@@ -76,7 +76,7 @@ options parse(int argc, char** argv) {
           "against its device-to-device copy bandwidth; the codecs are host code either way.\n");
       std::exit(0);
     }
-    if (eq == std::string::npos) throw ps::bad_request("flag " + a + " needs a value (--name=value)");
+    if (!value) throw ps::bad_request("flag " + a + " needs a value (--name=value)");
     if (flag == "--bytes") {
       o.bytes = to_size(flag, v);
     } else if (flag == "--codec-bytes") {

@@ -30,8 +30,8 @@ options parse(int argc, char** argv) {
   options o;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
-    auto eq = a.find('=');
-    std::string flag = a.substr(0, eq), v = eq == std::string::npos ? "" : a.substr(eq + 1);
+    auto [flag, value] = ps::split_flag(a);
+    const auto v = value.value_or("");
     auto count = ps::parse_count(v);
     if (flag != "--rounds" && flag != "--busy-poll-us")
       throw ps::bad_request("unknown flag '" + a + "' (takes --rounds=N, --busy-poll-us=N)");

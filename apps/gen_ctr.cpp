@@ -33,15 +33,15 @@ options parse(int argc, char** argv) {
                                                {"--head", &o.head}, {"--interaction-head", &o.interaction_head}};
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
-    auto eq = a.find('=');
-    std::string flag = a.substr(0, eq), value = eq == std::string::npos ? "" : a.substr(eq + 1);
+    auto [flag, given] = ps::split_flag(a);
+    const auto value = given.value_or("");
     if (flag == "--help") {
       std::printf("gen_ctr --out=DIR [--train-rows=4000000] [--test-rows=100000] [--vocabulary=100000] "
                   "[--zipf=1.1] [--seed=1] [--head=%llu] [--interaction-head=%llu]\n",
                   static_cast<unsigned long long>(o.head), static_cast<unsigned long long>(o.interaction_head));
       std::exit(0);
     }
-    if (eq == std::string::npos) throw ps::bad_request("flag " + a + " needs a value (--name=value)");
+    if (!given) throw ps::bad_request("flag " + a + " needs a value (--name=value)");
     if (flag == "--out") {
       o.out = value;
     } else if (flag == "--zipf") {

@@ -56,6 +56,12 @@ std::string setting_text(const std::vector<std::int64_t>& v) {
   return out + "]";
 }
 
+flag_arg split_flag(const std::string& arg) {
+  auto eq = arg.find('=');
+  if (eq == std::string::npos) return {arg, std::nullopt};
+  return {arg.substr(0, eq), arg.substr(eq + 1)};
+}
+
 std::vector<std::string> split(const std::string& s, char sep) {
   std::vector<std::string> out;
   if (s.empty()) return out;

@@ -16,6 +16,13 @@ std::optional<std::vector<std::int64_t>> parse_counts(const std::string& text);
 
 // The pieces of s between the separators, empty ones included ("a,,b": a, "", b; "": none).
 std::vector<std::string> split(const std::string& s, char sep);
+// A command-line argument "--name=value" taken apart at its first '=': value is nullopt
+// when there is none ("--help"), empty for "--name=".
+struct flag_arg {
+  std::string name;
+  std::optional<std::string> value;
+};
+flag_arg split_flag(const std::string& arg);
 // Whole milliseconds since `start` (steady clock), for news.
 std::string ms_since(std::chrono::steady_clock::time_point start);
 

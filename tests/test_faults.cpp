@@ -174,6 +174,16 @@ TEST_CASE("split keeps empty pieces, and the empty text has none") {
   CHECK(ps::split("one", ';') == std::vector<std::string>{"one"});
 }
 
+TEST_CASE("split_flag: a name and the value after the first '=', none without one") {
+  auto full = ps::split_flag("--sizes=[1,2]=x");
+  CHECK(full.name == "--sizes");
+  CHECK(full.value == "[1,2]=x");
+  auto bare = ps::split_flag("--help");
+  CHECK(bare.name == "--help");
+  CHECK_FALSE(bare.value.has_value());
+  CHECK(ps::split_flag("--out=").value == "");
+}
+
 TEST_CASE("numbers in flags: the whole text, no sign on counts, finite") {
   CHECK(ps::parse_count("42") == 42u);
   CHECK(ps::parse_count("18446744073709551615") == UINT64_MAX);
