@@ -1148,7 +1148,7 @@ bool data_plane::send_or_queue(const std::shared_ptr<connection>& c, data_plane_
 // the reader, woken by the header, copies them out at once; woken first, it slept on the
 // ring until this copy ended, a second wake-up per payload (2x2 at 64 KiB moved less
 // than over TCP). A payload larger than the room, or one that streams (an answer larger
-// than a slice), goes behind its header, the reader copying out as this thread copies
+// than stream_answers_above), goes behind its header, the reader copying out as this thread copies
 // in. False, with *why, when it could not be written.
 bool data_plane::write_ring_payload(const std::shared_ptr<connection>& c, const data_plane_frame& frame,
                                     std::string* why) {

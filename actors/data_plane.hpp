@@ -215,8 +215,9 @@ class data_plane {
   // Of bytes_sent, those that went through shared-memory rings.
   std::uint64_t shm_bytes_sent() const { return shm_bytes_sent_; }
   // Of the payloads sent through rings, those whose header went first, their floats
-  // following while the receiver copies them out: answers larger than one ring slice
-  // (their receiver copies them into place) and payloads larger than the ring's room.
+  // following while the receiver copies them out: answers larger than
+  // stream_answers_above (their receiver copies them into place) and payloads larger than
+  // the ring's room.
   std::uint64_t streamed_payloads() const { return streamed_payloads_; }
   // Answers (offloaded under the receiver's ticket) larger than this stream through a ring
   // behind their header, so that the receiver copies one slice out while this side copies
