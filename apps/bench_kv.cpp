@@ -26,7 +26,6 @@ double percentile(std::vector<double> v, double p) {
 struct shape {
   std::size_t servers, workers;
   std::string transport;  // tcp | shm
-  double limit_gbps;      // of that transport
   std::string ring_arg;   // the job's --ps.shm-ring-bytes=N (0 for tcp)
 };
 
@@ -36,8 +35,8 @@ constexpr std::int64_t small_request_bytes = 64 << 10;
 
 // The JSON line of one cell, merged over the workers' measurements of it in each round:
 // gbps is the median over rounds of the workers' sum, limit_fraction the median of each
-// round's gbps over the limit worker 0 measured just before that round (the run's first
-// limit where a round has none), the latencies are pooled.
+// round's gbps over the limit worker 0 measured just before that round, the latencies are
+// pooled.
 ps::json_line cell_line(const std::map<std::uint64_t, std::vector<ps::bench_cell>>& by_round, const shape& s,
                         const std::string& transport) {
   std::vector<double> lat, per_round, fractions, tcp_limits, copy_limits;
@@ -47,14 +46,14 @@ ps::json_line cell_line(const std::map<std::uint64_t, std::vector<ps::bench_cell
       gbps += static_cast<double>(w.ops * w.bytes) / w.seconds / 1e9;
       lat.insert(lat.end(), w.latencies_us.begin(), w.latencies_us.end());
     }
-    // Worker 0 measured them; none (0) when its cell is missing.
+    // Worker 0 measured them (a round is merged once every worker reported it).
     auto first = std::find_if(list.begin(), list.end(), [](const auto& w) { return w.worker == 0; });
     tcp_limits.push_back(first != list.end() ? first->tcp_limit_gbps : 0);
     copy_limits.push_back(first != list.end() ? first->memcpy_gbps : 0);
     // The row's transport: a shm job whose payloads all went over TCP is measured as TCP.
     const double limit = transport == "shm" ? copy_limits.back() : tcp_limits.back();
     per_round.push_back(gbps);
-    fractions.push_back(gbps / (limit > 0 ? limit : s.limit_gbps));
+    if (limit > 0) fractions.push_back(gbps / limit);
   }
   const auto& c = by_round.begin()->second.front();
   return {{"op", c.op}, {"bytes", c.bytes}, {"window", c.window}, {"servers", s.servers}, {"workers", s.workers},
@@ -162,8 +161,7 @@ int main(int argc, char** argv) {
     for (auto [servers, workers] : shapes)
       for (const auto& transport : transports)
         rc |= run_shape(sys, cfg, settings,
-                        {servers, workers, transport, transport == "shm" ? copy_gbps : tcp_gbps,
-                         transport == "shm" ? ring_arg : ring_flag + "0"});
+                        {servers, workers, transport, transport == "shm" ? ring_arg : ring_flag + "0"});
     return rc;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
