@@ -62,10 +62,8 @@ std::size_t to_size(const std::string& flag, const std::string& v) {
 
 options parse(int argc, char** argv) {
   options o;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    auto [flag, value] = ps::split_flag(a);
-    const auto v = value.value_or("");
+  for (const auto& arg : ps::split_flags(argc, argv)) {
+    const auto& flag = arg.name;
     if (flag == "--help") {
       std::printf(
           "bench_aggregate [--bytes=B] [--devices=2,4,8] [--strategies=central,block,ring]\n"
@@ -76,7 +74,7 @@ options parse(int argc, char** argv) {
           "against its device-to-device copy bandwidth; the codecs are host code either way.\n");
       std::exit(0);
     }
-    if (!value) throw ps::bad_request("flag " + a + " needs a value (--name=value)");
+    const auto& v = arg.needed();
     if (flag == "--bytes") {
       o.bytes = to_size(flag, v);
     } else if (flag == "--codec-bytes") {

@@ -28,13 +28,12 @@ struct options {
 
 options parse(int argc, char** argv) {
   options o;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    auto [flag, value] = ps::split_flag(a);
-    const auto v = value.value_or("");
+  for (const auto& arg : ps::split_flags(argc, argv)) {
+    const auto& flag = arg.name;
+    const auto v = arg.value.value_or("");
     auto count = ps::parse_count(v);
     if (flag != "--rounds" && flag != "--busy-poll-us")
-      throw ps::bad_request("unknown flag '" + a + "' (takes --rounds=N, --busy-poll-us=N)");
+      throw ps::bad_request("unknown flag '" + arg.text + "' (takes --rounds=N, --busy-poll-us=N)");
     if (!count || (flag == "--rounds" && *count < 1))
       throw ps::bad_request(flag + ": \"" + v + "\" is not a count" + (flag == "--rounds" ? " of at least 1" : ""));
     if (flag == "--rounds") o.rounds = static_cast<int>(*count);

@@ -31,17 +31,15 @@ options parse(int argc, char** argv) {
   std::map<std::string, std::uint64_t*> counts{{"--train-rows", &o.train_rows}, {"--test-rows", &o.test_rows},
                                                {"--vocabulary", &o.vocabulary}, {"--seed", &o.seed},
                                                {"--head", &o.head}, {"--interaction-head", &o.interaction_head}};
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    auto [flag, given] = ps::split_flag(a);
-    const auto value = given.value_or("");
+  for (const auto& arg : ps::split_flags(argc, argv)) {
+    const auto& flag = arg.name;
     if (flag == "--help") {
       std::printf("gen_ctr --out=DIR [--train-rows=4000000] [--test-rows=100000] [--vocabulary=100000] "
                   "[--zipf=1.1] [--seed=1] [--head=%llu] [--interaction-head=%llu]\n",
                   static_cast<unsigned long long>(o.head), static_cast<unsigned long long>(o.interaction_head));
       std::exit(0);
     }
-    if (!given) throw ps::bad_request("flag " + a + " needs a value (--name=value)");
+    const auto& value = arg.needed();
     if (flag == "--out") {
       o.out = value;
     } else if (flag == "--zipf") {

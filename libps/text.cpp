@@ -6,6 +6,8 @@
 #include <cstdlib>
 #include <sstream>
 
+#include "libps/keys.hpp"
+
 namespace ps {
 
 std::optional<std::uint64_t> parse_count(const std::string& text) {
@@ -58,8 +60,19 @@ std::string setting_text(const std::vector<std::int64_t>& v) {
 
 flag_arg split_flag(const std::string& arg) {
   auto eq = arg.find('=');
-  if (eq == std::string::npos) return {arg, std::nullopt};
-  return {arg.substr(0, eq), arg.substr(eq + 1)};
+  if (eq == std::string::npos) return {arg, arg, std::nullopt};
+  return {arg, arg.substr(0, eq), arg.substr(eq + 1)};
+}
+
+std::vector<flag_arg> split_flags(int argc, char** argv) {
+  std::vector<flag_arg> out;
+  for (int i = 1; i < argc; ++i) out.push_back(split_flag(argv[i]));
+  return out;
+}
+
+const std::string& flag_arg::needed() const {
+  if (!value) throw bad_request("flag " + text + " needs a value (--name=value)");
+  return *value;
 }
 
 std::vector<std::string> split(const std::string& s, char sep) {

@@ -19,10 +19,15 @@ std::vector<std::string> split(const std::string& s, char sep);
 // A command-line argument "--name=value" taken apart at its first '=': value is nullopt
 // when there is none ("--help"), empty for "--name=".
 struct flag_arg {
+  std::string text;  // the whole argument
   std::string name;
   std::optional<std::string> value;
+  // The value; throws bad_request ("flag --x needs a value (--name=value)") when none.
+  const std::string& needed() const;
 };
 flag_arg split_flag(const std::string& arg);
+// The arguments after the program's name, each taken apart.
+std::vector<flag_arg> split_flags(int argc, char** argv);
 // Whole milliseconds since `start` (steady clock), for news.
 std::string ms_since(std::chrono::steady_clock::time_point start);
 

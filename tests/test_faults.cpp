@@ -178,10 +178,19 @@ TEST_CASE("split_flag: a name and the value after the first '=', none without on
   auto full = ps::split_flag("--sizes=[1,2]=x");
   CHECK(full.name == "--sizes");
   CHECK(full.value == "[1,2]=x");
+  CHECK(full.text == "--sizes=[1,2]=x");
+  CHECK(full.needed() == "[1,2]=x");
   auto bare = ps::split_flag("--help");
   CHECK(bare.name == "--help");
   CHECK_FALSE(bare.value.has_value());
+  CHECK_THROWS_WITH_AS(bare.needed(), "flag --help needs a value (--name=value)", ps::bad_request);
   CHECK(ps::split_flag("--out=").value == "");
+  char prog[] = "prog", one[] = "--a=1", two[] = "--b";
+  char* argv[] = {prog, one, two};
+  auto flags = ps::split_flags(3, argv);
+  REQUIRE(flags.size() == 2);
+  CHECK(flags[0].name == "--a");
+  CHECK(flags[1].text == "--b");
 }
 
 TEST_CASE("numbers in flags: the whole text, no sign on counts, finite") {
