@@ -280,6 +280,10 @@ struct client_state {
   // process (0: asked and not known yet, or it has none).
   std::shared_ptr<data_plane> plane;
   std::map<caf::actor_addr, std::uint64_t> plane_peers;
+  // Shard copies whose plane token or connection is still being asked for, and the callers
+  // of kv_client::await_data_connections waiting for that set to empty.
+  std::set<caf::actor_addr> plane_asking;
+  std::vector<caf::typed_response_promise<std::uint64_t>> plane_waiters;
   // Pull payloads the claimer waits for, as (route, origin): when the route's shard goes
   // down, an origin that never connected is told gone, so they fail now, not at the claim
   // timeout.
@@ -315,7 +319,10 @@ using client_impl = client_actor::extend<
   // From the dialer (actors/reconnect.hpp): a coordinator answers at the old address again,
   // or none did in time (why).
   caf::reacts_to<rejoin_atom, caf::actor>,
-  caf::reacts_to<rejoin_atom, std::string>>;
+  caf::reacts_to<rejoin_atom, std::string>,
+  // From the caller's thread: answered once no data connection is still being set up, with
+  // the number of shard copies connected (kv_client::await_data_connections).
+  caf::replies_to<data_atom>::with<std::uint64_t>>;
 // A burst of requests (and clock ticks) to one shard leaves in one write (write_batch).
 using client_ptr = batched_writes<caf::stateful_actor<client_state, client_impl::base>>*;
 
@@ -466,6 +473,11 @@ void sweep_overdue(client_ptr self) {
 template <class... Ts>
 auto ask_shard(client_ptr self, std::size_t idx, std::uint64_t tag, const shard_actor& to, Ts&&... xs) {
   auto handle = self->request(to, caf::infinite, std::forward<Ts>(xs)...);
+  const auto& route = self->state.routes[idx];
+  auto* target = caf::actor_cast<caf::abstract_actor*>(to);
+  if (target != caf::actor_cast<caf::abstract_actor*>(route.direct_head) &&
+      target != caf::actor_cast<caf::abstract_actor*>(route.direct_tail))
+    self->state.stats->caf_requests.fetch_add(1, std::memory_order_relaxed);
   auto& sent = self->state.routes[idx].sent;
   if (auto it = sent.find(tag); it != sent.end()) it->second.answer_id = handle.id();
   return handle;
@@ -551,6 +563,24 @@ bool settle(client_ptr self, std::size_t idx, std::uint64_t tag) {
   return true;
 }
 
+// Shard copies whose data connection is up.
+std::uint64_t plane_peers_connected(const client_state& st) {
+  return static_cast<std::uint64_t>(
+    std::count_if(st.plane_peers.begin(), st.plane_peers.end(), [](const auto& p) { return p.second != 0; }));
+}
+
+// The data connection to the process at addr is up (peer != 0) or will not come (0):
+// callers waiting for every connection's outcome are answered once none is pending.
+void plane_peer_settled(client_ptr self, const caf::actor_addr& addr, std::uint64_t peer) {
+  auto& st = self->state;
+  if (peer != 0) st.plane_peers[addr] = peer;
+  st.plane_asking.erase(addr);
+  if (!st.plane_asking.empty()) return;
+  auto connected = plane_peers_connected(st);
+  for (auto& waiter : st.plane_waiters) waiter.deliver(connected);
+  st.plane_waiters.clear();
+}
+
 // The data plane token of the process that hosts `target` once it is connected; 0 until
 // then (blocks go through CAF meanwhile) or when it has none. Asks the first time.
 std::uint64_t plane_peer(client_ptr self, const shard_actor& target) {
@@ -559,18 +589,20 @@ std::uint64_t plane_peer(client_ptr self, const shard_actor& target) {
   auto addr = caf::actor_cast<caf::actor_addr>(target);
   auto [it, fresh] = st.plane_peers.emplace(addr, 0);
   if (!fresh) return it->second;
+  st.plane_asking.insert(addr);
   self->request(target, st.timeout, data_atom::value)
     .then(
       [=](const std::string& host, std::uint16_t port, std::uint64_t token) {
-        if (port == 0 || token == 0) return;
+        if (port == 0 || token == 0) return plane_peer_settled(self, addr, 0);
         self->request(self->state.connector, caf::infinite, connect_atom::value, token, host, port)
-          .then([=](std::uint64_t peer) { self->state.plane_peers[addr] = peer; },
+          .then([=](std::uint64_t peer) { plane_peer_settled(self, addr, peer); },
                 [=](caf::error& err) {
                   log_line(log_level::warning, "worker " + std::to_string(self->state.worker) + ": " +
                                                    describe(err) + "; its blocks go through CAF");
+                  plane_peer_settled(self, addr, 0);
                 });
       },
-      [](caf::error&) {});  // gone: a failover brings a new handle, asked in turn
+      [=](caf::error&) { plane_peer_settled(self, addr, 0); });  // gone: a failover brings a new handle, asked in turn
   return 0;
 }
 
@@ -1588,6 +1620,12 @@ client_impl::behavior_type kv_client_actor(client_ptr self, std::vector<shard_li
     },
     [=](dispatch_atom, std::shared_ptr<op_request>& req) { dispatch(self, req); },
     [=](dispatch_atom, std::shared_ptr<rows_request>& req) { dispatch_rows(self, req); },
+    [=](data_atom) -> caf::result<std::uint64_t> {
+      auto& st = self->state;
+      if (st.plane_asking.empty()) return plane_peers_connected(st);
+      st.plane_waiters.push_back(self->make_response_promise<std::uint64_t>());
+      return st.plane_waiters.back();
+    },
   };
 }
 
@@ -1714,6 +1752,17 @@ void kv_client::barrier(std::chrono::milliseconds timeout) {
                 static_cast<std::uint64_t>(timeout.count()))
     .receive([](std::uint64_t) {}, [&](caf::error& e) { err = describe(e); });
   if (!err.empty()) throw kv_error("barrier failed: " + err);
+}
+
+std::uint64_t kv_client::await_data_connections(std::chrono::milliseconds timeout) {
+  send_before_blocking();
+  caf::scoped_actor self{sys_};
+  std::uint64_t connected = 0;
+  std::string err;
+  self->request(caf::actor_cast<client_impl>(actor_), timeout, data_atom::value)
+    .receive([&](std::uint64_t n) { connected = n; }, [&](caf::error& e) { err = describe(e); });
+  if (!err.empty()) throw kv_error("waiting for the data connections to the shards: " + err);
+  return connected;
 }
 
 void kv_client::report(std::string text) {

@@ -5,6 +5,7 @@
 // timeout and every shard is monitored: a dead or silent shard fails the request with
 // an error naming the shard and the keys, never a hang.
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <functional>
 #include <map>
@@ -149,6 +150,9 @@ struct kv_cluster_events {
   // The map requests are planned by: the view's at first, then each newer map the
   // coordinator sends when a shard joins (the client actor replaces it).
   std::shared_ptr<const partitioner> map;
+  // Requests sent to shards through CAF rather than over a data connection (written by the
+  // client actor alone).
+  std::atomic<std::uint64_t> caf_requests{0};
 };
 
 
@@ -225,6 +229,13 @@ class kv_client {
   // The map requests are planned by now (a copy: shards that join change it).
   partitioner map() const { return *current_map(); }
   const kv_client_options& options() const { return opts_; }
+  // Waits until no data connection to a shard copy is still being set up (each is up,
+  // refused, or its shard gone), at most `timeout`; the number of copies connected. With
+  // no data plane, 0 at once. Requests that leave after it, on a route with nothing in
+  // flight, go over the connections that are up (--ps.direct-requests).
+  std::uint64_t await_data_connections(std::chrono::milliseconds timeout);
+  // Requests sent to shards through CAF so far, rather than over a data connection.
+  std::uint64_t requests_through_caf() const { return stats_->caf_requests.load(std::memory_order_relaxed); }
   std::vector<double> recovery_times_ms() const;
   // The running workers as last heard from the coordinator (initially 0..num_workers-1).
   std::vector<std::uint32_t> live_workers() const;

@@ -236,6 +236,22 @@ std::string fmnist_app(worker_context& ctx) {
 
 // ---- kvcheck: exact sums under asynchronous pushes (ps-lite's test_kv_app) ----------
 
+// What a worker's data plane carried so far, and the requests its client sent through CAF.
+struct plane_counts {
+  std::uint64_t caf_requests = 0, requests = 0, sent = 0, received = 0;
+};
+
+plane_counts data_plane_counts(worker_context& ctx) {
+  plane_counts c;
+  c.caf_requests = ctx.kv.requests_through_caf();
+  if (const auto& plane = ctx.kv.options().plane) {
+    c.requests = plane->messages_sent();
+    c.sent = plane->bytes_sent();
+    c.received = plane->bytes_received();
+  }
+  return c;
+}
+
 // Tensors of many sizes: 10^5 one-float keys spread out (each its own range), then
 // contiguous tensors from 7 floats to 6 MiB.
 struct tensor_layout {
@@ -275,12 +291,21 @@ std::string kvcheck_app(worker_context& ctx) {
     return v;
   };
   auto mine = own(ctx.id);
-  std::vector<kv_future> inflight;
-  for (int round = 0; round < rounds; ++round) {  // all in flight at once
-    inflight.push_back(ctx.kv.push(key_set(shared.ranges), values_for(shared, ctx.id, round)));
-    inflight.push_back(ctx.kv.push(key_set(mine.ranges), values_for(mine, ctx.id, round)));
-  }
-  for (auto& f : inflight) f.get();
+  auto push_rounds = [&](int first, int end) {  // all in flight at once
+    std::vector<kv_future> inflight;
+    for (int round = first; round < end; ++round) {
+      inflight.push_back(ctx.kv.push(key_set(shared.ranges), values_for(shared, ctx.id, round)));
+      inflight.push_back(ctx.kv.push(key_set(mine.ranges), values_for(mine, ctx.id, round)));
+    }
+    for (auto& f : inflight) f.get();
+  };
+  // The first half may leave before the data connections are up (through CAF, then over
+  // them as they come up); the second half and the checks leave after they are, so
+  // "after_connections" counts what the data plane must carry, however fast the job runs.
+  push_rounds(0, rounds / 2);
+  const auto connections = ctx.kv.await_data_connections(std::chrono::milliseconds(ctx.cfg.timeout_ms));
+  const auto before = data_plane_counts(ctx);
+  push_rounds(rounds / 2, rounds);
   ctx.barrier();
   std::uint64_t checked = 0, mismatches = 0;
   std::string first;
@@ -302,9 +327,19 @@ std::string kvcheck_app(worker_context& ctx) {
   for (std::uint32_t w = 0; w < ctx.num_workers; ++w) all.push_back(w);
   check(shared, all);
   for (std::uint32_t w = 0; w < ctx.num_workers; ++w) check(own(w), {w});
+  const auto after = data_plane_counts(ctx);
   ctx.barrier();  // nobody leaves while others still pull
-  return with_data_plane({{"worker", ctx.id}, {"checked", checked}, {"mismatches", mismatches},
-                          {"keys_per_push", shared.num_keys}, {"first_mismatch", first}}, ctx);
+  json_line out{{"worker", ctx.id}, {"checked", checked}, {"mismatches", mismatches},
+                {"keys_per_push", shared.num_keys}, {"first_mismatch", first}};
+  if (ctx.kv.options().plane) {
+    out["data_connections"] = connections;
+    out["after_connections"] = {{"rounds", rounds - rounds / 2},
+                                {"requests_through_caf", after.caf_requests - before.caf_requests},
+                                {"data_plane_requests", after.requests - before.requests},
+                                {"data_plane_sent", after.sent - before.sent},
+                                {"data_plane_received", after.received - before.received}};
+  }
+  return with_data_plane(std::move(out), ctx);
 }
 
 // ---- clocksum: exact integer sums over clocks, the fault tests' app ------------------

@@ -89,18 +89,33 @@ void check_kvcheck(const char* cluster, bool data_plane, bool direct = true, boo
     // Shared keys plus both workers' own keys, each 100000 single keys + 1.8 M floats.
     CHECK(result["checked"] == 3 * result["keys_per_push"].get<std::uint64_t>());
     CHECK(result["keys_per_push"] >= 100000 + 1572864);
-    if (data_plane) {  // most of the 6 MiB tensors' chunks went beside CAF, both ways (the
-                       // first ones may leave before the data connections are up)
-      CHECK(result["data_plane_sent"].get<double>() >= 0.5 * 10 * 2 * 4 * 1572864.0);
-      CHECK(result["data_plane_received"].get<double>() >= 3 * 4 * 1572864.0);
-      // Requests: most of them over the data connections (those before they were up went
-      // through CAF), each answered there; none with --ps.direct-requests=0.
-      const auto requests = result["data_plane_requests"].get<std::uint64_t>();
-      if (direct) CHECK(requests >= 20);
-      else CHECK(requests == 0);
+    if (data_plane) {
+      // Half the rounds leave before kvcheck waits for the data connections: how many of
+      // those go beside CAF depends on how soon the connections come up, so only what left
+      // after they were up is checked, and all of that must have used them.
+      REQUIRE(result["data_connections"] == 2);  // both shards' processes
+      const auto& after = result["after_connections"];
+      const auto rounds = after["rounds"].get<double>();
+      // Every chunk of the 6 MiB tensors (shared and own) is at least 256 KiB: all their
+      // bytes go beside CAF, and the checks' pulls of them (3 tensors) come back that way.
+      CHECK(after["data_plane_sent"].get<double>() >= rounds * 2 * 4 * 1572864.0);
+      CHECK(after["data_plane_received"].get<double>() >= 3 * 4 * 1572864.0);
+      // Requests: with --ps.direct-requests, every one over the data connections (each
+      // route was idle when they came up); without, every one through CAF.
+      const auto requests = after["data_plane_requests"].get<std::uint64_t>();
+      const auto through_caf = after["requests_through_caf"].get<std::uint64_t>();
+      if (direct) {
+        CHECK(through_caf == 0);
+        CHECK(requests > 0);
+      } else {
+        CHECK(requests == 0);
+        CHECK(through_caf > 0);
+      }
+      // Each answered there (a last tick may still be on its way).
+      const auto all_requests = result["data_plane_requests"].get<std::uint64_t>();
       const auto answers = result["data_plane_answers"].get<std::uint64_t>();
-      CHECK(answers <= requests);
-      CHECK(answers + 4 >= requests);  // a last tick may still be on its way
+      CHECK(answers <= all_requests);
+      CHECK(answers + 4 >= all_requests);
     } else {
       CHECK(!result.contains("data_plane_sent"));
     }
@@ -269,9 +284,11 @@ namespace {
 // The test process is the coordinator and the only worker; servers are psnode
 // processes. `body` runs as the worker app and gets the shard processes' pids. With
 // worker_plane the worker has a data plane for blocks of 4 KiB and more.
+// timeout_ms: the worker's request timeout.
 void with_servers(std::vector<std::string> server_flags, std::uint32_t servers,
-                  const std::function<void(worker_context&)>& body, bool worker_plane = false) {
-  parsed_config pc({"--ps.timeout-ms=1500", "--ps.data-plane-bytes=4096"});
+                  const std::function<void(worker_context&)>& body, bool worker_plane = false,
+                  std::size_t timeout_ms = 1500) {
+  parsed_config pc({"--ps.timeout-ms=" + std::to_string(timeout_ms), "--ps.data-plane-bytes=4096"});
   REQUIRE(pc.ok);
   caf::actor_system sys{pc.cfg};
   auto copts = coordinator_options_from(pc.cfg, settings_for_app(pc.cfg, "kvcheck"));
@@ -334,19 +351,25 @@ std::pair<std::string, double> failure_after(kv_future f, std::chrono::steady_cl
   return {err, waited};
 }
 
-// f waits on shard `victim`; SIGKILL it: f must fail at once (the monitor notices within
-// about 1 ms, CAF-NOTES §4, well before the 1.5 s request timeout), naming the shard.
-// Returns the error.
+// A bound on waits for what must come, only so that a hang fails the test with a message
+// instead of ctest's timeout: how soon it comes depends on the machine's load.
+constexpr milliseconds hang_guard{60000};
+
+// f waits on shard `victim`; SIGKILL it: f must fail by the shard's down message (the
+// monitor notices within about 1 ms, CAF-NOTES §4), not by its request timeout (the
+// callers set one far beyond): the error says "is down", naming the shard. Returns the
+// error.
 std::string killed_while_waiting(const shard_entry& victim, const kv_future& f) {
   CHECK_FALSE(f.wait_for(milliseconds(200)));  // waiting on the shard
   auto t0 = std::chrono::steady_clock::now();
   REQUIRE(kill(static_cast<pid_t>(victim.pid), SIGKILL) == 0);
-  auto [err, waited] = failure_after(f, t0, milliseconds(5000));
+  auto [err, waited] = failure_after(f, t0, hang_guard);
   INFO(err);
+  INFO("failed after " << waited << " s");
   CHECK(err.find("shard " + std::to_string(victim.id) + " (127.0.0.1:" + std::to_string(victim.port)) !=
         std::string::npos);
   CHECK(err.find("is down") != std::string::npos);
-  CHECK(waited < 1.5);
+  CHECK(err.find("no reply") == std::string::npos);
   return err;
 }
 
@@ -359,7 +382,7 @@ TEST_CASE("a server killed with SIGKILL while a worker waits on it: error naming
     auto k = key_of_shard(ctx.kv, victim.id);
     auto err = killed_while_waiting(victim, ctx.kv.push(key_set::single({k, k + 1000}), std::vector<float>(1000, 1.0f)));
     CHECK(err.find("keys [" + std::to_string(k)) != std::string::npos);
-  });
+  }, false, 600000);
 }
 
 TEST_CASE("a server killed with SIGKILL while a block to it went over the data plane: error naming the shard, no hang") {
@@ -383,7 +406,7 @@ TEST_CASE("a server killed with SIGKILL while a block to it went over the data p
     auto sent = plane->bytes_sent();
     killed_while_waiting(victim, ctx.kv.push(keys, std::vector<float>(4096, 2.0f)));
     CHECK(plane->bytes_sent() == sent + 4096 * sizeof(float));  // the block went beside CAF
-  }, true);
+  }, true, 600000);
 }
 
 TEST_CASE("a hung server (SIGSTOP): the request fails at its timeout, naming the shard") {
@@ -394,12 +417,12 @@ TEST_CASE("a hung server (SIGSTOP): the request fails at its timeout, naming the
     ctx.kv.push(keys, std::vector<float>(10, 1.0f)).get();  // alive and answering
     stop_server(victim);
     auto t0 = std::chrono::steady_clock::now();
-    auto [err, waited] = failure_after(ctx.kv.pull(keys), t0, milliseconds(10000));
+    auto [err, waited] = failure_after(ctx.kv.pull(keys), t0, hang_guard);
     INFO(err);
     CHECK(err.find("no reply from shard 0 (127.0.0.1:" + std::to_string(victim.port)) != std::string::npos);
     CHECK(err.find("within 1500 ms") != std::string::npos);
+    // The timeout is the contract: not before it (how long after depends on the load).
     CHECK(waited >= 1.4);
-    CHECK(waited < 5.0);
   });
 }
 
