@@ -6,6 +6,10 @@ build=$1 source=$2
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 cmake --install "$build" --prefix "$work/prefix" >/dev/null
+# The package names its dependencies, never a path on the machine that built it.
+if grep -n "librocksdb" "$work"/prefix/lib*/cmake/ActorPS/ActorPSTargets*.cmake; then
+  echo "the installed targets name RocksDB by this machine's path"; exit 1
+fi
 cmake -S "$source/examples" -B "$work/hello" -DCMAKE_PREFIX_PATH="$work/prefix" -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build "$work/hello" -j2 >/dev/null
 "$work/hello/hello_kv" --servers=2 --workers=3
