@@ -797,6 +797,7 @@ void take_new_map(client_ptr self, const cluster_view& view) {
     std::lock_guard<std::mutex> lock(st.stats->mtx);
     st.stats->map = next;
   }
+  st.stats->changed.notify_all();
   st.fence = true;
   for (const auto& e : view.shards)
     if (!st.index.count(e.id)) add_route(self, e, view.epoch);
@@ -1556,8 +1557,11 @@ client_impl::behavior_type kv_client_actor(client_ptr self, std::vector<shard_li
     [=](view_atom, const cluster_view& view) { apply_view(self, view); },
     [=](handoff_atom, std::uint64_t batch) { expire_moved_reads(self, batch); },
     [=](members_atom, std::vector<std::uint32_t>& live) {
-      std::lock_guard<std::mutex> guard(self->state.stats->mtx);
-      self->state.stats->live_workers = std::move(live);
+      {
+        std::lock_guard<std::mutex> guard(self->state.stats->mtx);
+        self->state.stats->live_workers = std::move(live);
+      }
+      self->state.stats->changed.notify_all();
     },
     [=](send_atom, std::uint64_t idx, std::uint64_t tag) {  // a delayed request leaves now
       auto& st = self->state;
@@ -1787,6 +1791,18 @@ std::vector<double> kv_client::recovery_times_ms() const {
 std::vector<std::uint32_t> kv_client::live_workers() const {
   std::lock_guard<std::mutex> guard(stats_->mtx);
   return stats_->live_workers;
+}
+
+bool kv_client::await_live_workers(std::size_t n, std::chrono::milliseconds timeout) const {
+  send_before_blocking();
+  std::unique_lock<std::mutex> lock(stats_->mtx);
+  return stats_->changed.wait_for(lock, timeout, [&] { return stats_->live_workers.size() >= n; });
+}
+
+bool kv_client::await_map(const std::function<bool(const partitioner&)>& holds, std::chrono::milliseconds timeout) const {
+  send_before_blocking();
+  std::unique_lock<std::mutex> lock(stats_->mtx);
+  return stats_->changed.wait_for(lock, timeout, [&] { return holds(*stats_->map); });
 }
 
 kv_future kv_client::leave_clock_vector() {

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <functional>
 #include <map>
 #include <memory>
@@ -143,6 +144,8 @@ struct kv_cluster_events {
   std::vector<double> recoveries_ms;
   // The workers still running (joins and departures), empty until the coordinator says.
   std::vector<std::uint32_t> live_workers;
+  // Notified whenever live_workers or map changes (kv_client::await_live_workers, await_map).
+  std::condition_variable changed;
   // Shards whose chain has a new head since connecting (a failover), by id.
   std::map<std::uint32_t, shard_actor> new_heads;
   // Shards that joined since connecting.
@@ -239,6 +242,12 @@ class kv_client {
   std::vector<double> recovery_times_ms() const;
   // The running workers as last heard from the coordinator (initially 0..num_workers-1).
   std::vector<std::uint32_t> live_workers() const;
+  // Waits until at least n workers are live (a joiner registered), at most `timeout`;
+  // whether they are.
+  bool await_live_workers(std::size_t n, std::chrono::milliseconds timeout) const;
+  // Waits until the shard map the client plans by (joins, departures) satisfies `holds`, at
+  // most `timeout`; whether it does.
+  bool await_map(const std::function<bool(const partitioner&)>& holds, std::chrono::milliseconds timeout) const;
   // Each shard's figures (server_shard's stats: rows, tiers, its process's peak memory
   // and disk reads), one JSON object per shard, as first connected. Blocks; throws
   // bad_request naming a shard that does not answer.

@@ -389,6 +389,33 @@ struct clocksum_step {
   }
 };
 
+// --hold-at-clock: at that clock the worker says it holds (a line a test or an operator
+// can wait for, then start a joiner or psctl), then waits, at most --ps.barrier-timeout-ms,
+// until --hold-for-workers workers are live and the map holds exactly --hold-for-shards.
+// So a job whose length gives a join or a leave its time can be held for it instead.
+void hold_at_clock(worker_context& ctx, std::uint64_t c) {
+  const auto workers = ctx.cfg.app_count("hold-for-workers");
+  auto shards = ctx.cfg.app_counts("hold-for-shards");
+  std::sort(shards.begin(), shards.end());
+  const auto bound = std::chrono::milliseconds(ctx.cfg.barrier_timeout_ms);
+  ctx.report("holding at clock " + std::to_string(c) + " until " + std::to_string(workers) + " workers are live" +
+             (shards.empty() ? "" : " and the map holds shards " + json_line(shards).dump()));
+  auto fail = [&](const std::string& what) {
+    throw bad_request("clocksum held at clock " + std::to_string(c) + " for --ps.barrier-timeout-ms=" +
+                      std::to_string(ctx.cfg.barrier_timeout_ms) + ", and " + what);
+  };
+  if (!ctx.kv.await_live_workers(workers, bound))
+    fail("only " + std::to_string(ctx.kv.live_workers().size()) + " workers were live (--hold-for-workers=" +
+         std::to_string(workers) + ")");
+  auto exactly = [&](const partitioner& map) {
+    return std::equal(map.shard_ids().begin(), map.shard_ids().end(), shards.begin(), shards.end(),
+                      [](std::uint32_t id, std::int64_t want) { return id == want; });
+  };
+  if (!shards.empty() && !ctx.kv.await_map(exactly, bound))
+    fail("the map holds shards " + json_line(ctx.kv.map().shard_ids()).dump() + ", not " + json_line(shards).dump() +
+         " (--hold-for-shards)");
+}
+
 // Each clock every worker pulls the keys, pushes w + 1 to each and ticks. Under BSP the
 // pull at clock c sees exactly c * sum(w + 1) everywhere; at the end every key of a shard
 // holds (clocks minus clocks lost) * sum(w + 1), so a failover's effect is exact. With
@@ -403,11 +430,17 @@ std::string clocksum_app(worker_context& ctx) {
   for (std::uint64_t id = 0; id < ctx.cfg.app_count("clock-rows"); ++id) step.row_ids.push_back(id);
   step.row_grads.assign(step.row_ids.size() * clocksum_row_dim, static_cast<float>(ctx.id + 1));
   ctx.kv.init(step.keys, std::vector<float>(num_keys, 0.0f)).get();
+  // From the first clock on, blocks and requests take the data connections (if any), not
+  // however many came up while the job started.
+  ctx.kv.await_data_connections(std::chrono::milliseconds(ctx.cfg.timeout_ms));
   std::uint64_t stale_reads = 0;  // clocks whose pulls did not see exactly c * per_clock
   auto start = clock_type::now();
   const auto loop_start = start;
   std::uint64_t pushes = 0;
+  const auto hold_at = ctx.cfg.app_count("hold-at-clock");
+  const bool holds = ctx.cfg.app_count("hold-for-workers") > 0 || !ctx.cfg.app_counts("hold-for-shards").empty();
   for (std::uint64_t c = ctx.start_clock; c < clocks; ++c) {
+    if (holds && c == hold_at) hold_at_clock(ctx, c);
     if (auto ms = ctx.cfg.app_count("clock-ms"); ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(ms));  // "compute"
     stale_reads += step.run(c, c * per_clock);
     ++pushes;
@@ -685,7 +718,24 @@ std::vector<app_flag> clocksum_flags() {
            [](const node_config& c) { return c.app_count("clocks") >= 1 ? "" : "must be >= 1"; }},
           {"clock-ms", app_flag_kind::count, "0", "clocksum: simulated compute per clock, in ms", {}},
           {"clock-rows", app_flag_kind::count, "0",
-           "clocksum: rows 0..N-1 of a sparse table (dim 4) pulled, pushed and checked each clock too", {}}};
+           "clocksum: rows 0..N-1 of a sparse table (dim 4) pulled, pushed and checked each clock too", {}},
+          // A job held for a joiner or a map change at a known clock (hold_at_clock).
+          {"hold-at-clock", app_flag_kind::count, "0",
+           "clocksum: with --hold-for-workers or --hold-for-shards, the clock the workers wait at",
+           [](const node_config& c) {
+             const bool holds = c.app_count("hold-for-workers") > 0 || !c.app_counts("hold-for-shards").empty();
+             return !holds || c.app_count("hold-at-clock") < c.app_count("clocks") ? "" : "must be below --clocks";
+           }},
+          {"hold-for-workers", app_flag_kind::count, "0",
+           "clocksum: at --hold-at-clock, wait (at most --ps.barrier-timeout-ms) until this many workers are live", {}},
+          {"hold-for-shards", app_flag_kind::counts, "[]",
+           "clocksum: at --hold-at-clock, wait (at most --ps.barrier-timeout-ms) until the map holds exactly these "
+           "shards, e.g. [1,2] after a join and a leave",
+           [](const node_config& c) -> std::string {
+             for (auto id : c.app_counts("hold-for-shards"))
+               if (id < 0 || id > UINT32_MAX) return std::to_string(id) + " is not a shard id";
+             return "";
+           }}};
 }
 
 std::vector<app_flag> bench_flags() {

@@ -176,10 +176,13 @@ std::pair<std::unique_ptr<shm_ring>, std::unique_ptr<shm_ring>> ring_pair(std::s
   return {std::move(ring), std::move(peer)};
 }
 
-bool write_record(shm_ring& ring, const std::vector<std::byte>& bytes) {
+// limit: how long the write may wait for room. Writes that must succeed wait up to 10 s (a
+// bound only against a hang: a thread descheduled on a loaded machine makes the room late);
+// a write that must find no room passes a short one.
+bool write_record(shm_ring& ring, const std::vector<std::byte>& bytes, std::chrono::milliseconds limit = 10s) {
   std::string why;
   std::span<const std::byte> all[] = {bytes};
-  return ring.write(all, {}, 50ms, &why);
+  return ring.write(all, {}, limit, &why);
 }
 
 std::vector<std::byte> read_record(shm_ring& ring, std::size_t bytes) {
@@ -289,7 +292,7 @@ held_ring make_held_ring() {
 TEST_CASE("shm ring: a full ring held by a lent record stalls its writer, says so, and moves on once it returns") {
   auto h = make_held_ring();
   CHECK(h.peer->held_by_lent());
-  CHECK_FALSE(write_record(*h.ring, h.c));  // no room for 50 ms
+  CHECK_FALSE(write_record(*h.ring, h.c, 50ms));  // no room for 50 ms
   CHECK(same(h.lent_a, h.a));               // and a was left alone
   h.lent_a.reset();
   CHECK_FALSE(h.peer->held_by_lent());
