@@ -3,7 +3,7 @@
 // (libps/checkpoint.cpp) and shard handoffs (libps/handoff.cpp) share one encoding.
 #include <cereal/types/vector.hpp>
 
-#include "libps/checkpoint.hpp"
+#include "libps/snapshot_types.hpp"
 
 namespace ps {
 

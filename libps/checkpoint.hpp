@@ -14,52 +14,10 @@
 #include <vector>
 
 #include "libps/partitioner.hpp"
-#include "libps/shard_store.hpp"
+#include "libps/snapshot_types.hpp"
 
 namespace ps {
 
-// 2: a shard's section also holds its sparse tables' rows. 3: the header holds the map's
-// placement after shards joined or left. 4: a shard's section holds its disk tier's rows
-// per table and row admission's counts. Files of versions 1 to 3 still read.
-inline constexpr std::uint32_t checkpoint_format_version = 4;
-
-struct checkpoint_header {
-  std::uint32_t version = checkpoint_format_version;
-  std::string model;            // what was trained, e.g. "fmnist/mlp"
-  std::uint64_t epoch = 0;      // shard map epoch
-  std::uint64_t clock = 0;      // every update with clock < this is in, none later
-  std::vector<std::uint32_t> shard_ids;
-  std::uint32_t vnodes = 0, bucket_bits = 0;
-  std::uint8_t rule = 0;        // rule_kind
-  std::uint32_t state_slots = 0;
-  // After joins or removals: the dense buckets' owners (partitioner::placement); empty:
-  // the ring's own placement for shard_ids.
-  partitioner::placement_list placement = {};
-};
-
-// A sparse table's rows in a shard's snapshot: ids and each row's `stride` floats (its
-// value, then its optimizer state), back to back.
-struct table_rows {
-  std::uint32_t table = 0;  // index among the job's tables
-  std::uint32_t stride = 0;
-  std::vector<std::uint64_t> ids;
-  std::vector<float> rows;
-};
-
-struct shard_snapshot {
-  std::uint32_t shard = 0;
-  std::vector<stored_segment> segments;
-  std::vector<table_rows> tables;  // none: the job has no tables (or the file is of version 1)
-  // A shard with a disk tier: its rows are a RocksDB checkpoint in this directory (in the
-  // file, relative to the checkpoint's directory; read_checkpoint makes it absolute), with
-  // this many rows; `tables` is then empty.
-  std::string disk_rows;
-  std::uint64_t disk_row_count = 0;
-  std::vector<std::uint64_t> disk_table_rows = {};  // of disk_row_count, per table (version 4 on)
-  // Row admission's counts (row_tier::sightings; empty: no table admits after more than
-  // one push, or a file before version 4, whose ids not yet admitted count from zero).
-  std::vector<std::uint16_t> sightings = {};
-};
 // Where a shard's disk-tier rows go for the checkpoint at `clock`, relative to its
 // directory: "checkpoint-<clock>.rows/shard-<id>".
 std::string disk_rows_name(std::uint64_t clock, std::uint32_t shard);

@@ -18,7 +18,7 @@
 #include <unordered_set>
 #include <vector>
 
-#include "libps/checkpoint.hpp"
+#include "libps/snapshot_types.hpp"
 #include "libps/count_min.hpp"
 #include "libps/sparse_table.hpp"
 
