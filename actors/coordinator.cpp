@@ -637,7 +637,7 @@ void grow_chain(self_ptr self, const coordinator_options& opts, std::uint32_t id
         *spawned = copy;
         const auto asked = std::chrono::steady_clock::now();
         // A tail with a disk tier sends its rows in pages: about 6 s per million rows here
-        // (README). A dead tail is given up on at once (growth_abort), a hung one by this.
+        // (docs/checkpoints-and-faults.md). A dead tail is given up on at once (growth_abort), a hung one by this.
         self->request(caf::actor_cast<shard_actor>(tail), std::chrono::minutes(30), extend_atom::value, copy)
           .then([=](std::uint64_t) {
                   if (self->state.growth_attempt != attempt || !self->state.growing) return;

@@ -146,8 +146,9 @@ class data_plane {
   // The name of the connection whose token is origin, for errors.
   std::string origin_name(std::uint64_t origin) const;
 
-  // Messages between actors over data connections, off CAF's broker (README, Wire
-  // format: a small request and its answer cross two threads fewer in each process).
+  // Messages between actors over data connections, off CAF's broker (docs/wire-and-caf.md,
+  // "Requests over the data connections": a small request and its answer cross two
+  // threads fewer in each process).
   // After enable_messages, a local actor that serve()s takes messages from the proxies
   // peers hold of it, and proxy() is this side's stand-in for an actor of a connected
   // peer: what is sent to it goes on the connection as a message frame (in order with

@@ -442,7 +442,7 @@ void arm_overdue_sweep(client_ptr self, caf::actor_clock::time_point due) {
 }
 
 // Delivers err as the answer to the request whose response id is `id`: its handler runs
-// (with no CAF timeout, the only way a request to a dead remote peer ends, CAF-NOTES §4)
+// (with no CAF timeout, the only way a request to a dead remote peer ends: CAF 0.17 never fails it by itself)
 // and CAF lets go of it.
 void answer_with_error(client_ptr self, caf::message_id id, caf::sec err) {
   self->enqueue(caf::make_mailbox_element(nullptr, id, {}, caf::make_error(err)), self->context());
@@ -689,7 +689,7 @@ void fail_all(client_ptr self, std::size_t idx, const std::string& reason, bool 
 }
 
 // Shard i is gone. Without a coordinator its requests fail now. Otherwise they wait for
-// the new map (requests to a dead shard never fail on their own, CAF-NOTES §4), at most
+// the new map (requests to a dead shard never fail on their own in CAF 0.17), at most
 // the request timeout.
 // Route i's shard is down and the coordinator too: no new map can come, so its requests,
 // and later ones, fail now.

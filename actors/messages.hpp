@@ -1,6 +1,6 @@
 #pragma once
 // The protocol between ActorPS actors: atoms, message types and typed actor interfaces.
-// Tensors cross the wire as raw byte blocks (CAF-NOTES §2: CAF 0.17's per-element float
+// Tensors cross the wire as raw byte blocks (docs/wire-and-caf.md, "CAF 0.17 facts": CAF 0.17's per-element float
 // encoding turns NaN into 1.0 and hangs on +Inf). Raw blocks assume both ends share
 // endianness and float format, as every supported platform (x86-64, aarch64) does.
 #include <caf/all.hpp>
@@ -208,7 +208,7 @@ typename Inspector::result_type inspect(Inspector& f, rule_msg& x) {
 }
 
 // A sparse table as the job declares it (libps/sparse_table.hpp's spec on the wire;
-// floats as bits, CAF-NOTES §1).
+// floats as bits, not CAF's float encoding: docs/wire-and-caf.md, "CAF 0.17 facts").
 struct table_msg {
   std::string name;
   std::uint32_t dim = 0;
@@ -435,7 +435,7 @@ using shard_actor = caf::typed_actor<
   // From the coordinator, for time-based checkpoints: this copy's minimum clock now ...
   caf::replies_to<min_clock_atom>::with<std::uint64_t>,
   // What the shard's tables hold and its tiers did, with its process's peak memory and
-  // disk reads: one JSON object (issue 14's figures).
+  // disk reads: one JSON object (the figures of docs/sparse-tables.md).
   caf::replies_to<stats_atom>::with<std::string>,
   // Benchmarks: rows 0..count-1 of a table that the shard owns, made as first touch makes
   // them (on disk with a disk tier, else in RAM); answers how many.
@@ -542,7 +542,7 @@ caf::error make_error(errc code, std::string text);
 // The errc of an ActorPS error; errc::failed for any other error.
 errc code_of(const caf::error& err);
 // What a program's last JSON line says and its exit status for a job that ended so
-// (README: exit codes): ok 0, failed 1, refused 3, stopped 0 / 130 / 143.
+// (docs/configuration.md, "Exit status"): ok 0, failed 1, refused 3, stopped 0 / 130 / 143.
 const char* status_of(errc code);
 int exit_status_of(errc code);
 

@@ -1,6 +1,6 @@
 #pragma once
 // A member whose coordinator went down does not give up at once: the coordinator may be
-// started again with --resume at the same address (issue 15). A dialer, on a thread of
+// started again with --resume at the same address (docs/checkpoints-and-faults.md). A dialer, on a thread of
 // its own (connecting blocks), dials that address until a coordinator answers or the
 // member's patience (--ps.failure-timeout-ms) runs out, and tells the member which.
 #include <chrono>

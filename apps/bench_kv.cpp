@@ -135,8 +135,9 @@ int main(int argc, char** argv) {
     const double copy_gbps = ps::measure_memcpy(static_cast<std::uint64_t>(limit_bytes),
                                                 std::max(0.5, cfg.app_number("cell-seconds"))).gbps;
     ps::bench::print_line({{"limit", "memcpy"}, {"gbps", copy_gbps}, {"bytes", limit_bytes}});
-    // Small requests: what bare sockets make of each window (issue 17's point 2 asks window
-    // 8 for 4x the requests of window 1 at 1.5x the round trip).
+    // Small requests: what bare sockets make of each window (point 2 of the transfer
+    // targets, docs/wire-and-caf.md, asks window 8 for 4x the requests of window 1 at 1.5x
+    // the round trip).
     const auto smallest = *std::min_element(sizes.begin(), sizes.end());
     if (smallest <= small_request_bytes)
       for (auto window : windows) {

@@ -4,7 +4,7 @@
 //   --replication=2          the chain closes over the dead copy, nothing lost
 //   --replication=1 + checkpoints every 8 clocks: a replacement restored from the last one
 // recovery_ms (per worker): from its client learning of the failure (CAF's down message,
-// about 1 ms after the SIGKILL, CAF-NOTES 4) to the first pull answered after failover.
+// about 1 ms after the SIGKILL, docs/wire-and-caf.md) to the first pull answered after failover.
 // The limit measured in the same run: the fault-free time per clock of the same job
 // (worker 0's training loop over its clocks).
 // One JSON line per run, then one summary line per setting. Extra flags go to every run.

@@ -254,7 +254,7 @@ class row_access {
 };
 
 // What a worker counts while it trains. `bound` counts the rows an unbounded cache at
-// the same staleness would move (the embedding_bytes_bound of issue 14).
+// the same staleness would move (embedding_bytes_bound, docs/sparse-tables.md).
 struct ctr_counts {
   ctr_counts(std::uint64_t staleness, std::uint32_t worker, std::uint64_t epochs)
       : bound(staleness), progress(worker, epochs, 0, 0.5) {}

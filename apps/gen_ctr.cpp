@@ -20,7 +20,7 @@ namespace {
 
 struct options {
   std::string out;
-  // 4,000,000: what train_ctr's defaults need to come within 0.01 of bayes_auc (README).
+  // 4,000,000: what train_ctr's defaults need to come within 0.01 of bayes_auc (docs/click-prediction.md).
   std::uint64_t train_rows = 4000000, test_rows = 100000, vocabulary = 100000, seed = 1;
   std::uint64_t head = ps::ctr_truth{}.head, interaction_head = ps::ctr_truth{}.interaction_head;
   double zipf = 1.1;

@@ -23,7 +23,7 @@ prometheus_export::~prometheus_export() = default;
 
 void prometheus_export::set(const std::string& name, const std::map<std::string, std::string>& labels, double value) {
   auto& family = families_[name];
-  if (!family) family = &prometheus::BuildGauge().Name(name).Help("ActorPS: see README, --metrics").Register(*registry_);
+  if (!family) family = &prometheus::BuildGauge().Name(name).Help("ActorPS: see docs/metrics.md").Register(*registry_);
   family->Add(labels).Set(value);
 }
 

@@ -1,7 +1,7 @@
 // psnode: one ActorPS node. --role=coordinator|server|worker; servers and workers find
 // the coordinator with --coordinator=HOST:PORT. --role=local runs a whole job of --app
 // here (a local cluster, like train_fmnist does). Settings: flags or an INI file
-// (--config-file=config/cluster.ini); see README.
+// (--config-file=config/cluster.ini); see docs/running.md.
 #include <cstdio>
 
 #include "apps/apps.hpp"

@@ -2,7 +2,7 @@
 // tab-separated line; plain or gzipped) with the embedding tables and the tower on ActorPS
 // server shards. gen_ctr writes such files from a known truth. Per-epoch test AUC and log
 // loss on stderr; the last stdout line is one JSON object whose "status" says how the job
-// ended (README: exit codes).
+// ended (docs/configuration.md, "Exit status").
 #include <algorithm>
 #include <cstdio>
 #include <map>
@@ -78,7 +78,7 @@ int main(int argc, char** argv) {
   cfg.workers = 2;
   cfg.lr = 0.001;  // the tower's Adam
   cfg.batch = 256;
-  cfg.epochs = 1;  // click models overfit from the second pass on (measured: README)
+  cfg.epochs = 1;  // click models overfit from the second pass on (measured: docs/click-prediction.md)
   if (!cfg.parse_args(argc, argv)) return cfg.cli_helptext_printed ? 0 : 2;
   ps::apply_runtime_defaults(cfg);
   try {

@@ -1,6 +1,6 @@
 // train_fmnist: data-parallel training on Fashion-MNIST with the parameters on ActorPS
 // server shards. Shows progress on stderr; the last stdout line is one JSON object whose
-// "status" says how the job ended (README: exit codes).
+// "status" says how the job ended (docs/configuration.md, "Exit status").
 #include <algorithm>
 #include <cstdio>
 

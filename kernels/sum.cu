@@ -11,7 +11,7 @@ constexpr std::size_t inputs_per_pass = 8;
 // Host: every stream of a pass is prefetched this many floats (2 KiB) ahead, one cache line
 // per 16 floats: the hardware prefetcher alone keeps too few lines in flight for 9 streams per
 // core (bench_aggregate, block in place, N = 8: 72-78% of the limit before, 75-90% with this
-// and one pass of 8 instead of passes of 4; README, "Kernels, the local aggregator").
+// and one pass of 8 instead of passes of 4; BENCHMARKS.md, "Kernels, the local aggregator and codecs").
 constexpr std::size_t prefetch_ahead = 512;
 constexpr std::size_t line_floats = 16;
 

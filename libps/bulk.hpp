@@ -2,7 +2,7 @@
 // The bulk data path's pure parts: the frame header of a data connection and the store
 // where received payloads wait for the CAF message that refers to them.
 //
-// Large value blocks bypass CAF's byte path (five copies per byte, README: bench_kv):
+// Large value blocks bypass CAF's byte path (five copies per byte, docs/wire-and-caf.md):
 // the sender writes the floats on a plain TCP connection as one frame, and the CAF
 // message carries only (origin, ticket, count). The receiver's reader thread puts the
 // payload here; the actor handling the message takes it out, waiting if the message

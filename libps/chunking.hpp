@@ -1,6 +1,6 @@
 #pragma once
 // Splitting one push/pull into per-shard messages of bounded size, and putting the
-// values back together. CAF slows sharply past ~16 MB per message (CAF-NOTES §3), so
+// values back together. CAF slows sharply past ~16 MB per message (docs/wire-and-caf.md, "CAF 0.17 facts"), so
 // no message carries much more than chunk_bytes (values, plus range headers).
 #include <cstdint>
 #include <vector>

@@ -1,9 +1,10 @@
 #pragma once
-// What a coordinator must know to resume its job after its process died (issue 15:
-// --state-dir, --resume): the job it runs (the spec's fingerprint), the shard map (epoch,
-// placement after joins, shards that left, each shard's address), which workers finished
-// and their results, and how many barriers have been released. The parameters and the
-// clock vectors are not here: they live with the shards, which outlive the coordinator.
+// What a coordinator must know to resume its job after its process died (--state-dir,
+// --resume; docs/checkpoints-and-faults.md): the job it runs (the spec's fingerprint),
+// the shard map (epoch, placement after joins, shards that left, each shard's address),
+// which workers finished and their results, and how many barriers have been released.
+// The parameters and the clock vectors are not here: they live with the shards, which
+// outlive the coordinator.
 //
 // Kept as one JSON file, DIR/coordinator.json, so an operator can read it. Each save
 // writes DIR/coordinator.json.tmp and renames it over the old one: a reader sees the old

@@ -3,8 +3,8 @@
 // the dense keys and sparse rows the new map gives to another shard, with everything
 // needed to go on serving them exactly — their optimizer state, the pushes of them still
 // deferred (BSP, mid-clock), the giver's clock vector and which (worker, seq) updates it
-// had applied (so a resend after the move is not applied twice). The first piece of live
-// elasticity (issue 15): shard_core::hand_off and take_over decide; the shard actors carry
+// had applied (so a resend after the move is not applied twice). Live elasticity
+// (docs/elasticity.md): shard_core::hand_off and take_over decide; the shard actors carry
 // them (encoded, below) from giver to taker.
 #include <cstdint>
 #include <map>

@@ -6,7 +6,7 @@
 // server as one push: before the row is pulled again, when it is evicted, before a
 // gradient of clock c0 would miss the reads of clock c0 + S + 1 (SSP: they must see it),
 // and at the end. Least recently used rows are evicted beyond the capacity. Plain class:
-// the worker's client asks it what to pull and what to push (issue 14, point 5).
+// the worker's client asks it what to pull and what to push (docs/sparse-tables.md).
 #include <cstdint>
 #include <deque>
 #include <span>
@@ -56,7 +56,7 @@ class row_cache {
   // Rows live in slots of two arenas (value, pending sum), dim floats each, with their
   // bookkeeping beside them and the LRU order as a list through the slots: no allocation
   // per row, and one hash lookup per row and batch where a vector per row and a
-  // std::list cost the worker more than the bytes the cache saved (README).
+  // std::list cost the worker more than the bytes the cache saved (docs/sparse-tables.md).
   struct slot_meta {
     std::uint64_t id = 0;
     std::uint64_t pulled_at = 0;

@@ -62,7 +62,7 @@ rocksdb::Options store_options() {
   // Index entries delta-encoded in runs of 16 (the default, 1, stores every key whole):
   // row keys share most of their bytes, so the index is about half the size and that of
   // 10^8 rows of dimension 16 stays in the cache below, where before many row reads also
-  // read an index block (bench_sparse's store_rows_per_s and device_bytes_per_row; README).
+  // read an index block (bench_sparse's store_rows_per_s and device_bytes_per_row; docs/sparse-tables.md).
   t.index_block_restart_interval = 16;
   // Small (the RAM tier above is the cache of rows), mostly for index blocks: they are
   // in the high-priority pool, so data blocks read once do not push them out.

@@ -1,7 +1,7 @@
 #pragma once
 // A byte ring in POSIX shared memory between two processes on one host: one writer (the
 // process that made it), one reader (the peer that opened it by name). The data plane
-// moves payloads through it instead of through loopback TCP (issue 17): a payload is
+// moves payloads through it instead of through loopback TCP (docs/wire-and-caf.md): a payload is
 // copied in by the writer and out by the reader, in slices, so both copies run at once,
 // and no byte goes through the kernel. A record that fits in half the ring may instead be
 // lent to the reader's user in place (a shard adds a push straight from the ring: one pass

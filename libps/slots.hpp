@@ -25,7 +25,7 @@ std::uint32_t take_slot(std::vector<std::uint32_t>& free, Meta& meta, Grow grow)
 // Rows of `width` elements each, in chunks of at most chunk_bytes (or one row) that never move once
 // made. Growing copies nothing, so memory grows with the rows held and no more: a
 // std::vector that doubles holds its old and new arrays at once, and a shard whose RAM
-// tier filled a 1.44 GB budget so peaked at 2.43 GB (README, "Tables larger than memory").
+// tier filled a 1.44 GB budget so peaked at 2.43 GB (docs/sparse-tables.md, "Measured").
 // A chunk's elements are default-initialized (floats: left as they were; metadata with
 // member initializers is written whole). Chunks of 64 KiB: a table of one row costs
 // that, not the 1.3 MB of metadata a 2 MiB chunk wrote (a CTR model has 26 tables per

@@ -104,7 +104,7 @@ node_config::node_config() {
     .add(metrics_port, "metrics-port", "P: serve the --metrics figures in Prometheus' text format at "
                                        "http://HOST:P/metrics (0: off); by the launcher or psnode's coordinator")
     .add(faults, "faults", "fault injector, ';'-separated: kill server=I at=C|handoff; kill worker=I at=C; "
-                           "slow worker=I factor=F (see README)");
+                           "slow worker=I factor=F (see docs/checkpoints-and-faults.md)");
   declare_tuning_options();
 }
 
@@ -153,7 +153,7 @@ void node_config::declare_tuning_options() {
     .add(max_message_bytes, "max-message-bytes", "largest message a peer may announce; a larger one closes its "
                                                  "connection, naming the peer (handshakes: at most 64 KiB)")
     .add(heartbeat_ms, "heartbeat-ms", "interval of heartbeats between connected nodes (0: none); "
-                                       "keep it above the slowest connection handshake (CAF-NOTES 4)")
+                                       "keep it above the slowest connection handshake (docs/wire-and-caf.md)")
     .add(failure_timeout_ms, "failure-timeout-ms", "a node silent (no message, no heartbeat) this long is declared dead")
     .add(retry_ms, "retry-ms", "send a request again when unanswered this long (default: 200 with --faults "
                                "drop/duplicate/delay, else never)")
@@ -598,7 +598,8 @@ straggle_spec parse_straggle(const std::string& s) {
 
 void apply_runtime_defaults(node_config& cfg) {
   // With two processes per core pair, work sharing beat work stealing 1.5x across
-  // processes in CAF-NOTES §3/§8; bench_kv re-measures it (README).
+  // processes (docs/wire-and-caf.md, "CAF 0.17 facts"); bench_kv re-measures it
+  // (docs/wire-and-caf.md, "Scheduler").
   if (!caf::get_if<caf::atom_value>(&cfg, "scheduler.policy"))
     cfg.set("scheduler.policy", caf::atom("sharing"));
   // A server's or worker's actors only move messages (blocking work has threads of its
@@ -616,7 +617,8 @@ void apply_runtime_defaults(node_config& cfg) {
   }
   // Value blocks of MiBs come and go many times a second. glibc would map each afresh
   // and fault its pages in (then zero them); from the heap, freed blocks are reused.
-  // Costs: up to 1 GiB freed memory kept before it is given back. (bench_kv, README)
+  // Costs: up to 1 GiB freed memory kept before it is given back. (bench_kv;
+  // docs/wire-and-caf.md, "Memory and the allocator")
   // For builds on glibc's malloc (-DPS_JEMALLOC=OFF, sanitizers); jemalloc, which the
   // programs link, keeps freed extents for reuse by itself and ignores this.
   mallopt(M_MMAP_THRESHOLD, 256 << 20);

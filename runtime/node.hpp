@@ -86,7 +86,7 @@ struct node_config : caf::actor_system_config {
   double eval_every = 0.25;            // seconds between parameter snapshots (time to target)
   // local devices and compression
   std::size_t devices = 1;             // compute devices per worker (CPU threads here)
-  std::string aggregation = "block";   // central | block | ring (block: fastest on one memory, README)
+  std::string aggregation = "block";   // central | block | ring (block: fastest on one memory, docs/running.md)
   std::string compression = "none";    // none | fp16 | int8 | topk
   double topk_ratio = 0.01;
   std::string pull_compression = "none";  // none | fp16 | int8
@@ -203,7 +203,7 @@ struct node_config : caf::actor_system_config {
 };
 
 // Sets CAF defaults that suit this machine kind unless the user set them
-// (see README: scheduler policy).
+// (see docs/wire-and-caf.md, "Scheduler").
 void apply_runtime_defaults(node_config& cfg);
 
 struct worker_context {
@@ -291,7 +291,7 @@ pid_t spawn_psnode(const std::vector<std::string>& args);
 using json_line = nlohmann::ordered_json;
 
 // Prints a program's last stdout line: `line` with "status" (ok, failed, stopped) and, when
-// not ok, "reason". Returns the exit status for that end (README: exit codes).
+// not ok, "reason". Returns the exit status for that end (docs/configuration.md, "Exit status").
 int print_status(json_line line, bool ok, errc code, const std::string& reason);
 // The end of a training program's job: its failures on stderr and the last line, with
 // the workers' figures (add_figures) when the job completed.

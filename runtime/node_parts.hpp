@@ -17,7 +17,7 @@ namespace ps {
 
 // remote_actor through the guarded middleman (runtime/guarded_net.hpp), tried up to 3
 // times: with heartbeats on, CAF 0.17 drops an outgoing connection whose handshake is
-// still open when a heartbeat tick comes (CAF-NOTES §4), so a connect can fail for no
+// still open when a heartbeat tick comes (docs/wire-and-caf.md, "CAF 0.17 facts"), so a connect can fail for no
 // reason of the peer's.
 template <class Handle>
 caf::expected<Handle> connect_to(caf::actor_system& sys, const std::string& host, std::uint16_t port) {

@@ -1,5 +1,5 @@
 #pragma once
-// Shared by the actor protocol tests: CAF's deterministic test coordinator (CAF-NOTES §6),
+// Shared by the actor protocol tests: CAF's deterministic test coordinator (docs/testing.md),
 // where every message is delivered by sched.run() and timeouts fire when the test
 // advances the clock.
 #include <doctest/doctest.h>

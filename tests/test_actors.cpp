@@ -1,4 +1,4 @@
-// Actor protocol tests on CAF's deterministic test coordinator (CAF-NOTES §6): every
+// Actor protocol tests on CAF's deterministic test coordinator (docs/testing.md): every
 // message is delivered by sched.run(), timeouts fire when the test advances the clock.
 #include <doctest/doctest.h>
 
@@ -285,7 +285,7 @@ TEST_CASE_FIXTURE(fixture, "a shard dying with requests in flight fails them at 
   REQUIRE(g.ready());
   CHECK(g.error().find("shard 0 (test) is down") != std::string::npos);
   // The silent shard took both requests before it died, so nothing bounced them: a dead
-  // remote peer is the same (CAF-NOTES §4). The client lets go of their handlers itself.
+  // remote peer is the same (docs/wire-and-caf.md, "CAF 0.17 facts"). The client lets go of their handlers itself.
   CHECK(kv.awaited_answers() == 0);
   auto later = kv.pull(key_set::single({0, 3}));
   sched.run();

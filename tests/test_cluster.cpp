@@ -356,7 +356,7 @@ std::pair<std::string, double> failure_after(kv_future f, std::chrono::steady_cl
 constexpr milliseconds hang_guard{60000};
 
 // f waits on shard `victim`; SIGKILL it: f must fail by the shard's down message (the
-// monitor notices within about 1 ms, CAF-NOTES §4), not by its request timeout (the
+// monitor notices within about 1 ms of the process's death), not by its request timeout (the
 // callers set one far beyond): the error says "is down", naming the shard. Returns the
 // error.
 std::string killed_while_waiting(const shard_entry& victim, const kv_future& f) {
@@ -1440,7 +1440,7 @@ TEST_CASE("every shard holds its share: within 10% of the mean for every app and
           worst = std::max(worst, std::abs(k / mean - 1));
         }
       }
-  // The figure README "Every shard holds its share" quotes (test_cluster -tc='every shard*').
+  // The figure docs/elasticity.md "Every shard holds its share" quotes (test_cluster -tc='every shard*').
   MESSAGE("worst shard's distance from the mean over every app and 2-4 shards: " << worst);
 }
 
@@ -1876,7 +1876,7 @@ TEST_CASE("restart: Fashion-MNIST whose coordinator is killed after epoch 2 and 
   node_process second(job + " --resume");
   check_end(second, "resumed coordinator", 0, "ok", "");
   INFO(second.out);
-  // BSP softmax: 0.8354 with or without the kill on this data (README); within a point.
+  // BSP softmax: 0.8354 with or without the kill on this data (docs/checkpoints-and-faults.md); within a point.
   CHECK(worker_line(second.out, 0, "test_accuracy")["test_accuracy"].get<double>() >= 0.8254);
   for (auto* member : {&s0, &s1, &w0, &w1}) check_end(*member, "member", 0, "ok", "");
 }

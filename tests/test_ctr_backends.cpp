@@ -1,4 +1,4 @@
-// train_ctr's --backend=cuda (issue 14): the CUDA tower against the host tower, and one job
+// train_ctr's --backend=cuda (docs/click-prediction.md): the CUDA tower against the host tower, and one job
 // of a host worker and a CUDA worker. Exits 77 (ctest: skipped) where this build has no CUDA
 // kernels or the machine no CUDA device; the refusals of bad --backend values run everywhere
 // (test_cluster).

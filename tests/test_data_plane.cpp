@@ -152,7 +152,7 @@ TEST_CASE("data plane: connections that come and go leave no descriptors or thre
     ::close(fd);
   }
   const auto after = open_fds();
-  // The figure the README quotes (test_actors -tc='data plane: connections*').
+  // The figure docs/wire-and-caf.md quotes (test_actors -tc='data plane: connections*').
   MESSAGE(before << " descriptors before 300 connections came and went, " << after << " after");
   CHECK(after <= before + 20);  // the last few may not be reaped yet; each accept reaps the ended ones
 }

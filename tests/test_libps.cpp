@@ -124,7 +124,7 @@ TEST_CASE("balanced ranges: one contiguous run per shard, the same for every mem
       }
       ++held[grown.owner(k)];
     }
-    // The figures README "Every shard holds its share" quotes (test_libps -tc='balanced*').
+    // The figures docs/elasticity.md, "Every shard holds its share", quotes (test_libps -tc='balanced*').
     const double fraction = double(moved) / 203530, least = 1.0 / (n + 1);
     // What re-cutting the runs would move: a fresh map of n + 1 shards against this one.
     std::vector<std::uint32_t> more(n + 1);

@@ -1,5 +1,5 @@
 // The tensor wire type through CAF's own serializer: bit-exact for every float,
-// including the special values CAF's per-element encoding corrupts (CAF-NOTES §2).
+// including the special values CAF's per-element encoding corrupts (docs/wire-and-caf.md, "CAF 0.17 facts").
 #include <doctest/doctest.h>
 
 #include <caf/binary_deserializer.hpp>

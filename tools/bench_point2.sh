@@ -1,5 +1,5 @@
 #!/bin/bash
-# Issue 17's point 2 in one line: 4 KiB requests between 1 server and 1 worker over TCP,
+# Point 2 of the transfer targets (docs/wire-and-caf.md, "bench_kv") in one line: 4 KiB requests between 1 server and 1 worker over TCP,
 # windows 1 and 8, with window 8's rate and p50 over window 1's (the target: rate at least
 # 4x, p50 at most 1.5x), and the same for bare sockets in the same run (bench_kv's
 # tcp_requests limit lines) with window 8's rate over theirs. Flags after BENCH_KV go to

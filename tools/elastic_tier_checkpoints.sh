@@ -1,5 +1,5 @@
 #!/bin/bash
-# Reproduces the README's figures for map changes under a disk tier (issue 15): clocksum
+# Reproduces the figures of docs/elasticity.md for map changes under a disk tier: clocksum
 # with 40,000 rows on 1 MiB shards and a checkpoint every 3 clocks; a server joins 1.5 s
 # in, shard 0 leaves 2.5 s later. Prints the handoff times, the checkpoint rounds
 # dropped while the map changed, and for every file written whether all keys and rows

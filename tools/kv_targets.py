@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Issue 17's targets, read from bench_kv's JSON lines (one or more files; a file may hold
+"""The transfer targets (docs/wire-and-caf.md, "bench_kv"), read from bench_kv's JSON lines (one or more files; a file may hold
 both shapes, as bench_kv writes them without --servers/--workers).
 
 Usage: tools/kv_targets.py FILE...   e.g. the ap_*_1x1.txt of tools/pslite/compare.sh

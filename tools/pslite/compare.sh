@@ -1,5 +1,5 @@
 #!/bin/bash
-# ps-lite beside bench_kv (issue 17), for BENCHMARKS.md's table. Not part of the build:
+# ps-lite beside bench_kv (the transfer targets, docs/wire-and-caf.md), for BENCHMARKS.md's table. Not part of the build:
 # ps-lite is not a Debian package. Needs libzmq3-dev, libprotobuf-dev, protobuf-compiler
 # and ps-lite's source (dmlc/ps-lite) in /tmp/ps-lite; builds it there, then runs two
 # rounds of: ps-lite 1x1, bench_kv 1x1, ps-lite 2x2, bench_kv 2x2, and prints the table
