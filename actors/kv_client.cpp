@@ -1519,6 +1519,8 @@ void peer_down(client_ptr self, const caf::down_msg& dm) {
   auto& st = self->state;
   if (st.finished) return;  // the worker has ended: its shards end with the job
   if (st.coordinator && dm.source == st.coordinator.address()) return coordinator_down(self, dm.reason);
+  // Its data connection will not come: CAF never fails the question to a dead peer itself.
+  if (st.plane_asking.count(dm.source)) plane_peer_settled(self, dm.source, 0);
   for (std::size_t i = 0; i < st.routes.size(); ++i) {
     if (st.routes[i].link.handle.address() != dm.source && st.routes[i].tail.address() != dm.source) continue;
     if (!st.routes[i].down.empty()) continue;  // head and tail of one chain: once is enough

@@ -246,7 +246,8 @@ class kv_client {
   // whether they are.
   bool await_live_workers(std::size_t n, std::chrono::milliseconds timeout) const;
   // Waits until the shard map the client plans by (joins, departures) satisfies `holds`, at
-  // most `timeout`; whether it does.
+  // most `timeout`; whether it does. `holds` runs under the client's lock: it must not call
+  // this client.
   bool await_map(const std::function<bool(const partitioner&)>& holds, std::chrono::milliseconds timeout) const;
   // Each shard's figures (server_shard's stats: rows, tiers, its process's peak memory
   // and disk reads), one JSON object per shard, as first connected. Blocks; throws

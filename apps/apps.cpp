@@ -15,6 +15,7 @@
 #include <cmath>
 #include <deque>
 #include <map>
+#include <set>
 #include <mutex>
 #include <numeric>
 #include <optional>
@@ -23,6 +24,7 @@
 #include <sstream>
 
 #include "actors/gpu_aggregator.hpp"
+#include "libps/log.hpp"
 #include "libps/progress.hpp"
 #include "actors/training.hpp"
 #include "apps/fmnist_data.hpp"
@@ -431,8 +433,13 @@ std::string clocksum_app(worker_context& ctx) {
   step.row_grads.assign(step.row_ids.size() * clocksum_row_dim, static_cast<float>(ctx.id + 1));
   ctx.kv.init(step.keys, std::vector<float>(num_keys, 0.0f)).get();
   // From the first clock on, blocks and requests take the data connections (if any), not
-  // however many came up while the job started.
-  ctx.kv.await_data_connections(std::chrono::milliseconds(ctx.cfg.timeout_ms));
+  // however many came up while the job started. Best effort: connections still not up by
+  // the request timeout leave their blocks to CAF, as before they come up.
+  try {
+    ctx.kv.await_data_connections(std::chrono::milliseconds(ctx.cfg.timeout_ms));
+  } catch (const kv_error& e) {
+    log_line(log_level::warning, "worker " + std::to_string(ctx.id) + ": " + e.what() + "; blocks go through CAF meanwhile");
+  }
   std::uint64_t stale_reads = 0;  // clocks whose pulls did not see exactly c * per_clock
   auto start = clock_type::now();
   const auto loop_start = start;
@@ -732,8 +739,11 @@ std::vector<app_flag> clocksum_flags() {
            "clocksum: at --hold-at-clock, wait (at most --ps.barrier-timeout-ms) until the map holds exactly these "
            "shards, e.g. [1,2] after a join and a leave",
            [](const node_config& c) -> std::string {
-             for (auto id : c.app_counts("hold-for-shards"))
+             std::set<std::int64_t> seen;
+             for (auto id : c.app_counts("hold-for-shards")) {
                if (id < 0 || id > UINT32_MAX) return std::to_string(id) + " is not a shard id";
+               if (!seen.insert(id).second) return "shard " + std::to_string(id) + " is named twice";
+             }
              return "";
            }}};
 }

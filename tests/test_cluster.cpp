@@ -101,7 +101,9 @@ void check_kvcheck(const char* cluster, bool data_plane, bool direct = true, boo
       CHECK(after["data_plane_sent"].get<double>() >= rounds * 2 * 4 * 1572864.0);
       CHECK(after["data_plane_received"].get<double>() >= 3 * 4 * 1572864.0);
       // Requests: with --ps.direct-requests, every one over the data connections (each
-      // route was idle when they came up); without, every one through CAF.
+      // route was idle when they came up; a connection is settled once the shard's ring
+      // answer came, which it sends after saying it takes messages); without, every one
+      // through CAF.
       const auto requests = after["data_plane_requests"].get<std::uint64_t>();
       const auto through_caf = after["requests_through_caf"].get<std::uint64_t>();
       if (direct) {
