@@ -1546,6 +1546,43 @@ void expire_moved_reads(client_ptr self, std::uint64_t batch) {
                  std::to_string(self->state.timeout.count()) + " ms");
 }
 
+// The coordinator's word on the live workers; await_live_workers callers look again.
+void set_live_workers(client_ptr self, std::vector<std::uint32_t> live) {
+  {
+    std::lock_guard<std::mutex> guard(self->state.stats->mtx);
+    self->state.stats->live_workers = std::move(live);
+  }
+  self->state.stats->changed.notify_all();
+}
+
+// Request `tag` of route idx unanswered for --ps.retry-ms: it goes out again, or fails once
+// the request timeout has passed since it first left.
+void resend(client_ptr self, std::uint64_t idx, std::uint64_t tag) {
+  auto& st = self->state;
+  auto it = st.routes[idx].sent.find(tag);
+  if (it == st.routes[idx].sent.end() || !st.routes[idx].down.empty()) return;  // answered, or waiting for a failover
+  auto r = std::move(it->second);
+  st.routes[idx].inflight_bytes -= r.bytes;
+  st.routes[idx].sent.erase(it);
+  // Its answer would be stale now: CAF lets go of its handler (take_pending).
+  if (r.answer_id.is_response()) answer_with_error(self, r.answer_id, caf::sec::request_timeout);
+  if (std::chrono::steady_clock::now() - r.first_sent >= st.timeout) {
+    r.op->finish(r.op->what + " failed: no reply from " + st.routes[idx].link.name + " within " +
+                 std::to_string(st.timeout.count()) + " ms (" + std::to_string(r.attempts) + " attempts)");
+    pump(self, idx);
+    return;
+  }
+  launch(self, idx, std::move(r));
+}
+
+// kv_client::await_data_connections: the count now, or once no connection is pending.
+caf::result<std::uint64_t> answer_when_connected(client_ptr self) {
+  auto& st = self->state;
+  if (st.plane_asking.empty()) return plane_peers_connected(st);
+  st.plane_waiters.push_back(self->make_response_promise<std::uint64_t>());
+  return st.plane_waiters.back();
+}
+
 client_impl::behavior_type kv_client_actor(client_ptr self, std::vector<shard_link> shards, std::vector<shard_entry> entries,
                               kv_client_options opts, std::uint64_t epoch, std::shared_ptr<kv_cluster_events> stats) {
   init_client(self, std::move(shards), std::move(entries), opts, epoch, std::move(stats));
@@ -1558,36 +1595,14 @@ client_impl::behavior_type kv_client_actor(client_ptr self, std::vector<shard_li
     },
     [=](view_atom, const cluster_view& view) { apply_view(self, view); },
     [=](handoff_atom, std::uint64_t batch) { expire_moved_reads(self, batch); },
-    [=](members_atom, std::vector<std::uint32_t>& live) {
-      {
-        std::lock_guard<std::mutex> guard(self->state.stats->mtx);
-        self->state.stats->live_workers = std::move(live);
-      }
-      self->state.stats->changed.notify_all();
-    },
+    [=](members_atom, std::vector<std::uint32_t>& live) { set_live_workers(self, std::move(live)); },
     [=](send_atom, std::uint64_t idx, std::uint64_t tag) {  // a delayed request leaves now
       auto& st = self->state;
       auto it = st.routes[idx].sent.find(tag);
       if (it != st.routes[idx].sent.end()) it->second.send(tag);
     },
     [=](overdue_atom) { sweep_overdue(self); },
-    [=](resend_atom, std::uint64_t idx, std::uint64_t tag) {
-      auto& st = self->state;
-      auto it = st.routes[idx].sent.find(tag);
-      if (it == st.routes[idx].sent.end() || !st.routes[idx].down.empty()) return;  // answered, or waiting for a failover
-      auto r = std::move(it->second);
-      st.routes[idx].inflight_bytes -= r.bytes;
-      st.routes[idx].sent.erase(it);
-      // Its answer would be stale now: CAF lets go of its handler (take_pending).
-      if (r.answer_id.is_response()) answer_with_error(self, r.answer_id, caf::sec::request_timeout);
-      if (std::chrono::steady_clock::now() - r.first_sent >= st.timeout) {
-        r.op->finish(r.op->what + " failed: no reply from " + st.routes[idx].link.name + " within " +
-                     std::to_string(st.timeout.count()) + " ms (" + std::to_string(r.attempts) + " attempts)");
-        pump(self, idx);
-        return;
-      }
-      launch(self, idx, std::move(r));
-    },
+    [=](resend_atom, std::uint64_t idx, std::uint64_t tag) { resend(self, idx, tag); },
     [=](failed_atom, std::uint32_t id, const std::string& why) {
       auto& st = self->state;
       auto at = st.index.find(id);
@@ -1626,12 +1641,7 @@ client_impl::behavior_type kv_client_actor(client_ptr self, std::vector<shard_li
     },
     [=](dispatch_atom, std::shared_ptr<op_request>& req) { dispatch(self, req); },
     [=](dispatch_atom, std::shared_ptr<rows_request>& req) { dispatch_rows(self, req); },
-    [=](data_atom) -> caf::result<std::uint64_t> {
-      auto& st = self->state;
-      if (st.plane_asking.empty()) return plane_peers_connected(st);
-      st.plane_waiters.push_back(self->make_response_promise<std::uint64_t>());
-      return st.plane_waiters.back();
-    },
+    [=](data_atom) { return answer_when_connected(self); },
   };
 }
 
