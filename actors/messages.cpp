@@ -182,16 +182,14 @@ sparse_table_spec table_msg::to_spec() const {
 }
 
 rule_msg rule_msg::from(const update_rule& r) {
-  return {static_cast<std::uint8_t>(r.kind), std::bit_cast<std::uint32_t>(r.lr),
+  return {r.kind.name(), std::bit_cast<std::uint32_t>(r.lr),
           std::bit_cast<std::uint32_t>(r.momentum), std::bit_cast<std::uint32_t>(r.beta1),
           std::bit_cast<std::uint32_t>(r.beta2), std::bit_cast<std::uint32_t>(r.eps)};
 }
 
 update_rule rule_msg::to_rule() const {
-  if (kind > static_cast<std::uint8_t>(rule_kind::adam))
-    throw bad_request("unknown update rule code " + std::to_string(kind));
   update_rule r;
-  r.kind = static_cast<rule_kind>(kind);
+  r.kind = kind;  // throws bad_request naming a rule this process does not know
   r.lr = std::bit_cast<float>(lr);
   r.momentum = std::bit_cast<float>(momentum);
   r.beta1 = std::bit_cast<float>(beta1);

@@ -196,8 +196,10 @@ typename Inspector::result_type inspect(Inspector& f, request_header& x) {
 }
 
 // Floats cross as their bit patterns (CAF's float encoding is lossy, see above).
+// The rule travels by its name: a rule an app registered is known by the same name in
+// every process of its binary.
 struct rule_msg {
-  std::uint8_t kind = 0;
+  std::string kind = "sum";
   std::uint32_t lr = 0, momentum = 0, beta1 = 0, beta2 = 0, eps = 0;
   static rule_msg from(const update_rule& r);
   update_rule to_rule() const;

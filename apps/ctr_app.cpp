@@ -396,7 +396,7 @@ std::vector<tensor_spec> ctr_tensors(const node_config& cfg) {
 
 std::vector<sparse_table_spec> ctr_tables(const node_config& cfg) {
   update_rule adagrad;
-  adagrad.kind = rule_kind::adagrad;
+  adagrad.kind = "adagrad";
   adagrad.lr = static_cast<float>(cfg.app_number("embedding-lr"));
   adagrad.eps = static_cast<float>(cfg.app_number("embedding-eps"));
   std::vector<sparse_table_spec> tables;

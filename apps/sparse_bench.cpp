@@ -40,7 +40,7 @@ std::vector<std::uint64_t> row_picker::batch(std::mt19937_64& rng, std::size_t s
 
 sparse_table_spec sparse_bench_table(const node_config& cfg) {
   update_rule rule;
-  rule.kind = rule_kind::adagrad;
+  rule.kind = "adagrad";
   rule.lr = 0.05f;
   return {"bench", static_cast<std::uint32_t>(cfg.app_count("bench-dim")), 0.01f, rule, cfg.seed};
 }

@@ -55,7 +55,7 @@ int main(int argc, char** argv) {
                  "train_fmnist: model=%s cluster=%s servers=%zu workers=%zu epochs=%zu lr=%g rule=%s "
                  "consistency=%s staleness=%s pipeline=%s\n",
                  cfg.model.c_str(), cfg.cluster.c_str(), cfg.servers, cfg.workers, cfg.epochs, cfg.lr,
-                 ps::update_rule::name(rule.kind), ps::consistency_name(settings.staleness),
+                 rule.kind.name().c_str(), ps::consistency_name(settings.staleness),
                  ps::staleness_to_string(settings.staleness).c_str(), cfg.pipeline.c_str());
     std::unique_ptr<ps::prometheus_export> exporter;
     auto res = ps::run_job(sys, cfg, ps::find_app("fmnist"), "fmnist", settings, ps::metrics_listener(cfg, exporter));

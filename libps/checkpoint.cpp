@@ -4,6 +4,7 @@
 #include "libps/row_disk.hpp"
 #include "libps/cereal_types.hpp"
 #include "libps/text.hpp"
+#include "libps/update_rule.hpp"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -52,7 +53,15 @@ struct shard_snapshot_v1 {
 }  // namespace
 template <class Archive>
 void serialize(Archive& ar, checkpoint_header& h) {
-  ar(h.version, h.model, h.epoch, h.clock, h.shard_ids, h.vnodes, h.bucket_bits, h.rule, h.state_slots);
+  ar(h.version, h.model, h.epoch, h.clock, h.shard_ids, h.vnodes, h.bucket_bits);
+  if (h.version >= 5) {
+    ar(h.rule);
+  } else {  // a number; only old files are read this way, none is written
+    std::uint8_t code = 0;
+    ar(code);
+    h.rule = rule_name_of_code(code);
+  }
+  ar(h.state_slots);
   if (h.version >= 3) ar(h.placement);
 }
 

@@ -13,8 +13,9 @@ namespace ps {
 
 // 2: a shard's section also holds its sparse tables' rows. 3: the header holds the map's
 // placement after shards joined or left. 4: a shard's section holds its disk tier's rows
-// per table and row admission's counts. Files of versions 1 to 3 still read.
-inline constexpr std::uint32_t checkpoint_format_version = 4;
+// per table and row admission's counts. 5: the header names the update rule (before, a number:
+// rule_name_of_code). Files of versions 1 to 4 still read.
+inline constexpr std::uint32_t checkpoint_format_version = 5;
 
 struct checkpoint_header {
   std::uint32_t version = checkpoint_format_version;
@@ -23,7 +24,7 @@ struct checkpoint_header {
   std::uint64_t clock = 0;      // every update with clock < this is in, none later
   std::vector<std::uint32_t> shard_ids;
   std::uint32_t vnodes = 0, bucket_bits = 0;
-  std::uint8_t rule = 0;        // rule_kind
+  std::string rule = "sum";     // the update rule's name (before version 5, a number)
   std::uint32_t state_slots = 0;
   // After joins or removals: the dense buckets' owners (partitioner::placement); empty:
   // the ring's own placement for shard_ids.

@@ -387,7 +387,7 @@ void node_config::validate() const {
     throw bad_request("--role=export needs --checkpoint-dir=DIR (where the checkpoints are) and --out=DIR");
   one_of("cluster", cluster, {"embedded", "processes"});
   one_of("model", model, {"softmax", "mlp"});
-  if (!rule.empty()) update_rule::parse_kind(rule);
+  if (!rule.empty()) rule_handle{rule};  // throws naming the known rules
   if (servers < 1 || servers > 1024) throw bad_request("--servers must be in [1, 1024]");
   if (workers < 1 || workers > 1024) throw bad_request("--workers must be in [1, 1024]");
   if (epochs < 1) throw bad_request("--epochs must be >= 1");
@@ -635,7 +635,7 @@ void apply_runtime_defaults(node_config& cfg) {
 
 update_rule rule_from(const node_config& cfg, const std::string& default_rule) {
   update_rule r;
-  r.kind = update_rule::parse_kind(cfg.rule.empty() ? default_rule : cfg.rule);
+  r.kind = cfg.rule.empty() ? default_rule : cfg.rule;
   r.lr = static_cast<float>(cfg.lr);
   r.momentum = static_cast<float>(cfg.momentum);
   r.validate();

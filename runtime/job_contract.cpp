@@ -112,7 +112,7 @@ job_spec spec_of(const node_config& cfg, const std::string& app, const job_setti
   spec.set("app", app);
   spec.set("consistency", consistency_name(settings.staleness));
   spec.set("staleness", staleness_to_string(settings.staleness));
-  spec.set("ps.rule", update_rule::name(settings.rule.kind));
+  spec.set("ps.rule", settings.rule.kind.name());
   spec.set("ps.bucket-bits", std::to_string(settings.bucket_bits));
   for (auto& t : tensors) spec.add_tensor(std::move(t));
   return spec;

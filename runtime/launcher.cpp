@@ -113,7 +113,7 @@ checkpoint_header job_header(const node_config& cfg, const job_settings& setting
   for (std::uint32_t i = 0; i < cfg.servers; ++i) h.shard_ids.push_back(i);
   h.vnodes = static_cast<std::uint32_t>(cfg.vnodes);
   h.bucket_bits = settings.bucket_bits;
-  h.rule = static_cast<std::uint8_t>(settings.rule.kind);
+  h.rule = settings.rule.kind.name();
   h.state_slots = static_cast<std::uint32_t>(settings.rule.state_slots());
   return h;
 }
@@ -165,7 +165,7 @@ std::shared_ptr<const checkpoint> load_restore(const node_config& cfg, const job
   };
   if (got.model != want.model) mismatch("model", got.model, want.model);
   if (got.rule != want.rule || got.state_slots != want.state_slots)
-    mismatch("update rule", update_rule::name(static_cast<rule_kind>(got.rule)), update_rule::name(settings.rule.kind));
+    mismatch("update rule", got.rule, want.rule);
   if (auto bad = non_finite_values(*latest.found); !bad.empty()) {
     if (!cfg.restore_non_finite)
       throw bad_request(latest.path + ": cannot restore: " + bad + "; --restore-non-finite restores it anyway");

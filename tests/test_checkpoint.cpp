@@ -33,7 +33,7 @@ struct temp_dir {
 
 checkpoint sample(std::uint64_t clock) {
   update_rule adam;
-  adam.kind = rule_kind::adam;
+  adam.kind = "adam";
   shard_store a(adam), b(adam);
   a.push({{0, 5}, {100, 103}}, std::vector<float>{1, 2, 3, 4, 5, 6, 7, 8}.data(), 8);
   b.push({{4096, 4100}}, std::vector<float>{-1, 0.5f, 1e-30f, 7}.data(), 4);
@@ -44,7 +44,7 @@ checkpoint sample(std::uint64_t clock) {
   c.header.shard_ids = {0, 1};
   c.header.vnodes = 128;
   c.header.bucket_bits = 12;
-  c.header.rule = static_cast<std::uint8_t>(rule_kind::adam);
+  c.header.rule = "adam";
   c.header.state_slots = static_cast<std::uint32_t>(adam.state_slots());
   c.shards = {{0, a.snapshot(), {}, {}, 0}, {1, b.snapshot(), {}, {}, 0}};
   return c;
@@ -86,7 +86,7 @@ TEST_CASE("a checkpoint reads back exactly what was written, optimizer state inc
   }
   // Restoring into a fresh store gives the same pulls.
   update_rule adam;
-  adam.kind = rule_kind::adam;
+  adam.kind = "adam";
   shard_store restored(adam);
   restored.restore(back.shards[0].segments);
   std::vector<float> got(8), want(8);
@@ -143,7 +143,7 @@ TEST_CASE("non-finite values in a checkpoint are counted and the first is named"
 
 TEST_CASE("restore refuses segments that do not fit the rule or overlap") {
   update_rule sgd;
-  sgd.kind = rule_kind::sgd;
+  sgd.kind = "sgd";
   sgd.momentum = 0.9f;
   shard_store s(sgd);
   CHECK_THROWS_WITH_AS(s.restore({{0, 2, {1, 2}, {}}}), doctest::Contains("has 0 optimizer state values, the rule needs 2"), bad_request);
@@ -173,6 +173,14 @@ std::string bytes_of(const Fields&... fields) {
   return s.str();
 }
 
+// Files before format version 5 named the rule by its number among the built-in rules.
+std::uint8_t rule_code(const std::string& name) {
+  for (std::uint8_t code = 0; code < 4; ++code)
+    if (rule_name_of_code(code) == name) return code;
+  FAIL("no code for rule " << name);
+  return 0;
+}
+
 std::string file_start(std::uint32_t version) {
   std::string data("APSCKPT\0", 8);
   data.append(reinterpret_cast<const char*>(&version), sizeof(version));
@@ -190,7 +198,7 @@ void write_v1_file(const std::string& path, const checkpoint& c) {
   std::uint32_t version = 1;
   auto data = file_start(version);
   const auto& h = c.header;
-  append_section(data, bytes_of(version, h.model, h.epoch, h.clock, h.shard_ids, h.vnodes, h.bucket_bits, h.rule, h.state_slots));
+  append_section(data, bytes_of(version, h.model, h.epoch, h.clock, h.shard_ids, h.vnodes, h.bucket_bits, rule_code(h.rule), h.state_slots));
   for (const auto& s : c.shards) {
     std::ostringstream seg;
     {
@@ -208,8 +216,8 @@ void write_v3_file(const std::string& path, const checkpoint& c) {
   std::uint32_t version = 3;
   auto data = file_start(version);
   const auto& h = c.header;
-  append_section(data, bytes_of(version, h.model, h.epoch, h.clock, h.shard_ids, h.vnodes, h.bucket_bits, h.rule,
-                                h.state_slots, h.placement));
+  append_section(data, bytes_of(version, h.model, h.epoch, h.clock, h.shard_ids, h.vnodes, h.bucket_bits,
+                                rule_code(h.rule), h.state_slots, h.placement));
   for (const auto& s : c.shards)
     append_section(data, bytes_of(s.shard, s.segments, s.tables, s.disk_rows, s.disk_row_count));
   file_end(path, data);
@@ -233,6 +241,7 @@ TEST_CASE("a checkpoint holds each shard's sparse table rows; files of format ve
   write_v1_file(old, dense);
   auto v1 = read_checkpoint(old);
   CHECK(v1.header.clock == 5);
+  CHECK(v1.header.rule == "adam");  // a number in the file
   REQUIRE(v1.shards.size() == 2);
   CHECK(v1.shards[0].segments.size() == dense.shards[0].segments.size());
   CHECK(v1.shards[0].segments[0].values == dense.shards[0].segments[0].values);
@@ -399,6 +408,7 @@ TEST_CASE("a checkpoint holds each shard's disk-tier rows per table and admissio
   write_v3_file(old, c);
   auto v3 = read_checkpoint(old);
   CHECK(v3.header.clock == 60);
+  CHECK(v3.header.rule == "adam");
   CHECK(v3.shards[0].disk_row_count == 12);
   CHECK(v3.shards[0].disk_table_rows.empty());
   CHECK(v3.shards[1].sightings.empty());

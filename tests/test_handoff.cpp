@@ -34,7 +34,7 @@ shard_config shard(std::uint32_t id, std::uint64_t epoch, std::vector<std::uint3
   c.bucket_bits = bits;
   c.num_workers = 2;
   c.staleness = staleness;
-  c.rule.kind = rule_kind::sgd;  // one slot of optimizer state per key: it must travel too
+  c.rule.kind = "sgd";  // one slot of optimizer state per key: it must travel too
   c.rule.lr = 1.0f;
   c.rule.momentum = 0.5f;
   sparse_table_spec t;

@@ -313,7 +313,7 @@ TEST_CASE("update rules match hand-computed values") {
     CHECK(w[1] == 1.0f);
   }
   SUBCASE("sgd with momentum") {
-    update_rule r{rule_kind::sgd, 0.1f, 0.9f};
+    update_rule r{"sgd", 0.1f, 0.9f};
     REQUIRE(r.state_slots() == 1);
     float w[2] = {1, 2}, v[2] = {0, 0};
     float* st[] = {v};
@@ -326,7 +326,7 @@ TEST_CASE("update rules match hand-computed values") {
     CHECK(w[1] == doctest::Approx(2.1 + 0.19));
   }
   SUBCASE("adagrad") {
-    update_rule r{rule_kind::adagrad, 0.1f};
+    update_rule r{"adagrad", 0.1f};
     r.eps = 1e-8f;
     float w[2] = {1, 2}, h[2] = {0, 0};
     float* st[] = {h};
@@ -337,7 +337,7 @@ TEST_CASE("update rules match hand-computed values") {
     CHECK(w[0] == doctest::Approx(0.9 - 0.1 / std::sqrt(2.0)));
   }
   SUBCASE("adam") {
-    update_rule r{rule_kind::adam, 0.01f};
+    update_rule r{"adam", 0.01f};
     float w[2] = {1, 2}, m[2] = {}, v[2] = {}, t[2] = {};
     float* st[] = {m, v, t};
     r.apply(w, st, g, 2);  // first step: mhat = g, vhat = g^2: w -= lr * sign(g)
@@ -350,10 +350,11 @@ TEST_CASE("update rules match hand-computed values") {
 }
 
 TEST_CASE("update rule settings are checked") {
-  CHECK_THROWS_WITH_AS(update_rule::parse_kind("rmsprop"), doctest::Contains("rmsprop"), bad_request);
-  update_rule r{rule_kind::sgd, -1.0f};
+  CHECK_THROWS_WITH_AS(rule_handle{"rmsprop"}, doctest::Contains("rmsprop"), bad_request);
+  CHECK_THROWS_WITH_AS(rule_handle{"rmsprop"}, doctest::Contains("sum, sgd, adagrad, adam"), bad_request);
+  update_rule r{"sgd", -1.0f};
   CHECK_THROWS_WITH_AS(r.validate(), doctest::Contains("lr"), bad_request);
-  update_rule m{rule_kind::sgd, 0.1f, 1.5f};
+  update_rule m{"sgd", 0.1f, 1.5f};
   CHECK_THROWS_WITH_AS(m.validate(), doctest::Contains("momentum"), bad_request);
 }
 
@@ -377,7 +378,7 @@ TEST_CASE("shard store: sums pushes, merges overlapping ranges, reports bad inpu
 }
 
 TEST_CASE("shard store: init sets new keys only, optimizer state follows merges") {
-  update_rule sgd{rule_kind::sgd, 0.5f, 0.5f};
+  update_rule sgd{"sgd", 0.5f, 0.5f};
   shard_store s(sgd);
   std::vector<float> init{10, 20, 30, 40};
   s.init({{0, 4}}, init.data(), 4);

@@ -27,7 +27,7 @@ using ps::test::scratch_dir;
 
 namespace {
 
-sparse_table_spec emb(std::uint32_t dim = 2, rule_kind kind = rule_kind::sum) {
+sparse_table_spec emb(std::uint32_t dim = 2, rule_handle kind = "sum") {
   sparse_table_spec s;
   s.name = "emb";
   s.dim = dim;
@@ -206,7 +206,7 @@ shard_config tiered_shard(std::uint64_t budget, std::uint64_t staleness) {
   c.shard_ids = {0};
   c.num_workers = 2;
   c.staleness = staleness;
-  c.tables = {emb(4, rule_kind::adagrad), emb(3)};
+  c.tables = {emb(4, "adagrad"), emb(3)};
   c.tables[1].name = "other";
   c.shard_memory = budget;
   return c;
@@ -304,12 +304,12 @@ std::uint64_t pushes_end_as_in_ram(const shard_config& cfg, std::size_t lag, boo
 }
 
 TEST_CASE("shard core over a tiny RAM tier: pushes from 2 workers, shared and own rows, end exactly as all in RAM") {
-  const std::uint64_t budget = 6 * sparse_table(emb(4, rule_kind::adagrad)).row_bytes();
+  const std::uint64_t budget = 6 * sparse_table(emb(4, "adagrad")).row_bytes();
   pushes_end_as_in_ram(tiered_shard(budget, infinite_staleness), 3, true);
 }
 
 TEST_CASE("shard core over a disk that writes slowly: row work waits for the write backlog, so writes under way stay bounded; nothing lost") {
-  const auto row = sparse_table(emb(4, rule_kind::adagrad)).row_bytes();
+  const auto row = sparse_table(emb(4, "adagrad")).row_bytes();
   auto cfg = tiered_shard(6 * row, infinite_staleness);
   const std::size_t lag = 40;  // the disk's work runs 40 effects behind
   cfg.write_backlog_bytes = UINT64_MAX;  // no limit: writes under way pile up
@@ -324,7 +324,7 @@ TEST_CASE("shard core over a disk that writes slowly: row work waits for the wri
 }
 
 TEST_CASE("shard core over a tiered store with expiry: rows not pushed for 4 clocks expire in RAM and on disk, each counted once, and come back fresh") {
-  const std::uint64_t budget = 3 * sparse_table(emb(4, rule_kind::adagrad)).row_bytes();
+  const std::uint64_t budget = 3 * sparse_table(emb(4, "adagrad")).row_bytes();
   auto cfg = tiered_shard(budget, infinite_staleness);
   cfg.num_workers = 1;
   cfg.tables[0].expire_after = 4;
@@ -631,7 +631,7 @@ bool pull_missing(shard_core& core, std::uint64_t id, std::uint64_t token) {
 
 TEST_CASE("shard core over a tiered store, slru: rows read for one request stay on probation, so a scan of rows read "
           "once does not flush rows used twice") {
-  const std::uint64_t row = sparse_table(emb(4, rule_kind::adagrad)).row_bytes();
+  const std::uint64_t row = sparse_table(emb(4, "adagrad")).row_bytes();
   shard_core core(tiered_shard(10 * row, infinite_staleness));  // 10 rows, 8 of them protected at most
   std::uint64_t token = 0;
   const std::vector<std::uint64_t> hot{1, 2, 3};
@@ -659,7 +659,7 @@ TEST_CASE("shard core over a tiered store: under BSP a deferred push is acknowle
 TEST_CASE("shard core over a tiered store: a read let through under BSP and waiting for the disk is answered as of its gate, "
           "though a leaver's handoff lowers the min clock meanwhile") {
   auto config = [](std::uint32_t id) {
-    auto c = tiered_shard(sparse_table(emb(4, rule_kind::adagrad)).row_bytes(), 0);
+    auto c = tiered_shard(sparse_table(emb(4, "adagrad")).row_bytes(), 0);
     c.id = id;
     c.shard_ids = {0, 1};
     return c;
@@ -883,7 +883,7 @@ namespace {
 // A tiered giver (shard 0, alone in the map) and a newcomer (shard 1) it hands rows to,
 // beside an all-in-RAM twin that takes every push whole: what each row must end at.
 struct tiered_handoff_rig {
-  std::uint64_t budget = 6 * sparse_table(emb(4, rule_kind::adagrad)).row_bytes();
+  std::uint64_t budget = 6 * sparse_table(emb(4, "adagrad")).row_bytes();
   shard_core giver{tiered_shard(budget, infinite_staleness)}, in_ram{tiered_shard(0, infinite_staleness)};
   shard_core taker{newcomer(budget)};
   partitioner after = giver.map().with_shard(1);

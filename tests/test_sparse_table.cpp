@@ -17,7 +17,7 @@ using namespace ps;
 
 namespace {
 
-sparse_table_spec spec_of(const std::string& name, std::uint32_t dim, rule_kind kind = rule_kind::sum,
+sparse_table_spec spec_of(const std::string& name, std::uint32_t dim, rule_handle kind = "sum",
                           std::uint64_t seed = 7) {
   sparse_table_spec s;
   s.name = name;
@@ -44,7 +44,7 @@ TEST_CASE("sparse table: a row's first value depends on (seed, table, id) only, 
   auto first = pulled(a, {id});
   CHECK(first == pulled(b, {id}));  // a replica, a restart, a migration: the same row
   CHECK(first != pulled(a, {id + 1}));
-  sparse_table other_name(spec_of("users", 8)), other_seed(spec_of("ads", 8, rule_kind::sum, 8));
+  sparse_table other_name(spec_of("users", 8)), other_seed(spec_of("ads", 8, "sum", 8));
   CHECK(first != pulled(other_name, {id}));
   CHECK(first != pulled(other_seed, {id}));
   for (auto v : pulled(a, {1, 2, 3, 4, 5, 6, 7, 8})) {
@@ -78,7 +78,7 @@ TEST_CASE("sparse table: pulls create rows once; pushes fold gradients in with t
 }
 
 TEST_CASE("sparse table: Adagrad keeps its accumulator beside each row") {
-  sparse_table t(spec_of("emb", 1, rule_kind::adagrad));
+  sparse_table t(spec_of("emb", 1, "adagrad"));
   auto w0 = pulled(t, {3})[0];
   std::vector<float> g{2.0f};
   t.push(std::vector<std::uint64_t>{3}, g.data());
@@ -133,7 +133,7 @@ TEST_CASE("sparse table eviction: LRU takes the row used longest ago; segmented 
 }
 
 TEST_CASE("sparse table eviction: a row read from disk is clean until pushed; a new row is dirty; dirty rows come out whole") {
-  auto spec = spec_of("emb", 2, rule_kind::adagrad);
+  auto spec = spec_of("emb", 2, "adagrad");
   sparse_table t(spec);
   std::vector<float> stored{0.5f, -0.5f, 1.0f, 2.0f};  // value, then the Adagrad accumulator
   t.install(7, stored.data());
