@@ -2,7 +2,7 @@
 // The worker's local aggregator: N compute devices, each with its own gradient and parameter
 // buffers, reduced before a single push and refreshed from a single pull. Here a device is a
 // CPU device (there is no GPU on these machines): its own buffers, and its part of every phase
-// of a schedule from libps/reduction_plan.hpp, with a barrier between phases. Its kernels (the
+// of a schedule from actors/reduction_plan.hpp, with a barrier between phases. Its kernels (the
 // host build of kernels/, one OpenMP thread each) run on one of min(devices, cores) executor
 // threads: device d on executor d mod that count, so one core works for one device at a time.
 // When the executors take every CPU the process may use, each is pinned to its own.
@@ -26,7 +26,7 @@
 #include <thread>
 #include <vector>
 
-#include "libps/reduction_plan.hpp"
+#include "actors/reduction_plan.hpp"
 
 namespace ps {
 

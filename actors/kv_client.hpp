@@ -16,7 +16,6 @@
 #include <string>
 #include <vector>
 
-#include "actors/data_plane.hpp"
 #include "actors/messages.hpp"
 #include "actors/reconnect.hpp"
 #include "libps/latency.hpp"
@@ -28,6 +27,8 @@
 #include "libps/partitioner.hpp"
 
 namespace ps {
+
+class data_plane;  // actors/data_plane.hpp: the client holds its process's, if any
 
 enum class op_kind { push, init, pull, clock };
 

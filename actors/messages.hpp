@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "libps/checkpoint.hpp"
+#include "libps/consistency.hpp"
 #include "libps/job_spec.hpp"
 #include "libps/keys.hpp"
 #include "libps/shard_core.hpp"
@@ -275,7 +276,7 @@ struct cluster_view {
   std::uint32_t vnodes = 0;
   std::uint32_t bucket_bits = 0;
   std::uint32_t num_workers = 0;
-  std::uint64_t staleness = 0;  // 0: BSP, k: SSP, infinite_staleness: ASP
+  consistency_model consistency;  // BSP, SSP or ASP (its staleness bound on the wire)
   std::vector<shard_entry> shards;
   rule_msg rule;
   std::uint64_t checkpoint_every = 0;  // clocks; 0: no checkpoints
@@ -293,7 +294,7 @@ struct cluster_view {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, cluster_view& x) {
   return f(caf::meta::type_name("cluster_view"), x.epoch, x.vnodes, x.bucket_bits, x.num_workers,
-           x.staleness, x.shards, x.rule, x.checkpoint_every, x.checkpointer, x.checkpoint_dir,
+           x.consistency.staleness, x.shards, x.rule, x.checkpoint_every, x.checkpointer, x.checkpoint_dir,
            x.replication, x.job_workers, x.dense, x.tables, x.placed_buckets, x.placed_owners);
 }
 

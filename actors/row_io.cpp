@@ -5,6 +5,7 @@
 
 #include "actors/messages.hpp"
 #include "libps/checkpoint.hpp"
+#include "libps/row_disk.hpp"
 #include "libps/log.hpp"
 
 namespace ps {
@@ -21,7 +22,7 @@ caf::error failed(caf::scheduled_actor* self, const std::string& name, const bad
 }
 
 // Reads rows on its own thread.
-row_reader_actor::behavior_type row_reader(row_reader_actor::pointer self, std::shared_ptr<row_disk> disk,
+row_reader_actor::behavior_type row_reader(row_reader_actor::pointer self, std::shared_ptr<row_store> disk,
                                            std::string name) {
   return {
     [=](read_rows_atom, const std::shared_ptr<const std::vector<row_key>>& keys)
@@ -38,71 +39,44 @@ row_reader_actor::behavior_type row_reader(row_reader_actor::pointer self, std::
   };
 }
 
+// What `io` returns, or the end of the actor when it fails (failed).
+template <class Io>
+auto guarded(caf::scheduled_actor* self, const std::string& name, Io io) -> caf::result<decltype(io())> {
+  try {
+    return io();
+  } catch (const bad_request& e) {
+    return failed(self, name, e);
+  }
+}
+
 // Writes rows, saves checkpoints and fills, in the order asked, on its own thread.
-row_writer_actor::behavior_type row_writer(row_writer_actor::pointer self, std::shared_ptr<row_disk> disk,
+row_writer_actor::behavior_type row_writer(row_writer_actor::pointer self, std::shared_ptr<row_store> disk,
                                            std::string name, std::size_t page_rows) {
+  using moved = std::shared_ptr<const moved_page>;
   return {
-    [=](write_rows_atom, const std::shared_ptr<const row_write>& w) -> caf::result<std::uint64_t> {
-      try {
-        disk->write(*w);
-      } catch (const bad_request& e) {
-        return failed(self, name, e);
-      }
-      return w->seq;
+    [=](write_rows_atom, const std::shared_ptr<const row_write>& w) {
+      return guarded(self, name, [&] { disk->write(*w); return w->seq; });
     },
-    [=](save_rows_atom, const std::shared_ptr<const row_write>& rows, const std::string& into)
-      -> caf::result<caf::ok_atom> {
-      try {
-        disk->save(*rows, into);
-      } catch (const bad_request& e) {
-        return failed(self, name, e);
-      }
-      return caf::ok_atom::value;
+    [=](save_rows_atom, const std::shared_ptr<const row_write>& rows, const std::string& into) {
+      return guarded(self, name, [&] { disk->save(*rows, into); return caf::ok_atom::value; });
     },
-    [=](fill_atom, const std::shared_ptr<const fill_order>& f) -> caf::result<std::uint64_t> {
-      try {
-        return disk->fill(f->table, f->count, f->spec, f->keep);
-      } catch (const bad_request& e) {
-        return failed(self, name, e);
-      }
+    [=](fill_atom, const std::shared_ptr<const fill_order>& f) {
+      return guarded(self, name, [&] { return disk->fill(f->table, f->count, f->spec, f->keep); });
     },
-    [=](sweep_rows_atom, const disk_sweep& s) -> caf::result<std::shared_ptr<const swept_page>> {
-      try {
-        return std::make_shared<const swept_page>(disk->expired(s));
-      } catch (const bad_request& e) {
-        return failed(self, name, e);
-      }
+    [=](sweep_rows_atom, const disk_sweep& s) {
+      return guarded(self, name, [&] { return std::make_shared<const swept_page>(disk->expired(s)); });
     },
-    [=](move_rows_atom, const disk_move& m) -> caf::result<std::shared_ptr<const moved_page>> {
-      try {
-        return std::make_shared<const moved_page>(disk->take_moved(m, page_rows));
-      } catch (const bad_request& e) {
-        return failed(self, name, e);
-      }
+    [=](move_rows_atom, const disk_move& m) {
+      return guarded(self, name, [&] { return moved(std::make_shared<const moved_page>(disk->take_moved(m, page_rows))); });
     },
-    [=](pin_rows_atom, const std::shared_ptr<const row_write>& rows) -> caf::result<caf::ok_atom> {
-      try {
-        disk->pin(*rows);
-      } catch (const bad_request& e) {
-        return failed(self, name, e);
-      }
-      return caf::ok_atom::value;
+    [=](pin_rows_atom, const std::shared_ptr<const row_write>& rows) {
+      return guarded(self, name, [&] { disk->pin(*rows); return caf::ok_atom::value; });
     },
-    [=](copy_rows_atom, std::uint32_t table, std::uint64_t from) -> caf::result<std::shared_ptr<const moved_page>> {
-      try {
-        return std::make_shared<const moved_page>(disk->pinned_page(table, from, page_rows));
-      } catch (const bad_request& e) {
-        return failed(self, name, e);
-      }
+    [=](copy_rows_atom, std::uint32_t table, std::uint64_t from) {
+      return guarded(self, name, [&] { return moved(std::make_shared<const moved_page>(disk->pinned_page(table, from, page_rows))); });
     },
     [=](unpin_rows_atom) { disk->unpin(); },
-    [=](drop_rows_atom, const disk_move& m) -> caf::result<std::uint64_t> {
-      try {
-        return disk->drop_moved(m);
-      } catch (const bad_request& e) {
-        return failed(self, name, e);
-      }
-    },
+    [=](drop_rows_atom, const disk_move& m) { return guarded(self, name, [&] { return disk->drop_moved(m); }); },
   };
 }
 

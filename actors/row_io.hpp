@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "libps/row_disk.hpp"
+#include "libps/row_store.hpp"
 #include "libps/row_tier.hpp"
 #include "actors/messages.hpp"
 
@@ -28,7 +28,7 @@ struct disk_rows {
   std::vector<std::uint64_t> pushed;  // per key: the clock of its last push as stored
 };
 
-// A benchmark's fill (row_disk::fill).
+// A benchmark's fill (row_store::fill).
 struct fill_order {
   std::uint32_t table = 0;
   std::uint64_t count = 0;
@@ -65,21 +65,21 @@ using row_io_actor = caf::typed_actor<
   caf::replies_to<write_rows_atom, std::shared_ptr<const row_write>>::with<std::uint64_t>,
   // Answers with the rows written.
   caf::replies_to<fill_atom, std::shared_ptr<const fill_order>>::with<std::uint64_t>,
-  // A checkpoint (row_disk::save): after every write asked before it, the RAM tier's
+  // A checkpoint (row_store::save): after every write asked before it, the RAM tier's
   // changed rows, then the store's checkpoint into the directory; answers once done.
   caf::replies_to<save_rows_atom, std::shared_ptr<const row_write>, std::string>::with<caf::ok_atom>,
-  // A page of expiry's scan of a table's rows on disk (row_disk::expired), after the
+  // A page of expiry's scan of a table's rows on disk (row_store::expired), after the
   // writes asked before it.
   caf::replies_to<sweep_rows_atom, disk_sweep>::with<std::shared_ptr<const swept_page>>,
-  // A page of a map change's scan (row_disk::take_moved), after the writes asked before it.
+  // A page of a map change's scan (row_store::take_moved), after the writes asked before it.
   caf::replies_to<move_rows_atom, disk_move>::with<std::shared_ptr<const moved_page>>,
   // A chain's tail seeding a new copy: after every write asked before it, the RAM tier's
-  // changed rows, then the store pinned as it is (row_disk::pin); pages of the pinned
-  // rows of a table from an id on (row_disk::pinned_page); the pin let go.
+  // changed rows, then the store pinned as it is (row_store::pin); pages of the pinned
+  // rows of a table from an id on (row_store::pinned_page); the pin let go.
   caf::replies_to<pin_rows_atom, std::shared_ptr<const row_write>>::with<caf::ok_atom>,
   caf::replies_to<copy_rows_atom, std::uint32_t, std::uint64_t>::with<std::shared_ptr<const moved_page>>,
   caf::reacts_to<unpin_rows_atom>,
-  // What a copy kept of a map change, deleted once the change is over (row_disk::drop_moved),
+  // What a copy kept of a map change, deleted once the change is over (row_store::drop_moved),
   // after the writes asked before it; answers with the rows deleted.
   caf::replies_to<drop_rows_atom, disk_move>::with<std::uint64_t>>;
 
@@ -104,8 +104,8 @@ using row_reader_actor = caf::typed_actor<
 // are small, so pushes fall between them).
 struct row_io_settings {
   bool on_threads = true;
-  std::size_t page_rows = row_disk::move_page;
-  std::size_t readers = row_disk::default_readers;  // --disk-readers
+  std::size_t page_rows = row_store::move_page;
+  std::size_t readers = row_store::default_readers;  // --disk-readers
 };
 
 // Spawns one of the disk tier's I/O actors, linked to `self`: detached (a thread of its
@@ -135,7 +135,7 @@ struct read_unit {
 constexpr std::size_t read_unit_keys = 4;
 
 struct row_io_state {
-  std::shared_ptr<row_disk> disk;
+  std::shared_ptr<row_store> disk;
   std::vector<row_reader_actor> readers;
   std::vector<std::size_t> idle_readers;  // indexes into readers
   std::deque<read_unit> units;            // waiting for an idle reader, oldest first

@@ -38,6 +38,36 @@ void shard_state::trace(const trace_event& e) const {
 
 using namespace shard_internal;
 
+namespace {
+
+// The handlers' bodies that take more than a line.
+caf::result<float_block> pull_keys(self_ptr self, const shard_options& opts, const request_header& hdr, range_list& ranges) {
+  ++self->state.pulls_received;
+  return gated_pull(self, opts, self->state.coordinator, hdr, [&](std::uint64_t token) {
+    return self->state.core->pull(request_of(hdr), std::move(ranges.ranges), token, self->clock().now());
+  });
+}
+
+caf::result<float_block> pull_rows_of(self_ptr self, const shard_options& opts, const request_header& hdr, row_ids& rows) {
+  ++self->state.pulls_received;
+  return gated_pull(self, opts, self->state.coordinator, hdr, [&](std::uint64_t token) {
+    return self->state.core->pull_rows(request_of(hdr), rows.table, std::move(rows.ids), token, self->clock().now());
+  });
+}
+
+void worker_left(self_ptr self, const shard_options& opts, std::uint32_t worker) {
+  feed(self, opts, self->state.coordinator, [&](shard_core& c) { return c.leave(worker); });
+  // As a join: a copy this tail seeds is not among those the coordinator tells.
+  if (self->state.successor_unannounced) caf::anon_send(self->state.successor, leave_atom::value, worker);
+}
+
+caf::ok_atom stop_shard(self_ptr self, std::uint8_t code, std::string& why) {
+  self->quit(code == 0 ? caf::error{} : make_error(static_cast<errc>(code), std::move(why)));  // 0: completed
+  return caf::ok_atom::value;
+}
+
+}  // namespace
+
 shard_actor::behavior_type server_shard(self_ptr self, coordinator_actor coordinator, shard_options opts) {
   start_shard(self, opts, coordinator);
   return {
@@ -56,32 +86,17 @@ shard_actor::behavior_type server_shard(self_ptr self, coordinator_actor coordin
       if (!opts.plane) return {std::string{}, std::uint16_t{0}, std::uint64_t{0}};
       return {opts.plane->host(), opts.plane->port(), opts.plane->token()};
     },
-    [=](pull_atom, const request_header& hdr, range_list& ranges) {
-      ++self->state.pulls_received;
-      return gated_pull(self, opts, self->state.coordinator, hdr, [&](std::uint64_t token) {
-        return self->state.core->pull(request_of(hdr), std::move(ranges.ranges), token, self->clock().now());
-      });
-    },
+    [=](pull_atom, const request_header& hdr, range_list& ranges) { return pull_keys(self, opts, hdr, ranges); },
     [=](push_rows_atom, const request_header& hdr, const row_ids& rows, const float_block& grads) {
       ++self->state.pushes_received;
       return write_rows(self, opts, self->state.coordinator, hdr, rows, grads);
     },
-    [=](pull_rows_atom, const request_header& hdr, row_ids& rows) {
-      ++self->state.pulls_received;
-      return gated_pull(self, opts, self->state.coordinator, hdr, [&](std::uint64_t token) {
-        return self->state.core->pull_rows(request_of(hdr), rows.table, std::move(rows.ids), token,
-                                           self->clock().now());
-      });
-    },
+    [=](pull_rows_atom, const request_header& hdr, row_ids& rows) { return pull_rows_of(self, opts, hdr, rows); },
     [=](prefetch_atom, const request_header& hdr, const row_ids& rows) {
       feed(self, opts, self->state.coordinator, [&](shard_core& c) { return c.prefetch_rows(request_of(hdr), rows.table, rows.ids); });
     },
     [=](clock_atom, const request_header& hdr) { return tick(self, opts, self->state.coordinator, hdr); },
-    [=](leave_atom, std::uint32_t worker) {
-      feed(self, opts, self->state.coordinator, [&](shard_core& c) { return c.leave(worker); });
-      // As a join (below): a copy this tail seeds is not among those the coordinator tells.
-      if (self->state.successor_unannounced) caf::anon_send(self->state.successor, leave_atom::value, worker);
-    },
+    [=](leave_atom, std::uint32_t worker) { worker_left(self, opts, worker); },
     [=](join_atom, std::uint32_t worker) { return join(self, worker); },
     // From the coordinator: host a replacement for a dead shard in this process.
     [=](restore_atom, registration& reg, std::uint64_t clock, std::vector<std::uint32_t>& departed,
@@ -104,10 +119,7 @@ shard_actor::behavior_type server_shard(self_ptr self, coordinator_actor coordin
     [=](handoff_atom, const cluster_view& view) { return hand_off(self, opts, self->state.coordinator, view); },
     [=](takeover_atom, const encoded_block& block) { return take_over(self, opts, self->state.coordinator, block); },
     [=](sweep_atom) { sweep(self, opts); },
-    [=](stop_atom, std::uint8_t code, std::string& why) -> caf::ok_atom {
-      self->quit(code == 0 ? caf::error{} : make_error(static_cast<errc>(code), std::move(why)));  // 0: completed
-      return caf::ok_atom::value;
-    },
+    [=](stop_atom, std::uint8_t code, std::string& why) { return stop_shard(self, code, why); },
     [=](start_atom, std::uint16_t port) { start_server(self, opts, self->state.coordinator, port); },
     [=](rejoin_atom, const caf::actor& coordinator) { rejoin(self, opts, caf::actor_cast<coordinator_actor>(coordinator)); },
     [=](rejoin_atom, const std::string& why) { coordinator_gone(self, opts, why); },

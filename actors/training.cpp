@@ -64,16 +64,24 @@ double straggler_model::factor_for_next_iteration() {
   return f;
 }
 
-training_stats run_training(kv_client& kv, batch_loader& loader, straggler_model& stragglers,
-                            const training_plan& plan) {
-  training_stats st;
-  auto all = key_set::single({plan.base, plan.base + plan.num_params});
-  auto keys_of = [&](tensor_span s) { return key_set::single({plan.base + s.offset, plan.base + s.offset + s.size}); };
-  auto start = clock_type::now();
+namespace {
+
+// One run_training: the plan, its counters, and the steps both schedules share.
+struct training_run {
+  kv_client& kv;
+  batch_loader& loader;
+  straggler_model& stragglers;
+  const training_plan& plan;
+  training_stats st{};
+  key_set all = key_set::single({plan.base, plan.base + plan.num_params});
+  clock_type::time_point start = clock_type::now();
+
+  key_set keys_of(tensor_span s) const { return key_set::single({plan.base + s.offset, plan.base + s.offset + s.size}); }
+
   // Computes one iteration; `push` gets each finished span. Stretches compute when this
   // worker straggles in this iteration (the simulated slow device).
-  auto compute = [&](std::uint64_t c, const std::vector<float>& params, const sample_batch& batch,
-                     std::vector<float>& grad, const std::function<void(tensor_span)>& push) {
+  void compute(std::uint64_t c, const std::vector<float>& params, const sample_batch& batch, std::vector<float>& grad,
+               const std::function<void(tensor_span)>& push) {
     auto factor = stragglers.factor_for_next_iteration();
     auto t0 = clock_type::now();
     st.last_loss = plan.compute(params, batch, grad, push);
@@ -81,14 +89,22 @@ training_stats run_training(kv_client& kv, batch_loader& loader, straggler_model
     if (factor > 1) std::this_thread::sleep_for(std::chrono::duration_cast<clock_type::duration>(took * (factor - 1)));
     st.compute_seconds += seconds_between(t0, clock_type::now());
     if (plan.after_iteration) plan.after_iteration(c, params, st.last_loss);
-  };
-  auto wait_params = [&](kv_future& f) {
+  }
+
+  std::vector<float> wait_params(kv_future& f) {
     auto t0 = clock_type::now();
     auto params = f.get();
     st.wait_seconds += seconds_between(t0, clock_type::now());
     return params;
-  };
-  if (!plan.pipelined) {
+  }
+
+  training_stats done() {
+    st.seconds = seconds_between(start, clock_type::now());
+    return st;
+  }
+
+  // --pipeline=off: each stage waits for the one before.
+  training_stats sequential() {
     for (std::uint64_t c = plan.first_clock; c < plan.iterations; ++c) {
       auto batch = loader.request(c).get();
       auto pulled = kv.pull(all);
@@ -98,42 +114,54 @@ training_stats run_training(kv_client& kv, batch_loader& loader, straggler_model
       kv.push_and_advance(all, std::make_shared<std::vector<float>>(std::move(grad)), 0, c + 1).get();
       ++st.iterations;
     }
-    st.seconds = seconds_between(start, clock_type::now());
-    return st;
+    return done();
   }
-  std::deque<kv_future> previous, current;  // pushes and ticks of iterations c-1 and c
-  if (plan.first_clock >= plan.iterations) {
-    st.seconds = seconds_between(start, clock_type::now());
-    return st;
-  }
-  auto next_batch = loader.request(plan.first_clock);
-  auto pulled = kv.pull(all);
-  for (std::uint64_t c = plan.first_clock; c < plan.iterations; ++c) {
-    auto params = wait_params(pulled);
-    auto batch = next_batch.get();
-    if (c + 1 < plan.iterations) next_batch = loader.request(c + 1);
+
+  // Iteration c's spans, pushed as backward finishes each (sharing grad, no copy); the span
+  // that completes the gradient carries the iteration's clock tick.
+  std::deque<kv_future> compute_and_push(std::uint64_t c, const std::vector<float>& params, const sample_batch& batch) {
+    std::deque<kv_future> pushes;
     auto grad = std::make_shared<std::vector<float>>();
     std::size_t pushed = 0;
     compute(c, params, batch, *grad, [&](tensor_span s) {
-      // The span that completes the gradient carries the iteration's clock tick.
       bool last = pushed + s.size == plan.num_params;
-      current.push_back(last ? kv.push_and_advance(keys_of(s), grad, s.offset, c + 1)
-                             : kv.push(keys_of(s), grad, s.offset));  // shares grad, no copy
+      pushes.push_back(last ? kv.push_and_advance(keys_of(s), grad, s.offset, c + 1) : kv.push(keys_of(s), grad, s.offset));
       pushed += s.size;
     });
     if (pushed != plan.num_params)
-      throw kv_error("training: compute reported " + std::to_string(pushed) + " of " +
-                     std::to_string(plan.num_params) + " gradient values ready");
-    if (c + 1 < plan.iterations) pulled = kv.pull(all);  // prefetch, gated by the shards
-    // At most two iterations of pushes in flight; their errors surface here.
-    for (auto& f : previous) f.get();
-    previous = std::move(current);
-    current.clear();
-    ++st.iterations;
+      throw kv_error("training: compute reported " + std::to_string(pushed) + " of " + std::to_string(plan.num_params) +
+                     " gradient values ready");
+    return pushes;
   }
-  for (auto& f : previous) f.get();
-  st.seconds = seconds_between(start, clock_type::now());
-  return st;
+
+  // The pipeline: the next batch loads and the next pull leaves while this iteration computes.
+  training_stats pipelined() {
+    if (plan.first_clock >= plan.iterations) return done();
+    std::deque<kv_future> previous;  // pushes and ticks of the iteration before
+    auto next_batch = loader.request(plan.first_clock);
+    auto pulled = kv.pull(all);
+    for (std::uint64_t c = plan.first_clock; c < plan.iterations; ++c) {
+      auto params = wait_params(pulled);
+      auto batch = next_batch.get();
+      if (c + 1 < plan.iterations) next_batch = loader.request(c + 1);
+      auto current = compute_and_push(c, params, batch);
+      if (c + 1 < plan.iterations) pulled = kv.pull(all);  // prefetch, gated by the shards
+      // At most two iterations of pushes in flight; their errors surface here.
+      for (auto& f : previous) f.get();
+      previous = std::move(current);
+      ++st.iterations;
+    }
+    for (auto& f : previous) f.get();
+    return done();
+  }
+};
+
+}  // namespace
+
+training_stats run_training(kv_client& kv, batch_loader& loader, straggler_model& stragglers,
+                            const training_plan& plan) {
+  training_run run{kv, loader, stragglers, plan};
+  return plan.pipelined ? run.pipelined() : run.sequential();
 }
 
 }  // namespace ps

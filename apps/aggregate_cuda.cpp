@@ -11,7 +11,7 @@
 #include "apps/bench_timing.hpp"
 #include "kernels/cuda_memory.hpp"
 #include "kernels/kernels_cuda.hpp"
-#include "libps/reduction_plan.hpp"
+#include "actors/reduction_plan.hpp"
 #endif
 
 namespace ps {

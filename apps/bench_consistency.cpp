@@ -36,6 +36,33 @@ std::optional<nlohmann::json> result_of(const std::string& cmd) {
   return lines.back();
 }
 
+// The flags every run gets: the setting (the MLP with 4 workers as processes)
+// where the caller did not choose, then the caller's own.
+std::string common_flags(const std::vector<std::string>& passed) {
+  auto has = [&](const std::string& prefix) {
+    return std::any_of(passed.begin(), passed.end(), [&](const std::string& a) { return a.rfind(prefix, 0) == 0; });
+  };
+  std::string common;
+  if (!has("--model=")) common += " --model=mlp";
+  if (!has("--workers=")) common += " --workers=4";
+  if (!has("--cluster=")) common += " --cluster=processes";
+  for (const auto& a : passed) common += " '" + a + "'";
+  return common;
+}
+
+// A run's JSON line: its setting and train_fmnist's figures.
+nlohmann::ordered_json run_line(const run_spec& r, const nlohmann::json& res) {
+  nlohmann::ordered_json line{{"consistency", r.consistency}};
+  line["staleness"] = r.consistency == "ssp" ? nlohmann::ordered_json(r.staleness)
+                      : r.consistency == "asp" ? nlohmann::ordered_json("inf") : nlohmann::ordered_json(0);
+  line["pipelined"] = r.pipelined;
+  line["straggler"] = r.straggler;
+  line["seconds_to_target"] = res.value("seconds_to_target", nlohmann::json(nullptr));
+  for (auto name : {"samples_per_s", "final_accuracy", "target_accuracy", "train_seconds", "model", "workers", "epochs", "lr"})
+    line[name] = res.value(name, nlohmann::json(nullptr));
+  return line;
+}
+
 constexpr const char* usage =
   "usage: bench_consistency [train_fmnist flags...]\n"
   "Time to accuracy under stragglers: 12 train_fmnist jobs (MLP, 4 workers, processes unless given):\n"
@@ -61,15 +88,7 @@ int main(int argc, char** argv) {
       }
     passed.push_back(a);
   }
-  auto has = [&](const std::string& prefix) {
-    return std::any_of(passed.begin(), passed.end(), [&](const std::string& a) { return a.rfind(prefix, 0) == 0; });
-  };
-  // The setting: the MLP with 4 workers as processes.
-  std::string common;
-  if (!has("--model=")) common += " --model=mlp";
-  if (!has("--workers=")) common += " --workers=4";
-  if (!has("--cluster=")) common += " --cluster=processes";
-  for (const auto& a : passed) common += " '" + a + "'";
+  const auto common = common_flags(passed);
   auto exe = (std::filesystem::read_symlink("/proc/self/exe").parent_path() / "train_fmnist").string();
 
   std::vector<run_spec> runs;
@@ -89,18 +108,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "bench_consistency: run %zu/%zu:%s%s\n", i + 1, runs.size(), flags.c_str(), common.c_str());
     auto result = result_of(exe + flags + common + " 2>/dev/null");
     if (!result) return 1;
-    const auto& res = *result;
-    auto to_target = res.value("seconds_to_target", nlohmann::json(nullptr));
-    nlohmann::ordered_json line{{"consistency", r.consistency}};
-    line["staleness"] = r.consistency == "ssp" ? nlohmann::ordered_json(r.staleness)
-                        : r.consistency == "asp" ? nlohmann::ordered_json("inf") : nlohmann::ordered_json(0);
-    line["pipelined"] = r.pipelined;
-    line["straggler"] = r.straggler;
-    line["seconds_to_target"] = to_target;
-    for (auto name : {"samples_per_s", "final_accuracy", "target_accuracy", "train_seconds", "model", "workers",
-                      "epochs", "lr"})
-      line[name] = res.value(name, nlohmann::json(nullptr));
-    ps::bench::print_line(line);
+    auto to_target = result->value("seconds_to_target", nlohmann::json(nullptr));
+    ps::bench::print_line(run_line(r, *result));
     if (r.straggler == "transient" && to_target.is_number()) {
       double t = to_target.get<double>();
       if (r.consistency == "bsp" && r.pipelined) bsp_transient = t;

@@ -208,6 +208,44 @@ std::optional<bench_flags> parse_flags(int argc, char** argv, int& rc) {
   return f;
 }
 
+// Starts the job (2 servers, 2 workers, the elastic app's load for a phase before and after
+// each move, and room to spare); the --coordinator flag that reaches it once its workers
+// load, or nullopt (said on stderr).
+std::optional<std::string> start_job(job_output& job, const std::string& psnode, const bench_flags& f) {
+  auto load = std::to_string(4 * f.phase + 4);
+  job.pipe = popen((psnode + " --role=local --app=elastic --servers=2 --workers=2 --replication=" +
+                    std::to_string(f.replication) + " --load-seconds=" + load + f.node_flags() + " 2>&1").c_str(), "r");
+  std::string line;
+  if (!job.pipe || !job.until("listening on 127.0.0.1:", &line)) {
+    std::fprintf(stderr, "bench_elastic: the job did not start:\n%s", job.all.c_str());
+    return std::nullopt;
+  }
+  auto at = line.find("listening on 127.0.0.1:") + 23;
+  auto port = line.substr(at, line.find_first_not_of("0123456789", at) - at);
+  if (!job.until("[worker 1] load started")) {
+    std::fprintf(stderr, "bench_elastic: the workers did not start:\n%s", job.all.c_str());
+    return std::nullopt;
+  }
+  return " --coordinator=127.0.0.1:" + port;
+}
+
+// One JSON line per event (join, then leave) with its throughput dip and, with rows, the tier's figures.
+void print_lines(const bench_flags& f, const std::string& output, const worker_results& results,
+                 std::initializer_list<const event_window*> events, std::uint64_t join_epoch, double lost) {
+  for (const auto* ev : events) {
+    auto out = measure(*ev, results.samples, f.phase, lost);
+    out["replication"] = f.replication;
+    if (f.rows > 0) {
+      out["rows"] = f.rows;
+      out["shard_memory"] = f.shard_memory;
+      out["handoff"] = f.handoff;
+      out.update(ev == *events.begin() ? tier_figures(output, join_epoch, join_epoch)
+                                       : tier_figures(output, join_epoch + 1, UINT64_MAX));
+    }
+    ps::bench::print_line(out);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -215,33 +253,19 @@ int main(int argc, char** argv) {
   auto flags = parse_flags(argc, argv, rc);
   if (!flags) return rc;
   const double phase = flags->phase;
-  const int replication = flags->replication;
   auto bin = std::filesystem::read_symlink("/proc/self/exe").parent_path();
   auto psnode = (bin / "psnode").string(), psctl = (bin / "psctl").string();
-  // Load for: a phase before, each move with a phase after it, and room to spare.
-  auto load = std::to_string(4 * phase + 4);
   job_output job;
-  job.pipe = popen((psnode + " --role=local --app=elastic --servers=2 --workers=2 --replication=" + std::to_string(replication) +
-                     " --load-seconds=" + load + flags->node_flags() + " 2>&1").c_str(), "r");
+  const auto coordinator = start_job(job, psnode, *flags);
+  if (!coordinator) return 1;
   std::string line;
-  if (!job.pipe || !job.until("listening on 127.0.0.1:", &line)) {
-    std::fprintf(stderr, "bench_elastic: the job did not start:\n%s", job.all.c_str());
-    return 1;
-  }
-  auto at = line.find("listening on 127.0.0.1:") + 23;
-  auto port = line.substr(at, line.find_first_not_of("0123456789", at) - at);
-  const auto coordinator = " --coordinator=127.0.0.1:" + port;
-  if (!job.until("[worker 1] load started")) {
-    std::fprintf(stderr, "bench_elastic: the workers did not start:\n%s", job.all.c_str());
-    return 1;
-  }
   auto pause = [&] { std::this_thread::sleep_for(std::chrono::duration<double>(phase)); };
   pause();
   event_window join{"join", now_us(), 0, -1, 2};
   // As the launcher starts its servers on a shared host: one passive OpenMP thread (teams
   // spinning in several processes on 2 cores halved the job's throughput).
   FILE* joiner =
-    popen(("OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive " + psnode + " --role=server" + coordinator + flags->node_flags() + " 2>&1").c_str(), "r");
+    popen(("OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive " + psnode + " --role=server" + *coordinator + flags->node_flags() + " 2>&1").c_str(), "r");
   if (!joiner || !job.until("joined; its keys and rows were handed over", &line)) {
     std::fprintf(stderr, "bench_elastic: the server did not join:\n%s", job.all.c_str());
     return 1;
@@ -251,7 +275,7 @@ int main(int argc, char** argv) {
   join.moved_fraction = moved_fraction_in(line);
   pause();
   event_window leave{"leave", now_us(), 0, -1, 3};
-  auto removed = ps::output_of(psctl + coordinator + " remove-shard 0");
+  auto removed = ps::output_of(psctl + *coordinator + " remove-shard 0");
   leave.end_us = now_us();
   if (!removed) return 1;
   leave.moved_fraction = moved_fraction_in(*removed);
@@ -269,17 +293,6 @@ int main(int argc, char** argv) {
   }
   const double keys = 1u << 18;
   const double lost = keys * results.pushes - results.worst_sum + results.row_values_pushed - results.worst_row_sum;
-  for (const auto* ev : {&join, &leave}) {
-    auto out = measure(*ev, results.samples, phase, lost);
-    out["replication"] = replication;
-    if (flags->rows > 0) {
-      out["rows"] = flags->rows;
-      out["shard_memory"] = flags->shard_memory;
-      out["handoff"] = flags->handoff;
-      out.update(ev == &join ? tier_figures(job.all, join_epoch, join_epoch)
-                             : tier_figures(job.all, join_epoch + 1, UINT64_MAX));
-    }
-    ps::bench::print_line(out);
-  }
+  print_lines(*flags, job.all, results, {&join, &leave}, join_epoch, lost);
   return lost == 0 ? 0 : 1;
 }

@@ -49,11 +49,9 @@ constexpr const char* usage =
   "It sets --replication, --faults, --checkpoint-*, --app and --clocks itself; other flags go to every\n"
   "run. One JSON line per run, then one summary line per setting.\n";
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  std::string extra;
-  int repeats = 5;
+// The flags: --repeats, and the rest for psnode (in `extra`). An exit status when the
+// program ends here (--help, a bad flag).
+std::optional<int> parse_args(int argc, char** argv, std::string& extra, int& repeats) {
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--help" || a == "-h") {
@@ -75,6 +73,15 @@ int main(int argc, char** argv) {
       }
     extra += " '" + a + "'";
   }
+  return std::nullopt;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string extra;
+  int repeats = 5;
+  if (auto rc = parse_args(argc, argv, extra, repeats)) return *rc;
   auto psnode = (std::filesystem::read_symlink("/proc/self/exe").parent_path() / "psnode").string();
   const int clocks = 60;
   auto base = psnode + " --role=local --app=clocksum --servers=2 --workers=2 --clocks=" + std::to_string(clocks) +

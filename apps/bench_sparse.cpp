@@ -176,6 +176,26 @@ job_cells run_cells(caf::actor_system& sys, ps::node_config& cfg, std::uint32_t 
   return out;
 }
 
+// The target: at 25% memory, at least half the lower of the all-in-RAM rate and what the
+// disk can serve at the measured miss rate. The disk's rate is the probe's beside the cell
+// where it ran, else the run's first (`disk`); `store`: the store's own read rate.
+void print_targets(std::int64_t dim, const job_cells& ram, const job_cells& tiered, double disk, double store) {
+  for (const auto& [key, cell] : tiered) {
+    const double rate = cell.rows_per_s, miss = 1.0 - cell.hit_rate, ram_rate = ram.at(key).rows_per_s;
+    auto bound_at = [&](double reads_per_s) { return std::min(ram_rate, miss > 0 ? reads_per_s / miss : ram_rate); };
+    const double disk_now = cell.disk_reads_beside > 0 ? cell.disk_reads_beside : disk;
+    const double bound = bound_at(disk_now);
+    // Beside it, the same bound with the run's first probe, and with the store's own
+    // read rate in place of the device's.
+    const double first_bound = bound_at(disk), store_bound = bound_at(store);
+    ps::bench::print_line({{"target", "half_of_bound_at_25pct"}, {"zipf", key.first}, {"dim", dim},
+                           {"op", key.second}, {"rows_per_s", rate}, {"bound_rows_per_s", bound},
+                           {"ratio", rate / bound}, {"met", rate >= 0.5 * bound}, {"disk_reads_per_s", disk_now},
+                           {"first_probe_ratio", rate / first_bound},
+                           {"store_bound_rows_per_s", store_bound}, {"store_ratio", rate / store_bound}});
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -216,24 +236,7 @@ int main(int argc, char** argv) {
       for (auto pct : percents) {
         auto fraction = static_cast<double>(pct) / 100.0;
         auto tiered = run_cells(sys, cfg, static_cast<std::uint32_t>(dim), fraction);
-        if (pct != 25 || ram.empty()) continue;
-        // The target: at 25% memory, at least half the lower of the all-in-RAM rate and
-        // what the disk can serve at the measured miss rate. The disk's rate is the probe's
-        // beside the cell where it ran, else the run's first.
-        for (const auto& [key, cell] : tiered) {
-          const double rate = cell.rows_per_s, miss = 1.0 - cell.hit_rate, ram_rate = ram.at(key).rows_per_s;
-          auto bound_at = [&](double reads_per_s) { return std::min(ram_rate, miss > 0 ? reads_per_s / miss : ram_rate); };
-          const double disk_now = cell.disk_reads_beside > 0 ? cell.disk_reads_beside : disk;
-          const double bound = bound_at(disk_now);
-          // Beside it, the same bound with the run's first probe, and with the store's own
-          // read rate in place of the device's.
-          const double first_bound = bound_at(disk), store_bound = bound_at(store);
-          ps::bench::print_line({{"target", "half_of_bound_at_25pct"}, {"zipf", key.first}, {"dim", dim},
-                                 {"op", key.second}, {"rows_per_s", rate}, {"bound_rows_per_s", bound},
-                                 {"ratio", rate / bound}, {"met", rate >= 0.5 * bound}, {"disk_reads_per_s", disk_now},
-                                 {"first_probe_ratio", rate / first_bound},
-                                 {"store_bound_rows_per_s", store_bound}, {"store_ratio", rate / store_bound}});
-        }
+        if (pct == 25 && !ram.empty()) print_targets(dim, ram, tiered, disk, store);
       }
     }
     return 0;

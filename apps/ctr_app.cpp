@@ -14,9 +14,9 @@
 #include <cmath>
 #include <unordered_set>
 
-#include "libps/criteo.hpp"
-#include "libps/ctr_data.hpp"
-#include "libps/ctr_tower.hpp"
+#include "apps/ctr/criteo.hpp"
+#include "apps/ctr/ctr_data.hpp"
+#include "apps/ctr/ctr_tower.hpp"
 #include "libps/progress.hpp"
 #include "libps/row_cache.hpp"
 #include "libps/text.hpp"

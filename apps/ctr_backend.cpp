@@ -5,7 +5,7 @@
 #ifdef PS_HAVE_CUDA
 #include "kernels/cuda_memory.hpp"
 #include "kernels/kernels_cuda.hpp"
-#include "libps/tower_on.hpp"
+#include "apps/ctr/tower_on.hpp"
 #endif
 
 namespace ps {

@@ -4,7 +4,7 @@
 #include <memory>
 #include <string>
 
-#include "libps/ctr_tower.hpp"
+#include "apps/ctr/ctr_tower.hpp"
 
 namespace ps {
 

@@ -1,5 +1,5 @@
 // gen_ctr: synthetic click logs in Criteo's TSV format from a known ground truth
-// (libps/ctr_data.hpp), so train_ctr's accuracy can be checked without the real data.
+// (apps/ctr/ctr_data.hpp), so train_ctr's accuracy can be checked without the real data.
 //   gen_ctr --out=DIR [--train-rows=N] [--test-rows=N] [--vocabulary=N] [--zipf=A] [--seed=S]
 // writes DIR/train.tsv, DIR/test.tsv and DIR/truth.json, whose bayes_auc is the AUC of
 // the true click probabilities on the test rows: what a perfect model would reach.
@@ -12,7 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "libps/ctr_data.hpp"
+#include "apps/ctr/ctr_data.hpp"
 #include "libps/keys.hpp"
 #include "libps/text.hpp"
 

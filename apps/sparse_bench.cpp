@@ -11,7 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "libps/ctr_data.hpp"
+#include "apps/ctr/ctr_data.hpp"
 #include "libps/row_disk.hpp"
 #include "libps/sparse_table.hpp"
 

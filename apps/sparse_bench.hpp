@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "libps/ctr_data.hpp"
+#include "apps/ctr/ctr_data.hpp"
 
 #include "runtime/app_registry.hpp"
 

@@ -95,6 +95,34 @@ struct scatter_at {
   }
 };
 
+// A key threshold from a strided sample of x, with a margin so that usually >= k keys
+// pass, and in c how many do; 0 (and c = n) when the sample gives none or too few pass.
+std::uint32_t candidate_threshold(const float* x, std::size_t n, std::size_t k, std::size_t& c) {
+  using detail::raw;
+  using detail::with_policy;
+  const std::size_t samples = n < 65536 ? n : 65536, stride = n / samples;
+  detail::temp_vector<std::uint32_t> sample(samples);
+  std::uint32_t* sp = raw(sample);
+  with_policy(samples, [&](auto policy) {
+    thrust::transform(policy, thrust::counting_iterator<std::size_t>(0),
+                      thrust::counting_iterator<std::size_t>(samples), sp, strided_key{x, stride});
+    thrust::sort(policy, sp, sp + samples, thrust::greater<std::uint32_t>());
+    return 0;
+  });
+  const double expected = static_cast<double>(k) * static_cast<double>(samples) / static_cast<double>(n);
+  const std::size_t pos = static_cast<std::size_t>(expected * 1.25) + 32;
+  std::uint32_t t = pos < samples ? static_cast<std::uint32_t>(sample[pos]) : 0u;
+  c = n;
+  if (t == 0) return 0;
+  thrust::counting_iterator<std::uint32_t> first(0);
+  c = static_cast<std::size_t>(with_policy(n, [&](auto policy) {
+    return thrust::count_if(policy, first, first + n, index_at_least{x, t});
+  }));
+  if (c >= k) return t;
+  c = n;
+  return 0;
+}
+
 }  // namespace
 
 std::size_t topk_select(const float* x, std::size_t n, std::size_t k, std::uint32_t* idx,
@@ -111,25 +139,8 @@ std::size_t topk_select(const float* x, std::size_t n, std::size_t k, std::uint3
   }
 
   // 1. Threshold estimate from a strided sample, with a margin so that usually >= k pass.
-  const std::size_t samples = n < 65536 ? n : 65536, stride = n / samples;
-  detail::temp_vector<std::uint32_t> sample(samples);
-  std::uint32_t* sp = raw(sample);
-  with_policy(samples, [&](auto policy) {
-    thrust::transform(policy, thrust::counting_iterator<std::size_t>(0),
-                      thrust::counting_iterator<std::size_t>(samples), sp, strided_key{x, stride});
-    thrust::sort(policy, sp, sp + samples, thrust::greater<std::uint32_t>());
-    return 0;
-  });
-  const double expected = static_cast<double>(k) * static_cast<double>(samples) / static_cast<double>(n);
-  const std::size_t pos = static_cast<std::size_t>(expected * 1.25) + 32;
-  std::uint32_t t = pos < samples ? static_cast<std::uint32_t>(sample[pos]) : 0u;
   std::size_t c = n;
-  if (t > 0) {
-    c = static_cast<std::size_t>(with_policy(n, [&](auto policy) {
-      return thrust::count_if(policy, first, first + n, index_at_least{x, t});
-    }));
-    if (c < k) t = 0, c = n;
-  }
+  const std::uint32_t t = candidate_threshold(x, n, k, c);
 
   // 2. Candidates in index order, and their keys.
   detail::temp_vector<std::uint32_t> cand(c), key(c);

@@ -39,6 +39,17 @@ const char* consistency_name(std::uint64_t staleness) {
   return "ssp";
 }
 
+consistency_model consistency_model::ssp(std::uint64_t bound) {
+  if (bound == 0 || bound == infinite_staleness)
+    throw bad_request("ssp needs a staleness bound of at least 1 (0 is bsp; no bound is asp)");
+  return {bound};
+}
+
+std::string consistency_model::to_string() const {
+  if (staleness == 0 || staleness == infinite_staleness) return name();
+  return "ssp(" + std::to_string(staleness) + ")";
+}
+
 vector_clock::vector_clock(std::size_t workers) : clocks_(workers, 0) {}
 
 void vector_clock::check(std::uint32_t w) const {

@@ -27,6 +27,24 @@ std::uint64_t staleness_from(const std::string& consistency, std::int64_t stalen
 // "bsp", "ssp" or "asp" for a staleness bound.
 const char* consistency_name(std::uint64_t staleness);
 
+// A job's consistency model, as the cluster view carries it: BSP, SSP with bound k, or
+// ASP, one value whose staleness bound the shards' controllers gate reads on.
+struct consistency_model {
+  std::uint64_t staleness = 0;  // 0: BSP, k: SSP, infinite_staleness: ASP
+
+  static consistency_model bsp() { return {0}; }
+  static consistency_model ssp(std::uint64_t bound);  // bound >= 1, else bad_request
+  static consistency_model asp() { return {infinite_staleness}; }
+  // From --consistency and --staleness (staleness_from's rules and errors).
+  static consistency_model from_flags(const std::string& consistency, std::int64_t staleness) {
+    return {staleness_from(consistency, staleness)};
+  }
+  const char* name() const { return consistency_name(staleness); }
+  // "bsp", "ssp(2)" or "asp".
+  std::string to_string() const;
+  bool operator==(const consistency_model&) const = default;
+};
+
 class vector_clock {
  public:
   explicit vector_clock(std::size_t workers = 0);

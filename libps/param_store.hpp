@@ -1,8 +1,8 @@
 #pragma once
 // Where a shard keeps its parameters and optimizer state, behind one interface so the
 // shard's logic (libps/shard_core.hpp) does not depend on how they are stored: the dense
-// in-memory store (libps/shard_store.hpp) is one implementation; a tiered store (RAM over
-// disk) is another.
+// in-memory store (libps/shard_store.hpp) is the implementation. Sparse rows are kept
+// apart: a RAM tier (libps/row_tier.hpp) over a row_store (libps/row_store.hpp).
 #include <cstdint>
 #include <span>
 #include <vector>

@@ -16,7 +16,7 @@
 #include <string_view>
 #include <vector>
 
-#include "libps/row_tier.hpp"
+#include "libps/row_store.hpp"
 
 namespace rocksdb {
 class DB;
@@ -30,7 +30,9 @@ namespace ps {
 // not do O_DIRECT, e.g. tmpfs); empty when it can.
 std::string direct_io_problem(const std::string& dir);
 
-class row_disk {
+// The RocksDB store of a shard's disk tier (the row_store interface's calls are
+// documented there; what is RocksDB's own is said here).
+class row_disk final : public row_store {
  public:
   // strides: floats per row of each table, by index. name: made part of the directory's
   // name (a shard's name). env: RocksDB's access to files (none: the default; tests give
@@ -51,51 +53,49 @@ class row_disk {
   // pushed[i]: the clock of the row's last push as written (0: written without one).
   // pinned: read the store as pin() left it (throws bad_request when nothing is pinned).
   void read(const std::vector<row_key>& keys, std::vector<std::uint8_t>& found, std::vector<float>& rows,
-            std::vector<std::uint64_t>& pushed, bool pinned = false);
+            std::vector<std::uint64_t>& pushed, bool pinned = false) override;
   // Of at most `page` of the table's rows from id sweep.from on, the ids of those last
   // pushed before sweep.before, rows pushed before sweep.revived_at counting as pushed
   // then (rows restored from a checkpoint live from the clock the job resumed at), and
   // where the next page starts. Throws bad_request naming the path.
-  swept_page expired(const disk_sweep& sweep, std::size_t page = std::size_t{1} << 16);
+  swept_page expired(const disk_sweep& sweep, std::size_t page = std::size_t{1} << 16) override;
   // Of at most `page` of the table's rows from move.from on, those move.moves picks, with
   // their floats, deleted from the store in the same call; and where the next page starts.
   // Throws bad_request naming the path.
-  moved_page take_moved(const disk_move& move, std::size_t page = move_page);
-  static constexpr std::size_t move_page = std::size_t{1} << 14;  // rows (a listed move's: ids) a page
+  moved_page take_moved(const disk_move& move, std::size_t page = move_page) override;
   // Deletes every row of move.table from move.from on that move.moves picks, in one call
   // (page by page, no row copied out), and returns how many: what a copy of a chain kept
   // of a map change once the change is over, so no later scan hands it over again.
-  std::uint64_t drop_moved(disk_move move);
+  std::uint64_t drop_moved(disk_move move) override;
   // Writes rows (one batch, no write-ahead log); throws bad_request naming the path
   // (a full disk among them).
-  void write(const row_write& w);
+  void write(const row_write& w) override;
   // Writes rows 0..count-1 of a table that `keep` accepts, as first touch makes them, in
   // bulk (sorted SST files ingested whole): how a benchmark fills a large table quickly.
   // Returns the rows written. Throws bad_request.
   std::uint64_t fill(std::uint32_t table, std::uint64_t count, const sparse_table_spec& spec,
-                     const std::function<bool(std::uint64_t)>& keep);
+                     const std::function<bool(std::uint64_t)>& keep) override;
   // Writes rows (the RAM tier's changed ones), then makes a checkpoint of the whole store
   // in `dir` (which must not exist; its parent is made): RocksDB's checkpoint hard-links
   // the table files, so checkpoints share the files that did not change (incremental).
   // Throws bad_request naming the paths.
-  void save(const row_write& rows, const std::string& dir);
+  void save(const row_write& rows, const std::string& dir) override;
   // Writes rows (the RAM tier's changed ones), then pins the store as it is now (a
   // RocksDB snapshot), so a chain's tail can seed a new copy with the rows it held at
   // that moment, page by page, while it goes on writing. A new pin replaces the last.
   // Throws bad_request naming the path.
-  void pin(const row_write& rows);
+  void pin(const row_write& rows) override;
   // Of at most `page` of the pinned store's rows of the table from id `from` on: their
   // floats, and where the next page starts. Throws bad_request naming the path, or when
   // nothing is pinned.
-  moved_page pinned_page(std::uint32_t table, std::uint64_t from, std::size_t page = std::size_t{1} << 14) const;
-  void unpin();
+  moved_page pinned_page(std::uint32_t table, std::uint64_t from, std::size_t page = move_page) const override;
+  void unpin() override;
   // Writes what is buffered in memory to files and waits for it (tests: a store whose
   // rows are all in files). Throws bad_request naming the path.
-  void flush();
+  void flush() override;
   // Bytes of the store's files on disk.
-  std::uint64_t bytes_on_disk() const;
-  const std::string& path() const { return path_; }
-  static constexpr std::size_t default_readers = 16;
+  std::uint64_t bytes_on_disk() const override;
+  const std::string& path() const override { return path_; }
 
  private:
   // Calls f(id, stored value) for at most `page` of the table's rows from id `first` on,

@@ -453,4 +453,19 @@ class shard_core {
 // Checks that every key of the ranges belongs to shard `id` under `map`; throws bad_request.
 void check_ownership(const partitioner& map, std::uint32_t id, const std::vector<key_range>& ranges);
 
+// The request checked (epoch, ownership), then `body` run; a bad_request it throws becomes
+// the effects' error, named by the shard. (Here: shard_core.cpp and shard_core_data.cpp use it.)
+template <class Body>
+shard_effects shard_core::checked(const shard_request& r, const std::vector<key_range>& ranges, Body body) {
+  shard_effects fx;
+  fx.error = check(r, ranges);
+  if (!fx.ok()) return fx;
+  try {
+    body(fx);
+  } catch (const bad_request& e) {
+    fx.error = name_ + ": " + e.what();
+  }
+  return fx;
+}
+
 }  // namespace ps

@@ -97,9 +97,60 @@ std::vector<trace_event> read_trace(const std::string& path) {
   return out;
 }
 
+namespace {
+
+using copy_events = std::vector<const trace_event*>;
+
+// BSP reads are exact: walking forwards, no push of clock >= c may precede a read at c.
+void check_bsp_reads(std::uint32_t shard, const copy_events& evs, trace_report& rep) {
+  std::uint64_t highest_push = 0;
+  bool any_push = false;
+  for (const auto* e : evs) {
+    if (e->kind == trace_event::push) {
+      highest_push = any_push ? std::max(highest_push, e->clock) : e->clock;
+      any_push = true;
+    } else if (e->kind == trace_event::pull && e->staleness == 0 && any_push && highest_push >= e->clock) {
+      rep.violations.push_back("shard " + std::to_string(shard) + ": BSP pull by worker " + std::to_string(e->worker) +
+                               " at clock " + std::to_string(e->clock) + " saw a push of clock " +
+                               std::to_string(highest_push));
+    }
+  }
+}
+
+// Every read within its staleness bound: walking backwards, later[w] is the lowest clock
+// of a push by w after this point, and none below the bound may come after the read.
+void check_bounded_reads(std::uint32_t shard, const copy_events& evs, trace_report& rep) {
+  std::map<std::uint32_t, std::uint64_t> later;
+  for (auto it = evs.rbegin(); it != evs.rend(); ++it) {
+    const auto& e = **it;
+    if (e.kind == trace_event::push) {
+      auto [pos, fresh] = later.emplace(e.worker, e.clock);
+      if (!fresh) pos->second = std::min(pos->second, e.clock);
+      continue;
+    }
+    if (e.kind != trace_event::pull) continue;
+    auto where = "shard " + std::to_string(shard) + ": pull by worker " + std::to_string(e.worker) + " at clock " +
+                 std::to_string(e.clock) + " (staleness " + staleness_to_string(e.staleness) + ")";
+    staleness_controller bound(0, e.staleness);
+    auto need = bound.needed_min(e.clock);
+    if (e.min_clock != left_clock) rep.max_lag = std::max(rep.max_lag, e.clock > e.min_clock ? e.clock - e.min_clock : 0);
+    if (e.min_clock < need) rep.violations.push_back(where + " answered while the min clock was " + std::to_string(e.min_clock));
+    for (auto [w, c] : later) {
+      // need = c - s: pushes with clock < need must be in; own pushes with clock < c too.
+      if (c < need)
+        rep.violations.push_back(where + " missed worker " + std::to_string(w) + "'s push of clock " + std::to_string(c) +
+                                 " (applied after it)");
+      else if (w == e.worker && c < e.clock)
+        rep.violations.push_back(where + " missed its own push of clock " + std::to_string(c));
+    }
+  }
+}
+
+}  // namespace
+
 trace_report check_trace(const std::vector<trace_event>& events) {
   trace_report rep;
-  std::map<std::pair<std::uint32_t, std::uint64_t>, std::vector<const trace_event*>> by_copy;
+  std::map<std::pair<std::uint32_t, std::uint64_t>, copy_events> by_copy;
   std::set<std::tuple<std::uint32_t, std::uint64_t, std::uint32_t>> left;  // (shard, copy, worker)
   for (const auto& e : events) {
     if (e.kind == trace_event::push) ++rep.pushes;
@@ -115,47 +166,8 @@ trace_report check_trace(const std::vector<trace_event>& events) {
     if (e.kind == trace_event::pull) ++rep.pulls;
   }
   for (auto& [copy, evs] : by_copy) {
-    const auto shard = copy.first;
-    // BSP reads are exact: walking forwards, no push of clock >= c may precede a read at c.
-    std::uint64_t highest_push = 0;
-    bool any_push = false;
-    for (const auto* e : evs) {
-      if (e->kind == trace_event::push) {
-        highest_push = any_push ? std::max(highest_push, e->clock) : e->clock;
-        any_push = true;
-      } else if (e->kind == trace_event::pull && e->staleness == 0 && any_push && highest_push >= e->clock) {
-        rep.violations.push_back("shard " + std::to_string(shard) + ": BSP pull by worker " +
-                                 std::to_string(e->worker) + " at clock " + std::to_string(e->clock) +
-                                 " saw a push of clock " + std::to_string(highest_push));
-      }
-    }
-    // Walking backwards: later[w] is the lowest clock of a push by w after this point.
-    std::map<std::uint32_t, std::uint64_t> later;
-    for (auto it = evs.rbegin(); it != evs.rend(); ++it) {
-      const auto& e = **it;
-      if (e.kind == trace_event::push) {
-        auto [pos, fresh] = later.emplace(e.worker, e.clock);
-        if (!fresh) pos->second = std::min(pos->second, e.clock);
-        continue;
-      }
-      if (e.kind != trace_event::pull) continue;
-      auto where = "shard " + std::to_string(shard) + ": pull by worker " + std::to_string(e.worker) +
-                   " at clock " + std::to_string(e.clock) + " (staleness " +
-                   staleness_to_string(e.staleness) + ")";
-      staleness_controller bound(0, e.staleness);
-      auto need = bound.needed_min(e.clock);
-      if (e.min_clock != left_clock) rep.max_lag = std::max(rep.max_lag, e.clock > e.min_clock ? e.clock - e.min_clock : 0);
-      if (e.min_clock < need)
-        rep.violations.push_back(where + " answered while the min clock was " + std::to_string(e.min_clock));
-      for (auto [w, c] : later) {
-        // need = c - s: pushes with clock < need must be in; own pushes with clock < c too.
-        if (c < need)
-          rep.violations.push_back(where + " missed worker " + std::to_string(w) + "'s push of clock " +
-                                   std::to_string(c) + " (applied after it)");
-        else if (w == e.worker && c < e.clock)
-          rep.violations.push_back(where + " missed its own push of clock " + std::to_string(c));
-      }
-    }
+    check_bsp_reads(copy.first, evs, rep);
+    check_bounded_reads(copy.first, evs, rep);
   }
   return rep;
 }

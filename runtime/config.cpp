@@ -1,4 +1,5 @@
-// node_config: flags and INI files, their checks, and the actor options they give.
+// node_config: its flags and INI files, parsed, and the apps' own flags (their checks:
+// config_checks.cpp; what they give the roles: job_settings.cpp).
 #include "runtime/node.hpp"
 
 #include <caf/io/all.hpp>
@@ -37,6 +38,14 @@ using std::chrono::milliseconds;
 node_config::node_config() {
   register_types(*this);
   load<caf::io::middleman>();
+  declare_member_options();
+  declare_training_options();
+  declare_durability_options();
+  declare_tuning_options();
+}
+
+// Who this process is, where it listens and whom it trusts.
+void node_config::declare_member_options() {
   opt_group{custom_options_, "global"}
     .add(role, "role", "psnode role: coordinator|server|worker|local|export (local: the whole job of --app here; "
                        "export: --checkpoint-dir's newest checkpoint as .npy files in --out)")
@@ -55,7 +64,12 @@ node_config::node_config() {
     .add(tls_cert, "tls-cert", "PEM certificate of this process: TLS between all members, with --tls-key and --tls-ca "
                                "(value blocks then travel inside TLS: the plain-TCP data plane is off)")
     .add(tls_key, "tls-key", "PEM private key of --tls-cert")
-    .add(tls_ca, "tls-ca", "PEM certificate of the authority that signed every member's certificate")
+    .add(tls_ca, "tls-ca", "PEM certificate of the authority that signed every member's certificate");
+}
+
+// The job: its app, cluster, model and schedule, consistency and compression.
+void node_config::declare_training_options() {
+  opt_group{custom_options_, "global"}
     .add(app, "app", "worker app: fmnist|kvcheck|bench")
     .add(cluster, "cluster", "embedded (one process) | processes (local cluster on loopback)")
     .add(servers, "servers", "number of server shards")
@@ -78,7 +92,13 @@ node_config::node_config() {
     .add(aggregation, "aggregation", "central|block|ring: how the devices' gradients are reduced")
     .add(compression, "compression", "none|fp16|int8|topk: codec of pushes on the wire")
     .add(topk_ratio, "topk-ratio", "fraction of values a topk push sends (error feedback keeps the rest)")
-    .add(pull_compression, "pull-compression", "none|fp16|int8: codec of pull answers on the wire")
+    .add(pull_compression, "pull-compression", "none|fp16|int8: codec of pull answers on the wire");
+}
+
+// What survives failures: checkpoints, chains, the coordinator's state, the disk tier,
+// metrics, and the fault injector that tests it all.
+void node_config::declare_durability_options() {
+  opt_group{custom_options_, "global"}
     .add(checkpoint_dir, "checkpoint-dir", "DIR: the coordinator writes checkpoints here (periodic with --checkpoint-every or --checkpoint-seconds; psctl checkpoint asks for one)")
     .add(checkpoint_every, "checkpoint-every", "K: a checkpoint whenever the minimum clock crosses a multiple of K")
     .add(checkpoint_seconds, "checkpoint-seconds", "T: a checkpoint every T seconds, at the next clock boundary")
@@ -105,13 +125,12 @@ node_config::node_config() {
                                        "http://HOST:P/metrics (0: off); by the launcher or psnode's coordinator")
     .add(faults, "faults", "fault injector, ';'-separated: kill server=I at=C|handoff; kill worker=I at=C; "
                            "slow worker=I factor=F (see docs/checkpoints-and-faults.md)");
-  declare_tuning_options();
 }
 
 // [ps]: tuning, timeouts and the partitioning (--ps.NAME).
 void node_config::declare_tuning_options() {
   opt_group{custom_options_, "ps"}
-    .add(rule, "rule", "server update rule: sum|sgd|adagrad|adam (default: the app's)")
+    .add(rule, "rule", "server update rule: sum|sgd|adagrad|adam, or one the app registered (default: the app's)")
     .add(momentum, "momentum", "sgd momentum")
     .add(chunk_bytes, "chunk-bytes", "largest value payload per message")
     .add(push_chunk_bytes, "push-chunk-bytes", "largest value payload per push message (the smaller of this and "
@@ -372,368 +391,6 @@ std::string node_config::explain_parse_error(const caf::error& err) const {
                                                               : type;
   return argument + ": \"" + argument.substr(eq + 1) + "\" is not " + wanted + " (--" + name + ": " +
          help + ")";
-}
-
-void node_config::validate() const {
-  auto one_of = [](const std::string& name, const std::string& v, std::vector<std::string> ok) {
-    for (const auto& o : ok)
-      if (v == o) return;
-    std::string list;
-    for (const auto& o : ok) list += (list.empty() ? "" : "|") + o;
-    throw bad_request("--" + name + "=" + v + " is not one of " + list);
-  };
-  if (!role.empty()) one_of("role", role, {"coordinator", "server", "worker", "local", "export"});
-  if (role == "export" && (checkpoint_dir.empty() || out.empty()))
-    throw bad_request("--role=export needs --checkpoint-dir=DIR (where the checkpoints are) and --out=DIR");
-  one_of("cluster", cluster, {"embedded", "processes"});
-  one_of("model", model, {"softmax", "mlp"});
-  if (!rule.empty()) rule_handle{rule};  // throws naming the known rules
-  if (servers < 1 || servers > 1024) throw bad_request("--servers must be in [1, 1024]");
-  if (workers < 1 || workers > 1024) throw bad_request("--workers must be in [1, 1024]");
-  if (epochs < 1) throw bad_request("--epochs must be >= 1");
-  if (batch < 1) throw bad_request("--batch must be >= 1");
-  if (!(lr > 0)) throw bad_request("--lr must be > 0");
-  validate_wire();
-  for (const auto& flag : registered_app_flags())
-    if (flag.check && declared(flag.name))
-      if (auto wrong = flag.check(*this); !wrong.empty()) throw bad_request("--" + flag.name + ": " + wrong);
-  eviction_policy_of(eviction);
-  if (handoff != "copy-ahead" && handoff != "cut")
-    throw bad_request("--handoff=" + handoff + ": must be copy-ahead or cut");
-  if (disk_readers < 1 || disk_readers > 256) throw bad_request("--disk-readers=" + std::to_string(disk_readers) + ": must be 1 to 256");
-  if (shard_memory > 0 && shard_memory < min_tier_budget) throw bad_request("--shard-memory must be 0 or at least 1 MiB");
-  if (shard_memory > 0 && (role.empty() || role == "server" || role == "local"))
-    if (auto why = direct_io_problem(shard_dir); !why.empty()) throw bad_request("--shard-dir: " + why);
-  if (!coordinator.empty()) parse_host_port(coordinator);
-  validate_metrics();
-  resolve_endpoint({host, port, listen, advertise});
-  if (given.count("staleness") && staleness < 0)
-    throw bad_request("--staleness=" + std::to_string(staleness) + " must be >= 0 (0: BSP; K: a read waits for "
-                      "every worker to be within K clocks)");
-  staleness_bound("bsp");
-  push_codec();
-  pull_codec();
-  validate_checkpoints();
-  validate_security();
-  if (devices < 1 || devices > 64) throw bad_request("--devices must be in [1, 64]");
-  if (replication < 1 || replication > servers)
-    throw bad_request("--replication=" + std::to_string(replication) + " must be in [1, --servers=" +
-                      std::to_string(servers) + "] (each copy of a shard lives on another server)");
-  auto plan = fault_spec();
-  if (!plan.kills.empty() && cluster == "embedded" && (role.empty() || role == "local"))
-    throw bad_request("--faults: kill needs --cluster=processes (a kill ends the whole process)");
-  if (heartbeat_ms > 0 && failure_timeout_ms < 2 * heartbeat_ms)
-    throw bad_request("--ps.failure-timeout-ms must be at least twice --ps.heartbeat-ms (a late heartbeat is not a failure)");
-  if (retry_ms < -1 || retry_ms == 0 || retry_ms > static_cast<std::int64_t>(timeout_ms))
-    throw bad_request("--ps.retry-ms must be in [1, --ps.timeout-ms]");
-
-  one_of("aggregation", aggregation, {"central", "block", "ring"});
-  one_of("pipeline", pipeline, {"on", "off"});
-  auto slow = parse_slow_worker(slow_worker);
-  if (slow.set && slow.worker >= workers)
-    throw bad_request("--slow-worker=" + slow_worker + ": there are only " + std::to_string(workers) +
-                      " workers (ids 0.." + std::to_string(workers - 1) + ")");
-  parse_straggle(straggle);
-  if (!(target_accuracy > 0 && target_accuracy <= 1)) throw bad_request("--target-accuracy must be in (0, 1]");
-  if (!(eval_every > 0)) throw bad_request("--eval-every must be > 0");
-}
-
-// The [ps] tuning of messages and data connections.
-void node_config::validate_wire() const {
-  if (chunk_bytes < 1024 || chunk_bytes > (256u << 20))
-    throw bad_request("--ps.chunk-bytes must be in [1 KiB, 256 MiB]");
-  if (push_chunk_bytes < 1024 || push_chunk_bytes > (256u << 20))
-    throw bad_request("--ps.push-chunk-bytes must be in [1 KiB, 256 MiB]");
-  if (shm_ring_bytes != 0 && (shm_ring_bytes < (64u << 10) || shm_ring_bytes > (1u << 30)))
-    throw bad_request("--ps.shm-ring-bytes must be 0 (no rings) or in [64 KiB, 1 GiB]");
-  if (shm_push_ring_bytes < (64u << 10) || shm_push_ring_bytes > (1u << 30))
-    throw bad_request("--ps.shm-push-ring-bytes must be in [64 KiB, 1 GiB]");
-  if (inflight_bytes < 1) throw bad_request("--ps.inflight-bytes must be >= 1");
-  if (crowded_inflight_bytes < 1) throw bad_request("--ps.crowded-inflight-bytes must be >= 1");
-  if (tcp_push_chunk_bytes < 1024 || tcp_push_chunk_bytes > (256u << 20))
-    throw bad_request("--ps.tcp-push-chunk-bytes must be in [1 KiB, 256 MiB]");
-  if (busy_poll_us > 100000) throw bad_request("--ps.busy-poll-us must be <= 100000 (0.1 s)");
-  // A name given is checked here; the default, where a kernel lacks it, leaves data
-  // connections on the host's default with the data plane's warning instead of refusing to run.
-  if (tcp_congestion != default_tcp_congestion)
-    if (auto why = check_tcp_congestion(tcp_congestion); !why.empty()) throw bad_request("--ps.tcp-congestion: " + why);
-  if (timeout_ms < 1) throw bad_request("--ps.timeout-ms must be >= 1");
-  if (bucket_bits > 40) throw bad_request("--ps.bucket-bits must be <= 40");
-  if (vnodes < 1 || vnodes > 65536) throw bad_request("--ps.vnodes must be in [1, 65536]");
-}
-
-// --metrics, --metrics-port: written or served by the job's observer, never by a member.
-void node_config::validate_metrics() const {
-  if (metrics_ms < 100) throw bad_request("--ps.metrics-ms must be >= 100");
-  const bool member = role == "server" || role == "worker";
-  if (!metrics.empty()) {
-    if (member)
-      throw bad_request("--metrics: the job's metrics are written by its coordinator (give --metrics=FILE there)");
-    auto dir = std::filesystem::path(metrics).parent_path();
-    if (::access(dir.empty() ? "." : dir.c_str(), W_OK) != 0)
-      throw bad_request("--metrics=" + metrics + ": cannot write there: " + std::strerror(errno));
-  }
-  if (metrics_port != 0 && member)
-    throw bad_request("--metrics-port: the job's metrics are served by its coordinator (give --metrics-port=P there)");
-}
-
-// --secret-file, --tls-*, --ps.max-message-bytes: refused at start-up, not at the first connection.
-void node_config::validate_security() const {
-  if (!parse_log_level(log_level)) throw bad_request("--log-level=" + log_level + " is not one of error|warning|info|debug");
-  if (!secret_file.empty()) read_secret_file(secret_file);  // throws naming the file
-  const bool any_tls = !tls_cert.empty() || !tls_key.empty() || !tls_ca.empty();
-  if (any_tls && (tls_cert.empty() || tls_key.empty() || tls_ca.empty()))
-    throw bad_request("TLS needs all three of --tls-cert, --tls-key and --tls-ca");
-  if (any_tls) tls_context check(tls_cert, tls_key, tls_ca);  // throws naming the file that cannot be used
-  if (max_message_bytes < chunk_bytes + (1u << 20) || max_message_bytes > 0xFFFFFFFFull)
-    throw bad_request("--ps.max-message-bytes must be in [--ps.chunk-bytes + 1 MiB, 4 GiB) (a chunk and its headers "
-                      "must fit; CAF cannot announce 4 GiB)");
-  if (direct_requests > 1) throw bad_request("--ps.direct-requests=" + std::to_string(direct_requests) + ": 1 or 0");
-  if (caller_runs > 1) throw bad_request("--ps.caller-runs=" + std::to_string(caller_runs) + ": 1 or 0");
-}
-
-// Where checkpoints go and come from, and how often.
-void node_config::validate_checkpoints() const {
-  if (!(checkpoint_seconds >= 0) || checkpoint_seconds > 1e6)
-    throw bad_request("--checkpoint-seconds must be in [0, 1e6]");
-  // Only whoever writes the files needs the directory: a server or worker adopts the job's
-  // --checkpoint-every from the coordinator, which has the directory.
-  const bool writes_checkpoints = role.empty() || role == "coordinator" || role == "local";
-  if (!checkpoint_dir.empty() && writes_checkpoints)
-    if (auto why = unwritable_directory(checkpoint_dir); !why.empty()) throw bad_request("--checkpoint-dir: " + why);
-  if (writes_checkpoints && (checkpoint_every > 0 || checkpoint_seconds > 0) && checkpoint_dir.empty())
-    throw bad_request(std::string(checkpoint_every > 0 ? "--checkpoint-every" : "--checkpoint-seconds") +
-                      " needs --checkpoint-dir=DIR");
-  if (!restore.empty() && !std::filesystem::is_directory(restore))
-    throw bad_request("--restore=" + restore + ": no such directory");
-  validate_state_dir();
-}
-
-// A coordinator that can be restarted (--state-dir, --resume).
-void node_config::validate_state_dir() const {
-  if (resume && state_dir.empty()) throw bad_request("--resume needs --state-dir=DIR (where the coordinator saved the job)");
-  if (state_dir.empty()) return;
-  if (role != "coordinator")
-    throw bad_request("--state-dir is for psnode --role=coordinator (a launcher's coordinator ends with its job)");
-  if (auto why = unwritable_directory(state_dir); !why.empty()) throw bad_request("--state-dir: " + why);
-}
-
-fault_plan node_config::fault_spec() const {
-  auto plan = parse_faults(faults);
-  plan.check_against(servers, workers);
-  return plan;
-}
-
-namespace {
-
-// parse_codec, with the flag named in its error.
-codec codec_flag(const std::string& flag, const std::string& value) {
-  try {
-    return parse_codec(value);
-  } catch (const bad_request& e) {
-    throw bad_request("--" + flag + "=" + value + ": " + e.what());
-  }
-}
-
-}  // namespace
-
-codec node_config::push_codec() const {
-  codec c = codec_flag("compression", compression);
-  if (c.kind == codec_kind::topk) c.topk_ratio = topk_ratio;
-  if (!(topk_ratio > 0 && topk_ratio <= 1))
-    throw bad_request("--topk-ratio=" + std::to_string(topk_ratio) + " is not in (0, 1]");
-  return c;
-}
-
-codec node_config::pull_codec() const {
-  codec c = codec_flag("pull-compression", pull_compression);
-  if (c.kind == codec_kind::topk)
-    throw bad_request("--pull-compression=" + pull_compression +
-                      ": pulls take none, fp16 or int8 (top-k would drop most parameters)");
-  return c;
-}
-
-std::uint64_t node_config::staleness_bound(const std::string& app_default) const {
-  return staleness_from(consistency.empty() && staleness < 0 ? app_default : consistency, staleness);
-}
-
-namespace {
-
-// A number filling all of `text`; throws bad_request naming the flag.
-double parse_number(const std::string& flag, const std::string& whole, const std::string& text) {
-  auto v = ps::parse_number(text);
-  if (!v) throw bad_request("--" + flag + "=" + whole + ": \"" + text + "\" is not a number");
-  return *v;
-}
-
-std::pair<std::string, std::string> split_colon(const std::string& flag, const std::string& s,
-                                                const char* form) {
-  auto colon = s.find(':');
-  if (colon == std::string::npos)
-    throw bad_request("--" + flag + "=" + s + " is not " + form);
-  return {s.substr(0, colon), s.substr(colon + 1)};
-}
-
-}  // namespace
-
-slow_worker_spec parse_slow_worker(const std::string& s) {
-  if (s.empty()) return {};
-  auto [id, factor] = split_colon("slow-worker", s, "ID:FACTOR");
-  auto w = parse_number("slow-worker", s, id);
-  auto f = parse_number("slow-worker", s, factor);
-  if (w < 0 || w != std::floor(w)) throw bad_request("--slow-worker=" + s + ": worker id must be a whole number >= 0");
-  if (f < 1) throw bad_request("--slow-worker=" + s + ": FACTOR must be >= 1");
-  return {true, static_cast<std::uint32_t>(w), f};
-}
-
-straggle_spec parse_straggle(const std::string& s) {
-  if (s.empty()) return {};
-  auto [p, factor] = split_colon("straggle", s, "P:FACTOR");
-  auto pv = parse_number("straggle", s, p);
-  auto f = parse_number("straggle", s, factor);
-  if (pv < 0 || pv > 1) throw bad_request("--straggle=" + s + ": P must be in [0, 1]");
-  if (f < 1) throw bad_request("--straggle=" + s + ": FACTOR must be >= 1");
-  return {pv, f};
-}
-
-void apply_runtime_defaults(node_config& cfg) {
-  // With two processes per core pair, work sharing beat work stealing 1.5x across
-  // processes (docs/wire-and-caf.md, "CAF 0.17 facts"); bench_kv re-measures it
-  // (docs/wire-and-caf.md, "Scheduler").
-  if (!caf::get_if<caf::atom_value>(&cfg, "scheduler.policy"))
-    cfg.set("scheduler.policy", caf::atom("sharing"));
-  // A server's or worker's actors only move messages (blocking work has threads of its
-  // own: the data plane, disk I/O, the app), and waking another scheduler thread is a
-  // futex round trip: with one, 4 KiB requests at window 8 moved 1.4-1.7x as many per
-  // second and fmnist trained 20% faster on 2 cores (BENCHMARKS.md).
-  if ((cfg.role == "server" || cfg.role == "worker") &&
-      !caf::get_if<caf::config_value::integer>(&cfg, "scheduler.max-threads"))
-    cfg.set("scheduler.max-threads", caf::config_value::integer{1});
-  // Failure detection of hung or cut-off peers (a killed one is noticed at once anyway):
-  // heartbeats, and a deadline for silence. Explicit middleman.* settings win.
-  if (cfg.heartbeat_ms > 0 && !caf::get_if<caf::timespan>(&cfg, "middleman.heartbeat-interval")) {
-    cfg.set("middleman.heartbeat-interval", caf::timespan{milliseconds(cfg.heartbeat_ms)});
-    cfg.set("middleman.connection-timeout", caf::timespan{milliseconds(cfg.failure_timeout_ms)});
-  }
-  // Value blocks of MiBs come and go many times a second. glibc would map each afresh
-  // and fault its pages in (then zero them); from the heap, freed blocks are reused.
-  // Costs: up to 1 GiB freed memory kept before it is given back. (bench_kv;
-  // docs/wire-and-caf.md, "Memory and the allocator")
-  // For builds on glibc's malloc (-DPS_JEMALLOC=OFF, sanitizers); jemalloc, which the
-  // programs link, keeps freed extents for reuse by itself and ignores this.
-  mallopt(M_MMAP_THRESHOLD, 256 << 20);
-  mallopt(M_TRIM_THRESHOLD, 1 << 30);
-  if (auto level = parse_log_level(cfg.log_level)) set_log_level(*level);
-  // CAF's logger is compiled out of Debian's CAF: its flags would do nothing, silently.
-  for (const char* caf_flag : {"logger.verbosity", "logger.console-verbosity", "logger.file-verbosity"})
-    if (caf::get_if<caf::atom_value>(&cfg, caf::string_view(caf_flag, std::strlen(caf_flag))))
-      log_line(log_level::warning, std::string("--") + caf_flag + " does nothing: CAF's logger is compiled out of " +
-                                       "Debian's CAF; --log-level sets what ActorPS says");
-  // The data plane is plain TCP: under TLS every value block travels in CAF's messages.
-  if (!cfg.tls_cert.empty()) cfg.data_plane_bytes = 0;
-}
-
-update_rule rule_from(const node_config& cfg, const std::string& default_rule) {
-  update_rule r;
-  r.kind = cfg.rule.empty() ? default_rule : cfg.rule;
-  r.lr = static_cast<float>(cfg.lr);
-  r.momentum = static_cast<float>(cfg.momentum);
-  r.validate();
-  return r;
-}
-
-job_settings settings_from(const node_config& cfg, const std::string& default_rule,
-                           const std::string& default_consistency) {
-  return {rule_from(cfg, default_rule), cfg.staleness_bound(default_consistency), {},
-          static_cast<std::uint32_t>(cfg.bucket_bits)};
-}
-
-coordinator_options coordinator_options_from(const node_config& cfg, const job_settings& settings) {
-  coordinator_options o;
-  o.servers = static_cast<std::uint32_t>(cfg.servers);
-  o.workers = static_cast<std::uint32_t>(cfg.workers);
-  o.vnodes = static_cast<std::uint32_t>(cfg.vnodes);
-  o.bucket_bits = settings.bucket_bits;
-  o.rule = settings.rule;
-  o.staleness = settings.staleness;
-  o.checkpoint_every = cfg.checkpoint_every;
-  o.checkpoint_seconds = cfg.checkpoint_seconds;
-  o.checkpoint_dir = cfg.checkpoint_dir;
-  o.wait_report = milliseconds(cfg.wait_report_ms);
-  o.replication = static_cast<std::uint32_t>(cfg.replication);
-  o.spec = settings.spec;
-  o.tables = settings.tables;
-  o.replacement = shard_options_from(cfg, "");
-  o.replacement.faults = {};  // a kill names the original shard's process, not its replacement
-  return o;
-}
-
-shard_options shard_options_from(const node_config& cfg, std::string host) {
-  shard_options o;
-  o.host = std::move(host);
-  o.register_timeout = milliseconds(cfg.register_timeout_ms);
-  o.reply_delay = milliseconds(cfg.reply_delay_ms);
-  // A parked pull must fail with its reason before the client gives up on it.
-  o.park_limit = milliseconds(std::max<std::size_t>(1, cfg.timeout_ms * 9 / 10));
-  o.trace_path = cfg.trace;
-  o.shard_memory = cfg.shard_memory;
-  o.shard_dir = cfg.shard_dir;
-  o.disk_io.readers = cfg.disk_readers;
-  o.eviction = eviction_policy_of(cfg.eviction);
-  o.copy_ahead = cfg.handoff == "copy-ahead";
-  o.faults = cfg.fault_spec();
-  o.forward_timeout = milliseconds(cfg.timeout_ms);
-  o.given = given_settings(cfg);
-  return o;
-}
-
-}  // namespace ps
-
-namespace ps {
-
-namespace {
-
-// The local address of this host's route to host:port: a UDP socket "connected" there
-// (nothing is sent) is bound by the kernel to the interface that reaches it.
-std::string local_address_toward(const std::string& host, std::uint16_t port) {
-  addrinfo hints{};
-  hints.ai_family = AF_INET;
-  hints.ai_socktype = SOCK_DGRAM;
-  addrinfo* res = nullptr;
-  if (int rc = getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &res); rc != 0)
-    throw bad_request("--coordinator: cannot resolve \"" + host + "\": " + gai_strerror(rc));
-  std::unique_ptr<addrinfo, void (*)(addrinfo*)> guard(res, freeaddrinfo);
-  int fd = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) throw bad_request(std::string("socket: ") + std::strerror(errno));
-  sockaddr_in local{};
-  socklen_t len = sizeof local;
-  bool ok = ::connect(fd, res->ai_addr, res->ai_addrlen) == 0 &&
-            getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) == 0;
-  auto err = errno;
-  ::close(fd);
-  if (!ok)
-    throw bad_request("no route to the coordinator at " + host + ":" + std::to_string(port) + ": " +
-                      std::strerror(err) + " (give --advertise=HOST)");
-  char text[INET_ADDRSTRLEN] = {};
-  inet_ntop(AF_INET, &local.sin_addr, text, sizeof text);
-  return text;
-}
-
-}  // namespace
-
-std::size_t node_config::offered_ring_bytes() const {
-  if (shm_ring_bytes == 0) return 0;
-  return role == "worker" ? shm_push_ring_bytes : shm_ring_bytes;
-}
-
-endpoint node_config::endpoint_of() const {
-  auto e = resolve_endpoint({host, port, listen, advertise});
-  if (e.advertise_host.empty() && !coordinator.empty()) {
-    auto [coord_host, coord_port] = parse_host_port(coordinator);
-    e.advertise_host = local_address_toward(coord_host, coord_port);
-  }
-  if (e.advertise_host.empty()) e.advertise_host = e.every_interface() ? "127.0.0.1" : e.bind_host;
-  return e;
 }
 
 }  // namespace ps

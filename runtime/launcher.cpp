@@ -227,6 +227,21 @@ void write_metrics(caf::scoped_actor& observer, const coordinator_actor& coord, 
   view.write_metrics(status);
 }
 
+// A worker's end: its result, or its failure.
+void take_worker_result(job_progress& view, job_result& res, worker_result& r) {
+  view.worker_left(r.worker);
+  if (!r.ok) res.failures.push_back("worker " + std::to_string(r.worker) + ": " + r.json);
+  res.results[r.worker] = std::move(r.json);
+}
+
+// The job's newest map, for what the launcher reports after the job.
+void take_map(job_result& res, const cluster_view& v) {
+  try {
+    res.map = std::make_shared<const partitioner>(map_of(v));
+  } catch (const bad_request&) {  // a map the clients would refuse too: the last good one stands
+  }
+}
+
 }  // namespace
 
 bool watch_coordinator(caf::scoped_actor& observer, const coordinator_actor& coord, job_result& res,
@@ -256,17 +271,8 @@ bool watch_coordinator(caf::scoped_actor& observer, const coordinator_actor& coo
         news(describe(loss, "shard " + std::to_string(loss.shard)));
         res.losses.push_back(loss);
       },
-      [&](done_atom, worker_result& r) {
-        view.worker_left(r.worker);
-        if (!r.ok) res.failures.push_back("worker " + std::to_string(r.worker) + ": " + r.json);
-        res.results[r.worker] = std::move(r.json);
-      },
-      [&](view_atom, const cluster_view& v) {
-        try {
-          res.map = std::make_shared<const partitioner>(map_of(v));
-        } catch (const bad_request&) {  // a map the clients would refuse too: the last good one stands
-        }
-      },
+      [&](done_atom, worker_result& r) { take_worker_result(view, res, r); },
+      [&](view_atom, const cluster_view& v) { take_map(res, v); },
       [&](job_failed_atom, std::string& text) {  // the coordinator ends the job, or the checkpointer asks to
         if (std::find(res.failures.begin(), res.failures.end(), text) == res.failures.end()) res.failures.push_back(text);
         ask_stop(errc::job_failed, text);  // a no-op for a coordinator that is ending already

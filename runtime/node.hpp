@@ -19,7 +19,7 @@
 #include "libps/progress.hpp"
 #include "libps/faults.hpp"
 #include "libps/job_spec.hpp"
-#include "libps/row_disk.hpp"
+#include "libps/row_store.hpp"
 #include "libps/tcp_congestion.hpp"
 
 namespace ps {
@@ -102,7 +102,7 @@ struct node_config : caf::actor_system_config {
   // sparse tables' tiered store (servers)
   std::size_t shard_memory = 0;        // bytes of rows in RAM per shard (0: unlimited, no disk tier)
   std::string shard_dir = "/var/tmp";  // where the disk tier lives (a disk, not tmpfs)
-  std::size_t disk_readers = row_disk::default_readers;  // threads reading a shard's disk tier
+  std::size_t disk_readers = row_store::default_readers;  // threads reading a shard's disk tier
   std::string eviction = "slru";       // lru | slru
   std::string handoff = "copy-ahead";  // copy-ahead | cut: how tiered rows move in a map change
   // fault injector (libps/faults.hpp)
@@ -173,10 +173,15 @@ struct node_config : caf::actor_system_config {
   void validate() const;
   void validate_wire() const;         // part of validate
   void validate_metrics() const;      // part of validate
+  void validate_disk_tier() const;    // part of validate
+  void validate_training() const;     // part of validate
   void validate_checkpoints() const;  // part of validate
   void validate_state_dir() const;    // part of validate_checkpoints
   void validate_security() const;     // part of validate
-  void declare_tuning_options();       // part of the constructor: the [ps] group
+  void declare_member_options();       // parts of the constructor: the global group,
+  void declare_training_options();     // by concern,
+  void declare_durability_options();
+  void declare_tuning_options();       // and the [ps] group
   // The fault plan --faults selects (checked against the cluster size).
   fault_plan fault_spec() const;
   // The push codec --compression and --topk-ratio select.

@@ -101,39 +101,35 @@ kv_client_options client_options(caf::actor_system& sys, const node_config& cfg,
 
 }  // namespace
 
-bool run_worker(caf::actor_system& sys, const node_config& cfg, coordinator_actor coord,
-                const app_fn& app, std::string* error_out, std::shared_ptr<data_plane> plane,
-                const spec_fn& on_spec, errc* code_out) {
-  caf::scoped_actor self{sys};
-  registration reg;
-  std::string err;
-  errc code = errc::failed;
-  node_info me{"worker", cfg.endpoint_of().advertise_host, 0, static_cast<std::uint32_t>(getpid()), {}, 0, 0, protocol_version,
-               given_settings(cfg)};
-  self->request(coord, milliseconds(cfg.register_timeout_ms), register_atom::value, me)
-    .receive([&](registration& r) { reg = std::move(r); },
-             [&](caf::error& e) {
-               code = code_of(e);
-               err = "worker: registration with the coordinator failed: " + describe(e);
-             });
-  std::uint32_t id = reg.id;
-  auto fail = [&](errc c, std::string text) {
+namespace {
+
+// One run_worker's end, said through error_out and code_out.
+struct worker_run {
+  caf::scoped_actor& self;
+  const coordinator_actor& coord;
+  std::string* error_out;
+  errc* code_out;
+  std::uint32_t id = 0;
+  // The worker's end goes through its client once there is one: the client waits for the
+  // coordinator's acknowledgment, across a restart of the coordinator.
+  kv_client* client = nullptr;
+
+  bool fail(errc c, std::string text) {
     if (error_out) *error_out = std::move(text);
     if (code_out) *code_out = c;
     return false;
-  };
+  }
+
   // A failure caused by the job's end (the coordinator tells its workers how it ended
   // before it fails their requests) takes that end's code.
-  auto job_end_code = [&] {
+  errc job_end_code() {
     errc c = errc::failed;
     self->receive([&](stop_atom, std::uint8_t code, std::string&) { c = static_cast<errc>(code); },
                   caf::after(milliseconds(0)) >> [] {});
     return c;
-  };
-  // The worker's end goes through its client once there is one: the client waits for the
-  // coordinator's acknowledgment, across a restart of the coordinator.
-  kv_client* client = nullptr;
-  auto finish = [&](const std::string& text, bool ok) {
+  }
+
+  bool finish(const std::string& text, bool ok) {
     worker_result result{id, ok, ok ? text : json_line{{"error", text}}.dump()};
     if (!client) {
       self->send(coord, done_atom::value, result);
@@ -145,32 +141,60 @@ bool run_worker(caf::actor_system& sys, const node_config& cfg, coordinator_acto
       }
     }
     return ok ? true : fail(job_end_code(), text);
-  };
-  if (!err.empty()) return fail(code, err);
+  }
+};
+
+// The registration, or nullopt with why (and its code) in err and code.
+std::optional<registration> register_worker(caf::scoped_actor& self, const node_config& cfg, const coordinator_actor& coord,
+                                            std::string& err, errc& code) {
+  std::optional<registration> reg;
+  node_info me{"worker", cfg.endpoint_of().advertise_host, 0, static_cast<std::uint32_t>(getpid()), {}, 0, 0, protocol_version,
+               given_settings(cfg)};
+  self->request(coord, milliseconds(cfg.register_timeout_ms), register_atom::value, me)
+    .receive([&](registration& r) { reg = std::move(r); },
+             [&](caf::error& e) {
+               code = code_of(e);
+               err = "worker: registration with the coordinator failed: " + describe(e);
+             });
+  return reg;
+}
+
+}  // namespace
+
+bool run_worker(caf::actor_system& sys, const node_config& cfg, coordinator_actor coord,
+                const app_fn& app, std::string* error_out, std::shared_ptr<data_plane> plane,
+                const spec_fn& on_spec, errc* code_out) {
+  caf::scoped_actor self{sys};
+  std::string err;
+  errc code = errc::failed;
+  auto reg = register_worker(self, cfg, coord, err, code);
+  worker_run run{self, coord, error_out, code_out};
+  if (!reg) return run.fail(code, err);
+  const auto id = run.id = reg->id;
   try {
-    auto spec = spec_from(reg.spec);
+    auto spec = spec_from(reg->spec);
     if (on_spec) on_spec(spec);
   } catch (const bad_request& e) {
-    return finish(std::string("worker ") + std::to_string(id) + ": " + e.what(), false);
+    return run.finish(std::string("worker ") + std::to_string(id) + ": " + e.what(), false);
   }
   std::string unreachable;
-  auto links = connect_shards(sys, reg.view, &unreachable);
-  if (!unreachable.empty()) return finish("worker " + std::to_string(id) + ": " + unreachable, false);
+  auto links = connect_shards(sys, reg->view, &unreachable);
+  if (!unreachable.empty()) return run.finish("worker " + std::to_string(id) + ": " + unreachable, false);
   try {
-    kv_client kv(sys, reg.view, std::move(links),
-                 client_options(sys, cfg, coord, caf::actor_cast<caf::actor>(self), reg, std::move(plane)));
-    client = &kv;
-    worker_context ctx{sys, cfg, id, reg.view.num_workers, reg.view, kv, reg.start_clock, {}, {}};
+    kv_client kv(sys, reg->view, std::move(links),
+                 client_options(sys, cfg, coord, caf::actor_cast<caf::actor>(self), *reg, std::move(plane)));
+    run.client = &kv;
+    worker_context ctx{sys, cfg, id, reg->view.num_workers, reg->view, kv, reg->start_clock, {}, {}};
     // A joiner entered each shard's clock vector at that shard's minimum; one tick puts it
     // at the start clock everywhere (else its first read would wait for itself).
-    if (reg.start_clock > 0) kv.advance_clock(reg.start_clock).get();
+    if (reg->start_clock > 0) kv.advance_clock(reg->start_clock).get();
     ctx.barrier = [&] { kv.barrier(milliseconds(cfg.barrier_timeout_ms)); };
     ctx.report = [&](std::string text) { kv.report(std::move(text)); };
     auto result = app(ctx);
-    return finish(result, true);
+    return run.finish(result, true);
   } catch (const std::exception& e) {
-    client = nullptr;  // gone with the try block
-    return finish("worker " + std::to_string(id) + ": " + e.what(), false);
+    run.client = nullptr;  // gone with the try block
+    return run.finish("worker " + std::to_string(id) + ": " + e.what(), false);
   }
 }
 

@@ -31,7 +31,7 @@
 #include "libps/bulk.hpp"
 #include "libps/checkpoint.hpp"
 #include "libps/consistency.hpp"
-#include "libps/criteo.hpp"
+#include "apps/ctr/criteo.hpp"
 #include "libps/trace.hpp"
 #include "runtime/job_contract.hpp"
 #include "tests/parsed_config.hpp"

@@ -26,6 +26,19 @@ TEST_CASE("staleness_from maps the consistency flags and refuses contradictions"
   CHECK(std::string(consistency_name(infinite_staleness)) == "asp");
 }
 
+TEST_CASE("consistency_model: one value for BSP, SSP(k) and ASP, named and compared") {
+  CHECK(consistency_model::bsp().staleness == 0);
+  CHECK(consistency_model::asp().staleness == infinite_staleness);
+  CHECK(consistency_model::ssp(2).staleness == 2);
+  CHECK(std::string(consistency_model::bsp().name()) == "bsp");
+  CHECK(consistency_model::ssp(3).to_string() == "ssp(3)");
+  CHECK(consistency_model::asp().to_string() == "asp");
+  CHECK(consistency_model::from_flags("ssp", 2) == consistency_model::ssp(2));
+  CHECK(consistency_model::from_flags("", -1) == consistency_model::bsp());
+  CHECK_THROWS_WITH_AS(consistency_model::ssp(0), doctest::Contains("at least 1"), bad_request);
+  CHECK_THROWS_AS(consistency_model::from_flags("bsp", 2), bad_request);
+}
+
 TEST_CASE("vector clock: minimum over live workers; leaving counts as infinity") {
   vector_clock v(3);
   CHECK(v.min_clock() == 0);

@@ -1,4 +1,4 @@
-// Criteo's TSV format (libps/criteo.hpp): rows with missing fields, malformed lines named
+// Criteo's TSV format (apps/ctr/criteo.hpp): rows with missing fields, malformed lines named
 // by file, line and field, gzipped files, and the skip policy.
 #include <doctest/doctest.h>
 
@@ -10,7 +10,7 @@
 
 #include <unistd.h>
 
-#include "libps/criteo.hpp"
+#include "apps/ctr/criteo.hpp"
 #include "libps/keys.hpp"
 
 using namespace ps;

@@ -1,9 +1,9 @@
-// Synthetic click data and its metrics (libps/ctr_data.hpp).
+// Synthetic click data and its metrics (apps/ctr/ctr_data.hpp).
 #include <doctest/doctest.h>
 
 #include <cmath>
 
-#include "libps/ctr_data.hpp"
+#include "apps/ctr/ctr_data.hpp"
 #include "libps/keys.hpp"
 
 using namespace ps;

@@ -1,11 +1,11 @@
-// train_ctr's dense tower (libps/ctr_tower.hpp): gradients against finite differences,
+// train_ctr's dense tower (apps/ctr/ctr_tower.hpp): gradients against finite differences,
 // for the parameters and for the inputs (the embeddings' gradient).
 #include <doctest/doctest.h>
 
 #include <cmath>
 #include <vector>
 
-#include "libps/ctr_tower.hpp"
+#include "apps/ctr/ctr_tower.hpp"
 #include "libps/keys.hpp"
 
 using namespace ps;

@@ -15,7 +15,7 @@
 #include "kernels/kernels.hpp"
 #include "libps/codec.hpp"
 #include "libps/keys.hpp"
-#include "libps/reduction_plan.hpp"
+#include "actors/reduction_plan.hpp"
 #include "tests/kernel_inputs.hpp"
 
 using namespace ps;

@@ -2,6 +2,7 @@
 // The client actor's inside, shared by its files (actors/client/): the requests a caller
 // plans, the client's record per shard and its state, and the functions each concern
 // offers the others. Not part of the public API: kv_client.hpp is.
+#include "actors/data_plane.hpp"
 #include "actors/inline_runner.hpp"
 #include "actors/kv_client.hpp"
 #include "libps/consistency.hpp"

@@ -13,7 +13,7 @@ cluster_view make_view(self_ptr self, const coordinator_options& opts) {
   for (const auto& t : opts.tables) v.tables.push_back(table_msg::from(t));
   v.num_workers = static_cast<std::uint32_t>(self->state.worker_done.size());
   v.job_workers = opts.workers;
-  v.staleness = opts.staleness;
+  v.consistency = {opts.staleness};
   v.checkpoint_every = opts.checkpoint_every;
   v.checkpointer = opts.checkpointer;
   if (opts.checkpointer) v.checkpoint_dir = opts.checkpoint_dir;

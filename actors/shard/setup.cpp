@@ -64,7 +64,7 @@ shard_config config_of(const registration& reg, const shard_options& opts, const
   for (const auto& t : reg.view.tables) c.tables.push_back(t.to_spec());
   c.rule = reg.view.rule.to_rule();
   c.num_workers = reg.view.num_workers;
-  c.staleness = reg.view.staleness;
+  c.staleness = reg.view.consistency.staleness;
   c.checkpoint_every = reg.view.checkpoint_every;
   c.sends_checkpoints = static_cast<bool>(reg.view.checkpointer);
   if (!opts.replaces && !opts.replica) c.kill_at = opts.faults.kill_clock(fault_plan::role::server, reg.id);

@@ -1,10 +1,10 @@
-// libFuzzer: a line of Criteo's TSV format (libps/criteo) parses or is refused with
+// libFuzzer: a line of Criteo's TSV format (apps/ctr/criteo) parses or is refused with
 // bad_request naming the line.
 #include <cstddef>
 #include <cstdint>
 #include <string>
 
-#include "libps/criteo.hpp"
+#include "apps/ctr/criteo.hpp"
 #include "libps/keys.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {

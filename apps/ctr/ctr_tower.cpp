@@ -1,4 +1,4 @@
-#include "libps/ctr_tower.hpp"
+#include "apps/ctr/ctr_tower.hpp"
 
 #include <algorithm>
 #include <cmath>

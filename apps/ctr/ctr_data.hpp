@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "libps/criteo.hpp"
+#include "apps/ctr/criteo.hpp"
 
 namespace ps {
 

@@ -1,4 +1,4 @@
-#include "libps/ctr_data.hpp"
+#include "apps/ctr/ctr_data.hpp"
 
 #include <algorithm>
 #include <cmath>

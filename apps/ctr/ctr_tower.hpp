@@ -50,7 +50,7 @@ class tower_compute {
   virtual std::string backend() const = 0;
 };
 
-// The tower on the host: the kernels' host build (Thrust on OpenMP; libps/tower_host.cpp).
+// The tower on the host: the kernels' host build (Thrust on OpenMP; apps/ctr/tower_host.cpp).
 std::unique_ptr<tower_compute> host_tower(const ctr_tower& shape);
 
 }  // namespace ps

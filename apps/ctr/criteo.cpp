@@ -1,4 +1,4 @@
-#include "libps/criteo.hpp"
+#include "apps/ctr/criteo.hpp"
 
 #include <zlib.h>
 

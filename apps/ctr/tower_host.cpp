@@ -5,8 +5,8 @@
 #include <vector>
 
 #include "kernels/kernels.hpp"
-#include "libps/ctr_tower.hpp"
-#include "libps/tower_on.hpp"
+#include "apps/ctr/ctr_tower.hpp"
+#include "apps/ctr/tower_on.hpp"
 
 namespace ps {
 

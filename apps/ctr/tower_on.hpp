@@ -4,14 +4,14 @@
 // host floats as the kernels read them; output(staging, host, n), where the kernels write
 // what ends at `host`, and done(host, staging, n) once they have (the host device reads and
 // writes the caller's memory in place, CUDA stages it in device memory); and the kernels
-// of kernels/dense.cu. host_device is in libps/tower_host.cpp, cuda_device in
+// of kernels/dense.cu. host_device is in apps/ctr/tower_host.cpp, cuda_device in
 // apps/ctr_backend.cpp.
 #include <algorithm>
 #include <cmath>
 #include <utility>
 #include <vector>
 
-#include "libps/ctr_tower.hpp"
+#include "apps/ctr/ctr_tower.hpp"
 
 namespace ps {
 
