@@ -41,8 +41,8 @@ namespace ps {
 
 class write_batch;
 
-struct data_plane_frame;  // a payload on its way out (data_plane.cpp)
-struct plane_link;        // how proxies reach their plane (data_plane.cpp)
+struct data_plane_frame;  // a payload on its way out (actors/plane/plane_internal.hpp)
+struct plane_link;        // how proxies reach their plane (actors/plane/plane_internal.hpp)
 
 // Where a data plane listens and what it announces (the same host on one machine; across
 // hosts the bind address may be every interface and the announced one the route's).

@@ -463,7 +463,7 @@ using shard_actor = caf::typed_actor<
   caf::replies_to<stop_atom, std::uint8_t, std::string>::with<caf::ok_atom>>;
 
 // A worker's key-value client, as the coordinator talks to it once it subscribed with
-// (view, worker): its other messages are its own (actors/kv_client.cpp).
+// (view, worker): its other messages are its own (actors/client/client_actor.cpp).
 using client_actor = caf::typed_actor<
   // A new shard map (after a failover or a replacement).
   caf::reacts_to<view_atom, cluster_view>,

@@ -456,7 +456,7 @@ bool sim_run::cut_off(caf::resumable* job) const {
 }
 
 // Server k hosts copy j of shard k - j (j = 0: the head of shard k), as the shards
-// place their copies (actors/server_shard.cpp, spawn_replicas).
+// place their copies (actors/shard/setup.cpp, spawn_replicas).
 std::vector<caf::actor> sim_run::server_actors(std::uint32_t k) const {
   const auto n = plan_.servers;
   if (plan_.replication < 2) return {view_.shards[k].handle};  // set in one process

@@ -61,7 +61,7 @@ std::string inconsistency(const coordinator_record& r) {
     if (r.shards[i].id != i) return "shard entry " + std::to_string(i) + " has id " + std::to_string(r.shards[i].id);
   for (const auto& s : r.shards) {
     // Copies of the job's start are below its server count, grown ones name their
-    // process after it (actors/coordinator.cpp, grown_position).
+    // process after it (actors/coordinator/chains.cpp, grown_position).
     const auto positions = r.servers + r.shards.size();
     std::set<std::uint32_t> seen;
     for (auto position : s.chain)

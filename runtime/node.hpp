@@ -1,5 +1,5 @@
 #pragma once
-// Process-level wiring (runtime/config.cpp, worker.cpp, launcher.cpp, roles.cpp) shared by psnode, train_fmnist, bench_kv and the tests: the
+// Process-level wiring (runtime/config.cpp, config_checks.cpp, job_settings.cpp, worker.cpp, launcher.cpp, roles.cpp) shared by psnode, train_fmnist, bench_kv and the tests: the
 // configuration (CAF config: INI files plus --flags), the server and worker roles, and
 // a launcher that runs a whole job either embedded (one process, no sockets) or as a
 // local cluster of psnode processes on loopback.
