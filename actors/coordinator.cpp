@@ -10,8 +10,7 @@ namespace coordinator_internal {
 // after a restart is acknowledged and changes nothing.
 caf::ok_atom worker_done(self_ptr self, const coordinator_options& opts, const worker_result& result) {
   auto& st = self->state;
-  if (result.worker >= st.worker_done.size() || st.worker_done[result.worker]) return caf::ok_atom::value;
-  st.results[result.worker] = {result.ok, result.json};
+  if (!st.core.record_result(result.worker, result.ok, result.json)) return caf::ok_atom::value;
   tell(opts, "worker " + std::to_string(result.worker) + " finished: " + result.json, done_atom::value, result);
   worker_finished(self, opts, result.worker);
   return caf::ok_atom::value;
@@ -22,7 +21,7 @@ caf::ok_atom worker_done(self_ptr self, const coordinator_options& opts, const w
 using namespace coordinator_internal;
 
 coordinator_actor::behavior_type coordinator(self_ptr self, coordinator_options opts) {
-  self->state.worker_done.assign(opts.workers, false);
+  self->state.core = coordinator_core(opts.servers, opts.workers, opts.replication);
   if (opts.checkpoint_seconds > 0 && opts.checkpointer)
     self->delayed_send(self, checkpoint_period(opts), checkpoint_atom::value);
   if (opts.wait_report.count() > 0 && !opts.resume) self->delayed_send(self, opts.wait_report, wait_report_atom::value);

@@ -13,6 +13,7 @@
 #include "actors/messages.hpp"
 #include "actors/server_shard.hpp"
 #include "libps/checkpoint.hpp"
+#include "libps/coordinator_core.hpp"
 #include "libps/coordinator_record.hpp"
 #include "libps/job_spec.hpp"
 #include "libps/update_rule.hpp"
@@ -86,27 +87,19 @@ struct coordinator_state {
     bool server = false;
   };
   std::vector<parked_registration> waiting;
-  std::uint32_t next_worker = 0;
-  std::uint32_t finished_workers = 0;  // done or dead
-  std::map<std::uint32_t, caf::typed_response_promise<std::uint64_t>> barrier;  // by worker
-  std::uint64_t barrier_generation = 0;  // barriers released so far
-  std::map<std::uint32_t, coordinator_record::result> results;  // the workers' ends, saved for a resume
-  // A resumed job waits for its members to come back (rejoin): these have not yet.
-  bool resuming = false;
-  std::set<std::uint32_t> absent_workers;
-  // Per shard, the copies (by the place they were started at, as in the record's chains)
-  // not back yet, and those back.
+  // The job's phase, members, barrier and results: its decisions (libps/coordinator_core).
+  coordinator_core core;
+  // The workers parked at the barrier (the core knows which), by worker.
+  std::map<std::uint32_t, caf::typed_response_promise<std::uint64_t>> barrier;
+  // A resumed job waits for its members to come back (rejoin): per shard, the copies (by
+  // the place they were started at, as in the record's chains) not back yet, and those back.
   std::map<std::uint32_t, std::set<std::uint32_t>> absent_copies;
   std::map<std::uint32_t, std::map<std::uint32_t, caf::actor>> rejoined_copies;
   std::map<caf::actor_addr, std::string> members;  // monitored address -> description
   std::map<caf::actor_addr, std::uint32_t> worker_ids;
   std::vector<worker_actor> worker_handles;  // the registered workers: told when the job ends
-  bool ending = false;                     // end_job has begun: waiting for the shards' acks
-  bool stopping = false;                   // asked to stop: its last checkpoint is being written
   caf::error end_reason;                   // why it ended (none: completed)
-  std::vector<bool> worker_done;  // by worker id: the initial ones plus those that joined
   std::uint64_t epoch = 1;
-  bool view_out = false;                           // the map has been handed out
   std::map<caf::actor_addr, std::uint32_t> shard_ids;  // every copy of a shard (heads, replicas) -> its id
   std::map<caf::actor_addr, std::uint32_t> copy_positions;  // a replica -> where it was started (others: 0)
   std::vector<shard_actor> copies;                     // every copy: told views and departures
@@ -122,8 +115,6 @@ struct coordinator_state {
   std::set<std::uint32_t> ungrowable;  // shards whose tail refused to seed a copy (a disk tier)
   // A leaver's copies further down its chain: stopped with it once clients drained it.
   std::map<std::uint32_t, std::vector<caf::actor>> leavers_copies;
-  std::size_t replicas_registered = 0;
-  bool view_ready = false;                             // the map (and chains) are complete
   std::vector<client_actor> view_subscribers;      // workers' key-value clients
   partitioner::placement_list placement;           // after joins: the dense buckets' owners (empty: fresh)
   bool joining = false;  // a shard is joining or leaving: keys are being handed over

@@ -15,7 +15,8 @@
 #include "libps/consistency.hpp"
 #include "libps/job_spec.hpp"
 #include "libps/keys.hpp"
-#include "libps/shard_core.hpp"
+#include "libps/sparse_table.hpp"
+#include "libps/update_loss.hpp"
 #include "libps/update_rule.hpp"
 
 namespace ps {

@@ -2,6 +2,7 @@
 #include "apps/apps.hpp"
 #include "apps/app_common.hpp"
 #include "apps/ctr_app.hpp"
+#include "actors/data_plane.hpp"
 #include "apps/rowcheck.hpp"
 #include "apps/elastic_load.hpp"
 #include "apps/sparse_bench.hpp"

@@ -29,6 +29,7 @@
 #include "libps/row_tier.hpp"
 #include "libps/sparse_table.hpp"
 #include "libps/trace.hpp"
+#include "libps/update_loss.hpp"
 #include "libps/update_rule.hpp"
 
 namespace ps {
@@ -75,18 +76,6 @@ struct shard_config {
   std::uint64_t write_backlog_bytes = std::uint64_t{64} << 20;
 };
 
-// A replacement shard's account, per worker, of the updates that died with the shard it
-// replaces: clocks from_clock .. from_clock+lost_clocks-1 (at most that many under SSP/ASP,
-// where the checkpoint may hold some of them).
-struct update_loss {
-  std::uint32_t shard = 0;
-  std::uint32_t worker = 0;
-  std::uint64_t from_clock = 0;
-  std::uint64_t lost_clocks = 0;
-  bool at_most = false;
-};
-// "shard 1: worker 0: updates of clocks 16..19 were lost with the dead shard (lost_clocks=4)".
-std::string describe(const update_loss& loss, const std::string& shard_name);
 
 struct shard_effects {
   std::string error;                     // the request was refused (names this shard)

@@ -1,7 +1,7 @@
 // From a node_config to what the roles run with: codecs, stragglers, the runtime's
 // defaults, the update rule, the job's settings, the coordinator's and a shard's options,
 // this node's endpoint.
-#include "runtime/node.hpp"
+#include "runtime/node_parts.hpp"
 
 #include <caf/io/all.hpp>
 

@@ -13,7 +13,6 @@
 
 #include <nlohmann/json.hpp>
 
-#include "actors/coordinator.hpp"
 #include "actors/kv_client.hpp"
 #include "libps/endpoint.hpp"
 #include "libps/progress.hpp"
@@ -318,10 +317,6 @@ int run_export_role(const node_config& cfg, const job_settings& settings);
 
 // The update rule from the config (--ps.rule, else default_rule; --lr, --ps.momentum).
 update_rule rule_from(const node_config& cfg, const std::string& default_rule);
-// Actor settings from the config.
-coordinator_options coordinator_options_from(const node_config& cfg, const job_settings& settings);
-struct shard_options;
-shard_options shard_options_from(const node_config& cfg, std::string host);  // host "": embedded
 
 // --slow-worker=ID:FACTOR and --straggle=P:FACTOR; throw bad_request naming the flag.
 struct slow_worker_spec {

@@ -9,6 +9,7 @@
 #include <string>
 #include <thread>
 
+#include "actors/coordinator.hpp"
 #include "libps/checkpoint.hpp"
 #include "runtime/guarded_net.hpp"
 #include "runtime/node.hpp"
@@ -60,5 +61,9 @@ running_coordinator start_coordinator(caf::actor_system& sys, const node_config&
 // The job's verdict after the coordinator ended: workers' error results become failures,
 // fewer than expected_results results too (when given); then ok, reason and code.
 void conclude(job_result& res, std::optional<std::size_t> expected_results);
+
+// Actor settings from the config.
+coordinator_options coordinator_options_from(const node_config& cfg, const job_settings& settings);
+shard_options shard_options_from(const node_config& cfg, std::string host);  // host "": embedded
 
 }  // namespace ps

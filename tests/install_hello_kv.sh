@@ -10,6 +10,14 @@ cmake --install "$build" --prefix "$work/prefix" >/dev/null
 if grep -n "librocksdb" "$work"/prefix/lib*/cmake/ActorPS/ActorPSTargets*.cmake; then
   echo "the installed targets name RocksDB by this machine's path"; exit 1
 fi
+# Only the public API's headers are installed: <actorps/actorps.hpp> and what it includes.
+installed=$(cd "$work/prefix/include/actorps" && find . -name '*.hpp' | sed 's#^\./##' | grep -v '^actorps\.hpp$' | sort)
+public=$("$source/tools/public_headers.sh" --list | grep -v '^include/' | grep -v '^{' | sort)
+if [ "$installed" != "$public" ]; then
+  echo "installed headers differ from what actorps.hpp includes (CMakeLists.txt's PS_PUBLIC_HEADERS):"
+  diff <(echo "$installed") <(echo "$public") || true
+  exit 1
+fi
 cmake -S "$source/examples" -B "$work/hello" -DCMAKE_PREFIX_PATH="$work/prefix" -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build "$work/hello" -j2 >/dev/null
 "$work/hello/hello_kv" --servers=2 --workers=3

@@ -27,6 +27,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "actors/data_plane.hpp"
 #include "apps/apps.hpp"
 #include "libps/bulk.hpp"
 #include "libps/checkpoint.hpp"
@@ -34,6 +35,7 @@
 #include "apps/ctr/criteo.hpp"
 #include "libps/trace.hpp"
 #include "runtime/job_contract.hpp"
+#include "runtime/node_parts.hpp"
 #include "tests/parsed_config.hpp"
 #include "tests/program_output.hpp"
 

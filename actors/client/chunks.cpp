@@ -135,7 +135,7 @@ void send_pull(const chunk_send& s, std::uint64_t tag, request_header h) {
       },
       [=](caf::error& err) {
         // A sending taken for a failover: its landing, if any, is the next sending's.
-        if (!self->state.routes[s.idx].sent.count(tag)) return;
+        if (!self->state.core.at(s.idx).sent.count(tag)) return;
         unexpect();
         request_failed(self, s.idx, tag, err, std::string(names_of(req->kind)) + " of " + describe_keys(req->chunks[c]));
       });
@@ -269,7 +269,7 @@ void replan_request(client_ptr self, op_request& req) {
   }
   auto keys = req.chunks.empty() ? 0 : count_keys_of(req.chunks);
   req.chunks = plan_chunks(pieces_by_map(st, req.chunks), st.chunk_bytes[static_cast<std::size_t>(req.kind)]);
-  req.hdr.epoch = st.map_epoch;
+  req.hdr.epoch = st.core.map_epoch();
   if (req.kind == op_kind::pull) {
     if (!req.in_place) req.op->values.resize(keys);
     req.in_place = true;
@@ -290,7 +290,7 @@ void replan_request(client_ptr self, op_request& req) {
 
 void dispatch(client_ptr self, const std::shared_ptr<op_request>& req) {
   auto& st = self->state;
-  if (req->hdr.epoch < st.map_epoch) replan_request(self, *req);
+  if (req->hdr.epoch < st.core.map_epoch()) replan_request(self, *req);
   auto op = req->op;
   std::vector<std::size_t> untouched;
   auto last = req->then_tick ? last_chunks(self, *req, untouched) : std::map<std::size_t, std::size_t>{};
@@ -316,7 +316,7 @@ void replan_pull(const chunk_send& s) {
   auto again = std::make_shared<op_request>();
   again->kind = op_kind::pull;
   again->hdr = s.req->hdr;
-  again->hdr.epoch = st.map_epoch;
+  again->hdr.epoch = st.core.map_epoch();
   again->op = s.req->op;
   again->chunks = plan_chunks(pieces, st.chunk_bytes[static_cast<std::size_t>(op_kind::pull)]);
   again->in_place = true;

@@ -5,6 +5,7 @@
 #include "actors/data_plane.hpp"
 #include "actors/inline_runner.hpp"
 #include "actors/kv_client.hpp"
+#include "libps/client_core.hpp"
 #include "libps/consistency.hpp"
 #include "libps/faults.hpp"
 #include "libps/log.hpp"
@@ -96,6 +97,8 @@ struct pending_request {
   // client's own timeout delivers sec::request_timeout under it, see sweep_overdue).
   caf::actor_clock::time_point sent_at{};  // by the actor's clock (simulated in tests)
   caf::message_id answer_id{};
+  // An answer is awaited under the request timeout (client_core::overdue).
+  bool timed() const { return answer_id.is_response(); }
 };
 
 // Everything the client keeps about one shard: one record per shard.
@@ -103,12 +106,7 @@ struct shard_route {
   shard_link link;        // the shard's head (pushes, ticks)
   shard_actor tail;       // who answers pulls (the head without replication)
   shard_entry entry;      // the map's view of it (host, port, handle)
-  std::string down;       // non-empty: why it is gone
-  // Requests sent and not yet answered, by tag (send order), and requests waiting for the
-  // in-flight budget or for a failover, in order.
-  std::map<std::uint64_t, pending_request> sent;
-  std::deque<pending_request> queued;
-  std::uint64_t inflight_bytes = 0;
+  std::string down;       // non-empty: why it is gone (its requests are in client_core's flow)
   std::uint64_t acked_tick = 0;   // highest clock tick it acknowledged
   std::uint64_t generation = 0;   // bumped per failover (stale timers ignore)
   bool abandoned = false;         // the coordinator said no replacement will come
@@ -134,7 +132,9 @@ inline const shard_actor& tail_of(const shard_route& r) {
 struct client_state {
   std::vector<shard_route> routes;
   std::map<std::uint32_t, std::size_t> index;  // shard id -> position in routes
-  std::uint64_t next_tag = 0;
+  // The requests per route (the same position), in flight and waiting, the fence and the
+  // map's epoch: the client's decisions about them (libps/client_core.hpp).
+  client_core<pending_request> core;
   std::uint64_t epoch = 1;
   std::uint32_t worker = 0;
   coordinator_actor coordinator;  // none: no failover, a dead shard fails its requests at once
@@ -164,27 +164,16 @@ struct client_state {
   std::string coordinator_lost;   // non-empty while the coordinator is away (why it went down)
   std::chrono::milliseconds timeout;
   bool overdue_armed = false;  // a sweep for overdue requests is scheduled
-  // Flow control per shard: CAF's broker buffers every queued message in one growing
-  // buffer and shifts it after each partial write, so hundreds of MB queued on one
-  // connection cost quadratic copying (window 8 x 16 MiB ran 4x slower than window 1).
-  // Chunks beyond inflight_limit bytes wait here instead.
-  std::uint64_t inflight_limit = 0;
-  std::uint64_t crowded_inflight_limit = 0;  // instead, on a crowded host, when smaller
   std::shared_ptr<kv_cluster_events> stats;
-  // The map requests are planned by (shared with the caller's thread through stats) and
-  // its epoch; requests planned by an older one may still be on their way.
+  // The map requests are planned by (shared with the caller's thread through stats; its
+  // epoch is core.map_epoch()); requests planned by an older one may still be on their way.
   std::shared_ptr<const partitioner> map;
-  std::uint64_t map_epoch = 0;
   // By op_kind (push, init, pull, clock): the options' chunk_bytes_of(kind), for requests
   // planned again.
   std::array<std::uint64_t, static_cast<std::size_t>(op_kind::clock) + 1> chunk_bytes{};
   std::function<void(const std::string&, std::uint16_t)> dial;  // kv_client_options::dial
   // The highest clock this worker has ticked (a shard that joins gets it first).
   std::uint64_t issued_tick = 0;
-  // After a map change: while writes planned by an older map are unacknowledged (a shard
-  // passes their moved part on to the new owner), reads and ticks planned by the new map
-  // wait, so a new owner never counts a clock, or answers a read, before those updates.
-  bool fence = false;
   // Reads refused as moved before the map that moved them arrived, by batch: planned
   // again when it arrives, failed when it does not come within the request timeout.
   std::map<std::uint64_t, std::vector<pending_request>> moved_reads;
@@ -255,7 +244,7 @@ auto ask_shard(client_ptr self, std::size_t idx, std::uint64_t tag, const shard_
   if (target != caf::actor_cast<caf::abstract_actor*>(route.direct_head) &&
       target != caf::actor_cast<caf::abstract_actor*>(route.direct_tail))
     self->state.stats->caf_requests.fetch_add(1, std::memory_order_relaxed);
-  auto& sent = self->state.routes[idx].sent;
+  auto& sent = self->state.core.at(idx).sent;
   if (auto it = sent.find(tag); it != sent.end()) it->second.answer_id = handle.id();
   return handle;
 }
@@ -266,13 +255,10 @@ const char* names_of(op_kind k);
 std::string describe_keys(const key_range& first, const key_range& last, std::size_t n);
 std::string describe_keys(const chunk& c);
 std::uint64_t next_sequence();
-bool read_would_overtake(const shard_route& r);
-bool writes_in_flight(const shard_route& r);
-bool stale_writes_outstanding(const client_state& st);
-bool held_by_fence(const client_state& st, const pending_request& r);
 void lift_fence(client_ptr self);
 void report_if_idle(client_ptr self, std::size_t idx);
 bool crowded_over_tcp(const client_state& st, const shard_route& route);
+void add_flow(client_state& st, shard_route r);
 void pump(client_ptr self, std::size_t idx);
 void submit(client_ptr self, std::size_t idx, pending_request r);
 void arm_overdue_sweep(client_ptr self, caf::actor_clock::time_point due);
@@ -295,7 +281,7 @@ void plane_connect_early(client_ptr self, std::size_t idx);
 void read_moved(client_ptr self, std::size_t idx, std::uint64_t tag);
 void request_failed(client_ptr self, std::size_t idx, std::uint64_t tag, const caf::error& err,
                     const std::string& what);
-std::deque<pending_request> take_pending(client_ptr self, shard_route& route);
+std::deque<pending_request> take_pending(client_ptr self, std::size_t idx);
 void fail_all(client_ptr self, std::size_t idx, const std::string& reason, bool ticks_done = false);
 void abandon_for_coordinator(client_ptr self, std::size_t i);
 void shard_down(client_ptr self, std::size_t i, const std::string& reason);

@@ -7,13 +7,10 @@ namespace ps::client_internal {
 // map has not come yet, parked until it does (at most the request timeout).
 void read_moved(client_ptr self, std::size_t idx, std::uint64_t tag) {
   auto& st = self->state;
-  auto it = st.routes[idx].sent.find(tag);
-  auto r = std::move(it->second);
-  st.routes[idx].inflight_bytes -= r.bytes;
-  st.routes[idx].sent.erase(it);
+  auto r = std::move(*st.core.settle(idx, tag));
   pump(self, idx);
   report_if_idle(self, idx);
-  if (st.map_epoch > r.plan_epoch) return r.replan();
+  if (st.core.map_epoch() > r.plan_epoch) return r.replan();
   auto batch = st.next_moved_batch;
   if (st.moved_reads.empty() || st.moved_reads.rbegin()->first != batch) {
     batch = ++st.next_moved_batch;
@@ -27,15 +24,16 @@ void read_moved(client_ptr self, std::size_t idx, std::uint64_t tag) {
 void request_failed(client_ptr self, std::size_t idx, std::uint64_t tag, const caf::error& err,
                     const std::string& what) {
   auto& st = self->state;
-  auto it = st.routes[idx].sent.find(tag);
-  if (it == st.routes[idx].sent.end()) return;
+  auto& sent = st.core.at(idx).sent;
+  auto it = sent.find(tag);
+  if (it == sent.end()) return;
   if (code_of(err) == errc::moved && it->second.replan) return read_moved(self, idx, tag);
   if (code_of(err) == errc::unsent) return send_again_through_caf(self, idx, tag);
   // Bounced by a copy that has ended (before its down message got here): the same news.
   if (err == caf::sec::request_receiver_down && st.routes[idx].down.empty() && !st.routes[idx].abandoned) {
     shard_down(self, idx, st.routes[idx].link.name + " is down (" + describe(err) + ")");
-    it = st.routes[idx].sent.find(tag);  // shard_down may have failed it already (fail_all)
-    if (it == st.routes[idx].sent.end()) return;
+    it = sent.find(tag);  // shard_down may have failed it already (fail_all)
+    if (it == sent.end()) return;
   }
   if (!st.routes[idx].down.empty() && st.coordinator && !st.routes[idx].abandoned) return;
   auto op = it->second.op;
@@ -47,17 +45,10 @@ void request_failed(client_ptr self, std::size_t idx, std::uint64_t tag, const c
 // sendings taken are not answered under their tags any more: each one's CAF response
 // handler is released with an error (else a dead shard's would be kept for good), which
 // finds its tag gone and does nothing.
-std::deque<pending_request> take_pending(client_ptr self, shard_route& route) {
-  std::deque<pending_request> all;
-  for (auto& [tag, r] : route.sent) {
+std::deque<pending_request> take_pending(client_ptr self, std::size_t idx) {
+  for (auto& [tag, r] : self->state.core.at(idx).sent)
     if (r.answer_id.is_response()) answer_with_error(self, r.answer_id, caf::sec::request_receiver_down);
-    all.push_back(std::move(r));
-  }
-  for (auto& r : route.queued) all.push_back(std::move(r));
-  route.sent.clear();
-  route.queued.clear();
-  route.inflight_bytes = 0;
-  return all;
+  return self->state.core.take_all(idx);
 }
 
 // Every request to shard idx (sent or queued) fails with `reason`; with ticks_done, its
@@ -65,7 +56,7 @@ std::deque<pending_request> take_pending(client_ptr self, shard_route& route) {
 // gate nothing).
 void fail_all(client_ptr self, std::size_t idx, const std::string& reason, bool ticks_done) {
   auto& st = self->state;
-  for (auto& r : take_pending(self, st.routes[idx])) {
+  for (auto& r : take_pending(self, idx)) {
     if (ticks_done && r.tick) chunk_answered(r.op.get());
     else r.op->finish(r.op->what + " failed: " + reason);
   }
@@ -132,7 +123,7 @@ void add_route(client_ptr self, const shard_entry& e, std::uint64_t epoch) {
             caf::actor_cast<shard_actor>(e.handle)};
   r.entry = e;
   r.tail = r.link.handle;
-  st.routes.push_back(std::move(r));
+  add_flow(st, std::move(r));
   auto idx = st.routes.size() - 1;
   st.index[e.id] = idx;
   self->monitor(e.handle);
@@ -177,13 +168,12 @@ void take_new_map(client_ptr self, const cluster_view& view) {
       return;
     }
   st.map = next;
-  st.map_epoch = next->epoch();
+  st.core.map_changed(next->epoch());  // raises the fence
   {
     std::lock_guard<std::mutex> lock(st.stats->mtx);
     st.stats->map = next;
   }
   st.stats->changed.notify_all();
-  st.fence = true;
   for (const auto& e : view.shards)
     if (!st.index.count(e.id)) add_route(self, e, view.epoch);
   for (std::size_t idx = 0; idx < st.routes.size(); ++idx) {
@@ -212,7 +202,7 @@ bool same_shards(const partitioner& map, const cluster_view& view) {
 void apply_view(client_ptr self, const cluster_view& view) {
   auto& st = self->state;
   st.epoch = std::max(st.epoch, view.epoch);
-  if (view.epoch > st.map_epoch && !same_shards(*st.map, view)) take_new_map(self, view);
+  if (view.epoch > st.core.map_epoch() && !same_shards(*st.map, view)) take_new_map(self, view);
   for (const auto& e : view.shards) {
     auto at = st.index.find(e.id);
     if (at == st.index.end()) continue;
@@ -253,10 +243,10 @@ void apply_view(client_ptr self, const cluster_view& view) {
       op->what = "clock tick to " + std::to_string(st.routes[idx].acked_tick) + " after failover";
       again.push_back(clock_request(self, idx, request_header{0, st.worker, st.routes[idx].acked_tick, 0}, op));
     }
-    for (auto& r : take_pending(self, st.routes[idx])) again.push_back(std::move(r));
-    st.routes[idx].queued = std::move(again);
+    for (auto& r : take_pending(self, idx)) again.push_back(std::move(r));
+    for (auto& r : again) st.core.submit(idx, std::move(r));
     log_line(log_level::warning, "worker " + std::to_string(st.worker) + ": " + st.routes[idx].link.name +
-                                     " takes over; " + std::to_string(st.routes[idx].queued.size()) +
+                                     " takes over; " + std::to_string(again.size()) +
                                      " requests sent again");
     pump(self, idx);
   }
@@ -284,12 +274,12 @@ bool reroute_retired(client_ptr self, std::size_t idx) {
   if (route.tail != route.link.handle) self->monitor(route.tail);
   ++route.generation;
   route.down.clear();
-  for (auto& r : take_pending(self, route)) {
+  for (auto& r : take_pending(self, idx)) {
     if (r.tick) chunk_answered(r.op.get());
-    else route.queued.push_back(std::move(r));
+    else st.core.submit(idx, std::move(r));
   }
   log_line(log_level::warning, "worker " + std::to_string(st.worker) + ": " + route.link.name + ", which left the map, is down; " +
-                                   std::to_string(route.queued.size()) + " requests sent again through " + live->link.name);
+                                   std::to_string(st.core.at(idx).queued.size()) + " requests sent again through " + live->link.name);
   lift_fence(self);
   pump(self, idx);
   report_if_idle(self, idx);

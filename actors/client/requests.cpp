@@ -27,44 +27,20 @@ std::uint64_t next_sequence() {
   return next.fetch_add(1);
 }
 
-// With a chain, pushes go to the head and pulls to the tail: a pull sent while one of this
-// worker's updates is still on its way down the chain could be answered without it (its
-// own write missed; found by `sim`). So a pull waits until the updates before it are
-// acknowledged, which happens once the tail has applied them.
-bool read_would_overtake(const shard_route& r) {
-  if (!r.queued.front().read || r.tail.address() == r.link.handle.address()) return false;
-  return std::any_of(r.sent.begin(), r.sent.end(), [](const auto& kv) { return !kv.second.read; });
-}
-
-bool writes_in_flight(const shard_route& r) {
-  return std::any_of(r.sent.begin(), r.sent.end(), [](const auto& kv) { return kv.second.write; });
-}
-
-// Whether a write planned by an older map than the client's is still unacknowledged.
-bool stale_writes_outstanding(const client_state& st) {
-  auto stale = [&](const pending_request& r) { return r.write && r.plan_epoch < st.map_epoch; };
-  for (const auto& route : st.routes) {
-    for (const auto& [tag, r] : route.sent)
-      if (stale(r)) return true;
-    if (std::any_of(route.queued.begin(), route.queued.end(), stale)) return true;
-  }
-  return false;
-}
-
-// Reads and ticks planned by the newest map wait behind the fence (client_state::fence).
-// Older ones never do: writes they follow may be queued behind them.
-bool held_by_fence(const client_state& st, const pending_request& r) {
-  return st.fence && (r.read || r.tick) && r.plan_epoch >= st.map_epoch && stale_writes_outstanding(st);
-}
-
 void pump(client_ptr self, std::size_t idx);
 
-// A write settled while the fence stood: once no stale write is left, everything held moves.
+// A write settled while the fence stood (client_core::map_changed): once no stale write is
+// left, everything held moves.
 void lift_fence(client_ptr self) {
   auto& st = self->state;
-  if (!st.fence || stale_writes_outstanding(st)) return;
-  st.fence = false;
+  if (!st.core.lift_fence()) return;
   for (std::size_t i = 0; i < st.routes.size(); ++i) pump(self, i);
+}
+
+// A shard's route and its flow of requests in the core, at the same position.
+void add_flow(client_state& st, shard_route r) {
+  st.routes.push_back(std::move(r));
+  st.core.add_flow();
 }
 
 // A shard that left the map: once this client has nothing left for it, the coordinator
@@ -72,7 +48,7 @@ void lift_fence(client_ptr self) {
 void report_if_idle(client_ptr self, std::size_t idx) {
   auto& st = self->state;
   auto& route = st.routes[idx];
-  if (!route.retired || route.idle_reported || !route.sent.empty() || !route.queued.empty() || !st.coordinator) return;
+  if (!route.retired || route.idle_reported || !st.core.at(idx).idle() || !st.coordinator) return;
   route.idle_reported = true;
   self->send(st.coordinator, idle_atom::value, route.link.id, st.worker);
 }
@@ -86,26 +62,22 @@ bool crowded_over_tcp(const client_state& st, const shard_route& route) {
   return it == st.plane_peers.end() || it->second == 0 || !st.plane->sends_by_ring(it->second);
 }
 
-// Sends queued requests while the shard is up and its in-flight budget allows (always
-// one when nothing is in flight). Requests to a shard leave in the order they were made
-// (read-my-writes and clock ticks depend on it).
+// Sends queued requests while the core lets them go (client_core::why_held: the shard is
+// up, order, the in-flight budget, the fence). Requests to a shard leave in the order
+// they were made (read-my-writes and clock ticks depend on it).
+// With a chain, pushes go to the head and pulls to the tail: a pull sent while one of this
+// worker's updates is still on its way down the chain could be answered without it (found
+// by `sim`), so the core holds it until they are acknowledged. With retries a tick waits
+// for the pushes before it; not reads: a read parked at the shard may wait for this very
+// tick (found by `sim --elastic`).
 void pump(client_ptr self, std::size_t idx) {
   auto& st = self->state;
-  while (!st.routes[idx].queued.empty() && st.routes[idx].down.empty()) {
-    // With retries a request may be lost and sent again later: a tick must not overtake
-    // the pushes before it, so it waits until they are acknowledged. Not for reads: a
-    // read parked at the shard may wait for this very tick (found by `sim --elastic`).
-    if (st.retry.count() > 0 && st.routes[idx].queued.front().tick && writes_in_flight(st.routes[idx])) return;
-    if (read_would_overtake(st.routes[idx])) return;
-    if (held_by_fence(st, st.routes[idx].queued.front())) return;
+  for (;;) {
     const auto& route = st.routes[idx];
-    const auto after = route.inflight_bytes + route.queued.front().bytes;
-    if (route.inflight_bytes > 0 &&
-        (after > st.inflight_limit || (after > st.crowded_inflight_limit && crowded_over_tcp(st, route))))
-      return;
-    auto r = std::move(st.routes[idx].queued.front());
-    st.routes[idx].queued.pop_front();
-    launch(self, idx, std::move(r));
+    const bool chained = route.tail.address() != route.link.handle.address();
+    auto crowded = [&] { return crowded_over_tcp(st, st.routes[idx]); };
+    if (st.core.why_held(idx, route.down.empty(), chained, crowded) != held_by::nothing) return;
+    launch(self, idx, st.core.take_next(idx));
   }
 }
 
@@ -115,7 +87,7 @@ void submit(client_ptr self, std::size_t idx, pending_request r) {
     r.op->finish(r.op->what + " failed: " + st.routes[idx].down);
     return;
   }
-  st.routes[idx].queued.push_back(std::move(r));
+  st.core.submit(idx, std::move(r));
   pump(self, idx);
 }
 
@@ -143,29 +115,24 @@ void answer_with_error(client_ptr self, caf::message_id id, caf::sec err) {
 void sweep_overdue(client_ptr self) {
   auto& st = self->state;
   st.overdue_armed = false;
-  const auto now = self->clock().now();
   std::optional<caf::actor_clock::time_point> next;
   std::vector<caf::message_id> overdue;
-  for (auto& route : st.routes)
-    for (auto& [tag, r] : route.sent) {
-      if (!r.answer_id.is_response()) continue;  // not sent yet, or its handler had its timeout
-      if (now - r.sent_at < st.timeout) {
-        next = std::min(next.value_or(r.sent_at), r.sent_at);
-        continue;
-      }
-      overdue.push_back(r.answer_id);
-      r.answer_id = caf::message_id{};  // a request kept for a failover is not timed out again
-    }
+  for (auto [idx, tag] : st.core.overdue(self->clock().now(), st.timeout, next)) {
+    auto& r = st.core.at(idx).sent.at(tag);
+    overdue.push_back(r.answer_id);
+    r.answer_id = caf::message_id{};  // a request kept for a failover is not timed out again
+  }
   for (auto id : overdue) answer_with_error(self, id, caf::sec::request_timeout);
-  if (next) arm_overdue_sweep(self, *next + st.timeout);
+  if (next) arm_overdue_sweep(self, *next);
 }
 
 
 // Puts request `tag` on the wire, through the fault injector's message faults if any.
 void transmit(client_ptr self, std::size_t idx, std::uint64_t tag) {
   auto& st = self->state;
-  auto it = st.routes[idx].sent.find(tag);
-  if (it == st.routes[idx].sent.end()) return;
+  auto& sent = st.core.at(idx).sent;
+  auto it = sent.find(tag);
+  if (it == sent.end()) return;
   auto send = it->second.send;
   it->second.sent_at = self->clock().now();
   arm_overdue_sweep(self, it->second.sent_at + st.timeout);
@@ -207,34 +174,24 @@ void send_again_through_caf(client_ptr self, std::size_t idx, std::uint64_t tag)
   auto& route = self->state.routes[idx];
   route.direct_head = shard_actor{};
   route.direct_tail = shard_actor{};
-  auto it = route.sent.find(tag);
-  auto r = std::move(it->second);
-  route.inflight_bytes -= r.bytes;
-  route.sent.erase(it);
-  launch(self, idx, std::move(r));
+  launch(self, idx, std::move(*self->state.core.settle(idx, tag)));
 }
 
 void launch(client_ptr self, std::size_t idx, pending_request r) {
   auto& st = self->state;
   if (r.op->done_flag()) return;  // failed meanwhile (another chunk, a dead shard): skip
-  if (st.routes[idx].sent.empty()) go_direct(self, idx);
-  auto tag = ++st.next_tag;
-  st.routes[idx].inflight_bytes += r.bytes;
+  if (st.core.at(idx).sent.empty()) go_direct(self, idx);
   if (r.attempts++ == 0) r.first_sent = std::chrono::steady_clock::now();
-  st.routes[idx].sent.emplace(tag, std::move(r));
-  transmit(self, idx, tag);
+  transmit(self, idx, st.core.sent(idx, std::move(r)));
 }
 
 // The answer to request `tag` arrived: false if it is stale (the request was sent again
 // after a failover, or already failed), so the caller ignores it.
 bool settle(client_ptr self, std::size_t idx, std::uint64_t tag) {
   auto& st = self->state;
-  auto it = st.routes[idx].sent.find(tag);
-  if (it == st.routes[idx].sent.end()) return false;
+  if (!st.core.at(idx).sent.count(tag)) return false;
   if (st.faults && st.faults->next().drop) return false;  // the reply was lost: the retry comes
-  st.routes[idx].inflight_bytes -= it->second.bytes;
-  bool write = it->second.write;
-  st.routes[idx].sent.erase(it);
+  bool write = st.core.settle(idx, tag)->write;
   pump(self, idx);
   if (write) lift_fence(self);
   report_if_idle(self, idx);

@@ -79,11 +79,11 @@ void regroup_rows(client_state& st, rows_request& req) {
   for (std::size_t g = 0; g < groups.size(); ++g)
     if (!grads[g].empty()) groups[g].grads = float_block::own(std::move(grads[g]));
   req.groups = std::move(groups);
-  req.hdr.epoch = st.map_epoch;
+  req.hdr.epoch = st.core.map_epoch();
 }
 
 void dispatch_rows(client_ptr self, const std::shared_ptr<rows_request>& req) {
-  if (req->hdr.epoch < self->state.map_epoch) regroup_rows(self->state, *req);
+  if (req->hdr.epoch < self->state.core.map_epoch()) regroup_rows(self->state, *req);
   req->op->pending = req->groups.size();
   if (req->op->pending == 0) return req->op->finish({});
   for (std::size_t g = 0; g < req->groups.size(); ++g) queue_group(self, req, g);
@@ -96,7 +96,7 @@ void replan_rows(client_ptr self, const std::shared_ptr<rows_request>& req, std:
   auto again = std::make_shared<rows_request>();
   again->kind = op_kind::pull;
   again->hdr = req->hdr;
-  again->hdr.epoch = st.map_epoch;
+  again->hdr.epoch = st.core.map_epoch();
   again->table = req->table;
   again->dim = req->dim;
   again->op = req->op;

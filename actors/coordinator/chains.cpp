@@ -202,7 +202,7 @@ bool can_grow(const coordinator_options& opts, const coordinator_state& st, std:
 // (none left: the chain stays as it is).
 void grow_chains(self_ptr self, const coordinator_options& opts) {
   auto& st = self->state;
-  if (opts.replication < 2 || st.growing || st.resuming || st.joining || st.ending || !st.view_ready) return;
+  if (opts.replication < 2 || st.growing || st.joining || !st.core.formed()) return;
   for (std::uint32_t id = 0; id < st.shards.size(); ++id)
     if (can_grow(opts, st, id)) return grow_chain(self, opts, id, *host_for_copy(opts, st, id));
 }
@@ -217,7 +217,7 @@ void chain_grown(self_ptr self, const coordinator_options& opts, std::uint32_t i
   auto& st = self->state;
   st.growing = false;
   auto& chain = st.shards[id].chain;
-  if (st.ending || chain.empty() || chain.back() != tail) {
+  if (st.core.ending() || chain.empty() || chain.back() != tail) {
     caf::anon_send_exit(copy, caf::exit_reason::kill);
     return next ? next() : grow_on(self, opts);
   }

@@ -43,15 +43,15 @@ void cut_checkpoint(self_ptr self, std::function<void(std::uint64_t)> cut, std::
 // Time-based checkpoints (--checkpoint-seconds).
 void checkpoint_round(self_ptr self, const coordinator_options& opts) {
   self->delayed_send(self, checkpoint_period(opts), checkpoint_atom::value);
-  if (!self->state.view_ready) return;
+  if (!self->state.core.chains_complete()) return;
   cut_checkpoint(self, [](std::uint64_t) {}, [=](std::string why) { tell_news(opts, why); });
 }
 
 // While the job has not every member it was started for: who is there, who is awaited.
 void report_waiting(self_ptr self, const coordinator_options& opts) {
   auto& st = self->state;
-  const std::size_t servers = st.shards.size(), workers = st.next_worker;
-  if (st.ending || (servers >= opts.servers && workers >= opts.workers)) return;  // formed: no more reports
+  const std::size_t servers = st.shards.size(), workers = st.core.workers_registered();
+  if (st.core.ending() || (servers >= opts.servers && workers >= opts.workers)) return;  // formed: no more reports
   std::string have;
   for (const auto& [addr, who] : st.members) have += (have.empty() ? "" : ", ") + who;
   auto missing = [](std::size_t want, std::size_t got, const char* what) {
@@ -66,13 +66,26 @@ void report_waiting(self_ptr self, const coordinator_options& opts) {
 caf::result<std::uint64_t> checkpoint_now(self_ptr self, const coordinator_options& opts) {
   if (!opts.checkpointer)
     return make_ps_error("coordinator: this job writes no checkpoints (start it with --checkpoint-dir=DIR)");
-  if (!self->state.view_ready || self->state.ending)
+  const auto& core = self->state.core;
+  if (!core.chains_complete())
     return make_ps_error(std::string("coordinator: no checkpoint: the job ") +
-                         (self->state.ending ? "is ending" : "has not formed yet"));
+                         (core.ending() ? "is ending" : "has not formed yet"));
   auto rp = self->make_response_promise<std::uint64_t>();
   cut_checkpoint(self, [=](std::uint64_t boundary) mutable { rp.deliver(boundary); },
                  [=](std::string why) mutable { rp.deliver(make_ps_error(why)); });
   return rp;
+}
+
+// The job's phase as psctl status names it (a contract with scripts: forming, running,
+// resuming, ending): chains being built count as forming, a stop under way as running.
+std::string status_name(job_phase p) {
+  switch (p) {
+    case job_phase::forming:
+    case job_phase::chaining: return "forming";
+    case job_phase::running:
+    case job_phase::stopping: return "running";
+    default: return to_string(p);
+  }
 }
 
 // psctl status: what the coordinator knows of its members, and each shard's own figures.
@@ -87,10 +100,10 @@ caf::result<std::string> cluster_status(self_ptr self) {
     heads.push_back(st.shard_handles[e.id]);
   }
   std::vector<status_worker> workers;
-  for (std::uint32_t w = 0; w < st.worker_done.size(); ++w) workers.push_back({w, "", st.worker_done[w]});
+  for (std::uint32_t w = 0; w < st.core.worker_done().size(); ++w) workers.push_back({w, "", st.core.worker_done()[w]});
   for (const auto& [addr, id] : st.worker_ids)
     if (auto m = st.members.find(addr); m != st.members.end()) workers[id].member = m->second;
-  const std::string job = st.ending ? "ending" : st.resuming ? "resuming" : st.view_ready ? "running" : "forming";
+  const std::string job = status_name(st.core.phase());
   const auto epoch = st.epoch;
   auto rp = self->make_response_promise<std::string>();
   auto remaining = std::make_shared<std::size_t>(heads.size());

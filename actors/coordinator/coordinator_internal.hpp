@@ -84,7 +84,7 @@ void tell_news(const coordinator_options& opts, const std::string& text);
 void tell_members(self_ptr self);
 coordinator_record record_of(const coordinator_state& st, const coordinator_options& opts);
 void persist(self_ptr self, const coordinator_options& opts);
-void release_barrier_if_complete(self_ptr self, const coordinator_options& opts);
+void carry_out(self_ptr self, const coordinator_options& opts, const job_effects& fx);
 caf::result<std::uint64_t> enter_barrier(self_ptr self, const coordinator_options& opts, std::uint32_t worker,
                                          std::uint64_t generation);
 void end_job(self_ptr self, const coordinator_options& opts, errc code, const std::string& text,

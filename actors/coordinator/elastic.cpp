@@ -86,10 +86,10 @@ void end_change(self_ptr self) {
 
 // Why the map cannot change now (empty: it can).
 std::string map_change_refusal(const coordinator_state& st) {
-  if (st.resuming) return "the coordinator is resuming the job; try again once its members are back";
+  if (st.core.resuming()) return "the coordinator is resuming the job; try again once its members are back";
   if (st.joining || st.after_growth) return "another shard is joining or leaving; try again once it has";
-  if (st.ending) return "the job is ending";
-  if (!st.view_ready) return "the job has not formed yet";
+  if (st.core.ending()) return "the job is ending";
+  if (!st.core.chains_complete()) return "the job has not formed yet";
   return {};
 }
 
@@ -358,7 +358,7 @@ void let_leaver_go(self_ptr self, std::uint32_t id) {
     st.process_heads.erase(p);  // its process ends with it: it hosts no copy from now on
   auto& waiting = st.draining_clients[id];
   for (const auto& [addr, worker] : st.subscriber_workers)
-    if (worker < st.worker_done.size() && !st.worker_done[worker]) waiting.insert(worker);
+    if (st.core.worker_running(worker)) waiting.insert(worker);
 }
 
 // The removal itself (remove_shard checked it can be done): answered through rp.

@@ -11,7 +11,7 @@ cluster_view make_view(self_ptr self, const coordinator_options& opts) {
   v.bucket_bits = opts.bucket_bits;
   v.dense.ranges = dense_ranges(opts.spec);
   for (const auto& t : opts.tables) v.tables.push_back(table_msg::from(t));
-  v.num_workers = static_cast<std::uint32_t>(self->state.worker_done.size());
+  v.num_workers = static_cast<std::uint32_t>(self->state.core.worker_done().size());
   v.job_workers = opts.workers;
   v.consistency = {opts.staleness};
   v.checkpoint_every = opts.checkpoint_every;
@@ -37,7 +37,7 @@ cluster_view make_view(self_ptr self, const coordinator_options& opts) {
 registration make_registration(self_ptr self, const coordinator_options& opts, std::uint32_t id,
                                encoded_block state, std::uint64_t start_clock) {
   return {id, make_view(self, opts), std::move(state), start_clock, job_spec_msg::from(opts.spec),
-          self->state.barrier_generation};
+          self->state.core.barrier_generation()};
 }
 
 // The ids of the shards in the map (not those that left it).
@@ -61,9 +61,7 @@ void tell_news(const coordinator_options& opts, const std::string& text) { tell(
 // The workers that are still running, for the clients (data partitions follow them).
 void tell_members(self_ptr self) {
   auto& st = self->state;
-  std::vector<std::uint32_t> live;
-  for (std::uint32_t w = 0; w < st.worker_done.size(); ++w)
-    if (!st.worker_done[w]) live.push_back(w);
+  auto live = st.core.running_ids();
   for (auto& sub : st.view_subscribers) caf::anon_send(sub, members_atom::value, live);
 }
 
@@ -82,9 +80,9 @@ coordinator_record record_of(const coordinator_state& st, const coordinator_opti
       r.shards.back().chain.push_back(at == st.copy_positions.end() ? 0 : at->second);
     }
   }
-  r.worker_done = st.worker_done;
-  r.results = st.results;
-  r.barrier_generation = st.barrier_generation;
+  r.worker_done = st.core.worker_done();
+  r.results = st.core.results();
+  r.barrier_generation = st.core.barrier_generation();
   r.change = st.change;
   r.change_shard = st.change_shard;
   r.change_epoch = st.change_epoch;
@@ -95,7 +93,7 @@ coordinator_record record_of(const coordinator_state& st, const coordinator_opti
 // there is nothing to resume: members started afresh find a fresh coordinator).
 void persist(self_ptr self, const coordinator_options& opts) {
   auto& st = self->state;
-  if (opts.state_dir.empty() || st.resuming || st.ending || !st.view_ready || st.next_worker < opts.workers) return;
+  if (opts.state_dir.empty() || !st.core.may_persist()) return;
   try {
     save_record(opts.state_dir, record_of(st, opts));
   } catch (const bad_request& e) {
@@ -103,29 +101,44 @@ void persist(self_ptr self, const coordinator_options& opts) {
   }
 }
 
-// The barrier is released once every running worker reached it; saved first, so a
-// coordinator resumed after its death answers a barrier sent again at once.
-void release_barrier_if_complete(self_ptr self, const coordinator_options& opts) {
+// Carries out what the core decided, in its order (job_effects): workers leave the clock
+// vector (and the drains of shards that left), the clients hear who runs, the record is
+// saved, then a released barrier is delivered; last the job finishes, fails, or a resume
+// may be complete.
+void carry_out(self_ptr self, const coordinator_options& opts, const job_effects& fx) {
   auto& st = self->state;
-  auto live = st.worker_done.size() - st.finished_workers;
-  if (st.resuming || st.barrier.empty() || st.barrier.size() < live) return;
-  auto gen = st.barrier_generation++;
-  persist(self, opts);
-  for (auto& [worker, rp] : st.barrier) rp.deliver(gen);
-  st.barrier.clear();
+  for (auto w : fx.left) {
+    std::vector<std::uint32_t> drained;
+    for (auto& [shard, workers] : st.draining_clients)
+      if (workers.erase(w) && workers.empty()) drained.push_back(shard);
+    for (auto shard : drained) stop_if_drained(self, opts, shard);
+    for (auto& copy : st.copies) caf::anon_send(copy, leave_atom::value, w);
+  }
+  if (fx.members_changed) tell_members(self);
+  if (fx.persist) persist(self, opts);
+  if (fx.released)
+    for (auto w : fx.release_to)
+      if (auto it = st.barrier.find(w); it != st.barrier.end()) {
+        it->second.deliver(*fx.released);
+        st.barrier.erase(it);
+      }
+  if (fx.check_resume) finish_resume(self, opts);
+  else if (!fx.fail.empty()) end_job(self, opts, errc::job_failed, fx.fail);
+  else if (fx.finish) finish_job(self, opts);
 }
 
 // A worker's barrier number `generation`: answered at once when released before.
 caf::result<std::uint64_t> enter_barrier(self_ptr self, const coordinator_options& opts, std::uint32_t worker,
                                          std::uint64_t generation) {
   auto& st = self->state;
-  if (st.ending) return st.end_reason;
-  if (generation < st.barrier_generation) return generation;
-  if (worker >= st.worker_done.size() || st.worker_done[worker])
-    return make_ps_error("coordinator: worker " + std::to_string(worker) + " is not running, it has no barrier");
+  job_effects fx;
+  auto answer = st.core.enter_barrier(worker, generation, fx);
+  if (answer.kind == barrier_answer::ended) return st.end_reason;
+  if (answer.kind == barrier_answer::now) return answer.generation;
+  if (answer.kind == barrier_answer::refused) return make_ps_error(answer.why);
   auto rp = self->make_response_promise<std::uint64_t>();
   st.barrier[worker] = rp;  // one sent again (after a restart) replaces the first
-  release_barrier_if_complete(self, opts);
+  carry_out(self, opts, fx);
   return rp;
 }
 
@@ -140,8 +153,8 @@ caf::result<std::uint64_t> enter_barrier(self_ptr self, const coordinator_option
 void end_job(self_ptr self, const coordinator_options& opts, errc code, const std::string& text,
              bool completed) {
   auto& st = self->state;
-  if (st.ending) return;
-  st.ending = true;
+  std::vector<std::uint32_t> parked;  // the same as st.barrier's workers
+  if (!st.core.begin_end(parked)) return;
   auto err = completed ? caf::error{} : make_error(code, text);
   st.end_reason = err;
   auto wire_code = completed ? std::uint8_t{0} : static_cast<std::uint8_t>(code);
@@ -199,11 +212,11 @@ void write_final_checkpoint(self_ptr self, const coordinator_options& opts, std:
 // cuts a checkpoint at the next clock boundary and waits for its file, at most 1.5 s (a
 // stop must end the job within 2 s); a failure for any other reason ends it at once.
 void stop_job(self_ptr self, const coordinator_options& opts, errc kind, const std::string& why) {
-  auto& st = self->state;
-  if (kind == errc::job_failed || !opts.checkpointer || !st.view_ready || st.ending)
-    return end_job(self, opts, kind, why);
-  if (st.stopping) return;  // its checkpoint is on the way; the job ends after it
-  st.stopping = true;
+  switch (self->state.core.begin_stop(kind == errc::job_failed, static_cast<bool>(opts.checkpointer))) {
+    case stop_plan::end_now: return end_job(self, opts, kind, why);
+    case stop_plan::already_stopping: return;  // its checkpoint is on the way; the job ends after it
+    case stop_plan::checkpoint_first: break;
+  }
   auto end = [=](const std::string& news) {
     tell_news(opts, news);
     end_job(self, opts, kind, why);
@@ -243,33 +256,16 @@ void finish_job(self_ptr self, const coordinator_options& opts) {
 
 // After a worker left or the members came back: the job ends once every worker is done
 // (it failed when none left a result), else the barrier may be complete now.
-void go_on(self_ptr self, const coordinator_options& opts) {
-  auto& st = self->state;
-  if (st.finished_workers < st.worker_done.size()) return release_barrier_if_complete(self, opts);
-  const bool any_result = std::any_of(st.results.begin(), st.results.end(), [](const auto& r) { return r.second.ok; });
-  if (!any_result) return end_job(self, opts, errc::job_failed, "every worker went down before finishing");
-  finish_job(self, opts);
-}
+void go_on(self_ptr self, const coordinator_options& opts) { carry_out(self, opts, self->state.core.go_on()); }
 
 
+// A worker is done (its end or its death): it leaves the clock vector, so BSP and SSP
+// reads stop waiting for it; a resumed job goes on (or ends) once its members are back.
 void worker_finished(self_ptr self, const coordinator_options& opts, std::uint32_t id) {
-  auto& st = self->state;
-  if (id >= st.worker_done.size() || st.worker_done[id]) return;
-  st.worker_done[id] = true;
-  st.absent_workers.erase(id);
-  ++st.finished_workers;
-  st.barrier.erase(id);
-  std::vector<std::uint32_t> drained;
-  for (auto& [shard, workers] : st.draining_clients)
-    if (workers.erase(id) && workers.empty()) drained.push_back(shard);
-  for (auto shard : drained) stop_if_drained(self, opts, shard);
-  // It leaves the clock vector: BSP and SSP reads stop waiting for it.
-  for (auto& copy : st.copies) caf::anon_send(copy, leave_atom::value, id);
-  tell_members(self);
-  persist(self, opts);
-  // A resumed job goes on (or ends) once its members are back: one that ended is.
-  if (st.resuming) return finish_resume(self, opts);
-  go_on(self, opts);
+  auto fx = self->state.core.worker_finished(id);
+  if (fx.left.empty()) return;  // not running
+  self->state.barrier.erase(id);
+  carry_out(self, opts, fx);
 }
 
 // Why a member cannot join this job (empty: it can): another protocol version, or job

@@ -11,7 +11,7 @@ void copy_failed(self_ptr self, const coordinator_options& opts, std::uint32_t i
   auto& st = self->state;
   st.copies.erase(std::remove_if(st.copies.begin(), st.copies.end(), [&](const shard_actor& c) { return c.address() == gone; }),
                   st.copies.end());
-  if (st.resuming && !copy_failed_while_resuming(self, id, gone)) return;
+  if (st.core.resuming() && !copy_failed_while_resuming(self, id, gone)) return;
   // A growth whose seeding tail this was is given up at once (its request would wait for
   // its timeout), once the chain no longer names it.
   auto give_up = st.growing && st.growth_tail == gone ? std::exchange(st.growth_abort, nullptr) : nullptr;
@@ -19,7 +19,7 @@ void copy_failed(self_ptr self, const coordinator_options& opts, std::uint32_t i
   auto& chain = st.shards[id].chain;
   chain.erase(std::remove_if(chain.begin(), chain.end(), [&](const caf::actor& c) { return c.address() == gone; }),
               chain.end());
-  if (opts.replication < 2 || !st.view_ready || chain.empty()) {
+  if (opts.replication < 2 || !st.core.chains_complete() || chain.empty()) {
     if (give_up) give_up(tail_died);
     return recover_shard(self, opts, id, who, reason);
   }
@@ -109,12 +109,12 @@ void shard_failed(self_ptr self, const coordinator_options& opts, std::uint32_t 
                   const caf::error& reason) {
   auto& st = self->state;
   auto fail = [=](const std::string& why) { unrecoverable(self, opts, who, reason, why); };
-  if (!st.view_out) return fail("the cluster never formed");
+  if (!st.core.map_out()) return fail("the cluster never formed");
   if (opts.checkpoint_dir.empty())
     return fail("its keys are lost: recovery needs checkpoints (--checkpoint-dir, --checkpoint-every)");
   const auto map = map_of(make_view(self, opts));
   read_recovery_source(self, opts, map, id, [=](std::shared_ptr<const recovery_source> source) {
-    if (self->state.ending) return;
+    if (self->state.core.ending()) return;
     for (const auto& r : source->refused) tell_news(opts, "checkpoint refused: " + r);
     if (!source->error.empty()) return fail(source->error);
     if (self->state.epoch != map.epoch())  // the map changed meanwhile: laid out again for the new one
@@ -134,8 +134,8 @@ void recover_from(self_ptr self, const coordinator_options& opts, std::uint32_t 
   // (each announced map needs its own epoch: clients ignore one they have seen).
   auto reg = make_registration(self, opts, id, encoded_state(ckpt, id));
   std::vector<std::uint32_t> departed;
-  for (std::uint32_t w = 0; w < st.worker_done.size(); ++w)
-    if (st.worker_done[w]) departed.push_back(w);
+  for (std::uint32_t w = 0; w < st.core.worker_done().size(); ++w)
+    if (st.core.worker_done()[w]) departed.push_back(w);
   auto clock = ckpt.header.clock;
   auto placed = [=](shard_actor shard, const std::string& where, std::uint32_t pid) {
     auto& st = self->state;
@@ -192,8 +192,7 @@ encoded_block encoded_state(const checkpoint& c, std::uint32_t shard) {
 caf::result<registration> join_running_job(self_ptr self, const coordinator_options& opts, const caf::actor& sender,
                                            const node_info& info) {
   auto& st = self->state;
-  auto id = st.next_worker++;
-  st.worker_done.push_back(false);
+  auto id = st.core.add_worker();
   if (sender) {
     self->monitor(sender);
     st.members[sender.address()] = "worker " + std::to_string(id) + " (joined, pid " + std::to_string(info.pid) + ")";
@@ -206,7 +205,7 @@ caf::result<registration> join_running_job(self_ptr self, const coordinator_opti
   auto answer = [=]() mutable {
     if (--*remaining > 0) return;
     tell_news(opts, "worker " + std::to_string(id) + " joined at clock " + std::to_string(*start) + " (pid " +
-      std::to_string(info.pid) + "); " + std::to_string(self->state.worker_done.size() - self->state.finished_workers) +
+      std::to_string(info.pid) + "); " + std::to_string(self->state.core.running_workers()) +
       " workers now");
     auto reg = make_registration(self, opts, id, {}, *start);
     rp.deliver(std::move(reg));
@@ -232,7 +231,7 @@ void member_down(self_ptr self, const coordinator_options& opts, const caf::down
   if (it == st.members.end()) return;
   auto who = it->second;
   st.members.erase(it);
-  if (st.ending) return;  // members end with the job: no failover, no news
+  if (st.core.ending()) return;  // members end with the job: no failover, no news
   for (auto p = st.process_heads.begin(); p != st.process_heads.end(); ++p)
     if (p->second.address() == dm.source) {
       st.process_heads.erase(p);
@@ -245,7 +244,7 @@ void member_down(self_ptr self, const coordinator_options& opts, const caf::down
     return;
   }
   auto w = st.worker_ids.find(dm.source);
-  if (w == st.worker_ids.end() || st.worker_done[w->second]) return;  // left after finishing
+  if (w == st.worker_ids.end() || !st.core.worker_running(w->second)) return;  // left after finishing
   // A dead worker leaves the clock vector; the others go on without it.
   tell_news(opts, who + " went down (" + describe(dm.reason) + "); it leaves the clock vector, the others go on");
   worker_finished(self, opts, w->second);

@@ -8,8 +8,8 @@ namespace ps::coordinator_internal {
 caf::result<registration> register_replica(self_ptr self, const coordinator_options& opts, const caf::actor& sender,
                                            const node_info& info) {
   auto& st = self->state;
-  if (opts.replication < 2 || info.shard >= opts.servers || info.position == 0 || info.position >= opts.replication ||
-      !sender || st.view_ready)
+  if (!st.core.accepts_copy() || info.shard >= opts.servers || info.position == 0 || info.position >= opts.replication ||
+      !sender)
     return make_ps_error("coordinator: unexpected replica (shard " + std::to_string(info.shard) + ", position " +
                          std::to_string(info.position) + ")");
   self->monitor(sender);
@@ -23,11 +23,10 @@ caf::result<registration> register_replica(self_ptr self, const coordinator_opti
   chain[info.position] = sender;
   auto reg = make_registration(self, opts, info.shard);
   if (opts.restore) reg.state = encoded_state(*opts.restore, info.shard);
-  if (++st.replicas_registered == opts.servers * (opts.replication - 1)) {
+  if (st.core.copy_registered()) {
     // Every chain is complete: heads first, then the copies in order.
     for (std::uint32_t i = 0; i < opts.servers; ++i)
       st.shards[i].chain[0] = caf::actor_cast<caf::actor>(st.shard_handles[i]);
-    st.view_ready = true;
     announce_view(self, opts, [=] { deliver_waiting(self, opts, false); });
   }
   return reg;
@@ -45,16 +44,14 @@ caf::result<registration> park_registration(self_ptr self, const coordinator_opt
     st.members[sender.address()] = who;
   }
   tell_news(opts, "coordinator: " + who + where + " registered (" + std::to_string(st.shards.size()) + " of " +
-                    std::to_string(opts.servers) + " servers, " + std::to_string(st.next_worker) + " of " +
+                    std::to_string(opts.servers) + " servers, " + std::to_string(st.core.workers_registered()) + " of " +
                     std::to_string(opts.workers) + " workers)");
   auto rp = self->make_response_promise<registration>();
   st.waiting.push_back({rp, id, server});
-  if (st.shards.size() == opts.servers) {  // the map is complete: hand it out
-    st.view_out = true;
-    if (opts.replication < 2) st.view_ready = true;
+  if (st.core.map_complete()) {  // the map is complete: hand it out
     // With chains, servers first: each then starts the copies it keeps, and workers
     // wait until every chain is complete.
-    deliver_waiting(self, opts, !st.view_ready);
+    deliver_waiting(self, opts, !st.core.chains_complete());
   }
   persist(self, opts);
   return rp;
@@ -63,13 +60,14 @@ caf::result<registration> park_registration(self_ptr self, const coordinator_opt
 caf::result<registration> register_server(self_ptr self, const coordinator_options& opts, const caf::actor& sender,
                                           const node_info& info) {
   auto& st = self->state;
-  if (st.shards.size() >= opts.servers) {
-    if (!st.view_ready)
+  auto admitted = st.core.admit_server();
+  if (!admitted) {
+    if (!st.core.chains_complete())
       return make_ps_error("coordinator: all " + std::to_string(opts.servers) +
                            " servers have registered already; join once the job runs");
     return join_shard(self, opts, sender, info);
   }
-  auto id = static_cast<std::uint32_t>(st.shards.size());
+  auto id = *admitted;
   st.shards.push_back({id, info.host, info.port, info.pid, info.handle, {}, 1});
   st.shard_handles.push_back(caf::actor_cast<shard_actor>(sender));
   st.copies.push_back(caf::actor_cast<shard_actor>(sender));
@@ -84,13 +82,14 @@ caf::result<registration> register_server(self_ptr self, const coordinator_optio
 caf::result<registration> register_worker(self_ptr self, const coordinator_options& opts, const caf::actor& sender,
                                           const node_info& info) {
   auto& st = self->state;
-  if (st.next_worker >= opts.workers) {
-    if (!st.view_ready)
+  auto admitted = st.core.admit_worker();
+  if (!admitted) {
+    if (!st.core.chains_complete())
       return make_ps_error("coordinator: all " + std::to_string(opts.workers) +
                            " workers have registered already; join once the job runs");
     return join_running_job(self, opts, sender, info);
   }
-  auto id = st.next_worker++;
+  auto id = *admitted;
   st.worker_ids[sender.address()] = id;
   if (sender) st.worker_handles.push_back(caf::actor_cast<worker_actor>(sender));
   auto where = info.host.empty() ? "" : " (" + info.host + ", pid " + std::to_string(info.pid) + ")";
@@ -101,15 +100,15 @@ caf::result<registration> register_worker(self_ptr self, const coordinator_optio
 // (before the job has all its members that ends the job: it would wait forever).
 caf::result<registration> register_member(self_ptr self, const coordinator_options& opts, const node_info& info) {
   auto& st = self->state;
-  if (st.ending) return st.end_reason ? st.end_reason : make_ps_error("coordinator: the job has ended");
+  if (st.core.ending()) return st.end_reason ? st.end_reason : make_ps_error("coordinator: the job has ended");
   if (auto why = refusal(opts, info); !why.empty()) {
     auto text = "the coordinator refused " + member_name(info) + ": " + why;
     auto rp = self->make_response_promise<registration>();
     rp.deliver(make_error(errc::refused, text));
-    if (!st.view_ready || st.next_worker < opts.workers) end_job(self, opts, errc::job_failed, text);
+    if (!st.core.chains_complete() || st.core.workers_registered() < opts.workers) end_job(self, opts, errc::job_failed, text);
     return rp;
   }
-  if (st.resuming)
+  if (st.core.resuming())
     return make_error(errc::refused, "coordinator: " + member_name(info) + " cannot register while the coordinator "
                                      "resumes the job; register again once its members are back");
   auto sender = caf::actor_cast<caf::actor>(self->current_sender());

@@ -35,7 +35,7 @@ void assemble_chains(self_ptr self, const coordinator_options& opts) {
 // the job goes on.
 void finish_resume(self_ptr self, const coordinator_options& opts) {
   auto& st = self->state;
-  if (!st.resuming || !st.absent_copies.empty() || !st.absent_workers.empty()) return;
+  if (!st.core.resuming() || !st.absent_copies.empty() || !st.core.absent_workers().empty()) return;
   assemble_chains(self, opts);
   if (!st.change.empty()) return finish_change(self, opts);
   go_on_resumed(self, opts);
@@ -81,11 +81,11 @@ void finish_change(self_ptr self, const coordinator_options& opts) {
 // checkpointer, and is saved again.
 void go_on_resumed(self_ptr self, const coordinator_options& opts) {
   auto& st = self->state;
-  st.resuming = false;
+  st.core.resumed();
   ++st.epoch;
   tell_news(opts, "coordinator: resumed the job: " + std::to_string(live_heads(st).size()) + " shards" +
                     (opts.replication >= 2 ? " (" + std::to_string(st.copies.size()) + " copies)" : "") + " and " +
-                    std::to_string(st.worker_done.size() - st.finished_workers) + " running workers are back; epoch " +
+                    std::to_string(st.core.running_workers()) + " running workers are back; epoch " +
                     std::to_string(st.epoch));
   tell_members(self);
   announce_view(self, opts);
@@ -115,24 +115,15 @@ void resume_job(self_ptr self, const coordinator_options& opts) {
     copies += chain.size();
   }
   st.shard_handles.resize(r.shards.size());
-  st.worker_done = r.worker_done;
-  st.next_worker = static_cast<std::uint32_t>(r.worker_done.size());
-  for (std::uint32_t w = 0; w < r.worker_done.size(); ++w) {
-    if (r.worker_done[w]) ++st.finished_workers;
-    else st.absent_workers.insert(w);
-  }
-  st.results = r.results;
+  st.core.resume_from(r);
   for (const auto& [w, res] : r.results) {
     tell(opts, "worker " + std::to_string(w) + " finished: " + res.json, done_atom::value, worker_result{w, res.ok, res.json});
   }
-  st.barrier_generation = r.barrier_generation;
-  st.view_out = st.view_ready = true;
-  st.resuming = true;
   tell_checkpointer(opts, make_view(self, opts));  // the map as it was: parts may come before the members
   tell_news(opts, "coordinator: resuming the job at epoch " + std::to_string(st.epoch) + "; waiting up to " +
                     std::to_string(opts.rejoin_patience.count()) + " ms for " + std::to_string(st.absent_copies.size()) +
                     " shards" + (opts.replication >= 2 ? " (" + std::to_string(copies) + " copies)" : "") + " and " +
-                    std::to_string(st.absent_workers.size()) + " workers to come back");
+                    std::to_string(st.core.absent_workers().size()) + " workers to come back");
   self->delayed_send(self, opts.rejoin_patience, rejoin_atom::value);
   finish_resume(self, opts);
 }
@@ -142,16 +133,14 @@ void resume_job(self_ptr self, const coordinator_options& opts) {
 // leaves the clock vector.
 void give_up_absent(self_ptr self, const coordinator_options& opts) {
   auto& st = self->state;
-  if (!st.resuming) return;
+  if (!st.core.resuming()) return;
   const auto why = make_ps_error("it did not come back within " + std::to_string(opts.rejoin_patience.count()) +
                                  " ms of the coordinator's restart");
-  auto workers = std::move(st.absent_workers);
-  st.absent_workers.clear();
-  for (auto w : workers) {
+  for (auto w : st.core.give_up_absent()) {
     tell_news(opts, "worker " + std::to_string(w) + " went down (" + describe(why) + "); it leaves the clock vector");
     worker_finished(self, opts, w);
   }
-  if (!st.resuming) return;  // the last worker's end finished the resume
+  if (!st.core.resuming()) return;  // the last worker's end finished the resume
   auto absent = std::move(st.absent_copies);
   st.absent_copies.clear();
   std::vector<std::uint32_t> dead;
@@ -175,7 +164,7 @@ void give_up_absent(self_ptr self, const coordinator_options& opts) {
                      " ms: the change cannot be finished; restart the job from its newest checkpoint (--restore)");
   }
   assemble_chains(self, opts);  // the shards that are back, before the replacements' maps go out
-  st.resuming = false;          // the replacements' maps go out as they are placed
+  st.core.resumed();            // the replacements' maps go out as they are placed
   for (auto id : dead) recover_shard(self, opts, id, "server shard " + std::to_string(id), why);
 }
 
@@ -187,8 +176,7 @@ caf::result<registration> rejoin_drained_leaver(self_ptr self, const coordinator
   auto& st = self->state;
   st.shard_handles[id] = caf::actor_cast<shard_actor>(sender);
   auto& waiting = st.draining_clients[id];
-  for (std::uint32_t w = 0; w < st.worker_done.size(); ++w)
-    if (!st.worker_done[w]) waiting.insert(w);
+  for (auto w : st.core.running_ids()) waiting.insert(w);
   auto reg = make_registration(self, opts, id);
   stop_if_drained(self, opts, id);
   return reg;
@@ -232,8 +220,8 @@ caf::result<registration> rejoin_shard(self_ptr self, const coordinator_options&
   st.members[sender.address()] = who + " (rejoined)";
   self->monitor(sender);
   // Workers that ended while it was away (or before it came back) leave its clock vector.
-  for (std::uint32_t w = 0; w < st.worker_done.size(); ++w)
-    if (st.worker_done[w]) caf::anon_send(sender, leave_atom::value, w);
+  for (std::uint32_t w = 0; w < st.core.worker_done().size(); ++w)
+    if (st.core.worker_done()[w]) caf::anon_send(sender, leave_atom::value, w);
   auto reg = make_registration(self, opts, id);
   finish_resume(self, opts);
   return reg;
@@ -246,11 +234,11 @@ caf::result<registration> rejoin_worker(self_ptr self, const coordinator_options
   auto& st = self->state;
   auto id = info.shard;
   auto who = "worker " + std::to_string(id) + " (pid " + std::to_string(info.pid) + ")";
-  if (id >= st.worker_done.size()) return make_error(errc::refused, "coordinator: " + who + " cannot rejoin: no such worker");
-  if (st.worker_done[id]) return make_registration(self, opts, id);
-  if (!st.absent_workers.count(id))
+  if (id >= st.core.worker_done().size())
+    return make_error(errc::refused, "coordinator: " + who + " cannot rejoin: no such worker");
+  if (st.core.worker_done()[id]) return make_registration(self, opts, id);
+  if (!st.core.worker_back(id))
     return make_error(errc::refused, "coordinator: " + who + " cannot rejoin: the resumed job has it back already or gave it up");
-  st.absent_workers.erase(id);
   if (info.handle) {
     self->monitor(info.handle);
     st.worker_ids[info.handle.address()] = id;
@@ -272,7 +260,7 @@ caf::result<registration> rejoin_member(self_ptr self, const coordinator_options
     return make_error(errc::refused, "coordinator: " + member_name(info) + " cannot rejoin: " + why);
   };
   if (!opts.resume) return refuse("this coordinator did not resume a job (start it with --state-dir=DIR --resume)");
-  if (st.ending) return refuse("the job is ending");
+  if (st.core.ending()) return refuse("the job is ending");
   if (auto why = refusal(opts, info); !why.empty()) return refuse(why);
   auto sender = caf::actor_cast<caf::actor>(self->current_sender());
   if (!sender) return refuse("the message came without a sender");
