@@ -8,7 +8,7 @@
 #include <memory>
 
 #include "actors/messages.hpp"
-#include "libps/checkpoint.hpp"
+#include "libps/persist/checkpoint.hpp"
 
 // A complete checkpoint goes to the file writer by reference: both live in one process.
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(std::shared_ptr<const ps::checkpoint>)

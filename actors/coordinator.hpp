@@ -12,11 +12,11 @@
 
 #include "actors/messages.hpp"
 #include "actors/server_shard.hpp"
-#include "libps/checkpoint.hpp"
-#include "libps/coordinator_core.hpp"
-#include "libps/coordinator_record.hpp"
-#include "libps/job_spec.hpp"
-#include "libps/update_rule.hpp"
+#include "libps/persist/checkpoint.hpp"
+#include "libps/core/coordinator_core.hpp"
+#include "libps/persist/coordinator_record.hpp"
+#include "libps/core/job_spec.hpp"
+#include "libps/core/update_rule.hpp"
 
 namespace ps {
 
@@ -57,7 +57,7 @@ struct coordinator_options {
   // The job contract: handed to every member; a member whose given settings or protocol
   // version differ is refused (before the job has formed, that fails the job).
   job_spec spec;
-  // --state-dir: what a resume needs (libps/coordinator_record.hpp) is saved here as it
+  // --state-dir: what a resume needs (libps/persist/coordinator_record.hpp) is saved here as it
   // changes, once the job has formed. Empty: nothing is saved.
   std::string state_dir;
   // --resume: the job this coordinator takes over from a dead one (its saved state); its

@@ -2,7 +2,7 @@
 // The bulk data path beside CAF: one per process (psnode server and worker roles). It
 // listens on its own TCP port; a worker's client connects to the plane of each server
 // process it talks to (learned with data_atom) and the connection carries large value
-// blocks both ways, as libps/bulk.hpp frames. CAF messages still carry every request
+// blocks both ways, as libps/net/bulk.hpp frames. CAF messages still carry every request
 // and reply, with a float_block that names its payload instead of holding it, so
 // ordering, timeouts, monitoring and failover stay CAF's.
 //
@@ -29,11 +29,11 @@
 
 #include "actors/message_frames.hpp"
 #include "actors/messages.hpp"
-#include "libps/bulk.hpp"
-#include "libps/busy_poll.hpp"
-#include "libps/secret.hpp"
-#include "libps/shm_ring.hpp"
-#include "libps/tcp_congestion.hpp"
+#include "libps/net/bulk.hpp"
+#include "libps/net/busy_poll.hpp"
+#include "libps/net/secret.hpp"
+#include "libps/net/shm_ring.hpp"
+#include "libps/net/tcp_congestion.hpp"
 
 #include <sys/uio.h>
 
@@ -61,16 +61,16 @@ class data_plane {
   // claims wait at most claim_timeout for their payload; a write that makes no progress
   // for stall_timeout fails (the block then goes inline through CAF). Throws
   // bad_request when it cannot listen. With a secret, every connection proves it both ways
-  // (libps/secret.hpp) before any frame is read from it. ring_bytes > 0: each side of a
-  // connection offers the other a ring of that size in shared memory (libps/shm_ring.hpp)
+  // (libps/net/secret.hpp) before any frame is read from it. ring_bytes > 0: each side of a
+  // connection offers the other a ring of that size in shared memory (libps/net/shm_ring.hpp)
   // once the connection is proven; a peer on the same host maps it and says so, and
   // payloads then go through the ring while the connection carries their headers (and
   // tells when either side dies). A peer elsewhere cannot map it: payloads stay on TCP.
   // 0: no rings offered, none taken. busy_poll: how long a connection's reader polls its
   // socket for the next frame, and a ring's side the other side, before it sleeps (0: it
   // sleeps at once), while no other thread wants its vCPU and while this process and its
-  // peers on this host fit its CPUs (libps/busy_poll.hpp). tcp_congestion: the congestion
-  // control of its ends of connections (libps/tcp_congestion.hpp; "system": the host's);
+  // peers on this host fit its CPUs (libps/net/busy_poll.hpp). tcp_congestion: the congestion
+  // control of its ends of connections (libps/net/tcp_congestion.hpp; "system": the host's);
   // a socket that refuses it stays on the host's, with a warning.
   data_plane(const data_plane_address& at, std::uint64_t min_bytes, std::chrono::milliseconds claim_timeout,
              std::chrono::milliseconds stall_timeout, std::optional<shared_secret> secret = std::nullopt,
@@ -191,7 +191,7 @@ class data_plane {
   // connected to on this host are more than its CPUs.
   std::chrono::microseconds poll_budget_now() const { return budget_now(poll_budget_); }
   // Whether this process and its peers on its host outnumber the host's CPUs now
-  // (libps/host_share.hpp): clients then keep fewer bytes in flight.
+  // (libps/net/host_share.hpp): clients then keep fewer bytes in flight.
   bool host_crowded() const { return crowded_.load(std::memory_order_relaxed); }
   // Whether payloads to peer go through a shared-memory ring (the peer mapped ours).
   bool sends_by_ring(std::uint64_t peer) const;

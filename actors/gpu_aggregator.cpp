@@ -7,7 +7,7 @@
 #include <string>
 
 #include "kernels/kernels.hpp"
-#include "libps/keys.hpp"
+#include "libps/keys/keys.hpp"
 
 namespace ps {
 

@@ -1,10 +1,11 @@
 #include "actors/kv_client.hpp"
 #include "actors/client/client_state.hpp"
 #include "actors/inline_runner.hpp"
-#include "libps/log.hpp"
+#include "libps/observe/log.hpp"
 
-#include "libps/consistency.hpp"
-#include "libps/faults.hpp"
+#include "libps/core/consistency.hpp"
+#include "libps/sim/faults.hpp"
+#include "libps/sim/fault_exit.hpp"
 
 #include <array>
 #include <atomic>

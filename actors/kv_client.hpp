@@ -18,13 +18,13 @@
 
 #include "actors/messages.hpp"
 #include "actors/reconnect.hpp"
-#include "libps/latency.hpp"
-#include "libps/chunking.hpp"
-#include "libps/host_share.hpp"
-#include "libps/codec.hpp"
-#include "libps/done_signal.hpp"
-#include "libps/faults.hpp"
-#include "libps/partitioner.hpp"
+#include "libps/observe/latency.hpp"
+#include "libps/keys/chunking.hpp"
+#include "libps/net/host_share.hpp"
+#include "libps/core/codec.hpp"
+#include "libps/net/done_signal.hpp"
+#include "libps/sim/faults.hpp"
+#include "libps/keys/partitioner.hpp"
 
 namespace ps {
 
@@ -114,10 +114,10 @@ struct kv_client_options {
   // Pushes and inits are cut at the smaller of this and chunk_bytes (pulls at chunk_bytes).
   std::uint64_t push_chunk_bytes = default_push_chunk_bytes;
   // inflight_bytes' cap for shards reached over TCP while this process and its peers on its
-  // host outnumber the host's CPUs (data_plane::host_crowded; libps/host_share.hpp).
+  // host outnumber the host's CPUs (data_plane::host_crowded; libps/net/host_share.hpp).
   std::uint64_t crowded_inflight_bytes = default_crowded_inflight_bytes;
   // Pushes and inits are cut at the smaller of this and chunk_bytes_of while the host is
-  // not crowded and some shard is reached over TCP (libps/host_share.hpp).
+  // not crowded and some shard is reached over TCP (libps/net/host_share.hpp).
   std::uint64_t tcp_push_chunk_bytes = default_tcp_push_chunk_bytes;
   // The thread that calls push/pull runs the client actor for its request when the actor
   // is idle, instead of waking a scheduler thread for it (kv_client.cpp, dispatch_here).

@@ -6,8 +6,8 @@
 
 #include <caf/binary_deserializer.hpp>
 
-#include "libps/bulk.hpp"
-#include "libps/codec.hpp"
+#include "libps/net/bulk.hpp"
+#include "libps/core/codec.hpp"
 
 namespace ps {
 

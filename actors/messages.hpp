@@ -11,13 +11,13 @@
 #include <type_traits>
 #include <vector>
 
-#include "libps/checkpoint.hpp"
-#include "libps/consistency.hpp"
-#include "libps/job_spec.hpp"
-#include "libps/keys.hpp"
-#include "libps/sparse_table.hpp"
-#include "libps/update_loss.hpp"
-#include "libps/update_rule.hpp"
+#include "libps/persist/checkpoint.hpp"
+#include "libps/core/consistency.hpp"
+#include "libps/core/job_spec.hpp"
+#include "libps/keys/keys.hpp"
+#include "libps/rows/sparse_table.hpp"
+#include "libps/core/update_loss.hpp"
+#include "libps/core/update_rule.hpp"
 
 namespace ps {
 
@@ -81,7 +81,7 @@ constexpr bool is_raw_io_v =
 // A run of floats shared between a message and its sender without copying: locally the
 // storage travels by reference; on the wire it is one raw byte block, or, when the
 // values went over a data connection (actors/data_plane.hpp), only their ticket, or, for a
-// compressed pull answer, the codec's encoded form (libps/codec.hpp). claim_values()
+// compressed pull answer, the codec's encoded form (libps/core/codec.hpp). claim_values()
 // turns the last two into floats.
 struct float_block {
   std::shared_ptr<std::vector<float>> storage;
@@ -129,7 +129,7 @@ inspect(Inspector& f, float_block& x) {
   return f(caf::meta::type_name("float_block"), x.size, x.ticket);
 }
 
-// A compressed tensor chunk (libps/codec.hpp's encoded form), as one raw byte block.
+// A compressed tensor chunk (libps/core/codec.hpp's encoded form), as one raw byte block.
 struct encoded_block {
   std::shared_ptr<std::vector<std::byte>> bytes;
 };
@@ -142,7 +142,7 @@ inspect(Inspector& f, encoded_block& x) {
   return f(caf::meta::type_name("encoded_block"), n);
 }
 
-// A shard's snapshot (libps/checkpoint.hpp) as a block, and back; decoding throws
+// A shard's snapshot (libps/persist/checkpoint.hpp) as a block, and back; decoding throws
 // bad_request for a missing or damaged block.
 encoded_block snapshot_block(const shard_snapshot& s);
 shard_snapshot snapshot_of(const encoded_block& b);
@@ -211,7 +211,7 @@ typename Inspector::result_type inspect(Inspector& f, rule_msg& x) {
   return f(caf::meta::type_name("rule_msg"), x.kind, x.lr, x.momentum, x.beta1, x.beta2, x.eps);
 }
 
-// A sparse table as the job declares it (libps/sparse_table.hpp's spec on the wire;
+// A sparse table as the job declares it (libps/rows/sparse_table.hpp's spec on the wire;
 // floats as bits, not CAF's float encoding: docs/wire-and-caf.md, "CAF 0.17 facts").
 struct table_msg {
   std::string name;
@@ -313,7 +313,7 @@ typename Inspector::result_type inspect(Inspector& f, tensor_spec& x) {
   return f(caf::meta::type_name("tensor_spec"), x.name, x.keys.begin, x.keys.end, x.shape);
 }
 
-// libps/job_spec.hpp's job_spec as it crosses the wire; job_spec::from_parts checks it.
+// libps/core/job_spec.hpp's job_spec as it crosses the wire; job_spec::from_parts checks it.
 struct job_spec_msg {
   std::uint32_t version = 0;
   std::vector<job_setting> settings;
@@ -346,7 +346,7 @@ typename Inspector::result_type inspect(Inspector& f, node_info& x) {
 struct registration {
   std::uint32_t id = 0;  // shard id or worker id
   cluster_view view;
-  encoded_block state;   // a shard's parameters from --restore (libps/checkpoint.hpp); else empty
+  encoded_block state;   // a shard's parameters from --restore (libps/persist/checkpoint.hpp); else empty
   std::uint64_t start_clock = 0;  // a worker joining a running job starts here
   job_spec_msg spec;              // the job contract (the member adopts what it was not given)
   std::uint64_t barrier_generation = 0;  // barriers released so far: a worker's next one has this number
@@ -506,7 +506,7 @@ using coordinator_actor = caf::typed_actor<
   // Internal: time to say which members are still missing (--ps.wait-report-ms).
   caf::reacts_to<wait_report_atom>,
   // From an operator (psctl status): members, map epoch, each shard's figures and each
-  // worker's clock, as libps/cluster_status.hpp's JSON.
+  // worker's clock, as libps/observe/cluster_status.hpp's JSON.
   caf::replies_to<status_atom>::with<std::string>,
   // From an operator (psctl remove-shard ID): the shard's keys and rows go to the others
   // (a new map without it); answered with a summary once they have them, or an error
@@ -540,7 +540,7 @@ enum class errc : std::uint8_t {
   terminated,   // stopped by SIGTERM on the coordinator
   moved,        // the keys or rows of a request have a new owner (a newer map): send it again by it
   unsent,       // the data connection a request went on ended before its answer came: send it again through CAF
-  payload_lost, // a payload an answer named never came (libps/bulk.hpp payload_lost): a read may ask again
+  payload_lost, // a payload an answer named never came (libps/net/bulk.hpp payload_lost): a read may ask again
 };
 caf::error make_error(errc code, std::string text);
 // The errc of an ActorPS error; errc::failed for any other error.

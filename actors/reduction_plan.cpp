@@ -2,7 +2,7 @@
 
 #include <numeric>
 
-#include "libps/keys.hpp"
+#include "libps/keys/keys.hpp"
 
 namespace ps {
 

@@ -4,9 +4,9 @@
 #include <filesystem>
 
 #include "actors/messages.hpp"
-#include "libps/checkpoint.hpp"
-#include "libps/row_disk.hpp"
-#include "libps/log.hpp"
+#include "libps/persist/checkpoint.hpp"
+#include "libps/rows/row_disk.hpp"
+#include "libps/observe/log.hpp"
 
 namespace ps {
 

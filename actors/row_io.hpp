@@ -5,7 +5,7 @@
 // writes, in the order asked, to a writer and a read's keys, a few at a time, to whichever
 // of its readers is idle (all detached; --disk-readers), so many reads are in flight at
 // once and none waits behind a write. Reads need no order with writes: the shard reads a
-// row only when no write of it is under way (libps/row_tier.hpp).
+// row only when no write of it is under way (libps/rows/row_tier.hpp).
 #include <caf/all.hpp>
 
 #include <deque>
@@ -14,8 +14,8 @@
 #include <string>
 #include <vector>
 
-#include "libps/row_store.hpp"
-#include "libps/row_tier.hpp"
+#include "libps/rows/row_store.hpp"
+#include "libps/rows/row_tier.hpp"
 #include "actors/messages.hpp"
 
 namespace ps {

@@ -12,11 +12,11 @@
 #include <filesystem>
 #include <span>
 
-#include "libps/checkpoint.hpp"
-#include "libps/codec.hpp"
-#include "libps/handoff.hpp"
-#include "libps/row_disk.hpp"
-#include "libps/text.hpp"
+#include "libps/persist/checkpoint.hpp"
+#include "libps/core/codec.hpp"
+#include "libps/core/handoff.hpp"
+#include "libps/rows/row_disk.hpp"
+#include "libps/observe/text.hpp"
 
 #include <nlohmann/json.hpp>
 

@@ -15,11 +15,11 @@
 #include "actors/data_plane.hpp"
 #include "actors/messages.hpp"
 #include "actors/reconnect.hpp"
-#include "libps/handoff.hpp"
+#include "libps/core/handoff.hpp"
 #include "actors/row_io.hpp"
-#include "libps/checkpoint.hpp"
-#include "libps/faults.hpp"
-#include "libps/shard_core.hpp"
+#include "libps/persist/checkpoint.hpp"
+#include "libps/sim/faults.hpp"
+#include "libps/core/shard_core.hpp"
 
 namespace ps {
 
@@ -30,7 +30,7 @@ struct shard_options {
   // A pull parked by the staleness controller longer than this fails with an error that
   // names the worker everybody waits for (keep it below the client's request timeout).
   std::chrono::milliseconds park_limit{27000};
-  std::string trace_path;  // non-empty: append consistency trace lines here (libps/trace.hpp)
+  std::string trace_path;  // non-empty: append consistency trace lines here (libps/core/trace.hpp)
   // The fault injector's plan: the shard kills its own process at its kill clock.
   fault_plan faults;
   // A replacement for a dead shard (set by the coordinator): configured at once from

@@ -9,7 +9,7 @@
 // and the pull of iteration c+1 is sent right after the clock tick of iteration c, so it
 // is answered as soon as the staleness controller allows, while the worker finishes up.
 // With it off, every stage waits for the one before: load, pull, compute, push, ack, tick.
-// Either way the consistency guarantee is the shards' (libps/consistency.hpp): pushes of
+// Either way the consistency guarantee is the shards' (libps/core/consistency.hpp): pushes of
 // iteration c carry clock c, the tick to c+1 follows them, the pull at c+1 follows that.
 #include <future>
 #include <random>

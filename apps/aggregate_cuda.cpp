@@ -1,6 +1,6 @@
 #include "apps/aggregate_cuda.hpp"
 
-#include "libps/keys.hpp"
+#include "libps/keys/keys.hpp"
 
 #ifdef PS_HAVE_CUDA
 

@@ -4,7 +4,7 @@
 #include <chrono>
 #include <string>
 
-#include "libps/progress.hpp"
+#include "libps/observe/progress.hpp"
 #include "runtime/app_registry.hpp"
 #include "runtime/node.hpp"
 

@@ -22,9 +22,9 @@
 #include "actors/gpu_aggregator.hpp"
 #include "apps/aggregate_cuda.hpp"
 #include "apps/bench_timing.hpp"
-#include "libps/codec.hpp"
-#include "libps/keys.hpp"
-#include "libps/text.hpp"
+#include "libps/core/codec.hpp"
+#include "libps/keys/keys.hpp"
+#include "libps/observe/text.hpp"
 
 namespace {
 

@@ -15,7 +15,7 @@
 #include "actors/data_plane.hpp"
 #include "apps/bench_timing.hpp"
 #include "apps/tcp_limit.hpp"
-#include "libps/text.hpp"
+#include "libps/observe/text.hpp"
 
 using namespace std::chrono_literals;
 

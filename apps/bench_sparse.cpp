@@ -17,8 +17,8 @@
 #include "apps/bench_timing.hpp"
 #include "apps/disk_probe.hpp"
 #include "apps/sparse_bench.hpp"
-#include "libps/row_disk.hpp"
-#include "libps/row_tier.hpp"
+#include "libps/rows/row_disk.hpp"
+#include "libps/rows/row_tier.hpp"
 
 #include <nlohmann/json.hpp>
 

@@ -17,9 +17,9 @@
 #include "apps/ctr/criteo.hpp"
 #include "apps/ctr/ctr_data.hpp"
 #include "apps/ctr/ctr_tower.hpp"
-#include "libps/progress.hpp"
-#include "libps/row_cache.hpp"
-#include "libps/text.hpp"
+#include "libps/observe/progress.hpp"
+#include "libps/rows/row_cache.hpp"
+#include "libps/observe/text.hpp"
 
 namespace ps {
 
@@ -164,7 +164,7 @@ std::size_t distinct(const std::vector<std::uint64_t>& ids) {
 }
 
 // How a training worker reads and updates its rows: straight from the shards, or through
-// its bounded-staleness cache, one per table (libps/row_cache.hpp, after HET): a cached
+// its bounded-staleness cache, one per table (libps/rows/row_cache.hpp, after HET): a cached
 // row is used while at most S clocks old and its gradients are summed locally until a
 // refresh, an eviction, the bound or a flush sends them. Rows moved (pulled or pushed,
 // each once however often a batch names it) are counted either way.

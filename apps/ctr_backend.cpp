@@ -1,6 +1,6 @@
 #include "apps/ctr_backend.hpp"
 
-#include "libps/keys.hpp"
+#include "libps/keys/keys.hpp"
 
 #ifdef PS_HAVE_CUDA
 #include "kernels/cuda_memory.hpp"

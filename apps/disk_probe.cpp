@@ -12,7 +12,7 @@
 #include <thread>
 #include <vector>
 
-#include "libps/keys.hpp"
+#include "libps/keys/keys.hpp"
 
 namespace ps {
 

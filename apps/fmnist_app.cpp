@@ -26,8 +26,8 @@
 #include <sstream>
 
 #include "actors/gpu_aggregator.hpp"
-#include "libps/log.hpp"
-#include "libps/progress.hpp"
+#include "libps/observe/log.hpp"
+#include "libps/observe/progress.hpp"
 #include "actors/training.hpp"
 #include "apps/fmnist_data.hpp"
 #include "runtime/job_contract.hpp"

@@ -13,8 +13,8 @@
 #include <nlohmann/json.hpp>
 
 #include "apps/ctr/ctr_data.hpp"
-#include "libps/keys.hpp"
-#include "libps/text.hpp"
+#include "libps/keys/keys.hpp"
+#include "libps/observe/text.hpp"
 
 namespace {
 

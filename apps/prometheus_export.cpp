@@ -6,7 +6,7 @@
 
 #include <cstdio>
 
-#include "libps/keys.hpp"
+#include "libps/keys/keys.hpp"
 
 namespace ps {
 

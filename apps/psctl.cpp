@@ -19,7 +19,7 @@
 
 #include <caf/io/all.hpp>
 
-#include "libps/cluster_status.hpp"
+#include "libps/observe/cluster_status.hpp"
 #include "runtime/guarded_net.hpp"
 #include "runtime/node.hpp"
 

@@ -6,7 +6,7 @@
 #include "apps/rowcheck.hpp"
 #include "apps/apps.hpp"
 
-#include "libps/sparse_table.hpp"
+#include "libps/rows/sparse_table.hpp"
 
 namespace ps {
 

@@ -7,7 +7,7 @@
 //   {"seeds":N,"failures":K,"trace_hash":"...","messages":M,"seconds":T}
 // where trace_hash covers every run's message trace (the same seeds give the same hash).
 // Exit 0 when no seed failed, 1 when some did, 2 for a bad command line. --break turns a
-// safety mechanism off (libps/sabotage.hpp) to show that the simulator finds what it prevents.
+// safety mechanism off (libps/sim/sabotage.hpp) to show that the simulator finds what it prevents.
 // --log-level=warning replays a seed with the coordinator's news (failovers, the restart)
 // and the members' warnings.
 #include <chrono>
@@ -18,10 +18,10 @@
 #include <nlohmann/json.hpp>
 
 #include "apps/sim_cluster.hpp"
-#include "libps/keys.hpp"
-#include "libps/log.hpp"
-#include "libps/sabotage.hpp"
-#include "libps/text.hpp"
+#include "libps/keys/keys.hpp"
+#include "libps/observe/log.hpp"
+#include "libps/sim/sabotage.hpp"
+#include "libps/observe/text.hpp"
 
 namespace {
 

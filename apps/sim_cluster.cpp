@@ -15,10 +15,11 @@
 #include "actors/coordinator.hpp"
 #include "actors/kv_client.hpp"
 #include "actors/server_shard.hpp"
-#include "libps/consistency.hpp"
-#include "libps/log.hpp"
-#include "libps/sparse_table.hpp"
-#include "libps/trace.hpp"
+#include "libps/core/consistency.hpp"
+#include "libps/observe/log.hpp"
+#include "libps/rows/sparse_table.hpp"
+#include "libps/core/trace.hpp"
+#include "libps/persist/trace_file.hpp"
 
 namespace ps {
 

@@ -3,7 +3,7 @@
 // (with their chain copies) and kv_clients, in one process on CAF's deterministic test
 // scheduler, which stands in for the network: the seed picks which actor takes its next
 // message (every mailbox stays FIFO, as a connection is), when timers fire, and the plan's
-// faults (libps/sim_plan.hpp): kills, a partition (the cut-off server's actors are not
+// faults (libps/sim/sim_plan.hpp): kills, a partition (the cut-off server's actors are not
 // scheduled until it heals), message drops, duplicates and delays. Per clock each worker pushes +1 to every one of 64 keys
 // and to every one of 24 rows of a sparse table (sum rule, rows created at 0 on first
 // touch), ticks, and pulls both.
@@ -22,7 +22,7 @@
 #include <cstdint>
 #include <string>
 
-#include "libps/sim_plan.hpp"
+#include "libps/sim/sim_plan.hpp"
 
 namespace ps {
 

@@ -12,8 +12,8 @@
 #include <nlohmann/json.hpp>
 
 #include "apps/ctr/ctr_data.hpp"
-#include "libps/row_disk.hpp"
-#include "libps/sparse_table.hpp"
+#include "libps/rows/row_disk.hpp"
+#include "libps/rows/sparse_table.hpp"
 
 namespace ps {
 

@@ -1,6 +1,6 @@
 #include "apps/tcp_limit.hpp"
 
-#include "libps/tcp_congestion.hpp"
+#include "libps/net/tcp_congestion.hpp"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>

@@ -2,7 +2,7 @@
 // The physical limit for bench_kv: request/response over plain loopback TCP sockets
 // (TCP_NODELAY), the same shape as a push (payload out, 8-byte ack back), with a window
 // of requests in flight. No CAF, no copies beyond the kernel's. Both ends use the TCP
-// congestion control named (libps/tcp_congestion.hpp), as data connections do.
+// congestion control named (libps/net/tcp_congestion.hpp), as data connections do.
 #include <cstdint>
 #include <string>
 

@@ -8,8 +8,8 @@
 
 #include "apps/prometheus_export.hpp"
 #include "apps/apps.hpp"
-#include "libps/log.hpp"
-#include "libps/consistency.hpp"
+#include "libps/observe/log.hpp"
+#include "libps/core/consistency.hpp"
 #include "runtime/job_contract.hpp"
 #include "runtime/signals.hpp"
 

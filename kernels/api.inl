@@ -17,7 +17,7 @@ void scale(float* x, float a, std::size_t n);                       // x[i] *= a
 void axpy(float* y, float a, const float* x, std::size_t n);        // y[i] += a * x[i]
 void copy(float* dst, const float* src, std::size_t n);             // dst[i] = src[i]
 
-// ---- sgd.cu, adagrad.cu, adam.cu: update rules (semantics in libps/update_rule.hpp) --------
+// ---- sgd.cu, adagrad.cu, adam.cu: update rules (semantics in libps/core/update_rule.hpp) --------
 void sgd(float* w, const float* g, float lr, std::size_t n);        // w -= lr*g
 void sgd_momentum(float* w, float* v, const float* g, float lr, float momentum, std::size_t n);
 void adagrad(float* w, float* h, const float* g, float lr, float eps, std::size_t n);

@@ -3,7 +3,7 @@
 #include <map>
 #include <mutex>
 
-#include "libps/partitioner.hpp"
+#include "libps/keys/partitioner.hpp"
 #include "runtime/job_contract.hpp"
 
 namespace ps {
@@ -76,7 +76,7 @@ job_settings settings_for_app(const node_config& cfg, const std::string& name) {
   auto tensors = app.tensors ? app.tensors(cfg) : std::vector<tensor_spec>{};
   std::uint64_t keys = 0;
   for (const auto& t : tensors) keys += t.keys.size();
-  // Buckets small enough that the tensors spread evenly (libps/partitioner.hpp), unless set.
+  // Buckets small enough that the tensors spread evenly (libps/keys/partitioner.hpp), unless set.
   if (!cfg.given.count("ps.bucket-bits") && keys > 0) s.bucket_bits = partitioner::bucket_bits_for(keys, cfg.servers);
   s.spec = spec_of(cfg, name, s, std::move(tensors));
   if (app.tables) s.tables = app.tables(cfg);

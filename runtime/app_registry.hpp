@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "runtime/node.hpp"
-#include "libps/job_spec.hpp"
+#include "libps/core/job_spec.hpp"
 
 namespace ps {
 
@@ -41,7 +41,7 @@ std::vector<std::string> app_names();
 
 // The job settings and spec of app `name` under cfg: its defaults where cfg does not set
 // the rule or the consistency, its tensors, and buckets sized to them unless
-// --ps.bucket-bits is given (libps/partitioner.hpp).
+// --ps.bucket-bits is given (libps/keys/partitioner.hpp).
 job_settings settings_for_app(const node_config& cfg, const std::string& name);
 
 }  // namespace ps

@@ -19,8 +19,8 @@
 #include <thread>
 
 #include "actors/messages.hpp"
-#include "libps/basp_guard.hpp"
-#include "libps/log.hpp"
+#include "libps/net/basp_guard.hpp"
+#include "libps/observe/log.hpp"
 #include "runtime/node.hpp"
 
 namespace ps {

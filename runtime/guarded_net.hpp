@@ -1,5 +1,5 @@
-// CAF connections that check what arrives before CAF sees it (libps/basp_guard.hpp) and,
-// with --secret-file, prove the shared secret first (libps/secret.hpp): no byte reaches
+// CAF connections that check what arrives before CAF sees it (libps/net/basp_guard.hpp) and,
+// with --secret-file, prove the shared secret first (libps/net/secret.hpp): no byte reaches
 // CAF's protocol from a peer that has not. This is a middleman actor of our own, the way
 // CAF's OpenSSL module adds TLS: the default middleman's publish and remote_actor would
 // bypass it, so every process publishes and connects through the functions here.
@@ -13,7 +13,7 @@
 #include <set>
 #include <string>
 
-#include "libps/secret.hpp"
+#include "libps/net/secret.hpp"
 #include "runtime/tls_stream.hpp"
 
 namespace ps {

@@ -1,7 +1,7 @@
 // Each program's --help: its own flags by topic, with descriptions and defaults.
 #include <map>
 
-#include "libps/consistency.hpp"
+#include "libps/core/consistency.hpp"
 #include "runtime/app_registry.hpp"
 #include "runtime/node.hpp"
 

@@ -5,9 +5,9 @@
 #include <functional>
 #include <sstream>
 
-#include "libps/consistency.hpp"
-#include "libps/partitioner.hpp"
-#include "libps/text.hpp"
+#include "libps/core/consistency.hpp"
+#include "libps/keys/partitioner.hpp"
+#include "libps/observe/text.hpp"
 #include "runtime/app_registry.hpp"
 
 namespace ps {

@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "runtime/node.hpp"
-#include "libps/job_spec.hpp"
+#include "libps/core/job_spec.hpp"
 
 namespace ps {
 

@@ -1,5 +1,5 @@
 #include "runtime/job_progress.hpp"
-#include "libps/log.hpp"
+#include "libps/observe/log.hpp"
 
 #include <unistd.h>
 
@@ -8,7 +8,7 @@
 #include <cstdio>
 #include <cstring>
 
-#include "libps/keys.hpp"
+#include "libps/keys/keys.hpp"
 
 namespace ps {
 

@@ -9,7 +9,7 @@
 #include <functional>
 #include <string>
 
-#include "libps/progress.hpp"
+#include "libps/observe/progress.hpp"
 
 namespace ps {
 

@@ -20,13 +20,13 @@
 #include <filesystem>
 
 #include "actors/server_shard.hpp"
-#include "libps/row_disk.hpp"
-#include "libps/row_tier.hpp"
-#include "libps/log.hpp"
-#include "libps/secret.hpp"
-#include "libps/tcp_congestion.hpp"
+#include "libps/rows/row_disk.hpp"
+#include "libps/rows/row_tier.hpp"
+#include "libps/observe/log.hpp"
+#include "libps/net/secret.hpp"
+#include "libps/net/tcp_congestion.hpp"
 #include "runtime/tls_stream.hpp"
-#include "libps/text.hpp"
+#include "libps/observe/text.hpp"
 #include "runtime/app_registry.hpp"
 #include "runtime/job_contract.hpp"
 

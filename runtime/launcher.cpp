@@ -1,6 +1,6 @@
 // The job launcher: a whole job on this machine, embedded (one process) or as psnode
 // processes on loopback, watched until it ends.
-#include "libps/log.hpp"
+#include "libps/observe/log.hpp"
 #include "runtime/node_parts.hpp"
 #include "runtime/job_progress.hpp"
 #include "runtime/app_registry.hpp"

@@ -14,12 +14,12 @@
 #include <nlohmann/json.hpp>
 
 #include "actors/kv_client.hpp"
-#include "libps/endpoint.hpp"
-#include "libps/progress.hpp"
-#include "libps/faults.hpp"
-#include "libps/job_spec.hpp"
-#include "libps/row_store.hpp"
-#include "libps/tcp_congestion.hpp"
+#include "libps/net/endpoint.hpp"
+#include "libps/observe/progress.hpp"
+#include "libps/sim/faults.hpp"
+#include "libps/core/job_spec.hpp"
+#include "libps/rows/row_store.hpp"
+#include "libps/net/tcp_congestion.hpp"
 
 namespace ps {
 
@@ -104,23 +104,23 @@ struct node_config : caf::actor_system_config {
   std::size_t disk_readers = row_store::default_readers;  // threads reading a shard's disk tier
   std::string eviction = "slru";       // lru | slru
   std::string handoff = "copy-ahead";  // copy-ahead | cut: how tiered rows move in a map change
-  // fault injector (libps/faults.hpp)
+  // fault injector (libps/sim/faults.hpp)
   std::string faults;
   // [ps]: tuning.
   std::string rule;  // empty: the app's default
   double momentum = 0.0;
   std::size_t chunk_bytes = 4u << 20;
-  std::size_t push_chunk_bytes = 1u << 20;  // pushes: the smaller of the two (libps/chunking.hpp)
+  std::size_t push_chunk_bytes = 1u << 20;  // pushes: the smaller of the two (libps/keys/chunking.hpp)
   std::size_t inflight_bytes = 8u << 20;
-  std::size_t crowded_inflight_bytes = default_crowded_inflight_bytes;  // libps/host_share.hpp
-  std::size_t tcp_push_chunk_bytes = default_tcp_push_chunk_bytes;      // libps/host_share.hpp
+  std::size_t crowded_inflight_bytes = default_crowded_inflight_bytes;  // libps/net/host_share.hpp
+  std::size_t tcp_push_chunk_bytes = default_tcp_push_chunk_bytes;      // libps/net/host_share.hpp
   std::size_t data_plane_bytes = 64u << 10;  // BENCHMARKS.md, "The data plane from 64 KiB"
   std::size_t shm_ring_bytes = default_shm_ring_bytes;  // data-plane rings in shared memory on one host (0: none)
   std::size_t shm_push_ring_bytes = 4u << 20;  // the rings workers offer: their pushes (BENCHMARKS.md)
   std::size_t direct_requests = 1;        // workers' requests over the data connections (0: through CAF)
   std::size_t caller_runs = 1;  // the caller's thread runs the client actor (kv_client_options::dispatch_on_caller)
   std::uint64_t busy_poll_us = 200;       // data-connection readers poll this long before they sleep (BENCHMARKS.md)
-  std::string tcp_congestion = default_tcp_congestion;  // data connections' (libps/tcp_congestion.hpp)
+  std::string tcp_congestion = default_tcp_congestion;  // data connections' (libps/net/tcp_congestion.hpp)
   std::uint16_t data_plane_port = 0;  // 0: any free port
   std::size_t timeout_ms = 30000;
   std::int64_t retry_ms = -1;  // -1: 200 with message faults, else never
@@ -129,7 +129,7 @@ struct node_config : caf::actor_system_config {
   std::size_t register_timeout_ms = 60000;
   std::string out;              // export: the directory the .npy files go to
   // security: members prove a shared secret (runtime/guarded_net.hpp); TLS via CAF's OpenSSL module
-  std::string log_level = "info";  // error | warning | info | debug (libps/log.hpp)
+  std::string log_level = "info";  // error | warning | info | debug (libps/observe/log.hpp)
   std::string secret_file;
   std::string tls_cert, tls_key, tls_ca;
   std::size_t max_message_bytes = 512u << 20;  // largest CAF message a peer may announce
@@ -187,7 +187,7 @@ struct node_config : caf::actor_system_config {
   codec push_codec() const;
   // The pull codec --pull-compression selects (top-k refused).
   codec pull_codec() const;
-  // The staleness bound the flags select (libps/consistency.hpp); app_default
+  // The staleness bound the flags select (libps/core/consistency.hpp); app_default
   // ("bsp", "asp", ...) applies when neither --consistency nor --staleness is given.
   std::uint64_t staleness_bound(const std::string& app_default) const;
   // The arguments this process was started with (for starting psnode children).

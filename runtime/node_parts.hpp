@@ -10,7 +10,7 @@
 #include <thread>
 
 #include "actors/coordinator.hpp"
-#include "libps/checkpoint.hpp"
+#include "libps/persist/checkpoint.hpp"
 #include "runtime/guarded_net.hpp"
 #include "runtime/node.hpp"
 

@@ -1,11 +1,11 @@
 // psnode's roles: coordinator, server, worker and local, each ending with its status line.
-#include "libps/log.hpp"
+#include "libps/observe/log.hpp"
 #include "runtime/node_parts.hpp"
 
 #include <cstdio>
 
 #include "actors/server_shard.hpp"
-#include "libps/checkpoint_export.hpp"
+#include "libps/persist/checkpoint_export.hpp"
 #include "runtime/job_contract.hpp"
 
 namespace ps {

@@ -8,7 +8,7 @@
 #include <algorithm>
 #include <csignal>
 
-#include "libps/keys.hpp"
+#include "libps/keys/keys.hpp"
 
 namespace ps {
 

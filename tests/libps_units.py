@@ -1,7 +1,7 @@
 #!/usr/bin/python3
-"""No loop among libps's units: unit X (X.hpp and X.cpp) depends on unit Y when either file
-includes "libps/Y.hpp". Exits 1 naming each loop, so a new include that closes one fails
-the suite.  usage: libps_units.py LIBPS_DIR"""
+"""No loop among libps's units: unit X (X.hpp and X.cpp, named by their path under libps/,
+e.g. core/shard_core) depends on unit Y when either file includes "libps/Y.hpp". Exits 1
+naming each loop, so a new include that closes one fails the suite.  usage: libps_units.py LIBPS_DIR"""
 import os
 import re
 import sys
@@ -9,7 +9,8 @@ import sys
 
 def dependencies(root):
     deps = {}
-    for name in sorted(os.listdir(root)):
+    names = sorted(os.path.relpath(os.path.join(d, n), root) for d, _, files in os.walk(root) for n in files)
+    for name in names:
         unit, ext = os.path.splitext(name)
         if ext not in (".hpp", ".cpp"):
             continue

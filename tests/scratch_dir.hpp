@@ -8,7 +8,7 @@
 #include <filesystem>
 #include <string>
 
-#include "libps/row_disk.hpp"
+#include "libps/rows/row_disk.hpp"
 
 namespace ps::test {
 

@@ -4,8 +4,8 @@
 #include <cstring>
 #include <thread>
 
-#include "libps/bulk.hpp"
-#include "libps/keys.hpp"
+#include "libps/net/bulk.hpp"
+#include "libps/keys/keys.hpp"
 
 using namespace ps;
 using namespace std::chrono_literals;

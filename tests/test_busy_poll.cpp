@@ -1,4 +1,4 @@
-// Polling before sleeping (libps/busy_poll.hpp): it finds what comes within its budget,
+// Polling before sleeping (libps/net/busy_poll.hpp): it finds what comes within its budget,
 // gives up when nothing comes, and gives way at once to another thread that wants the
 // vCPU it polls on.
 #include <doctest/doctest.h>
@@ -13,8 +13,8 @@
 #include <thread>
 #include <vector>
 
-#include "libps/busy_poll.hpp"
-#include "libps/done_signal.hpp"
+#include "libps/net/busy_poll.hpp"
+#include "libps/net/done_signal.hpp"
 
 using namespace ps;
 using namespace std::chrono_literals;

@@ -15,8 +15,8 @@
 #include <fstream>
 #include <sstream>
 
-#include "libps/cereal_types.hpp"
-#include "libps/checkpoint.hpp"
+#include "libps/persist/cereal_types.hpp"
+#include "libps/persist/checkpoint.hpp"
 #include <cereal/types/utility.hpp>
 
 using namespace ps;

@@ -1,9 +1,9 @@
-// The client's decisions about its requests without actors (libps/client_core.hpp): a
+// The client's decisions about its requests without actors (libps/core/client_core.hpp): a
 // request issued, sent, answered (or answered late), timed out, a map change's fence and
 // clock ticks, event by event.
 #include <doctest/doctest.h>
 
-#include "libps/client_core.hpp"
+#include "libps/core/client_core.hpp"
 
 using namespace ps;
 using std::chrono::milliseconds;

@@ -29,15 +29,16 @@
 
 #include "actors/data_plane.hpp"
 #include "apps/apps.hpp"
-#include "libps/bulk.hpp"
-#include "libps/checkpoint.hpp"
-#include "libps/consistency.hpp"
+#include "libps/net/bulk.hpp"
+#include "libps/persist/checkpoint.hpp"
+#include "libps/core/consistency.hpp"
 #include "apps/ctr/criteo.hpp"
-#include "libps/trace.hpp"
+#include "libps/core/trace.hpp"
 #include "runtime/job_contract.hpp"
 #include "runtime/node_parts.hpp"
 #include "tests/parsed_config.hpp"
 #include "tests/program_output.hpp"
+#include "libps/persist/trace_file.hpp"
 
 using namespace ps;
 using std::chrono::milliseconds;

@@ -1,11 +1,11 @@
-// psctl status's summary (libps/cluster_status.hpp): workers' clocks from the shards'
+// psctl status's summary (libps/observe/cluster_status.hpp): workers' clocks from the shards'
 // vectors, a shard that does not answer, stats that are not a shard's.
 #include <doctest/doctest.h>
 
 #include <nlohmann/json.hpp>
 
-#include "libps/cluster_status.hpp"
-#include "libps/keys.hpp"
+#include "libps/observe/cluster_status.hpp"
+#include "libps/keys/keys.hpp"
 
 using namespace ps;
 using json = nlohmann::json;

@@ -3,9 +3,9 @@
 
 #include <random>
 
-#include "libps/consistency.hpp"
-#include "libps/keys.hpp"
-#include "libps/trace.hpp"
+#include "libps/core/consistency.hpp"
+#include "libps/keys/keys.hpp"
+#include "libps/core/trace.hpp"
 
 using namespace ps;
 

@@ -10,10 +10,11 @@
 #include <cstdio>
 #include <random>
 
-#include "libps/consistency.hpp"
+#include "libps/core/consistency.hpp"
 #include "actors/training.hpp"
-#include "libps/trace.hpp"
+#include "libps/core/trace.hpp"
 #include "tests/actor_fixture.hpp"
+#include "libps/persist/trace_file.hpp"
 
 using namespace ps;
 using namespace ps::test;

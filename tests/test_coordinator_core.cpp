@@ -1,8 +1,8 @@
-// The coordinator's decisions about the job without actors (libps/coordinator_core.hpp):
+// The coordinator's decisions about the job without actors (libps/core/coordinator_core.hpp):
 // event in, effects out, duplicates and late events included.
 #include <doctest/doctest.h>
 
-#include "libps/coordinator_core.hpp"
+#include "libps/core/coordinator_core.hpp"
 
 using namespace ps;
 

@@ -8,8 +8,8 @@
 #include <filesystem>
 #include <fstream>
 
-#include "libps/coordinator_record.hpp"
-#include "libps/keys.hpp"
+#include "libps/persist/coordinator_record.hpp"
+#include "libps/keys/keys.hpp"
 
 using namespace ps;
 

@@ -11,7 +11,7 @@
 #include <unistd.h>
 
 #include "apps/ctr/criteo.hpp"
-#include "libps/keys.hpp"
+#include "libps/keys/keys.hpp"
 
 using namespace ps;
 

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "apps/ctr_backend.hpp"
-#include "libps/keys.hpp"
+#include "libps/keys/keys.hpp"
 #include "tests/program_output.hpp"
 
 using namespace ps;

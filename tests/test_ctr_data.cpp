@@ -4,7 +4,7 @@
 #include <cmath>
 
 #include "apps/ctr/ctr_data.hpp"
-#include "libps/keys.hpp"
+#include "libps/keys/keys.hpp"
 
 using namespace ps;
 

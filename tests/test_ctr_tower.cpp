@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "apps/ctr/ctr_tower.hpp"
-#include "libps/keys.hpp"
+#include "libps/keys/keys.hpp"
 
 using namespace ps;
 

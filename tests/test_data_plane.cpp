@@ -19,7 +19,7 @@
 #include <thread>
 
 #include "actors/data_plane.hpp"
-#include "libps/shm_ring.hpp"
+#include "libps/net/shm_ring.hpp"
 #include "raw_peer.hpp"
 
 using namespace ps;

@@ -1,8 +1,8 @@
-// --listen/--advertise and the older --host/--port (libps/endpoint).
+// --listen/--advertise and the older --host/--port (libps/net/endpoint).
 #include <doctest/doctest.h>
 
-#include "libps/endpoint.hpp"
-#include "libps/keys.hpp"
+#include "libps/net/endpoint.hpp"
+#include "libps/keys/keys.hpp"
 
 using ps::resolve_endpoint;
 

@@ -1,4 +1,4 @@
-// NumPy files (libps/npy) and a checkpoint's export (libps/checkpoint_export).
+// NumPy files (libps/persist/npy) and a checkpoint's export (libps/persist/checkpoint_export).
 #include <doctest/doctest.h>
 
 #include <cstring>
@@ -6,8 +6,8 @@
 #include <fstream>
 #include <iterator>
 
-#include "libps/checkpoint_export.hpp"
-#include "libps/npy.hpp"
+#include "libps/persist/checkpoint_export.hpp"
+#include "libps/persist/npy.hpp"
 
 namespace {
 

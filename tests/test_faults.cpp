@@ -3,10 +3,10 @@
 
 #include <string>
 
-#include "libps/duplicate_filter.hpp"
-#include "libps/faults.hpp"
-#include "libps/keys.hpp"
-#include "libps/text.hpp"
+#include "libps/core/duplicate_filter.hpp"
+#include "libps/sim/faults.hpp"
+#include "libps/keys/keys.hpp"
+#include "libps/observe/text.hpp"
 
 using ps::fault_plan;
 using ps::parse_faults;

@@ -1,4 +1,4 @@
-// Handing keys and rows over when the map changes (libps/handoff.hpp, shard_core's
+// Handing keys and rows over when the map changes (libps/core/handoff.hpp, shard_core's
 // hand_off and take_over): a third shard joins two, and every key and row ends on its new
 // owner with its value and optimizer state, its deferred pushes, the givers' clocks and
 // their record of applied pushes; the givers refuse what moved.
@@ -9,9 +9,10 @@
 #include <set>
 #include <vector>
 
-#include "libps/handoff.hpp"
-#include "libps/keys.hpp"
-#include "libps/shard_core.hpp"
+#include "libps/core/handoff.hpp"
+#include "libps/keys/keys.hpp"
+#include "libps/core/shard_core.hpp"
+#include "libps/persist/handoff_codec.hpp"
 
 using namespace ps;
 

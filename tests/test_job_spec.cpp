@@ -1,7 +1,7 @@
 // The job contract's pure part: settings, tensors, fingerprints and differences.
 #include <doctest/doctest.h>
 
-#include "libps/job_spec.hpp"
+#include "libps/core/job_spec.hpp"
 
 using namespace ps;
 

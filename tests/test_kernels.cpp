@@ -13,8 +13,8 @@
 
 #include "actors/gpu_aggregator.hpp"
 #include "kernels/kernels.hpp"
-#include "libps/codec.hpp"
-#include "libps/keys.hpp"
+#include "libps/core/codec.hpp"
+#include "libps/keys/keys.hpp"
 #include "actors/reduction_plan.hpp"
 #include "tests/kernel_inputs.hpp"
 

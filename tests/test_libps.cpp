@@ -7,10 +7,10 @@
 #include <numeric>
 #include <random>
 
-#include "libps/chunking.hpp"
-#include "libps/partitioner.hpp"
-#include "libps/shard_store.hpp"
-#include "libps/update_rule.hpp"
+#include "libps/keys/chunking.hpp"
+#include "libps/keys/partitioner.hpp"
+#include "libps/core/shard_store.hpp"
+#include "libps/core/update_rule.hpp"
 
 using namespace ps;
 

@@ -1,8 +1,8 @@
-// Progress reports and the observer's board (libps/progress): per-epoch summaries, ETA,
+// Progress reports and the observer's board (libps/observe/progress): per-epoch summaries, ETA,
 // the live line and the periodic metrics figures.
 #include <doctest/doctest.h>
 
-#include "libps/progress.hpp"
+#include "libps/observe/progress.hpp"
 
 using ps::progress_board;
 using ps::progress_report;

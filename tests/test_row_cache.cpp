@@ -1,10 +1,10 @@
-// The worker's embedding cache with bounded staleness (libps/row_cache.hpp).
+// The worker's embedding cache with bounded staleness (libps/rows/row_cache.hpp).
 #include <doctest/doctest.h>
 
 #include <algorithm>
 
-#include "libps/keys.hpp"
-#include "libps/row_cache.hpp"
+#include "libps/keys/keys.hpp"
+#include "libps/rows/row_cache.hpp"
 
 using namespace ps;
 

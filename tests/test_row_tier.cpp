@@ -1,6 +1,6 @@
-// The tiered store's bookkeeping (libps/row_tier.hpp) and the shard core over it, with
+// The tiered store's bookkeeping (libps/rows/row_tier.hpp) and the shard core over it, with
 // the disk tier played by a map answered in FIFO order as the I/O actor answers; and the
-// RocksDB disk tier itself (libps/row_disk.hpp).
+// RocksDB disk tier itself (libps/rows/row_disk.hpp).
 #include <doctest/doctest.h>
 
 #include <unistd.h>
@@ -16,10 +16,10 @@
 #include <map>
 #include <random>
 
-#include "libps/keys.hpp"
-#include "libps/row_disk.hpp"
-#include "libps/row_tier.hpp"
-#include "libps/shard_core.hpp"
+#include "libps/keys/keys.hpp"
+#include "libps/rows/row_disk.hpp"
+#include "libps/rows/row_tier.hpp"
+#include "libps/core/shard_core.hpp"
 #include "tests/scratch_dir.hpp"
 
 using namespace ps;

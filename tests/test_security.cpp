@@ -1,5 +1,5 @@
-// The shared secret's file and proofs (libps/secret) and the checks on CAF's byte stream
-// (libps/basp_guard), without actors.
+// The shared secret's file and proofs (libps/net/secret) and the checks on CAF's byte stream
+// (libps/net/basp_guard), without actors.
 #include <doctest/doctest.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -10,9 +10,9 @@
 #include <fstream>
 #include <thread>
 
-#include "libps/basp_guard.hpp"
-#include "libps/keys.hpp"
-#include "libps/secret.hpp"
+#include "libps/net/basp_guard.hpp"
+#include "libps/keys/keys.hpp"
+#include "libps/net/secret.hpp"
 
 using namespace std::chrono_literals;
 

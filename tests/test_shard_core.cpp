@@ -1,9 +1,9 @@
-// The shard's decisions without actors (libps/shard_core.hpp): event in, effects out.
+// The shard's decisions without actors (libps/core/shard_core.hpp): event in, effects out.
 #include <doctest/doctest.h>
 
 #include <vector>
 
-#include "libps/shard_core.hpp"
+#include "libps/core/shard_core.hpp"
 
 using namespace ps;
 using std::chrono::milliseconds;

@@ -1,12 +1,12 @@
-// The shard's decisions for sparse tables (libps/shard_core.hpp): rows pushed and pulled
+// The shard's decisions for sparse tables (libps/core/shard_core.hpp): rows pushed and pulled
 // by id, with the same dedupe, SSP gate and deferral as dense keys.
 #include <doctest/doctest.h>
 
 #include <vector>
 
-#include "libps/count_min.hpp"
-#include "libps/keys.hpp"
-#include "libps/shard_core.hpp"
+#include "libps/rows/count_min.hpp"
+#include "libps/keys/keys.hpp"
+#include "libps/core/shard_core.hpp"
 
 using namespace ps;
 

@@ -1,4 +1,4 @@
-// The shared-memory ring between processes (libps/shm_ring): bytes in order across the
+// The shared-memory ring between processes (libps/net/shm_ring): bytes in order across the
 // wrap-around, a reader in another process, and a writer that dies mid-payload.
 #include <doctest/doctest.h>
 
@@ -12,8 +12,8 @@
 #include <thread>
 #include <vector>
 
-#include "libps/keys.hpp"
-#include "libps/shm_ring.hpp"
+#include "libps/keys/keys.hpp"
+#include "libps/net/shm_ring.hpp"
 
 using namespace ps;
 using namespace std::chrono_literals;

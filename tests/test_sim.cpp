@@ -6,10 +6,10 @@
 #include <set>
 
 #include "apps/sim_cluster.hpp"
-#include "libps/consistency.hpp"
-#include "libps/keys.hpp"
-#include "libps/log.hpp"
-#include "libps/sabotage.hpp"
+#include "libps/core/consistency.hpp"
+#include "libps/keys/keys.hpp"
+#include "libps/observe/log.hpp"
+#include "libps/sim/sabotage.hpp"
 
 using namespace ps;
 

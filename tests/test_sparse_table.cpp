@@ -1,4 +1,4 @@
-// Sparse tables (libps/sparse_table.hpp): rows created on first touch from (seed, table,
+// Sparse tables (libps/rows/sparse_table.hpp): rows created on first touch from (seed, table,
 // id) alone, updated by the table's rule with its state beside each row; duplicate ids
 // merged on the client side.
 #include <doctest/doctest.h>
@@ -8,10 +8,10 @@
 #include <random>
 #include <unordered_map>
 
-#include "libps/id_index.hpp"
-#include "libps/keys.hpp"
-#include "libps/row_disk.hpp"
-#include "libps/sparse_table.hpp"
+#include "libps/rows/id_index.hpp"
+#include "libps/keys/keys.hpp"
+#include "libps/rows/row_disk.hpp"
+#include "libps/rows/sparse_table.hpp"
 
 using namespace ps;
 

@@ -8,8 +8,8 @@
 #include <algorithm>
 #include <filesystem>
 
-#include "libps/checkpoint.hpp"
-#include "libps/update_rule.hpp"
+#include "libps/persist/checkpoint.hpp"
+#include "libps/core/update_rule.hpp"
 
 namespace {
 

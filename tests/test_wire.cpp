@@ -12,7 +12,7 @@
 
 #include "actors/data_plane.hpp"
 #include "actors/messages.hpp"
-#include "libps/codec.hpp"
+#include "libps/core/codec.hpp"
 
 using namespace ps;
 

@@ -5,10 +5,10 @@
 #include "actors/data_plane.hpp"
 #include "actors/inline_runner.hpp"
 #include "actors/kv_client.hpp"
-#include "libps/client_core.hpp"
-#include "libps/consistency.hpp"
-#include "libps/faults.hpp"
-#include "libps/log.hpp"
+#include "libps/core/client_core.hpp"
+#include "libps/core/consistency.hpp"
+#include "libps/sim/faults.hpp"
+#include "libps/observe/log.hpp"
 
 #include <array>
 #include <atomic>
@@ -133,7 +133,7 @@ struct client_state {
   std::vector<shard_route> routes;
   std::map<std::uint32_t, std::size_t> index;  // shard id -> position in routes
   // The requests per route (the same position), in flight and waiting, the fence and the
-  // map's epoch: the client's decisions about them (libps/client_core.hpp).
+  // map's epoch: the client's decisions about them (libps/core/client_core.hpp).
   client_core<pending_request> core;
   std::uint64_t epoch = 1;
   std::uint32_t worker = 0;

@@ -55,7 +55,7 @@ void report_if_idle(client_ptr self, std::size_t idx) {
 
 // Whether route's requests are held to the smaller budget of a crowded host: its payloads
 // go over TCP, whose bytes in flight on a crowded host cost cache misses and add no overlap
-// (libps/host_share.hpp). A shared-memory ring keeps its own room and is not held to it.
+// (libps/net/host_share.hpp). A shared-memory ring keeps its own room and is not held to it.
 bool crowded_over_tcp(const client_state& st, const shard_route& route) {
   if (!st.plane || !st.plane->host_crowded()) return false;
   auto it = st.plane_peers.find(caf::actor_cast<caf::actor_addr>(head_of(route)));

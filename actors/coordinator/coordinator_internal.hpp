@@ -12,10 +12,10 @@
 #include <functional>
 #include <optional>
 
-#include "libps/cluster_status.hpp"
-#include "libps/consistency.hpp"
-#include "libps/handoff.hpp"
-#include "libps/text.hpp"
+#include "libps/observe/cluster_status.hpp"
+#include "libps/core/consistency.hpp"
+#include "libps/core/handoff.hpp"
+#include "libps/observe/text.hpp"
 
 namespace ps::detail {
 // What a recovery reads: the checkpoint laid out for the map, its file, the newer files

@@ -26,11 +26,11 @@
 #include <caf/make_actor.hpp>
 
 #include "actors/inline_runner.hpp"
-#include "libps/busy_poll.hpp"
-#include "libps/done_signal.hpp"
-#include "libps/codec.hpp"
-#include "libps/log.hpp"
-#include "libps/shm_ring.hpp"
+#include "libps/net/busy_poll.hpp"
+#include "libps/net/done_signal.hpp"
+#include "libps/core/codec.hpp"
+#include "libps/observe/log.hpp"
+#include "libps/net/shm_ring.hpp"
 
 namespace ps {
 
@@ -212,7 +212,7 @@ class socket_reader {
   // The budget of the poll before a refill. While a payload came since the last one, the
   // next header is on the critical path of a copy or a sum, and a poll's few system calls
   // are cheap beside the wake-up it saves. Between small frames they are not: those polls
-  // wait only while a CPU is free (libps/cpu_room.hpp).
+  // wait only while a CPU is free (libps/net/cpu_room.hpp).
   std::chrono::microseconds poll_budget_here() {
     const bool payload_came = payload_since_refill_;
     payload_since_refill_ = false;

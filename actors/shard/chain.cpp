@@ -1,6 +1,7 @@
 // Chain replication: forwarding down the chain, copies started and seeded (rows on disk
 // too), a chain extended by a new copy, replacements.
 #include "actors/shard/shard_internal.hpp"
+#include "libps/persist/handoff_codec.hpp"
 
 namespace ps::shard_internal {
 

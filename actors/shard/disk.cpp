@@ -1,6 +1,7 @@
 // The disk tier's work: the core's disk effects carried out by the I/O actor, reads of
 // evicted rows, checkpoint parts, sweeps and dropped rows.
 #include "actors/shard/shard_internal.hpp"
+#include "libps/sim/fault_exit.hpp"
 
 namespace ps::shard_internal {
 

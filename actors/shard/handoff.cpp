@@ -1,6 +1,8 @@
 // Handoffs after a map change: the moved keys and rows handed to their new owners (from
 // the disk tier in pages), copies made ahead of a join, and a leaver taken over.
 #include "actors/shard/shard_internal.hpp"
+#include "libps/sim/fault_exit.hpp"
+#include "libps/persist/handoff_codec.hpp"
 
 namespace ps::shard_internal {
 

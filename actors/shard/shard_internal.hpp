@@ -4,7 +4,7 @@
 // state is shard_state (actors/server_shard.hpp); the decisions are shard_core's. Not part
 // of the public API.
 #include "actors/server_shard.hpp"
-#include "libps/log.hpp"
+#include "libps/observe/log.hpp"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -15,11 +15,11 @@
 #include <filesystem>
 #include <span>
 
-#include "libps/checkpoint.hpp"
-#include "libps/codec.hpp"
-#include "libps/handoff.hpp"
-#include "libps/row_disk.hpp"
-#include "libps/text.hpp"
+#include "libps/persist/checkpoint.hpp"
+#include "libps/core/codec.hpp"
+#include "libps/core/handoff.hpp"
+#include "libps/rows/row_disk.hpp"
+#include "libps/observe/text.hpp"
 
 #include <nlohmann/json.hpp>
 

@@ -8,8 +8,8 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "libps/hash.hpp"
-#include "libps/keys.hpp"
+#include "libps/keys/hash.hpp"
+#include "libps/keys/keys.hpp"
 
 namespace ps {
 

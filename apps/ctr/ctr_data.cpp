@@ -5,8 +5,8 @@
 #include <cstdio>
 #include <numeric>
 
-#include "libps/hash.hpp"
-#include "libps/keys.hpp"
+#include "libps/keys/hash.hpp"
+#include "libps/keys/keys.hpp"
 
 namespace ps {
 

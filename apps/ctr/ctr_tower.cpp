@@ -5,7 +5,7 @@
 #include <random>
 #include <string>
 
-#include "libps/keys.hpp"
+#include "libps/keys/keys.hpp"
 
 namespace ps {
 

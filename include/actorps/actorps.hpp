@@ -16,4 +16,4 @@
 #include "actors/kv_client.hpp"      // kv_client, kv_future, key_set
 #include "runtime/app_registry.hpp"  // register_app, find_app, settings_for_app
 #include "runtime/signals.hpp"       // catch_stop_signals
-#include "libps/update_rule.hpp"     // register_rule, rule_registration
+#include "libps/core/update_rule.hpp"     // register_rule, rule_registration

@@ -1,4 +1,4 @@
-// libFuzzer: a checkpoint file (libps/checkpoint) and a shard's section of one must read
+// libFuzzer: a checkpoint file (libps/persist/checkpoint) and a shard's section of one must read
 // back or be refused with bad_request naming what is wrong.
 #include <unistd.h>
 
@@ -9,8 +9,8 @@
 #include <fstream>
 #include <string>
 
-#include "libps/checkpoint.hpp"
-#include "libps/keys.hpp"
+#include "libps/persist/checkpoint.hpp"
+#include "libps/keys/keys.hpp"
 
 namespace {
 

@@ -1,12 +1,12 @@
-// libFuzzer: a compressed tensor chunk from the wire (libps/codec) must decode or be
+// libFuzzer: a compressed tensor chunk from the wire (libps/core/codec) must decode or be
 // refused with bad_request, never crash or read out of bounds.
 #include <cstddef>
 #include <cstdint>
 #include <span>
 #include <vector>
 
-#include "libps/codec.hpp"
-#include "libps/keys.hpp"
+#include "libps/core/codec.hpp"
+#include "libps/keys/keys.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   std::span<const std::byte> bytes(reinterpret_cast<const std::byte*>(data), size);

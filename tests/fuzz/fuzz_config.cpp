@@ -5,10 +5,10 @@
 #include <cstdint>
 #include <string>
 
-#include "libps/codec.hpp"
-#include "libps/endpoint.hpp"
-#include "libps/faults.hpp"
-#include "libps/keys.hpp"
+#include "libps/core/codec.hpp"
+#include "libps/net/endpoint.hpp"
+#include "libps/sim/faults.hpp"
+#include "libps/keys/keys.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   const std::string text(reinterpret_cast<const char*>(data), size);

@@ -5,7 +5,7 @@
 #include <string>
 
 #include "apps/ctr/criteo.hpp"
-#include "libps/keys.hpp"
+#include "libps/keys/keys.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   try {

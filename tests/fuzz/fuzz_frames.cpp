@@ -1,14 +1,14 @@
-// libFuzzer: what a stranger's bytes meet first. A data-plane frame header (libps/bulk),
-// the checks on CAF's stream (libps/basp_guard) from both sides, and the answer to a
-// shared-secret challenge (libps/secret): refused with a reason or passed, never a crash.
+// libFuzzer: what a stranger's bytes meet first. A data-plane frame header (libps/net/bulk),
+// the checks on CAF's stream (libps/net/basp_guard) from both sides, and the answer to a
+// shared-secret challenge (libps/net/secret): refused with a reason or passed, never a crash.
 #include <cstddef>
 #include <cstdint>
 #include <span>
 
-#include "libps/basp_guard.hpp"
-#include "libps/bulk.hpp"
-#include "libps/keys.hpp"
-#include "libps/secret.hpp"
+#include "libps/net/basp_guard.hpp"
+#include "libps/net/bulk.hpp"
+#include "libps/keys/keys.hpp"
+#include "libps/net/secret.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   if (size >= ps::bulk_header_bytes) {

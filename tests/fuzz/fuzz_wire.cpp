@@ -11,7 +11,7 @@
 
 #include "actors/message_frames.hpp"
 #include "actors/messages.hpp"
-#include "libps/keys.hpp"
+#include "libps/keys/keys.hpp"
 
 namespace {
 
