@@ -87,7 +87,7 @@ struct coordinator_state {
     bool server = false;
   };
   std::vector<parked_registration> waiting;
-  // The job's phase, members, barrier and results: its decisions (libps/coordinator_core).
+  // The job's phase, members, barrier and results: its decisions (libps/core/coordinator_core).
   coordinator_core core;
   // The workers parked at the barrier (the core knows which), by worker.
   std::map<std::uint32_t, caf::typed_response_promise<std::uint64_t>> barrier;

@@ -419,7 +419,7 @@ using shard_actor = caf::typed_actor<
   // its new owners (takeover); answered with the epoch once every taker has it. Until
   // the workers get the map, requests for what moved are refused with errc::moved.
   caf::replies_to<handoff_atom, cluster_view>::with<std::uint64_t>,
-  // From a giver: keys, rows, deferred pushes, clocks and applied pushes (libps/handoff,
+  // From a giver: keys, rows, deferred pushes, clocks and applied pushes (libps/core/handoff,
   // encoded) that this shard now owns; answered with its epoch once taken.
   caf::replies_to<takeover_atom, encoded_block>::with<std::uint64_t>,
   // From the coordinator after a failover: the new shard map (epoch); acknowledged before

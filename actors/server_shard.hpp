@@ -2,7 +2,7 @@
 // A server shard: owns the key buckets the partitioner gives it, folds pushes into its
 // parameters with the job's update rule and answers pulls. It learns its id and the
 // shard map by registering with the coordinator when told its published port (start).
-// The decisions are libps/shard_core's; this actor moves messages in and effects out,
+// The decisions are libps/core/shard_core's; this actor moves messages in and effects out,
 // and owns what only an actor can: promises, the chain's forwards, the data plane, files.
 #include <chrono>
 #include <functional>

@@ -1,5 +1,5 @@
 #pragma once
-// The job contract between node_config and libps/job_spec: which flags are job settings,
+// The job contract between node_config and libps/core/job_spec: which flags are job settings,
 // the spec a coordinator builds from its own configuration, the settings a member was
 // given explicitly (compared with the spec), and adopting the spec's values for the rest.
 #include <vector>

@@ -21,7 +21,7 @@ class job_progress {
                std::chrono::milliseconds metrics_every = std::chrono::seconds(2),
                std::function<void(const nlohmann::ordered_json&)> sink = {});
   ~job_progress();
-  // A worker's report: a progress report (libps/progress) or an app's own line.
+  // A worker's report: a progress report (libps/observe/progress) or an app's own line.
   void report(std::uint32_t worker, const std::string& text);
   // A worker finished or died: it holds no epoch back.
   void worker_left(std::uint32_t worker);

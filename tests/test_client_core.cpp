@@ -26,11 +26,14 @@ req pull(int id, std::uint64_t epoch = 1) { return {id, 100, true, false, false,
 req tick(int id, std::uint64_t epoch = 1) { return {id, 0, false, false, true, epoch}; }
 
 const auto never_crowded = [] { return false; };
+const auto chained = [] { return true; };
+const auto one_copy = [] { return false; };
 
 // Sends whatever may leave from shard idx now; the ids sent, in order.
-std::vector<int> pump(client_core<req>& core, std::size_t idx, bool chained = false) {
+std::vector<int> pump(client_core<req>& core, std::size_t idx, bool down_a_chain = false) {
   std::vector<int> ids;
-  while (core.why_held(idx, true, chained, never_crowded) == held_by::nothing) {
+  auto chain = [=] { return down_a_chain; };
+  while (core.why_held(idx, true, chain, never_crowded) == held_by::nothing) {
     auto r = core.take_next(idx);
     ids.push_back(r.id);
     core.sent(idx, std::move(r));
@@ -45,7 +48,7 @@ TEST_CASE("client_core: requests leave in order within the in-flight budget; one
   core.add_flow();
   for (int i = 1; i <= 4; ++i) core.submit(0, push(i));
   CHECK(pump(core, 0) == std::vector<int>{1, 2});  // 300 bytes would pass 250
-  CHECK(core.why_held(0, true, false, never_crowded) == held_by::budget);
+  CHECK(core.why_held(0, true, one_copy, never_crowded) == held_by::budget);
   CHECK(core.at(0).inflight_bytes == 200);
   auto first = core.at(0).sent.begin()->first;
   auto answered = core.settle(0, first);
@@ -78,7 +81,7 @@ TEST_CASE("client_core: nothing leaves to a shard that is down; its requests are
   core.submit(0, push(2));
   pump(core, 0);
   core.submit(0, pull(3));
-  CHECK(core.why_held(0, false, false, never_crowded) == held_by::down);
+  CHECK(core.why_held(0, false, one_copy, never_crowded) == held_by::down);
   auto all = core.take_all(0);
   REQUIRE(all.size() == 3);
   CHECK(all[0].id == 1);
@@ -94,8 +97,8 @@ TEST_CASE("client_core: down a chain a read waits for this client's writes befor
   core.submit(0, push(1));
   core.submit(0, pull(2));
   CHECK(pump(core, 0, true) == std::vector<int>{1});
-  CHECK(core.why_held(0, true, true, never_crowded) == held_by::read_behind);
-  CHECK(core.why_held(0, true, false, never_crowded) == held_by::nothing);  // one copy: no overtaking
+  CHECK(core.why_held(0, true, chained, never_crowded) == held_by::read_behind);
+  CHECK(core.why_held(0, true, one_copy, never_crowded) == held_by::nothing);  // one copy: no overtaking
   core.settle(0, core.at(0).sent.begin()->first);
   CHECK(pump(core, 0, true) == std::vector<int>{2});
 }
@@ -106,7 +109,7 @@ TEST_CASE("client_core: with retries a tick waits for the writes before it, a re
   core.submit(0, push(1));
   core.submit(0, tick(2));
   CHECK(pump(core, 0) == std::vector<int>{1});
-  CHECK(core.why_held(0, true, false, never_crowded) == held_by::tick_behind);
+  CHECK(core.why_held(0, true, one_copy, never_crowded) == held_by::tick_behind);
   client_core<req> reads({1000, 1000, true}, 1);
   reads.add_flow();
   reads.submit(0, push(1));
@@ -122,16 +125,16 @@ TEST_CASE("client_core: the crowded budget applies only where the host is crowde
   core.sent(0, core.take_next(0));
   int asked = 0;
   auto crowded = [&] { ++asked; return true; };
-  CHECK(core.why_held(0, true, false, crowded) == held_by::budget);
+  CHECK(core.why_held(0, true, one_copy, crowded) == held_by::budget);
   CHECK(asked == 1);
-  CHECK(core.why_held(0, true, false, never_crowded) == held_by::nothing);
+  CHECK(core.why_held(0, true, one_copy, never_crowded) == held_by::nothing);
   client_core<req> roomy({1000, 5000, false}, 1);
   roomy.add_flow();
   roomy.submit(0, push(1));
   roomy.submit(0, push(2));
   roomy.sent(0, roomy.take_next(0));
   asked = 0;
-  CHECK(roomy.why_held(0, true, false, crowded) == held_by::nothing);
+  CHECK(roomy.why_held(0, true, one_copy, crowded) == held_by::nothing);
   CHECK(asked == 0);
 }
 
@@ -147,9 +150,9 @@ TEST_CASE("client_core: after a map change reads and ticks of the new map wait u
   CHECK(core.map_epoch() == 2);
   core.submit(1, pull(2, 2));
   core.submit(1, tick(3, 2));
-  CHECK(core.why_held(1, true, false, never_crowded) == held_by::fence);
+  CHECK(core.why_held(1, true, one_copy, never_crowded) == held_by::fence);
   core.submit(0, pull(4, 1));  // planned by the old map: never held (writes may queue behind it)
-  CHECK(core.why_held(0, true, false, never_crowded) == held_by::nothing);
+  CHECK(core.why_held(0, true, one_copy, never_crowded) == held_by::nothing);
   CHECK_FALSE(core.lift_fence());  // the stale write is still out
   core.settle(0, stale);
   CHECK(core.lift_fence());

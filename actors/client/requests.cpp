@@ -74,8 +74,8 @@ void pump(client_ptr self, std::size_t idx) {
   auto& st = self->state;
   for (;;) {
     const auto& route = st.routes[idx];
-    const bool chained = route.tail.address() != route.link.handle.address();
-    auto crowded = [&] { return crowded_over_tcp(st, st.routes[idx]); };
+    auto chained = [&] { return route.tail.address() != route.link.handle.address(); };
+    auto crowded = [&] { return crowded_over_tcp(st, route); };
     if (st.core.why_held(idx, route.down.empty(), chained, crowded) != held_by::nothing) return;
     launch(self, idx, st.core.take_next(idx));
   }

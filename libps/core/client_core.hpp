@@ -73,18 +73,18 @@ class client_core {
   void submit(std::size_t idx, Request r) { flows_[idx].queued.push_back(std::move(r)); }
 
   // Why shard idx's next waiting request may not leave now. `up`: the shard is up;
-  // `chained`: its reads go to another copy than its writes; `crowded()`: its payloads go
-  // over TCP on a crowded host (the smaller budget).
-  // `crowded()` is asked only where the smaller budget would hold it.
-  template <class Crowded>
-  held_by why_held(std::size_t idx, bool up, bool chained, Crowded&& crowded) const {
+  // `chained()`: its reads go to another copy than its writes; `crowded()`: its payloads go
+  // over TCP on a crowded host (the smaller budget). Each is asked only where its answer
+  // matters (a read; a request the smaller budget would hold): the client's hot path.
+  template <class Chained, class Crowded>
+  held_by why_held(std::size_t idx, bool up, Chained&& chained, Crowded&& crowded) const {
     const auto& f = flows_[idx];
     if (f.queued.empty()) return held_by::empty;
     if (!up) return held_by::down;
     const auto& next = f.queued.front();
     if (limits_.retries && next.tick && f.writes_in_flight()) return held_by::tick_behind;
-    if (chained && next.read &&
-        std::any_of(f.sent.begin(), f.sent.end(), [](const auto& kv) { return !kv.second.read; }))
+    if (next.read && std::any_of(f.sent.begin(), f.sent.end(), [](const auto& kv) { return !kv.second.read; }) &&
+        chained())
       return held_by::read_behind;
     if (held_by_fence(next)) return held_by::fence;
     const auto after = f.inflight_bytes + next.bytes;
