@@ -99,6 +99,7 @@ TEST_CASE("coordinator_core: a worker's end releases a barrier the others wait a
   REQUIRE(fx.released);
   CHECK(fx.release_to == std::vector<std::uint32_t>{0, 1});
   CHECK(core.running_ids() == std::vector<std::uint32_t>{0, 1});
+  CHECK(core.finished_ids() == std::vector<std::uint32_t>{2});
   CHECK_FALSE(core.record_result(2, true, "{}"));  // sent again after a restart
   auto again = core.worker_finished(2);
   CHECK(again.left.empty());

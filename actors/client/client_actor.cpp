@@ -65,8 +65,10 @@ void init_client(client_ptr self, std::vector<shard_link> shards, std::vector<sh
 // the request timeout has passed since it first left.
 void resend(client_ptr self, std::uint64_t idx, std::uint64_t tag) {
   auto& st = self->state;
-  if (!st.core.at(idx).sent.count(tag) || !st.routes[idx].down.empty()) return;  // answered, or waiting for a failover
-  auto r = std::move(*st.core.settle(idx, tag));
+  if (!st.routes[idx].down.empty()) return;  // waiting for a failover
+  auto settled = st.core.settle(idx, tag);
+  if (!settled) return;  // answered
+  auto r = std::move(*settled);
   // Its answer would be stale now: CAF lets go of its handler (take_pending).
   if (r.answer_id.is_response()) answer_with_error(self, r.answer_id, caf::sec::request_timeout);
   if (std::chrono::steady_clock::now() - r.first_sent >= st.timeout) {

@@ -189,9 +189,11 @@ void launch(client_ptr self, std::size_t idx, pending_request r) {
 // after a failover, or already failed), so the caller ignores it.
 bool settle(client_ptr self, std::size_t idx, std::uint64_t tag) {
   auto& st = self->state;
-  if (!st.core.at(idx).sent.count(tag)) return false;
-  if (st.faults && st.faults->next().drop) return false;  // the reply was lost: the retry comes
-  bool write = st.core.settle(idx, tag)->write;
+  // The fault injector may lose the reply of a request in flight: the retry comes.
+  if (st.faults && st.core.at(idx).sent.count(tag) && st.faults->next().drop) return false;
+  auto settled = st.core.settle(idx, tag);
+  if (!settled) return false;
+  bool write = settled->write;
   pump(self, idx);
   if (write) lift_fence(self);
   report_if_idle(self, idx);

@@ -51,7 +51,7 @@ void checkpoint_round(self_ptr self, const coordinator_options& opts) {
 void report_waiting(self_ptr self, const coordinator_options& opts) {
   auto& st = self->state;
   const std::size_t servers = st.shards.size(), workers = st.core.workers_registered();
-  if (st.core.ending() || (servers >= opts.servers && workers >= opts.workers)) return;  // formed: no more reports
+  if (st.core.ending() || st.core.all_registered()) return;  // formed: no more reports
   std::string have;
   for (const auto& [addr, who] : st.members) have += (have.empty() ? "" : ", ") + who;
   auto missing = [](std::size_t want, std::size_t got, const char* what) {
@@ -100,7 +100,8 @@ caf::result<std::string> cluster_status(self_ptr self) {
     heads.push_back(st.shard_handles[e.id]);
   }
   std::vector<status_worker> workers;
-  for (std::uint32_t w = 0; w < st.core.worker_done().size(); ++w) workers.push_back({w, "", st.core.worker_done()[w]});
+  const auto& done = st.core.worker_done();
+  for (std::uint32_t w = 0; w < done.size(); ++w) workers.push_back({w, "", done[w]});
   for (const auto& [addr, id] : st.worker_ids)
     if (auto m = st.members.find(addr); m != st.members.end()) workers[id].member = m->second;
   const std::string job = status_name(st.core.phase());

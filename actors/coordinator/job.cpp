@@ -153,14 +153,15 @@ caf::result<std::uint64_t> enter_barrier(self_ptr self, const coordinator_option
 void end_job(self_ptr self, const coordinator_options& opts, errc code, const std::string& text,
              bool completed) {
   auto& st = self->state;
-  std::vector<std::uint32_t> parked;  // the same as st.barrier's workers
+  std::vector<std::uint32_t> parked;  // the workers at the barrier
   if (!st.core.begin_end(parked)) return;
   auto err = completed ? caf::error{} : make_error(code, text);
   st.end_reason = err;
   auto wire_code = completed ? std::uint8_t{0} : static_cast<std::uint8_t>(code);
   for (auto& w : st.waiting) w.promise.deliver(err);
   st.waiting.clear();
-  for (auto& [worker, rp] : st.barrier) rp.deliver(err);
+  for (auto w : parked)
+    if (auto it = st.barrier.find(w); it != st.barrier.end()) it->second.deliver(err);
   st.barrier.clear();
   // Nothing is left to resume (a restart with --resume is refused, naming why).
   if (!opts.state_dir.empty()) std::remove(record_path(opts.state_dir).c_str());

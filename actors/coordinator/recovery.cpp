@@ -133,9 +133,7 @@ void recover_from(self_ptr self, const coordinator_options& opts, std::uint32_t 
   // The dead entry stays in the map until the replacement is placed; the epoch moves then
   // (each announced map needs its own epoch: clients ignore one they have seen).
   auto reg = make_registration(self, opts, id, encoded_state(ckpt, id));
-  std::vector<std::uint32_t> departed;
-  for (std::uint32_t w = 0; w < st.core.worker_done().size(); ++w)
-    if (st.core.worker_done()[w]) departed.push_back(w);
+  auto departed = st.core.finished_ids();
   auto clock = ckpt.header.clock;
   auto placed = [=](shard_actor shard, const std::string& where, std::uint32_t pid) {
     auto& st = self->state;

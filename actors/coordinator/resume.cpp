@@ -220,8 +220,7 @@ caf::result<registration> rejoin_shard(self_ptr self, const coordinator_options&
   st.members[sender.address()] = who + " (rejoined)";
   self->monitor(sender);
   // Workers that ended while it was away (or before it came back) leave its clock vector.
-  for (std::uint32_t w = 0; w < st.core.worker_done().size(); ++w)
-    if (st.core.worker_done()[w]) caf::anon_send(sender, leave_atom::value, w);
+  for (auto w : st.core.finished_ids()) caf::anon_send(sender, leave_atom::value, w);
   auto reg = make_registration(self, opts, id);
   finish_resume(self, opts);
   return reg;

@@ -62,12 +62,10 @@ class client_core {
     flows_.emplace_back();
     return flows_.size() - 1;
   }
-  std::size_t size() const { return flows_.size(); }
   flow& at(std::size_t idx) { return flows_[idx]; }
   const flow& at(std::size_t idx) const { return flows_[idx]; }
   std::uint64_t map_epoch() const { return map_epoch_; }
   bool fenced() const { return fence_; }
-  const flow_limits& limits() const { return limits_; }
 
   // ---- a request is issued: it waits its turn.
   void submit(std::size_t idx, Request r) { flows_[idx].queued.push_back(std::move(r)); }
@@ -154,15 +152,17 @@ class client_core {
     map_epoch_ = epoch;
     fence_ = true;
   }
-  bool held_by_fence(const Request& r) const {
-    return fence_ && (r.read || r.tick) && r.plan_epoch >= map_epoch_ && stale_writes_outstanding();
-  }
   // After a write settled (or requests moved): true when the fence fell now, so every
   // shard's waiting requests may leave.
   bool lift_fence() {
     if (!fence_ || stale_writes_outstanding()) return false;
     fence_ = false;
     return true;
+  }
+
+ private:
+  bool held_by_fence(const Request& r) const {
+    return fence_ && (r.read || r.tick) && r.plan_epoch >= map_epoch_ && stale_writes_outstanding();
   }
   bool stale_writes_outstanding() const {
     auto stale = [&](const Request& r) { return r.write && r.plan_epoch < map_epoch_; };
@@ -174,7 +174,6 @@ class client_core {
     return false;
   }
 
- private:
   flow_limits limits_;
   std::vector<flow> flows_;
   std::uint64_t map_epoch_ = 0;

@@ -47,6 +47,13 @@ std::vector<std::uint32_t> coordinator_core::running_ids() const {
   return live;
 }
 
+std::vector<std::uint32_t> coordinator_core::finished_ids() const {
+  std::vector<std::uint32_t> gone;
+  for (std::uint32_t w = 0; w < done_.size(); ++w)
+    if (done_[w]) gone.push_back(w);
+  return gone;
+}
+
 // A barrier number below the released ones is answered at once (sent again after a
 // restart); one sent again while parked replaces the first.
 barrier_answer coordinator_core::enter_barrier(std::uint32_t worker, std::uint64_t generation, job_effects& fx) {
@@ -125,6 +132,8 @@ stop_plan coordinator_core::begin_stop(bool failure, bool has_checkpointer) {
 void coordinator_core::resume_from(const coordinator_record& r) {
   done_ = r.worker_done;
   next_worker_ = static_cast<std::uint32_t>(r.worker_done.size());
+  // The map is the record's: no server of the job's start registers afresh (a server
+  // that comes now joins), and every member of the start counts as registered.
   servers_in_ = std::max<std::uint32_t>(servers_, static_cast<std::uint32_t>(r.shards.size()));
   finished_ = 0;
   absent_.clear();

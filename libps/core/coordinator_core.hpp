@@ -68,7 +68,6 @@ class coordinator_core {
   bool ending() const { return phase_ == job_phase::ending; }
   // Every expected server and worker of the job's start has registered.
   bool all_registered() const { return servers_in_ >= servers_ && next_worker_ >= workers_; }
-  std::uint32_t servers_registered() const { return servers_in_; }
   std::uint32_t workers_registered() const { return next_worker_; }
 
   // ---- registration
@@ -91,6 +90,7 @@ class coordinator_core {
   const std::vector<bool>& worker_done() const { return done_; }
   std::uint32_t running_workers() const { return static_cast<std::uint32_t>(done_.size()) - finished_; }
   std::vector<std::uint32_t> running_ids() const;
+  std::vector<std::uint32_t> finished_ids() const;  // done or dead
   std::uint64_t barrier_generation() const { return generation_; }
   const std::map<std::uint32_t, coordinator_record::result>& results() const { return results_; }
   // The coordinator may save its record now (formed, every member of the start in).
