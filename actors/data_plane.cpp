@@ -97,6 +97,14 @@ std::shared_ptr<data_plane> data_plane::shared(std::unique_ptr<data_plane> plane
   });
 }
 
+std::shared_ptr<transport> data_plane::make(const transport_settings& s, bool rings) {
+  auto plane = shared(std::make_unique<data_plane>(data_plane_address{s.bind_host, s.advertised_host, s.port},
+                                                   s.min_bytes, s.claim_timeout, s.stall_timeout, s.secret,
+                                                   rings ? s.ring_bytes : 0, s.busy_poll, s.tcp_congestion));
+  if (s.messages_in) plane->enable_messages(*s.messages_in);
+  return plane;
+}
+
 void data_plane::add(std::shared_ptr<connection> c) {
   reap();
   std::lock_guard<std::mutex> guard(mtx_);

@@ -29,6 +29,8 @@
 
 #include "actors/message_frames.hpp"
 #include "actors/messages.hpp"
+#include "actors/transport.hpp"
+#include "actors/write_batch.hpp"
 #include "libps/net/bulk.hpp"
 #include "libps/net/busy_poll.hpp"
 #include "libps/net/secret.hpp"
@@ -39,10 +41,7 @@
 
 namespace ps {
 
-class write_batch;
-
 struct data_plane_frame;  // a payload on its way out (actors/plane/plane_internal.hpp)
-struct plane_link;        // how proxies reach their plane (actors/plane/plane_internal.hpp)
 
 // Where a data plane listens and what it announces (the same host on one machine; across
 // hosts the bind address may be every interface and the announced one the route's).
@@ -55,7 +54,9 @@ struct data_plane_address {
   std::uint16_t port = 0;  // 0: any free port
 };
 
-class data_plane {
+// The socket transport ("tcp", and "shm" with rings): see transport.hpp for the calls
+// the actors make; what follows documents how this one does them.
+class data_plane : public transport {
  public:
   // Listens at `at`. Blocks of at least min_bytes go over data connections;
   // claims wait at most claim_timeout for their payload; a write that makes no progress
@@ -76,75 +77,77 @@ class data_plane {
              std::chrono::milliseconds stall_timeout, std::optional<shared_secret> secret = std::nullopt,
              std::size_t ring_bytes = 0, std::chrono::microseconds busy_poll = std::chrono::microseconds(0),
              std::string tcp_congestion = host_tcp_congestion);
-  ~data_plane();
+  ~data_plane() override;
   // The plane, shared, for owners that may let go of it last on one of the plane's own
   // threads (an actor that a reader ran ends there, and with it its state's share): its
   // destructor joins those threads, so it then runs on a thread of its own instead.
   static std::shared_ptr<data_plane> shared(std::unique_ptr<data_plane> plane);
+  // The plane the settings describe, shared, with messages enabled when they say so;
+  // rings: it offers shared-memory rings of settings.ring_bytes (the "shm" transport).
+  static std::shared_ptr<transport> make(const transport_settings& settings, bool rings);
   data_plane(const data_plane&) = delete;
   data_plane& operator=(const data_plane&) = delete;
 
   // This process's identity on data connections (random, nonzero).
-  std::uint64_t token() const { return token_; }
-  const std::string& host() const { return host_; }  // the announced host
-  std::uint16_t port() const { return port_; }
-  std::uint64_t min_bytes() const { return min_bytes_; }
+  std::uint64_t token() const override { return token_; }
+  const std::string& host() const override { return host_; }  // the announced host
+  std::uint16_t port() const override { return port_; }
+  std::uint64_t min_bytes() const override { return min_bytes_; }
+  bool connect_blocks() const override { return true; }  // it resolves names and dials
 
   // Opens a connection to the plane at host:port whose token is peer (once; later calls
   // for a connected peer return true at once). False with *why on failure.
-  bool connect(std::uint64_t peer, const std::string& host, std::uint16_t port, std::string* why);
+  bool connect(std::uint64_t peer, const std::string& host, std::uint16_t port, std::string* why) override;
   // Queues the block's floats for peer and returns a block that names them, or nothing
   // when the block is below min_bytes, holds no storage, there is no connection to peer
   // or it broke (the caller then sends the block itself). The connection's writer
   // thread writes them (a handler never waits on a socket); should that write fail, the
   // connection ends and the receiver's claim fails naming it.
-  std::optional<float_block> offload(std::uint64_t peer, const float_block& block);
+  std::optional<float_block> offload(std::uint64_t peer, const float_block& block) override;
   // The same for values lying in several places (a shard's segments, the pieces of a
   // caller's buffer), written straight from there; count is their total, and `keep`
   // holds them alive and unchanged until written. Nothing, too, when they are not worth
   // it (in_pieces): copy them first.
   std::optional<float_block> offload(std::uint64_t peer, std::span<const std::span<const float>> parts,
-                                     std::uint64_t count, std::shared_ptr<const void> keep);
+                                     std::uint64_t count, std::shared_ptr<const void> keep) override;
   // The same with the ticket the receiver chose (a pull's seq, see expect).
   std::optional<float_block> offload(std::uint64_t peer, std::span<const std::span<const float>> parts,
-                                     std::uint64_t count, std::uint64_t ticket, std::shared_ptr<const void> keep);
+                                     std::uint64_t count, std::uint64_t ticket,
+                                     std::shared_ptr<const void> keep) override;
   // A buffer of n floats from the plane's pool (contents unspecified: no zero-fill, and
   // warm pages once reused), for values copied out to be offloaded.
-  std::shared_ptr<std::vector<float>> buffer(std::size_t n) { return buffers_->get(n); }
+  std::shared_ptr<std::vector<float>> buffer(std::size_t n) override { return buffers_->get(n); }
   // A pool buffer holding a copy of n floats (a lent block's, for a claimer that keeps it).
-  std::shared_ptr<std::vector<float>> copied(const float* from, std::size_t n);
+  std::shared_ptr<std::vector<float>> copied(const float* from, std::size_t n) override;
   // Payload `ticket` from peer, when it comes, is read straight into `into` (kept alive
   // by `keep`) instead of a buffer, if its size fits; its claim then gives a block
   // without storage. For answers whose destination is known before they are asked for.
   void expect(std::uint64_t peer, std::uint64_t ticket, std::vector<std::span<float>> into,
-              std::shared_ptr<const void> keep);
-  // Whether `count` floats in this many pieces are worth moving piece by piece (at most
-  // 64 pieces, or 4 KiB or more each on average), rather than copied together first.
-  static bool in_pieces(std::size_t pieces, std::uint64_t count);
+              std::shared_ptr<const void> keep) override;
   // Withdraws the expectation: the memory it named is left alone from now on (if the
   // payload is being read into it, this waits until that ends). Call it before the
   // memory is used or freed, whichever way the answer came.
-  void forget(std::uint64_t peer, std::uint64_t ticket);
+  void forget(std::uint64_t peer, std::uint64_t ticket) override;
   // A block with its values: itself if it holds them, else its payload, waited for
   // (without storage if it landed where expect said). Throws bad_request naming the
   // payload and what went wrong. Blocks: for threads of their own; an actor asks its
   // payload_claimer (below), which uses try_claim and when_claimable.
-  float_block claim(const float_block& block);
+  float_block claim(const float_block& block) override;
   // claim without waiting: nothing while the payload is still on its way. lent_ok: a
   // payload that came through a shared-memory ring may stay there (the block's `lent`),
   // for a claimer that is done with it at once (a shard adding a push): its peer's
   // writer waits for that room, so such a block must not be kept.
-  std::optional<float_block> try_claim(const float_block& block, bool lent_ok = false);
+  std::optional<float_block> try_claim(const float_block& block, bool lent_ok = false) override;
   // From now on ring payloads nobody expected stay in their ring until claimed, rather
   // than being copied out on arrival: for a process whose claimers take them in place (a
   // shard's). A claimer that does not ask for that gets them copied at its claim.
-  void lend_ring_payloads() { lend_ = true; }
+  void lend_ring_payloads() override { lend_ = true; }
   // Calls ready once the block's payload landed or its connection ended (at once if
   // either happened already); ready runs on the plane's reader thread.
-  void when_claimable(const float_block& block, std::function<void()> ready);
-  std::chrono::milliseconds claim_timeout() const { return claim_timeout_; }
+  void when_claimable(const float_block& block, std::function<void()> ready) override;
+  std::chrono::milliseconds claim_timeout() const override { return claim_timeout_; }
   // The name of the connection whose token is origin, for errors.
-  std::string origin_name(std::uint64_t origin) const;
+  std::string origin_name(std::uint64_t origin) const override;
 
   // Messages between actors over data connections, off CAF's broker (docs/wire-and-caf.md,
   // "Requests over the data connections": a small request and its answer cross two
@@ -154,16 +157,15 @@ class data_plane {
   // peer: what is sent to it goes on the connection as a message frame (in order with
   // the connection's payloads) and its answers come back the same way. A request whose
   // connection ends before its answer came is answered with errc::unsent.
-  using message_filter = std::function<bool(caf::message_id, const caf::message&)>;
   void enable_messages(caf::actor_system& sys);
-  bool messages_enabled() const { return sys_ != nullptr; }
+  bool messages_enabled() const override { return sys_ != nullptr; }
   // Peers may send `local` the messages `allowed` accepts (the others are refused,
   // requests with an error).
-  void serve(const caf::strong_actor_ptr& local, message_filter allowed);
+  void serve(const caf::strong_actor_ptr& local, message_filter allowed) override;
   // The stand-in for actor `remote` (of node `node`) in the process whose token is peer:
   // null without messages enabled or a connection to peer. Its address is the actor's
   // own, so it compares equal to CAF's proxy of that actor.
-  caf::strong_actor_ptr proxy(std::uint64_t peer, caf::actor_id remote, const caf::node_id& node);
+  caf::strong_actor_ptr proxy(std::uint64_t peer, caf::actor_id remote, const caf::node_id& node) override;
   // Whether the connected peer said it takes messages, waiting at most `within` for it
   // (its word crosses the connection once, after the hello).
   bool takes_messages(std::uint64_t peer, std::chrono::milliseconds within);
@@ -192,21 +194,22 @@ class data_plane {
   std::chrono::microseconds poll_budget_now() const { return budget_now(poll_budget_); }
   // Whether this process and its peers on its host outnumber the host's CPUs now
   // (libps/net/host_share.hpp): clients then keep fewer bytes in flight.
-  bool host_crowded() const { return crowded_.load(std::memory_order_relaxed); }
+  bool host_crowded() const override { return crowded_.load(std::memory_order_relaxed); }
   // Whether payloads to peer go through a shared-memory ring (the peer mapped ours).
-  bool sends_by_ring(std::uint64_t peer) const;
+  bool sends_by_ring(std::uint64_t peer) const override;
   // The process whose token is origin is gone (a shard there went down): claims of its
   // payloads fail now (payload_lost), unless a connection from it stands (its end tells).
   // A later connection from it opens it again.
-  void origin_gone(std::uint64_t origin, const std::string& why);
+  void origin_gone(std::uint64_t origin, const std::string& why) override;
   // Whether it has connections and payloads go through a shared-memory ring on each.
-  bool sends_by_ring_to_all() const;
+  bool sends_by_ring_to_all() const override;
   // The TCP congestion control of each connection this plane accepted (true) or opened
   // (false), as the kernel reports it (tests: what tcp_congestion did).
   std::vector<std::string> congestion_controls(bool accepted) const;
   // From now on a connection that ends says nothing: the process printed its status line,
   // which must stay its last, while the plane lives on with the actors that share it.
-  void quiet() { quiet_ = true; }
+  void quiet() override { quiet_ = true; }
+  transport_counters counters() const override;
   // Requests sent over data connections whose answers have not come.
   std::size_t requests_unanswered() const;
 
@@ -236,7 +239,7 @@ class data_plane {
                                            std::uint64_t count, std::uint64_t ticket, std::shared_ptr<const void> keep,
                                            bool expected);
   friend class write_batch;
-  struct connection;
+  using connection = plane_connection;
   void accept_loop();
   void read_loop(std::shared_ptr<connection> c);
   // Fills pieces with a payload's next bytes (from the socket or the peer's ring).
@@ -369,167 +372,5 @@ class data_plane {
   std::atomic<bool> crowded_{false};                         // host_crowded(peers_here_, cpus_)
   std::atomic<std::uint64_t> polled_reads_{0};
 };
-
-// Frames an actor sends while it takes messages that were waiting in its mailbox are
-// held in their connections' queues and leave together once the mailbox is empty: one
-// sendmsg, one wake-up of the peer's reader and one of the receiving actor for a burst
-// of small requests or answers instead of one each (on 2 cores those cost more than the
-// messages' own work). A lone message goes out when its handler returns, as before.
-// Held frames leave at once when they reach hold_bytes or hold_frames, so a busy actor
-// cannot keep them back.
-//
-// A lingering batch (a caller's thread that runs a client actor, kv_client::send) goes
-// further: on release, the frames for a connection whose reader thread is awake (reading,
-// polling or running what it woke) stay queued until this thread calls flush_lingering
-// (before it waits for an answer) or that reader is about to sleep, whichever comes
-// first; they linger only while that reader is awake or answers are due on the
-// connection (so it will wake), else they are written at once. A caller refilling its
-// window then sends the requests it makes between two waits in one write, as the
-// scheduler's thread did when it woke late for them.
-class write_batch {
- public:
-  static constexpr std::uint64_t hold_bytes = 64u << 10;
-  static constexpr std::size_t hold_frames = 32;
-  write_batch() = default;
-  explicit write_batch(bool lingering) : lingering_(lingering) {}
-  write_batch(const write_batch&) = delete;
-  write_batch& operator=(const write_batch&) = delete;
-  ~write_batch() {
-    release();
-    flush_lingering();
-  }
-  // The batch open on this thread, if any.
-  static write_batch* open();
-  // Opens `batch` on this thread for its lifetime (a batch already open stays the one).
-  class scope {
-   public:
-    explicit scope(write_batch& batch);
-    ~scope();
-    scope(const scope&) = delete;
-    scope& operator=(const scope&) = delete;
-
-   private:
-    bool opened_;
-  };
-  // Every connection it holds writes what waits (or, lingering, may keep it a while).
-  void release();
-  // What lingers from this batch's releases is written.
-  void flush_lingering();
-
- private:
-  friend class data_plane;
-  struct held {
-    std::shared_ptr<plane_link> link;
-    std::shared_ptr<data_plane::connection> conn;
-  };
-  std::vector<held> held_;
-  bool lingering_ = false;
-  std::vector<held> lingers_;  // connections this batch left lingering (maybe ended since)
-};
-
-// An actor (Base: CAF's stateful_actor of a state) whose frames on data connections
-// go out in batches (write_batch). Name it as the actor function's `self` type and
-// spawn the function as before.
-template <class Base>
-class batched_writes : public Base {
- public:
-  using Base::Base;
-
-  caf::invoke_message_result consume(caf::mailbox_element& x) override {
-    caf::invoke_message_result result;
-    {
-      write_batch::scope open(batch_);
-      result = Base::consume(x);
-    }
-    // Skipped: the actor awaits a response (`await`) and takes nothing else until it
-    // comes, which may need what it holds (a shard awaits its payloads' writes).
-    // (Skipped messages wait outside what mailbox().empty() counts.)
-    if (this->mailbox().empty() || !this->alive() || result == caf::invoke_message_result::skipped)
-      batch_.release();
-    return result;
-  }
-
- private:
-  write_batch batch_;
-};
-
-// The block's values: itself when it holds them, its encoded values decoded, or its payload
-// claimed from `plane` if it has landed (nothing if not yet: ask a payload_claimer).
-// Throws bad_request for encoded values that do not decode to the block's size, a
-// payload that failed, or when the block names a payload and this process has no plane.
-std::optional<float_block> claim_values(data_plane* plane, const float_block& block, bool lent_ok = false);
-
-using claim_atom = caf::atom_constant<caf::atom("claim")>;
-using landed_atom = caf::atom_constant<caf::atom("landed")>;
-using expire_atom = caf::atom_constant<caf::atom("expire")>;
-using connect_atom = caf::atom_constant<caf::atom("connect")>;
-
-// Opens data connections for an actor (data_plane::connect resolves the name and
-// connects, which blocks): spawned detached, on a thread of its own. Answers with the
-// peer's token once connected, or an error saying why not.
-using plane_connector_actor =
-  caf::typed_actor<caf::replies_to<connect_atom, std::uint64_t, std::string, std::uint16_t>::with<std::uint64_t>>;
-plane_connector_actor::behavior_type plane_connector(plane_connector_actor::pointer self,
-                                                     std::shared_ptr<data_plane> plane);
-
-// Claims data-plane payloads for an actor without blocking its thread: the answer comes
-// when the payload has landed, its connection ended (the error) or the plane's claim
-// timeout passed (the error). One per shard or client, linked to it.
-using payload_claimer_actor = caf::typed_actor<
-  caf::replies_to<claim_atom, float_block>::with<float_block>,
-  // Internal: payload (origin, ticket) landed or its connection ended.
-  caf::reacts_to<landed_atom, std::uint64_t, std::uint64_t>,
-  // Internal: the claim timeout of a waiting claim of (origin, ticket) passed.
-  caf::reacts_to<expire_atom, std::uint64_t, std::uint64_t>>;
-
-using written_atom = caf::atom_constant<caf::atom("written")>;
-using drained_atom = caf::atom_constant<caf::atom("drained")>;
-
-// Tells an actor when the payloads it offloaded straight from memory it will change
-// (a shard's store) have been written, so it can wait for them with `await` before it
-// changes that memory: no copy, and no thread blocked. One per shard, linked to it.
-using write_tracker_actor = caf::typed_actor<
-  // A payload handed to the plane with written_signal(this) was written or dropped while
-  // the tracker had a wait.
-  caf::reacts_to<written_atom>,
-  // Answered once `issued` payloads in all were written or dropped.
-  caf::replies_to<drained_atom, std::uint64_t>::with<caf::ok_atom>>;
-
-// What a shard, its tracker and the signals share: how many payloads are written, and
-// whether the tracker waits for some. A signal tells the tracker only then: a message per
-// written payload woke a scheduler thread for each pull answer (BENCHMARKS.md, "Readers
-// run the actors they wake").
-struct store_writes {
-  std::atomic<std::uint64_t> done{0};
-  std::atomic<bool> awaited{false};
-};
-
-struct write_tracker_state {
-  std::multimap<std::uint64_t, caf::typed_response_promise<caf::ok_atom>> waiting;  // by issued
-  static inline const char* name = "write_tracker";
-};
-
-write_tracker_actor::behavior_type write_tracker(write_tracker_actor::stateful_pointer<write_tracker_state> self,
-                                                 std::shared_ptr<store_writes> writes);
-
-// The `keep` to pass to data_plane::offload for values that the tracker should count:
-// its release (the payload written or dropped) adds one to writes->done, and tells the
-// tracker if it waits. `done` lets the owner skip the wait when every payload went out.
-std::shared_ptr<const void> written_signal(const write_tracker_actor& tracker, std::shared_ptr<store_writes> writes);
-
-struct payload_claimer_state {
-  struct waiting_claim {
-    float_block block;
-    caf::typed_response_promise<float_block> promise;
-    std::chrono::steady_clock::time_point deadline;
-  };
-  std::multimap<std::pair<std::uint64_t, std::uint64_t>, waiting_claim> waiting;  // by (origin, ticket)
-  bool lent_ok = false;  // its owner takes ring payloads in place (data_plane::try_claim)
-  static inline const char* name = "payload_claimer";
-};
-
-payload_claimer_actor::behavior_type payload_claimer(
-  payload_claimer_actor::stateful_pointer<payload_claimer_state> self, std::shared_ptr<data_plane> plane,
-  bool lent_ok);
 
 }  // namespace ps

@@ -106,8 +106,9 @@ kv_client::kv_client(caf::actor_system& sys, const cluster_view& view,
   opts_.compression.validate();
   if (opts_.pull_compression.kind == codec_kind::topk)
     throw bad_request("kv_client: pulls take none, fp16 or int8 compression, not top-k (it would drop most parameters)");
-  // Message faults act on CAF messages: under them blocks stay inside the messages.
-  if (opts_.faults.touches_messages()) opts_.plane.reset();
+  // Message faults act on CAF messages: under them requests stay in CAF, and so do the
+  // blocks of a transport that would carry the requests too.
+  if (opts_.faults.touches_messages() && opts_.plane && opts_.plane->messages_enabled()) opts_.plane.reset();
   actor_ = caf::actor_cast<client_actor>(
     sys.spawn(kv_client_actor, std::move(shards), view.shards, opts_, view.epoch, stats_));
 }

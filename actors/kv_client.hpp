@@ -28,7 +28,7 @@
 
 namespace ps {
 
-class data_plane;  // actors/data_plane.hpp: the client holds its process's, if any
+class transport;  // actors/transport.hpp: the client holds its process's, if any
 
 enum class op_kind { push, init, pull, clock };
 
@@ -97,7 +97,7 @@ struct kv_client_options {
   // This process's data plane: large pushes leave and large pulls arrive through it
   // (not under message faults, which act on CAF messages), and, when it takes messages
   // (--ps.direct-requests), the requests and answers themselves. None: all inside CAF.
-  std::shared_ptr<data_plane> plane{};
+  std::shared_ptr<transport> plane{};
   // Compression of pull answers (none, fp16 or int8; parameters are not top-k material).
   // Compressed answers come inside the messages, not over the data plane.
   codec pull_compression{};
@@ -114,7 +114,7 @@ struct kv_client_options {
   // Pushes and inits are cut at the smaller of this and chunk_bytes (pulls at chunk_bytes).
   std::uint64_t push_chunk_bytes = default_push_chunk_bytes;
   // inflight_bytes' cap for shards reached over TCP while this process and its peers on its
-  // host outnumber the host's CPUs (data_plane::host_crowded; libps/net/host_share.hpp).
+  // host outnumber the host's CPUs (transport::host_crowded; libps/net/host_share.hpp).
   std::uint64_t crowded_inflight_bytes = default_crowded_inflight_bytes;
   // Pushes and inits are cut at the smaller of this and chunk_bytes_of while the host is
   // not crowded and some shard is reached over TCP (libps/net/host_share.hpp).

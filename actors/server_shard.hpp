@@ -12,7 +12,8 @@
 #include <set>
 #include <string>
 
-#include "actors/data_plane.hpp"
+#include "actors/transport.hpp"
+#include "actors/write_batch.hpp"
 #include "actors/messages.hpp"
 #include "actors/reconnect.hpp"
 #include "libps/core/handoff.hpp"
@@ -62,7 +63,7 @@ struct shard_options {
   std::vector<job_setting> given;
   // This process's data plane (large pushes arrive and large pulls leave through it);
   // none: every block travels inside CAF's messages.
-  std::shared_ptr<data_plane> plane;
+  std::shared_ptr<transport> plane;
   // The sparse tables' RAM budget (--shard-memory; 0: all in RAM, no disk tier), where
   // the disk tier lives (--shard-dir) and what leaves RAM first (--eviction).
   std::uint64_t shard_memory = 0;

@@ -3,7 +3,7 @@
 #include "apps/apps.hpp"
 #include "apps/app_common.hpp"
 #include "apps/ctr_app.hpp"
-#include "actors/data_plane.hpp"
+#include "actors/transport.hpp"
 #include "apps/rowcheck.hpp"
 #include "apps/elastic_load.hpp"
 #include "apps/sparse_bench.hpp"
@@ -43,18 +43,19 @@ namespace ps {
 // instead of through CAF (--ps.direct-requests).
 std::string with_data_plane(json_line line, worker_context& ctx) {
   if (const auto& plane = ctx.kv.options().plane) {
-    line["data_plane_sent"] = plane->bytes_sent();
-    line["data_plane_received"] = plane->bytes_received();
-    line["data_plane_shm_sent"] = plane->shm_bytes_sent();
-    line["data_plane_requests"] = plane->messages_sent();
-    line["data_plane_answers"] = plane->messages_received();
+    auto c = plane->counters();
+    line["data_plane_sent"] = c.bytes_sent;
+    line["data_plane_received"] = c.bytes_received;
+    line["data_plane_shm_sent"] = c.shm_bytes_sent;
+    line["data_plane_requests"] = c.messages_sent;
+    line["data_plane_answers"] = c.messages_received;
     // Socket writes of plain frames, and the writes left to a connection's writer thread
     // (a wake-up each): a payload that did not fit its ring's room, a socket that was full.
-    line["data_plane_socket_writes"] = plane->socket_writes();
-    line["data_plane_writer_thread_writes"] = plane->writer_thread_writes();
+    line["data_plane_socket_writes"] = c.socket_writes;
+    line["data_plane_writer_thread_writes"] = c.writer_thread_writes;
     // Actors its reader threads ran themselves rather than waking a scheduler thread.
-    line["data_plane_reader_runs"] = plane->reader_runs();
-    line["data_plane_polled_reads"] = plane->polled_reads();
+    line["data_plane_reader_runs"] = c.reader_runs;
+    line["data_plane_polled_reads"] = c.polled_reads;
   }
   return line.dump();
 }

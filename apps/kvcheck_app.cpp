@@ -2,7 +2,7 @@
 #include "apps/apps.hpp"
 #include "apps/app_common.hpp"
 #include "apps/ctr_app.hpp"
-#include "actors/data_plane.hpp"
+#include "actors/transport.hpp"
 #include "apps/rowcheck.hpp"
 #include "apps/elastic_load.hpp"
 #include "apps/sparse_bench.hpp"
@@ -48,9 +48,10 @@ plane_counts data_plane_counts(worker_context& ctx) {
   plane_counts c;
   c.caf_requests = ctx.kv.requests_through_caf();
   if (const auto& plane = ctx.kv.options().plane) {
-    c.requests = plane->messages_sent();
-    c.sent = plane->bytes_sent();
-    c.received = plane->bytes_received();
+    auto moved = plane->counters();
+    c.requests = moved.messages_sent;
+    c.sent = moved.bytes_sent;
+    c.received = moved.bytes_received;
   }
   return c;
 }

@@ -1,10 +1,13 @@
 // sim: the whole cluster on CAF's deterministic scheduler, one seeded schedule and fault
 // plan per seed (apps/sim_cluster.hpp says what runs and which invariants are checked).
-//   sim [--seeds=1000] [--from=1] [--break=dedupe|ssp-gate] [--elastic] [--tiered] [--log-level=error]
+//   sim [--seeds=1000] [--from=1] [--break=dedupe|ssp-gate] [--elastic] [--tiered] [--no-data-plane]
+//       [--log-level=error]
+// Blocks travel over the in-memory transport, as production's go over its data plane;
+// --no-data-plane keeps every value inside the messages.
 // --elastic: plans with one copy per shard may also have a server join and a shard leave
 // (psctl remove-shard) while the workers push; off by default until every such seed passes.
 // One JSON line per failing seed, with the command that replays it, then
-//   {"seeds":N,"failures":K,"trace_hash":"...","messages":M,"seconds":T}
+//   {"seeds":N,"failures":K,"trace_hash":"...","messages":M,"data_plane_bytes":B,"seconds":T}
 // where trace_hash covers every run's message trace (the same seeds give the same hash).
 // Exit 0 when no seed failed, 1 when some did, 2 for a bad command line. --break turns a
 // safety mechanism off (libps/sim/sabotage.hpp) to show that the simulator finds what it prevents.
@@ -26,13 +29,15 @@
 namespace {
 
 constexpr const char* usage_text =
-  "usage: sim [--seeds=N] [--from=S] [--break=dedupe|ssp-gate] [--elastic] [--tiered] [--log-level=error]\n";
+  "usage: sim [--seeds=N] [--from=S] [--break=dedupe|ssp-gate] [--elastic] [--tiered] [--no-data-plane]\n"
+  "           [--log-level=error]\n";
 
 struct options {
   std::uint64_t seeds = 1000, from = 1;
   std::string broken;
   bool elastic = false;
   bool tiered = false;
+  bool data_plane = true;
   ps::log_level log = ps::log_level::error;  // the members' news would drown the results
 };
 
@@ -63,6 +68,8 @@ options parse(const std::vector<std::string>& args) {
       o.elastic = true;
     else if (a == "--tiered")
       o.tiered = true;
+    else if (a == "--no-data-plane")
+      o.data_plane = false;
     else if (a.rfind("--log-level=", 0) == 0) {
       auto level = ps::parse_log_level(a.substr(12));
       if (!level) throw ps::bad_request("--log-level is error, warning, info or debug, not \"" + a.substr(12) + "\"");
@@ -77,7 +84,8 @@ options parse(const std::vector<std::string>& args) {
 
 std::string replay_command(std::uint64_t seed, const options& o) {
   return "build/bin/sim --seeds=1 --from=" + std::to_string(seed) + (o.broken.empty() ? "" : " --break=" + o.broken) +
-         (o.elastic ? " --elastic" : "") + (o.tiered ? " --tiered" : "");
+         (o.elastic ? " --elastic" : "") + (o.tiered ? " --tiered" : "") +
+         (o.data_plane ? "" : " --no-data-plane");
 }
 
 std::string hex(std::uint64_t x) {
@@ -92,15 +100,17 @@ int run(const options& o) {
   using clock = std::chrono::steady_clock;
   const auto t0 = clock::now();
   auto last_progress = t0;
-  std::uint64_t failures = 0, messages = 0, combined = 0xcbf29ce484222325ull;
+  std::uint64_t failures = 0, messages = 0, plane_bytes = 0, combined = 0xcbf29ce484222325ull;
   std::uint64_t kills_in_changes = 0;  // plans that kill a server process and also add or remove a shard
   for (std::uint64_t seed = o.from; seed < o.from + o.seeds; ++seed) {
     auto plan = ps::plan_for_seed(seed, o.elastic);
     plan.tiered = o.tiered;
+    plan.data_plane = o.data_plane;
     kills_in_changes += plan.kill_server && (plan.join_step || plan.remove_shard);
     auto out = ps::run_simulation(plan);
     combined = (combined ^ out.trace_hash) * 0x100000001b3ull;
     messages += out.messages;
+    plane_bytes += out.plane_bytes;
     if (!out.failure.empty()) {
       ++failures;
       nlohmann::ordered_json line{{"seed", seed}, {"failure", out.failure},
@@ -118,7 +128,7 @@ int run(const options& o) {
   }
   double seconds = std::chrono::duration<double>(clock::now() - t0).count();
   nlohmann::ordered_json summary{{"seeds", o.seeds}, {"failures", failures}, {"trace_hash", hex(combined)},
-                                 {"messages", messages}, {"seconds", seconds}};
+                                 {"messages", messages}, {"data_plane_bytes", plane_bytes}, {"seconds", seconds}};
   if (o.elastic) summary["kill_and_change_plans"] = kills_in_changes;
   if (!o.broken.empty()) summary["break"] = o.broken;
   std::printf("%s\n", summary.dump().c_str());

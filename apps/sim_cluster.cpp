@@ -15,6 +15,7 @@
 #include "actors/coordinator.hpp"
 #include "actors/kv_client.hpp"
 #include "actors/server_shard.hpp"
+#include "actors/transport/memory.hpp"
 #include "libps/core/consistency.hpp"
 #include "libps/observe/log.hpp"
 #include "libps/rows/sparse_table.hpp"
@@ -101,7 +102,9 @@ class sim_run {
         fail("stuck: workers not done after " + std::to_string(steps_) + " messages" + first_failed_request());
     }
     if (failure_.empty()) finish();
-    return {failure_, hash_, steps_};
+    std::uint64_t plane_bytes = 0;
+    for (const auto& m : members_) plane_bytes += m->counters().bytes_received;
+    return {failure_, hash_, steps_, plane_bytes};
   }
 
  private:
@@ -142,6 +145,7 @@ class sim_run {
   void kill_server(std::uint32_t server);
   void join_server();
   shard_options shard_opts();
+  std::shared_ptr<transport> plane_member();
   reconnect_options reconnect();
   void restart_coordinator();
   void remove_server(std::uint32_t shard);
@@ -158,6 +162,8 @@ class sim_run {
   sim_plan plan_;
   std::mt19937_64 rng_;
   std::string trace_path_;
+  std::string fabric_;  // the in-memory transport's, this run's own
+  std::vector<std::shared_ptr<transport>> members_;  // of fabric_
   std::string state_dir_;  // the coordinator's --state-dir
   coordinator_actor coord_;
   coordinator_options coordinator_options_;  // a restarted coordinator gets them again, with the saved state
@@ -272,6 +278,7 @@ void sim_run::start_clients(const std::vector<std::shared_ptr<std::optional<regi
     opts.first_barrier = (*r)->barrier_generation;
     opts.retry = std::chrono::milliseconds(plan_.retry_ms);
     opts.faults = plan_.messages;
+    opts.plane = plane_member();
     std::vector<shard_link> links;
     for (const auto& s : view_.shards)
       links.push_back({s.id, "shard " + std::to_string(s.id), caf::actor_cast<shard_actor>(s.handle)});
@@ -472,11 +479,25 @@ shard_options sim_run::shard_opts() {
   shard_options o;
   o.trace_path = trace_path_;
   o.reconnect = reconnect();
+  o.plane = plane_member();
   if (plan_.tiered) {
     o.shard_memory = tiered_shard_memory;
     o.disk_io = {false, tiered_page_rows};
   }
   return o;
+}
+
+// A member of this run's in-memory transport (none with plan.data_plane off): every block
+// of at least one float goes over it, as production's larger blocks go over its data plane.
+std::shared_ptr<transport> sim_run::plane_member() {
+  if (!plan_.data_plane) return nullptr;
+  static std::atomic<std::uint64_t> runs{0};
+  if (fabric_.empty()) fabric_ = "sim-" + std::to_string(plan_.seed) + "-" + std::to_string(runs++);
+  transport_settings s;
+  s.bind_host = s.advertised_host = fabric_;
+  s.min_bytes = sizeof(float);
+  members_.push_back(make_memory_transport(s));
+  return members_.back();
 }
 
 // One more server: it registers with the running job and joins as a new shard.

@@ -30,6 +30,7 @@ struct sim_outcome {
   std::string failure;           // empty: every invariant held
   std::uint64_t trace_hash = 0;  // of every message delivered (receiver, kind), in order
   std::uint64_t messages = 0;    // messages delivered
+  std::uint64_t plane_bytes = 0;  // payload bytes that went over the in-memory transport
 };
 
 // Runs the plan's seed; `trace_dir` holds the run's consistency trace while it runs.

@@ -144,6 +144,8 @@ void node_config::declare_tuning_options() {
          "pushes are cut at the smaller of this and --ps.push-chunk-bytes while some shard is reached over TCP and "
          "the host is not crowded (a spare CPU sums one chunk at the shard while the next travels)")
     .add(metrics_ms, "metrics-ms", "interval of --metrics' progress lines")
+    .add(transport, "transport", "how value blocks travel beside CAF: shm (TCP between hosts, shared-memory rings "
+                                 "between processes on one host) or tcp (TCP only)")
     .add(data_plane_port, "data-plane-port", "port of the data connections' listener (0: any free port)")
     .add(data_plane_bytes, "data-plane-bytes", "value blocks of at least this many bytes travel over a plain TCP "
                                                "data connection beside CAF (0: all inside CAF messages)")

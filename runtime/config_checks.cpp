@@ -19,6 +19,7 @@
 #include <filesystem>
 
 #include "actors/server_shard.hpp"
+#include "actors/transport.hpp"
 #include "libps/rows/row_disk.hpp"
 #include "libps/rows/row_tier.hpp"
 #include "libps/observe/log.hpp"
@@ -35,6 +36,17 @@ namespace ps {
 using std::chrono::milliseconds;
 
 namespace {
+
+// --ps.transport: a registered transport that connects processes (psnode's roles are).
+void check_transport(const std::string& name) {
+  try {
+    if (transport_kind_named(name).between_processes) return;
+  } catch (const bad_request& e) {
+    throw bad_request(std::string("--ps.transport: ") + e.what());
+  }
+  throw bad_request("--ps.transport=" + name + " connects members of one process only (the simulator, tests); "
+                    "psnode's roles are processes: use shm or tcp");
+}
 
 void one_of(const std::string& name, const std::string& v, const std::vector<std::string>& ok) {
   for (const auto& o : ok)
@@ -118,6 +130,7 @@ void node_config::validate_wire() const {
     throw bad_request("--ps.chunk-bytes must be in [1 KiB, 256 MiB]");
   if (push_chunk_bytes < 1024 || push_chunk_bytes > (256u << 20))
     throw bad_request("--ps.push-chunk-bytes must be in [1 KiB, 256 MiB]");
+  check_transport(transport);
   if (shm_ring_bytes != 0 && (shm_ring_bytes < (64u << 10) || shm_ring_bytes > (1u << 30)))
     throw bad_request("--ps.shm-ring-bytes must be 0 (no rings) or in [64 KiB, 1 GiB]");
   if (shm_push_ring_bytes < (64u << 10) || shm_push_ring_bytes > (1u << 30))

@@ -19,7 +19,7 @@ const std::map<std::string, std::vector<std::string>>& help_topics() {
     {"consistency", {"consistency", "staleness", "pipeline", "slow-worker", "straggle", "trace"}},
     {"wire", {"compression", "topk-ratio", "pull-compression", "ps.chunk-bytes", "ps.push-chunk-bytes", "ps.inflight-bytes",
               "ps.crowded-inflight-bytes", "ps.tcp-push-chunk-bytes",
-              "ps.data-plane-bytes", "ps.shm-ring-bytes", "ps.shm-push-ring-bytes", "ps.direct-requests", "ps.caller-runs",
+              "ps.transport", "ps.data-plane-bytes", "ps.shm-ring-bytes", "ps.shm-push-ring-bytes", "ps.direct-requests", "ps.caller-runs",
               "ps.busy-poll-us"}},
     {"checkpoints", {"checkpoint-dir", "checkpoint-every", "checkpoint-seconds", "restore", "restore-non-finite",
                      "replication", "out", "state-dir", "resume"}},

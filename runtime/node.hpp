@@ -114,6 +114,7 @@ struct node_config : caf::actor_system_config {
   std::size_t inflight_bytes = 8u << 20;
   std::size_t crowded_inflight_bytes = default_crowded_inflight_bytes;  // libps/net/host_share.hpp
   std::size_t tcp_push_chunk_bytes = default_tcp_push_chunk_bytes;      // libps/net/host_share.hpp
+  std::string transport = "shm";  // the data plane's transport, by name (actors/transport/registry.cpp)
   std::size_t data_plane_bytes = 64u << 10;  // BENCHMARKS.md, "The data plane from 64 KiB"
   std::size_t shm_ring_bytes = default_shm_ring_bytes;  // data-plane rings in shared memory on one host (0: none)
   std::size_t shm_push_ring_bytes = 4u << 20;  // the rings workers offer: their pushes (BENCHMARKS.md)
@@ -283,11 +284,11 @@ job_result run_job(caf::actor_system& sys, const node_config& cfg, const app_fn&
 // A refused or failed worker's error is an errc (*error_out has its text).
 using spec_fn = std::function<void(const job_spec&)>;
 bool run_worker(caf::actor_system& sys, const node_config& cfg, coordinator_actor coord,
-                const app_fn& app, std::string* error_out, std::shared_ptr<data_plane> plane = nullptr,
+                const app_fn& app, std::string* error_out, std::shared_ptr<transport> plane = nullptr,
                 const spec_fn& on_spec = {}, errc* code_out = nullptr);
-// This process's data plane per --ps.data-plane-bytes (none when 0); throws bad_request
-// when it cannot listen on --host.
-std::shared_ptr<data_plane> data_plane_from(caf::actor_system& sys, const node_config& cfg);
+// This process's data plane per --ps.transport and --ps.data-plane-bytes (none when 0);
+// throws bad_request when it cannot listen on --host.
+std::shared_ptr<transport> transport_from(caf::actor_system& sys, const node_config& cfg);
 // Starts build/bin/psnode (next to this executable) with these arguments.
 pid_t spawn_psnode(const std::vector<std::string>& args);
 

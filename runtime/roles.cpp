@@ -121,7 +121,7 @@ int run_server_role(caf::actor_system& sys, const node_config& cfg) {
   if (!coord) return print_status(line, false, code_of(coord.error()), describe(coord.error()));
   auto at = cfg.endpoint_of();
   auto sopts = shard_options_from(cfg, at.advertise_host);
-  sopts.plane = data_plane_from(sys, cfg);  // cannot listen: bad_request, reported by psnode
+  sopts.plane = transport_from(sys, cfg);  // cannot listen: bad_request, reported by psnode
   sopts.reconnect = reconnect_from(sys, cfg);
   auto shard = sys.spawn(server_shard, *coord, sopts);
   auto port = publish_at(shard, at);
@@ -149,7 +149,7 @@ int run_worker_role(caf::actor_system& sys, node_config& cfg, const app_fn& app)
     adopt(cfg, spec);
     line["job_fingerprint"] = fingerprint_text(spec);
   };
-  auto plane = data_plane_from(sys, cfg);
+  auto plane = transport_from(sys, cfg);
   bool ok = run_worker(sys, cfg, *coord, app, &err, plane, adopt_spec, &code);
   if (!ok) std::fprintf(stderr, "error: %s\n", err.c_str());
   if (plane) plane->quiet();  // a connection the job's end closes late is not news after the status line

@@ -4,6 +4,7 @@
 
 #include <unistd.h>
 
+#include "actors/transport.hpp"
 #include "runtime/job_contract.hpp"
 
 namespace ps {
@@ -29,18 +30,23 @@ void report_progress(worker_context& ctx, progress_report r) {
   ctx.report(r.to_json());
 }
 
-std::shared_ptr<data_plane> data_plane_from(caf::actor_system& sys, const node_config& cfg) {
+std::shared_ptr<transport> transport_from(caf::actor_system& sys, const node_config& cfg) {
   if (cfg.data_plane_bytes == 0) return nullptr;
+  transport_settings s;
+  auto at = cfg.endpoint_of();
+  s.bind_host = at.bind_host;
+  s.advertised_host = at.advertise_host;
+  s.port = cfg.data_plane_port;
+  s.min_bytes = cfg.data_plane_bytes;
   // A payload is written before its message is sent, so it is late only when its sender
   // is cut off: a claim waits as long as silence from a peer is tolerated, not a request.
-  auto patience = milliseconds(std::min(cfg.timeout_ms, cfg.failure_timeout_ms));
-  auto at = cfg.endpoint_of();
-  auto plane = data_plane::shared(std::make_unique<data_plane>(
-    data_plane_address{at.bind_host, at.advertise_host, cfg.data_plane_port}, cfg.data_plane_bytes, patience, patience,
-    cfg.secret_file.empty() ? std::nullopt : std::optional(read_secret_file(cfg.secret_file)), cfg.offered_ring_bytes(),
-    std::chrono::microseconds(cfg.busy_poll_us), cfg.tcp_congestion));
-  if (cfg.direct_requests != 0) plane->enable_messages(sys);
-  return plane;
+  s.claim_timeout = s.stall_timeout = milliseconds(std::min(cfg.timeout_ms, cfg.failure_timeout_ms));
+  if (!cfg.secret_file.empty()) s.secret = read_secret_file(cfg.secret_file);
+  s.ring_bytes = cfg.offered_ring_bytes();
+  s.busy_poll = std::chrono::microseconds(cfg.busy_poll_us);
+  s.tcp_congestion = cfg.tcp_congestion;
+  if (cfg.direct_requests != 0) s.messages_in = &sys;
+  return transport_kind_named(cfg.transport).make(s);
 }
 
 reconnect_options reconnect_from(caf::actor_system& sys, const node_config& cfg) {
@@ -90,7 +96,7 @@ std::vector<shard_link> connect_shards(caf::actor_system& sys, const cluster_vie
 // The worker's client: the flags' wire and fault settings, the coordinator it registered
 // with (and how to find it again), `worker` (the registered actor) and its first barrier.
 kv_client_options client_options(caf::actor_system& sys, const node_config& cfg, const coordinator_actor& coord,
-                                 caf::actor worker, const registration& reg, std::shared_ptr<data_plane> plane) {
+                                 caf::actor worker, const registration& reg, std::shared_ptr<transport> plane) {
   return {reg.id, cfg.chunk_bytes, milliseconds(cfg.timeout_ms), cfg.inflight_bytes, cfg.push_codec(),
           coord, cfg.fault_spec().kill_clock(fault_plan::role::worker, reg.id),
           retry_interval(cfg), cfg.fault_spec(), std::move(plane), cfg.pull_codec(),
@@ -162,7 +168,7 @@ std::optional<registration> register_worker(caf::scoped_actor& self, const node_
 }  // namespace
 
 bool run_worker(caf::actor_system& sys, const node_config& cfg, coordinator_actor coord,
-                const app_fn& app, std::string* error_out, std::shared_ptr<data_plane> plane,
+                const app_fn& app, std::string* error_out, std::shared_ptr<transport> plane,
                 const spec_fn& on_spec, errc* code_out) {
   caf::scoped_actor self{sys};
   std::string err;

@@ -12,6 +12,7 @@
 #include "actors/coordinator.hpp"
 #include "actors/kv_client.hpp"
 #include "actors/server_shard.hpp"
+#include "actors/transport/memory.hpp"
 
 namespace ps::test {
 
@@ -116,6 +117,18 @@ struct fixture {
   }
   std::pair<shard_actor, registration> two_shards_one_worker() { return shards_and_one_worker(2); }
 
+  // A member of this fixture's in-memory transport: every block of one float or more goes
+  // named in its message and over the transport, as production's data plane carries them.
+  std::shared_ptr<transport> plane_member() {
+    static std::atomic<std::uint64_t> fixtures{0};
+    if (fabric.empty()) fabric = "fixture-" + std::to_string(fixtures++);
+    transport_settings s;
+    s.bind_host = s.advertised_host = fabric;
+    s.min_bytes = sizeof(float);
+    return make_memory_transport(s);
+  }
+  std::string fabric;
+
   static std::vector<shard_link> links_of(const cluster_view& view) {
     std::vector<shard_link> links;
     for (const auto& s : view.shards)
@@ -125,13 +138,15 @@ struct fixture {
 };
 
 // Two shards (2 x 32 keys in 4-key buckets), a coordinator and `workers` kv_clients on the
-// test scheduler, the keys initialized to 0.
+// test scheduler, the keys initialized to 0. Blocks go over the in-memory transport (each
+// shard and client a member of its own) unless a test sets over_plane to false.
 struct two_shard_cluster : fixture {
   static constexpr std::uint64_t num_keys = 64;
   coordinator_actor coord;
   std::vector<shard_actor> shards;                  // the heads
   std::vector<std::unique_ptr<kv_client>> clients;  // by worker id
   cluster_view view;                                // as the workers got it
+  bool over_plane = true;
   key_set keys = key_set::single({0, num_keys});
 
   // follow_failovers: the clients hear of new maps from the coordinator.
@@ -140,7 +155,10 @@ struct two_shard_cluster : fixture {
     o.workers = workers;
     o.bucket_bits = 2;
     coord = spawn_coordinator(o);
-    shards = {spawn_shard(coord, sopts), spawn_shard(coord, sopts)};
+    for (int i = 0; i < 2; ++i) {
+      if (over_plane) sopts.plane = plane_member();
+      shards.push_back(spawn_shard(coord, sopts));
+    }
     std::vector<std::shared_ptr<std::optional<registration>>> regs;
     for (std::uint32_t w = 0; w < workers; ++w) regs.push_back(register_worker(coord));
     sched.run();
@@ -150,6 +168,7 @@ struct two_shard_cluster : fixture {
       view = (*r)->view;
       kv_client_options opts{(*r)->id, default_chunk_bytes, milliseconds(60000)};
       if (follow_failovers) opts.coordinator = coord;
+      if (over_plane) opts.plane = plane_member();
       clients[(*r)->id] = std::make_unique<kv_client>(sys, view, links_of(view), opts);
     }
     auto init = clients[0]->init(keys, std::vector<float>(num_keys, 0.0f));

@@ -13,6 +13,7 @@
 
 #include "actors/checkpointer.hpp"
 #include "actors/row_io.hpp"
+#include "actors/data_plane.hpp"
 #include "tests/actor_fixture.hpp"
 #include "tests/scratch_dir.hpp"
 

@@ -323,7 +323,7 @@ void with_servers(std::vector<std::string> server_flags, std::uint32_t servers,
   bool ran = run_worker(sys, pc.cfg, coord, [&](worker_context& ctx) {
     body(ctx);
     return std::string("{}");
-  }, &err, worker_plane ? data_plane_from(sys, pc.cfg) : nullptr);
+  }, &err, worker_plane ? transport_from(sys, pc.cfg) : nullptr);
   CHECK_MESSAGE(ran, err);
 }
 
@@ -402,15 +402,15 @@ TEST_CASE("a server killed with SIGKILL while a block to it went over the data p
     // then. So: pushes until one went beside CAF (each a round trip, no sleep).
     bool beside = false;
     for (int i = 0; i < 1000 && !beside; ++i) {
-      auto before = plane->bytes_sent();
+      auto before = plane->counters().bytes_sent;
       ctx.kv.push(keys, std::vector<float>(4096, 1.0f)).get();
-      beside = plane->bytes_sent() > before;
+      beside = plane->counters().bytes_sent > before;
     }
     REQUIRE(beside);
     stop_server(victim);
-    auto sent = plane->bytes_sent();
+    auto sent = plane->counters().bytes_sent;
     killed_while_waiting(victim, ctx.kv.push(keys, std::vector<float>(4096, 2.0f)));
-    CHECK(plane->bytes_sent() == sent + 4096 * sizeof(float));  // the block went beside CAF
+    CHECK(plane->counters().bytes_sent == sent + 4096 * sizeof(float));  // the block went beside CAF
   }, true, 600000);
 }
 

@@ -76,6 +76,22 @@ TEST_CASE("sim: a seed replays exactly (the same message trace)") {
   CHECK(run_simulation(plan_for_seed(3)).trace_hash != run_simulation(plan_for_seed(4)).trace_hash);
 }
 
+TEST_CASE("sim: blocks go over the in-memory transport as production's go over its data plane; "
+          "--no-data-plane keeps them in the messages, under the same invariants") {
+  for (std::uint64_t seed : {3, 17, 64}) {
+    auto plan = plan_for_seed(seed);
+    INFO("seed " << seed << ": " << to_json(plan));
+    auto over = run_simulation(plan);
+    CHECK(over.failure == "");
+    CHECK(over.plane_bytes >= plan.workers * 64 * sizeof(float));  // at least the keys' first pull
+    plan.data_plane = false;
+    auto inside = run_simulation(plan);
+    CHECK(inside.failure == "");
+    CHECK(inside.plane_bytes == 0);
+    CHECK(inside.trace_hash != over.trace_hash);  // the shards' claimers and trackers are in the trace
+  }
+}
+
 TEST_CASE("sim --tiered: with rows on disk tiers a seed replays exactly, keeps every invariant, and differs from "
           "the same plan all in RAM") {
   for (std::uint64_t seed : {3, 17, 64}) {

@@ -1,6 +1,7 @@
 // Pushes, pulls and inits by chunks: each chunk's sending, its answer (claimed from the
 // data plane when it names a payload) and its replanning after a map change.
 #include "actors/client/client_state.hpp"
+#include "libps/net/bulk.hpp"  // payload_lost
 
 namespace ps::client_internal {
 
@@ -118,7 +119,7 @@ void send_pull(const chunk_send& s, std::uint64_t tag, request_header h) {
   if (auto peer = h.pull_codec == 0 ? plane_peer(self, tail) : 0) {
     h.reply_plane = st.plane->token();
     // A piece of a larger answer: its payload is read straight into place.
-    if (!req->landing.empty() && req->landing[c] == 0 && data_plane::in_pieces(ch.pieces.size(), ch.num_values)) {
+    if (!req->landing.empty() && req->landing[c] == 0 && in_pieces(ch.pieces.size(), ch.num_values)) {
       std::vector<std::span<float>> into;
       for (const auto& p : ch.pieces) into.emplace_back(req->op->values.data() + p.value_offset, p.keys.size());
       st.plane->expect(peer, h.seq, std::move(into), req->op);

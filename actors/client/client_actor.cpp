@@ -41,7 +41,7 @@ void init_client(client_ptr self, std::vector<shard_link> shards, std::vector<sh
   st.plane = opts.plane;
   if (st.plane) {
     st.claimer = self->spawn<caf::linked>(payload_claimer, st.plane, false);
-    st.connector = self->spawn<caf::linked + caf::detached>(plane_connector, st.plane);
+    if (st.plane->connect_blocks()) st.connector = self->spawn<caf::linked + caf::detached>(plane_connector, st.plane);
     if (st.plane->messages_enabled())  // the shards' answers to requests sent over data connections
       st.plane->serve(caf::actor_cast<caf::strong_actor_ptr>(self),
                       [](caf::message_id mid, const caf::message&) { return mid.is_response(); });

@@ -2,7 +2,8 @@
 // The client actor's inside, shared by its files (actors/client/): the requests a caller
 // plans, the client's record per shard and its state, and the functions each concern
 // offers the others. Not part of the public API: kv_client.hpp is.
-#include "actors/data_plane.hpp"
+#include "actors/transport.hpp"
+#include "actors/write_batch.hpp"
 #include "actors/inline_runner.hpp"
 #include "actors/kv_client.hpp"
 #include "libps/core/client_core.hpp"
@@ -184,7 +185,7 @@ struct client_state {
   std::optional<message_faults> faults;
   // Large blocks: this process's data plane, and the plane token of each shard copy's
   // process (0: asked and not known yet, or it has none).
-  std::shared_ptr<data_plane> plane;
+  std::shared_ptr<transport> plane;
   std::map<caf::actor_addr, std::uint64_t> plane_peers;
   // Shard copies whose plane token or connection is still being asked for, and the callers
   // of kv_client::await_data_connections waiting for that set to empty.
@@ -195,7 +196,7 @@ struct client_state {
   // timeout.
   std::multiset<std::pair<std::size_t, std::uint64_t>> awaited_payloads;
   payload_claimer_actor claimer;    // claims answers' payloads without blocking this actor
-  plane_connector_actor connector;  // connects to planes on a thread of its own
+  plane_connector_actor connector;  // connects on a thread of its own, where connecting blocks (none: in the handler)
   static inline const char* name = "kv_client";
 };
 

@@ -231,13 +231,19 @@ std::uint64_t plane_peer(client_ptr self, const shard_actor& target) {
     .then(
       [=](const std::string& host, std::uint16_t port, std::uint64_t token) {
         if (port == 0 || token == 0) return plane_peer_settled(self, addr, 0);
+        auto refused = [=](const std::string& why) {
+          log_line(log_level::warning,
+                   "worker " + std::to_string(self->state.worker) + ": " + why + "; its blocks go through CAF");
+          plane_peer_settled(self, addr, 0);
+        };
+        if (!self->state.connector) {  // connecting does not block: here and now
+          std::string why;
+          return self->state.plane->connect(token, host, port, &why) ? plane_peer_settled(self, addr, token)
+                                                                      : refused(why);
+        }
         self->request(self->state.connector, caf::infinite, connect_atom::value, token, host, port)
           .then([=](std::uint64_t peer) { plane_peer_settled(self, addr, peer); },
-                [=](caf::error& err) {
-                  log_line(log_level::warning, "worker " + std::to_string(self->state.worker) + ": " +
-                                                   describe(err) + "; its blocks go through CAF");
-                  plane_peer_settled(self, addr, 0);
-                });
+                [=](caf::error& err) { refused(describe(err)); });
       },
       [=](caf::error&) { plane_peer_settled(self, addr, 0); });  // gone: a failover brings a new handle, asked in turn
   return 0;

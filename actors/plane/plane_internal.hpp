@@ -57,7 +57,7 @@ struct plane_link {
 
 class socket_reader;  // the reader thread's buffered reads (below)
 
-struct data_plane::connection {
+struct plane_connection {
   int fd = -1;
   std::atomic<std::uint64_t> peer{0};  // its token; 0 until its hello (accepted connections)
   std::string name;        // "data connection to 127.0.0.1:40001" / "from 127.0.0.1:51234"

@@ -17,11 +17,6 @@ std::optional<float_block> data_plane::offload(std::uint64_t peer, std::span<con
   return offload_frame(peer, parts, count, next_ticket_.fetch_add(1), std::move(keep), false);
 }
 
-bool data_plane::in_pieces(std::size_t pieces, std::uint64_t count) {
-  // Many small pieces cost more to hand to the kernel one by one than to copy together.
-  return pieces <= 64 || count * sizeof(float) / pieces >= 4096;
-}
-
 void data_plane::expect(std::uint64_t peer, std::uint64_t ticket, std::vector<std::span<float>> into,
                         std::shared_ptr<const void> keep) {
   std::lock_guard<std::mutex> guard(mtx_);

@@ -103,6 +103,7 @@ std::string to_json(const sim_plan& p) {
   if (p.remove_shard) j["remove"] = {{"shard", *p.remove_shard}, {"step", p.remove_step}};
   if (p.restart_step) j["restart"] = {{"step", *p.restart_step}, {"events", p.restart_events}};
   if (p.tiered) j["tiered"] = true;
+  if (!p.data_plane) j["data_plane"] = false;
   return j.dump();
 }
 

@@ -55,6 +55,10 @@ struct sim_plan {
   // Rows on a disk tier: each shard keeps a few rows in RAM and the rest in its store
   // (sim --tiered; not drawn from the seed, so a seed's other choices stay the same).
   bool tiered = false;
+  // Blocks travel as production's do by default: named in the messages, their values over
+  // the data plane (the in-memory transport, actors/transport/memory.hpp), claimed at the
+  // receiver. false (sim --no-data-plane): every value inside the messages.
+  bool data_plane = true;
   fault_plan messages;       // drop, duplicate, delay of the clients' requests
   std::uint64_t retry_ms = 0;  // a request unanswered this long goes out again
 };
