@@ -96,6 +96,8 @@ kv_client::kv_client(caf::actor_system& sys, const cluster_view& view,
                      std::vector<shard_link> shards, kv_client_options opts)
     : opts_(opts), sys_(sys), shards_(shards) {
   stats_->map = std::make_shared<const partitioner>(map_of(view));
+  std::sort(opts_.tensors.begin(), opts_.tensors.end(),
+            [](const tensor_spec& a, const tensor_spec& b) { return a.keys.begin < b.keys.begin; });
   for (const auto& t : view.tables) tables_.push_back(t.to_spec());
   for (std::uint32_t w = 0; w < view.num_workers; ++w) stats_->live_workers.push_back(w);
   if (shards.size() != view.shards.size())
@@ -409,21 +411,29 @@ kv_future kv_client::send_rows(op_kind kind, std::uint32_t table, const std::vec
   return f;
 }
 
+std::string kv_client::checked_request(op_kind kind, const key_set& keys, const std::vector<float>* whole,
+                                       std::optional<std::size_t> offset) const {
+  std::string what = names_of(kind);
+  if (kind != op_kind::pull && !offset && whole->size() != keys.num_keys())
+    throw bad_request(what + ": " + std::to_string(whole->size()) + " values for " + std::to_string(keys.num_keys()) +
+                      " keys");
+  if (kind != op_kind::pull && offset && (*offset > whole->size() || whole->size() - *offset < keys.num_keys()))
+    throw bad_request(what + ": " + std::to_string(keys.num_keys()) + " keys need values [" +
+                      std::to_string(*offset) + ", " + std::to_string(*offset + keys.num_keys()) +
+                      ") of a buffer of " + std::to_string(whole->size()));
+  if (!keys.ranges().empty())
+    what += " of " + describe_keys(keys.ranges().front(), keys.ranges().back(), keys.ranges().size());
+  if (auto outside = keys_outside(keys.ranges(), opts_.tensors); !outside.empty())
+    throw bad_request(what + ": " + outside);
+  return what;
+}
+
 kv_future kv_client::send(op_kind kind, const key_set& keys, std::shared_ptr<std::vector<float>> whole,
                           std::optional<std::size_t> offset, std::uint64_t then_tick,
                           std::optional<std::vector<float>> pull_into) {
   auto op = std::make_shared<kv_op_state>();
-  op->what = names_of(kind);
+  op->what = checked_request(kind, keys, whole.get(), offset);
   op->latency = kind == op_kind::pull ? pull_latency_ : kind == op_kind::push ? push_latency_ : nullptr;
-  if (kind != op_kind::pull && !offset && whole->size() != keys.num_keys())
-    throw bad_request(op->what + ": " + std::to_string(whole->size()) + " values for " +
-                      std::to_string(keys.num_keys()) + " keys");
-  if (kind != op_kind::pull && offset && (*offset > whole->size() || whole->size() - *offset < keys.num_keys()))
-    throw bad_request(op->what + ": " + std::to_string(keys.num_keys()) + " keys need values [" +
-                      std::to_string(*offset) + ", " + std::to_string(*offset + keys.num_keys()) +
-                      ") of a buffer of " + std::to_string(whole->size()));
-  if (!keys.ranges().empty())
-    op->what += " of " + describe_keys(keys.ranges().front(), keys.ranges().back(), keys.ranges().size());
   auto req = std::make_shared<detail::op_request>();
   req->kind = kind;
   req->op = op;

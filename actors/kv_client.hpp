@@ -25,6 +25,7 @@
 #include "libps/net/done_signal.hpp"
 #include "libps/sim/faults.hpp"
 #include "libps/keys/partitioner.hpp"
+#include "libps/core/job_spec.hpp"
 
 namespace ps {
 
@@ -123,6 +124,9 @@ struct kv_client_options {
   // is idle, instead of waking a scheduler thread for it (kv_client.cpp, dispatch_here).
   // false: the scheduler's thread always does.
   bool dispatch_on_caller = true;
+  // The job's dense tensors (its spec's): a push, init or pull of keys outside all of them
+  // is refused before anything is sent, naming the nearest. Empty: no check.
+  std::vector<tensor_spec> tensors{};
 
   // The largest value payload of one message of this kind.
   std::uint64_t chunk_bytes_of(op_kind kind) const {
@@ -269,6 +273,10 @@ class kv_client {
   kv_future send(op_kind kind, const key_set& keys, std::shared_ptr<std::vector<float>> values,
                  std::optional<std::size_t> offset = {},  // none: values fit keys exactly
                  std::uint64_t then_tick = 0, std::optional<std::vector<float>> pull_into = {});
+  // What the request is ("push of keys [0, 10)"), once its sizes and keys are checked:
+  // throws bad_request for values that do not fit the keys or keys outside the tensors.
+  std::string checked_request(op_kind kind, const key_set& keys, const std::vector<float>* values,
+                              std::optional<std::size_t> offset) const;
   // The fault injector's kill of this worker at clock c (its pushes so far count).
   void die_if_killed_at(std::uint64_t c);
 

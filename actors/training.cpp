@@ -1,5 +1,6 @@
 #include "actors/training.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <deque>
 #include <thread>
@@ -117,13 +118,33 @@ struct training_run {
     return done();
   }
 
+  void check_span(const tensor_span& s, const std::vector<float>& grad, const float* where,
+                  std::vector<bool>& reported) const {
+    auto what = "training: ready(offset " + std::to_string(s.offset) + ", size " + std::to_string(s.size) + "): ";
+    if (s.offset > plan.num_params || plan.num_params - s.offset < s.size)
+      throw kv_error(what + "runs past the " + std::to_string(plan.num_params) + " parameters");
+    if (grad.data() != where || grad.size() != plan.num_params)
+      throw kv_error(what + "the gradient buffer was resized or moved after it was handed out sized to " +
+                     std::to_string(plan.num_params) + " (pushes in flight read it)");
+    auto first = reported.begin() + static_cast<std::ptrdiff_t>(s.offset);
+    if (std::find(first, first + static_cast<std::ptrdiff_t>(s.size), true) != first + static_cast<std::ptrdiff_t>(s.size))
+      throw kv_error(what + "some of these values were reported ready already");
+    std::fill(first, first + static_cast<std::ptrdiff_t>(s.size), true);
+  }
+
   // Iteration c's spans, pushed as backward finishes each (sharing grad, no copy); the span
   // that completes the gradient carries the iteration's clock tick.
+  // A span is refused before anything is sent when it was reported already, runs past the
+  // parameters, or lies in a buffer that moved since the first span left (pushes in flight
+  // read it): the buffer comes sized to num_params and must stay where it is.
   std::deque<kv_future> compute_and_push(std::uint64_t c, const std::vector<float>& params, const sample_batch& batch) {
     std::deque<kv_future> pushes;
-    auto grad = std::make_shared<std::vector<float>>();
+    auto grad = std::make_shared<std::vector<float>>(plan.num_params);
+    const float* where = grad->data();
+    std::vector<bool> reported(plan.num_params, false);
     std::size_t pushed = 0;
     compute(c, params, batch, *grad, [&](tensor_span s) {
+      check_span(s, *grad, where, reported);
       bool last = pushed + s.size == plan.num_params;
       pushes.push_back(last ? kv.push_and_advance(keys_of(s), grad, s.offset, c + 1) : kv.push(keys_of(s), grad, s.offset));
       pushed += s.size;

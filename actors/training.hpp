@@ -67,8 +67,11 @@ struct training_plan {
   std::uint64_t iterations = 0;
   std::uint64_t first_clock = 0;  // a worker that joined a running job starts there
   bool pipelined = true;
-  // Forward/backward: fills grad (num_params floats) and returns the loss; calls ready
-  // with each span of grad as soon as it is final (every span exactly once).
+  // Forward/backward: fills grad and returns the loss; calls ready with each span of grad
+  // as soon as it is final (every span exactly once). grad comes sized to num_params and
+  // is the library's: pushes in flight read it, so it must not be resized or replaced (a
+  // span reported twice, past the parameters or from a moved buffer is refused before
+  // anything is sent).
   std::function<float(const std::vector<float>& params, const sample_batch& batch, std::vector<float>& grad,
                       const std::function<void(tensor_span)>& ready)>
     compute;

@@ -119,6 +119,16 @@ class transport {
   virtual transport_counters counters() const = 0;
 };
 
+// The block that names payload `ticket` of `count` floats from the member whose token is
+// `origin` (what offload returns).
+inline float_block named_payload(std::uint64_t origin, std::uint64_t ticket, std::uint64_t count) {
+  float_block named;
+  named.size = count;
+  named.ticket = ticket;
+  named.origin = origin;
+  return named;
+}
+
 // Whether `count` floats in this many pieces are worth moving piece by piece (at most 64
 // pieces, or 4 KiB or more each on average), rather than copied together first.
 bool in_pieces(std::size_t pieces, std::uint64_t count);

@@ -154,11 +154,17 @@ std::string kvcheck_app(worker_context& ctx) {
   return with_data_plane(std::move(out), ctx);
 }
 
-// The dense tensors an app's workers push and pull, for the job spec.
+// The dense tensors an app's workers push and pull, for the job spec: the one-float keys
+// spread out lie in one tensor that spans them, each contiguous range is one.
 std::vector<tensor_spec> contiguous_tensors(const std::string& prefix, const tensor_layout& t) {
   std::vector<tensor_spec> out;
-  for (const auto& r : t.ranges)
-    if (r.size() > 1) out.push_back({prefix + "@" + std::to_string(r.begin), r, {r.size()}});
+  auto singles = std::find_if(t.ranges.begin(), t.ranges.end(), [](const key_range& r) { return r.size() > 1; });
+  if (singles != t.ranges.begin()) {
+    key_range spread{t.ranges.front().begin, std::prev(singles)->end};
+    out.push_back({prefix + "@" + std::to_string(spread.begin), spread, {spread.size()}});
+  }
+  for (auto it = singles; it != t.ranges.end(); ++it)
+    out.push_back({prefix + "@" + std::to_string(it->begin), *it, {it->size()}});
   return out;
 }
 

@@ -6,7 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "apps/prometheus_export.hpp"
+#include "runtime/prometheus_export.hpp"
 #include "apps/apps.hpp"
 #include "libps/observe/log.hpp"
 #include "libps/core/consistency.hpp"

@@ -1,10 +1,14 @@
-// hello_kv: an embedded ActorPS cluster (--servers shards, --workers workers, all in this
-// process); worker w pushes w + 1 to 10 keys, then every worker pulls the sums. Exits 0
-// when every sum is 1 + 2 + ... + workers.
+// hello_kv: every worker w pushes w + 1 to 10 keys, then all pull the sums and check them
+// (1 + 2 + ... + workers). The binary is the app with every role (runtime/app_main.hpp):
+//   hello_kv                                  2 servers and 2 workers as processes (copies of itself)
+//   hello_kv --cluster=embedded --workers=3   every role in this process
+//   hello_kv --role=coordinator --port=4000 --servers=1 --workers=1   then, on any host:
+//   hello_kv --role=server --coordinator=HOST:4000 and hello_kv --role=worker --coordinator=HOST:4000
+// Exits 0 only when every worker saw the right sums.
 #include <actorps/actorps.hpp>
 
 #include <algorithm>
-#include <cstdio>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -17,28 +21,18 @@ std::string hello(ps::worker_context& ctx) {
   ctx.kv.push(keys, std::vector<float>(num_keys, static_cast<float>(ctx.id + 1))).get();
   ctx.barrier();  // every worker's push is in
   auto sums = ctx.kv.pull(keys).get();
-  ctx.barrier();  // nobody leaves while the other still pulls
+  ctx.barrier();  // nobody leaves while another still pulls
   const float expected = ctx.num_workers * (ctx.num_workers + 1) / 2.0f;
-  bool right = std::all_of(sums.begin(), sums.end(), [&](float v) { return v == expected; });
-  return nlohmann::json{{"worker", ctx.id}, {"sums", sums}, {"right", right}}.dump();
+  if (!std::all_of(sums.begin(), sums.end(), [&](float v) { return v == expected; }))
+    throw std::runtime_error("sums are not " + std::to_string(expected) + ": " + nlohmann::json(sums).dump());
+  return nlohmann::json{{"worker", ctx.id}, {"sums", sums}, {"right", true}}.dump();
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  ps::register_app({"hello_kv", "push and pull sums", hello, "sum", "asp",
-                    [](const ps::node_config&) { return std::vector<ps::tensor_spec>{{"hello", {0, num_keys}, {num_keys}}}; },
-                    {}});
-  ps::node_config cfg;
-  if (!cfg.parse_args(argc, argv)) return cfg.cli_helptext_printed ? 0 : 2;
-  cfg.cluster = "embedded";
-  caf::actor_system sys{cfg};
-  auto res = ps::run_job(sys, cfg, ps::find_app("hello_kv"), "hello_kv", ps::settings_for_app(cfg, "hello_kv"));
-  bool right = res.ok && res.results.size() == cfg.workers;
-  for (const auto& [w, text] : res.results) {
-    std::printf("%s\n", text.c_str());
-    right = right && nlohmann::json::parse(text).value("right", false);
-  }
-  for (const auto& f : res.failures) std::fprintf(stderr, "error: %s\n", f.c_str());
-  return right ? 0 : 1;
+  return ps::run_app({"hello_kv", "push and pull sums", hello, "sum", "asp",
+                      [](const ps::node_config&) { return std::vector<ps::tensor_spec>{{"hello", {0, num_keys}, {num_keys}}}; },
+                      {}},
+                     argc, argv);
 }

@@ -77,9 +77,9 @@ std::string describe_status(int status) {
   return "stopped";
 }
 
-std::string psnode_path() {
-  auto self = std::filesystem::read_symlink("/proc/self/exe");
-  return (self.parent_path() / "psnode").string();
+std::string& child_program_slot() {
+  static std::string path;
+  return path;
 }
 
 // Arguments for a psnode child: this process's own flags (they share one option set),
@@ -100,8 +100,16 @@ std::vector<std::string> child_args(const node_config& cfg, std::vector<std::str
 
 }  // namespace
 
+void set_child_program(std::string path) { child_program_slot() = std::move(path); }
+
+const std::string& child_program() {
+  auto& path = child_program_slot();
+  if (path.empty()) path = (std::filesystem::read_symlink("/proc/self/exe").parent_path() / "psnode").string();
+  return path;
+}
+
 pid_t spawn_psnode(const std::vector<std::string>& args) {
-  return spawn_process(psnode_path(), args);
+  return spawn_process(child_program(), args);
 }
 
 
@@ -328,10 +336,10 @@ struct local_cluster {
     auto addr = "--coordinator=127.0.0.1:" + std::to_string(port);
     if (logs(log_level::info))
       std::fprintf(stderr,
-                   "coordinator listening on 127.0.0.1:%u (more workers can join: psnode --role=worker %s --app=%s; "
-                   "more servers: psnode --role=server %s)\n",
-                   port, addr.c_str(), app_name.c_str(), addr.c_str());
-    auto exe = psnode_path();
+                   "coordinator listening on 127.0.0.1:%u (more workers can join: %s --role=worker %s --app=%s; "
+                   "more servers: %s --role=server %s)\n",
+                   port, child_program().c_str(), addr.c_str(), app_name.c_str(), child_program().c_str(), addr.c_str());
+    const auto& exe = child_program();
     for (std::size_t i = 0; i < cfg.servers; ++i)
       children.push_back({spawn_process(exe, child_args(cfg, {"--role=server", addr})),
                           "server process " + std::to_string(i), true});

@@ -289,7 +289,11 @@ bool run_worker(caf::actor_system& sys, const node_config& cfg, coordinator_acto
 // This process's data plane per --ps.transport and --ps.data-plane-bytes (none when 0);
 // throws bad_request when it cannot listen on --host.
 std::shared_ptr<transport> transport_from(caf::actor_system& sys, const node_config& cfg);
-// Starts build/bin/psnode (next to this executable) with these arguments.
+// The program a local cluster of processes starts as its servers and workers: psnode next
+// to this executable unless set (an app's own binary sets itself: runtime/app_main.hpp).
+void set_child_program(std::string path);
+const std::string& child_program();
+// Starts the child program (build/bin/psnode by default) with these arguments.
 pid_t spawn_psnode(const std::vector<std::string>& args);
 
 // A JSON line a program prints: fields in the order they were added.

@@ -97,12 +97,14 @@ std::vector<shard_link> connect_shards(caf::actor_system& sys, const cluster_vie
 // with (and how to find it again), `worker` (the registered actor) and its first barrier.
 kv_client_options client_options(caf::actor_system& sys, const node_config& cfg, const coordinator_actor& coord,
                                  caf::actor worker, const registration& reg, std::shared_ptr<transport> plane) {
-  return {reg.id, cfg.chunk_bytes, milliseconds(cfg.timeout_ms), cfg.inflight_bytes, cfg.push_codec(),
+  kv_client_options o{reg.id, cfg.chunk_bytes, milliseconds(cfg.timeout_ms), cfg.inflight_bytes, cfg.push_codec(),
           coord, cfg.fault_spec().kill_clock(fault_plan::role::worker, reg.id),
           retry_interval(cfg), cfg.fault_spec(), std::move(plane), cfg.pull_codec(),
           [&sys](const std::string& host, std::uint16_t port) { connect_to<shard_actor>(sys, host, port); },
           reconnect_from(sys, cfg), std::move(worker), reg.barrier_generation, cfg.push_chunk_bytes,
           cfg.crowded_inflight_bytes, cfg.tcp_push_chunk_bytes, cfg.caller_runs != 0};
+  o.tensors = reg.spec.tensors;
+  return o;
 }
 
 }  // namespace

@@ -82,3 +82,17 @@ TEST_CASE("versions meet only when equal, and the refusal names both") {
   CHECK(m.find("protocol version 1") != std::string::npos);
   CHECK(m.find("version 2") != std::string::npos);
 }
+
+TEST_CASE("keys outside every declared tensor are named with the tensors beside them") {
+  std::vector<tensor_spec> tensors{{"b", {100, 110}, {10}}, {"a", {0, 10}, {10}}};  // any order
+  CHECK(keys_outside({{0, 10}, {100, 110}}, tensors) == "");
+  CHECK(keys_outside({{3, 7}}, tensors) == "");
+  CHECK(keys_outside({{5, 15}}, tensors) ==
+        "keys [10, 15) are outside every declared tensor (nearest: a [0, 10), b [100, 110))");
+  CHECK(keys_outside({{50, 60}}, tensors) ==
+        "keys [50, 60) are outside every declared tensor (nearest: a [0, 10), b [100, 110))");
+  CHECK(keys_outside({{0, 10}, {108, 120}}, tensors) ==
+        "keys [110, 120) are outside every declared tensor (nearest: b [100, 110))");
+  CHECK(keys_outside({{0, 10}}, {{"x", {0, 4}, {4}}, {"y", {4, 10}, {6}}}) == "");  // across adjacent tensors
+  CHECK(keys_outside({{1000, 1001}}, {}) == "");  // nothing declared: no check
+}

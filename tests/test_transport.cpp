@@ -181,3 +181,16 @@ TEST_CASE_FIXTURE(ps::test::two_shard_cluster, "protocol over the in-memory tran
   auto after_pull = kv.options().plane->counters();
   CHECK(after_pull.bytes_received - after_push.bytes_received == num_keys * sizeof(float));  // the answers
 }
+
+TEST_CASE_FIXTURE(ps::test::two_shard_cluster, "keys outside the job's tensors are refused before anything is sent") {
+  start({}, 1);
+  kv_client_options opts{0, default_chunk_bytes, std::chrono::milliseconds(60000)};
+  opts.tensors = {{"weights", {0, num_keys}, {num_keys}}};
+  kv_client kv(sys, view, links_of(view), opts);
+  CHECK_THROWS_WITH_AS(kv.push(key_set::single({60, 70}), std::vector<float>(10, 1.0f)),
+                       doctest::Contains("keys [64, 70) are outside every declared tensor (nearest: weights [0, 64))"),
+                       bad_request);
+  CHECK_THROWS_WITH_AS(kv.pull(key_set::single({100, 101})), doctest::Contains("keys [100, 101) are outside"),
+                       bad_request);
+  CHECK(settle(kv.pull(keys)) == std::vector<float>(num_keys, 0.0f));  // inside: as before
+}

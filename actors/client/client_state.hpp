@@ -285,7 +285,8 @@ void request_failed(client_ptr self, std::size_t idx, std::uint64_t tag, const c
 std::deque<pending_request> take_pending(client_ptr self, std::size_t idx);
 void fail_all(client_ptr self, std::size_t idx, const std::string& reason, bool ticks_done = false);
 void abandon_for_coordinator(client_ptr self, std::size_t i);
-void shard_down(client_ptr self, std::size_t i, const std::string& reason);
+// expected: a normal end of an idle route's shard (the job's end), told at info level only.
+void shard_down(client_ptr self, std::size_t i, const std::string& reason, bool expected = false);
 pending_request clock_request(client_ptr self, std::size_t idx, request_header hdr, std::shared_ptr<kv_op_state> op);
 void add_route(client_ptr self, const shard_entry& e, std::uint64_t epoch);
 void catch_up(client_ptr self, std::size_t idx, std::uint64_t epoch);

@@ -76,7 +76,7 @@ void abandon_for_coordinator(client_ptr self, std::size_t i) {
   fail_all(self, i, route.down);
 }
 
-void shard_down(client_ptr self, std::size_t i, const std::string& reason) {
+void shard_down(client_ptr self, std::size_t i, const std::string& reason, bool expected) {
   auto& st = self->state;
   st.routes[i].down = reason;
   for (auto it = st.awaited_payloads.lower_bound({i, 0}); it != st.awaited_payloads.end() && it->first == i; ++it)
@@ -87,7 +87,7 @@ void shard_down(client_ptr self, std::size_t i, const std::string& reason) {
     return;
   }
   st.routes[i].down_since = std::chrono::steady_clock::now();
-  log_line(log_level::warning, "worker " + std::to_string(st.worker) + ": " + st.routes[i].down + "; waiting up to " +
+  log_line(expected ? log_level::info : log_level::warning, "worker " + std::to_string(st.worker) + ": " + st.routes[i].down + "; waiting up to " +
                                    std::to_string(st.timeout.count()) + " ms for a replacement");
   self->delayed_send(self, st.timeout, failover_atom::value, static_cast<std::uint64_t>(i), st.routes[i].generation);
 }
@@ -303,7 +303,9 @@ void peer_down(client_ptr self, const caf::down_msg& dm) {
       if (!reroute_retired(self, i)) shard_down(self, i, why);  // until a map names a live shard
       continue;
     }
-    shard_down(self, i, st.routes[i].link.name + " is down (" + describe(dm.reason) + ")");
+    // A shard ends normally when its job does: news only for a route that still has work.
+    bool job_end = dm.reason == caf::exit_reason::normal && st.core.at(i).idle();
+    shard_down(self, i, st.routes[i].link.name + " is down (" + describe(dm.reason) + ")", job_end);
   }
 }
 

@@ -54,11 +54,7 @@ std::optional<float_block> data_plane::offload_frame(std::uint64_t peer, std::sp
   frame.streams = expected && count * sizeof(float) > streamed_above_;
   if (!send_or_queue(c, std::move(frame))) return std::nullopt;
   bytes_sent_ += count * sizeof(float);
-  float_block named;
-  named.size = count;
-  named.ticket = ticket;
-  named.origin = token_;
-  return named;
+  return named_payload(token_, ticket, count);
 }
 
 namespace {

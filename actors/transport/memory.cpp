@@ -78,11 +78,7 @@ class memory_transport final : public transport {
     if (!to) return std::nullopt;
     to->land(token_, ticket, parts, count);
     bytes_sent_ += count * sizeof(float);
-    float_block named;
-    named.size = count;
-    named.ticket = ticket;
-    named.origin = token_;
-    return named;
+    return named_payload(token_, ticket, count);
   }
 
   std::shared_ptr<std::vector<float>> buffer(std::size_t n) override { return buffers_->get(n); }

@@ -129,4 +129,43 @@ std::string fingerprint_hex(const job_spec& spec) {
   return buf;
 }
 
+namespace {
+
+std::string tensor_text(const tensor_spec& t) { return t.name + " " + to_string(t.keys); }
+
+// The declared tensors beside a key outside them: the last one before it and the first after.
+std::string nearest_tensors(key_type key, const std::vector<tensor_spec>& sorted) {
+  auto after = std::find_if(sorted.begin(), sorted.end(), [&](const tensor_spec& t) { return t.keys.begin > key; });
+  std::string out;
+  if (after != sorted.begin()) out = tensor_text(*std::prev(after));
+  if (after != sorted.end()) out += (out.empty() ? "" : ", ") + tensor_text(*after);
+  return out;
+}
+
+}  // namespace
+
+std::string keys_outside(const std::vector<key_range>& keys, const std::vector<tensor_spec>& tensors) {
+  if (tensors.empty()) return "";
+  auto by_begin = [](const tensor_spec& a, const tensor_spec& b) { return a.keys.begin < b.keys.begin; };
+  std::vector<tensor_spec> copy;
+  if (!std::is_sorted(tensors.begin(), tensors.end(), by_begin)) {  // kv_client keeps them sorted
+    copy = tensors;
+    std::sort(copy.begin(), copy.end(), by_begin);
+  }
+  const auto& sorted = copy.empty() ? tensors : copy;
+  for (auto r : keys) {
+    auto next = sorted.begin();
+    while (!r.empty()) {  // walk r across the tensors: the first key not covered is the error
+      next = std::find_if(next, sorted.end(), [&](const tensor_spec& t) { return t.keys.end > r.begin; });
+      if (next == sorted.end() || next->keys.begin > r.begin) {
+        key_range out{r.begin, next == sorted.end() ? r.end : std::min(r.end, next->keys.begin)};
+        return "keys " + to_string(out) + " are outside every declared tensor (nearest: " +
+               nearest_tensors(r.begin, sorted) + ")";
+      }
+      r.begin = std::min(r.end, next->keys.end);
+    }
+  }
+  return "";
+}
+
 }  // namespace ps

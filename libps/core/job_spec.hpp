@@ -73,6 +73,11 @@ std::string fingerprint_hex(const job_spec& spec);
 // The spec's tensors' keys, ascending (they never overlap).
 std::vector<key_range> dense_ranges(const job_spec& spec);
 
+// "" when every key of `keys` lies in one of the tensors (or none is declared: the app
+// declares no dense tensors), else what lies outside and the tensors nearest to it:
+// "keys [10, 15) are outside every declared tensor (nearest: hello [0, 10))".
+std::string keys_outside(const std::vector<key_range>& keys, const std::vector<tensor_spec>& tensors);
+
 // One line naming every difference: "--model=mlp (the job has softmax), --lr=0.5 (the
 // job has 0.1)".
 std::string describe_differences(const std::vector<setting_difference>& diffs);

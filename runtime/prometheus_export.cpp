@@ -1,4 +1,4 @@
-#include "apps/prometheus_export.hpp"
+#include "runtime/prometheus_export.hpp"
 
 #include <prometheus/exposer.h>
 #include <prometheus/gauge.h>

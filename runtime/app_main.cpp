@@ -1,0 +1,81 @@
+// One binary per app: the role a process runs, for app binaries and psnode alike.
+#include "runtime/app_main.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+
+#include "runtime/prometheus_export.hpp"
+#include "runtime/signals.hpp"
+
+namespace ps {
+
+namespace {
+
+std::string names_joined(const std::vector<std::string>& names) {
+  std::string out;
+  for (const auto& n : names) out += (out.empty() ? "" : "|") + n;
+  return out;
+}
+
+}  // namespace
+
+int run_node(node_config& cfg) {
+  apply_runtime_defaults(cfg);
+  try {
+    bool runs_app = cfg.role == "worker" || cfg.role == "local";
+    // The coordinator holds the job's spec, and the app is part of it.
+    if ((runs_app || cfg.role == "coordinator") && cfg.app.empty())
+      throw bad_request("--role=" + cfg.role + " needs --app=" + names_joined(app_names()));
+    auto app = runs_app ? find_app(cfg.app) : app_fn{};
+    // A server learns the job from the coordinator; it may be started without --app.
+    auto settings = cfg.app.empty() ? job_settings{} : settings_for_app(cfg, cfg.app);
+    if (cfg.role == "export") return run_export_role(cfg, settings);  // no actors
+    caf::actor_system sys{cfg};
+    catch_stop_signals();
+    std::unique_ptr<prometheus_export> exporter;
+    int status = cfg.role == "local"         ? run_local_role(sys, cfg, app, settings, metrics_listener(cfg, exporter))
+                 : cfg.role == "coordinator" ? run_coordinator_role(sys, cfg, settings, metrics_listener(cfg, exporter))
+                 : cfg.role == "server"      ? run_server_role(sys, cfg)
+                                             : run_worker_role(sys, cfg, app);
+    bound_teardown(status, 10);  // the last line is out: the actor system's teardown follows
+    return status;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 2;
+  }
+}
+
+int run_app(const app_definition& app, int argc, char** argv) {
+  try {
+    auto known = app_names();
+    if (std::find(known.begin(), known.end(), app.name) == known.end()) register_app(app);
+  } catch (const bad_request& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 2;
+  }
+  set_child_program(std::filesystem::read_symlink("/proc/self/exe").string());  // processes: copies of this binary
+  node_config cfg;
+  cfg.help = {app.name,
+              app.summary + " (the whole job here: --cluster=embedded|processes; one role of a job across hosts: "
+                            "--role=coordinator|server|worker --coordinator=HOST:PORT; --role=export)",
+              {"role", "job", "addresses", "consistency", "wire", "checkpoints", "tables", "faults", "security", "metrics"},
+              {app.name}};
+  if (!cfg.parse_args(argc, argv)) return cfg.cli_helptext_printed ? 0 : 2;
+  if (!cfg.app.empty() && cfg.app != app.name) {
+    std::fprintf(stderr, "error: this binary runs the app %s, not --app=%s (psnode runs the built-in apps)\n",
+                 app.name.c_str(), cfg.app.c_str());
+    return 2;
+  }
+  cfg.app = app.name;
+  if (cfg.role.empty()) cfg.role = "local";
+  if (cfg.role == "local" || cfg.role == "coordinator" || cfg.role == "server" || cfg.role == "worker" ||
+      cfg.role == "export")
+    return run_node(cfg);
+  std::fprintf(stderr, "error: --role is coordinator, server, worker, local (the default) or export, not \"%s\"\n",
+               cfg.role.c_str());
+  return 2;
+}
+
+}  // namespace ps
