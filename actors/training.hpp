@@ -18,10 +18,11 @@
 
 namespace ps {
 
-// One minibatch of labelled samples (features row-major).
+// One minibatch of labelled samples (features row-major). Labels are floats: class ids,
+// 0/1 clicks and regression targets alike (integers are exact up to 2^24).
 struct sample_batch {
   std::vector<float> x;
-  std::vector<std::uint8_t> y;
+  std::vector<float> y;
   std::size_t n = 0;
 };
 
@@ -91,5 +92,7 @@ struct training_stats {
 // request fails.
 training_stats run_training(kv_client& kv, batch_loader& loader, straggler_model& stragglers,
                             const training_plan& plan);
+// The same without simulated slow compute.
+training_stats run_training(kv_client& kv, batch_loader& loader, const training_plan& plan);
 
 }  // namespace ps

@@ -117,14 +117,15 @@ compute_fn fmnist_compute(worker_context& ctx, std::shared_ptr<const fmnist::mod
       for (std::size_t i = s.offset; i < s.offset + s.size; ++i) grad[i] *= scale;
       ready({s.offset, s.size});
     };
-    if (!local) return model->loss_and_grad(p, b.x.data(), b.y.data(), b.n, grad, scaled_ready);
+    std::vector<std::uint8_t> classes(b.y.begin(), b.y.end());  // the models take class ids
+    if (!local) return model->loss_and_grad(p, b.x.data(), classes.data(), b.n, grad, scaled_ready);
     local->broadcast(p.data());
     std::vector<float> losses(devices);
     std::vector<std::thread> running;
     const auto features = b.x.size() / b.n;
     for (std::size_t r = 0; r < devices; ++r)
       running.emplace_back([&, r] {
-        losses[r] = model->loss_and_grad(local->params(r), b.x.data() + r * share * features, b.y.data() + r * share,
+        losses[r] = model->loss_and_grad(local->params(r), b.x.data() + r * share * features, classes.data() + r * share,
                                          share, local->gradient(r));
       });
     for (auto& t : running) t.join();

@@ -21,4 +21,5 @@ fi
 cmake -S "$source/examples" -B "$work/hello" -DCMAKE_PREFIX_PATH="$work/prefix" -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build "$work/hello" -j2 >/dev/null
 "$work/hello/hello_kv" --servers=2 --workers=3
-echo "hello_kv built against the installed package: PASS"
+"$work/hello/logistic_regression" --workers=3  # processes: copies of the out-of-tree binary
+echo "hello_kv and logistic_regression built against the installed package: PASS"

@@ -5,6 +5,8 @@
 
 #include <actorps/actorps.hpp>
 
+#include <stdexcept>
+
 #include "actors/training.hpp"
 
 namespace {
@@ -16,7 +18,7 @@ using compute_fn = decltype(ps::training_plan::compute);
 // An embedded job of 1 server and 1 worker whose worker trains 2 iterations with `compute`.
 ps::job_result train_with(const std::string& name, compute_fn compute) {
   auto app = [compute](ps::worker_context& ctx) {
-    ps::batch_loader loader(ctx.sys, [](std::uint64_t) { return ps::sample_batch{{1.0f}, {0}, 1}; });
+    ps::batch_loader loader(ctx.sys, [](std::uint64_t) { return ps::sample_batch{{1.0f}, {2.5f}, 1}; });
     ps::straggler_model none(ctx.id, 1, UINT32_MAX, 1, 0, 1);
     ps::training_plan plan;
     plan.num_params = num_params;
@@ -48,9 +50,10 @@ std::string failures_of(const ps::job_result& res) {
 
 }  // namespace
 
-TEST_CASE("training: a compute that reports each span once into the buffer it was given trains") {
-  auto res = train_with("train_right", [](const std::vector<float>&, const ps::sample_batch&, std::vector<float>& grad,
+TEST_CASE("training: a compute that reports each span once into the buffer it was given trains, on float labels") {
+  auto res = train_with("train_right", [](const std::vector<float>&, const ps::sample_batch& b, std::vector<float>& grad,
                                           const std::function<void(ps::tensor_span)>& ready) {
+    if (b.y.at(0) != 2.5f) throw std::runtime_error("the regression target did not arrive as 2.5");
     std::fill(grad.begin(), grad.end(), 1.0f);
     ready({4, 4});
     ready({0, 4});

@@ -19,5 +19,6 @@
 #include "actors/kv_client.hpp"      // kv_client, kv_future, key_set
 #include "runtime/app_registry.hpp"  // register_app, find_app, settings_for_app
 #include "runtime/app_main.hpp"      // run_app: one binary per app, with every role
+#include "actors/training.hpp"       // batch_loader, training_plan, run_training: the pipelined stages
 #include "runtime/signals.hpp"       // catch_stop_signals
 #include "libps/core/update_rule.hpp"     // register_rule, rule_registration
