@@ -95,9 +95,9 @@ struct kv_client_options {
   std::chrono::milliseconds retry{0};
   // The fault injector's message faults (drop, duplicate, delay) for this client's requests.
   fault_plan faults{};
-  // This process's data plane: large pushes leave and large pulls arrive through it
-  // (not under message faults, which act on CAF messages), and, when it takes messages
-  // (--ps.direct-requests), the requests and answers themselves. None: all inside CAF.
+  // This process's data plane: large pushes leave and large pulls arrive through it, and,
+  // when it takes messages (--ps.direct-requests), the requests and answers themselves
+  // (then not under message faults, which act on CAF messages). None: all inside CAF.
   std::shared_ptr<transport> plane{};
   // Compression of pull answers (none, fp16 or int8; parameters are not top-k material).
   // Compressed answers come inside the messages, not over the data plane.

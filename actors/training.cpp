@@ -110,8 +110,11 @@ struct training_run {
       auto batch = loader.request(c).get();
       auto pulled = kv.pull(all);
       auto params = wait_params(pulled);
-      std::vector<float> grad;
+      std::vector<float> grad(plan.num_params);
       compute(c, params, batch, grad, [](tensor_span) {});
+      if (grad.size() != plan.num_params)
+        throw kv_error("training: compute left " + std::to_string(grad.size()) + " gradient values, not " +
+                       std::to_string(plan.num_params));
       kv.push_and_advance(all, std::make_shared<std::vector<float>>(std::move(grad)), 0, c + 1).get();
       ++st.iterations;
     }
@@ -149,6 +152,9 @@ struct training_run {
       pushes.push_back(last ? kv.push_and_advance(keys_of(s), grad, s.offset, c + 1) : kv.push(keys_of(s), grad, s.offset));
       pushed += s.size;
     });
+    if (grad->data() != where || grad->size() != plan.num_params)  // spans in flight may have read freed memory
+      throw kv_error("training: the gradient buffer was resized or moved during compute, after it was handed out "
+                     "sized to " + std::to_string(plan.num_params));
     if (pushed != plan.num_params)
       throw kv_error("training: compute reported " + std::to_string(pushed) + " of " + std::to_string(plan.num_params) +
                      " gradient values ready");

@@ -70,9 +70,10 @@ struct training_plan {
   bool pipelined = true;
   // Forward/backward: fills grad and returns the loss; calls ready with each span of grad
   // as soon as it is final (every span exactly once). grad comes sized to num_params and
-  // is the library's: pushes in flight read it, so it must not be resized or replaced (a
-  // span reported twice, past the parameters or from a moved buffer is refused before
-  // anything is sent).
+  // is the library's: pushes in flight read it, so it must not be resized or replaced. A
+  // span reported twice or past the parameters is refused before it is sent; a buffer
+  // moved is detected (at the next span or when compute returns) and fails the worker,
+  // but spans already sent from it may have been read from freed memory.
   std::function<float(const std::vector<float>& params, const sample_batch& batch, std::vector<float>& grad,
                       const std::function<void(tensor_span)>& ready)>
     compute;

@@ -29,8 +29,9 @@ int run_node(node_config& cfg) {
     if ((runs_app || cfg.role == "coordinator") && cfg.app.empty())
       throw bad_request("--role=" + cfg.role + " needs --app=" + names_joined(app_names()));
     auto app = runs_app ? find_app(cfg.app) : app_fn{};
-    // A server learns the job from the coordinator; it may be started without --app.
-    auto settings = cfg.app.empty() ? job_settings{} : settings_for_app(cfg, cfg.app);
+    // A server learns the job from the coordinator: it neither needs the app nor computes its
+    // settings (an app's tensors may depend on files only its workers have).
+    auto settings = cfg.app.empty() || cfg.role == "server" ? job_settings{} : settings_for_app(cfg, cfg.app);
     if (cfg.role == "export") return run_export_role(cfg, settings);  // no actors
     caf::actor_system sys{cfg};
     catch_stop_signals();
@@ -51,11 +52,11 @@ int run_app(const app_definition& app, int argc, char** argv) {
   try {
     auto known = app_names();
     if (std::find(known.begin(), known.end(), app.name) == known.end()) register_app(app);
-  } catch (const bad_request& e) {
+    set_child_program(std::filesystem::read_symlink("/proc/self/exe").string());  // processes: copies of this binary
+  } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 2;
   }
-  set_child_program(std::filesystem::read_symlink("/proc/self/exe").string());  // processes: copies of this binary
   node_config cfg;
   cfg.help = {app.name,
               app.summary + " (the whole job here: --cluster=embedded|processes; one role of a job across hosts: "

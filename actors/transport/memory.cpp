@@ -33,9 +33,12 @@ std::shared_ptr<memory_fabric> fabric_named(const std::string& name) {
 
 class memory_transport final : public transport {
  public:
+  // Payloads nobody claimed (their message was dropped) stay until the member ends: a
+  // wall-clock expiry would let a slow run of a deterministic schedule differ.
+  static constexpr std::chrono::hours unclaimed_kept{24 * 365};
   memory_transport(std::shared_ptr<memory_fabric> fabric, std::uint64_t token, const transport_settings& s)
       : fabric_(std::move(fabric)), token_(token), host_(s.advertised_host), min_bytes_(s.min_bytes),
-        claim_timeout_(s.claim_timeout), store_(s.claim_timeout * 2), buffers_(buffer_pool::make(64ull << 20)) {}
+        claim_timeout_(s.claim_timeout), store_(unclaimed_kept), buffers_(buffer_pool::make(64ull << 20)) {}
   ~memory_transport() override {
     std::lock_guard<std::mutex> guard(fabric_->mtx);
     fabric_->members.erase(token_);

@@ -153,8 +153,8 @@ std::string keys_outside(const std::vector<key_range>& keys, const std::vector<t
     std::sort(copy.begin(), copy.end(), by_begin);
   }
   const auto& sorted = copy.empty() ? tensors : copy;
+  auto next = sorted.begin();  // keys are ascending: the walk goes on where it stopped
   for (auto r : keys) {
-    auto next = sorted.begin();
     while (!r.empty()) {  // walk r across the tensors: the first key not covered is the error
       next = std::find_if(next, sorted.end(), [&](const tensor_spec& t) { return t.keys.end > r.begin; });
       if (next == sorted.end() || next->keys.begin > r.begin) {
