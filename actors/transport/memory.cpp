@@ -86,9 +86,7 @@ class memory_transport final : public transport {
 
   std::shared_ptr<std::vector<float>> buffer(std::size_t n) override { return buffers_->get(n); }
   std::shared_ptr<std::vector<float>> copied(const float* from, std::size_t n) override {
-    auto to = buffers_->get(n);
-    std::copy_n(from, n, to->data());
-    return to;
+    return buffers_->copy_of(from, n);
   }
 
   void expect(std::uint64_t peer, std::uint64_t ticket, std::vector<std::span<float>> into,

@@ -146,13 +146,7 @@ std::string nearest_tensors(key_type key, const std::vector<tensor_spec>& sorted
 
 std::string keys_outside(const std::vector<key_range>& keys, const std::vector<tensor_spec>& tensors) {
   if (tensors.empty()) return "";
-  auto by_begin = [](const tensor_spec& a, const tensor_spec& b) { return a.keys.begin < b.keys.begin; };
-  std::vector<tensor_spec> copy;
-  if (!std::is_sorted(tensors.begin(), tensors.end(), by_begin)) {  // kv_client keeps them sorted
-    copy = tensors;
-    std::sort(copy.begin(), copy.end(), by_begin);
-  }
-  const auto& sorted = copy.empty() ? tensors : copy;
+  const auto& sorted = tensors;
   auto next = sorted.begin();  // keys are ascending: the walk goes on where it stopped
   for (auto r : keys) {
     while (!r.empty()) {  // walk r across the tensors: the first key not covered is the error

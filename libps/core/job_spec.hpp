@@ -76,6 +76,8 @@ std::vector<key_range> dense_ranges(const job_spec& spec);
 // "" when every key of `keys` lies in one of the tensors (or none is declared: the app
 // declares no dense tensors), else what lies outside and the tensors nearest to it:
 // "keys [10, 15) are outside every declared tensor (nearest: hello [0, 10))".
+// `keys` ascending; `tensors` sorted by their first key (kv_client sorts them once), since
+// this runs on every request.
 std::string keys_outside(const std::vector<key_range>& keys, const std::vector<tensor_spec>& tensors);
 
 // One line naming every difference: "--model=mlp (the job has softmax), --lr=0.5 (the

@@ -1,5 +1,6 @@
 #include "libps/net/bulk.hpp"
 
+#include <algorithm>
 #include <cstring>
 
 #include "libps/keys/keys.hpp"
@@ -81,6 +82,12 @@ bulk_header decode_bulk_header(std::span<const std::byte, bulk_header_bytes> in)
 
 std::shared_ptr<buffer_pool> buffer_pool::make(std::uint64_t max_bytes) {
   return std::shared_ptr<buffer_pool>(new buffer_pool(max_bytes));
+}
+
+std::shared_ptr<std::vector<float>> buffer_pool::copy_of(const float* from, std::size_t n) {
+  auto to = get(n);
+  std::copy_n(from, n, to->data());
+  return to;
 }
 
 std::shared_ptr<std::vector<float>> buffer_pool::get(std::size_t n) {

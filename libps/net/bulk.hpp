@@ -67,6 +67,8 @@ class buffer_pool : public std::enable_shared_from_this<buffer_pool> {
   static std::shared_ptr<buffer_pool> make(std::uint64_t max_bytes);
   // A buffer of n floats whose contents are unspecified (a reused one keeps old values).
   std::shared_ptr<std::vector<float>> get(std::size_t n);
+  // A buffer holding a copy of from[0, n).
+  std::shared_ptr<std::vector<float>> copy_of(const float* from, std::size_t n);
   std::uint64_t free_bytes() const;
 
  private:
