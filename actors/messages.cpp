@@ -182,9 +182,11 @@ sparse_table_spec table_msg::to_spec() const {
 }
 
 rule_msg rule_msg::from(const update_rule& r) {
-  return {r.kind.name(), std::bit_cast<std::uint32_t>(r.lr),
-          std::bit_cast<std::uint32_t>(r.momentum), std::bit_cast<std::uint32_t>(r.beta1),
-          std::bit_cast<std::uint32_t>(r.beta2), std::bit_cast<std::uint32_t>(r.eps)};
+  rule_msg m{r.kind.name(), std::bit_cast<std::uint32_t>(r.lr),
+             std::bit_cast<std::uint32_t>(r.momentum), std::bit_cast<std::uint32_t>(r.beta1),
+             std::bit_cast<std::uint32_t>(r.beta2), std::bit_cast<std::uint32_t>(r.eps), {}};
+  for (float p : r.params) m.params.push_back(std::bit_cast<std::uint32_t>(p));
+  return m;
 }
 
 update_rule rule_msg::to_rule() const {
@@ -195,6 +197,7 @@ update_rule rule_msg::to_rule() const {
   r.beta1 = std::bit_cast<float>(beta1);
   r.beta2 = std::bit_cast<float>(beta2);
   r.eps = std::bit_cast<float>(eps);
+  for (auto p : params) r.params.push_back(std::bit_cast<float>(p));
   r.validate();
   return r;
 }

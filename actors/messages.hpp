@@ -203,12 +203,13 @@ typename Inspector::result_type inspect(Inspector& f, request_header& x) {
 struct rule_msg {
   std::string kind = "sum";
   std::uint32_t lr = 0, momentum = 0, beta1 = 0, beta2 = 0, eps = 0;
+  std::vector<std::uint32_t> params;  // the rule's own hyper-parameters (update_rule::params)
   static rule_msg from(const update_rule& r);
   update_rule to_rule() const;
 };
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, rule_msg& x) {
-  return f(caf::meta::type_name("rule_msg"), x.kind, x.lr, x.momentum, x.beta1, x.beta2, x.eps);
+  return f(caf::meta::type_name("rule_msg"), x.kind, x.lr, x.momentum, x.beta1, x.beta2, x.eps, x.params);
 }
 
 // A sparse table as the job declares it (libps/rows/sparse_table.hpp's spec on the wire;

@@ -32,7 +32,8 @@ struct shard_options {
   // names the worker everybody waits for (keep it below the client's request timeout).
   std::chrono::milliseconds park_limit{27000};
   std::string trace_path;  // non-empty: append consistency trace lines here (libps/core/trace.hpp)
-  // The fault injector's plan: the shard kills its own process at its kill clock.
+  // The fault injector's plan: the shard kills its own process at its kill clock. Empty:
+  // the job's (the job spec's "faults", which the coordinator's --faults set).
   fault_plan faults;
   // A replacement for a dead shard (set by the coordinator): configured at once from
   // this registration and state, no registration round.
@@ -85,6 +86,7 @@ struct shard_state {
   std::string coordinator_lost;   // non-empty while the coordinator is away: why it went down
   std::uint16_t port = 0;         // where it is published (a rejoin says so)  // the decisions; set once the shard knows its map
   std::string name = "shard ?";    // for error messages ("shard 3", "shard 3 copy 1")
+  bool dies_in_handoff = false;    // the fault plan kills this shard's process in its first map change
   // Pulls the core has under a token, with what only the actor knows of them.
   struct waiting_pull {
     request_header hdr;

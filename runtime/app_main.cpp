@@ -63,13 +63,13 @@ int run_app(const app_definition& app, int argc, char** argv) {
                             "--role=coordinator|server|worker --coordinator=HOST:PORT; --role=export)",
               {"role", "job", "addresses", "consistency", "wire", "checkpoints", "tables", "faults", "security", "metrics"},
               {app.name}};
+  cfg.app = app.name;  // before the flags are checked: the app's defaults (its rule) apply
   if (!cfg.parse_args(argc, argv)) return cfg.cli_helptext_printed ? 0 : 2;
-  if (!cfg.app.empty() && cfg.app != app.name) {
+  if (cfg.app != app.name) {
     std::fprintf(stderr, "error: this binary runs the app %s, not --app=%s (psnode runs the built-in apps)\n",
                  app.name.c_str(), cfg.app.c_str());
     return 2;
   }
-  cfg.app = app.name;
   if (cfg.role.empty()) cfg.role = "local";
   if (cfg.role == "local" || cfg.role == "coordinator" || cfg.role == "server" || cfg.role == "worker" ||
       cfg.role == "export")

@@ -51,6 +51,14 @@ const app_definition& find_app_definition(const std::string& name) {
 
 app_fn find_app(const std::string& name) { return find_app_definition(name).run; }
 
+std::string effective_rule(const node_config& cfg) {
+  if (!cfg.rule.empty()) return cfg.rule;
+  auto& r = the_registry();
+  std::lock_guard<std::mutex> guard(r.mtx);
+  auto it = r.apps.find(cfg.app);
+  return it == r.apps.end() ? "sum" : it->second.default_rule;
+}
+
 std::vector<app_flag> registered_app_flags() {
   auto& r = the_registry();
   std::lock_guard<std::mutex> guard(r.mtx);

@@ -37,6 +37,9 @@ std::vector<app_flag> registered_app_flags();
 // Throws bad_request naming the registered apps when there is none of that name.
 const app_definition& find_app_definition(const std::string& name);
 app_fn find_app(const std::string& name);
+// The update rule a member runs: --ps.rule, else its app's default (sum without an app,
+// or for an app not registered).
+std::string effective_rule(const node_config& cfg);
 std::vector<std::string> app_names();
 
 // The job settings and spec of app `name` under cfg: its defaults where cfg does not set

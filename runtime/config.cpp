@@ -131,6 +131,8 @@ void node_config::declare_durability_options() {
 void node_config::declare_tuning_options() {
   opt_group{custom_options_, "ps"}
     .add(rule, "rule", "server update rule: sum|sgd|adagrad|adam, or one the app registered (default: the app's)")
+    .add(rule_params, "rule-params", "the update rule's own hyper-parameters, NAME=VALUE,... (a rule an app "
+                                     "registered with hyper-parameters, e.g. alpha=0.1,l1=1; the rest at its defaults)")
     .add(momentum, "momentum", "sgd momentum")
     .add(chunk_bytes, "chunk-bytes", "largest value payload per message")
     .add(push_chunk_bytes, "push-chunk-bytes", "largest value payload per push message (the smaller of this and "

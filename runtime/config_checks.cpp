@@ -64,7 +64,8 @@ void node_config::validate() const {
     throw bad_request("--role=export needs --checkpoint-dir=DIR (where the checkpoints are) and --out=DIR");
   one_of("cluster", cluster, {"embedded", "processes"});
   one_of("model", model, {"softmax", "mlp"});
-  if (!rule.empty()) rule_handle{rule};  // throws naming the known rules
+  // Throws naming the known rules, or what is wrong with the rule's own parameters.
+  if (!rule.empty() || !rule_params.empty()) rule_from(*this, effective_rule(*this));
   if (servers < 1 || servers > 1024) throw bad_request("--servers must be in [1, 1024]");
   if (workers < 1 || workers > 1024) throw bad_request("--workers must be in [1, 1024]");
   if (epochs < 1) throw bad_request("--epochs must be >= 1");

@@ -14,7 +14,7 @@ const std::map<std::string, std::vector<std::string>>& help_topics() {
   static const std::map<std::string, std::vector<std::string>> topics{
     {"node", {"role", "coordinator", "app", "log-level"}},
     {"role", {"role", "coordinator", "log-level"}},  // an app's own binary: the binary is the app
-    {"job", {"cluster", "servers", "workers", "epochs", "lr", "batch", "seed", "ps.rule", "ps.momentum", "config-file"}},
+    {"job", {"cluster", "servers", "workers", "epochs", "lr", "batch", "seed", "ps.rule", "ps.rule-params", "ps.momentum", "config-file"}},
     {"addresses", {"host", "port", "listen", "advertise", "ps.data-plane-port"}},
     {"fmnist", {"model", "data", "target-accuracy", "eval-every", "devices", "aggregation"}},
     {"consistency", {"consistency", "staleness", "pipeline", "slow-worker", "straggle", "trace"}},

@@ -8,6 +8,7 @@
 #include "libps/core/consistency.hpp"
 #include "libps/keys/partitioner.hpp"
 #include "libps/observe/text.hpp"
+#include "libps/sim/faults.hpp"
 #include "runtime/app_registry.hpp"
 
 namespace ps {
@@ -65,6 +66,29 @@ void adopt_staleness(node_config& c, const std::string& text) {
   c.staleness = static_cast<std::int64_t>(*v);
 }
 
+// The rule's own hyper-parameters compare as every one of them, in the rule's order, after
+// its defaults: "alpha=0.1" given and "alpha=0.1,beta=1" in the spec are the same job.
+std::string rule_params_given(const node_config& c) {
+  try {
+    return rule_from(c, effective_rule(c)).params_text();
+  } catch (const std::exception&) {
+    return c.rule_params;  // refused where the config is checked, naming what is wrong
+  }
+}
+void adopt_rule_params(node_config& c, const std::string& text) { c.rule_params = text; }
+
+// The fault plan is the job's: a member not given --faults follows the coordinator's (a
+// server's kills, a worker's kills, slowness and message faults), and plans compare as
+// their canonical text.
+std::string faults_given(const node_config& c) {
+  try {
+    return to_string(parse_faults(c.faults));
+  } catch (const std::exception&) {
+    return c.faults;  // refused where the config is checked, naming the clause
+  }
+}
+void adopt_faults(node_config& c, const std::string& text) { c.faults = text; }
+
 const std::vector<field>& fields() {
   static const std::vector<field> all = {
     plain("app", &node_config::app),
@@ -77,6 +101,7 @@ const std::vector<field>& fields() {
     {"consistency", [](const node_config& c) { return c.consistency; }, adopt_consistency},
     {"staleness", [](const node_config& c) { return render(c.staleness); }, adopt_staleness},
     plain("ps.rule", &node_config::rule),
+    {"ps.rule-params", rule_params_given, adopt_rule_params},
     plain("ps.momentum", &node_config::momentum),
     plain("compression", &node_config::compression),
     plain("topk-ratio", &node_config::topk_ratio),
@@ -88,6 +113,7 @@ const std::vector<field>& fields() {
     plain("checkpoint-seconds", &node_config::checkpoint_seconds),
     plain("ps.vnodes", &node_config::vnodes),
     plain("ps.bucket-bits", &node_config::bucket_bits),
+    {"faults", faults_given, adopt_faults},
   };
   return all;
 }
@@ -113,6 +139,7 @@ job_spec spec_of(const node_config& cfg, const std::string& app, const job_setti
   spec.set("consistency", consistency_name(settings.staleness));
   spec.set("staleness", staleness_to_string(settings.staleness));
   spec.set("ps.rule", settings.rule.kind.name());
+  spec.set("ps.rule-params", settings.rule.params_text());
   spec.set("ps.bucket-bits", std::to_string(settings.bucket_bits));
   for (auto& t : tensors) spec.add_tensor(std::move(t));
   return spec;

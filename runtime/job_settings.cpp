@@ -149,6 +149,7 @@ update_rule rule_from(const node_config& cfg, const std::string& default_rule) {
   r.kind = cfg.rule.empty() ? default_rule : cfg.rule;
   r.lr = static_cast<float>(cfg.lr);
   r.momentum = static_cast<float>(cfg.momentum);
+  r.set_params(cfg.rule_params);
   r.validate();
   return r;
 }

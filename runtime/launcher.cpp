@@ -340,12 +340,13 @@ struct local_cluster {
                    "more servers: %s --role=server %s)\n",
                    port, child_program().c_str(), addr.c_str(), app_name.c_str(), child_program().c_str(), addr.c_str());
     const auto& exe = child_program();
+    // Named by pid, not by a number: the coordinator gives shard and worker ids in the
+    // order members register, which is not the order they were started in.
     for (std::size_t i = 0; i < cfg.servers; ++i)
-      children.push_back({spawn_process(exe, child_args(cfg, {"--role=server", addr})),
-                          "server process " + std::to_string(i), true});
+      children.push_back({spawn_process(exe, child_args(cfg, {"--role=server", addr})), "server process", true});
     for (std::size_t i = 0; i < cfg.workers; ++i)
       children.push_back({spawn_process(exe, child_args(cfg, {"--role=worker", addr, "--app=" + app_name})),
-                          "worker process " + std::to_string(i)});
+                          "worker process"});
   }
 
   // True for a clean exit, and for the fault plan's kills (noted in faults_seen).

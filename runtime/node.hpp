@@ -108,6 +108,7 @@ struct node_config : caf::actor_system_config {
   std::string faults;
   // [ps]: tuning.
   std::string rule;  // empty: the app's default
+  std::string rule_params;  // the rule's own hyper-parameters, "NAME=VALUE,..."
   double momentum = 0.0;
   std::size_t chunk_bytes = 4u << 20;
   std::size_t push_chunk_bytes = 1u << 20;  // pushes: the smaller of the two (libps/keys/chunking.hpp)

@@ -8,8 +8,10 @@
 #include <algorithm>
 #include <filesystem>
 
+#include "actors/messages.hpp"
 #include "libps/persist/checkpoint.hpp"
 #include "libps/core/update_rule.hpp"
+#include "runtime/job_contract.hpp"
 
 namespace {
 
@@ -26,7 +28,24 @@ std::size_t one_slot(const ps::update_rule&) { return 1; }
 
 const ps::rule_registration halved_counted{{"halved_counted", "w += g/2; n += 1", one_slot, apply_halved_counted}};
 
+// w += factor * g + offset: a rule with hyper-parameters of its own, one with a range.
+void apply_scaled(const ps::update_rule& r, float* w, float* const*, const float* g, std::size_t n) {
+  const float factor = r.param(0), offset = r.param(1);
+  for (std::size_t i = 0; i < n; ++i) w[i] += factor * g[i] + offset;
+}
+std::size_t no_slots(const ps::update_rule&) { return 0; }
+void check_scaled(const ps::update_rule& r) {
+  if (!(r.param(0) > 0)) throw ps::bad_request("scaled: factor must be > 0");
+}
+const ps::rule_registration scaled{
+  {"scaled", "w += factor*g + offset", no_slots, apply_scaled, {{"factor", 1.0f}, {"offset", 0.0f}}, check_scaled}};
+
 constexpr ps::key_type num_keys = 8;
+std::string no_result(ps::worker_context&) { return "{}"; }
+[[maybe_unused]] const bool scaled_app = [] {
+  ps::register_app({"scaled_job", "a job under the scaled rule", no_result, "scaled", "asp", {}, {}});
+  return true;
+}();
 
 std::string push_and_pull(ps::worker_context& ctx) {
   auto keys = ps::key_set::single({0, num_keys});
@@ -52,6 +71,56 @@ TEST_CASE("a rule registered from one file is in the table, by name, with its sl
                        doctest::Contains("registered already"), ps::bad_request);
   CHECK_THROWS_WITH_AS(ps::register_rule({"no_apply", "", one_slot, nullptr}), doctest::Contains("needs state_slots and apply"),
                        ps::bad_request);
+}
+
+TEST_CASE("a rule's own hyper-parameters: set by name, the rest at their fallbacks, checked by the rule") {
+  ps::update_rule r;
+  r.kind = "scaled";
+  CHECK(r.param(0) == 1.0f);  // none set: the fallbacks
+  CHECK(r.params_text() == "factor=1,offset=0");
+  r.set_params("offset=0.5");
+  CHECK(r.param(0) == 1.0f);
+  CHECK(r.param(1) == 0.5f);
+  CHECK(r.params_text() == "factor=1,offset=0.5");
+  CHECK_THROWS_WITH_AS(r.set_params("scale=2"),
+                       doctest::Contains("update rule scaled has no hyper-parameter \"scale\" (it has factor, offset)"),
+                       ps::bad_request);
+  CHECK_THROWS_WITH_AS(r.set_params("factor=2,factor=3"), doctest::Contains("factor is given twice"), ps::bad_request);
+  CHECK_THROWS_WITH_AS(r.set_params("factor=x"), doctest::Contains("factor = \"x\" is not a number"), ps::bad_request);
+  CHECK_THROWS_WITH_AS(r.set_params("factor"), doctest::Contains("\"factor\" is not NAME=VALUE"), ps::bad_request);
+  r.set_params("factor=-1");
+  CHECK_THROWS_WITH_AS(r.validate(), doctest::Contains("scaled: factor must be > 0"), ps::bad_request);
+  ps::update_rule sgd{"sgd", 0.1f};
+  CHECK(sgd.params_text().empty());
+  CHECK_THROWS_WITH_AS(sgd.set_params("alpha=1"), doctest::Contains("(it has none of its own)"), ps::bad_request);
+}
+
+TEST_CASE("a rule's own hyper-parameters cross the wire and bind the job's members") {
+  ps::update_rule r;
+  r.kind = "scaled";
+  r.set_params("factor=0.25,offset=-2");
+  auto back = ps::rule_msg::from(r).to_rule();
+  CHECK(back.param(0) == 0.25f);
+  CHECK(back.param(1) == -2.0f);
+  ps::node_config job;
+  const char* argv[] = {"test_user_rule", "--app=scaled_job", "--ps.rule-params=offset=1"};
+  REQUIRE(job.parse_args(3, const_cast<char**>(argv)));
+  auto settings = ps::settings_for_app(job, "scaled_job");
+  auto spec = ps::spec_of(job, "scaled_job", settings, {});
+  CHECK(spec.get("ps.rule-params") == "factor=1,offset=1");
+  // The same values written otherwise are the same job; other values are named.
+  ps::node_config same, other, bad;
+  // (The rule by the app's default or named: the same.)
+  const char* same_argv[] = {"m", "--app=scaled_job", "--ps.rule-params=offset=1,factor=1"};
+  const char* other_argv[] = {"m", "--ps.rule=scaled", "--ps.rule-params=offset=2"};
+  REQUIRE(same.parse_args(3, const_cast<char**>(same_argv)));
+  REQUIRE(other.parse_args(3, const_cast<char**>(other_argv)));
+  CHECK(spec.differences(ps::given_settings(same)).empty());
+  CHECK(ps::describe_differences(spec.differences(ps::given_settings(other))) ==
+        "--ps.rule-params=factor=1,offset=2 (the job has factor=1,offset=1)");
+  // A value the rule refuses is refused where the flags are read.
+  const char* bad_argv[] = {"m", "--ps.rule=scaled", "--ps.rule-params=factor=0"};
+  CHECK_FALSE(bad.parse_args(3, const_cast<char**>(bad_argv)));
 }
 
 TEST_CASE("a job whose servers apply the registered rule") {

@@ -334,7 +334,7 @@ caf::result<std::uint64_t> hand_off(self_ptr self, const shard_options& opts, co
   // Its copies adopt the map in order with its updates: they stop serving what moved,
   // and keep it until the change is over (adopt_as_copy). Their answer is not waited for
   // (it is the parts' takers'); a new successor gets it again (follow).
-  if (opts.faults.kills_at_handoff(st.core->id())) return die_in_handoff(self, opts, view);
+  if (st.dies_in_handoff) return die_in_handoff(self, opts, view);
   if (st.successor) send_down(self, {handoff_sender(self, opts, view), {}, view.epoch, [](caf::error) {}});
   return start_handoff(self, view, std::move(parts), std::move(moves), std::move(drops));
 }

@@ -49,6 +49,16 @@ shard_snapshot restored_state(const registration& reg) {
   return snap;
 }
 
+// The kills this shard's process follows: its own --faults, else the job's. Copies and
+// replacements follow none (a kill names the original shard's process).
+fault_plan faults_of(const registration& reg, const shard_options& opts) {
+  if (opts.replaces || opts.replica) return {};
+  if (!opts.faults.empty()) return opts.faults;
+  for (const auto& s : reg.spec.settings)
+    if (s.name == "faults") return parse_faults(s.value);
+  return {};
+}
+
 shard_config config_of(const registration& reg, const shard_options& opts, const std::string& name,
                        shard_snapshot state) {
   shard_config c;
@@ -67,7 +77,7 @@ shard_config config_of(const registration& reg, const shard_options& opts, const
   c.staleness = reg.view.consistency.staleness;
   c.checkpoint_every = reg.view.checkpoint_every;
   c.sends_checkpoints = static_cast<bool>(reg.view.checkpointer);
-  if (!opts.replaces && !opts.replica) c.kill_at = opts.faults.kill_clock(fault_plan::role::server, reg.id);
+  c.kill_at = faults_of(reg, opts).kill_clock(fault_plan::role::server, reg.id);
   c.head = !opts.replica;
   c.restored = std::move(state.segments);
   c.restored_rows = std::move(state.tables);
@@ -128,6 +138,7 @@ bool configure(self_ptr self, const shard_options& opts, const coordinator_actor
     if (!seed.empty() && opts.shard_memory == 0)
       throw bad_request("the checkpoint holds this shard's rows on a disk tier (" + seed + "): restore it with --shard-memory");
     st.core.emplace(config_of(reg, opts, st.name, std::move(state)));
+    st.dies_in_handoff = faults_of(reg, opts).kills_at_handoff(reg.id);
     st.checkpointer = reg.view.checkpointer;
     st.checkpoint_dir = reg.view.checkpoint_dir;
     if (!opts.trace_path.empty()) {

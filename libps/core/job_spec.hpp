@@ -16,7 +16,8 @@ namespace ps {
 // with both versions named (checkpoint files carry their own, libps/persist/checkpoint.hpp).
 // 3: observer events typed, a worker's end is a worker_result, checkpoint atoms split.
 // 4: members rejoin a resumed coordinator; barriers are numbered; a worker's end is acknowledged.
-inline constexpr std::uint32_t protocol_version = 4;
+// 5: a rule's own hyper-parameters travel with it (rule_msg::params).
+inline constexpr std::uint32_t protocol_version = 5;
 
 struct job_setting {
   std::string name;   // the flag's name without dashes, e.g. "model", "ps.vnodes"

@@ -1,11 +1,13 @@
 #include "libps/core/update_rule.hpp"
 
+#include <charconv>
 #include <cmath>
 #include <deque>
 #include <mutex>
 
 #include "kernels/kernels.hpp"
 #include "libps/keys/keys.hpp"
+#include "libps/observe/text.hpp"
 
 namespace ps {
 namespace {
@@ -50,10 +52,25 @@ rule_table& table() {
   return t;
 }
 
-std::string known_names(const std::deque<rule_def>& rules) {
+template <class Named>
+std::string known_names(const Named& rows) {
   std::string out;
-  for (const auto& r : rules) out += (out.empty() ? "" : ", ") + r.name;
+  for (const auto& r : rows) out += (out.empty() ? "" : ", ") + r.name;
   return out;
+}
+
+// The shortest text that reads back as the same float ("0.01", not 0.00999999977648258).
+std::string shortest(float v) {
+  char buf[32];
+  auto end = std::to_chars(buf, buf + sizeof buf, v).ptr;
+  return std::string(buf, end);
+}
+
+std::size_t param_index(const rule_def& def, const std::string& name) {
+  for (std::size_t i = 0; i < def.params.size(); ++i)
+    if (def.params[i].name == name) return i;
+  throw bad_request("update rule " + def.name + " has no hyper-parameter \"" + name + "\"" +
+                    (def.params.empty() ? " (it has none of its own)" : " (it has " + known_names(def.params) + ")"));
 }
 
 }  // namespace
@@ -97,6 +114,41 @@ void update_rule::validate() const {
   if (!(beta1 >= 0 && beta1 < 1)) bad("beta1 (must be in [0, 1))", beta1);
   if (!(beta2 >= 0 && beta2 < 1)) bad("beta2 (must be in [0, 1))", beta2);
   if (!(eps > 0) || !std::isfinite(eps)) bad("eps (must be > 0)", eps);
+  const auto& def = kind.def();
+  if (!params.empty() && params.size() != def.params.size())
+    throw bad_request("update rule " + def.name + ": " + std::to_string(params.size()) + " hyper-parameters given, it has " +
+                      std::to_string(def.params.size()));
+  for (std::size_t i = 0; i < params.size(); ++i)
+    if (!std::isfinite(params[i])) bad(def.params[i].name + " (must be finite)", params[i]);
+  if (def.check) def.check(*this);
+}
+
+void update_rule::set_params(const std::string& text) {
+  const auto& def = kind.def();
+  std::vector<float> values;
+  for (const auto& p : def.params) values.push_back(p.fallback);
+  std::vector<bool> seen(def.params.size(), false);
+  for (const auto& item : split(text, ',')) {
+    auto eq = item.find('=');
+    if (eq == std::string::npos)
+      throw bad_request("update rule " + def.name + ": \"" + item + "\" is not NAME=VALUE in --ps.rule-params");
+    auto i = param_index(def, item.substr(0, eq));
+    if (seen[i]) throw bad_request("update rule " + def.name + ": " + def.params[i].name + " is given twice");
+    auto v = parse_number(item.substr(eq + 1));
+    if (!v) throw bad_request("update rule " + def.name + ": " + def.params[i].name + " = \"" + item.substr(eq + 1) +
+                              "\" is not a number");
+    values[i] = static_cast<float>(*v);
+    seen[i] = true;
+  }
+  params = def.params.empty() ? std::vector<float>{} : std::move(values);
+}
+
+std::string update_rule::params_text() const {
+  std::string out;
+  const auto& def = kind.def();
+  for (std::size_t i = 0; i < def.params.size(); ++i)
+    out += (i ? "," : "") + def.params[i].name + "=" + shortest(param(i));
+  return out;
 }
 
 std::string rule_name_of_code(unsigned code) {
