@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <deque>
+#include <optional>
 #include <thread>
 
 namespace ps {
@@ -25,7 +26,7 @@ double seconds_between(clock_type::time_point a, clock_type::time_point b) {
 
 }  // namespace
 
-batch_loader::batch_loader(caf::actor_system& sys, make_fn make, bool own_thread) {
+batch_loader::batch_loader(caf::actor_system& sys, make_fn make, bool own_thread) : sys_(&sys) {
   auto loader = [make = std::move(make)](caf::event_based_actor*) -> caf::behavior {
     return {[=](std::uint64_t clock, detail::batch_promise& p) {
       try {
@@ -73,6 +74,7 @@ struct training_run {
   batch_loader& loader;
   straggler_model& stragglers;
   const training_plan& plan;
+  caf::scoped_actor self{loader.system()};  // asks the app's stages
   training_stats st{};
   key_set all = key_set::single({plan.base, plan.base + plan.num_params});
   clock_type::time_point start = clock_type::now();
@@ -81,7 +83,7 @@ struct training_run {
 
   // Computes one iteration; `push` gets each finished span. Stretches compute when this
   // worker straggles in this iteration (the simulated slow device).
-  void compute(std::uint64_t c, const std::vector<float>& params, const sample_batch& batch, std::vector<float>& grad,
+  void compute(std::uint64_t c, const std::vector<float>& params, const sample_batch& batch, std::span<float> grad,
                const std::function<void(tensor_span)>& push) {
     auto factor = stragglers.factor_for_next_iteration();
     auto t0 = clock_type::now();
@@ -90,6 +92,34 @@ struct training_run {
     if (factor > 1) std::this_thread::sleep_for(std::chrono::duration_cast<clock_type::duration>(took * (factor - 1)));
     st.compute_seconds += seconds_between(t0, clock_type::now());
     if (plan.after_iteration) plan.after_iteration(c, params, st.last_loss);
+  }
+
+  // Asks stage `index` of `kind` about iteration c and waits for its answer; throws
+  // kv_error naming the stage when it fails, is gone or does not answer in time.
+  template <class Stage, class Value>
+  Value through(const Stage& stage, const char* kind, std::size_t index, std::uint64_t c, Value value) {
+    std::optional<Value> out;
+    std::string failure;
+    self->request(stage, plan.stage_timeout, stage_atom::value, c, std::move(value))
+      .receive([&](Value& v) { out = std::move(v); }, [&](caf::error& e) { failure = describe(e); });
+    if (!out)
+      throw kv_error("training: " + std::string(kind) + " stage " + std::to_string(index) + " failed at clock " +
+                     std::to_string(c) + ": " + failure);
+    return std::move(*out);
+  }
+
+  sample_batch staged(std::uint64_t c, sample_batch batch) {
+    for (std::size_t i = 0; i < plan.batch_stages.size(); ++i) batch = through(plan.batch_stages[i], "batch", i, c, std::move(batch));
+    return batch;
+  }
+
+  void staged(std::uint64_t c, const std::shared_ptr<std::vector<float>>& grad, tensor_span s) {
+    for (std::size_t i = 0; i < plan.gradient_stages.size(); ++i) {
+      auto back = through(plan.gradient_stages[i], "gradient", i, c, gradient_span{grad, s});
+      if (back.buffer != grad || back.span.offset != s.offset || back.span.size != s.size)
+        throw kv_error("training: gradient stage " + std::to_string(i) + " answered with another span than the one " +
+                       "it was given");
+    }
   }
 
   std::vector<float> wait_params(kv_future& f) {
@@ -107,54 +137,50 @@ struct training_run {
   // --pipeline=off: each stage waits for the one before.
   training_stats sequential() {
     for (std::uint64_t c = plan.first_clock; c < plan.iterations; ++c) {
-      auto batch = loader.request(c).get();
+      auto batch = staged(c, loader.request(c).get());
       auto pulled = kv.pull(all);
       auto params = wait_params(pulled);
-      std::vector<float> grad(plan.num_params);
-      compute(c, params, batch, grad, [](tensor_span) {});
-      if (grad.size() != plan.num_params)
-        throw kv_error("training: compute left " + std::to_string(grad.size()) + " gradient values, not " +
-                       std::to_string(plan.num_params));
-      kv.push_and_advance(all, std::make_shared<std::vector<float>>(std::move(grad)), 0, c + 1).get();
+      auto grad = std::make_shared<std::vector<float>>(plan.num_params);
+      compute(c, params, batch, *grad, [](tensor_span) {});
+      staged(c, grad, {0, plan.num_params});
+      kv.push_and_advance(all, grad, 0, c + 1).get();
       ++st.iterations;
     }
     return done();
   }
 
-  void check_span(const tensor_span& s, const std::vector<float>& grad, const float* where,
-                  std::vector<bool>& reported) const {
-    auto what = "training: ready(offset " + std::to_string(s.offset) + ", size " + std::to_string(s.size) + "): ";
+  // A span reported twice or past the parameters is refused before anything of it is
+  // sent. `reported` holds the spans so far, sorted by offset: backward reports a few
+  // (one per layer), so a sorted vector beats a flag per parameter.
+  void check_span(const tensor_span& s, std::vector<tensor_span>& reported) const {
+    auto refuse = [&](const std::string& why) {
+      throw kv_error("training: ready(offset " + std::to_string(s.offset) + ", size " + std::to_string(s.size) + "): " +
+                     why);
+    };
     if (s.offset > plan.num_params || plan.num_params - s.offset < s.size)
-      throw kv_error(what + "runs past the " + std::to_string(plan.num_params) + " parameters");
-    if (grad.data() != where || grad.size() != plan.num_params)
-      throw kv_error(what + "the gradient buffer was resized or moved after it was handed out sized to " +
-                     std::to_string(plan.num_params) + " (pushes in flight read it)");
-    auto first = reported.begin() + static_cast<std::ptrdiff_t>(s.offset);
-    if (std::find(first, first + static_cast<std::ptrdiff_t>(s.size), true) != first + static_cast<std::ptrdiff_t>(s.size))
-      throw kv_error(what + "some of these values were reported ready already");
-    std::fill(first, first + static_cast<std::ptrdiff_t>(s.size), true);
+      refuse("runs past the " + std::to_string(plan.num_params) + " parameters");
+    auto after = std::upper_bound(reported.begin(), reported.end(), s.offset,
+                                  [](std::size_t offset, const tensor_span& r) { return offset < r.offset; });
+    bool overlaps_before = after != reported.begin() && std::prev(after)->offset + std::prev(after)->size > s.offset;
+    bool overlaps_after = after != reported.end() && s.offset + s.size > after->offset;
+    if (overlaps_before || overlaps_after) refuse("some of these values were reported ready already");
+    reported.insert(after, s);
   }
 
   // Iteration c's spans, pushed as backward finishes each (sharing grad, no copy); the span
   // that completes the gradient carries the iteration's clock tick.
-  // A span is refused before anything is sent when it was reported already, runs past the
-  // parameters, or lies in a buffer that moved since the first span left (pushes in flight
-  // read it): the buffer comes sized to num_params and must stay where it is.
   std::deque<kv_future> compute_and_push(std::uint64_t c, const std::vector<float>& params, const sample_batch& batch) {
     std::deque<kv_future> pushes;
     auto grad = std::make_shared<std::vector<float>>(plan.num_params);
-    const float* where = grad->data();
-    std::vector<bool> reported(plan.num_params, false);
+    std::vector<tensor_span> reported;
     std::size_t pushed = 0;
     compute(c, params, batch, *grad, [&](tensor_span s) {
-      check_span(s, *grad, where, reported);
+      check_span(s, reported);
+      staged(c, grad, s);
       bool last = pushed + s.size == plan.num_params;
       pushes.push_back(last ? kv.push_and_advance(keys_of(s), grad, s.offset, c + 1) : kv.push(keys_of(s), grad, s.offset));
       pushed += s.size;
     });
-    if (grad->data() != where || grad->size() != plan.num_params)  // spans in flight may have read freed memory
-      throw kv_error("training: the gradient buffer was resized or moved during compute, after it was handed out "
-                     "sized to " + std::to_string(plan.num_params));
     if (pushed != plan.num_params)
       throw kv_error("training: compute reported " + std::to_string(pushed) + " of " + std::to_string(plan.num_params) +
                      " gradient values ready");
@@ -169,7 +195,7 @@ struct training_run {
     auto pulled = kv.pull(all);
     for (std::uint64_t c = plan.first_clock; c < plan.iterations; ++c) {
       auto params = wait_params(pulled);
-      auto batch = next_batch.get();
+      auto batch = staged(c, next_batch.get());
       if (c + 1 < plan.iterations) next_batch = loader.request(c + 1);
       auto current = compute_and_push(c, params, batch);
       if (c + 1 < plan.iterations) pulled = kv.pull(all);  // prefetch, gated by the shards

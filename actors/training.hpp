@@ -1,8 +1,13 @@
 #pragma once
 // Pipelined training stages, composed by a training app:
 //
-//   loader (actor, own thread) -> pull (kv_client actor) -> compute (the worker's thread)
+//   loader (actor, own thread) -> [batch stages] -> compute (the worker's thread, with the
+//   parameters from the pull stage, the kv_client actor) -> [gradient stages]
 //     -> push (kv_client actor, per tensor as soon as backward produces it, last layer first)
+//
+// The stages in brackets are the app's own typed actors, in the order the plan lists them
+// (none by default): a batch stage sees every batch before compute and may change it, a
+// gradient stage sees every finished span before it is pushed and may change its values.
 //
 // With pipelining on, the loader prepares batch c+1 while batch c computes, each tensor's
 // gradient is pushed the moment it is final (while earlier layers are still computed),
@@ -11,8 +16,10 @@
 // With it off, every stage waits for the one before: load, pull, compute, push, ack, tick.
 // Either way the consistency guarantee is the shards' (libps/core/consistency.hpp): pushes of
 // iteration c carry clock c, the tick to c+1 follows them, the pull at c+1 follows that.
+#include <chrono>
 #include <future>
 #include <random>
+#include <span>
 
 #include "actors/kv_client.hpp"
 
@@ -38,8 +45,10 @@ class batch_loader {
   batch_loader& operator=(const batch_loader&) = delete;
   // The batch of iteration `clock`, built while the caller does other work.
   std::future<sample_batch> request(std::uint64_t clock);
+  caf::actor_system& system() const { return *sys_; }
 
  private:
+  caf::actor_system* sys_;
   caf::actor actor_;
 };
 
@@ -47,6 +56,22 @@ class batch_loader {
 struct tensor_span {
   std::size_t offset = 0, size = 0;
 };
+
+// A finished span of an iteration's gradient, handed to a gradient stage: values() may be
+// changed in place until the stage replies (the push leaves after that).
+struct gradient_span {
+  std::shared_ptr<std::vector<float>> buffer;
+  tensor_span span;
+  std::span<float> values() const { return std::span<float>(*buffer).subspan(span.offset, span.size); }
+};
+
+using stage_atom = caf::atom_constant<caf::atom("stage")>;
+// A stage of the app's own between the loader and compute: gets iteration `clock`'s batch
+// and replies with the batch compute is to get (the same, changed, or another).
+using batch_stage = caf::typed_actor<caf::replies_to<stage_atom, std::uint64_t, sample_batch>::with<sample_batch>>;
+// A stage of the app's own between compute and the push: gets each finished span of
+// iteration `clock`'s gradient, may change its values, and replies with the span.
+using gradient_stage = caf::typed_actor<caf::replies_to<stage_atom, std::uint64_t, gradient_span>::with<gradient_span>>;
 
 // Simulated slow compute, for consistency experiments: the factor by which worker w's
 // compute is stretched in an iteration (--slow-worker: always; --straggle: at random,
@@ -69,16 +94,20 @@ struct training_plan {
   std::uint64_t first_clock = 0;  // a worker that joined a running job starts there
   bool pipelined = true;
   // Forward/backward: fills grad and returns the loss; calls ready with each span of grad
-  // as soon as it is final (every span exactly once). grad comes sized to num_params and
-  // is the library's: pushes in flight read it, so it must not be resized or replaced. A
-  // span reported twice or past the parameters is refused before it is sent; a buffer
-  // moved is detected (at the next span or when compute returns) and fails the worker,
-  // but spans already sent from it may have been read from freed memory.
-  std::function<float(const std::vector<float>& params, const sample_batch& batch, std::vector<float>& grad,
+  // as soon as it is final (every span exactly once). grad is a view of num_params zeroed
+  // floats the library owns: pushes in flight read it, and a view cannot be resized or
+  // handed other memory. A span reported twice or past the parameters is refused before
+  // anything of it is sent.
+  std::function<float(const std::vector<float>& params, const sample_batch& batch, std::span<float> grad,
                       const std::function<void(tensor_span)>& ready)>
     compute;
   // Called after each iteration's compute with the parameters it used (progress, snapshots).
   std::function<void(std::uint64_t clock, const std::vector<float>& params, float loss)> after_iteration;
+  // The app's own stages, each given every batch (every span) in this order. A stage that
+  // fails, ends or does not reply within stage_timeout fails the worker, naming it.
+  std::vector<batch_stage> batch_stages;
+  std::vector<gradient_stage> gradient_stages;
+  std::chrono::milliseconds stage_timeout{60000};
 };
 
 struct training_stats {
@@ -97,3 +126,7 @@ training_stats run_training(kv_client& kv, batch_loader& loader, straggler_model
 training_stats run_training(kv_client& kv, batch_loader& loader, const training_plan& plan);
 
 }  // namespace ps
+
+// Local messages only: stages live in the worker's process.
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(ps::sample_batch)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(ps::gradient_span)

@@ -110,7 +110,7 @@ compute_fn fmnist_compute(worker_context& ctx, std::shared_ptr<const fmnist::mod
   if (devices > 1) local = std::make_shared<gpu_aggregator>(devices, n, parse_strategy(ctx.cfg.aggregation));
   auto computed = std::make_shared<std::uint64_t>(0);
   const auto share = ctx.cfg.batch;
-  return [=](const std::vector<float>& p, const sample_batch& b, std::vector<float>& grad,
+  return [=](const std::vector<float>& p, const sample_batch& b, std::span<float> grad,
              const std::function<void(tensor_span)>& ready) {
     auto scale = static_cast<float>(1.0 - 0.9 * static_cast<double>((*computed)++) / iterations);
     auto scaled_ready = [&](fmnist::layer_span s) {
@@ -118,7 +118,8 @@ compute_fn fmnist_compute(worker_context& ctx, std::shared_ptr<const fmnist::mod
       ready({s.offset, s.size});
     };
     std::vector<std::uint8_t> classes(b.y.begin(), b.y.end());  // the models take class ids
-    if (!local) return model->loss_and_grad(p, b.x.data(), classes.data(), b.n, grad, scaled_ready);
+    // p is the pull of the plan's num_params, the model's size (fmnist_plan)
+    if (!local) return model->loss_and_grad(p.data(), b.x.data(), classes.data(), b.n, grad.data(), scaled_ready);
     local->broadcast(p.data());
     std::vector<float> losses(devices);
     std::vector<std::thread> running;
@@ -129,7 +130,6 @@ compute_fn fmnist_compute(worker_context& ctx, std::shared_ptr<const fmnist::mod
                                          share, local->gradient(r));
       });
     for (auto& t : running) t.join();
-    grad.resize(n);
     local->reduce(grad.data());
     scaled_ready({0, n});
     return std::accumulate(losses.begin(), losses.end(), 0.0f) / static_cast<float>(devices);

@@ -57,7 +57,7 @@ float accuracy(const std::vector<float>& w, const ps::sample_batch& b) {
 }
 
 // The batch's mean log-loss and its gradient, which goes out whole once computed.
-float loss_and_grad(const std::vector<float>& w, const ps::sample_batch& b, std::vector<float>& grad,
+float loss_and_grad(const std::vector<float>& w, const ps::sample_batch& b, std::span<float> grad,
                     const std::function<void(ps::tensor_span)>& ready) {
   std::fill(grad.begin(), grad.end(), 0.0f);
   float loss = 0;
@@ -91,7 +91,7 @@ std::string train(ps::worker_context& ctx) {
     throw std::runtime_error("accuracy " + std::to_string(trained) + " is not within 0.01 of the true model's " +
                              std::to_string(truth));
   return nlohmann::json{{"worker", ctx.id}, {"accuracy", trained}, {"true_model_accuracy", truth},
-                        {"iterations", stats.iterations}, {"last_loss", stats.last_loss}}.dump();
+                        {"iterations", stats.iterations}, {"last_loss", stats.last_loss}, {"right", true}}.dump();
 }
 
 }  // namespace

@@ -22,4 +22,8 @@ cmake -S "$source/examples" -B "$work/hello" -DCMAKE_PREFIX_PATH="$work/prefix" 
 cmake --build "$work/hello" -j2 >/dev/null
 "$work/hello/hello_kv" --servers=2 --workers=3
 "$work/hello/logistic_regression" --workers=3  # processes: copies of the out-of-tree binary
-echo "hello_kv and logistic_regression built against the installed package: PASS"
+"$work/hello/custom_rule" --cluster=embedded  # the rule registered out of tree, on the shards
+"$work/hello/custom_stage" --cluster=embedded
+"$work/hello/sparse_rows" --cluster=embedded
+"$work/hello/fault_drill"
+echo "the examples built against the installed package, each passing its check: PASS"
