@@ -76,6 +76,11 @@ std::vector<float> kv_future::get() {
   return std::move(st_->values);
 }
 
+std::vector<float> kv_future::take_values() {
+  wait();
+  return std::move(st_->values);
+}
+
 void kv_future::then(std::function<void(kv_future)> f) {
   auto self = *this;
   {

@@ -68,6 +68,9 @@ class kv_future {
   std::string error() const;
   // Waits; throws kv_error on failure; returns the pulled values (empty for push/init).
   std::vector<float> get();
+  // Waits; the op's values whatever its outcome: a pull into a caller's buffer hands that
+  // buffer back even when it failed (its contents then unspecified). Check error() too.
+  std::vector<float> take_values();
   // Runs f once the op completes (at once if it already has). f runs where the client
   // actor runs, a scheduler thread or a data-plane reader thread (inline_runner): keep
   // it short and never block in it.

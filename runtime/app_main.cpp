@@ -21,7 +21,7 @@ std::string names_joined(const std::vector<std::string>& names) {
 
 }  // namespace
 
-int run_node(node_config& cfg) {
+int run_node(node_config& cfg, bool process_ends) {
   apply_runtime_defaults(cfg);
   try {
     bool runs_app = cfg.role == "worker" || cfg.role == "local";
@@ -40,7 +40,7 @@ int run_node(node_config& cfg) {
                  : cfg.role == "coordinator" ? run_coordinator_role(sys, cfg, settings, metrics_listener(cfg, exporter))
                  : cfg.role == "server"      ? run_server_role(sys, cfg)
                                              : run_worker_role(sys, cfg, app);
-    bound_teardown(status, 10);  // the last line is out: the actor system's teardown follows
+    if (process_ends) bound_teardown(status, 10);  // the last line is out: the actor system's teardown follows
     return status;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
@@ -48,11 +48,14 @@ int run_node(node_config& cfg) {
   }
 }
 
-int run_app(const app_definition& app, int argc, char** argv) {
+namespace {
+
+// The app registered (once) and run as its flags say; copies of the process are started
+// as set_child_program says.
+int run_registered(const app_definition& app, int argc, char** argv, bool process_ends) {
   try {
     auto known = app_names();
     if (std::find(known.begin(), known.end(), app.name) == known.end()) register_app(app);
-    set_child_program(std::filesystem::read_symlink("/proc/self/exe").string());  // processes: copies of this binary
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 2;
@@ -73,10 +76,32 @@ int run_app(const app_definition& app, int argc, char** argv) {
   if (cfg.role.empty()) cfg.role = "local";
   if (cfg.role == "local" || cfg.role == "coordinator" || cfg.role == "server" || cfg.role == "worker" ||
       cfg.role == "export")
-    return run_node(cfg);
+    return run_node(cfg, process_ends);
   std::fprintf(stderr, "error: --role is coordinator, server, worker, local (the default) or export, not \"%s\"\n",
                cfg.role.c_str());
   return 2;
+}
+
+}  // namespace
+
+int run_app(const app_definition& app, int argc, char** argv) {
+  try {
+    set_child_program(std::filesystem::read_symlink("/proc/self/exe").string());  // processes: copies of this binary
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 2;
+  }
+  return run_registered(app, argc, argv, true);
+}
+
+int run_app(const app_definition& app, const std::vector<std::string>& args, std::string program,
+            std::vector<std::string> leading) {
+  set_child_program(std::move(program), std::move(leading));
+  std::vector<std::string> store{app.name};
+  store.insert(store.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (auto& s : store) argv.push_back(s.data());
+  return run_registered(app, static_cast<int>(argv.size()), argv.data(), false);
 }
 
 }  // namespace ps

@@ -17,8 +17,16 @@ namespace ps {
 // as its flags say. Returns the process's exit status (PROTOCOL.md's table; 2: bad flags).
 int run_app(const app_definition& app, int argc, char** argv);
 
+// run_app for an app an interpreter runs (the Python module): copies of the process for
+// --cluster=processes are `program leading... flags` (python3 train.py --role=server ...),
+// args are the flags (no program name first), and the process goes on after the job.
+int run_app(const app_definition& app, const std::vector<std::string>& args, std::string program,
+            std::vector<std::string> leading);
+
 // What run_app and psnode share: runs the role of the parsed cfg (the app is cfg.app),
 // with --metrics-port served for the roles that watch a job. Returns the exit status.
-int run_node(node_config& cfg);
+// process_ends: the caller exits right after, so the actor system's teardown is bounded
+// (10 s: a peer that cannot be reached must not hold the exit).
+int run_node(node_config& cfg, bool process_ends = true);
 
 }  // namespace ps

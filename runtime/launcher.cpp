@@ -77,9 +77,13 @@ std::string describe_status(int status) {
   return "stopped";
 }
 
-std::string& child_program_slot() {
-  static std::string path;
-  return path;
+struct child_command {
+  std::string path;
+  std::vector<std::string> leading;  // before the flags
+};
+child_command& child_program_slot() {
+  static child_command c;
+  return c;
 }
 
 // Arguments for a psnode child: this process's own flags (they share one option set),
@@ -89,7 +93,7 @@ std::vector<std::string> child_args(const node_config& cfg, std::vector<std::str
   static const char* const own[] = {"--role=",   "--coordinator=", "--app=",  "--port=",
                                      "--host=",  "--listen=",      "--advertise=", "--ps.data-plane-port=",
                                      "--metrics=", "--metrics-port="};
-  std::vector<std::string> out;
+  std::vector<std::string> out = child_program_slot().leading;
   for (const auto& a : cfg.args)
     if (std::none_of(std::begin(own), std::end(own), [&](const char* p) { return a.rfind(p, 0) == 0; }))
       out.push_back(a);
@@ -100,10 +104,12 @@ std::vector<std::string> child_args(const node_config& cfg, std::vector<std::str
 
 }  // namespace
 
-void set_child_program(std::string path) { child_program_slot() = std::move(path); }
+void set_child_program(std::string path, std::vector<std::string> leading) {
+  child_program_slot() = {std::move(path), std::move(leading)};
+}
 
 const std::string& child_program() {
-  auto& path = child_program_slot();
+  auto& path = child_program_slot().path;
   if (path.empty()) path = (std::filesystem::read_symlink("/proc/self/exe").parent_path() / "psnode").string();
   return path;
 }

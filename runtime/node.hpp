@@ -291,8 +291,9 @@ bool run_worker(caf::actor_system& sys, const node_config& cfg, coordinator_acto
 // throws bad_request when it cannot listen on --host.
 std::shared_ptr<transport> transport_from(caf::actor_system& sys, const node_config& cfg);
 // The program a local cluster of processes starts as its servers and workers: psnode next
-// to this executable unless set (an app's own binary sets itself: runtime/app_main.hpp).
-void set_child_program(std::string path);
+// to this executable unless set (an app's own binary sets itself: runtime/app_main.hpp),
+// with `leading` before its flags (an interpreter's script: python3 train.py --role=...).
+void set_child_program(std::string path, std::vector<std::string> leading = {});
 const std::string& child_program();
 // Starts the child program (build/bin/psnode by default) with these arguments.
 pid_t spawn_psnode(const std::vector<std::string>& args);

@@ -90,7 +90,8 @@ TEST_CASE("a rule's own hyper-parameters: set by name, the rest at their fallbac
   CHECK_THROWS_WITH_AS(r.set_params("factor"), doctest::Contains("\"factor\" is not NAME=VALUE"), ps::bad_request);
   r.set_params("factor=-1");
   CHECK_THROWS_WITH_AS(r.validate(), doctest::Contains("scaled: factor must be > 0"), ps::bad_request);
-  ps::update_rule sgd{"sgd", 0.1f};
+  ps::update_rule sgd;
+  sgd.kind = "sgd";
   CHECK(sgd.params_text().empty());
   CHECK_THROWS_WITH_AS(sgd.set_params("alpha=1"), doctest::Contains("(it has none of its own)"), ps::bad_request);
 }

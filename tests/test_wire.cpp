@@ -141,7 +141,9 @@ TEST_CASE_FIXTURE(wire_fixture, "empty blocks and range lists round trip") {
 }
 
 TEST_CASE_FIXTURE(wire_fixture, "update rules cross as bit patterns") {
-  update_rule r{"adam", 0.001f};
+  update_rule r;
+  r.kind = "adam";
+  r.lr = 0.001f;
   auto back = rule_msg::from(r).to_rule();
   CHECK(back.kind == "adam");
   CHECK(back.lr == 0.001f);

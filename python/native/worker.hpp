@@ -1,0 +1,67 @@
+#pragma once
+// A Python worker's side of the job: its client on numpy arrays (worker), the futures of
+// its requests (future) and the float buffers pulls land in without a copy (make_buffer).
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <actorps/actorps.hpp>
+
+namespace actorps_py {
+
+namespace py = pybind11;
+
+// A request in flight. Waiting releases the GIL; result() is the pulled array (None for a
+// push, an init or a tick) or raises actorps.Error with the client's message.
+class future {
+ public:
+  future(ps::kv_future f, py::object into = py::none(), std::vector<py::ssize_t> shape = {})
+      : f_(std::move(f)), into_(std::move(into)), shape_(std::move(shape)) {}
+  bool done() const { return f_.ready(); }
+  // False when still pending after timeout_s (None: wait for it).
+  bool wait(std::optional<double> timeout_s);
+  py::object result();
+
+ private:
+  ps::kv_future f_;
+  py::object into_;  // the caller's array a pull lands in (None: a fresh one)
+  std::vector<py::ssize_t> shape_;
+  bool taken_ = false;
+};
+
+// The worker function's handle on the job, valid while that function runs.
+class worker {
+ public:
+  worker(ps::worker_context& ctx, const std::vector<ps::tensor_spec>& tensors);
+  std::uint32_t id() const { return ctx().id; }
+  std::uint32_t num_workers() const { return ctx().num_workers; }
+  std::uint64_t start_clock() const { return ctx().start_clock; }
+  future push(const std::string& tensor, py::array values);
+  future init(const std::string& tensor, py::array values);
+  future pull(const std::string& tensor, py::object out);
+  future push_rows(std::uint32_t table, py::array ids, py::array grads);
+  future pull_rows(std::uint32_t table, py::array ids);
+  future tick(std::uint64_t clock);
+  future leave();
+  void barrier();
+  void report(const std::string& text);
+  std::uint32_t table_dim(std::uint32_t table) const { return ctx().kv.table_dim(table); }
+  void close() { ctx_ = nullptr; }
+
+ private:
+  ps::worker_context& ctx() const;
+  ps::key_set keys_of(const std::string& tensor) const;
+  ps::worker_context* ctx_;
+  std::map<std::string, ps::key_range> tensors_;
+};
+
+// n zeroed float32s as a numpy array whose memory a pull can land in, in place.
+py::array make_buffer(std::size_t n);
+
+void bind_worker(py::module_& m);
+
+}  // namespace actorps_py
