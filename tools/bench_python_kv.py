@@ -2,11 +2,11 @@
 """bench_kv's grid from Python, beside the C++ client's in the same run.
 
 Usage: tools/bench_python_kv.py [--bin=build/bin] [--sizes=4096,...] [--windows=1,8]
-       [--cell-seconds=0.5]
-Runs, in turn, C++ bench_kv, the same grid from a Python worker (1 server, 1 worker, as
-processes, the default shared-memory transport), and C++ bench_kv again; prints one JSON
-line per cell with the Python client's GB/s, the C++ client's (the mean of its two runs)
-and their ratio, then a summary line (the smallest ratio and the geometric mean).
+       [--cell-seconds=0.5] [--rounds=3]
+Runs, alternating --rounds times, C++ bench_kv and the same grid from a Python worker (1
+server, 1 worker, as processes, the default shared-memory transport); prints one JSON line
+per cell with the median GB/s of each client over the rounds and their ratio, then a
+summary line (the smallest ratio and the geometric mean).
 As a job (--role=... or --job): the Python worker that measures the grid.
 """
 import json
@@ -121,16 +121,26 @@ def python_cells():
     raise SystemExit("the Python job reported no cells:\n" + done.stderr[-2000:])
 
 
+def median(values):
+    s = sorted(values)
+    return (s[(len(s) - 1) // 2] + s[len(s) // 2]) / 2
+
+
 def main():
     binary = os.path.join(flag("bin", "build/bin"), "bench_kv")
-    before, python, after = cpp_cells(binary), python_cells(), cpp_cells(binary)
+    rounds = int(flag("rounds", "3"))
+    cpp_runs, python_runs = [], []
+    for _ in range(rounds):  # alternating, so both see the machine's same moods
+        cpp_runs.append(cpp_cells(binary))
+        python_runs.append(python_cells())
     ratios = []
-    for key in sorted(python):
-        cpp = (before[key] + after[key]) / 2
-        ratios.append(python[key] / cpp)
+    for key in sorted(python_runs[0]):
+        cpp, python = median([r[key] for r in cpp_runs]), median([r[key] for r in python_runs])
+        ratios.append(python / cpp)
         op, size, window = key
-        print(json.dumps({"op": op, "bytes": size, "window": window, "python_gbps": python[key], "cpp_gbps": cpp,
-                          "cpp_gbps_runs": [before[key], after[key]], "ratio": ratios[-1]}))
+        print(json.dumps({"op": op, "bytes": size, "window": window, "python_gbps": python, "cpp_gbps": cpp,
+                          "python_gbps_runs": [r[key] for r in python_runs], "cpp_gbps_runs": [r[key] for r in cpp_runs],
+                          "ratio": ratios[-1]}))
     print(json.dumps({"summary": "python/cpp", "cells": len(ratios), "min_ratio": min(ratios),
                       "geomean_ratio": math.exp(sum(map(math.log, ratios)) / len(ratios))}))
 

@@ -83,12 +83,18 @@ py::array make_buffer(std::size_t n) {
 }
 
 bool future::wait(std::optional<double> timeout_s) {
-  py::gil_scoped_release free;  // other Python threads go on meanwhile
-  if (!timeout_s) {
-    f_.wait();
+  if (f_.ready()) {  // done already: no GIL hand-over (it costs microseconds per request)
+    settle_(f_);
     return true;
   }
-  return f_.wait_for(std::chrono::milliseconds(static_cast<std::int64_t>(*timeout_s * 1000)));
+  py::gil_scoped_release free;  // other Python threads go on meanwhile
+  bool done = true;
+  if (!timeout_s)
+    f_.wait();
+  else
+    done = f_.wait_for(std::chrono::milliseconds(static_cast<std::int64_t>(*timeout_s * 1000)));
+  if (done) settle_(f_);
+  return done;
 }
 
 py::object future::result() {
@@ -133,11 +139,10 @@ future worker::push(const std::string& tensor, py::array values) {
   if (shared->size != keys.num_keys())
     throw ps::bad_request(what + ": " + std::to_string(shared->size) + " values for " + std::to_string(keys.num_keys()));
   auto f = ctx().kv.push(keys, lend_for_push(shared, what));  // no copy: the push reads the buffer
-  f.then([shared](ps::kv_future) {
-    std::lock_guard guard(shared->mtx);
-    --shared->reading;
-  });
-  return future(f);
+  return future(f, py::none(), {}, {.fn = [shared](ps::kv_future&) {
+                                       std::lock_guard guard(shared->mtx);
+                                       --shared->reading;
+                                     }});
 }
 
 future worker::init(const std::string& tensor, py::array values) {
@@ -166,13 +171,12 @@ future worker::pull(const std::string& tensor, py::object out) {
   // The pull writes into the buffer's memory, which the op holds until it is done; then the
   // vector goes back to the buffer (on the client's thread: no GIL, no Python).
   auto f = ctx().kv.pull(keys, std::move(lent));
-  f.then([held](ps::kv_future done) {
-    auto back = done.take_values();
-    std::lock_guard guard(held->mtx);
-    held->values = std::move(back);
-    held->lent = false;
-  });
-  return future(f, arr, {n});
+  return future(f, arr, {n}, {.fn = [held](ps::kv_future& done) {
+                                auto back = done.take_values();
+                                std::lock_guard guard(held->mtx);
+                                held->values = std::move(back);
+                                held->lent = false;
+                              }});
 }
 
 future worker::push_rows(std::uint32_t table, py::array ids, py::array grads) {

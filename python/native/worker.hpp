@@ -4,8 +4,10 @@
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
+#include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -15,12 +17,24 @@ namespace actorps_py {
 
 namespace py = pybind11;
 
+// What must happen once a request is done, before its caller sees it done (a buffer given
+// back to its array): run by whichever comes first, the client's thread or a wait.
+struct settle {
+  std::shared_ptr<std::once_flag> once = std::make_shared<std::once_flag>();
+  std::function<void(ps::kv_future&)> fn;  // given the done request
+  void operator()(ps::kv_future& done) const {
+    if (fn) std::call_once(*once, fn, done);
+  }
+};
+
 // A request in flight. Waiting releases the GIL; result() is the pulled array (None for a
 // push, an init or a tick) or raises actorps.Error with the client's message.
 class future {
  public:
-  future(ps::kv_future f, py::object into = py::none(), std::vector<py::ssize_t> shape = {})
-      : f_(std::move(f)), into_(std::move(into)), shape_(std::move(shape)) {}
+  future(ps::kv_future f, py::object into = py::none(), std::vector<py::ssize_t> shape = {}, settle s = settle{})
+      : f_(std::move(f)), into_(std::move(into)), shape_(std::move(shape)), settle_(std::move(s)) {
+    if (settle_.fn) f_.then([s = settle_](ps::kv_future done) { s(done); });
+  }
   bool done() const { return f_.ready(); }
   // False when still pending after timeout_s (None: wait for it).
   bool wait(std::optional<double> timeout_s);
@@ -30,6 +44,7 @@ class future {
   ps::kv_future f_;
   py::object into_;  // the caller's array a pull lands in (None: a fresh one)
   std::vector<py::ssize_t> shape_;
+  settle settle_;
   bool taken_ = false;
 };
 

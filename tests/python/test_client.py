@@ -176,3 +176,20 @@ def test_ssp_through_python_ticks_keeps_its_bound(tmp_path):
     assert report["violations"] == []
     assert report["pulls"] >= 2 * 12 * 2  # every pull of both workers, on both shards
     assert report["max_lag"] <= 1
+
+
+def test_a_buffer_is_free_again_once_its_request_is_waited_for():
+    def work(w):
+        buf = actorps.buffer(N)
+        if w.id == 0:
+            w.init("w", buf).wait()
+        w.barrier()
+        for _ in range(200):  # each result() gives the buffer back before it returns
+            w.pull("w", out=buf).result()
+            w.push("w", buf).wait()
+        w.barrier()
+        return True
+
+    status, results, errors = run_job("py_reuse", work, tensors=[actorps.Tensor("w", N)])
+    assert status == 0, errors
+    assert results == {0: True, 1: True}
