@@ -5,10 +5,7 @@
 # another plan is refused naming both. Usage: faults_in_spec.sh BIN_DIR
 set -euo pipefail
 bin=$1
-work=$(mktemp -d)
-pids=()
-trap 'kill "${pids[@]}" 2>/dev/null || true; rm -rf "$work"' EXIT
-source "$(dirname "$0")/start_coordinator.sh"
+source "$(dirname "$0")/roles_by_hand.sh"
 job=(--role=coordinator --app=clocksum --clocks=12 --host=127.0.0.1 --port=0 --servers=2 --workers=1 --replication=2
      --log-level=info --faults="kill server=1 at=4")
 

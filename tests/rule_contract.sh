@@ -7,11 +7,7 @@
 # Usage: rule_contract.sh BIN_DIR
 set -euo pipefail
 bin=$1
-work=$(mktemp -d)
-pids=()
-trap 'kill "${pids[@]}" 2>/dev/null || true; rm -rf "$work"' EXIT
-
-source "$(dirname "$0")/start_coordinator.sh"
+source "$(dirname "$0")/roles_by_hand.sh"
 coordinator() {
   start_coordinator "$1" "$bin/custom_rule" --role=coordinator --host=127.0.0.1 --port=0 --servers=1 --workers=1 \
     --log-level=info --ps.rule-params=l1=4
@@ -33,11 +29,6 @@ grep -q 'unknown update rule "ftrl"' "$work/psnode.err" || { cat "$work/psnode.e
 kill "$coord" 2>/dev/null || true
 
 coordinator right
-"$bin/custom_rule" --role=server "${join[@]}" >"$work/server.out" 2>"$work/server.err" &
-pids+=($!)
-"$bin/custom_rule" --role=worker "${join[@]}" >"$work/worker.out" 2>"$work/worker.err" ||
-  { cat "$work/worker.err"; echo "the worker failed"; exit 1; }
-wait "$coord" || { cat "$work/right.err"; echo "the coordinator failed"; exit 1; }
-grep -q '"right":true' "$work/right.out" || { cat "$work/right.out"; echo "no right weights reported"; exit 1; }
+serve_and_work right "$bin/custom_rule"
 grep -q 'l1=4' "$work/right.out" || { cat "$work/right.out"; echo "the worker did not run with the job's l1"; exit 1; }
 echo "custom_rule: other hyper-parameters and a binary without the rule refused by name; the job ran: PASS"
