@@ -4,9 +4,9 @@
 //     counts the batches and rows and each clock it saw
 //   clipper (a gradient stage): sees every gradient span before its push and clips its
 //     values to [-1, 1]
-// Each worker checks that its batch stage saw every one of its iterations exactly once,
-// that every span went through the clipper, and that the weights came within 0.05 of the
-// true ones. Exits 0 only then. As processes by default; --cluster=embedded in one.
+// Each worker checks that its batch stage saw every one of its iterations exactly once
+// and that the weights came within 0.05 of the true ones. Exits 0 only then.
+// As processes by default; --cluster=embedded in one.
 #include <actorps/actorps.hpp>
 
 #include <algorithm>

@@ -40,7 +40,10 @@ int run_node(node_config& cfg, bool process_ends) {
                  : cfg.role == "coordinator" ? run_coordinator_role(sys, cfg, settings, metrics_listener(cfg, exporter))
                  : cfg.role == "server"      ? run_server_role(sys, cfg)
                                              : run_worker_role(sys, cfg, app);
-    if (process_ends) bound_teardown(status, 10);  // the last line is out: the actor system's teardown follows
+    if (process_ends)
+      bound_teardown(status, 10);  // the last line is out: the actor system's teardown follows
+    else
+      restore_stop_signals();
     return status;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());

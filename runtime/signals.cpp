@@ -13,14 +13,21 @@ namespace ps {
 namespace {
 std::atomic<int> caught{0};
 extern "C" void record_signal(int sig) { caught.store(sig); }
+struct sigaction before_int {}, before_term {};
 }  // namespace
 
 void catch_stop_signals() {
+  caught.store(0);  // a job of its own: a signal an earlier job caught does not stop it
   struct sigaction sa {};
   sa.sa_handler = record_signal;
   sigemptyset(&sa.sa_mask);
-  sigaction(SIGINT, &sa, nullptr);
-  sigaction(SIGTERM, &sa, nullptr);
+  sigaction(SIGINT, &sa, &before_int);
+  sigaction(SIGTERM, &sa, &before_term);
+}
+
+void restore_stop_signals() {
+  sigaction(SIGINT, &before_int, nullptr);
+  sigaction(SIGTERM, &before_term, nullptr);
 }
 
 int stop_signal() { return caught.load(); }

@@ -5,6 +5,9 @@
 namespace ps {
 
 void catch_stop_signals();
+// Puts back the handlers catch_stop_signals replaced: a process that goes on after its job
+// (the Python module's) gets its own Ctrl-C back.
+void restore_stop_signals();
 // The signal caught (SIGINT or SIGTERM), 0 when none.
 int stop_signal();
 

@@ -55,6 +55,7 @@ class Table:
     lr: float = 0.01
     init_scale: float = 0.01
     seed: int = 1
+    eps: float = 1e-8
 
 
 def buffer(n):
@@ -79,19 +80,26 @@ def _tensor_specs(tensors):
     return specs
 
 
-def run(worker, *, tensors=(), tables=(), rule="sum", consistency="asp", name=None, args=None):
+def run(worker, *, tensors=(), tables=(), rule="sum", consistency="asp", name=None, args=None, script_args=()):
     """Runs a job whose workers call ``worker(w)`` (w: :class:`Worker`); returns the
     process's exit status (0: the job completed; the job's JSON lines are on stdout).
 
+    ``script_args`` go to the copies of this script a local cluster starts, before the
+    job's flags (the script's own arguments, which the job's flags do not carry).
     ``tables`` are the job's sparse tables, by index in this order. ``rule`` and
     ``consistency`` are the defaults of the job's flags (--ps.rule, --consistency,
     --staleness); ``args`` its flags (default: this script's, ``sys.argv[1:]``). The
     worker may return a dict (reported as JSON), a string or None.
     """
-    script = os.path.abspath(sys.argv[0]) if sys.argv and sys.argv[0] else ""
+    script = os.path.abspath(sys.argv[0]) if sys.argv and os.path.isfile(sys.argv[0]) else ""
     name = name or os.path.splitext(os.path.basename(script))[0] or "python_app"
     args = list(sys.argv[1:] if args is None else args)
-    table_specs = [_native.TableSpec(t.name, t.dim, t.rule, t.lr, t.init_scale, t.seed) for t in tables]
-    leading = [script] if script.endswith(".py") else []
+    copies = not any(a.startswith("--role=") and a != "--role=local" for a in args) and \
+        "--cluster=embedded" not in args
+    if copies and not script:
+        raise Error("actorps.run: a local cluster of processes starts copies of the script, and this Python "
+                    "runs none (an interactive session, python -c): give --cluster=embedded, or one --role")
+    table_specs = [_native.TableSpec(t.name, t.dim, t.rule, t.lr, t.init_scale, t.seed, t.eps) for t in tables]
+    leading = [script] + list(script_args) if script else []
     return _native.run(name, worker, _tensor_specs(tensors), table_specs, rule, consistency, args,
                        sys.executable, leading)

@@ -28,7 +28,7 @@ class Embedding(nn.Module):
         self._pushes = []
 
     def forward(self, ids):
-        flat = ids.reshape(-1).cpu().numpy().astype(np.uint64)
+        flat = ids.reshape(-1).cpu().numpy()  # integers; negative ones are refused by pull_rows
         unique, inverse = np.unique(flat, return_inverse=True)
         rows = torch.from_numpy(self.worker.pull_rows(self.table, unique).result())
         if torch.is_grad_enabled():
@@ -90,5 +90,8 @@ class DenseSync:
                 offset += n
 
     def push(self):
+        if self._pending is not None:  # the buffer is reused: the last push has read it
+            self._pending.result()
+            self._pending = None
         grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in self.params]
         self._pending = self.worker.push(self.tensor, self._flat(grads, self._grads))

@@ -54,9 +54,12 @@ ps::app_definition python_app(const std::string& name, const std::shared_ptr<pyt
     py::gil_scoped_acquire gil;
     try {
       auto w = std::make_shared<actorps_py::worker>(ctx, e->tensors);
-      auto out = e->worker(w);
-      w->close();  // the context ends with this call: a worker kept past it refuses requests
-      return result_text(out);
+      // The context ends with this call, however it ends: a worker kept past it refuses.
+      struct closer {
+        std::shared_ptr<actorps_py::worker> w;
+        ~closer() { w->close(); }
+      } closing{w};
+      return result_text(e->worker(w));
     } catch (py::error_already_set& err) {
       throw std::runtime_error(err.what());  // the job reports the worker's failure with Python's message
     }
@@ -77,12 +80,13 @@ int run_python_app(const std::string& name, py::function worker, std::vector<ps:
 }
 
 ps::sparse_table_spec table_spec(const std::string& name, std::uint32_t dim, const std::string& rule, float lr,
-                                 float init_scale, std::uint64_t seed) {
+                                 float init_scale, std::uint64_t seed, float eps) {
   ps::sparse_table_spec t;
   t.name = name;
   t.dim = dim;
   t.rule.kind = rule;
   t.rule.lr = lr;
+  t.rule.eps = eps;
   t.init_scale = init_scale;
   t.seed = seed;
   t.validate();
@@ -115,7 +119,7 @@ PYBIND11_MODULE(_native, m) {
     .def_property_readonly("size", [](const ps::tensor_spec& t) { return t.keys.end - t.keys.begin; });
   py::class_<ps::sparse_table_spec>(m, "TableSpec")
     .def(py::init(&table_spec), py::arg("name"), py::arg("dim"), py::arg("rule") = "sum", py::arg("lr") = 0.01f,
-         py::arg("init_scale") = 0.01f, py::arg("seed") = 1)
+         py::arg("init_scale") = 0.01f, py::arg("seed") = 1, py::arg("eps") = 1e-8f)
     .def_property_readonly("name", [](const ps::sparse_table_spec& t) { return t.name; })
     .def_property_readonly("dim", [](const ps::sparse_table_spec& t) { return t.dim; });
   m.def("run", &run_python_app, py::arg("name"), py::arg("worker"), py::arg("tensors"), py::arg("tables"),

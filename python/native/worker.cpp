@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstring>
 #include <mutex>
+#include <optional>
 
 namespace actorps_py {
 
@@ -24,9 +25,15 @@ struct buffer_state {
   std::size_t size = 0;
   bool lent = false;         // a pull holds the vector
   std::size_t reading = 0;   // pushes in flight read it
+  // A pull into it failed: parts of it may still land, so the memory stays the failed
+  // op's (kept alive here) and the buffer is not used again.
+  std::optional<ps::kv_future> failed;
 
   // Refuses when a request in flight is using it in a way `what` cannot share.
   void check_free(const std::string& what, bool writes) {
+    if (failed)
+      throw ps::bad_request(what + ": a pull into this buffer failed, and parts of it may still land there: " +
+                            "make a new one with actorps.buffer");
     if (lent || (writes && reading > 0))
       throw ps::bad_request(what + ": the buffer is in use by a " + (lent ? "pull" : "push") +
                             " still in flight (wait for its future first)");
@@ -63,8 +70,15 @@ std::shared_ptr<std::vector<float>> values_of(const py::array& a, std::size_t ex
 }
 
 std::vector<std::uint64_t> ids_of(const py::array& ids) {
+  const char kind = ids.dtype().kind();
+  if (kind != 'u' && kind != 'i')
+    throw ps::bad_request("row ids must be an integer array, not " + py::str(ids.dtype()).cast<std::string>());
+  if (kind == 'i') {  // negative ids would wrap around to huge ones
+    auto s = py::array_t<std::int64_t, py::array::c_style | py::array::forcecast>::ensure(ids);
+    for (py::ssize_t i = 0; i < s.size(); ++i)
+      if (s.data()[i] < 0) throw ps::bad_request("row id " + std::to_string(s.data()[i]) + " is negative");
+  }
   auto c = py::array_t<std::uint64_t, py::array::c_style | py::array::forcecast>::ensure(ids);
-  if (!c) throw ps::bad_request("row ids must be an array of non-negative integers");
   return {c.data(), c.data() + c.size()};
 }
 
@@ -138,11 +152,19 @@ future worker::push(const std::string& tensor, py::array values) {
   if (!shared) return future(ctx().kv.push(keys, values_of(values, keys.num_keys(), what)));
   if (shared->size != keys.num_keys())
     throw ps::bad_request(what + ": " + std::to_string(shared->size) + " values for " + std::to_string(keys.num_keys()));
-  auto f = ctx().kv.push(keys, lend_for_push(shared, what));  // no copy: the push reads the buffer
-  return future(f, py::none(), {}, {.fn = [shared](ps::kv_future&) {
-                                       std::lock_guard guard(shared->mtx);
-                                       --shared->reading;
-                                     }});
+  auto& kv = ctx().kv;  // a worker past its job refuses before the buffer is lent
+  auto done_reading = [shared](ps::kv_future&) {
+    std::lock_guard guard(shared->mtx);
+    --shared->reading;
+  };
+  ps::kv_future f;
+  try {
+    f = kv.push(keys, lend_for_push(shared, what));  // no copy: the push reads the buffer
+  } catch (...) {
+    done_reading(f);
+    throw;
+  }
+  return future(f, py::none(), {}, {.fn = done_reading});
 }
 
 future worker::init(const std::string& tensor, py::array values) {
@@ -158,9 +180,13 @@ future worker::pull(const std::string& tensor, py::object out) {
   auto arr = py::reinterpret_borrow<py::array>(out);
   auto held = buffer_of(arr);
   const auto what = "pull of " + tensor;
-  if (!held || arr.size() != n)
-    throw ps::bad_request(what + ": out= takes an actorps.buffer(" + std::to_string(n) +
-                          ") array (the pull lands in its memory), not another array");
+  if (!held)
+    throw ps::bad_request(what + ": out= takes an array made by actorps.buffer(" + std::to_string(n) +
+                          ") (the pull lands in its memory), not another array");
+  if (arr.size() != n)
+    throw ps::bad_request(what + ": out= holds " + std::to_string(arr.size()) + " floats, the tensor " +
+                          std::to_string(n));
+  auto& kv = ctx().kv;  // a worker past its job refuses before the buffer is lent
   std::vector<float> lent;
   {
     std::lock_guard guard(held->mtx);
@@ -169,12 +195,16 @@ future worker::pull(const std::string& tensor, py::object out) {
     lent = std::move(held->values);
   }
   // The pull writes into the buffer's memory, which the op holds until it is done; then the
-  // vector goes back to the buffer (on the client's thread: no GIL, no Python).
-  auto f = ctx().kv.pull(keys, std::move(lent));
+  // vector goes back to the buffer. (The keys are a declared tensor's: the request cannot be
+  // refused before it leaves, which would free the memory with the vector.)
+  auto f = kv.pull(keys, std::move(lent));
   return future(f, arr, {n}, {.fn = [held](ps::kv_future& done) {
-                                auto back = done.take_values();
                                 std::lock_guard guard(held->mtx);
-                                held->values = std::move(back);
+                                if (!done.error().empty()) {
+                                  held->failed = done;  // its memory stays the op's
+                                  return;
+                                }
+                                held->values = done.take_values();
                                 held->lent = false;
                               }});
 }
@@ -203,23 +233,32 @@ void worker::barrier() {
 void worker::report(const std::string& text) { ctx().report(text); }
 
 void bind_worker(py::module_& m) {
-  py::class_<future>(m, "Future")
-    .def("done", &future::done)
-    .def("wait", &future::wait, py::arg("timeout") = py::none())
-    .def("result", &future::result);
-  py::class_<worker, std::shared_ptr<worker>>(m, "Worker")
+  py::class_<future>(m, "Future", "A request in flight; waits release the GIL.")
+    .def("done", &future::done, "Whether the request is done (never waits).")
+    .def("wait", &future::wait, py::arg("timeout") = py::none(),
+         "Waits, releasing the GIL, at most timeout seconds (None: until done); False when still pending.")
+    .def("result", &future::result,
+         "Waits; the pulled array (out= itself for a pull into a buffer), None for a push, init or tick; raises "
+         "actorps.Error with the client's message when the request failed.");
+  py::class_<worker, std::shared_ptr<worker>>(m, "Worker",
+                                             "A worker's handle on its job, valid while the worker function runs.")
     .def_property_readonly("id", &worker::id)
     .def_property_readonly("num_workers", &worker::num_workers)
     .def_property_readonly("start_clock", &worker::start_clock)
-    .def("push", &worker::push, py::arg("tensor"), py::arg("values"))
-    .def("init", &worker::init, py::arg("tensor"), py::arg("values"))
-    .def("pull", &worker::pull, py::arg("tensor"), py::arg("out") = py::none())
-    .def("push_rows", &worker::push_rows, py::arg("table"), py::arg("ids"), py::arg("grads"))
-    .def("pull_rows", &worker::pull_rows, py::arg("table"), py::arg("ids"))
-    .def("tick", &worker::tick, py::arg("clock"))
-    .def("leave", &worker::leave)
-    .def("barrier", &worker::barrier)
-    .def("report", &worker::report, py::arg("text"))
+    .def("push", &worker::push, py::arg("tensor"), py::arg("values"),
+         "Folds float32 values (the whole tensor) into it with the job's rule; an actorps.buffer is not copied.")
+    .def("init", &worker::init, py::arg("tensor"), py::arg("values"),
+         "Sets the tensor where it was never set (the first initializer wins).")
+    .def("pull", &worker::pull, py::arg("tensor"), py::arg("out") = py::none(),
+         "The tensor's values: a new array, or landing in out= (an actorps.buffer of the tensor's size).")
+    .def("push_rows", &worker::push_rows, py::arg("table"), py::arg("ids"), py::arg("grads"),
+         "Folds grads (len(ids) x dim float32) into rows ids of table `table` (by index) with its rule.")
+    .def("pull_rows", &worker::pull_rows, py::arg("table"), py::arg("ids"),
+         "Rows ids of table `table` as a (len(ids), dim) array; rows never touched are created first.")
+    .def("tick", &worker::tick, py::arg("clock"), "This worker has completed `clock` iterations (SSP, BSP).")
+    .def("leave", &worker::leave, "This worker has finished its iterations: reads stop waiting for it.")
+    .def("barrier", &worker::barrier, "Waits, releasing the GIL, until every running worker reached it.")
+    .def("report", &worker::report, py::arg("text"), "A progress line for the job's observer.")
     .def("table_dim", &worker::table_dim, py::arg("table"));
 }
 

@@ -35,7 +35,12 @@ class future {
       : f_(std::move(f)), into_(std::move(into)), shape_(std::move(shape)), settle_(std::move(s)) {
     if (settle_.fn) f_.then([s = settle_](ps::kv_future done) { s(done); });
   }
-  bool done() const { return f_.ready(); }
+  // Never waits; a done request is settled first (a buffer back in its array).
+  bool done() {
+    if (!f_.ready()) return false;
+    settle_(f_);
+    return true;
+  }
   // False when still pending after timeout_s (None: wait for it).
   bool wait(std::optional<double> timeout_s);
   py::object result();

@@ -97,12 +97,27 @@ def test_errors_carry_the_client_message():
         with pytest.raises(actorps.Error) as e:
             w.pull("w").result()  # nobody pushed to w
         caught.append(str(e.value))
+        failed_into = actorps.buffer(N)
+        with pytest.raises(actorps.Error):
+            w.pull("w", out=failed_into).result()
+        with pytest.raises(actorps.Error) as e:  # parts of the failed pull may still land there
+            w.pull("w", out=failed_into)
+        caught.append(str(e.value))
+        with pytest.raises(actorps.Error) as e:
+            w.pull_rows(0, np.array([-1]))
+        caught.append(str(e.value))
+        kept.append(w)
         w.barrier()
         return caught
 
+    kept = []
     status, results, errors = run_job("py_errors", work, tensors=[actorps.Tensor("w", N)])
     assert status == 0, errors
     caught = results[0]
+    assert "a pull into this buffer failed" in caught[5]
+    assert "row id -1 is negative" in caught[6]
+    with pytest.raises(actorps.Error, match="this worker's job has ended"):
+        kept[0].pull("w")
     assert 'no tensor "nope" in this job (its tensors: w)' in caught[0]
     assert "push to w: 3 values for 1000" in caught[1]
     assert "values must be a float32 array, not float64" in caught[2]

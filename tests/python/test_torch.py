@@ -48,6 +48,8 @@ def test_two_workers_dense_towers_agree_through_the_shards():
         sync = DenseSync(w, tower, "tower")
         sync.init()
         w.barrier()
+        sync.pull()
+        initial = torch.cat([p.detach().reshape(-1) for p in tower.parameters()]).numpy().copy()
         rng = np.random.default_rng(w.id)
         for c in range(5):
             sync.pull()
@@ -61,6 +63,7 @@ def test_two_workers_dense_towers_agree_through_the_shards():
         w.barrier()
         sync.pull()
         finals[w.id] = torch.cat([p.detach().reshape(-1) for p in tower.parameters()]).numpy()
+        finals[f"initial{w.id}"] = initial
         w.barrier()
 
     size = 3 * 4 + 4 + 4 + 1
@@ -68,4 +71,6 @@ def test_two_workers_dense_towers_agree_through_the_shards():
                          consistency="bsp", args=EMBEDDED + ["--lr=0.1"])
     assert status == 0
     assert np.array_equal(finals[0], finals[1])
+    assert np.array_equal(finals["initial0"], finals["initial1"])  # the first init won on both
     assert np.all(np.isfinite(finals[0]))
+    assert np.abs(finals[0] - finals["initial0"]).max() > 1e-4  # the pushed gradients moved the tower
