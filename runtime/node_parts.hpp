@@ -36,6 +36,13 @@ caf::expected<Handle> connect_to(caf::actor_system& sys, const std::string& host
 // back). No --coordinator (embedded): no waiting.
 reconnect_options reconnect_from(caf::actor_system& sys, const node_config& cfg);
 
+// A server process told to stop (SIGTERM, SIGINT) while its job runs: its shard leaves the
+// job, its keys and rows handed to the others (line gets "shard" and "drained"); "" then.
+// Where it cannot leave, it asks the coordinator to stop the job with stop_code (as the
+// coordinator's own SIGTERM or SIGINT would) and returns why.
+std::string drain_server(caf::scoped_actor& self, const coordinator_actor& coord, const shard_actor& shard,
+                         json_line& line, errc stop_code);
+
 // What this job's checkpoints say about it (the clock is filled in per file).
 checkpoint_header job_header(const node_config& cfg, const job_settings& settings, const std::string& app_name);
 // The checkpoint writer, when --checkpoint-dir is given (else an empty handle).

@@ -2,11 +2,13 @@
 #include "libps/observe/log.hpp"
 #include "runtime/node_parts.hpp"
 
+#include <csignal>
 #include <cstdio>
 
 #include "actors/server_shard.hpp"
 #include "libps/persist/checkpoint_export.hpp"
 #include "runtime/job_contract.hpp"
+#include "runtime/signals.hpp"
 
 namespace ps {
 
@@ -133,9 +135,25 @@ int run_server_role(caf::actor_system& sys, const node_config& cfg) {
   caf::scoped_actor self{sys};
   self->monitor(shard);
   caf::error reason;
-  self->receive([&](caf::down_msg& dm) { reason = dm.reason; });  // the shard ends with the job, or on a fatal error
-  bool ok = !reason || reason == caf::exit_reason::normal;
+  bool ended = false, asked_to_stop = false;
+  errc stop_code = errc::terminated;
+  std::string cannot_leave;
+  std::optional<std::chrono::steady_clock::time_point> signalled;
+  while (!ended) {  // the shard ends with the job, on a fatal error, or once it has left
+    self->receive([&](caf::down_msg& dm) { reason = dm.reason, ended = true; },
+                  caf::after(milliseconds(100)) >> [] {});  // polls for a stop signal
+    if (ended || asked_to_stop || stop_signal() == 0) continue;
+    stop_code = stop_signal() == SIGINT ? errc::interrupted : errc::terminated;
+    if (!signalled) signalled = std::chrono::steady_clock::now();
+    // A scheduler stopping the whole job signals every member at once: the coordinator then
+    // stops the job, and this shard ends with it within the grace. Alone, it leaves.
+    if (std::chrono::steady_clock::now() - *signalled < milliseconds(1000)) continue;
+    asked_to_stop = true;
+    cannot_leave = drain_server(self, *coord, shard, line, stop_code);
+  }
+  bool ok = (!reason || reason == caf::exit_reason::normal) && cannot_leave.empty();
   if (sopts.plane) sopts.plane->quiet();
+  if (!cannot_leave.empty()) return print_status(line, false, stop_code, cannot_leave);
   return print_status(line, ok, code_of(reason), ok ? "" : describe(reason));
 }
 

@@ -1,0 +1,46 @@
+// A server process told to stop (SIGTERM, as a scheduler sends before it kills) while its
+// job runs on: its shard leaves the job as `psctl remove-shard` makes one leave.
+#include "runtime/node_parts.hpp"
+
+#include <cstdio>
+
+#include <nlohmann/json.hpp>
+
+namespace ps {
+
+namespace {
+
+// The shard's id, from its own figures (0 and why when it does not answer).
+std::uint32_t shard_id_of(caf::scoped_actor& self, const shard_actor& shard, std::string& why) {
+  std::uint32_t id = 0;
+  self->request(shard, std::chrono::seconds(5), stats_atom::value)
+    .receive([&](std::string& figures) { id = nlohmann::json::parse(figures).at("shard").get<std::uint32_t>(); },
+             [&](caf::error& e) { why = "the shard did not say its id: " + describe(e); });
+  return id;
+}
+
+}  // namespace
+
+std::string drain_server(caf::scoped_actor& self, const coordinator_actor& coord, const shard_actor& shard,
+                         json_line& line, errc stop_code) {
+  std::string why;
+  const auto id = shard_id_of(self, shard, why);
+  if (why.empty()) {
+    std::fprintf(stderr, "server: stop signal: shard %u leaves the job (its keys and rows go to the others)\n", id);
+    // A leave moves the shard's whole state: as long as psctl remove-shard allows it.
+    self->request(coord, std::chrono::seconds(600), remove_shard_atom::value, id)
+      .receive([&](std::string& done) { line["drained"] = done; },
+               [&](caf::error& e) { why = describe(e); });
+    line["shard"] = id;
+  }
+  if (why.empty()) return "";
+  // It cannot leave (the last shard, the last copy of another): the job stops as on the
+  // coordinator's own SIGTERM, with a final checkpoint, and this shard ends with it.
+  auto reason = "a server got a stop signal and its shard cannot leave the job (" + why + ")";
+  std::fprintf(stderr, "server: %s; asking the coordinator to stop the job\n", reason.c_str());
+  self->request(coord, std::chrono::seconds(15), stop_atom::value, static_cast<std::uint8_t>(stop_code), reason)
+    .receive([](caf::ok_atom) {}, [&](caf::error& e) { reason += "; the coordinator did not take the stop: " + describe(e); });
+  return reason;
+}
+
+}  // namespace ps

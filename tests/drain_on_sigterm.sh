@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# A server told to stop by SIGTERM (as Slurm and Kubernetes do before they kill) while its
+# job runs on leaves it: its shard's keys go to the others, as psctl remove-shard moves
+# them, and it exits 0 within 10 s with a last line that says so; the job ends ok on the
+# two other shards with exact sums and no stale read (clocksum under BSP). The workers
+# hold at clock 100 until the map holds shards 0 and 2 only, so the signal lands mid-job
+# whatever the machine's speed. Usage: drain_on_sigterm.sh BIN_DIR
+set -euo pipefail
+bin=$1
+source "$(dirname "$0")/roles_by_hand.sh"
+start_coordinator coord "$bin/psnode" --role=coordinator --app=clocksum --clocks=200 --consistency=bsp \
+  --hold-at-clock=100 --hold-for-shards=[0,2] --host=127.0.0.1 --port=0 --servers=3 --workers=2 --log-level=info
+for s in 0 1 2; do
+  "$bin/psnode" --role=server "${join[@]}" >"$work/server$s.out" 2>"$work/server$s.err" &
+  pids+=($!)
+done
+for w in 0 1; do
+  "$bin/psnode" --role=worker --app=clocksum "${join[@]}" >"$work/worker$w.out" 2>"$work/worker$w.err" &
+  pids+=($!)
+done
+for _ in $(seq 1 600); do
+  grep -q "holding at clock 100" "$work/coord.err" && break
+  kill -0 "$coord" 2>/dev/null || { cat "$work/coord.err"; echo "the coordinator ended before the hold"; exit 1; }
+  sleep 0.1  # waits for the workers' hold, bounded: 60 s
+done
+grep -q "holding at clock 100" "$work/coord.err" || { cat "$work/coord.err"; echo "the workers never held"; exit 1; }
+victim=$(sed -n 's/.*server shard 1 (.*, pid \([0-9]*\)) registered.*/\1/p' "$work/coord.err" | head -1)
+[ -n "$victim" ] || { cat "$work/coord.err"; echo "no pid for shard 1"; exit 1; }
+start=$(date +%s%N)
+kill -TERM "$victim"
+status=0
+for _ in $(seq 1 150); do kill -0 "$victim" 2>/dev/null || break; sleep 0.1; done  # bounded: 15 s
+kill -0 "$victim" 2>/dev/null && { echo "the server was still there 15 s after SIGTERM"; exit 1; }
+took_ms=$(( ($(date +%s%N) - start) / 1000000 ))
+out=$(grep -l '"drained"' "$work"/server*.out) || { cat "$work"/server*.out "$work"/server*.err; echo "no server said it drained"; exit 1; }
+grep -q '"status":"ok"' "$out" || { cat "$out"; echo "the drained server did not end ok"; exit 1; }
+[ "$took_ms" -le 10000 ] || { echo "the server took $took_ms ms to leave (more than 10 s)"; exit 1; }
+wait "$coord" || { cat "$work/coord.err"; echo "the coordinator failed"; exit 1; }
+results=$(grep '"shard_values"' "$work/coord.out")
+[ "$(wc -l <<<"$results")" -eq 2 ] || { cat "$work/coord.out"; echo "not two worker results"; exit 1; }
+# 200 clocks of 1 + 2 per key, all on shards 0 and 2; no pull saw less than its clock's sum.
+grep -q '"shard_values":{"0":600,"2":600}' <<<"$results" || { echo "$results"; echo "sums not exact on shards 0 and 2"; exit 1; }
+if grep -v '"stale_reads":0' <<<"$results"; then echo "stale reads under BSP"; exit 1; fi
+echo "SIGTERM: shard 1's server left in $took_ms ms, exit 0; the job ended ok on shards 0 and 2, exact"
+
+# The last shard cannot leave: the job stops as on the coordinator's SIGTERM (every member
+# exits 143) and the server says why. The workers hold for a map that never comes.
+start_coordinator last "$bin/psnode" --role=coordinator --app=clocksum --clocks=200 --hold-at-clock=20 \
+  --hold-for-shards=[7] --host=127.0.0.1 --port=0 --servers=1 --workers=1 --log-level=info
+"$bin/psnode" --role=server "${join[@]}" >"$work/last_server.out" 2>"$work/last_server.err" &
+server=$!
+"$bin/psnode" --role=worker --app=clocksum "${join[@]}" >"$work/last_worker.out" 2>"$work/last_worker.err" &
+pids+=("$server" $!)
+for _ in $(seq 1 600); do grep -q "holding at clock 20" "$work/last.err" && break; sleep 0.1; done  # bounded: 60 s
+kill -TERM "$server"
+code=0
+wait "$server" || code=$?
+[ "$code" -eq 143 ] || { cat "$work/last_server.out"; echo "the last shard's server exited $code, not 143"; exit 1; }
+grep -q "shard 0 cannot leave: it is the last shard" "$work/last_server.out" ||
+  { cat "$work/last_server.out"; echo "the server did not say why it could not leave"; exit 1; }
+code=0
+wait "$coord" || code=$?
+[ "$code" -eq 143 ] || { cat "$work/last.out"; echo "the coordinator exited $code, not 143"; exit 1; }
+echo "SIGTERM on the last shard: the job stopped, every member 143, the reason named: PASS"
