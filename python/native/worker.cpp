@@ -4,6 +4,7 @@
 
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <mutex>
@@ -101,13 +102,24 @@ bool future::wait(std::optional<double> timeout_s) {
     settle_(f_);
     return true;
   }
-  py::gil_scoped_release free;  // other Python threads go on meanwhile
-  bool done = true;
-  if (!timeout_s)
-    f_.wait();
-  else
-    done = f_.wait_for(std::chrono::milliseconds(static_cast<std::int64_t>(*timeout_s * 1000)));
-  if (done) settle_(f_);
+  bool done = false;
+  {
+    py::gil_scoped_release free;  // other Python threads go on meanwhile
+    using namespace std::chrono;
+    const auto until = steady_clock::now() + milliseconds(static_cast<std::int64_t>(timeout_s.value_or(0) * 1000));
+    // In slices: a request of a job that has ended is never answered (its client is gone).
+    for (;;) {
+      auto slice = milliseconds(100);
+      if (timeout_s) slice = std::min(slice, duration_cast<milliseconds>(until - steady_clock::now()));
+      if ((done = f_.wait_for(std::max(slice, milliseconds(0)))) || (job_open_ && !*job_open_)) break;
+      if (timeout_s && steady_clock::now() >= until) break;
+    }
+  }
+  if (done) {
+    settle_(f_);
+  } else if (job_open_ && !*job_open_) {
+    throw ps::kv_error("this request's job ended before it was answered (wait for requests inside the worker function)");
+  }
   return done;
 }
 
@@ -124,6 +136,11 @@ py::object future::result() {
   auto* held = new std::vector<float>(std::move(values));
   py::capsule owner(held, [](void* p) { delete static_cast<std::vector<float>*>(p); });
   return py::array_t<float>(shape_, held->data(), owner);
+}
+
+future worker::track(future f) const {
+  f.job_open_ = open_;
+  return f;
 }
 
 worker::worker(ps::worker_context& ctx, const std::vector<ps::tensor_spec>& tensors) : ctx_(&ctx) {
@@ -149,7 +166,7 @@ future worker::push(const std::string& tensor, py::array values) {
   auto keys = keys_of(tensor);
   const auto what = "push to " + tensor;
   auto shared = buffer_of(values);
-  if (!shared) return future(ctx().kv.push(keys, values_of(values, keys.num_keys(), what)));
+  if (!shared) return track(future(ctx().kv.push(keys, values_of(values, keys.num_keys(), what))));
   if (shared->size != keys.num_keys())
     throw ps::bad_request(what + ": " + std::to_string(shared->size) + " values for " + std::to_string(keys.num_keys()));
   auto& kv = ctx().kv;  // a worker past its job refuses before the buffer is lent
@@ -164,19 +181,19 @@ future worker::push(const std::string& tensor, py::array values) {
     done_reading(f);
     throw;
   }
-  return future(f, py::none(), {}, {.fn = done_reading});
+  return track(future(f, py::none(), {}, {.fn = done_reading}));
 }
 
 future worker::init(const std::string& tensor, py::array values) {
   auto keys = keys_of(tensor);
   auto v = values_of(values, keys.num_keys(), "init of " + tensor);
-  return future(ctx().kv.init(keys, std::move(*v)));
+  return track(future(ctx().kv.init(keys, std::move(*v))));
 }
 
 future worker::pull(const std::string& tensor, py::object out) {
   auto keys = keys_of(tensor);
   const auto n = static_cast<py::ssize_t>(keys.num_keys());
-  if (out.is_none()) return future(ctx().kv.pull(keys), py::none(), {n});
+  if (out.is_none()) return track(future(ctx().kv.pull(keys), py::none(), {n}));
   auto arr = py::reinterpret_borrow<py::array>(out);
   auto held = buffer_of(arr);
   const auto what = "pull of " + tensor;
@@ -198,7 +215,7 @@ future worker::pull(const std::string& tensor, py::object out) {
   // vector goes back to the buffer. (The keys are a declared tensor's: the request cannot be
   // refused before it leaves, which would free the memory with the vector.)
   auto f = kv.pull(keys, std::move(lent));
-  return future(f, arr, {n}, {.fn = [held](ps::kv_future& done) {
+  return track(future(f, arr, {n}, {.fn = [held](ps::kv_future& done) {
                                 std::lock_guard guard(held->mtx);
                                 if (!done.error().empty()) {
                                   held->failed = done;  // its memory stays the op's
@@ -206,23 +223,24 @@ future worker::pull(const std::string& tensor, py::object out) {
                                 }
                                 held->values = done.take_values();
                                 held->lent = false;
-                              }});
+                              }}));
 }
 
 future worker::push_rows(std::uint32_t table, py::array ids, py::array grads) {
   auto row_ids = ids_of(ids);
   auto g = values_of(grads, row_ids.size() * ctx().kv.table_dim(table), "push of rows");
-  return future(ctx().kv.push_rows(table, row_ids, *g));
+  return track(future(ctx().kv.push_rows(table, row_ids, *g)));
 }
 
 future worker::pull_rows(std::uint32_t table, py::array ids) {
   auto row_ids = ids_of(ids);
   const auto dim = static_cast<py::ssize_t>(ctx().kv.table_dim(table));
-  return future(ctx().kv.pull_rows(table, row_ids), py::none(), {static_cast<py::ssize_t>(row_ids.size()), dim});
+  const auto rows = static_cast<py::ssize_t>(row_ids.size());
+  return track(future(ctx().kv.pull_rows(table, row_ids), py::none(), {rows, dim}));
 }
 
-future worker::tick(std::uint64_t clock) { return future(ctx().kv.advance_clock(clock)); }
-future worker::leave() { return future(ctx().kv.leave_clock_vector()); }
+future worker::tick(std::uint64_t clock) { return track(future(ctx().kv.advance_clock(clock))); }
+future worker::leave() { return track(future(ctx().kv.leave_clock_vector())); }
 
 void worker::barrier() {
   auto& c = ctx();

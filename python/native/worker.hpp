@@ -4,6 +4,7 @@
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
+#include <atomic>
 #include <functional>
 #include <map>
 #include <memory>
@@ -51,6 +52,8 @@ class future {
   std::vector<py::ssize_t> shape_;
   settle settle_;
   bool taken_ = false;
+  std::shared_ptr<const std::atomic<bool>> job_open_;  // the worker's: false once its job ended
+  friend class worker;
 };
 
 // The worker function's handle on the job, valid while that function runs.
@@ -70,12 +73,17 @@ class worker {
   void barrier();
   void report(const std::string& text);
   std::uint32_t table_dim(std::uint32_t table) const { return ctx().kv.table_dim(table); }
-  void close() { ctx_ = nullptr; }
+  void close() {
+    ctx_ = nullptr;
+    *open_ = false;
+  }
 
  private:
   ps::worker_context& ctx() const;
   ps::key_set keys_of(const std::string& tensor) const;
+  future track(future f) const;  // the future learns when this worker's job ends
   ps::worker_context* ctx_;
+  std::shared_ptr<std::atomic<bool>> open_ = std::make_shared<std::atomic<bool>>(true);
   std::map<std::string, ps::key_range> tensors_;
 };
 

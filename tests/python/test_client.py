@@ -208,3 +208,17 @@ def test_a_buffer_is_free_again_once_its_request_is_waited_for():
     status, results, errors = run_job("py_reuse", work, tensors=[actorps.Tensor("w", N)])
     assert status == 0, errors
     assert results == {0: True, 1: True}
+
+
+def test_a_request_kept_past_its_job_raises_instead_of_waiting_forever():
+    kept = []
+
+    def work(w):
+        if w.id == 0:
+            kept.append(w.pull("w"))  # never waited for inside the job: w was not pushed
+        w.barrier()
+
+    status, _, errors = run_job("py_kept", work, tensors=[actorps.Tensor("w", N)])
+    assert status == 0, errors
+    with pytest.raises(actorps.Error):  # answered with its failure, or its job ended before it was
+        kept[0].result()
