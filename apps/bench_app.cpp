@@ -69,7 +69,10 @@ bench_tensor make_bench_tensor(worker_context& ctx, std::int64_t bytes, const st
 bench_cell run_bench_cell(worker_context& ctx, bench_tensor& t, const std::string& op, std::uint64_t window) {
   bench_cell cell{op, t.payload->size() * sizeof(float), window, ctx.id, 0, 0, {}, 0};
   std::deque<std::pair<kv_future, clock_type::time_point>> inflight;
+  // A request's latency runs from the call that makes it to the caller holding its result:
+  // stamped before the call, which may run the client actor (and send) on this thread.
   auto issue = [&] {
+    const auto called = clock_type::now();
     kv_future f;
     if (op == "push") {
       f = ctx.kv.push(t.keys, t.payload);
@@ -78,7 +81,7 @@ bench_cell run_bench_cell(worker_context& ctx, bench_tensor& t, const std::strin
       f = ctx.kv.pull(t.keys, std::move(t.rotate ? from.front() : from.back()));
       t.rotate ? from.pop_front() : from.pop_back();
     }
-    inflight.emplace_back(std::move(f), clock_type::now());
+    inflight.emplace_back(std::move(f), called);
   };
   auto done = [&](kv_future& f) {
     auto values = f.get();
