@@ -67,8 +67,11 @@ def auc(labels, scores):
     return float((ranks[pos].sum() - pos.sum() * (pos.sum() + 1) / 2) / (pos.sum() * (~pos).sum()))
 
 
-def logits(net, embed, ints, ids):
-    rows = [embed(f, torch.from_numpy(ids[:, f].astype(np.int64))) for f in range(FIELDS)]
+def logits(net, embed, ints, ids, tables=None):
+    fields = [torch.from_numpy(ids[:, f].astype(np.int64)) for f in range(FIELDS)]
+    for f, t in enumerate(tables or []):  # every table's pull in flight at once
+        t.prepare(fields[f])
+    rows = [embed(f, fields[f]) for f in range(FIELDS)]
     return net(torch.cat([torch.from_numpy(ints)] + rows, dim=1)).squeeze(1)
 
 
@@ -98,7 +101,7 @@ def train_worker(opts):
                 sync.pull()
                 net.zero_grad()
                 loss = nn.functional.binary_cross_entropy_with_logits(
-                    logits(net, lambda f, x: tables[f](x), ints[sl], ids[sl]), torch.from_numpy(labels[sl]))
+                    logits(net, lambda f, x: tables[f](x), ints[sl], ids[sl], tables), torch.from_numpy(labels[sl]))
                 loss.backward()
                 sync.push()
                 for t in tables:

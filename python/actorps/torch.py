@@ -26,11 +26,24 @@ class Embedding(nn.Module):
         self.worker, self.table = worker, table
         self.dim = worker.table_dim(table)
         self._pushes = []
+        self._prepared = None  # (ids, unique, inverse, the pull in flight)
 
-    def forward(self, ids):
+    def _pull(self, ids):
         flat = ids.reshape(-1).cpu().numpy()  # integers; negative ones are refused by pull_rows
         unique, inverse = np.unique(flat, return_inverse=True)
-        rows = torch.from_numpy(self.worker.pull_rows(self.table, unique).result())
+        return flat, unique, inverse, self.worker.pull_rows(self.table, unique)
+
+    def prepare(self, ids):
+        """Sends the pull of these ids' rows now, so that several tables' pulls are in
+        flight together; the next forward of the same ids uses it."""
+        self._prepared = self._pull(ids)
+
+    def forward(self, ids):
+        prepared, self._prepared = self._prepared, None
+        if prepared is None or not np.array_equal(prepared[0], ids.reshape(-1).cpu().numpy()):
+            prepared = self._pull(ids)
+        _, unique, inverse, pulled = prepared
+        rows = torch.from_numpy(pulled.result())
         if torch.is_grad_enabled():
             rows.requires_grad_(True)
             rows.register_hook(lambda grad: self._push(unique, grad))
