@@ -4,26 +4,30 @@
 #       --log-level=info) in the background, its output in $work/NAME.out and .err; waits
 #       (bounded: 30 s) for the line saying where it listens; sets coord (its pid) and
 #       join (the flags that reach it)
+#   await_line FILE TEXT PID SECONDS  waits until FILE (a process's output) has a line
+#       with TEXT, as tail -f reads it grow; fails when process PID ends or SECONDS pass
 #   serve_and_work NAME PROGRAM  starts PROGRAM --role=server and --role=worker with
 #       $join, waits for coordinator NAME and checks that a worker reported "right":true
 work=$(mktemp -d)
 pids=()
 trap 'kill "${pids[@]}" 2>/dev/null || true; rm -rf "$work"' EXIT
 
+await_line() {
+  local file=$1 text=$2 pid=$3 seconds=$4
+  timeout "$seconds" grep -q -m1 -F -- "$text" < <(tail -n +1 -f --pid="$pid" "$file")
+}
+
 start_coordinator() {
   local name=$1
   shift
-  "$@" >"$work/$name.out" 2>"$work/$name.err" &
+  : >"$work/$name.err"  # there before tail reads it (the background job opens it later)
+  "$@" >"$work/$name.out" 2>>"$work/$name.err" &
   coord=$!
   pids+=("$coord")
-  local port=""
-  for _ in $(seq 1 300); do
-    port=$(sed -n 's/.*coordinator listening on [^:]*:\([0-9]*\),.*/\1/p' "$work/$name.err" | head -1)
-    [ -n "$port" ] && break
-    kill -0 "$coord" 2>/dev/null || { cat "$work/$name.err"; echo "the coordinator ended before it listened"; exit 1; }
-    sleep 0.1  # waits for the coordinator's line
-  done
-  [ -n "$port" ] || { echo "the coordinator never said where it listens"; exit 1; }
+  await_line "$work/$name.err" "coordinator listening on" "$coord" 30 ||
+    { cat "$work/$name.err"; echo "the coordinator never said where it listens"; exit 1; }
+  local port
+  port=$(sed -n 's/.*coordinator listening on [^:]*:\([0-9]*\),.*/\1/p' "$work/$name.err" | head -1)
   join=(--host=127.0.0.1 --coordinator=127.0.0.1:"$port" --ps.register-timeout-ms=20000)
 }
 

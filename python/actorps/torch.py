@@ -26,21 +26,21 @@ class Embedding(nn.Module):
         self.worker, self.table = worker, table
         self.dim = worker.table_dim(table)
         self._pushes = []
-        self._prepared = None  # (ids, unique, inverse, the pull in flight)
+        self._prepared = None  # (the ids tensor, its distinct ids, their inverse, the pull in flight)
 
     def _pull(self, ids):
         flat = ids.reshape(-1).cpu().numpy()  # integers; negative ones are refused by pull_rows
         unique, inverse = np.unique(flat, return_inverse=True)
-        return flat, unique, inverse, self.worker.pull_rows(self.table, unique)
+        return ids, unique, inverse, self.worker.pull_rows(self.table, unique)
 
     def prepare(self, ids):
         """Sends the pull of these ids' rows now, so that several tables' pulls are in
-        flight together; the next forward of the same ids uses it."""
+        flight together; the next forward of this same tensor uses it."""
         self._prepared = self._pull(ids)
 
     def forward(self, ids):
         prepared, self._prepared = self._prepared, None
-        if prepared is None or not np.array_equal(prepared[0], ids.reshape(-1).cpu().numpy()):
+        if prepared is None or prepared[0] is not ids:
             prepared = self._pull(ids)
         _, unique, inverse, pulled = prepared
         rows = torch.from_numpy(pulled.result())

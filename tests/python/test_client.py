@@ -2,7 +2,6 @@
 that land in place, rows with their first-touch values, errors with the client's
 messages, the GIL released while a request or a barrier waits. Run by ctest (python)."""
 import threading
-import time
 
 import numpy as np
 import pytest
@@ -126,29 +125,40 @@ def test_errors_carry_the_client_message():
 
 
 def test_waits_release_the_gil():
+    # Worker 1 reaches the barrier only once a Python thread of worker 0 has counted
+    # SPINS while worker 0 waits in it. Were the barrier to hold the GIL, no Python thread
+    # could run during it (the count cannot reach SPINS in the few bytecodes before it),
+    # worker 1 would never arrive, and the barrier would fail at its timeout.
+    SPINS = 200_000
+    waiting, counted = threading.Event(), threading.Event()
+
     def work(w):
         if w.id == 1:
-            time.sleep(0.5)  # worker 0's barrier waits for this
+            if not counted.wait(timeout=60):
+                raise RuntimeError("worker 0's thread did not run while worker 0 waited in the barrier")
             w.barrier()
             return 0
         count, stop = [0], threading.Event()
 
         def spin():
+            waiting.wait()
+            start = count[0]
             while not stop.is_set():
                 count[0] += 1
+                if count[0] - start == SPINS:
+                    counted.set()
 
         t = threading.Thread(target=spin)
         t.start()
-        before = count[0]
-        w.barrier()  # ~0.5 s in C++: the spinning thread must run meanwhile
-        during = count[0] - before
+        waiting.set()
+        w.barrier()  # waits for worker 1, which waits for the spinning thread
         stop.set()
         t.join()
-        return during
+        return count[0]
 
     status, results, errors = run_job("py_gil", work, tensors=[actorps.Tensor("w", N)])
     assert status == 0, errors
-    assert results[0] > 10000
+    assert results[0] >= SPINS
 
 
 def test_a_worker_that_raises_fails_the_job_with_its_message(capfd):
@@ -170,9 +180,7 @@ def test_ssp_through_python_ticks_keeps_its_bound(tmp_path):
 
     def work(w):
         for c in range(12):
-            if w.id == 1 and c % 3 == 0:
-                time.sleep(0.02)  # a slow worker: the other runs ahead within the bound
-            w.pull("w").result()
+            w.pull("w").result()  # at clock c: answered once the other worker is within 1 clock
             w.push("w", np.ones(N, np.float32)).wait()
             w.tick(c + 1).wait()
         w.leave().wait()
