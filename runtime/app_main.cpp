@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <memory>
 
+#include "runtime/launch_env.hpp"
 #include "runtime/prometheus_export.hpp"
 #include "runtime/signals.hpp"
 
@@ -33,6 +34,7 @@ int run_node(node_config& cfg, bool process_ends) {
     // settings (an app's tensors may depend on files only its workers have).
     auto settings = cfg.app.empty() || cfg.role == "server" ? job_settings{} : settings_for_app(cfg, cfg.app);
     if (cfg.role == "export") return run_export_role(cfg, settings);  // no actors
+    if (cfg.role != "coordinator") await_rendezvous(cfg);  // --layout under MPI: rank 0's address
     caf::actor_system sys{cfg};
     catch_stop_signals();
     std::unique_ptr<prometheus_export> exporter;

@@ -28,6 +28,7 @@
 #include "libps/observe/text.hpp"
 #include "runtime/app_registry.hpp"
 #include "runtime/job_contract.hpp"
+#include "runtime/launch_env.hpp"
 
 namespace ps {
 
@@ -51,6 +52,12 @@ void node_config::declare_member_options() {
                        "export: --checkpoint-dir's newest checkpoint as .npy files in --out)")
     .add(out, "out", "export: DIR the .npy files and manifest.json go to")
     .add(coordinator, "coordinator", "coordinator address HOST:PORT")
+    .add(layout, "layout", "servers:S,workers:W: one identical command on every rank of srun/sbatch or mpirun runs the "
+                           "job: rank 0 coordinates, ranks 1..S serve, the rest work (ranks from SLURM_PROCID, "
+                           "OMPI_COMM_WORLD_RANK or PMI_RANK; under Slurm the coordinator is the first host of the job "
+                           "at --port, default 7070; docs/clusters.md)")
+    .add(rendezvous, "rendezvous", "FILE: under --layout, rank 0 writes its address there and the others wait for it "
+                                   "(a directory every rank sees; how MPI ranks find the coordinator)")
     .add(host, "host", "HOST: listen on it and announce it (both; --listen and --advertise win)")
     .add(port, "port", "the port of --listen (0: any free port)")
     .add(listen, "listen", "ADDR:PORT this process listens on (default every interface; :PORT for every interface)")
@@ -291,6 +298,7 @@ bool node_config::parse_args(int argc, char** argv) {
   if (cli_helptext_printed)
     return false;
   try {
+    apply_layout(*this);  // the role and the job's size from a launcher's rank, before they are checked
     validate();
     if (dump) {
       std::printf("%s", effective_config().c_str());

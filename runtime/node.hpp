@@ -7,6 +7,7 @@
 
 #include <functional>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -59,6 +60,10 @@ struct node_config : caf::actor_system_config {
   // [global]: roles and the job.
   std::string role;             // coordinator | server | worker (psnode)
   std::string coordinator;      // HOST:PORT
+  std::string layout;           // servers:S,workers:W: the role from a launcher's rank (runtime/launch_env.cpp)
+  std::string rendezvous;       // FILE: under --layout, where rank 0 tells the others its address
+  std::optional<std::size_t> launch_rank;  // the launcher's rank under --layout (status lines name it)
+  std::string launch_job_id;    // the launcher's job, matched against the rendezvous file
   std::string host;             // --host: bind and advertised host at once ("": see endpoint_of)
   std::uint16_t port = 0;       // the port of --listen (0: any)
   std::string listen;           // ADDR:PORT this process binds ("": every interface, --port)

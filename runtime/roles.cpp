@@ -4,10 +4,12 @@
 
 #include <csignal>
 #include <cstdio>
+#include <thread>
 
 #include "actors/server_shard.hpp"
 #include "libps/persist/checkpoint_export.hpp"
 #include "runtime/job_contract.hpp"
+#include "runtime/launch_env.hpp"
 #include "runtime/signals.hpp"
 
 namespace ps {
@@ -23,6 +25,12 @@ caf::expected<coordinator_actor> connect_coordinator(caf::actor_system& sys, con
     return make_ps_error("--coordinator=HOST:PORT is required for --role=" + cfg.role);
   auto [host, port] = parse_host_port(cfg.coordinator);
   auto h = connect_to<coordinator_actor>(sys, host, port);
+  // Under --layout every rank starts at once: the coordinator may not listen yet.
+  auto deadline = std::chrono::steady_clock::now() + milliseconds(cfg.failure_timeout_ms);
+  while (!h && cfg.launch_rank && code_of(h.error()) != errc::refused && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(milliseconds(100));  // a listener that is not there yet sends no message
+    h = connect_to<coordinator_actor>(sys, host, port);
+  }
   if (!h)
     return make_error(code_of(h.error()), "cannot reach the coordinator at " + cfg.coordinator + ": " + describe(h.error()));
   return *h;
@@ -37,6 +45,12 @@ caf::expected<std::uint16_t> publish_at(const Handle& who, const endpoint& at) {
     return make_ps_error("cannot listen on " + at.bind_host + ":" + std::to_string(at.bind_port) + ": " +
                          describe(port.error()));
   return port;
+}
+
+// A member's status line; under --layout it names the launcher's rank.
+json_line member_line(const node_config& cfg, json_line line) {
+  if (cfg.launch_rank) line["rank"] = *cfg.launch_rank;
+  return line;
 }
 
 }  // namespace
@@ -80,7 +94,7 @@ int print_job_end(json_line line, const job_result& res, const std::function<voi
 
 int run_coordinator_role(caf::actor_system& sys, const node_config& cfg, const job_settings& settings,
                          const job_listener& listener) {
-  json_line line{{"role", "coordinator"}, {"app", cfg.app}, {"job_fingerprint", fingerprint_text(settings.spec)}};
+  auto line = member_line(cfg, {{"role", "coordinator"}, {"app", cfg.app}, {"job_fingerprint", fingerprint_text(settings.spec)}});
   caf::scoped_actor observer{sys};
   running_coordinator started;
   try {
@@ -94,6 +108,12 @@ int run_coordinator_role(caf::actor_system& sys, const node_config& cfg, const j
   if (!port) {
     caf::anon_send_exit(coord, caf::exit_reason::user_shutdown);
     return print_status(line, false, errc::failed, describe(port.error()));
+  }
+  try {
+    write_rendezvous(cfg, *port);
+  } catch (const bad_request& e) {
+    caf::anon_send_exit(coord, caf::exit_reason::user_shutdown);
+    return print_status(line, false, errc::failed, e.what());
   }
   if (logs(log_level::info) && cfg.resume)
     std::fprintf(stderr, "coordinator listening on %s:%u, resuming job %s; its members rejoin on their own\n",
@@ -118,7 +138,7 @@ int run_coordinator_role(caf::actor_system& sys, const node_config& cfg, const j
 }
 
 int run_server_role(caf::actor_system& sys, const node_config& cfg) {
-  json_line line{{"role", "server"}};
+  auto line = member_line(cfg, {{"role", "server"}});
   auto coord = connect_coordinator(sys, cfg);
   if (!coord) return print_status(line, false, code_of(coord.error()), describe(coord.error()));
   auto at = cfg.endpoint_of();
@@ -158,7 +178,7 @@ int run_server_role(caf::actor_system& sys, const node_config& cfg) {
 }
 
 int run_worker_role(caf::actor_system& sys, node_config& cfg, const app_fn& app) {
-  json_line line{{"role", "worker"}, {"app", cfg.app}};
+  auto line = member_line(cfg, {{"role", "worker"}, {"app", cfg.app}});
   auto coord = connect_coordinator(sys, cfg);
   if (!coord) return print_status(line, false, code_of(coord.error()), describe(coord.error()));
   std::string err;
