@@ -285,9 +285,16 @@ void kv_client::die_if_killed_at(std::uint64_t c) {
                  " (--faults: kill worker=" + std::to_string(opts_.worker) + " at=" + std::to_string(*opts_.kill_at) + ")");
 }
 
+void kv_client::leave_if_asked(std::uint64_t c) const {
+  if (opts_.leave_requested && opts_.leave_requested())
+    throw worker_leaving(c, "worker " + std::to_string(opts_.worker) + " leaves the job before its clock " +
+                                std::to_string(c) + " (a stop signal)");
+}
+
 kv_future kv_client::push_and_advance(const key_set& keys, std::shared_ptr<std::vector<float>> values,
                                       std::size_t offset, std::uint64_t then_tick) {
   if (!values) throw bad_request("push: no values (null buffer)");
+  leave_if_asked(then_tick);
   if (opts_.kill_at && then_tick >= *opts_.kill_at) {  // the push counts, then the worker dies ticking
     push(keys, std::move(values), offset).get();
     return advance_clock(then_tick);
@@ -298,6 +305,7 @@ kv_future kv_client::push_and_advance(const key_set& keys, std::shared_ptr<std::
 }
 
 kv_future kv_client::advance_clock(std::uint64_t c) {
+  leave_if_asked(c);
   die_if_killed_at(c);
   clock_ = c;
   auto op = std::make_shared<kv_op_state>();

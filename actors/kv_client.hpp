@@ -37,6 +37,15 @@ struct kv_error : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// Thrown by a clock tick when kv_client_options::leave_requested says so: the worker's app
+// ends there and the worker leaves the job (runtime/worker.cpp). Not a kv_error, so an app's
+// handler of failed requests does not swallow it.
+struct worker_leaving : std::runtime_error {
+  worker_leaving(std::uint64_t before_clock, const std::string& what)
+      : std::runtime_error(what), clock(before_clock) {}
+  std::uint64_t clock;  // the tick not sent: the worker's pushes of clocks below it count
+};
+
 // Shared state of one push, pull or init.
 struct kv_op_state : std::enable_shared_from_this<kv_op_state> {
   std::mutex mtx;       // guards error, values and continuation until done
@@ -130,6 +139,10 @@ struct kv_client_options {
   // The job's dense tensors (its spec's): a push, init or pull of keys outside all of them
   // is refused before anything is sent, naming the nearest. Empty: no check.
   std::vector<tensor_spec> tensors{};
+  // Asked before each tick (advance_clock, push_and_advance): true, and the tick is not
+  // sent but worker_leaving thrown (a worker process told to stop leaves at a clock
+  // boundary). None: never.
+  std::function<bool()> leave_requested{};
 
   // The largest value payload of one message of this kind.
   std::uint64_t chunk_bytes_of(op_kind kind) const {
@@ -282,6 +295,8 @@ class kv_client {
                               std::optional<std::size_t> offset) const;
   // The fault injector's kill of this worker at clock c (its pushes so far count).
   void die_if_killed_at(std::uint64_t c);
+  // worker_leaving instead of the tick to c, when opts_.leave_requested says so.
+  void leave_if_asked(std::uint64_t c) const;
 
   kv_future send_rows(op_kind kind, std::uint32_t table, const std::vector<std::uint64_t>& ids, const float* grads);
 

@@ -4,8 +4,11 @@
 // (psnode --role=server), after another phase shard 0 leaves (psctl remove-shard 0).
 // --replication=R keeps chains of R copies (the joiner's chain is built before its keys
 // move; the leaver's process takes its copies along, and their chains grow back).
+// With --rolling, after another phase every shard is replaced in turn (psctl rolling-restart:
+// a new server joins, then the old shard leaves), one event over the whole replacement.
 // One JSON line per event (with `replication`):
-//   event             join | leave
+//   event             join | leave | rolling (servers_replaced; moved_fraction: the mean of
+//                     the leaves' fractions, each leaving one of n+1 shards: ideal 1/(n+1))
 //   moved_fraction    of the dense keys (the coordinator's news; ideal 1/(n+1) on a join)
 //   seconds           from the event's start to the coordinator saying it is done
 //   p99_stall_ms, max_stall_ms   latency of the requests that overlapped the move
@@ -26,6 +29,7 @@
 
 #include "apps/apps.hpp"
 #include "apps/bench_timing.hpp"
+#include "libps/observe/text.hpp"
 
 namespace {
 
@@ -92,7 +96,7 @@ nlohmann::ordered_json measure(const event_window& ev, const std::vector<sample>
           {"event", ev.name},
           {"shards_before", ev.shards_before},
           {"moved_fraction", ev.moved_fraction},
-          {"ideal_fraction", std::string(ev.name) == "join" ? 1.0 / (ev.shards_before + 1) : 1.0 / ev.shards_before},
+          {"ideal_fraction", std::string(ev.name) == "leave" ? 1.0 / ev.shards_before : 1.0 / (ev.shards_before + 1)},
           {"seconds", (ev.end_us - ev.start_us) / 1e6},
           {"p99_stall_ms", p99},
           {"max_stall_ms", stalls.empty() ? 0.0 : stalls.back()},
@@ -157,10 +161,11 @@ nlohmann::ordered_json tier_figures(const std::string& output, std::uint64_t fir
 }
 
 constexpr const char* usage =
-  "usage: bench_elastic [--phase-seconds=2] [--replication=1] [--rows=N --shard-memory=BYTES\n"
+  "usage: bench_elastic [--phase-seconds=2] [--replication=1] [--rolling] [--rows=N --shard-memory=BYTES\n"
   "                     [--handoff=copy-ahead|cut]]\n"
   "A job of 2 servers and 2 workers (processes, 1 MiB pushes and pulls back to back): a third server joins\n"
-  "after one phase, shard 0 leaves after the next. With --rows, a sparse table of N rows (filled first;\n"
+  "after one phase, shard 0 leaves after the next; with --rolling, every shard is then replaced in turn\n"
+  "(psctl rolling-restart). With --rows, a sparse table of N rows (filled first;\n"
   "batches of 1,024 Zipf rows pushed and pulled each round too), on a disk tier with --shard-memory.\n"
   "One JSON line per event (see the source's header).\n";
 
@@ -169,6 +174,7 @@ struct bench_flags {
   int replication = 1;
   std::uint64_t rows = 0, shard_memory = 0;
   std::string handoff = "copy-ahead";
+  bool rolling = false;
   // The flags every psnode of the job gets (the joiner too).
   std::string node_flags() const {
     if (rows == 0) return "";
@@ -194,6 +200,7 @@ std::optional<bench_flags> parse_flags(int argc, char** argv, int& rc) {
     else if (a.rfind("--shard-memory=", 0) == 0 && number_after(a, "--shard-memory=") >= (1u << 20))
       f.shard_memory = number_after(a, "--shard-memory=");
     else if (a == "--handoff=copy-ahead" || a == "--handoff=cut") f.handoff = a.substr(10);
+    else if (a == "--rolling") f.rolling = true;
     else {
       std::fprintf(stderr, "bench_elastic: unknown or bad flag %s\n%s", a.c_str(), usage);
       rc = 2;
@@ -212,7 +219,7 @@ std::optional<bench_flags> parse_flags(int argc, char** argv, int& rc) {
 // each move, and room to spare); the --coordinator flag that reaches it once its workers
 // load, or nullopt (said on stderr).
 std::optional<std::string> start_job(job_output& job, const std::string& psnode, const bench_flags& f) {
-  auto load = std::to_string(4 * f.phase + 4);
+  auto load = std::to_string(4 * f.phase + 4 + (f.rolling ? 2 * f.phase + 20 : 0));  // 20 s: two replacements and room
   job.pipe = popen((psnode + " --role=local --app=elastic --servers=2 --workers=2 --replication=" +
                     std::to_string(f.replication) + " --load-seconds=" + load + f.node_flags() + " 2>&1").c_str(), "r");
   std::string line;
@@ -227,6 +234,23 @@ std::optional<std::string> start_job(job_output& job, const std::string& psnode,
     return std::nullopt;
   }
   return " --coordinator=127.0.0.1:" + port;
+}
+
+// psctl rolling-restart of the job's 2 shards, timed; nullopt when it failed (said on stderr).
+std::optional<event_window> rolling_event(const std::string& psnode, const std::string& psctl,
+                                          const std::string& coordinator, const bench_flags& f) {
+  event_window ev{"rolling", now_us(), 0, -1, 2};
+  auto start = "OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive " + psnode + " --role=server" + coordinator + f.node_flags() +
+               " >/dev/null 2>&1";
+  auto out = ps::output_of(psctl + coordinator + " rolling-restart --start='" + start + "'");
+  ev.end_us = now_us();
+  if (!out) return std::nullopt;
+  double sum = 0;
+  int leaves = 0;
+  for (const auto& line : ps::split(*out, '\n'))
+    if (auto fraction = moved_fraction_in(line); fraction >= 0) sum += fraction, ++leaves;
+  ev.moved_fraction = leaves > 0 ? sum / leaves : -1;
+  return ev;
 }
 
 // One JSON line per event (join, then leave) with its throughput dip and, with rows, the tier's figures.
@@ -279,6 +303,11 @@ int main(int argc, char** argv) {
   leave.end_us = now_us();
   if (!removed) return 1;
   leave.moved_fraction = moved_fraction_in(*removed);
+  std::optional<event_window> rolling;
+  if (flags->rolling) {
+    pause();
+    if (rolling = rolling_event(psnode, psctl, *coordinator, *flags); !rolling) return 1;
+  }
   job.until(std::string(1, '\0'));  // no line holds it: the rest of the output
   int status = pclose(job.pipe);
   char rest[4096];
@@ -294,5 +323,11 @@ int main(int argc, char** argv) {
   const double keys = 1u << 18;
   const double lost = keys * results.pushes - results.worst_sum + results.row_values_pushed - results.worst_row_sum;
   print_lines(*flags, job.all, results, {&join, &leave}, join_epoch, lost);
+  if (rolling) {
+    auto out = measure(*rolling, results.samples, flags->phase, lost);
+    out["servers_replaced"] = rolling->shards_before;
+    out["replication"] = flags->replication;
+    ps::bench::print_line(out);
+  }
   return lost == 0 ? 0 : 1;
 }

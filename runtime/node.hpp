@@ -287,11 +287,13 @@ job_result run_job(caf::actor_system& sys, const node_config& cfg, const app_fn&
 // Registers a worker with the coordinator, connects to the shards, runs the app and
 // sends its result (done). False (and *error_out) when any step failed.
 // on_spec gets the job's spec before the app starts (psnode adopts its settings there).
-// A refused or failed worker's error is an errc (*error_out has its text).
+// A refused or failed worker's error is an errc (*error_out has its text). A worker process
+// told to stop leaves the job at its next tick: its result and *left_out say so, and it is
+// no failure.
 using spec_fn = std::function<void(const job_spec&)>;
 bool run_worker(caf::actor_system& sys, const node_config& cfg, coordinator_actor coord,
                 const app_fn& app, std::string* error_out, std::shared_ptr<transport> plane = nullptr,
-                const spec_fn& on_spec = {}, errc* code_out = nullptr);
+                const spec_fn& on_spec = {}, errc* code_out = nullptr, std::string* left_out = nullptr);
 // This process's data plane per --ps.transport and --ps.data-plane-bytes (none when 0);
 // throws bad_request when it cannot listen on --host.
 std::shared_ptr<transport> transport_from(caf::actor_system& sys, const node_config& cfg);

@@ -188,8 +188,10 @@ int run_worker_role(caf::actor_system& sys, node_config& cfg, const app_fn& app)
     line["job_fingerprint"] = fingerprint_text(spec);
   };
   auto plane = transport_from(sys, cfg);
-  bool ok = run_worker(sys, cfg, *coord, app, &err, plane, adopt_spec, &code);
+  std::string left;
+  bool ok = run_worker(sys, cfg, *coord, app, &err, plane, adopt_spec, &code, &left);
   if (!ok) std::fprintf(stderr, "error: %s\n", err.c_str());
+  if (!left.empty()) line["left"] = left;
   if (plane) plane->quiet();  // a connection the job's end closes late is not news after the status line
   return print_status(line, ok, code, err);
 }

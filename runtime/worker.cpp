@@ -4,8 +4,12 @@
 
 #include <unistd.h>
 
+#include <atomic>
+#include <cstdio>
+
 #include "actors/transport.hpp"
 #include "runtime/job_contract.hpp"
+#include "runtime/signals.hpp"
 
 namespace ps {
 
@@ -21,6 +25,27 @@ namespace {
 milliseconds retry_interval(const node_config& cfg) {
   if (cfg.retry_ms > 0) return milliseconds(cfg.retry_ms);
   return cfg.fault_spec().touches_messages() ? milliseconds(200) : milliseconds(0);
+}
+
+// A worker process told to stop (SIGTERM, SIGINT) leaves at its next tick, a second after
+// the signal, as a server does: a scheduler that stops the whole job signals every member at
+// once, and the coordinator's stop then ends this worker first (the job ends "stopped").
+bool asked_to_leave() {
+  static std::atomic<std::int64_t> first_seen{0};
+  if (stop_signal() == 0) return false;
+  auto now = std::chrono::steady_clock::now().time_since_epoch().count();
+  std::int64_t none = 0;
+  first_seen.compare_exchange_strong(none, now);
+  return std::chrono::steady_clock::duration(now - first_seen.load()) >= std::chrono::seconds(1);
+}
+
+// The app stopped at a tick: out of every shard's clock vector (behind its pushes, so they
+// count), and the result that says so.
+std::string leave_job(kv_client& kv, std::uint32_t id, const worker_leaving& why, std::string* left_out) {
+  kv.leave_clock_vector().get();
+  std::fprintf(stderr, "worker %u: %s\n", id, why.what());
+  if (left_out) *left_out = why.what();
+  return json_line{{"worker", id}, {"left", why.what()}, {"left_before_clock", why.clock}}.dump();
 }
 
 }  // namespace
@@ -104,6 +129,7 @@ kv_client_options client_options(caf::actor_system& sys, const node_config& cfg,
           reconnect_from(sys, cfg), std::move(worker), reg.barrier_generation, cfg.push_chunk_bytes,
           cfg.crowded_inflight_bytes, cfg.tcp_push_chunk_bytes, cfg.caller_runs != 0};
   o.tensors = reg.spec.tensors;
+  if (cfg.role == "worker") o.leave_requested = asked_to_leave;  // a process of its own: its signals are its
   return o;
 }
 
@@ -171,7 +197,7 @@ std::optional<registration> register_worker(caf::scoped_actor& self, const node_
 
 bool run_worker(caf::actor_system& sys, const node_config& cfg, coordinator_actor coord,
                 const app_fn& app, std::string* error_out, std::shared_ptr<transport> plane,
-                const spec_fn& on_spec, errc* code_out) {
+                const spec_fn& on_spec, errc* code_out, std::string* left_out) {
   caf::scoped_actor self{sys};
   std::string err;
   errc code = errc::failed;
@@ -198,7 +224,12 @@ bool run_worker(caf::actor_system& sys, const node_config& cfg, coordinator_acto
     if (reg->start_clock > 0) kv.advance_clock(reg->start_clock).get();
     ctx.barrier = [&] { kv.barrier(milliseconds(cfg.barrier_timeout_ms)); };
     ctx.report = [&](std::string text) { kv.report(std::move(text)); };
-    auto result = app(ctx);
+    std::string result;
+    try {
+      result = app(ctx);
+    } catch (const worker_leaving& why) {
+      result = leave_job(kv, id, why, left_out);
+    }
     return run.finish(result, true);
   } catch (const std::exception& e) {
     run.client = nullptr;  // gone with the try block

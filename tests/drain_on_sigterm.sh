@@ -4,7 +4,8 @@
 # them, and it exits 0 within 10 s with a last line that says so; the job ends ok on the
 # two other shards with exact sums and no stale read (clocksum under BSP). The workers
 # hold at clock 100 until the map holds shards 0 and 2 only, so the signal lands mid-job
-# whatever the machine's speed. Usage: drain_on_sigterm.sh BIN_DIR
+# whatever the machine's speed. Below: the last shard, which cannot leave, and a worker,
+# which leaves at its next tick. Usage: drain_on_sigterm.sh BIN_DIR
 set -euo pipefail
 bin=$1
 source "$(dirname "$0")/roles_by_hand.sh"
@@ -57,3 +58,44 @@ code=0
 wait "$coord" || code=$?
 [ "$code" -eq 143 ] || { cat "$work/last.out"; echo "the coordinator exited $code, not 143"; exit 1; }
 echo "SIGTERM on the last shard: the job stopped, every member 143, the reason named: PASS"
+
+# A worker told to stop leaves the job at its next tick: out of the clock vector, its
+# pushes so far counted. It exits 0 within 10 s saying where it left, and the job ends ok
+# with the other worker: every key holds 400 * 1 + L * 2 (L: the clocks worker 1 pushed).
+# --clock-ms keeps the job running for 8 s at least, so the signal lands mid-job.
+start_coordinator leave "$bin/psnode" --role=coordinator --app=clocksum --clocks=400 --clock-ms=20 --consistency=bsp \
+  --host=127.0.0.1 --port=0 --servers=2 --workers=2 --log-level=info
+for s in 0 1; do
+  "$bin/psnode" --role=server "${join[@]}" >"$work/leave_server$s.out" 2>"$work/leave_server$s.err" &
+  pids+=($!)
+done
+for w in 0 1; do
+  "$bin/psnode" --role=worker --app=clocksum "${join[@]}" >"$work/leave_worker$w.out" 2>"$work/leave_worker$w.err" &
+  pids+=($!)
+done
+await_line "$work/leave.err" "[worker 1] clock" "$coord" 60 || { cat "$work/leave.err"; echo "worker 1 never reported"; exit 1; }
+victim=$(sed -n 's/.*worker 1 (.*, pid \([0-9]*\)) registered.*/\1/p' "$work/leave.err" | head -1)
+[ -n "$victim" ] || { cat "$work/leave.err"; echo "no pid for worker 1"; exit 1; }
+start=$(date +%s%N)
+kill -TERM "$victim"
+code=0
+wait "$victim" || code=$?
+took_ms=$(( ($(date +%s%N) - start) / 1000000 ))
+out=$(grep -l '"left"' "$work"/leave_worker*.out) || { cat "$work"/leave_worker*; echo "no worker said it left"; exit 1; }
+[ "$code" -eq 0 ] && grep -q '"status":"ok"' "$out" || { cat "$out"; echo "the signalled worker exited $code"; exit 1; }
+[ "$took_ms" -le 10000 ] || { echo "the worker took $took_ms ms to leave (more than 10 s)"; exit 1; }
+wait "$coord" || { cat "$work/leave.err"; echo "the coordinator failed"; exit 1; }
+/usr/bin/python3 - "$work/leave.out" <<'PY' || exit 1
+import json, sys
+lines = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
+left = next(l for l in lines if l.get("worker") == 1)
+stayed = next(l for l in lines if l.get("worker") == 0)
+end = lines[-1]
+L = left["left_before_clock"]
+want = {s: 400 + 2 * L for s in stayed["shard_values"]}
+assert 0 < L < 400, f"worker 1 left before clock {L}: not mid-job"
+assert end["status"] == "ok" and end["workers_reporting"] == 2, end
+assert stayed["shard_values"] == want, f"sums {stayed['shard_values']}, expected {want}"
+print(f"worker 1 left before clock {L}; every key holds {400 + 2 * L}")
+PY
+echo "SIGTERM on a worker: it left in $took_ms ms, exit 0; the job ended ok with exact sums"
