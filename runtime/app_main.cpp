@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <memory>
 
+#include "runtime/health_endpoint.hpp"
 #include "runtime/launch_env.hpp"
 #include "runtime/prometheus_export.hpp"
 #include "runtime/signals.hpp"
@@ -37,6 +38,8 @@ int run_node(node_config& cfg, bool process_ends) {
     if (cfg.role != "coordinator") await_rendezvous(cfg);  // --layout under MPI: rank 0's address
     caf::actor_system sys{cfg};
     catch_stop_signals();
+    serve_health(cfg.health_port);
+    if (cfg.role == "local") health_ready();
     std::unique_ptr<prometheus_export> exporter;
     int status = cfg.role == "local"         ? run_local_role(sys, cfg, app, settings, metrics_listener(cfg, exporter))
                  : cfg.role == "coordinator" ? run_coordinator_role(sys, cfg, settings, metrics_listener(cfg, exporter))

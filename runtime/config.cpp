@@ -117,6 +117,10 @@ void node_config::declare_durability_options() {
                                  "so that it can be restarted with --resume")
     .add(resume, "resume", "the coordinator takes over the job saved in --state-dir (same address and flags): its "
                            "members rejoin within --ps.failure-timeout-ms")
+    .add(on_sigterm, "on-sigterm", "stop|step-down: SIGTERM on psnode's coordinator stops the job (final checkpoint, "
+                                   "exit 143) or, with --state-dir, steps down: it exits 143 at once, the job's state "
+                                   "saved, and the members wait --ps.failure-timeout-ms for one started with --resume "
+                                   "(a rescheduled pod; docs/clusters.md)")
     .add(shard_memory, "shard-memory", "BYTES: a shard's sparse-table rows in RAM; the rest on disk (0: all in RAM)")
     .add(shard_dir, "shard-dir", "DIR: where shards keep their disk tier (a disk; direct I/O; removed at exit)")
     .add(disk_readers, "disk-readers", "N: threads reading each shard's disk tier, so N random reads are in flight at "
@@ -128,6 +132,9 @@ void node_config::declare_durability_options() {
     .add(metrics, "metrics", "FILE: JSON lines of the job's progress (per epoch and every --ps.metrics-ms: loss, accuracy or "
                              "AUC, samples/s, workers' clocks, per-shard keys, bytes and request rates; ./run plot FILE draws them); "
                              "written by the launcher or psnode's coordinator")
+    .add(health_port, "health-port", "P: every role serves http://HOST:P/healthz (200 while it runs) and /readyz (200 "
+                                     "once ready: listening, serving, registered; 404 before) for a scheduler's probes "
+                                     "(0: off; deploy/kubernetes/)")
     .add(metrics_port, "metrics-port", "P: serve the --metrics figures in Prometheus' text format at "
                                        "http://HOST:P/metrics (0: off); by the launcher or psnode's coordinator")
     .add(faults, "faults", "fault injector, ';'-separated: kill server=I at=C|handoff; kill worker=I at=C; "

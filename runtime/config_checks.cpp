@@ -199,6 +199,10 @@ void node_config::validate_checkpoints() const {
 
 // A coordinator that can be restarted (--state-dir, --resume).
 void node_config::validate_state_dir() const {
+  one_of("on-sigterm", on_sigterm, {"stop", "step-down"});
+  if (on_sigterm == "step-down" && (role != "coordinator" || state_dir.empty()))
+    throw bad_request("--on-sigterm=step-down is for psnode --role=coordinator with --state-dir=DIR (the coordinator "
+                      "steps down leaving its saved state for one started again with --resume)");
   if (resume && state_dir.empty()) throw bad_request("--resume needs --state-dir=DIR (where the coordinator saved the job)");
   if (state_dir.empty()) return;
   if (role != "coordinator")

@@ -23,11 +23,11 @@ const std::map<std::string, std::vector<std::string>>& help_topics() {
               "ps.transport", "ps.data-plane-bytes", "ps.shm-ring-bytes", "ps.shm-push-ring-bytes", "ps.direct-requests", "ps.caller-runs",
               "ps.busy-poll-us"}},
     {"checkpoints", {"checkpoint-dir", "checkpoint-every", "checkpoint-seconds", "restore", "restore-non-finite",
-                     "replication", "out", "state-dir", "resume"}},
+                     "replication", "out", "state-dir", "resume", "on-sigterm"}},
     {"tables", {"shard-memory", "shard-dir", "disk-readers", "eviction", "handoff"}},
     {"faults", {"faults", "ps.timeout-ms", "ps.heartbeat-ms", "ps.failure-timeout-ms", "ps.retry-ms"}},
     {"security", {"secret-file", "tls-cert", "tls-key", "tls-ca", "ps.max-message-bytes"}},
-    {"metrics", {"metrics", "metrics-port", "ps.metrics-ms", "ps.wait-report-ms"}},
+    {"metrics", {"metrics", "metrics-port", "health-port", "ps.metrics-ms", "ps.wait-report-ms"}},
   };
   return topics;
 }

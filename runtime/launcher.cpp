@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <optional>
@@ -256,6 +257,19 @@ void take_map(job_result& res, const cluster_view& v) {
   }
 }
 
+// SIGTERM with --on-sigterm=step-down: the coordinator's process ends at once, as a crash
+// would, so nothing tells the members the job ended; they wait for a coordinator resumed
+// from --state-dir (saved on every change) and rejoin it.
+[[noreturn]] void step_down(const node_config& cfg) {
+  json_line line{{"role", "coordinator"}, {"app", cfg.app}, {"status", "stepped_down"},
+                 {"reason", "SIGTERM with --on-sigterm=step-down: the job's state is in " + cfg.state_dir +
+                                "; start the coordinator again with --resume, its members wait for it"}};
+  std::fflush(stderr);
+  std::printf("%s\n", line.dump().c_str());
+  std::fflush(stdout);
+  std::_Exit(143);
+}
+
 }  // namespace
 
 bool watch_coordinator(caf::scoped_actor& observer, const coordinator_actor& coord, job_result& res,
@@ -299,9 +313,11 @@ bool watch_coordinator(caf::scoped_actor& observer, const coordinator_actor& coo
         }
       },
       caf::after(milliseconds(100)) >> [&] {
-        if (int sig = stop_signal(); sig != 0)
+        if (int sig = stop_signal(); sig != 0) {
+          if (sig == SIGTERM && cfg.on_sigterm == "step-down") step_down(cfg);  // does not return
           ask_stop(sig == SIGINT ? errc::interrupted : errc::terminated,
                    std::string("stopped by ") + (sig == SIGINT ? "SIGINT" : "SIGTERM") + " on the coordinator");
+        }
         if (view.metrics_due()) write_metrics(observer, coord, view);
         auto seen = res.failures.size();
         if (tick) tick();

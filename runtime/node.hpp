@@ -102,6 +102,7 @@ struct node_config : caf::actor_system_config {
   bool restore_non_finite = false;     // restore one whose values hold NaN or Inf
   std::string state_dir;               // DIR: the coordinator saves what a restart needs here
   bool resume = false;                 // the coordinator takes over the job saved in --state-dir
+  std::string on_sigterm = "stop";     // stop | step-down: what SIGTERM on psnode's coordinator does
   std::size_t replication = 1;         // copies of each shard (chain replication)
   // sparse tables' tiered store (servers)
   std::size_t shard_memory = 0;        // bytes of rows in RAM per shard (0: unlimited, no disk tier)
@@ -143,6 +144,7 @@ struct node_config : caf::actor_system_config {
   std::string metrics;          // FILE: the observer's JSON lines (per epoch, every metrics_ms)
   std::size_t metrics_ms = 2000;
   std::uint16_t metrics_port = 0;  // Prometheus' text format on this port (0: off)
+  std::uint16_t health_port = 0;   // /healthz and /readyz for a scheduler's probes (0: off)
   std::size_t wait_report_ms = 5000;  // while members are missing, the coordinator says who
   std::size_t barrier_timeout_ms = 600000;
   std::size_t vnodes = 128;

@@ -9,6 +9,7 @@
 #include "actors/server_shard.hpp"
 #include "libps/persist/checkpoint_export.hpp"
 #include "runtime/job_contract.hpp"
+#include "runtime/health_endpoint.hpp"
 #include "runtime/launch_env.hpp"
 #include "runtime/signals.hpp"
 
@@ -109,6 +110,7 @@ int run_coordinator_role(caf::actor_system& sys, const node_config& cfg, const j
     caf::anon_send_exit(coord, caf::exit_reason::user_shutdown);
     return print_status(line, false, errc::failed, describe(port.error()));
   }
+  health_ready();
   try {
     write_rendezvous(cfg, *port);
   } catch (const bad_request& e) {
@@ -152,6 +154,7 @@ int run_server_role(caf::actor_system& sys, const node_config& cfg) {
     return print_status(line, false, errc::failed, "server " + describe(port.error()));
   }
   caf::anon_send(shard, start_atom::value, at.advertise_port ? at.advertise_port : *port);
+  health_ready();
   caf::scoped_actor self{sys};
   self->monitor(shard);
   caf::error reason;
@@ -169,7 +172,10 @@ int run_server_role(caf::actor_system& sys, const node_config& cfg) {
     // stops the job, and this shard ends with it within the grace. Alone, it leaves.
     if (std::chrono::steady_clock::now() - *signalled < milliseconds(1000)) continue;
     asked_to_stop = true;
-    cannot_leave = drain_server(self, *coord, shard, line, stop_code);
+    // Dialled again: the coordinator may have been restarted since (resumed, perhaps on
+    // another host under the same name), and the handle of the first is dead.
+    auto now_coord = connect_coordinator(sys, cfg);
+    cannot_leave = drain_server(self, now_coord ? *now_coord : *coord, shard, line, stop_code);
   }
   bool ok = (!reason || reason == caf::exit_reason::normal) && cannot_leave.empty();
   if (sopts.plane) sopts.plane->quiet();
@@ -186,6 +192,7 @@ int run_worker_role(caf::actor_system& sys, node_config& cfg, const app_fn& app)
   auto adopt_spec = [&](const job_spec& spec) {
     adopt(cfg, spec);
     line["job_fingerprint"] = fingerprint_text(spec);
+    health_ready();  // registered
   };
   auto plane = transport_from(sys, cfg);
   std::string left;
