@@ -162,13 +162,13 @@ std::optional<std::uint32_t> await_new_shard(caf::actor_system& sys, const ps::c
   }
 }
 
-// remove-shard, again while the join's map change is still under way (refused then).
+// remove-shard, again while the join's map change is still under way (refused, "try again").
 std::string remove_when_settled(caf::actor_system& sys, const ps::coordinator_actor& coord, std::uint32_t id,
                                 std::string& news) {
   const auto start = std::chrono::steady_clock::now();
   for (;;) {
     auto err = ask(sys, coord, std::chrono::seconds(600), &news, ps::remove_shard_atom::value, id);
-    if (err.find("under way") == std::string::npos || std::chrono::steady_clock::now() - start > std::chrono::seconds(120))
+    if (err.find("try again") == std::string::npos || std::chrono::steady_clock::now() - start > std::chrono::seconds(120))
       return err;
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }

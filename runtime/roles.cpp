@@ -26,9 +26,18 @@ caf::expected<coordinator_actor> connect_coordinator(caf::actor_system& sys, con
     return make_ps_error("--coordinator=HOST:PORT is required for --role=" + cfg.role);
   auto [host, port] = parse_host_port(cfg.coordinator);
   auto h = connect_to<coordinator_actor>(sys, host, port);
-  // Under --layout every rank starts at once: the coordinator may not listen yet.
-  auto deadline = std::chrono::steady_clock::now() + milliseconds(cfg.failure_timeout_ms);
-  while (!h && cfg.launch_rank && code_of(h.error()) != errc::refused && std::chrono::steady_clock::now() < deadline) {
+  // Under --layout every rank starts at once, and a pod may start before the coordinator's:
+  // it may not listen yet. There, or when --ps.failure-timeout-ms is given, members wait.
+  const bool waits = cfg.launch_rank || cfg.given.count("ps.failure-timeout-ms");
+  const auto start = std::chrono::steady_clock::now();
+  auto said = start;
+  while (!h && waits && code_of(h.error()) != errc::refused &&
+         std::chrono::steady_clock::now() - start < milliseconds(cfg.failure_timeout_ms)) {
+    if (std::chrono::steady_clock::now() - said > std::chrono::seconds(5)) {
+      std::fprintf(stderr, "%s: waiting for the coordinator at %s (%s)\n", cfg.role.c_str(), cfg.coordinator.c_str(),
+                   describe(h.error()).c_str());
+      said = std::chrono::steady_clock::now();
+    }
     std::this_thread::sleep_for(milliseconds(100));  // a listener that is not there yet sends no message
     h = connect_to<coordinator_actor>(sys, host, port);
   }
@@ -161,16 +170,14 @@ int run_server_role(caf::actor_system& sys, const node_config& cfg) {
   bool ended = false, asked_to_stop = false;
   errc stop_code = errc::terminated;
   std::string cannot_leave;
-  std::optional<std::chrono::steady_clock::time_point> signalled;
   while (!ended) {  // the shard ends with the job, on a fatal error, or once it has left
     self->receive([&](caf::down_msg& dm) { reason = dm.reason, ended = true; },
                   caf::after(milliseconds(100)) >> [] {});  // polls for a stop signal
     if (ended || asked_to_stop || stop_signal() == 0) continue;
     stop_code = stop_signal() == SIGINT ? errc::interrupted : errc::terminated;
-    if (!signalled) signalled = std::chrono::steady_clock::now();
     // A scheduler stopping the whole job signals every member at once: the coordinator then
     // stops the job, and this shard ends with it within the grace. Alone, it leaves.
-    if (std::chrono::steady_clock::now() - *signalled < milliseconds(1000)) continue;
+    if (!stop_signal_older_than(milliseconds(1000))) continue;
     asked_to_stop = true;
     // Dialled again: the coordinator may have been restarted since (resumed, perhaps on
     // another host under the same name), and the handle of the first is dead.

@@ -2,7 +2,9 @@
 // job runs on: its shard leaves the job as `psctl remove-shard` makes one leave.
 #include "runtime/node_parts.hpp"
 
+#include <chrono>
 #include <cstdio>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 
@@ -27,10 +29,17 @@ std::string drain_server(caf::scoped_actor& self, const coordinator_actor& coord
   const auto id = shard_id_of(self, shard, why);
   if (why.empty()) {
     std::fprintf(stderr, "server: stop signal: shard %u leaves the job (its keys and rows go to the others)\n", id);
-    // A leave moves the shard's whole state: as long as psctl remove-shard allows it.
-    self->request(coord, std::chrono::seconds(600), remove_shard_atom::value, id)
-      .receive([&](std::string& done) { line["drained"] = done; },
-               [&](caf::error& e) { why = describe(e); });
+    // A leave moves the shard's whole state: as long as psctl remove-shard allows it. A
+    // refusal that says to try again (another shard joining or leaving: a rolling update's
+    // previous server) is tried again for 8 s, within the schedulers' 30 s grace.
+    const auto start = std::chrono::steady_clock::now();
+    do {
+      why.clear();
+      if (std::chrono::steady_clock::now() != start) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      self->request(coord, std::chrono::seconds(600), remove_shard_atom::value, id)
+        .receive([&](std::string& done) { line["drained"] = done; },
+                 [&](caf::error& e) { why = describe(e); });
+    } while (why.find("try again") != std::string::npos && std::chrono::steady_clock::now() - start < std::chrono::seconds(8));
     line["shard"] = id;
   }
   if (why.empty()) return "";

@@ -5,19 +5,29 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cstdint>
 #include <cstdlib>
+#include <ctime>
 #include <thread>
 
 namespace ps {
 
 namespace {
 std::atomic<int> caught{0};
-extern "C" void record_signal(int sig) { caught.store(sig); }
+std::atomic<std::int64_t> caught_at_ns{0};  // CLOCK_MONOTONIC of the first signal (0: none)
+extern "C" void record_signal(int sig) {
+  caught.store(sig);
+  timespec now{};
+  clock_gettime(CLOCK_MONOTONIC, &now);  // async-signal-safe
+  std::int64_t none = 0;
+  caught_at_ns.compare_exchange_strong(none, std::int64_t{now.tv_sec} * 1000000000 + now.tv_nsec);
+}
 struct sigaction before_int {}, before_term {};
 }  // namespace
 
 void catch_stop_signals() {
   caught.store(0);  // a job of its own: a signal an earlier job caught does not stop it
+  caught_at_ns.store(0);
   struct sigaction sa {};
   sa.sa_handler = record_signal;
   sigemptyset(&sa.sa_mask);
@@ -31,6 +41,14 @@ void restore_stop_signals() {
 }
 
 int stop_signal() { return caught.load(); }
+
+bool stop_signal_older_than(std::chrono::milliseconds age) {
+  auto at = caught_at_ns.load();
+  if (at == 0) return false;
+  timespec now{};
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  return std::int64_t{now.tv_sec} * 1000000000 + now.tv_nsec - at >= age.count() * 1000000;
+}
 
 void bound_teardown(int status, int limit_seconds) {
   std::thread([status, limit_seconds] {

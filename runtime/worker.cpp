@@ -4,7 +4,6 @@
 
 #include <unistd.h>
 
-#include <atomic>
 #include <cstdio>
 
 #include "actors/transport.hpp"
@@ -27,17 +26,11 @@ milliseconds retry_interval(const node_config& cfg) {
   return cfg.fault_spec().touches_messages() ? milliseconds(200) : milliseconds(0);
 }
 
-// A worker process told to stop (SIGTERM, SIGINT) leaves at its next tick, a second after
-// the signal, as a server does: a scheduler that stops the whole job signals every member at
-// once, and the coordinator's stop then ends this worker first (the job ends "stopped").
-bool asked_to_leave() {
-  static std::atomic<std::int64_t> first_seen{0};
-  if (stop_signal() == 0) return false;
-  auto now = std::chrono::steady_clock::now().time_since_epoch().count();
-  std::int64_t none = 0;
-  first_seen.compare_exchange_strong(none, now);
-  return std::chrono::steady_clock::duration(now - first_seen.load()) >= std::chrono::seconds(1);
-}
+// A worker process told to stop (SIGTERM, SIGINT) leaves at its first tick a second or more
+// after the signal, as a server does: a scheduler that stops the whole job signals every
+// member at once, and the coordinator's stop then ends this worker first (the job ends
+// "stopped").
+bool asked_to_leave() { return stop_signal_older_than(std::chrono::seconds(1)); }
 
 // The app stopped at a tick: out of every shard's clock vector (behind its pushes, so they
 // count), and the result that says so.

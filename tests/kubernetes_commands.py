@@ -15,7 +15,11 @@ usage: kubernetes_commands.py MANIFEST ROLE POD FROM=>TO...
 import shlex
 import sys
 
-import yaml
+try:
+    import yaml
+except ImportError:
+    print("SKIP: needs python3-yaml")
+    sys.exit(77)
 
 
 def flag(args, name):

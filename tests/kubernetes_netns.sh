@@ -4,8 +4,9 @@
 # member is addressed by its pod's DNS name (POD.actorps), from a hosts file per namespace
 # (ip netns exec mounts /etc/netns/NS/hosts over /etc/hosts; rewritten in place, a moved
 # name is seen by every process). A clocksum job of 3 servers and 2 workers under BSP runs
-# (40 ms of "compute" a clock, 400 clocks: 16 s at least); the probes answer; server 1's pod
-# is replaced: SIGTERM (it drains, exit 0), its name moves to another host, a new process
+# (40 ms of "compute" a clock, 400 clocks: 16 s at least), its members' pods started before
+# the coordinator's (they wait for it); the probes answer; the pod serving shard 1 is
+# replaced: SIGTERM (it drains, exit 0), its name moves to another host, a new process
 # under the same name joins. Then the coordinator's pod is rescheduled: SIGTERM (it steps
 # down, exit 143), its name moves, the manifest's command starts it there and it resumes
 # from the same state directory (the pod's volume). The workers hold at clock 390 until the
@@ -50,9 +51,8 @@ head -c 32 /dev/urandom >"$work/secret"
 chmod 400 "$work/secret"
 mkdir -p "$work/state" "$work/shard-new"
 pod_command coordinator x >/dev/null  # the manifest's checks, before anything starts
-start_pod coord0 coordinator actorps-coordinator-0
-coord=$pod
-wait_for "$work/actorps-coordinator-0.log" "coordinator listening" 20 || { cat "$work"/*.log; exit 1; }
+# The members' pods start first, as Kubernetes may start them: they wait for the coordinator
+# (the manifests give --ps.failure-timeout-ms).
 servers=()
 for i in 0 1 2; do
   start_pod "server$i" server "actorps-server-$i"
@@ -63,21 +63,27 @@ for w in 0 1; do
   start_pod "worker$w" worker "worker-$w"
   workers+=("$pod")
 done
+start_pod coord0 coordinator actorps-coordinator-0
+coord=$pod
+wait_for "$work/actorps-coordinator-0.log" "coordinator listening" 20 || { cat "$work"/*.log; exit 1; }
 log="$work/actorps-coordinator-0.log"
 wait_for "$log" "\[worker 1\] clock" 60 || { tail -n 20 "$work"/*.log; echo "the job never ran"; exit 1; }
 ready coord0 readyz && ready server0 readyz && ready server0 healthz || { echo "a probe failed"; exit 1; }
 
-# Server 1's pod is replaced: it drains; a new process under its name joins from elsewhere.
-kill -TERM "${servers[1]}"
+# The pod serving shard 1 is replaced (pods register in any order): it drains; a new process
+# under its name joins from elsewhere, as shard 3.
+k=$(sed -n 's/.*server shard 1 (actorps-server-\([0-9]\)\.actorps.*/\1/p' "$log" | head -1)
+[ -n "$k" ] || { cat "$log"; echo "no pod named for shard 1"; exit 1; }
+kill -TERM "${servers[$k]}"
 code=0
-wait "${servers[1]}" || code=$?
-[ "$code" -eq 0 ] && grep -q '"drained"' "$work/actorps-server-1.log" ||
-  { tail -n 20 "$work"/*.log; echo "server 1 did not drain ($code)"; exit 1; }
-mv "$work/actorps-server-1.log" "$work/server-1-first.log"
-host_of[actorps-server-1]=6
+wait "${servers[$k]}" || code=$?
+[ "$code" -eq 0 ] && grep -q '"drained"' "$work/actorps-server-$k.log" ||
+  { tail -n 20 "$work"/*.log; echo "actorps-server-$k did not drain ($code)"; exit 1; }
+mv "$work/actorps-server-$k.log" "$work/server-$k-first.log"
+host_of[actorps-server-$k]=6
 write_hosts
-run_in server1b actorps-server-1.log bash -c "exec $(pod_command server actorps-server-1 "$work/shard-actorps-server-1=>$work/shard-new")"
-servers[1]=$!
+run_in server1b "actorps-server-$k.log" bash -c "exec $(pod_command server "actorps-server-$k" "$work/shard-actorps-server-$k=>$work/shard-new")"
+servers[$k]=$!
 wait_for "$log" "joined; its keys and rows were handed over" 60 || { tail -n 20 "$work"/*.log; echo "no join"; exit 1; }
 
 # The coordinator's pod is rescheduled: it steps down; the next one resumes from the volume.
@@ -95,10 +101,14 @@ wait_for "$log" "coordinator: resumed the job" 60 || { tail -n 20 "$work"/*.log;
 code=0
 wait "$coord" || code=$?
 [ "$code" -eq 0 ] || { tail -n 30 "$log"; echo "the resumed coordinator exited $code"; exit 1; }
-for p in "${workers[@]}" "${servers[@]}"; do wait "$p" || { tail -n 20 "$work"/*.log; echo "a member exited $?"; exit 1; }; done
+for p in "${workers[@]}" "${servers[@]}"; do
+  code=0
+  wait "$p" || code=$?
+  [ "$code" -eq 0 ] || { tail -n 20 "$work"/*.log; echo "member $p exited $code"; exit 1; }
+done
 tail -n 1 "$log"
 grep -q '"updates_lost":\[\]' "$log" || { echo "updates were lost"; exit 1; }
 results=$(grep '"shard_values"' "$log")
 [ "$(wc -l <<<"$results")" -eq 2 ] || { cat "$log"; echo "not two worker results"; exit 1; }
 grep -q '"shard_values":{"0":1200,"2":1200,"3":1200}' <<<"$results" || { echo "$results"; echo "sums not exact"; exit 1; }
-echo "kubernetes_netns: coordinator rescheduled and resumed, server 1 replaced under its name; exact sums: PASS"
+echo "kubernetes_netns: actorps-server-$k replaced under its name, the coordinator rescheduled and resumed; exact sums: PASS"

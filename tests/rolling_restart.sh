@@ -27,7 +27,9 @@ timeout 300 "$bin/psctl" "${join[1]}" rolling-restart --start="$new_server" >"$w
   { cat "$work/psctl.out" "$work/psctl.err" "$work/coord.err"; echo "rolling-restart failed"; exit 1; }
 grep -q '"shards_after":\[3,4,5\]' "$work/psctl.out" || { cat "$work/psctl.out" "$work/coord.err"; echo "not replaced by 3, 4, 5"; exit 1; }
 for pid in "${servers[@]}"; do
-  wait "$pid" || { cat "$work"/server*.out; echo "an old server exited $?"; exit 1; }
+  code=0
+  wait "$pid" || code=$?
+  [ "$code" -eq 0 ] || { cat "$work"/server*.out; echo "an old server exited $code"; exit 1; }
 done
 wait "$coord" || { cat "$work/coord.err"; echo "the coordinator failed"; exit 1; }
 results=$(grep '"shard_values"' "$work/coord.out")

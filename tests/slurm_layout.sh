@@ -15,13 +15,23 @@ for p in munged mungekey slurmctld slurmd sbatch; do
 done
 work=$(mktemp -d)
 stop_daemons() {
+  local f pid
   for f in slurmd slurmctld munged; do
-    [ -f "$work/$f.pid" ] && kill "$(cat "$work/$f.pid")" 2>/dev/null || true
+    [ -f "$work/$f.pid" ] || continue
+    pid=$(cat "$work/$f.pid")
+    kill "$pid" 2>/dev/null || continue
+    timeout 10 tail --pid="$pid" -f /dev/null || true  # ended before its directory goes
   done
-  rm -rf "$work"
+  rm -rf "$work" || true
 }
 trap stop_daemons EXIT
-free_port() { /usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+# Three distinct free ports at once (slurmctld, slurmd, the job's coordinator): held open
+# together, so the kernel cannot hand the same one out twice.
+read -r ctld_port slurmd_port port < <(/usr/bin/python3 -c '
+import socket
+held = [socket.socket() for _ in range(3)]
+for s in held: s.bind(("127.0.0.1", 0))
+print(*[s.getsockname()[1] for s in held])')
 
 mkdir -p "$work/state" "$work/spool"
 mungekey --create --keyfile="$work/munge.key"
@@ -49,8 +59,8 @@ SlurmctldPidFile=$work/slurmctld.pid
 SlurmdPidFile=$work/slurmd.pid
 SlurmctldLogFile=$work/slurmctld.log
 SlurmdLogFile=$work/slurmd.log
-SlurmctldPort=$(free_port)
-SlurmdPort=$(free_port)
+SlurmctldPort=$ctld_port
+SlurmdPort=$slurmd_port
 ReturnToService=2
 MpiDefault=none
 JobAcctGatherType=jobacct_gather/none
@@ -64,7 +74,6 @@ slurmd -f "$SLURM_CONF" -N localhost
 show_logs() { tail -n 20 "$work"/slurm*.log "$work"/job-*.out 2>/dev/null || true; }
 
 # sbatch --wait holds until the job ends (a job waits in the queue until slurmd is up).
-port=$(free_port)
 cd "$work"
 PSNODE="$bin/psnode" timeout 300 sbatch --wait --output="$work/job-%j.out" "$script" --epochs=1 --port="$port" \
   >"$work/sbatch.out" || { show_logs; echo "the sbatch job failed"; exit 1; }
