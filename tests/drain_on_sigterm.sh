@@ -11,22 +11,9 @@ bin=$1
 source "$(dirname "$0")/roles_by_hand.sh"
 start_coordinator coord "$bin/psnode" --role=coordinator --app=clocksum --clocks=200 --consistency=bsp \
   --hold-at-clock=100 --hold-for-shards=[0,2] --host=127.0.0.1 --port=0 --servers=3 --workers=2 --log-level=info
-for s in 0 1 2; do
-  "$bin/psnode" --role=server "${join[@]}" >"$work/server$s.out" 2>"$work/server$s.err" &
-  pids+=($!)
-done
-for w in 0 1; do
-  "$bin/psnode" --role=worker --app=clocksum "${join[@]}" >"$work/worker$w.out" 2>"$work/worker$w.err" &
-  pids+=($!)
-done
+start_members "" 3 2 "$bin/psnode"
 await_line "$work/coord.err" "holding at clock 100" "$coord" 60 || { cat "$work/coord.err"; echo "the workers never held"; exit 1; }
-victim=$(sed -n 's/.*server shard 1 (.*, pid \([0-9]*\)) registered.*/\1/p' "$work/coord.err" | head -1)
-[ -n "$victim" ] || { cat "$work/coord.err"; echo "no pid for shard 1"; exit 1; }
-start=$(date +%s%N)
-kill -TERM "$victim"
-code=0
-wait "$victim" || code=$?  # one of this script's servers (ctest's timeout bounds it)
-took_ms=$(( ($(date +%s%N) - start) / 1000000 ))
+stop_member "$work/coord.err" "server shard 1"
 [ "$code" -eq 0 ] || { echo "the signalled server exited $code"; exit 1; }
 out=$(grep -l '"drained"' "$work"/server*.out) || { cat "$work"/server*.out "$work"/server*.err; echo "no server said it drained"; exit 1; }
 grep -q '"status":"ok"' "$out" || { cat "$out"; echo "the drained server did not end ok"; exit 1; }
@@ -65,22 +52,9 @@ echo "SIGTERM on the last shard: the job stopped, every member 143, the reason n
 # --clock-ms keeps the job running for 8 s at least, so the signal lands mid-job.
 start_coordinator leave "$bin/psnode" --role=coordinator --app=clocksum --clocks=400 --clock-ms=20 --consistency=bsp \
   --host=127.0.0.1 --port=0 --servers=2 --workers=2 --log-level=info
-for s in 0 1; do
-  "$bin/psnode" --role=server "${join[@]}" >"$work/leave_server$s.out" 2>"$work/leave_server$s.err" &
-  pids+=($!)
-done
-for w in 0 1; do
-  "$bin/psnode" --role=worker --app=clocksum "${join[@]}" >"$work/leave_worker$w.out" 2>"$work/leave_worker$w.err" &
-  pids+=($!)
-done
+start_members leave_ 2 2 "$bin/psnode"
 await_line "$work/leave.err" "[worker 1] clock" "$coord" 60 || { cat "$work/leave.err"; echo "worker 1 never reported"; exit 1; }
-victim=$(sed -n 's/.*worker 1 (.*, pid \([0-9]*\)) registered.*/\1/p' "$work/leave.err" | head -1)
-[ -n "$victim" ] || { cat "$work/leave.err"; echo "no pid for worker 1"; exit 1; }
-start=$(date +%s%N)
-kill -TERM "$victim"
-code=0
-wait "$victim" || code=$?
-took_ms=$(( ($(date +%s%N) - start) / 1000000 ))
+stop_member "$work/leave.err" "worker 1"
 out=$(grep -l '"left"' "$work"/leave_worker*.out) || { cat "$work"/leave_worker*; echo "no worker said it left"; exit 1; }
 [ "$code" -eq 0 ] && grep -q '"status":"ok"' "$out" || { cat "$out"; echo "the signalled worker exited $code"; exit 1; }
 [ "$took_ms" -le 10000 ] || { echo "the worker took $took_ms ms to leave (more than 10 s)"; exit 1; }
