@@ -33,13 +33,15 @@ std::string drain_server(caf::scoped_actor& self, const coordinator_actor& coord
     // refusal that says to try again (another shard joining or leaving: a rolling update's
     // previous server) is tried again for 8 s, within the schedulers' 30 s grace.
     const auto start = std::chrono::steady_clock::now();
-    do {
+    for (;;) {
       why.clear();
-      if (std::chrono::steady_clock::now() != start) std::this_thread::sleep_for(std::chrono::milliseconds(100));
       self->request(coord, std::chrono::seconds(600), remove_shard_atom::value, id)
         .receive([&](std::string& done) { line["drained"] = done; },
                  [&](caf::error& e) { why = describe(e); });
-    } while (why.find("try again") != std::string::npos && std::chrono::steady_clock::now() - start < std::chrono::seconds(8));
+      if (why.find("try again") == std::string::npos || std::chrono::steady_clock::now() - start > std::chrono::seconds(8))
+        break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));  // the coordinator sends no notice when a change ends
+    }
     line["shard"] = id;
   }
   if (why.empty()) return "";

@@ -79,6 +79,7 @@ code=0
 wait "${servers[$k]}" || code=$?
 [ "$code" -eq 0 ] && grep -q '"drained"' "$work/actorps-server-$k.log" ||
   { tail -n 20 "$work"/*.log; echo "actorps-server-$k did not drain ($code)"; exit 1; }
+grep '"drained"' "$work/actorps-server-$k.log"  # the handoff's time, for the record
 mv "$work/actorps-server-$k.log" "$work/server-$k-first.log"
 host_of[actorps-server-$k]=6
 write_hosts
