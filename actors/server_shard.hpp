@@ -78,6 +78,12 @@ struct shard_options {
   // Whether and how long the shard waits for a coordinator that went down to come back
   // (resumed at its address); no dial: it ends at once.
   reconnect_options reconnect;
+  // Dials another shard's published address (blocking; run on a thread of its own). The
+  // handles a map carries reach other shards through the coordinator's node, which told of
+  // them; once that node is gone (a coordinator restarted with --resume) they reach
+  // nothing, so the shard dials its peers directly and CAF takes that connection. None
+  // (embedded shards): never needed.
+  std::function<void(const std::string&, std::uint16_t)> dial_shard{};
 };
 
 struct shard_state {
@@ -129,6 +135,10 @@ struct shard_state {
   // The other shards' heads, by id, where the map names them (a joined shard): writes
   // planned by an older map go on to the keys' new owners.
   std::map<std::uint32_t, shard_actor> owners;
+  // Where the map says each of them is published (host, port; empty host: embedded), and
+  // how to dial one (shard_options::dial_shard).
+  std::map<std::uint32_t, std::pair<std::string, std::uint16_t>> owner_addresses;
+  std::function<void(const std::string&, std::uint16_t)> dial_shard;
   // While this shard's handoff still has parts to send (a disk tier's pages go first),
   // writes of moved keys it passes on wait here, so none reaches a new owner before the
   // keys and rows it updates (CAF keeps one sender's order): sent once the parts are.
@@ -159,6 +169,7 @@ struct shard_state {
     std::uint32_t owner = 0;
     shard_actor sent_to;
     std::function<void()> send;
+    bool redialed = false;  // the owner was dialled directly after a failure, and this sent again
   };
   std::map<std::uint64_t, owner_send> owner_sends;
   std::uint64_t next_owner_send = 0;

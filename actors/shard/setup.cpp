@@ -16,8 +16,11 @@ std::uint64_t take_view(self_ptr self, const cluster_view& view) {
   // since; following it would send updates to a dead successor for good.
   if (view.epoch < st.placed_epoch) return st.core->epoch();
   st.placed_epoch = view.epoch;
-  for (const auto& e : view.shards)
+  st.owner_addresses.clear();  // a shard that left is dialled no more (its name may be another's now)
+  for (const auto& e : view.shards) {
     if (e.handle) st.owners[e.id] = caf::actor_cast<shard_actor>(e.handle);
+    st.owner_addresses[e.id] = {e.host, e.port};
+  }
   send_again_to_new_heads(self);
   auto id = st.core->id();
   // By id: a map after a removal lacks the shards that left.
@@ -263,6 +266,9 @@ void rejoin(self_ptr self, const shard_options& opts, coordinator_actor coordina
       st.coordinator = coordinator;
       st.coordinator_lost.clear();
       log_line(log_level::warning, st.name + ": rejoined the coordinator at " + opts.reconnect.address);
+      // The other shards were reached through the dead coordinator's node: dialled directly.
+      for (const auto& [id, address] : st.owner_addresses)
+        if (id != st.core->id()) dial_owner(self, id, [] {});
     },
     [=](const std::string& why) {
       auto text = self->state.name + ": " + why;
@@ -293,6 +299,7 @@ bool worker_request(caf::message_id mid, const caf::message& msg) {
 // replacement configures itself at once.
 void start_shard(self_ptr self, const shard_options& opts, const coordinator_actor& coordinator) {
   self->state.coordinator = coordinator;
+  self->state.dial_shard = opts.dial_shard;
   self->monitor(coordinator);
   self->set_down_handler([=](caf::down_msg& dm) {
     if (dm.source == self->state.coordinator.address()) return coordinator_down(self, opts, dm.reason);
