@@ -7,6 +7,7 @@
 #include <memory>
 
 #include "runtime/health_endpoint.hpp"
+#include "runtime/job_file.hpp"
 #include "runtime/launch_env.hpp"
 #include "runtime/prometheus_export.hpp"
 #include "runtime/signals.hpp"
@@ -27,14 +28,17 @@ int run_node(node_config& cfg, bool process_ends) {
   apply_runtime_defaults(cfg);
   try {
     bool runs_app = cfg.role == "worker" || cfg.role == "local";
+    if (!cfg.job_file.empty()) take_job_file(read_job_file(cfg.job_file), cfg);
     // The coordinator holds the job's spec, and the app is part of it.
-    if ((runs_app || cfg.role == "coordinator") && cfg.app.empty())
-      throw bad_request("--role=" + cfg.role + " needs --app=" + names_joined(app_names()));
+    if ((runs_app || cfg.role == "coordinator" || cfg.role == "describe") && cfg.app.empty())
+      throw bad_request("--role=" + cfg.role + " needs --app=" + names_joined(app_names()) +
+                        (cfg.role == "coordinator" ? " or --job-file=FILE" : ""));
     auto app = runs_app ? find_app(cfg.app) : app_fn{};
     // A server learns the job from the coordinator: it neither needs the app nor computes its
     // settings (an app's tensors may depend on files only its workers have).
     auto settings = cfg.app.empty() || cfg.role == "server" ? job_settings{} : settings_for_app(cfg, cfg.app);
     if (cfg.role == "export") return run_export_role(cfg, settings);  // no actors
+    if (cfg.role == "describe") return run_describe_role(cfg, settings);
     if (cfg.role != "coordinator") await_rendezvous(cfg);  // --layout under MPI: rank 0's address
     caf::actor_system sys{cfg};
     catch_stop_signals();
@@ -83,9 +87,10 @@ int run_registered(const app_definition& app, int argc, char** argv, bool proces
   }
   if (cfg.role.empty()) cfg.role = "local";
   if (cfg.role == "local" || cfg.role == "coordinator" || cfg.role == "server" || cfg.role == "worker" ||
-      cfg.role == "export")
+      cfg.role == "export" || cfg.role == "describe")
     return run_node(cfg, process_ends);
-  std::fprintf(stderr, "error: --role is coordinator, server, worker, local (the default) or export, not \"%s\"\n",
+  std::fprintf(stderr,
+               "error: --role is coordinator, server, worker, local (the default), export or describe, not \"%s\"\n",
                cfg.role.c_str());
   return 2;
 }

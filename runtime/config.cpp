@@ -48,9 +48,12 @@ node_config::node_config() {
 // Who this process is, where it listens and whom it trusts.
 void node_config::declare_member_options() {
   opt_group{custom_options_, "global"}
-    .add(role, "role", "psnode role: coordinator|server|worker|local|export (local: the whole job of --app here; "
-                       "export: --checkpoint-dir's newest checkpoint as .npy files in --out)")
+    .add(role, "role", "psnode role: coordinator|server|worker|local|export|describe (local: the whole job of --app "
+                       "here; export: --checkpoint-dir's newest checkpoint as .npy files in --out; describe: the "
+                       "job as a job file on stdout, for --job-file)")
     .add(out, "out", "export: DIR the .npy files and manifest.json go to")
+    .add(job_file, "job-file", "FILE: a coordinator's job (app, tensors, tables, settings) from a job file that the "
+                               "app's program wrote with --role=describe, so it need not run the app")
     .add(coordinator, "coordinator", "coordinator address HOST:PORT")
     .add(layout, "layout", "servers:S,workers:W: one identical command on every rank of srun/sbatch or mpirun runs the "
                            "job: rank 0 coordinates, ranks 1..S serve, the rest work (ranks from SLURM_PROCID, "

@@ -59,7 +59,10 @@ void one_of(const std::string& name, const std::string& v, const std::vector<std
 }  // namespace
 
 void node_config::validate() const {
-  if (!role.empty()) one_of("role", role, {"coordinator", "server", "worker", "local", "export"});
+  if (!role.empty()) one_of("role", role, {"coordinator", "server", "worker", "local", "export", "describe"});
+  if (!job_file.empty() && role != "coordinator")
+    throw bad_request("--job-file is read by a coordinator (--role=coordinator); the other members learn the job "
+                      "from it");
   if (role == "export" && (checkpoint_dir.empty() || out.empty()))
     throw bad_request("--role=export needs --checkpoint-dir=DIR (where the checkpoints are) and --out=DIR");
   one_of("cluster", cluster, {"embedded", "processes"});

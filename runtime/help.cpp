@@ -12,8 +12,8 @@ namespace {
 // The options of each topic, by full name ("model", "ps.rule").
 const std::map<std::string, std::vector<std::string>>& help_topics() {
   static const std::map<std::string, std::vector<std::string>> topics{
-    {"node", {"role", "coordinator", "app", "layout", "rendezvous", "log-level"}},
-    {"role", {"role", "coordinator", "layout", "rendezvous", "log-level"}},  // an app's own binary: the binary is the app
+    {"node", {"role", "coordinator", "app", "job-file", "layout", "rendezvous", "log-level"}},
+    {"role", {"role", "coordinator", "job-file", "layout", "rendezvous", "log-level"}},  // an app's own binary: the binary is the app
     {"job", {"cluster", "servers", "workers", "epochs", "lr", "batch", "seed", "ps.rule", "ps.rule-params", "ps.momentum", "config-file"}},
     {"addresses", {"host", "port", "listen", "advertise", "ps.data-plane-port"}},
     {"fmnist", {"model", "data", "target-accuracy", "eval-every", "devices", "aggregation"}},

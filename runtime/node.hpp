@@ -136,6 +136,7 @@ struct node_config : caf::actor_system_config {
   std::size_t failure_timeout_ms = 10000;  // a peer silent this long is declared dead
   std::size_t register_timeout_ms = 60000;
   std::string out;              // export: the directory the .npy files go to
+  std::string job_file;         // a coordinator's job from a file (runtime/job_file.hpp) instead of its app
   // security: members prove a shared secret (runtime/guarded_net.hpp); TLS via CAF's OpenSSL module
   std::string log_level = "info";  // error | warning | info | debug (libps/observe/log.hpp)
   std::string secret_file;
