@@ -239,7 +239,7 @@ caf::error make_error(errc code, std::string text) {
 
 errc code_of(const caf::error& err) {
   if (err && err.category() == ps_category && err.code() >= 1 &&
-      err.code() <= static_cast<std::uint8_t>(errc::payload_lost))
+      err.code() <= static_cast<std::uint8_t>(errc::busy))
     return static_cast<errc>(err.code());
   return errc::failed;
 }
@@ -264,6 +264,7 @@ int exit_status_of(errc code) {
     case errc::terminated:
       return 143;
     case errc::refused:
+    case errc::busy:  // refused for now
       return 3;
     default:
       return 1;

@@ -542,12 +542,13 @@ enum class errc : std::uint8_t {
   moved,        // the keys or rows of a request have a new owner (a newer map): send it again by it
   unsent,       // the data connection a request went on ended before its answer came: send it again through CAF
   payload_lost, // a payload an answer named never came (libps/net/bulk.hpp payload_lost): a read may ask again
+  busy,         // a map change or a resume is under way: the same join or removal may be asked again later
 };
 caf::error make_error(errc code, std::string text);
 // The errc of an ActorPS error; errc::failed for any other error.
 errc code_of(const caf::error& err);
 // What a program's last JSON line says and its exit status for a job that ended so
-// (docs/configuration.md, "Exit status"): ok 0, failed 1, refused 3, stopped 0 / 130 / 143.
+// (docs/configuration.md, "Exit status"): ok 0, failed 1, refused or busy 3, stopped 0 / 130 / 143.
 const char* status_of(errc code);
 int exit_status_of(errc code);
 

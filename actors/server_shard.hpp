@@ -81,9 +81,9 @@ struct shard_options {
   // Dials another shard's published address (blocking; run on a thread of its own). The
   // handles a map carries reach other shards through the coordinator's node, which told of
   // them; once that node is gone (a coordinator restarted with --resume) they reach
-  // nothing, so the shard dials its peers directly and CAF takes that connection. None
-  // (embedded shards): never needed.
-  std::function<void(const std::string&, std::uint16_t)> dial_shard{};
+  // nothing, so the shard dials its peers directly and sends to the handle the dial gives
+  // (null: it could not connect). None (embedded shards): never needed.
+  std::function<shard_actor(const std::string&, std::uint16_t)> dial_shard{};
 };
 
 struct shard_state {
@@ -138,7 +138,7 @@ struct shard_state {
   // Where the map says each of them is published (host, port; empty host: embedded), and
   // how to dial one (shard_options::dial_shard).
   std::map<std::uint32_t, std::pair<std::string, std::uint16_t>> owner_addresses;
-  std::function<void(const std::string&, std::uint16_t)> dial_shard;
+  std::function<shard_actor(const std::string&, std::uint16_t)> dial_shard;
   // While this shard's handoff still has parts to send (a disk tier's pages go first),
   // writes of moved keys it passes on wait here, so none reaches a new owner before the
   // keys and rows it updates (CAF keeps one sender's order): sent once the parts are.
@@ -169,7 +169,7 @@ struct shard_state {
     std::uint32_t owner = 0;
     shard_actor sent_to;
     std::function<void()> send;
-    bool redialed = false;  // the owner was dialled directly after a failure, and this sent again
+    bool redialed = false;  // sent again over a direct connection to the owner after a failure
   };
   std::map<std::uint64_t, owner_send> owner_sends;
   std::uint64_t next_owner_send = 0;

@@ -162,14 +162,19 @@ std::optional<std::uint32_t> await_new_shard(caf::actor_system& sys, const ps::c
   }
 }
 
-// remove-shard, again while the join's map change is still under way (refused, "try again").
+// remove-shard, again while the join's map change is still under way (refused for now:
+// errc::busy).
 std::string remove_when_settled(caf::actor_system& sys, const ps::coordinator_actor& coord, std::uint32_t id,
                                 std::string& news) {
   const auto start = std::chrono::steady_clock::now();
   for (;;) {
-    auto err = ask(sys, coord, std::chrono::seconds(600), &news, ps::remove_shard_atom::value, id);
-    if (err.find("try again") == std::string::npos || std::chrono::steady_clock::now() - start > std::chrono::seconds(120))
-      return err;
+    std::string err;
+    auto code = ps::errc::failed;
+    caf::scoped_actor self{sys};
+    self->request(coord, std::chrono::seconds(600), ps::remove_shard_atom::value, id)
+      .receive([&](std::string& done) { news = std::move(done); },
+               [&](caf::error& e) { err = ps::describe(e), code = ps::code_of(e); });
+    if (code != ps::errc::busy || std::chrono::steady_clock::now() - start > std::chrono::seconds(120)) return err;
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
 }

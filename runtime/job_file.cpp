@@ -2,8 +2,12 @@
 // --role=describe and read by a coordinator that does not run the app (--job-file).
 #include "runtime/job_file.hpp"
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <limits>
+#include <set>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -25,17 +29,40 @@ json table_json(const sparse_table_spec& t) {
           {"rule_params", t.rule.params_text()}};
 }
 
+// Whether j holds a T exactly: an unsigned integer in T's range, a finite float in its
+// range, a string, a list of unsigned integers (nlohmann's get<> casts whatever it finds).
+template <class T>
+bool holds(const json& j) {
+  if constexpr (std::is_same_v<T, std::string>) {
+    return j.is_string();
+  } else if constexpr (std::is_same_v<T, float>) {
+    return j.is_number() && std::isfinite(j.get<double>()) &&
+           std::abs(j.get<double>()) <= std::numeric_limits<float>::max();
+  } else if constexpr (std::is_unsigned_v<T>) {
+    return j.is_number_unsigned() && j.get<std::uint64_t>() <= std::numeric_limits<T>::max();
+  } else {
+    if (!j.is_array()) return false;
+    for (const auto& e : j)
+      if (!holds<std::uint64_t>(e)) return false;
+    return true;
+  }
+}
+
+template <class T>
+const char* kind_name() {
+  if constexpr (std::is_same_v<T, std::string>) return "string";
+  else if constexpr (std::is_same_v<T, float>) return "finite number";
+  else if constexpr (std::is_unsigned_v<T>) return "non-negative integer in range";
+  else return "list of non-negative integers";
+}
+
 // Field `name` of object `o` as T; throws naming where it is and what it should be.
 template <class T>
 T field(const json& o, const std::string& name, const std::string& where) {
   auto it = o.find(name);
   if (it == o.end()) throw bad_request(where + " has no \"" + name + "\"");
-  try {
-    return it->get<T>();
-  } catch (const json::exception&) {
-    throw bad_request(where + ": \"" + name + "\" is " + it->dump() + ", not a " +
-                      (std::is_same_v<T, std::string> ? "string" : "number of the right kind"));
-  }
+  if (!holds<T>(*it)) throw bad_request(where + ": \"" + name + "\" is " + it->dump() + ", not a " + kind_name<T>());
+  return it->get<T>();
 }
 
 sparse_table_spec table_of(const json& o, const std::string& where) {
@@ -64,19 +91,49 @@ tensor_spec tensor_of(const json& o, const std::string& where) {
   auto begin = field<std::uint64_t>(o, "begin", where);
   auto size = field<std::uint64_t>(o, "size", where);
   if (size == 0 || begin + size < begin) throw bad_request(where + ": \"size\" must be at least 1 and fit after \"begin\"");
-  return {field<std::string>(o, "name", where), {begin, begin + size},
-          o.contains("shape") ? field<std::vector<std::uint64_t>>(o, "shape", where) : std::vector<std::uint64_t>{size}};
+  auto shape = o.contains("shape") ? field<std::vector<std::uint64_t>>(o, "shape", where) : std::vector<std::uint64_t>{size};
+  std::uint64_t product = 1;
+  for (auto d : shape) {
+    if (d == 0 || product > size / d) {  // a zero, or more than size: never size
+      product = 0;
+      break;
+    }
+    product *= d;
+  }
+  if (product != size) throw bad_request(where + ": \"shape\" does not hold \"size\" (" + std::to_string(size) + ") values");
+  return {field<std::string>(o, "name", where), {begin, begin + size}, std::move(shape)};
 }
 
+// The list `name` of doc, each item read and named uniquely.
 template <class T, class Read>
 std::vector<T> list_of(const json& doc, const std::string& name, const std::string& source, Read read) {
   std::vector<T> out;
   auto it = doc.find(name);
   if (it == doc.end()) return out;
   if (!it->is_array()) throw bad_request(source + ": \"" + name + "\" is not a list");
-  for (std::size_t i = 0; i < it->size(); ++i)
-    out.push_back(read((*it)[i], source + ": " + name + "[" + std::to_string(i) + "]"));
+  std::set<std::string> names;
+  for (std::size_t i = 0; i < it->size(); ++i) {
+    auto where = source + ": " + name + "[" + std::to_string(i) + "]";
+    out.push_back(read((*it)[i], where));
+    if (!names.insert(out.back().name).second) throw bad_request(where + ": another is named " + out.back().name + " too");
+  }
   return out;
+}
+
+// What differs between the tensors and tables of the file and those of the program's own
+// app of that name ("": nothing).
+std::string app_difference(const job_file& file, const node_config& cfg) {
+  auto own = settings_for_app(cfg, file.app);
+  std::vector<tensor_spec> theirs = file.spec.tensors(), ours = own.spec.tensors();
+  auto same_tensors = theirs.size() == ours.size() &&
+                      std::equal(theirs.begin(), theirs.end(), ours.begin(), [](const auto& a, const auto& b) {
+                        return a.name == b.name && a.keys == b.keys && a.shape == b.shape;
+                      });
+  if (!same_tensors) return "tensors";
+  json a = json::array(), b = json::array();
+  for (const auto& t : file.tables) a.push_back(table_json(t));
+  for (const auto& t : own.tables) b.push_back(table_json(t));
+  return a == b ? "" : "tables";
 }
 
 }  // namespace
@@ -102,6 +159,7 @@ job_file parse_job_file(const std::string& text, const std::string& source) {
   }
   if (!doc.is_object() || !doc.contains("job_file"))
     throw bad_request(source + " is not a job file (no \"job_file\"; write one with --role=describe)");
+  if (doc["job_file"] != 1) throw bad_request(source + ": job file format " + doc["job_file"].dump() + ", this build reads 1");
   job_file f;
   f.app = field<std::string>(doc, "app", source);
   if (f.app.empty()) throw bad_request(source + ": \"app\" is empty");
@@ -134,7 +192,11 @@ void take_job_file(const job_file& file, node_config& cfg) {
   if (!cfg.app.empty() && cfg.app != file.app)
     throw bad_request("--app=" + cfg.app + " differs from the job file's app, " + file.app + ": give one of them");
   auto known = app_names();
-  if (std::find(known.begin(), known.end(), file.app) == known.end()) {
+  if (std::find(known.begin(), known.end(), file.app) != known.end()) {
+    if (auto what = app_difference(file, cfg); !what.empty())
+      throw bad_request("the job file's " + what + " differ from those of this program's app " + file.app +
+                        ": describe the job with this program, or run the coordinator without --job-file");
+  } else {
     app_definition declared;
     declared.name = file.app;
     declared.summary = "declared by a job file";

@@ -156,7 +156,10 @@ int run_server_role(caf::actor_system& sys, const node_config& cfg) {
   auto sopts = shard_options_from(cfg, at.advertise_host);
   sopts.plane = transport_from(sys, cfg);  // cannot listen: bad_request, reported by psnode
   sopts.reconnect = reconnect_from(sys, cfg);
-  sopts.dial_shard = [&sys](const std::string& host, std::uint16_t port) { connect_to<shard_actor>(sys, host, port); };
+  sopts.dial_shard = [&sys](const std::string& host, std::uint16_t port) {
+    auto h = connect_to<shard_actor>(sys, host, port);
+    return h ? *h : shard_actor{};
+  };
   auto shard = sys.spawn(server_shard, *coord, sopts);
   auto port = publish_at(shard, at);
   if (!port) {

@@ -30,16 +30,16 @@ std::string drain_server(caf::scoped_actor& self, const coordinator_actor& coord
   if (why.empty()) {
     std::fprintf(stderr, "server: stop signal: shard %u leaves the job (its keys and rows go to the others)\n", id);
     // A leave moves the shard's whole state: as long as psctl remove-shard allows it. A
-    // refusal that says to try again (another shard joining or leaving: a rolling update's
+    // refusal for now (errc::busy: another shard joining or leaving, a rolling update's
     // previous server) is tried again for 8 s, within the schedulers' 30 s grace.
     const auto start = std::chrono::steady_clock::now();
     for (;;) {
       why.clear();
+      errc code = errc::failed;
       self->request(coord, std::chrono::seconds(600), remove_shard_atom::value, id)
         .receive([&](std::string& done) { line["drained"] = done; },
-                 [&](caf::error& e) { why = describe(e); });
-      if (why.find("try again") == std::string::npos || std::chrono::steady_clock::now() - start > std::chrono::seconds(8))
-        break;
+                 [&](caf::error& e) { why = describe(e), code = code_of(e); });
+      if (code != errc::busy || std::chrono::steady_clock::now() - start > std::chrono::seconds(8)) break;
       std::this_thread::sleep_for(std::chrono::milliseconds(100));  // the coordinator sends no notice when a change ends
     }
     line["shard"] = id;

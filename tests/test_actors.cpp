@@ -830,14 +830,23 @@ TEST_CASE_FIXTURE(running_pair, "a shard joins, then one leaves, under BSP traff
   CHECK(whole_join < 64);
 }
 
-TEST_CASE_FIXTURE(fixture, "remove-shard refuses, naming why: a job not formed, an unknown shard, the last shard") {
-  auto ask = [&](coordinator_actor coord, std::uint32_t id) {
+TEST_CASE_FIXTURE(fixture, "remove-shard refuses, naming why: a job not formed, an unknown shard, the last shard, "
+                           "another change under way (for now: busy)") {
+  // The answer, or "error CODE: why".
+  auto send_remove = [&](coordinator_actor coord, std::uint32_t id) {
     auto answer = std::make_shared<std::string>();
     alive.push_back(sys.spawn([=](caf::event_based_actor* self) -> caf::behavior {
       self->request(coord, caf::infinite, remove_shard_atom::value, id)
-        .then([=](std::string& news) { *answer = news; }, [=](caf::error& e) { *answer = "error: " + describe(e); });
+        .then([=](std::string& news) { *answer = news; },
+              [=](caf::error& e) {
+                *answer = "error " + std::to_string(static_cast<int>(code_of(e))) + ": " + describe(e);
+              });
       return {[](caf::unit_t) {}};
     }));
+    return answer;
+  };
+  auto ask = [&](coordinator_actor coord, std::uint32_t id) {
+    auto answer = send_remove(coord, id);
     sched.run();
     return *answer;
   };
@@ -853,8 +862,21 @@ TEST_CASE_FIXTURE(fixture, "remove-shard refuses, naming why: a job not formed, 
   auto w = register_worker(coord);
   sched.run();
   REQUIRE(w->has_value());
-  CHECK(ask(coord, 3).find("shard 3 cannot leave: there is no such shard in the map") != std::string::npos);
+  CHECK(ask(coord, 3).find("error 2: coordinator: shard 3 cannot leave: there is no such shard in the map") == 0);
   CHECK(ask(coord, 0).find("shard 0 cannot leave: it is the last shard") != std::string::npos);
+  // Two removals at once: the second is refused for now (errc::busy, 10), which psctl
+  // rolling-restart and a draining server ask again.
+  auto three = spawn_coordinator(3, 1);
+  for (int i = 0; i < 3; ++i) spawn_shard(three);
+  auto w3 = register_worker(three);
+  sched.run();
+  REQUIRE(w3->has_value());
+  auto first = send_remove(three, 0);
+  auto second = send_remove(three, 1);
+  sched.run();
+  CHECK(first->find("shard 0 left") == 0);
+  CHECK(second->find("error 10: coordinator: shard 1 cannot leave: another shard is joining or leaving; try again") ==
+        0);
 }
 
 TEST_CASE_FIXTURE(fixture, "disk tier I/O: reads cut into units for idle readers are answered whole, each key in its "

@@ -122,9 +122,45 @@ TEST_CASE("bad job files are refused naming the file and what is wrong") {
   auto other_app = good;
   other_app["settings"]["app"] = "fmnist";
   CHECK(refusal(other_app.dump()).find("its setting app is fmnist") != std::string::npos);
+  auto negative = good;
+  negative["tensors"][0]["size"] = -1;
+  CHECK(refusal(negative.dump()).find("tensors[0]: \"size\" is -1, not a non-negative integer") != std::string::npos);
+  auto wrong_shape = good;
+  wrong_shape["tensors"][0]["shape"] = {10, 99};
+  CHECK(refusal(wrong_shape.dump()).find("\"shape\" does not hold \"size\" (1000) values") != std::string::npos);
+  auto bool_dim = good;
+  bool_dim["tables"][0]["dim"] = true;
+  CHECK(refusal(bool_dim.dump()).find("\"dim\" is true") != std::string::npos);
+  auto huge_lr = good;
+  huge_lr["tables"][0]["lr"] = 1e300;
+  CHECK(refusal(huge_lr.dump()).find("\"lr\" is 1e+300, not a finite number") != std::string::npos);
+  auto twice = good;
+  twice["tables"].push_back(twice["tables"][0]);
+  CHECK(refusal(twice.dump()).find("tables[1]: another is named C1 too") != std::string::npos);
+  auto format = good;
+  format["job_file"] = 2;
+  CHECK(refusal(format.dump()).find("job file format 2, this build reads 1") != std::string::npos);
   auto no_settings = good;
   no_settings.erase("settings");
   CHECK(refusal(no_settings.dump()).find("no \"settings\"") != std::string::npos);
+
+  SUBCASE("a program's own app of the file's name must have the file's tensors and tables") {
+    auto other = good;
+    other["tensors"][0]["size"] = 999;
+    other["tensors"][0]["shape"] = {999};
+    parsed_config c({"--role=coordinator"});
+    REQUIRE(c.ok);
+    try {
+      take_job_file(parse_job_file(other.dump(), "job.json"), c.cfg);
+      FAIL("accepted");
+    } catch (const bad_request& e) {
+      CHECK(std::string(e.what()).find("the job file's tensors differ from those of this program's app jobfile_rows") !=
+            std::string::npos);
+    }
+    parsed_config same({"--role=coordinator"});
+    take_job_file(parse_job_file(good.dump(), "job.json"), same.cfg);  // its own description: taken
+    CHECK(same.cfg.app == "jobfile_rows");
+  }
 
   SUBCASE("an app flag of the app's own cannot be held by another program") {
     auto own = good;

@@ -168,7 +168,7 @@ void ask_again_after_failover(self_ptr self, const coordinator_options& opts, st
 std::string fraction_text(double f);
 void begin_change(self_ptr self, const coordinator_options& opts, const std::string& kind, std::uint32_t shard);
 void end_change(self_ptr self);
-std::string map_change_refusal(const coordinator_state& st);
+std::pair<errc, std::string> map_change_refusal(const coordinator_state& st);
 void when_shards_can_move(self_ptr self, const coordinator_options& opts, std::function<void()> go,
                           std::function<void(std::string)> refused);
 void build_joiner_chain(self_ptr self, const coordinator_options& opts, std::uint32_t id, std::function<void()> then);

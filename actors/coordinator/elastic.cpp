@@ -84,13 +84,14 @@ void end_change(self_ptr self) {
   self->state.change.clear();
 }
 
-// Why the map cannot change now (empty: it can).
-std::string map_change_refusal(const coordinator_state& st) {
-  if (st.core.resuming()) return "the coordinator is resuming the job; try again once its members are back";
-  if (st.joining || st.after_growth) return "another shard is joining or leaving; try again once it has";
-  if (st.core.ending()) return "the job is ending";
-  if (!st.core.chains_complete()) return "the job has not formed yet";
-  return {};
+// Why the map cannot change now (empty: it can), and whether that passes (errc::busy: the
+// same change may be asked again later) or not (errc::refused).
+std::pair<errc, std::string> map_change_refusal(const coordinator_state& st) {
+  if (st.core.resuming()) return {errc::busy, "the coordinator is resuming the job; try again once its members are back"};
+  if (st.joining || st.after_growth) return {errc::busy, "another shard is joining or leaving; try again once it has"};
+  if (st.core.ending()) return {errc::refused, "the job is ending"};
+  if (!st.core.chains_complete()) return {errc::refused, "the job has not formed yet"};
+  return {errc::refused, {}};
 }
 
 // Before a map change: every shard must answer (a shard that cannot would leave its part
@@ -231,10 +232,10 @@ void admit_shard(self_ptr self, const coordinator_options& opts, const caf::acto
 
 caf::result<registration> join_shard(self_ptr self, const coordinator_options& opts, const caf::actor& sender,
                                      const node_info& info) {
-  auto refuse = [](const std::string& why) {
-    return make_error(errc::refused, "coordinator: a server cannot join this job: " + why);
+  auto refuse = [](const std::string& why, errc code = errc::refused) {
+    return make_error(code, "coordinator: a server cannot join this job: " + why);
   };
-  if (auto why = map_change_refusal(self->state); !why.empty()) return refuse(why);
+  if (auto [code, why] = map_change_refusal(self->state); !why.empty()) return refuse(why, code);
   if (!sender) return refuse("the registration came without a handle");
   auto rp = self->make_response_promise<registration>();
   when_shards_can_move(
@@ -308,10 +309,10 @@ std::optional<std::string> leaver_holds_last_copy(const coordinator_options& opt
 
 caf::result<std::string> remove_shard(self_ptr self, const coordinator_options& opts, std::uint32_t id) {
   auto& st = self->state;
-  auto refuse = [id](const std::string& why) {  // by value: it may answer after this handler
-    return make_error(errc::refused, "coordinator: shard " + std::to_string(id) + " cannot leave: " + why);
+  auto refuse = [id](const std::string& why, errc code = errc::refused) {  // by value: it may answer after this handler
+    return make_error(code, "coordinator: shard " + std::to_string(id) + " cannot leave: " + why);
   };
-  if (auto why = map_change_refusal(st); !why.empty()) return refuse(why);
+  if (auto [code, why] = map_change_refusal(st); !why.empty()) return refuse(why, code);
   if (id >= st.shards.size() || st.retired.count(id)) return refuse("there is no such shard in the map");
   if (st.shards.size() - st.retired.size() < 2) return refuse("it is the last shard");
   if (auto last = leaver_holds_last_copy(opts, st, id)) return refuse(*last);

@@ -266,9 +266,15 @@ void rejoin(self_ptr self, const shard_options& opts, coordinator_actor coordina
       st.coordinator = coordinator;
       st.coordinator_lost.clear();
       log_line(log_level::warning, st.name + ": rejoined the coordinator at " + opts.reconnect.address);
-      // The other shards were reached through the dead coordinator's node: dialled directly.
+      // The other shards were reached through the dead coordinator's node: dialled directly,
+      // and sent to over that connection from then on.
       for (const auto& [id, address] : st.owner_addresses)
-        if (id != st.core->id()) dial_owner(self, id, [] {});
+        if (id != st.core->id())
+          dial_owner(self, id, [self, id = id](shard_actor direct) {
+            auto& owners = self->state.owners;
+            if (direct && owners.count(id) && owners[id].node() == direct.node() && owners[id].id() == direct.id())
+              owners[id] = direct;
+          });
     },
     [=](const std::string& why) {
       auto text = self->state.name + ": " + why;

@@ -20,9 +20,9 @@ void send_write(self_ptr self, const shard_options& opts, const shard_actor& to,
 // Sends through `request` to shard `owner`'s head of the moment until it answers; done
 // with the outcome. A map naming another head for the owner (its head died, perhaps with
 // the message) sends it there again (send_again_to_new_heads): the first answer counts.
-// The first failure dials the owner directly and sends once more (the route through the
-// coordinator's node may be what died); after that, a bounce by a head that died waits
-// for a map naming another.
+// The first delivery failure dials the owner directly and sends once more over that
+// connection (the route through the coordinator's node may be what died); after that, or
+// when the dial fails, a bounce by a head that died waits for a map naming another.
 void send_to_owner(self_ptr self, std::uint32_t owner, owner_request request, std::function<void(caf::error)> done,
                    std::uint64_t id) {
   auto& st = self->state;
@@ -31,24 +31,34 @@ void send_to_owner(self_ptr self, std::uint32_t owner, owner_request request, st
     return done(make_ps_error(st.name + ": the map names no handle for shard " + std::to_string(owner)));
   if (id == 0) id = ++st.next_owner_send;
   auto next = head->second;
-  auto& pending = st.owner_sends[id];  // a send again keeps whether the owner was dialled
+  auto& pending = st.owner_sends[id];  // a send again keeps whether it went over a dialled connection
   pending.owner = owner;
   pending.sent_to = next;
   pending.send = [=] { send_to_owner(self, owner, request, done, id); };
+  auto give_up = [=](caf::error e) {
+    auto it = self->state.owner_sends.find(id);
+    if (it == self->state.owner_sends.end() || it->second.sent_to != next || e == caf::sec::request_receiver_down)
+      return;
+    self->state.owner_sends.erase(it);
+    done(std::move(e));
+  };
   request(next, [=] { if (self->state.owner_sends.erase(id)) done({}); },
           [=](caf::error& e) {
             auto it = self->state.owner_sends.find(id);
             if (it == self->state.owner_sends.end() || it->second.sent_to != next) return;
-            if (!it->second.redialed) {
-              it->second.redialed = true;
-              auto again = [=] {
-                if (auto still = self->state.owner_sends.find(id); still != self->state.owner_sends.end()) still->second.send();
-              };
-              if (dial_owner(self, owner, again)) return;
-            }
-            if (e == caf::sec::request_receiver_down) return;
-            self->state.owner_sends.erase(it);
-            done(e);
+            const bool undelivered = e == caf::sec::request_receiver_down || e == caf::sec::request_timeout ||
+                                     e == caf::sec::no_route_to_receiving_node;
+            if (!undelivered || it->second.redialed) return give_up(e);
+            auto dialled = [=](shard_actor direct) {
+              auto still = self->state.owner_sends.find(id);
+              if (still == self->state.owner_sends.end() || still->second.sent_to != next) return;  // answered, or sent anew
+              // The address's actor may be another copy than this head (a chain's failover).
+              if (!direct || direct.node() != next.node() || direct.id() != next.id()) return give_up(e);
+              still->second.redialed = true;
+              self->state.owners[owner] = direct;
+              still->second.send();
+            };
+            if (!dial_owner(self, owner, dialled)) give_up(e);
           });
 }
 
@@ -56,23 +66,25 @@ namespace {
 using dial_atom = caf::atom_constant<caf::atom("dialshard")>;
 }  // namespace
 
-// Dials shard `owner` at the address the map gives (on a thread of its own: connecting
-// blocks), then(), dialled or not: CAF routes to it over a direct connection from then
-// on. False, then() never called, when there is nothing to dial (an embedded shard).
-bool dial_owner(self_ptr self, std::uint32_t owner, std::function<void()> then) {
+// Dials shard `owner` at the address the map gives, on a thread of its own (connecting
+// blocks; hidden: a dial still under way does not hold up the process's end), then
+// then(the handle over that connection; null when it could not connect). False, then()
+// never called, when there is nothing to dial (an embedded shard).
+bool dial_owner(self_ptr self, std::uint32_t owner, std::function<void(shard_actor)> then) {
   auto& st = self->state;
   auto at = st.owner_addresses.find(owner);
   if (!st.dial_shard || at == st.owner_addresses.end() || at->second.first.empty()) return false;
-  auto dialer = self->spawn<caf::detached>([dial = st.dial_shard, at = at->second](caf::event_based_actor* me) -> caf::behavior {
-    return {[=](dial_atom) {
-      dial(at.first, at.second);
-      me->quit();
-      return true;
-    }};
-  });
+  auto dialer = self->spawn<caf::detached + caf::hidden>(
+    [dial = st.dial_shard, at = at->second](caf::event_based_actor* me) -> caf::behavior {
+      return {[=](dial_atom) {
+        auto handle = dial(at.first, at.second);
+        me->quit();
+        return handle;
+      }};
+    });
   // A peer that never finishes the handshake (stopped) holds the dialer: then() goes on.
   self->request(dialer, std::chrono::seconds(10), dial_atom::value)
-    .then([then](bool) { then(); }, [then](caf::error&) { then(); });
+    .then([then](shard_actor& handle) { then(handle); }, [then](caf::error&) { then({}); });
   return true;
 }
 

@@ -5,6 +5,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 JOB = os.path.join(HERE, "sums_job.py")
 
@@ -66,14 +68,17 @@ def job_file(tmp_path):
     return path
 
 
-PSNODE = os.path.join(os.environ.get("ACTORPS_BIN", ""), "psnode")
+PSNODE = os.path.join(os.environ.get("ACTORPS_BIN", "build/bin"), "psnode")
+needs_psnode = pytest.mark.skipif(not os.path.exists(PSNODE), reason="needs psnode (ACTORPS_BIN: the build's bin/)")
 
 
+@needs_psnode
 def test_psnode_coordinates_a_script_from_its_job_file(tmp_path):
     # Neither the coordinator nor the server runs Python; the worker is the script.
     run_by_hand([PSNODE, "--role=coordinator", f"--job-file={job_file(tmp_path)}"], [PSNODE])
 
 
+@needs_psnode
 def test_a_worker_unlike_the_job_file_is_refused(tmp_path):
     coord, join = start_coordinator([PSNODE, "--role=coordinator", f"--job-file={job_file(tmp_path)}"])
     try:
@@ -87,9 +92,12 @@ def test_a_worker_unlike_the_job_file_is_refused(tmp_path):
         coord.kill()
 
 
+@needs_psnode
 def test_a_bad_job_file_is_refused_naming_it(tmp_path):
-    path = tmp_path / "job.json"
-    path.write_text('{"job_file": 1, "app": "x", "version": 5, "settings": {}, "tables": [{"name": "t"}]}')
+    job = json.loads(job_file(tmp_path).read_text())
+    del job["tables"][0]["dim"]
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(job))
     done = subprocess.run([PSNODE, "--role=coordinator", f"--job-file={path}"], capture_output=True, text=True,
                           timeout=30)
     assert done.returncode == 2
