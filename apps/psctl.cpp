@@ -30,6 +30,7 @@
 #include <caf/io/all.hpp>
 
 #include "libps/observe/cluster_status.hpp"
+#include "runtime/node_parts.hpp"
 #include "runtime/guarded_net.hpp"
 #include "runtime/node.hpp"
 
@@ -162,21 +163,11 @@ std::optional<std::uint32_t> await_new_shard(caf::actor_system& sys, const ps::c
   }
 }
 
-// remove-shard, again while the join's map change is still under way (refused for now:
-// errc::busy).
+// remove-shard, again while the join's map change is still under way (refused for now).
 std::string remove_when_settled(caf::actor_system& sys, const ps::coordinator_actor& coord, std::uint32_t id,
                                 std::string& news) {
-  const auto start = std::chrono::steady_clock::now();
-  for (;;) {
-    std::string err;
-    auto code = ps::errc::failed;
-    caf::scoped_actor self{sys};
-    self->request(coord, std::chrono::seconds(600), ps::remove_shard_atom::value, id)
-      .receive([&](std::string& done) { news = std::move(done); },
-               [&](caf::error& e) { err = ps::describe(e), code = ps::code_of(e); });
-    if (code != ps::errc::busy || std::chrono::steady_clock::now() - start > std::chrono::seconds(120)) return err;
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
+  caf::scoped_actor self{sys};
+  return ps::remove_shard_when_settled(self, coord, id, std::chrono::seconds(120), &news);
 }
 
 // Every shard of the map at the start, in turn: a new server joins (taking its share from

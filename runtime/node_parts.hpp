@@ -40,6 +40,12 @@ reconnect_options reconnect_from(caf::actor_system& sys, const node_config& cfg)
 // job, its keys and rows handed to the others (line gets "shard" and "drained"); "" then.
 // Where it cannot leave, it asks the coordinator to stop the job with stop_code (as the
 // coordinator's own SIGTERM or SIGINT would) and returns why.
+// psctl remove-shard's request, asked again 100 ms apart for up to `patience` while the
+// coordinator refuses it for now (errc::busy: another map change under way): the one-line
+// summary in *done, or why it was refused or failed ("" on success).
+std::string remove_shard_when_settled(caf::scoped_actor& self, const coordinator_actor& coord, std::uint32_t id,
+                                      std::chrono::seconds patience, std::string* done);
+
 std::string drain_server(caf::scoped_actor& self, const coordinator_actor& coord, const shard_actor& shard,
                          json_line& line, errc stop_code);
 

@@ -23,6 +23,20 @@ std::uint32_t shard_id_of(caf::scoped_actor& self, const shard_actor& shard, std
 
 }  // namespace
 
+std::string remove_shard_when_settled(caf::scoped_actor& self, const coordinator_actor& coord, std::uint32_t id,
+                                      std::chrono::seconds patience, std::string* done) {
+  const auto start = std::chrono::steady_clock::now();
+  for (;;) {
+    std::string why;
+    errc code = errc::failed;
+    self->request(coord, std::chrono::seconds(600), remove_shard_atom::value, id)
+      .receive([&](std::string& summary) { *done = std::move(summary); },
+               [&](caf::error& e) { why = describe(e), code = code_of(e); });
+    if (code != errc::busy || std::chrono::steady_clock::now() - start > patience) return why;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));  // the coordinator sends no notice when a change ends
+  }
+}
+
 std::string drain_server(caf::scoped_actor& self, const coordinator_actor& coord, const shard_actor& shard,
                          json_line& line, errc stop_code) {
   std::string why;
@@ -30,18 +44,11 @@ std::string drain_server(caf::scoped_actor& self, const coordinator_actor& coord
   if (why.empty()) {
     std::fprintf(stderr, "server: stop signal: shard %u leaves the job (its keys and rows go to the others)\n", id);
     // A leave moves the shard's whole state: as long as psctl remove-shard allows it. A
-    // refusal for now (errc::busy: another shard joining or leaving, a rolling update's
-    // previous server) is tried again for 8 s, within the schedulers' 30 s grace.
-    const auto start = std::chrono::steady_clock::now();
-    for (;;) {
-      why.clear();
-      errc code = errc::failed;
-      self->request(coord, std::chrono::seconds(600), remove_shard_atom::value, id)
-        .receive([&](std::string& done) { line["drained"] = done; },
-                 [&](caf::error& e) { why = describe(e), code = code_of(e); });
-      if (code != errc::busy || std::chrono::steady_clock::now() - start > std::chrono::seconds(8)) break;
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));  // the coordinator sends no notice when a change ends
-    }
+    // refusal for now (another shard joining or leaving, a rolling update's previous
+    // server) is asked again for 8 s, within the schedulers' 30 s grace.
+    std::string done;
+    why = remove_shard_when_settled(self, coord, id, std::chrono::seconds(8), &done);
+    if (why.empty()) line["drained"] = done;
     line["shard"] = id;
   }
   if (why.empty()) return "";

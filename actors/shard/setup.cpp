@@ -271,9 +271,8 @@ void rejoin(self_ptr self, const shard_options& opts, coordinator_actor coordina
       for (const auto& [id, address] : st.owner_addresses)
         if (id != st.core->id())
           dial_owner(self, id, [self, id = id](shard_actor direct) {
-            auto& owners = self->state.owners;
-            if (direct && owners.count(id) && owners[id].node() == direct.node() && owners[id].id() == direct.id())
-              owners[id] = direct;
+            auto owner = self->state.owners.find(id);
+            if (direct && owner != self->state.owners.end() && same_actor(owner->second, direct)) owner->second = direct;
           });
     },
     [=](const std::string& why) {

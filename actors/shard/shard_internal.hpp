@@ -70,6 +70,8 @@ void send_to_owner(self_ptr self, std::uint32_t owner, owner_request request, st
                    std::uint64_t id = 0);
 void send_again_to_new_heads(self_ptr self);
 bool dial_owner(self_ptr self, std::uint32_t owner, std::function<void(shard_actor)> then);
+// Whether two handles name the same actor (a dial may hand back another proxy of it).
+inline bool same_actor(const shard_actor& a, const shard_actor& b) { return a.node() == b.node() && a.id() == b.id(); }
 void apply_own_part(self_ptr self, const shard_options& opts, const coordinator_actor& coordinator, write_kind kind,
                     const request_header& hdr, deferred_update u, std::function<void(caf::error)> done);
 caf::result<std::uint64_t> forward_stale(self_ptr self, const shard_options& opts, const coordinator_actor& coordinator,

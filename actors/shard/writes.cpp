@@ -53,7 +53,7 @@ void send_to_owner(self_ptr self, std::uint32_t owner, owner_request request, st
               auto still = self->state.owner_sends.find(id);
               if (still == self->state.owner_sends.end() || still->second.sent_to != next) return;  // answered, or sent anew
               // The address's actor may be another copy than this head (a chain's failover).
-              if (!direct || direct.node() != next.node() || direct.id() != next.id()) return give_up(e);
+              if (!direct || !same_actor(direct, next)) return give_up(e);
               still->second.redialed = true;
               self->state.owners[owner] = direct;
               still->second.send();
